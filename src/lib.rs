@@ -1,0 +1,14 @@
+//! steerdns: an authoritative DNS server that steers clients between global anycast, regional
+//! anycast and a fallback ring, with weighted always-serve profiles for break-glass failover.
+//!
+//! A packet's path: [`server`] (sockets) → [`dns`] (parse the query, write the answer) →
+//! [`snapshot`] (the immutable, validated view of config + zones) → [`zone`] (lookup) and, for
+//! steered names, [`geo`] (where is the client) and [`policy`] (which endpoint answers).
+
+pub mod config;
+pub mod dns;
+pub mod geo;
+pub mod policy;
+pub mod server;
+pub mod snapshot;
+pub mod zone;
