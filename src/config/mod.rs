@@ -1,1 +1,236 @@
-//! config
+//! The static configuration file (TOML): listen addresses, protocol options, where zones live.
+//! Later sections (geo, topology, profiles, steered names, control) are added by their parts.
+//!
+//! Owns parsing and checking the file; relative paths resolve against the file's directory.
+//! Knows nothing of sockets or zones beyond their paths.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::server::tcp::TcpLimits;
+use crate::snapshot::ServeOptions;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Addresses to serve on, UDP and TCP alike. Port 0 picks a free port (tests).
+    pub listen: Vec<SocketAddr>,
+    /// Directory of zone files, one zone per `<origin>.zone` file.
+    pub zones: PathBuf,
+    /// UDP worker threads (and sockets) per listen address; 0 = one per CPU core.
+    pub udp_workers: usize,
+    /// Largest UDP payload we advertise and send (512..=4096; 1232 avoids IP fragmentation).
+    pub edns_payload: u16,
+    /// RFC 5001 NSID sent to clients that ask (e.g. the node name).
+    pub nsid: Option<String>,
+    /// Answer to `dig CH TXT id.server` / `hostname.bind`; unset refuses.
+    pub identity: Option<String>,
+    /// Answer to `dig CH TXT version.bind`; "" refuses. Default: "steerdns <version>".
+    pub version: Option<String>,
+    pub tcp: TcpConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: vec![
+                SocketAddr::from(([127, 0, 0, 1], 5353)),
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 5353)),
+            ],
+            zones: PathBuf::from("zones"),
+            udp_workers: 0,
+            edns_payload: 1232,
+            nsid: None,
+            identity: None,
+            version: None,
+            tcp: TcpConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TcpConfig {
+    /// Seconds a connection may stay silent before we close it.
+    pub idle_timeout_secs: u64,
+    /// TCP connections served at once.
+    pub max_connections: usize,
+    /// Queries answered on one connection before it is closed.
+    pub max_queries_per_connection: usize,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        let limits = TcpLimits::default();
+        TcpConfig {
+            idle_timeout_secs: limits.idle_timeout.as_secs(),
+            max_connections: limits.max_connections,
+            max_queries_per_connection: limits.max_queries_per_connection,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}:{line}:{column}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: {field}: {message}")]
+    Invalid {
+        path: PathBuf,
+        field: &'static str,
+        message: String,
+    },
+}
+
+impl Config {
+    /// Reads and checks a config file; relative paths in it become relative to its directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut config = Config::parse(&text, path)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        config.resolve_paths(base);
+        Ok(config)
+    }
+
+    /// Parses config text; `path` only names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let (line, column) = e
+                .span()
+                .map(|span| line_column(text, span.start))
+                .unwrap_or((0, 0));
+            ConfigError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message: e.message().to_string(),
+            }
+        })?;
+        config.check(path)?;
+        Ok(config)
+    }
+
+    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |field, message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            field,
+            message,
+        };
+        let server = &self.server;
+        if !(512..=4096).contains(&server.edns_payload) {
+            return Err(invalid(
+                "server.edns_payload",
+                format!("{} is outside 512..=4096", server.edns_payload),
+            ));
+        }
+        if server.listen.is_empty() {
+            return Err(invalid("server.listen", "needs at least one address".into()));
+        }
+        if let Some(nsid) = &server.nsid {
+            if nsid.len() > 255 {
+                return Err(invalid("server.nsid", "longer than 255 bytes".into()));
+            }
+        }
+        if server.tcp.max_connections == 0 || server.tcp.max_queries_per_connection == 0 {
+            return Err(invalid(
+                "server.tcp",
+                "max_connections and max_queries_per_connection must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        if self.server.zones.is_relative() {
+            self.server.zones = base.join(&self.server.zones);
+        }
+    }
+
+    pub fn serve_options(&self) -> ServeOptions {
+        let server = &self.server;
+        let defaults = ServeOptions::default();
+        ServeOptions {
+            edns_payload: server.edns_payload,
+            nsid: server.nsid.as_ref().map(|n| n.as_bytes().into()),
+            version: match &server.version {
+                None => defaults.version,
+                Some(v) if v.is_empty() => None,
+                Some(v) => Some(v.clone()),
+            },
+            identity: server.identity.clone(),
+        }
+    }
+
+    pub fn tcp_limits(&self) -> TcpLimits {
+        let tcp = &self.server.tcp;
+        TcpLimits {
+            idle_timeout: Duration::from_secs(tcp.idle_timeout_secs.max(1)),
+            max_connections: tcp.max_connections,
+            max_queries_per_connection: tcp.max_queries_per_connection,
+        }
+    }
+
+    pub fn udp_workers(&self) -> usize {
+        match self.server.udp_workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+}
+
+/// 1-based line and column of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rfind('\n').map_or(before.len(), |nl| before.len() - nl - 1) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_serve_loopback_5353() {
+        let c = Config::parse("", Path::new("x.toml")).unwrap();
+        assert_eq!(c.server.listen[0].to_string(), "127.0.0.1:5353");
+        assert_eq!(c.server.listen[1].to_string(), "[::1]:5353");
+        assert_eq!(c.server.edns_payload, 1232);
+    }
+
+    #[test]
+    fn unknown_field_names_line_and_column() {
+        let err = Config::parse("[server]\nedns_payload = 1232\nlisten_on = []\n", Path::new("s.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("s.toml:3:1: unknown field `listen_on`"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_payload_names_the_field() {
+        let err = Config::parse("[server]\nedns_payload = 100\n", Path::new("s.toml"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "s.toml: server.edns_payload: 100 is outside 512..=4096");
+    }
+}

@@ -1,0 +1,63 @@
+//! CHAOS-class queries: `version.bind`, `id.server` / `hostname.bind`, and (for permitted
+//! clients) a trace of the steering decision for a name. Operators' tools, not the hot path.
+
+use super::respond::{write_simple, Client};
+use super::wire::{class, flag, rcode, rtype, Query};
+use super::writer::{Overflow, Writer};
+use crate::snapshot::Snapshot;
+
+pub fn respond(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    client: &Client,
+    limit: usize,
+    out: &mut [u8],
+) -> Option<usize> {
+    let text = if query.qtype == rtype::TXT || query.qtype == rtype::ANY {
+        answer_text(snapshot, query, client)
+    } else {
+        None
+    };
+    match text {
+        Some(text) => write_txt(packet, query, &text, limit, out)
+            .ok()
+            .or_else(|| write_simple(snapshot, packet, query, rcode::SERVFAIL, limit, out).ok()),
+        None => write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
+    }
+}
+
+fn answer_text(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<String> {
+    let name = query.qname.as_wire();
+    let options = &snapshot.options;
+    match name {
+        b"\x07version\x04bind\x00" | b"\x07version\x06server\x00" => options.version.clone(),
+        b"\x02id\x06server\x00" | b"\x08hostname\x04bind\x00" => options.identity.clone(),
+        _ => snapshot.chaos_extra(&query.qname, client),
+    }
+}
+
+/// A TXT answer in class CH, split into 255-octet character strings.
+fn write_txt(packet: &[u8], query: &Query, text: &str, limit: usize, out: &mut [u8]) -> Result<usize, Overflow> {
+    let mut w = Writer::new(&mut out[..limit])?;
+    w.set_u16(0, query.id);
+    w.set_u16(2, flag::QR | flag::AA | (query.flags & flag::RD));
+    w.put_question(query.question_bytes(packet))?;
+    w.set_u16(4, 1);
+    w.put_question_pointer()?;
+    w.put_u16(rtype::TXT)?;
+    w.put_u16(class::CH)?;
+    w.put_u32(0)?;
+    let chunks: Vec<&[u8]> = text.as_bytes().chunks(255).collect();
+    let rdlen: usize = chunks.iter().map(|c| c.len() + 1).sum::<usize>().max(1);
+    w.put_u16(u16::try_from(rdlen).map_err(|_| Overflow)?)?;
+    if chunks.is_empty() {
+        w.put(&[0])?;
+    }
+    for chunk in chunks {
+        w.put(&[chunk.len() as u8])?;
+        w.put(chunk)?;
+    }
+    w.set_u16(6, 1);
+    Ok(w.len())
+}

@@ -1,0 +1,381 @@
+//! From query bytes to response bytes: the whole per-packet path, transport-agnostic.
+//!
+//! 1. [`parse_query`] validates the header, question and EDNS in place.
+//! 2. Static answers are served from the snapshot's precompiled responses: one hash probe, one
+//!    copy, a few patched bytes.
+//! 3. Anything else (steered names, negative answers, wildcards, referrals, oversize) goes through
+//!    [`resolve`] and is written with compression by [`Writer`].
+//!
+//! Nothing here allocates, locks or does I/O, except the CHAOS trace (operators' debugging aid).
+
+use std::net::IpAddr;
+
+use super::chaos;
+use super::wire::{class, flag, option, parse_query, rcode, rtype, Edns, Query, Reject, HEADER_LEN};
+use super::writer::{Overflow, Writer};
+use crate::snapshot::Snapshot;
+use crate::zone::lookup::{resolve, Data, Entry, NoSteering, Owner, Plan, Steering, Synth};
+
+/// UDP payload size assumed for a query without EDNS (RFC 1035 §4.2.1).
+pub const CLASSIC_UDP_LIMIT: usize = 512;
+/// Largest DNS message (TCP).
+pub const MAX_MESSAGE: usize = 65535;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Tcp,
+}
+
+/// Who asked, as the socket saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct Client {
+    pub addr: IpAddr,
+    pub transport: Transport,
+}
+
+impl Client {
+    pub fn new(addr: IpAddr, transport: Transport) -> Self {
+        // An IPv4 client on a dual-stack socket shows up as ::ffff:a.b.c.d.
+        let addr = match addr {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+            v4 => v4,
+        };
+        Client { addr, transport }
+    }
+}
+
+/// Answers `packet` into `out`; returns the response length, or `None` to stay silent.
+/// `out` must hold at least [`MAX_MESSAGE`] bytes for TCP, or the UDP limit for UDP.
+pub fn respond(snapshot: &Snapshot, packet: &[u8], client: &Client, out: &mut [u8]) -> Option<usize> {
+    let query = match parse_query(packet) {
+        Ok(q) => q,
+        Err(Reject::Drop) => return None,
+        Err(Reject::Error { rcode, question, edns }) => {
+            return write_error(snapshot, packet, rcode, question, edns.as_ref(), out).ok();
+        }
+    };
+    let limit = response_limit(snapshot, &query, client);
+    if let Some(edns) = &query.edns {
+        if edns.version > 0 {
+            return write_simple(snapshot, packet, &query, rcode::BADVERS, limit, out).ok();
+        }
+    }
+    match (query.qclass, query.qtype) {
+        (_, rtype::OPT) => return write_simple(snapshot, packet, &query, rcode::FORMERR, limit, out).ok(),
+        (_, rtype::AXFR | rtype::IXFR) => {
+            return write_simple(snapshot, packet, &query, rcode::REFUSED, limit, out).ok()
+        }
+        (_, rtype::MAILA | rtype::MAILB) => {
+            return write_simple(snapshot, packet, &query, rcode::NOTIMP, limit, out).ok()
+        }
+        (class::CH, _) => return chaos::respond(snapshot, packet, &query, client, limit, out),
+        (class::IN, _) => {}
+        _ => return write_simple(snapshot, packet, &query, rcode::REFUSED, limit, out).ok(),
+    }
+    if let Some(len) = serve_precompiled(snapshot, packet, &query, limit, out) {
+        return Some(len);
+    }
+    let steering = snapshot.steering_for(client, query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()));
+    let steering: &dyn Steering<'_> = match &steering {
+        Some(s) => s,
+        None => &NoSteering,
+    };
+    match resolve(&snapshot.zones, &query.qname, query.qtype, steering) {
+        Some(plan) => write_plan(snapshot, packet, &query, &plan, limit, out).ok(),
+        None => write_simple(snapshot, packet, &query, rcode::REFUSED, limit, out).ok(),
+    }
+}
+
+/// The largest response this client can take over this transport.
+fn response_limit(snapshot: &Snapshot, query: &Query, client: &Client) -> usize {
+    match (client.transport, &query.edns) {
+        (Transport::Tcp, _) => MAX_MESSAGE,
+        (Transport::Udp, None) => CLASSIC_UDP_LIMIT,
+        (Transport::Udp, Some(edns)) => (edns.udp_payload as usize)
+            .clamp(CLASSIC_UDP_LIMIT, snapshot.options.edns_payload as usize),
+    }
+}
+
+/// Fast path: a precompiled static answer, if there is one and it fits.
+fn serve_precompiled(snapshot: &Snapshot, packet: &[u8], query: &Query, limit: usize, out: &mut [u8]) -> Option<usize> {
+    let cached = snapshot.precompiled.get(&query.qname, query.qtype)?;
+    let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
+    let total = cached.len() + opt_len;
+    if total > limit || total > out.len() {
+        return None;
+    }
+    out[..cached.len()].copy_from_slice(cached);
+    out[0..2].copy_from_slice(&query.id.to_be_bytes());
+    let flags = u16::from_be_bytes([out[2], out[3]]) | (query.flags & (flag::RD | flag::CD));
+    out[2..4].copy_from_slice(&flags.to_be_bytes());
+    // Echo the client's letter case: the cached copy holds the same name, lower-cased.
+    let (start, end) = query.qname_range;
+    out[start..end].copy_from_slice(&packet[start..end]);
+    let mut len = cached.len();
+    if let Some(edns) = &query.edns {
+        let arcount = u16::from_be_bytes([out[10], out[11]]) + 1;
+        out[10..12].copy_from_slice(&arcount.to_be_bytes());
+        len += write_opt_raw(snapshot, edns, 0, 0, &mut out[len..])?;
+    }
+    Some(len)
+}
+
+/// Header flags of a response to `query`.
+fn response_flags(query_flags: u16, authoritative: bool, rcode: u16) -> u16 {
+    let mut flags = flag::QR | (query_flags & (flag::RD | flag::CD | 0x7800));
+    if authoritative {
+        flags |= flag::AA;
+    }
+    flags | (rcode & 0xF)
+}
+
+/// An error or empty answer: header, question, OPT.
+pub(crate) fn write_simple(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    rcode: u16,
+    limit: usize,
+    out: &mut [u8],
+) -> Result<usize, Overflow> {
+    let mut w = Writer::new(&mut out[..limit.min(MAX_MESSAGE)])?;
+    w.set_u16(0, query.id);
+    w.set_u16(2, response_flags(query.flags, false, rcode));
+    w.put_question(query.question_bytes(packet))?;
+    w.set_u16(4, 1);
+    if let Some(edns) = &query.edns {
+        put_opt(&mut w, snapshot, edns, rcode, 0)?;
+        w.set_u16(10, 1);
+    }
+    Ok(w.len())
+}
+
+/// FORMERR / NOTIMP for a query we could not fully read.
+fn write_error(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    rcode: u16,
+    question: Option<(usize, usize)>,
+    edns: Option<&Edns>,
+    out: &mut [u8],
+) -> Result<usize, Overflow> {
+    let room = CLASSIC_UDP_LIMIT.min(out.len());
+    let mut w = Writer::new(&mut out[..room])?;
+    let id = u16::from_be_bytes([packet[0], packet[1]]);
+    let query_flags = u16::from_be_bytes([packet[2], packet[3]]);
+    w.set_u16(0, id);
+    w.set_u16(2, response_flags(query_flags, false, rcode));
+    if let Some((start, end)) = question {
+        if let Some(q) = packet.get(start..end + 4) {
+            w.put_question(q)?;
+            w.set_u16(4, 1);
+        }
+    }
+    if let Some(edns) = edns {
+        // Do not echo a client subnet we refused; keep the rest of OPT.
+        let plain = Edns { client_subnet: None, ..*edns };
+        put_opt(&mut w, snapshot, &plain, rcode, 0)?;
+        w.set_u16(10, 1);
+    }
+    Ok(w.len())
+}
+
+/// Writes a resolved plan; on overflow falls back to a truncated (TC) response.
+pub(crate) fn write_plan(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    plan: &Plan<'_>,
+    limit: usize,
+    out: &mut [u8],
+) -> Result<usize, Overflow> {
+    let opt_space = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
+    let room = limit.saturating_sub(opt_space);
+    let mut w = Writer::new(out)?;
+    w.set_u16(0, query.id);
+    w.set_u16(2, response_flags(query.flags, plan.authoritative, plan.rcode));
+    w.put_question(query.question_bytes(packet))?;
+    w.set_u16(4, 1);
+    let mut counts = [0u16; 3];
+    let fits = (|| -> Result<bool, Overflow> {
+        for entry in &plan.answer {
+            counts[0] += put_entry(&mut w, entry)?;
+        }
+        for entry in &plan.authority {
+            counts[1] += put_entry(&mut w, entry)?;
+        }
+        if w.len() > room {
+            return Ok(false);
+        }
+        for entry in &plan.additional {
+            let before = w.len();
+            let added = put_entry(&mut w, entry)?;
+            if w.len() > room {
+                // Additional data is optional, except glue a referral cannot work without.
+                w.truncate(before);
+                return Ok(!plan.referral);
+            }
+            counts[2] += added;
+        }
+        Ok(true)
+    })()
+    .unwrap_or(false);
+    if !fits {
+        return write_truncated(snapshot, packet, query, plan, limit, out);
+    }
+    w.set_u16(6, counts[0]);
+    w.set_u16(8, counts[1]);
+    w.set_u16(10, counts[2]);
+    if let Some(edns) = &query.edns {
+        put_opt(&mut w, snapshot, edns, plan.rcode, plan.scope)?;
+        w.set_u16(10, counts[2] + 1);
+    }
+    Ok(w.len())
+}
+
+/// RFC 2181 §9: header + question (+ OPT) with TC set, never a partial RRset.
+fn write_truncated(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    plan: &Plan<'_>,
+    limit: usize,
+    out: &mut [u8],
+) -> Result<usize, Overflow> {
+    let mut w = Writer::new(&mut out[..limit.min(MAX_MESSAGE)])?;
+    w.set_u16(0, query.id);
+    w.set_u16(2, response_flags(query.flags, plan.authoritative, plan.rcode) | flag::TC);
+    w.put_question(query.question_bytes(packet))?;
+    w.set_u16(4, 1);
+    if let Some(edns) = &query.edns {
+        put_opt(&mut w, snapshot, edns, plan.rcode, plan.scope)?;
+        w.set_u16(10, 1);
+    }
+    Ok(w.len())
+}
+
+/// Writes one plan entry; returns how many records it wrote.
+fn put_entry(w: &mut Writer<'_>, entry: &Entry<'_>) -> Result<u16, Overflow> {
+    let put_owner = |w: &mut Writer<'_>| match entry.owner {
+        Owner::Question => w.put_question_pointer(),
+        Owner::Name(name) => w.put_name(name),
+    };
+    match entry.data {
+        Data::Static(set) => {
+            for record in set.records() {
+                put_owner(w)?;
+                w.put(&record[..4])?; // type, class
+                w.put_u32(entry.ttl)?;
+                w.put(&record[8..])?; // rdlength, rdata
+            }
+            Ok(set.count)
+        }
+        Data::Synth(Synth::V4(addrs)) => {
+            for addr in addrs {
+                put_owner(w)?;
+                put_rr_head(w, rtype::A, entry.ttl, 4)?;
+                w.put(&addr.octets())?;
+            }
+            Ok(addrs.len() as u16)
+        }
+        Data::Synth(Synth::V6(addrs)) => {
+            for addr in addrs {
+                put_owner(w)?;
+                put_rr_head(w, rtype::AAAA, entry.ttl, 16)?;
+                w.put(&addr.octets())?;
+            }
+            Ok(addrs.len() as u16)
+        }
+        Data::Synth(Synth::Cname(target)) => {
+            put_owner(w)?;
+            put_rr_head(w, rtype::CNAME, entry.ttl, 0)?;
+            let rdata_start = w.len();
+            w.put_name(target)?;
+            let rdlen = (w.len() - rdata_start) as u16;
+            w.set_u16(rdata_start - 2, rdlen);
+            Ok(1)
+        }
+    }
+}
+
+fn put_rr_head(w: &mut Writer<'_>, rt: u16, ttl: u32, rdlen: u16) -> Result<(), Overflow> {
+    w.put_u16(rt)?;
+    w.put_u16(class::IN)?;
+    w.put_u32(ttl)?;
+    w.put_u16(rdlen)
+}
+
+/// Size of the OPT record we will send in answer to `edns`.
+fn opt_len(snapshot: &Snapshot, edns: &Edns) -> usize {
+    let mut len = 11;
+    if let Some(ecs) = &edns.client_subnet {
+        len += 8 + (ecs.source_prefix as usize).div_ceil(8);
+    }
+    if edns.nsid_requested {
+        if let Some(nsid) = &snapshot.options.nsid {
+            len += 4 + nsid.len();
+        }
+    }
+    len
+}
+
+fn put_opt(w: &mut Writer<'_>, snapshot: &Snapshot, edns: &Edns, rcode: u16, scope: u8) -> Result<(), Overflow> {
+    let mut buf = [0u8; 512];
+    let len = write_opt_raw(snapshot, edns, rcode, scope, &mut buf).ok_or(Overflow)?;
+    w.put(&buf[..len])
+}
+
+/// Encodes our OPT record: payload size, extended rcode, DO echoed, ECS echoed with `scope`,
+/// NSID when asked and configured. Returns `None` if `out` is too small.
+fn write_opt_raw(snapshot: &Snapshot, edns: &Edns, rcode: u16, scope: u8, out: &mut [u8]) -> Option<usize> {
+    let len = opt_len(snapshot, edns);
+    let out = out.get_mut(..len)?;
+    out[0] = 0; // root owner
+    out[1..3].copy_from_slice(&rtype::OPT.to_be_bytes());
+    out[3..5].copy_from_slice(&snapshot.options.edns_payload.to_be_bytes());
+    out[5] = (rcode >> 4) as u8; // extended rcode: upper 8 bits
+    out[6] = 0; // version
+    out[7] = if edns.dnssec_ok { 0x80 } else { 0 };
+    out[8] = 0;
+    out[9..11].copy_from_slice(&((len - 11) as u16).to_be_bytes());
+    let mut pos = 11;
+    if let Some(ecs) = &edns.client_subnet {
+        let addr_len = (ecs.source_prefix as usize).div_ceil(8);
+        out[pos..pos + 2].copy_from_slice(&option::CLIENT_SUBNET.to_be_bytes());
+        out[pos + 2..pos + 4].copy_from_slice(&((4 + addr_len) as u16).to_be_bytes());
+        out[pos + 4..pos + 6].copy_from_slice(&ecs.family().to_be_bytes());
+        out[pos + 6] = ecs.source_prefix;
+        out[pos + 7] = scope;
+        let octets = match ecs.addr {
+            IpAddr::V4(a) => a.to_ipv6_compatible().octets(),
+            IpAddr::V6(a) => a.octets(),
+        };
+        let octets = match ecs.addr {
+            IpAddr::V4(_) => &octets[12..],
+            IpAddr::V6(_) => &octets[..],
+        };
+        out[pos + 8..pos + 8 + addr_len].copy_from_slice(&octets[..addr_len]);
+        pos += 8 + addr_len;
+    }
+    if edns.nsid_requested {
+        if let Some(nsid) = &snapshot.options.nsid {
+            out[pos..pos + 2].copy_from_slice(&option::NSID.to_be_bytes());
+            out[pos + 2..pos + 4].copy_from_slice(&(nsid.len() as u16).to_be_bytes());
+            out[pos + 4..pos + 4 + nsid.len()].copy_from_slice(nsid);
+        }
+    }
+    Some(len)
+}
+
+/// Precompiles the full response (id 0, no EDNS) for a static answer; used at snapshot build.
+pub fn precompile(snapshot: &Snapshot, question: &[u8], plan: &Plan<'_>) -> Option<Box<[u8]>> {
+    let mut packet = vec![0u8; HEADER_LEN];
+    packet[5] = 1;
+    packet.extend_from_slice(question);
+    let query = parse_query(&packet).ok()?;
+    let mut out = vec![0u8; MAX_MESSAGE];
+    let len = write_plan(snapshot, &packet, &query, plan, MAX_MESSAGE, &mut out).ok()?;
+    out.truncate(len);
+    Some(out.into_boxed_slice())
+}

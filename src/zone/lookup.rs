@@ -1,0 +1,380 @@
+//! The answer engine: from (name, type) to the records of a response, per RFC 1034 §4.3.2,
+//! RFC 2308 (negative answers), RFC 4592 (wildcards), RFC 8482 (minimal ANY).
+//!
+//! The result is a [`Plan`]: references into the immutable zones (and into the policy data for
+//! steered names), in fixed-capacity arrays, so building one allocates nothing. Writing the plan
+//! onto the wire is the job of [`crate::dns::respond`].
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use arrayvec::ArrayVec;
+use rustc_hash::FxHashMap;
+
+use super::model::{Node, RRset, Zone};
+use crate::dns::wire::{rcode, rtype, WireName, MAX_NAME_LEN};
+
+/// Longest CNAME chain we follow inside our own zones.
+pub const MAX_CNAME_CHAIN: usize = 8;
+
+/// All zones served, found by longest suffix match.
+#[derive(Debug, Default)]
+pub struct ZoneSet {
+    zones: Vec<Zone>,
+    by_apex: FxHashMap<Box<[u8]>, usize>,
+    max_labels: usize,
+}
+
+impl ZoneSet {
+    pub fn new(zones: Vec<Zone>) -> Self {
+        let by_apex = zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| (z.apex.clone(), i))
+            .collect();
+        let max_labels = zones.iter().map(|z| z.apex_labels).max().unwrap_or(0);
+        ZoneSet {
+            zones,
+            by_apex,
+            max_labels,
+        }
+    }
+
+    pub fn zones(&self) -> &[Zone] {
+        &self.zones
+    }
+
+    pub fn zones_mut(&mut self) -> &mut [Zone] {
+        &mut self.zones
+    }
+
+    /// The zone with the longest apex that `name` is at or below, and how many labels of `name`
+    /// sit above that apex.
+    pub fn find(&self, name: &WireName) -> Option<(&Zone, usize)> {
+        let labels = name.label_count();
+        let first = labels.saturating_sub(self.max_labels);
+        (first..=labels).find_map(|skip| {
+            self.by_apex
+                .get(name.suffix(skip))
+                .map(|&i| (&self.zones[i], skip))
+        })
+    }
+}
+
+/// Who owns a record in the response.
+#[derive(Clone, Copy, Debug)]
+pub enum Owner<'z> {
+    /// The name in the question (written as a pointer to it: the client's letter case).
+    Question,
+    /// Another name, lower-cased wire format.
+    Name(&'z [u8]),
+}
+
+/// Records computed per query by a steering policy.
+#[derive(Clone, Copy, Debug)]
+pub enum Synth<'z> {
+    V4(&'z [Ipv4Addr]),
+    V6(&'z [Ipv6Addr]),
+    /// A CNAME to this uncompressed wire name.
+    Cname(&'z [u8]),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Data<'z> {
+    Static(&'z RRset),
+    Synth(Synth<'z>),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'z> {
+    pub owner: Owner<'z>,
+    pub data: Data<'z>,
+    pub ttl: u32,
+}
+
+impl<'z> Entry<'z> {
+    fn stored(owner: Owner<'z>, set: &'z RRset) -> Self {
+        Entry {
+            owner,
+            data: Data::Static(set),
+            ttl: set.ttl,
+        }
+    }
+}
+
+/// What a steering policy decided for one steered name.
+#[derive(Clone, Copy, Debug)]
+pub struct SteeredAnswer<'z> {
+    pub data: Synth<'z>,
+    pub ttl: u32,
+    /// ECS scope prefix length that covers what decided this answer.
+    pub scope: u8,
+}
+
+/// The hook through which the lookup asks policies for steered names' answers. The
+/// implementation carries the client (ECS or source address) it answers for.
+pub trait Steering<'z> {
+    /// The answer for `binding` and query type A, AAAA or CNAME; `None` for other types (the
+    /// name's static records answer those).
+    fn steer(&self, binding: u32, qtype: u16) -> Option<SteeredAnswer<'z>>;
+}
+
+/// Steering for contexts with no client (precompiling static answers): never steers.
+pub struct NoSteering;
+
+impl<'z> Steering<'z> for NoSteering {
+    fn steer(&self, _: u32, _: u16) -> Option<SteeredAnswer<'z>> {
+        None
+    }
+}
+
+/// The records of one response, by section.
+#[derive(Debug, Default)]
+pub struct Plan<'z> {
+    pub rcode: u16,
+    pub authoritative: bool,
+    pub referral: bool,
+    pub answer: ArrayVec<Entry<'z>, 24>,
+    pub authority: ArrayVec<Entry<'z>, 4>,
+    pub additional: ArrayVec<Entry<'z>, 32>,
+    /// False when any part came from a steering policy (the answer depends on the client).
+    pub client_independent: bool,
+    /// Widest ECS scope any steering decision in this answer needed.
+    pub scope: u8,
+}
+
+/// Answers `qtype` for `qname`, following CNAMEs inside our zones. `None` when no zone of ours
+/// contains the name (the caller answers REFUSED).
+pub fn resolve<'z>(
+    zones: &'z ZoneSet,
+    qname: &WireName,
+    qtype: u16,
+    steering: &dyn Steering<'z>,
+) -> Option<Plan<'z>> {
+    let (zone, depth) = zones.find(qname)?;
+    let mut plan = Plan {
+        authoritative: true,
+        client_independent: true,
+        ..Plan::default()
+    };
+    let mut name = qname.clone();
+    let mut zone = zone;
+    let mut depth = depth;
+    let mut owner: Owner<'z> = Owner::Question;
+    for step in 0..=MAX_CNAME_CHAIN {
+        let next = answer_in_zone(zone, &name, depth, qtype, owner, steering, &mut plan, step == 0);
+        let Some(target) = next else {
+            break;
+        };
+        if step == MAX_CNAME_CHAIN {
+            break;
+        }
+        // Follow the chain only into zones we are authoritative for.
+        let Some(target_name) = WireName::from_wire(target) else {
+            break;
+        };
+        let Some((next_zone, next_depth)) = zones.find(&target_name) else {
+            break;
+        };
+        if target == qname.as_wire() || chain_revisits(&plan, target) {
+            break;
+        }
+        name = target_name;
+        zone = next_zone;
+        depth = next_depth;
+        owner = Owner::Name(target);
+    }
+    Some(plan)
+}
+
+/// Has the chain already produced records owned by `target`? (CNAME loop.)
+fn chain_revisits(plan: &Plan<'_>, target: &[u8]) -> bool {
+    plan.answer
+        .iter()
+        .any(|e| matches!(e.owner, Owner::Name(n) if n == target))
+}
+
+/// Answers one name inside one zone, appending to `plan`. Returns the CNAME target to follow.
+#[allow(clippy::too_many_arguments)]
+fn answer_in_zone<'z>(
+    zone: &'z Zone,
+    name: &WireName,
+    depth: usize,
+    qtype: u16,
+    owner: Owner<'z>,
+    steering: &dyn Steering<'z>,
+    plan: &mut Plan<'z>,
+    first: bool,
+) -> Option<&'z [u8]> {
+    // Walk down from just below the apex, looking for a zone cut or the first missing name.
+    for skip in (0..depth).rev() {
+        let Some(node) = zone.node(name.suffix(skip)) else {
+            return answer_missing(zone, name, skip + 1, qtype, owner, steering, plan);
+        };
+        if node.is_cut && !(skip == 0 && qtype == rtype::DS) {
+            if first {
+                refer(zone, node, name.suffix(skip), plan);
+            }
+            return None;
+        }
+    }
+    let node = zone.node(name.suffix(0))?;
+    answer_node(zone, node, qtype, owner, steering, plan)
+}
+
+/// The name does not exist; its closest existing ancestor drops `encloser_skip` labels.
+fn answer_missing<'z>(
+    zone: &'z Zone,
+    name: &WireName,
+    encloser_skip: usize,
+    qtype: u16,
+    owner: Owner<'z>,
+    steering: &dyn Steering<'z>,
+    plan: &mut Plan<'z>,
+) -> Option<&'z [u8]> {
+    let encloser = name.suffix(encloser_skip);
+    let has_wildcard = zone.node(encloser).is_some_and(|n| n.has_wildcard_child);
+    if has_wildcard {
+        let mut key = [0u8; MAX_NAME_LEN + 2];
+        key[..2].copy_from_slice(b"\x01*");
+        if let Some(dst) = key.get_mut(2..2 + encloser.len()) {
+            dst.copy_from_slice(encloser);
+            if let Some(source) = zone.node(&key[..2 + encloser.len()]) {
+                return answer_node(zone, source, qtype, owner, steering, plan);
+            }
+        }
+    }
+    plan.rcode = rcode::NXDOMAIN;
+    negative(zone, plan);
+    None
+}
+
+/// Answers from an existing node (exact match or wildcard source); returns a CNAME to follow.
+fn answer_node<'z>(
+    zone: &'z Zone,
+    node: &'z Node,
+    qtype: u16,
+    owner: Owner<'z>,
+    steering: &dyn Steering<'z>,
+    plan: &mut Plan<'z>,
+) -> Option<&'z [u8]> {
+    if let Some(binding) = node.steer {
+        let steer_type = if qtype == rtype::ANY { rtype::A } else { qtype };
+        if let Some(steered) = steering.steer(binding, steer_type) {
+            plan.client_independent = false;
+            plan.scope = plan.scope.max(steered.scope);
+            return push_steered(zone, owner, qtype, steered, plan);
+        }
+        if matches!(qtype, rtype::A | rtype::AAAA | rtype::CNAME | rtype::ANY) {
+            // Static precompilation cannot answer for a policy: mark and answer nothing.
+            plan.client_independent = false;
+        }
+    }
+    if qtype != rtype::CNAME {
+        if let Some(cname) = node.rrset(rtype::CNAME) {
+            let _ = plan.answer.try_push(Entry::stored(owner, cname));
+            return cname.cname_target();
+        }
+    }
+    if qtype == rtype::ANY {
+        // RFC 8482: answer with one RRset rather than everything.
+        match node.rrsets.first() {
+            Some(set) => {
+                let _ = plan.answer.try_push(Entry::stored(owner, set));
+                add_additional(zone, set, plan);
+            }
+            None => negative(zone, plan),
+        }
+        return None;
+    }
+    match node.rrset(qtype) {
+        Some(set) => {
+            let _ = plan.answer.try_push(Entry::stored(owner, set));
+            add_additional(zone, set, plan);
+        }
+        None => negative(zone, plan),
+    }
+    None
+}
+
+fn push_steered<'z>(
+    zone: &'z Zone,
+    owner: Owner<'z>,
+    qtype: u16,
+    steered: SteeredAnswer<'z>,
+    plan: &mut Plan<'z>,
+) -> Option<&'z [u8]> {
+    let entry = Entry {
+        owner,
+        data: Data::Synth(steered.data),
+        ttl: steered.ttl,
+    };
+    match steered.data {
+        Synth::Cname(target) => {
+            let _ = plan.answer.try_push(entry);
+            (qtype != rtype::CNAME).then_some(target)
+        }
+        Synth::V4(addrs) if !addrs.is_empty() && qtype != rtype::AAAA => {
+            let _ = plan.answer.try_push(entry);
+            None
+        }
+        Synth::V6(addrs) if !addrs.is_empty() && qtype != rtype::A => {
+            let _ = plan.answer.try_push(entry);
+            None
+        }
+        _ => {
+            negative(zone, plan);
+            None
+        }
+    }
+}
+
+/// NODATA / NXDOMAIN authority: the zone's SOA with the negative-caching TTL.
+fn negative<'z>(zone: &'z Zone, plan: &mut Plan<'z>) {
+    if let Some(soa) = zone.soa() {
+        let _ = plan.authority.try_push(Entry {
+            owner: Owner::Name(&zone.apex),
+            data: Data::Static(soa),
+            ttl: zone.negative_ttl,
+        });
+    }
+}
+
+/// A referral: NS of the child in authority, glue for in-zone targets in additional, AA clear.
+fn refer<'z>(zone: &'z Zone, cut: &'z Node, cut_name: &[u8], plan: &mut Plan<'z>) {
+    let Some(ns) = cut.rrset(rtype::NS) else {
+        return;
+    };
+    // The key of the cut node owns the NS records; find it to borrow for the plan's lifetime.
+    let Some((owner, _)) = zone.nodes.get_key_value(cut_name) else {
+        return;
+    };
+    plan.authoritative = false;
+    plan.referral = true;
+    let _ = plan.authority.try_push(Entry::stored(Owner::Name(owner), ns));
+    for target in ns.targets.iter() {
+        push_addresses(zone, target, true, plan);
+    }
+}
+
+/// RFC 1035 §3.3 additional-section processing for NS, MX and SRV targets inside the zone.
+fn add_additional<'z>(zone: &'z Zone, set: &'z RRset, plan: &mut Plan<'z>) {
+    if matches!(set.rtype, rtype::NS | rtype::MX | rtype::SRV) {
+        for target in set.targets.iter() {
+            push_addresses(zone, target, set.rtype == rtype::NS, plan);
+        }
+    }
+}
+
+fn push_addresses<'z>(zone: &'z Zone, target: &'z [u8], glue_ok: bool, plan: &mut Plan<'z>) {
+    let Some(node) = zone.node(target) else {
+        return;
+    };
+    if node.below_cut && !glue_ok {
+        return;
+    }
+    for rt in [rtype::A, rtype::AAAA] {
+        if let Some(set) = node.rrset(rt) {
+            let _ = plan.additional.try_push(Entry::stored(Owner::Name(target), set));
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The compiled, immutable form of a zone that the serving path reads.
+//!
+//! Names are keys in lower-cased uncompressed wire format, so that every ancestor of a query
+//! name is a slice of the same buffer (see [`crate::dns::wire::WireName`]). Every ancestor of
+//! every owner name exists as a node (an empty non-terminal if it has no data), which is what
+//! lets the lookup tell "no such name" from "name without this type" in one hash probe.
+
+use hickory_proto::rr::Name;
+use rustc_hash::FxHashMap;
+
+use crate::dns::wire::{rtype, WireName};
+
+/// One record to load: what the zone file parser hands over.
+pub struct RecordInput<'a> {
+    pub name: &'a Name,
+    pub rtype: u16,
+    pub ttl: u32,
+    pub rdata: &'a [u8],
+}
+
+/// All records of one type at one name, pre-encoded: for each record, the bytes that follow the
+/// owner name on the wire (type, class, TTL, RDLENGTH, RDATA — names uncompressed).
+#[derive(Debug, Clone)]
+pub struct RRset {
+    pub rtype: u16,
+    pub ttl: u32,
+    pub count: u16,
+    pub encoded: Box<[u8]>,
+    /// Lower-cased names this set points at (NS, MX, SRV targets) for additional processing,
+    /// or the CNAME target.
+    pub targets: Box<[Box<[u8]>]>,
+}
+
+impl RRset {
+    /// Iterates over the encoded records (each: type..rdata).
+    pub fn records(&self) -> impl Iterator<Item = &[u8]> {
+        let mut rest: &[u8] = &self.encoded;
+        std::iter::from_fn(move || {
+            let rdlen = u16::from_be_bytes([*rest.get(8)?, *rest.get(9)?]) as usize;
+            let (record, tail) = rest.split_at(10 + rdlen);
+            rest = tail;
+            Some(record)
+        })
+    }
+
+    /// RDATA of each record.
+    pub fn rdatas(&self) -> impl Iterator<Item = &[u8]> {
+        self.records().map(|r| &r[10..])
+    }
+
+    pub fn cname_target(&self) -> Option<&[u8]> {
+        (self.rtype == rtype::CNAME)
+            .then(|| self.targets.first().map(|t| &t[..]))
+            .flatten()
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Node {
+    pub rrsets: Vec<RRset>,
+    /// NS records at a name other than the apex: a zone cut.
+    pub is_cut: bool,
+    /// Below a zone cut: only glue, never answered.
+    pub below_cut: bool,
+    /// `*.<this name>` exists.
+    pub has_wildcard_child: bool,
+    /// Index of a steered-name binding (set when the snapshot attaches policies).
+    pub steer: Option<u32>,
+}
+
+impl Node {
+    pub fn rrset(&self, rtype: u16) -> Option<&RRset> {
+        self.rrsets.iter().find(|s| s.rtype == rtype)
+    }
+
+    pub fn is_empty_non_terminal(&self) -> bool {
+        self.rrsets.is_empty() && self.steer.is_none()
+    }
+}
+
+#[derive(Debug)]
+pub struct Zone {
+    pub origin: Name,
+    pub apex: Box<[u8]>,
+    pub apex_labels: usize,
+    pub nodes: FxHashMap<Box<[u8]>, Node>,
+    /// TTL of negative answers: min(SOA TTL, SOA MINIMUM) per RFC 2308.
+    pub negative_ttl: u32,
+    pub serial: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("zone {0} has no SOA record at its apex")]
+    NoSoa(String),
+    #[error("record {0} is not inside zone {1}")]
+    OutOfZone(String, String),
+    #[error("record {name}: RDATA of type {rtype} is malformed")]
+    BadRdata { name: String, rtype: u16 },
+}
+
+/// Lower-cased uncompressed wire form of a name.
+pub fn name_to_wire(name: &Name) -> Box<[u8]> {
+    let mut out = Vec::with_capacity(name.len() + 2);
+    for label in name.iter() {
+        out.push(label.len() as u8);
+        out.extend(label.iter().map(u8::to_ascii_lowercase));
+    }
+    out.push(0);
+    out.into_boxed_slice()
+}
+
+/// Reads an uncompressed name at the start of `data`; returns it lower-cased and its length.
+fn leading_name(data: &[u8]) -> Option<(Box<[u8]>, usize)> {
+    let mut pos = 0;
+    loop {
+        let len = *data.get(pos)? as usize;
+        if len > 63 {
+            return None;
+        }
+        pos += 1 + len;
+        if len == 0 {
+            let lower: Vec<u8> = data[..pos].iter().map(u8::to_ascii_lowercase).collect();
+            // Length octets are < 64, so lower-casing leaves them alone.
+            return Some((lower.into_boxed_slice(), pos));
+        }
+        data.get(..pos)?;
+    }
+}
+
+/// The names an RDATA points at, for CNAME following and additional-section processing.
+fn rdata_targets(rt: u16, rdata: &[u8]) -> Option<Option<Box<[u8]>>> {
+    let skip = match rt {
+        rtype::NS | rtype::CNAME => 0,
+        rtype::MX => 2,
+        rtype::SRV => 6,
+        _ => return Some(None),
+    };
+    let (name, _) = leading_name(rdata.get(skip..)?)?;
+    Some(Some(name))
+}
+
+impl Zone {
+    /// Compiles records (already validated by `zone::validate`) into a zone.
+    pub fn build<'a>(
+        origin: &Name,
+        records: impl IntoIterator<Item = RecordInput<'a>>,
+    ) -> Result<Zone, ModelError> {
+        let apex = name_to_wire(origin);
+        let apex_labels = origin.num_labels() as usize;
+        let mut grouped: FxHashMap<Box<[u8]>, Vec<(u16, u32, &'a [u8])>> = FxHashMap::default();
+        for record in records {
+            if !origin.zone_of(record.name) {
+                return Err(ModelError::OutOfZone(
+                    record.name.to_string(),
+                    origin.to_string(),
+                ));
+            }
+            grouped
+                .entry(name_to_wire(record.name))
+                .or_default()
+                .push((record.rtype, record.ttl, record.rdata));
+        }
+        let mut nodes: FxHashMap<Box<[u8]>, Node> = FxHashMap::default();
+        for (owner, mut records) in grouped {
+            records.sort_by_key(|r| r.0);
+            let node = Node {
+                rrsets: build_rrsets(&owner, &records)?,
+                ..Node::default()
+            };
+            nodes.insert(owner, node);
+        }
+        let soa = nodes
+            .get(&apex)
+            .and_then(|n| n.rrset(rtype::SOA))
+            .and_then(|s| s.rdatas().next().map(<[u8]>::to_vec));
+        let Some(soa_rdata) = soa else {
+            return Err(ModelError::NoSoa(origin.to_string()));
+        };
+        let soa_ttl = nodes.get(&apex).and_then(|n| n.rrset(rtype::SOA)).map_or(0, |s| s.ttl);
+        let (serial, minimum) = soa_numbers(&soa_rdata).ok_or(ModelError::BadRdata {
+            name: origin.to_string(),
+            rtype: rtype::SOA,
+        })?;
+        let mut zone = Zone {
+            origin: origin.clone(),
+            apex,
+            apex_labels,
+            nodes,
+            negative_ttl: soa_ttl.min(minimum),
+            serial,
+        };
+        zone.add_empty_non_terminals();
+        zone.mark_cuts_and_wildcards();
+        Ok(zone)
+    }
+
+    /// Adds a node for every ancestor (up to the apex) of every owner name.
+    fn add_empty_non_terminals(&mut self) {
+        let owners: Vec<Box<[u8]>> = self.nodes.keys().cloned().collect();
+        for owner in owners {
+            let Some(name) = WireName::from_wire(&owner) else {
+                continue;
+            };
+            let depth = name.label_count().saturating_sub(self.apex_labels);
+            for skip in 1..=depth {
+                let ancestor = name.suffix(skip);
+                if !self.nodes.contains_key(ancestor) {
+                    self.nodes.insert(ancestor.into(), Node::default());
+                }
+            }
+        }
+    }
+
+    fn mark_cuts_and_wildcards(&mut self) {
+        let names: Vec<Box<[u8]>> = self.nodes.keys().cloned().collect();
+        for key in &names {
+            let is_cut = &key[..] != &self.apex[..]
+                && self.nodes.get(key).is_some_and(|n| n.rrset(rtype::NS).is_some());
+            if let Some(node) = self.nodes.get_mut(key) {
+                node.is_cut = is_cut;
+            }
+            if key.starts_with(b"\x01*") {
+                if let Some(parent) = self.nodes.get_mut(&key[2..]) {
+                    parent.has_wildcard_child = true;
+                }
+            }
+        }
+        for key in &names {
+            let below = self.has_cut_above(key);
+            if let Some(node) = self.nodes.get_mut(key) {
+                node.below_cut = below;
+            }
+        }
+    }
+
+    /// Is there a zone cut strictly between the apex and `key`?
+    fn has_cut_above(&self, key: &[u8]) -> bool {
+        let Some(name) = WireName::from_wire(key) else {
+            return false;
+        };
+        let depth = name.label_count().saturating_sub(self.apex_labels);
+        (1..depth).any(|skip| self.nodes.get(name.suffix(skip)).is_some_and(|n| n.is_cut))
+    }
+
+    pub fn node(&self, name: &[u8]) -> Option<&Node> {
+        self.nodes.get(name)
+    }
+
+    pub fn apex_node(&self) -> Option<&Node> {
+        self.nodes.get(&self.apex)
+    }
+
+    pub fn soa(&self) -> Option<&RRset> {
+        self.apex_node().and_then(|n| n.rrset(rtype::SOA))
+    }
+
+    /// Attaches a steered-name binding, creating the node (and its ancestors) if needed.
+    pub fn bind_steered(&mut self, name: &Name, binding: u32) -> Result<(), ModelError> {
+        if !self.origin.zone_of(name) {
+            return Err(ModelError::OutOfZone(name.to_string(), self.origin.to_string()));
+        }
+        let key = name_to_wire(name);
+        self.nodes.entry(key.clone()).or_default().steer = Some(binding);
+        self.add_empty_non_terminals();
+        self.mark_cuts_and_wildcards();
+        Ok(())
+    }
+}
+
+fn build_rrsets(owner: &[u8], records: &[(u16, u32, &[u8])]) -> Result<Vec<RRset>, ModelError> {
+    let mut sets: Vec<RRset> = Vec::new();
+    let mut i = 0;
+    while i < records.len() {
+        let rt = records[i].0;
+        let group: Vec<&(u16, u32, &[u8])> = records[i..].iter().take_while(|r| r.0 == rt).collect();
+        i += group.len();
+        // RFC 2181 §5.2: one TTL per RRset; the smallest is the safe choice.
+        let ttl = group.iter().map(|r| r.1).min().unwrap_or(0);
+        let mut encoded = Vec::new();
+        let mut targets = Vec::new();
+        let mut seen: Vec<&[u8]> = Vec::new();
+        for &&(_, _, rdata) in &group {
+            if seen.contains(&rdata) {
+                continue; // exact duplicates are merged (the validator warns)
+            }
+            seen.push(rdata);
+            let bad = || ModelError::BadRdata {
+                name: crate::dns::wire::display_wire_name(owner),
+                rtype: rt,
+            };
+            let rdlen = u16::try_from(rdata.len()).map_err(|_| bad())?;
+            encoded.extend_from_slice(&rt.to_be_bytes());
+            encoded.extend_from_slice(&crate::dns::wire::class::IN.to_be_bytes());
+            encoded.extend_from_slice(&ttl.to_be_bytes());
+            encoded.extend_from_slice(&rdlen.to_be_bytes());
+            encoded.extend_from_slice(rdata);
+            if let Some(target) = rdata_targets(rt, rdata).ok_or_else(bad)? {
+                targets.push(target);
+            }
+        }
+        sets.push(RRset {
+            rtype: rt,
+            ttl,
+            count: seen.len() as u16,
+            encoded: encoded.into_boxed_slice(),
+            targets: targets.into_boxed_slice(),
+        });
+    }
+    Ok(sets)
+}
+
+/// SERIAL and MINIMUM out of SOA RDATA (two names, then five 32-bit numbers).
+fn soa_numbers(rdata: &[u8]) -> Option<(u32, u32)> {
+    let (_, mname_len) = leading_name(rdata)?;
+    let (_, rname_len) = leading_name(rdata.get(mname_len..)?)?;
+    let numbers = rdata.get(mname_len + rname_len..mname_len + rname_len + 20)?;
+    let word = |i: usize| u32::from_be_bytes([numbers[i], numbers[i + 1], numbers[i + 2], numbers[i + 3]]);
+    Some((word(0), word(16)))
+}
