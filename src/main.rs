@@ -110,6 +110,35 @@ fn check(args: SourceArgs) -> Result<ExitCode> {
     }
 }
 
+/// Serves until SIGINT/SIGTERM; SIGHUP reloads config and zones (kept only if all of it is good).
+async fn wait_for_signals(source: &SourceArgs, snapshot: &SharedSnapshot) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
+    let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = terminate.recv() => return Ok(()),
+            _ = hangup.recv() => reload(source, snapshot),
+        }
+    }
+}
+
+fn reload(source: &SourceArgs, snapshot: &SharedSnapshot) {
+    let loaded = read_config(source).map_err(|e| vec![format!("{e:#}")]).and_then(|c| load(&c));
+    match loaded {
+        Ok(loaded) => {
+            snapshot.store(Arc::new(loaded.snapshot));
+            tracing::info!("reloaded in {:.1} ms", loaded.elapsed.as_secs_f64() * 1000.0);
+        }
+        Err(problems) => {
+            for p in &problems {
+                tracing::error!("reload refused, still serving the previous snapshot: {p}");
+            }
+        }
+    }
+}
+
 fn serve(args: ServeArgs) -> Result<ExitCode> {
     let mut config = read_config(&args.source)?;
     if !args.listen.is_empty() {
@@ -149,9 +178,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         runtime.spawn(steerdns::server::tcp::serve(tcp, snapshot.clone(), config.tcp_limits()));
     }
     println!("ready in {:.1} ms", loaded.elapsed.as_secs_f64() * 1000.0);
-    runtime.block_on(async {
-        let _ = tokio::signal::ctrl_c().await;
-    });
+    runtime.block_on(wait_for_signals(&args.source, &snapshot))?;
     for workers in udp {
         workers.stop();
     }

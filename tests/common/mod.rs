@@ -1,0 +1,183 @@
+//! Test harness: starts the real `steerdns` binary on loopback and talks to it over real
+//! sockets. Every wait is bounded; the server is killed when the handle drops.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use hickory_proto::op::{Edns, Message, Query};
+use hickory_proto::rr::{DNSClass, Name, RecordType};
+
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// A running server process.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    pub stdout_lines: mpsc::Receiver<String>,
+}
+
+impl Server {
+    /// Starts `steerdns serve` with these extra arguments, listening on 127.0.0.1:0.
+    pub fn start(args: &[&str]) -> Server {
+        Self::start_in(&repo_path(""), args)
+    }
+
+    /// Like [`Server::start`], run from `dir`.
+    pub fn start_in(dir: &Path, args: &[&str]) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_steerdns"));
+        command
+            .current_dir(dir)
+            .arg("serve")
+            .args(args)
+            .env("STEERDNS_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if !args.contains(&"--listen") {
+            command.args(["--listen", "127.0.0.1:0"]);
+        }
+        let mut child = command.spawn().expect("start steerdns");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut addr = None;
+        loop {
+            let line = match rx.recv_timeout(TIMEOUT * 2) {
+                Ok(line) => line,
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("steerdns did not become ready");
+                }
+            };
+            if let Some(rest) = line.strip_prefix("listening on ") {
+                let a = rest.split_whitespace().next().expect("address");
+                addr.get_or_insert(a.parse::<SocketAddr>().expect("socket address"));
+            }
+            if line.starts_with("ready") {
+                break;
+            }
+        }
+        Server {
+            child,
+            addr: addr.expect("a listen address"),
+            stdout_lines: rx,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Sends raw bytes over UDP and returns the raw reply, or None if none came in time.
+    pub fn udp_raw(&self, packet: &[u8], wait: Duration) -> Option<Vec<u8>> {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        socket.set_read_timeout(Some(wait)).expect("timeout");
+        socket.send_to(packet, self.addr).expect("send");
+        let mut buf = vec![0u8; 65535];
+        let (n, _) = socket.recv_from(&mut buf).ok()?;
+        buf.truncate(n);
+        Some(buf)
+    }
+
+    /// A query over UDP, parsed.
+    pub fn udp(&self, query: &Message) -> Message {
+        let bytes = query.to_vec().expect("encode");
+        let raw = self.udp_raw(&bytes, TIMEOUT).expect("udp answer");
+        Message::from_vec(&raw).expect("well-formed answer")
+    }
+
+    /// A query over a fresh TCP connection, parsed.
+    pub fn tcp(&self, query: &Message) -> Message {
+        let mut stream = self.connect_tcp();
+        let bytes = query.to_vec().expect("encode");
+        write_frame(&mut stream, &bytes);
+        Message::from_vec(&read_frame(&mut stream).expect("tcp answer")).expect("well-formed")
+    }
+
+    pub fn connect_tcp(&self) -> TcpStream {
+        let stream = TcpStream::connect_timeout(&self.addr, TIMEOUT).expect("connect");
+        stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+        stream
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn write_frame(stream: &mut TcpStream, bytes: &[u8]) {
+    let mut framed = (bytes.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(bytes);
+    stream.write_all(&framed).expect("write");
+}
+
+pub fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len).ok()?;
+    let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
+    stream.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
+/// A plain query (RD clear, no EDNS).
+pub fn query(name: &str, rtype: RecordType) -> Message {
+    let mut message = Message::query();
+    message.metadata.id = rand_id();
+    message.metadata.recursion_desired = false;
+    let mut q = Query::query(Name::from_ascii(name).expect("name"), rtype);
+    q.set_query_class(DNSClass::IN);
+    message.add_query(q);
+    message
+}
+
+/// A query with EDNS(0) advertising `payload`.
+pub fn query_edns(name: &str, rtype: RecordType, payload: u16) -> Message {
+    let mut message = query(name, rtype);
+    let mut edns = Edns::new();
+    edns.set_max_payload(payload);
+    message.set_edns(edns);
+    message
+}
+
+fn rand_id() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(4242);
+    NEXT.fetch_add(7919, Ordering::Relaxed)
+}
+
+/// Runs `dig` with these arguments against the server; fails the test if dig is missing.
+pub fn dig(server: &Server, args: &[&str]) -> String {
+    let output = Command::new("dig")
+        .arg("@127.0.0.1")
+        .arg("-p")
+        .arg(server.port().to_string())
+        .args(["+time=3", "+tries=1"])
+        .args(args)
+        .output()
+        .expect("dig must be installed (apt-get install bind9-dnsutils); .ci/run installs it");
+    assert!(output.status.success(), "dig {args:?} failed: {:?}", output);
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
