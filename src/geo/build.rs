@@ -83,7 +83,9 @@ pub(crate) fn parse_csv(text: &str, path: &Path) -> Result<Vec<CsvRow>, GeoError
         let country = parse_country(country).map_err(error)?;
         let continent = parse_continent(continent).map_err(error)?;
         if let Some(first) = first_line_of.insert(network, line) {
-            return Err(error(format!("{network} is already defined on line {first}")));
+            return Err(error(format!(
+                "{network} is already defined on line {first}"
+            )));
         }
         rows.push(CsvRow {
             line,
@@ -178,18 +180,25 @@ fn parse_continent(text: &str) -> Result<Option<String>, String> {
 fn record_value(row: &CsvRow) -> Value {
     let mut fields = Vec::new();
     if let Some(continent) = &row.continent {
-        fields.push(("continent", Value::map([("code", Value::from(continent.as_str()))])));
+        fields.push((
+            "continent",
+            Value::map([("code", Value::from(continent.as_str()))]),
+        ));
     }
     if let Some(country) = &row.country {
-        fields.push(("country", Value::map([("iso_code", Value::from(country.as_str()))])));
+        fields.push((
+            "country",
+            Value::map([("iso_code", Value::from(country.as_str()))]),
+        ));
     }
     Value::map(fields)
 }
 
 fn write_database(rows: &[CsvRow], csv: &Path, out: &Path) -> Result<Vec<u8>, GeoError> {
-    let source_name = csv
-        .file_name()
-        .map_or_else(|| csv.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let source_name = csv.file_name().map_or_else(
+        || csv.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     let description = format!("steerdns country database built from {source_name}");
     let mut writer = Writer::builder("steerdns-Country")
         .description(&[("en", description.as_str())])

@@ -109,7 +109,10 @@ struct Answers<A> {
 
 impl<A: Copy + Ord> Answers<A> {
     fn find(&self, addr: A) -> Option<Located> {
-        let index = self.starts.partition_point(|start| *start <= addr).checked_sub(1)?;
+        let index = self
+            .starts
+            .partition_point(|start| *start <= addr)
+            .checked_sub(1)?;
         self.answers.get(index).copied()
     }
 }
@@ -213,10 +216,8 @@ impl Locator {
                     .iter()
                     .map(|loc| {
                         let by_country = loc.country.and_then(|c| countries.get(&c[..]).copied());
-                        by_country.or_else(|| {
-                            loc.continent
-                                .and_then(|c| continents.get(&c[..]).copied())
-                        })
+                        by_country
+                            .or_else(|| loc.continent.and_then(|c| continents.get(&c[..]).copied()))
                     })
                     .collect()
             })
@@ -508,7 +509,13 @@ fn merge(
                 source,
                 location,
             };
-            push_blocks(bits, start.max(seg_start), end.min(seg_end), &answer, &mut out);
+            push_blocks(
+                bits,
+                start.max(seg_start),
+                end.min(seg_end),
+                &answer,
+                &mut out,
+            );
         }
     }
     out

@@ -19,7 +19,7 @@ mod table;
 pub use build::{build_mmdb_from_csv, BuildReport};
 pub use error::GeoError;
 pub use locator::{
-    DatabaseStatus, GeoConfig, GeoOverride, LocationSource, Located, Locator, CONTINENT_CODES,
+    DatabaseStatus, GeoConfig, GeoOverride, Located, LocationSource, Locator, CONTINENT_CODES,
 };
 pub use table::{DatabaseInfo, GeoBlock, GeoHit, GeoLocation, GeoTable};
 

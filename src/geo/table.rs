@@ -41,12 +41,16 @@ pub struct GeoLocation {
 impl GeoLocation {
     /// The country code as text.
     pub fn country_str(&self) -> Option<&str> {
-        self.country.as_ref().and_then(|c| std::str::from_utf8(c).ok())
+        self.country
+            .as_ref()
+            .and_then(|c| std::str::from_utf8(c).ok())
     }
 
     /// The continent code as text.
     pub fn continent_str(&self) -> Option<&str> {
-        self.continent.as_ref().and_then(|c| std::str::from_utf8(c).ok())
+        self.continent
+            .as_ref()
+            .and_then(|c| std::str::from_utf8(c).ok())
     }
 }
 
@@ -102,7 +106,10 @@ struct Block {
 
 impl<A: Copy + Ord> RangeTable<A> {
     fn find(&self, addr: A) -> Option<Block> {
-        let index = self.starts.partition_point(|start| *start <= addr).checked_sub(1)?;
+        let index = self
+            .starts
+            .partition_point(|start| *start <= addr)
+            .checked_sub(1)?;
         self.blocks.get(index).copied()
     }
 }
@@ -319,7 +326,9 @@ impl<'a> SearchTree<'a> {
     fn new(bytes: &'a [u8], metadata: &maxminddb::Metadata) -> Result<Self, String> {
         let record_size = metadata.record_size;
         if !matches!(record_size, 24 | 28 | 32) {
-            return Err(format!("unsupported record size {record_size} (expected 24, 28 or 32)"));
+            return Err(format!(
+                "unsupported record size {record_size} (expected 24, 28 or 32)"
+            ));
         }
         if !matches!(metadata.ip_version, 4 | 6) {
             return Err(format!("unsupported ip_version {}", metadata.ip_version));
@@ -349,7 +358,10 @@ impl<'a> SearchTree<'a> {
             .bytes
             .get(offset..offset + node_bytes)
             .ok_or_else(|| format!("search tree node {node} lies outside the file"))?;
-        let be = |b: &[u8]| b.iter().fold(0u32, |acc, byte| (acc << 8) | u32::from(*byte));
+        let be = |b: &[u8]| {
+            b.iter()
+                .fold(0u32, |acc, byte| (acc << 8) | u32::from(*byte))
+        };
         Ok(match (self.record_size, side) {
             (24, 0) => be(&raw[0..3]),
             (24, _) => be(&raw[3..6]),
@@ -433,7 +445,9 @@ impl<'a> SearchTree<'a> {
 }
 
 fn find_last(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).rposition(|window| window == needle)
+    haystack
+        .windows(needle.len())
+        .rposition(|window| window == needle)
 }
 
 fn format_start(start: u128, bits: u8) -> String {
@@ -507,7 +521,12 @@ impl<'r, 'b> RecordDecoder<'r, 'b> {
     }
 
     /// Location id of the record `record` that the network `network`/`prefix_len` points at.
-    fn location_of(&mut self, record: u32, network: IpAddr, prefix_len: u8) -> Result<u32, GeoError> {
+    fn location_of(
+        &mut self,
+        record: u32,
+        network: IpAddr,
+        prefix_len: u8,
+    ) -> Result<u32, GeoError> {
         if let Some(id) = self.by_record.get(&record) {
             return Ok(*id);
         }
@@ -518,7 +537,9 @@ impl<'r, 'b> RecordDecoder<'r, 'b> {
             .lookup_prefix::<CountryRecord>(network)
             .map_err(|e| self.invalid(format!("record of {network}/{prefix_len}: {e}")))?;
         let record_value = decoded.ok_or_else(|| {
-            self.invalid(format!("{network}/{prefix_len} has a record in the tree walk but not in a lookup"))
+            self.invalid(format!(
+                "{network}/{prefix_len} has a record in the tree walk but not in a lookup"
+            ))
         })?;
         if found_len != usize::from(prefix_len) {
             return Err(self.invalid(format!(
