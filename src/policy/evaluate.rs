@@ -283,18 +283,22 @@ fn destination_target(p: &CompiledPolicies, destination: Destination) -> Target<
     };
     match destination {
         Destination::Global => global,
-        Destination::Region(r) => p.regions.get(usize::from(r)).map_or(global, |r| {
-            Target::Addresses {
-                v4: &r.v4,
-                v6: &r.v6,
-            }
-        }),
-        Destination::Fallback(s) => p.sites.get(usize::from(s)).map_or(global, |s| {
-            Target::Addresses {
-                v4: &s.v4,
-                v6: &s.v6,
-            }
-        }),
+        Destination::Region(r) => {
+            p.regions
+                .get(usize::from(r))
+                .map_or(global, |r| Target::Addresses {
+                    v4: &r.v4,
+                    v6: &r.v6,
+                })
+        }
+        Destination::Fallback(s) => {
+            p.sites
+                .get(usize::from(s))
+                .map_or(global, |s| Target::Addresses {
+                    v4: &s.v4,
+                    v6: &s.v6,
+                })
+        }
     }
 }
 

@@ -29,9 +29,11 @@ pub fn explain(p: &CompiledPolicies, root: PolicyRoot, client: &Client, shed: &S
             StepChoice::Failover => "failover",
         };
         let endpoint = p.endpoint_name(step.profile, step.endpoint).unwrap_or("?");
-        let _ = write!(out, "profile {profile}[{kind}] → endpoint {endpoint} ({})", {
-            step_reason(p, step.choice, client.region)
-        });
+        let _ = write!(
+            out,
+            "profile {profile}[{kind}] → endpoint {endpoint} ({})",
+            { step_reason(p, step.choice, client.region) }
+        );
     }
     if decision.trace.hot {
         out.push_str("; region hot (short TTL)");

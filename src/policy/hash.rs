@@ -194,7 +194,10 @@ mod tests {
             (1u64 << 63, 1.0f64),
             (1u64 << 62, 2.0),
             (3u64 << 62, -(0.75f64).log2()),
-            (12_345_678_901u64, -(12_345_678_901f64 / 2f64.powi(64)).log2()),
+            (
+                12_345_678_901u64,
+                -(12_345_678_901f64 / 2f64.powi(64)).log2(),
+            ),
         ] {
             let got = neg_log2_unit(h) as f64 / 2f64.powi(LOG_FRAC_BITS as i32);
             assert!((got - expected).abs() < 1e-6, "h={h}: {got} vs {expected}");

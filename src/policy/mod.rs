@@ -36,7 +36,7 @@ pub use knobs::{
     RegionKnobs, RegionShed, ShedError, ShedShare, ShedView, MAX_SHED_DESTINATIONS,
 };
 pub use model::{
-    CompiledPolicies, GeoRoute, PolicyRoot, ProfileId, ProfileKindTag, RegionInfo,
-    RegionOverride, SiteInfo, SteeredName, MAX_PROFILE_DEPTH,
+    CompiledPolicies, GeoRoute, PolicyRoot, ProfileId, ProfileKindTag, RegionInfo, RegionOverride,
+    SiteInfo, SteeredName, MAX_PROFILE_DEPTH,
 };
 pub use profiles::MAX_WEIGHT;

@@ -87,8 +87,14 @@ pub enum ProfileKindTag {
 /// What an endpoint answers with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum EndpointTarget {
-    Addresses { v4: Vec<Ipv4Addr>, v6: Vec<Ipv6Addr> },
-    Cname { name: Name, wire: Vec<u8> },
+    Addresses {
+        v4: Vec<Ipv4Addr>,
+        v6: Vec<Ipv6Addr>,
+    },
+    Cname {
+        name: Name,
+        wire: Vec<u8>,
+    },
     Profile(ProfileId),
 }
 

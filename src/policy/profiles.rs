@@ -108,7 +108,15 @@ fn compile_profile(
                 );
             }
             let knob = knobs.endpoints.get(&endpoint.name);
-            compile_endpoint(name, config.kind, endpoint, knob, all, &endpoint_path, errors)
+            compile_endpoint(
+                name,
+                config.kind,
+                endpoint,
+                knob,
+                all,
+                &endpoint_path,
+                errors,
+            )
         })
         .collect();
     let adjusted = !knobs.endpoints.is_empty();
