@@ -67,7 +67,7 @@ pub enum PolicyRoot {
 pub struct SteeredName {
     /// The name, lower-cased, absolute; for a wildcard it starts with the `*` label.
     pub name: Name,
-    /// Whether `name` is a wildcard (`*.suffix.`), matching any name below the suffix.
+    /// Whether `name` is a wildcard (`*.suffix.`); the zone lookup applies wildcard matching.
     pub is_wildcard: bool,
     /// How it answers.
     pub root: PolicyRoot,

@@ -1,5 +1,6 @@
 //! Unit tests of the policy module (no sockets, no files other than the bundled example).
 
+mod alloc;
 mod anycast;
 mod errors;
 mod example;
