@@ -1,0 +1,170 @@
+//! The policy part of the configuration file, as written by operators.
+//!
+//! These types are deserialised as-is and checked by [`super::compile`]; addresses and names are
+//! kept as strings here so that every problem is reported with its field path rather than as a
+//! bare parser error.
+
+use serde::Deserialize;
+
+/// Default prefix length hashed for per-subnet choices on IPv4 clients.
+pub const DEFAULT_HASH_PREFIX_V4: u8 = 24;
+/// Default prefix length hashed for per-subnet choices on IPv6 clients.
+pub const DEFAULT_HASH_PREFIX_V6: u8 = 56;
+
+/// `[topology]`: the global anycast addresses, the frontend regions and the fallback ring.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyConfig {
+    /// Global anycast addresses (announced by every frontend PoP): the normal anycast answer.
+    /// At most one answer set; IPv4 and IPv6 may be mixed.
+    #[serde(default)]
+    pub global: Vec<String>,
+    /// Frontend regions, in a fixed order: a region's position is its index (`u16`) everywhere
+    /// else (geo lookup, shield decisions, counters).
+    #[serde(default)]
+    pub regions: Vec<RegionConfig>,
+    /// Fallback ring sites, in a fixed order (position = site index).
+    #[serde(default)]
+    pub fallback: Vec<FallbackSiteConfig>,
+}
+
+/// `[[topology.regions]]`: one frontend region.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RegionConfig {
+    /// Unique region name, e.g. `eu-west` (letters, digits, `-`, `_`).
+    pub name: String,
+    /// Continent code as in MaxMind databases: AF, AN, AS, EU, NA, OC or SA.
+    pub continent: String,
+    /// Regional anycast addresses (announced only by this region's PoPs). Must contain an IPv4
+    /// address if `global` does, and an IPv6 address if `global` does.
+    pub anycast: Vec<String>,
+    /// Neighbour regions in order of preference: where a drain sends this region's clients and
+    /// where a geo profile looks first when no endpoint serves this region.
+    #[serde(default)]
+    pub neighbours: Vec<String>,
+    /// Load the region can take (in the load feed's unit, e.g. queries or Gbit/s); used by the
+    /// traffic shield. Absent = unknown: the shield must not shed into it.
+    #[serde(default)]
+    pub capacity: Option<u64>,
+}
+
+/// `[[topology.fallback]]`: one fallback ring site.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackSiteConfig {
+    /// Unique site name (shares one namespace with region names), e.g. `fb-eu`.
+    pub name: String,
+    /// Continent code (AF, AN, AS, EU, NA, OC, SA): drains prefer a site on the same continent.
+    pub continent: String,
+    /// The site's own anycast addresses; same IPv4/IPv6 rule as for regions.
+    pub anycast: Vec<String>,
+    /// Load the site can take; see [`RegionConfig::capacity`].
+    #[serde(default)]
+    pub capacity: Option<u64>,
+}
+
+/// How a profile picks one of its endpoints.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileKind {
+    /// Sticky per client subnet, in proportion to the endpoints' weights.
+    Weighted,
+    /// By client region, with the fallback order neighbours → same continent → `default`.
+    Geo,
+    /// The first enabled endpoint in the order written.
+    Failover,
+}
+
+/// `[profiles.NAME]`: a named profile (weighted, geo or failover).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileConfig {
+    /// `weighted`, `geo` or `failover`.
+    #[serde(rename = "type")]
+    pub kind: ProfileKind,
+    /// TTL (seconds) of answers decided by this profile. When profiles are nested the answer
+    /// carries the smallest TTL on the path.
+    pub ttl: u32,
+    /// Weighted profiles: IPv4 prefix length whose hash picks the endpoint (default 24).
+    #[serde(default = "default_hash_prefix_v4")]
+    pub hash_prefix_v4: u8,
+    /// Weighted profiles: IPv6 prefix length whose hash picks the endpoint (default 56).
+    #[serde(default = "default_hash_prefix_v6")]
+    pub hash_prefix_v6: u8,
+    /// The endpoints, in priority order (which matters for failover profiles only).
+    pub endpoints: Vec<EndpointConfig>,
+}
+
+fn default_hash_prefix_v4() -> u8 {
+    DEFAULT_HASH_PREFIX_V4
+}
+
+fn default_hash_prefix_v6() -> u8 {
+    DEFAULT_HASH_PREFIX_V6
+}
+
+/// `[[profiles.NAME.endpoints]]`: one answer target inside a profile. Exactly one of `cname`,
+/// `addresses` and `profile` must be given.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointConfig {
+    /// Endpoint name, unique within its profile; the control file refers to it by this name.
+    pub name: String,
+    /// Answer with a CNAME to this absolute name (with the trailing dot).
+    #[serde(default)]
+    pub cname: Option<String>,
+    /// Answer with these addresses (A for IPv4, AAAA for IPv6).
+    #[serde(default)]
+    pub addresses: Option<Vec<String>>,
+    /// Delegate the choice to another profile (nesting at most 4 profiles deep, no cycles).
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Weighted profiles only, required there: 0..=1000. 0 is a real zero: never served.
+    #[serde(default)]
+    pub weight: Option<u32>,
+    /// Always-serve: the endpoint is never health-checked and is eligible whenever its weight
+    /// is above 0. steerdns has no health checks, so this must be `true` (the default).
+    #[serde(default = "default_true")]
+    pub always_serve: bool,
+    /// Geo profiles only: the regions this endpoint serves.
+    #[serde(default)]
+    pub regions: Vec<String>,
+    /// Geo profiles only: serves regions that neither an endpoint, a neighbour nor a region on
+    /// the same continent covers. At most one per profile.
+    #[serde(default)]
+    pub default: bool,
+    /// `false` takes the endpoint out of service (the control file can also do this).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// What a steered name answers with.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SteeredPolicyKind {
+    /// Global anycast, with per-region forced answers, drains and traffic-shield shedding.
+    Anycast,
+}
+
+/// `[[steered]]`: a name whose A/AAAA (or CNAME) answer is computed per client.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SteeredConfig {
+    /// Absolute name with the trailing dot; `*.` as the first label makes it a wildcard.
+    pub name: String,
+    /// `anycast`; give either this or `profile`.
+    #[serde(default)]
+    pub policy: Option<SteeredPolicyKind>,
+    /// Name of a profile in `[profiles]`; give either this or `policy`.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// TTL (seconds). Required for `policy = "anycast"`; with `profile` it is optional and
+    /// caps the profile's TTL.
+    #[serde(default)]
+    pub ttl: Option<u32>,
+}

@@ -1,0 +1,409 @@
+//! Per-query evaluation: pure, lock-free and allocation-free. Reads only the compiled policies,
+//! the shield's [`ShedView`] and the client; returns borrowed answer data.
+//!
+//! ECS scope rule (RFC 7871 scope prefix of the answer):
+//! - a choice that depends on the client's region (geo with more than one answer, anycast when
+//!   any region is forced, drained, shed or hot) contributes the client's `prefix_len` (what
+//!   located it);
+//! - a choice made by a subnet hash (weighted with more than one servable endpoint, a partial
+//!   shed, or a split over several shed destinations) contributes the hashed prefix length;
+//! - the scope is the largest contribution (0 when nothing client-specific decided), capped at
+//!   the address family's length.
+//!
+//! TTL rule: the smallest TTL among the profiles on the path, capped by the steered entry's
+//! `ttl`; for anycast the steered entry's `ttl`, shortened to the shield's hot TTL while the
+//! client's region is hot (and not overridden by an operator knob).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use hickory_proto::rr::Name;
+
+use super::hash::{permille_bucket, subnet_hash, Purpose, RendezvousScore};
+use super::knobs::{Destination, RegionShed, ShedView};
+use super::model::{
+    CompiledPolicies, EndpointTarget, GeoRoute, PolicyRoot, Profile, ProfileId, RegionOverride,
+    Rule, MAX_PROFILE_DEPTH,
+};
+
+/// IPv4 prefix hashed to decide per-subnet shedding.
+pub const SHED_HASH_PREFIX_V4: u8 = 24;
+/// IPv6 prefix hashed to decide per-subnet shedding.
+pub const SHED_HASH_PREFIX_V6: u8 = 56;
+
+/// The client as located by the geo module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client {
+    /// Region index (topology order).
+    pub region: u16,
+    /// ECS address if the query carried one, else the source address (IPv4-mapped IPv6
+    /// addresses should be unmapped by the caller).
+    pub addr: IpAddr,
+    /// Prefix length that located the client: the geo database network or CIDR override.
+    pub prefix_len: u8,
+}
+
+/// What to answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target<'a> {
+    /// A records from `v4`, AAAA records from `v6` (either may be empty: NODATA).
+    Addresses {
+        /// IPv4 addresses.
+        v4: &'a [Ipv4Addr],
+        /// IPv6 addresses.
+        v6: &'a [Ipv6Addr],
+    },
+    /// A CNAME to `name`; `wire` is its uncompressed wire form.
+    Cname {
+        /// The target name.
+        name: &'a Name,
+        /// Uncompressed wire form of `name`.
+        wire: &'a [u8],
+    },
+}
+
+/// The answer for one client, with TTL, ECS scope and a trace of how it was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision<'a> {
+    /// What to answer with.
+    pub target: Target<'a>,
+    /// TTL of the answer records.
+    pub ttl: u32,
+    /// ECS scope prefix length to send back.
+    pub scope: u8,
+    /// How the answer was chosen.
+    pub trace: Trace,
+}
+
+/// How an anycast answer was chosen for the client's region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnycastChoice {
+    /// Global anycast, the shield not involved.
+    Global,
+    /// An operator's forced answer.
+    Forced(Destination),
+    /// The region is drained.
+    Drained(Destination),
+    /// The subnet's bucket is below the shed fraction: sent to `destination`.
+    Shed {
+        /// Where it was sent.
+        destination: Destination,
+        /// The subnet's bucket, 0..1000.
+        bucket: u16,
+        /// The region's shed fraction, per-mille.
+        fraction_permille: u16,
+    },
+    /// The region is shedding, but not this subnet: global anycast.
+    Kept {
+        /// The subnet's bucket, 0..1000.
+        bucket: u16,
+        /// The region's shed fraction, per-mille.
+        fraction_permille: u16,
+    },
+}
+
+/// How one profile on the path chose its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepChoice {
+    /// Weighted: `hashed` is false when only one endpoint was servable.
+    Weighted {
+        /// Whether a subnet hash decided.
+        hashed: bool,
+    },
+    /// Geo, via the given route (for the client's region).
+    Geo(GeoRoute),
+    /// Failover: the first enabled endpoint.
+    Failover,
+}
+
+/// One profile on the evaluation path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceStep {
+    /// The profile.
+    pub profile: ProfileId,
+    /// The chosen endpoint's index in the profile.
+    pub endpoint: u16,
+    /// How it was chosen.
+    pub choice: StepChoice,
+}
+
+/// A small, copyable record of the decision (for logs, metrics and `CH TXT` traces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Trace {
+    /// Anycast roots: the client's region and the choice.
+    pub anycast: Option<(u16, AnycastChoice)>,
+    /// Profile roots: the profiles on the path, root first.
+    pub steps: [Option<TraceStep>; MAX_PROFILE_DEPTH],
+    /// Whether the shield's hot TTL was applied.
+    pub hot: bool,
+}
+
+/// Computes the answer for `client` under `root`. Never panics and never allocates.
+pub fn evaluate<'a>(
+    p: &'a CompiledPolicies,
+    root: PolicyRoot,
+    client: &Client,
+    shed: &ShedView,
+) -> Decision<'a> {
+    match root {
+        PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed),
+        PolicyRoot::Profile { profile, ttl_cap } => {
+            evaluate_profile(p, profile, ttl_cap.unwrap_or(u32::MAX), client)
+        }
+    }
+}
+
+fn family_bits(addr: IpAddr) -> u8 {
+    if addr.is_ipv4() {
+        32
+    } else {
+        128
+    }
+}
+
+fn evaluate_anycast<'a>(
+    p: &'a CompiledPolicies,
+    ttl: u32,
+    client: &Client,
+    shed: &ShedView,
+) -> Decision<'a> {
+    let region = client.region;
+    let mut trace = Trace::default();
+    let mut ttl = ttl;
+    let mut hashed = false;
+    let choice = match p.region_override(region) {
+        RegionOverride::Forced(destination) => AnycastChoice::Forced(destination),
+        RegionOverride::Drained(destination) => AnycastChoice::Drained(destination),
+        RegionOverride::None => match shed.region(region) {
+            None => AnycastChoice::Global,
+            Some(state) => {
+                if let Some(hot) = state.hot_ttl() {
+                    trace.hot = hot < ttl;
+                    ttl = ttl.min(hot);
+                }
+                let (choice, used_hash) = shed_choice(state, client.addr);
+                hashed = used_hash;
+                choice
+            }
+        },
+    };
+    trace.anycast = Some((region, choice));
+    let location_dependent = p.any_override || shed.any_active();
+    let mut scope = if location_dependent {
+        client.prefix_len
+    } else {
+        0
+    };
+    if hashed {
+        scope = scope.max(match client.addr {
+            IpAddr::V4(_) => SHED_HASH_PREFIX_V4,
+            IpAddr::V6(_) => SHED_HASH_PREFIX_V6,
+        });
+    }
+    Decision {
+        target: destination_target(p, destination_of(choice)),
+        ttl,
+        scope: scope.min(family_bits(client.addr)),
+        trace,
+    }
+}
+
+fn destination_of(choice: AnycastChoice) -> Destination {
+    match choice {
+        AnycastChoice::Forced(d) | AnycastChoice::Drained(d) => d,
+        AnycastChoice::Shed { destination, .. } => destination,
+        AnycastChoice::Global | AnycastChoice::Kept { .. } => Destination::Global,
+    }
+}
+
+/// Shed decision for one subnet; the bool says whether a subnet hash decided it.
+///
+/// A subnet is shed when its bucket is below the fraction, so raising the fraction only adds
+/// subnets. The destination is picked by an independent rendezvous hash over the shares, so a
+/// shed subnet keeps its destination when the fraction changes.
+fn shed_choice(state: &RegionShed, addr: IpAddr) -> (AnycastChoice, bool) {
+    let fraction = state.fraction_permille();
+    if fraction == 0 {
+        return (AnycastChoice::Global, false);
+    }
+    let bucket = permille_bucket(subnet_hash(
+        addr,
+        SHED_HASH_PREFIX_V4,
+        SHED_HASH_PREFIX_V6,
+        Purpose::ShedBucket,
+        0,
+    ));
+    if bucket >= fraction {
+        let kept = AnycastChoice::Kept {
+            bucket,
+            fraction_permille: fraction,
+        };
+        return (kept, true);
+    }
+    let mut best: Option<(RendezvousScore, Destination)> = None;
+    let mut count = 0;
+    for share in state.destinations() {
+        count += 1;
+        let hash = subnet_hash(
+            addr,
+            SHED_HASH_PREFIX_V4,
+            SHED_HASH_PREFIX_V6,
+            Purpose::ShedDestination,
+            destination_salt(share.destination),
+        );
+        let score = RendezvousScore::new(hash, u32::from(share.share_permille));
+        if best.is_none_or(|(b, _)| score.beats(&b)) {
+            best = Some((score, share.destination));
+        }
+    }
+    let Some((_, destination)) = best else {
+        return (AnycastChoice::Global, false);
+    };
+    let choice = AnycastChoice::Shed {
+        destination,
+        bucket,
+        fraction_permille: fraction,
+    };
+    (choice, fraction < 1000 || count > 1)
+}
+
+fn destination_salt(destination: Destination) -> u64 {
+    match destination {
+        Destination::Global => 0,
+        Destination::Region(r) => (1 << 32) | u64::from(r),
+        Destination::Fallback(s) => (2 << 32) | u64::from(s),
+    }
+}
+
+/// The addresses of a destination; an index that does not exist (a shield view built for a
+/// different topology) falls back to the global anycast rather than answering empty.
+fn destination_target(p: &CompiledPolicies, destination: Destination) -> Target<'_> {
+    let global = Target::Addresses {
+        v4: &p.global_v4,
+        v6: &p.global_v6,
+    };
+    match destination {
+        Destination::Global => global,
+        Destination::Region(r) => {
+            p.regions
+                .get(usize::from(r))
+                .map_or(global, |r| Target::Addresses {
+                    v4: &r.v4,
+                    v6: &r.v6,
+                })
+        }
+        Destination::Fallback(s) => {
+            p.sites
+                .get(usize::from(s))
+                .map_or(global, |s| Target::Addresses {
+                    v4: &s.v4,
+                    v6: &s.v6,
+                })
+        }
+    }
+}
+
+fn evaluate_profile<'a>(
+    p: &'a CompiledPolicies,
+    root: ProfileId,
+    ttl_cap: u32,
+    client: &Client,
+) -> Decision<'a> {
+    let mut trace = Trace::default();
+    let mut ttl = ttl_cap;
+    let mut scope = 0u8;
+    let mut current = root;
+    // Compilation guarantees an acyclic path of at most MAX_PROFILE_DEPTH profiles; the loop
+    // bound only keeps a broken table from looping.
+    for slot in trace.steps.iter_mut() {
+        let Some(profile) = p.profile(current) else {
+            break;
+        };
+        ttl = ttl.min(profile.ttl);
+        let (index, choice, step_scope) = choose_endpoint(profile, client);
+        scope = scope.max(step_scope);
+        *slot = Some(TraceStep {
+            profile: current,
+            endpoint: index,
+            choice,
+        });
+        let Some(endpoint) = profile.endpoints.get(usize::from(index)) else {
+            break;
+        };
+        let target = match &endpoint.target {
+            EndpointTarget::Addresses { v4, v6 } => Target::Addresses { v4, v6 },
+            EndpointTarget::Cname { name, wire } => Target::Cname { name, wire },
+            EndpointTarget::Profile(next) => {
+                current = *next;
+                continue;
+            }
+        };
+        return Decision {
+            target,
+            ttl,
+            scope: scope.min(family_bits(client.addr)),
+            trace,
+        };
+    }
+    Decision {
+        target: Target::Addresses { v4: &[], v6: &[] },
+        ttl: ttl.min(ttl_cap),
+        scope: 0,
+        trace,
+    }
+}
+
+/// Picks an endpoint of one profile: (endpoint index, how, ECS scope contribution).
+fn choose_endpoint(profile: &Profile, client: &Client) -> (u16, StepChoice, u8) {
+    match &profile.rule {
+        Rule::Weighted { servable } => {
+            if let [only] = servable.as_slice() {
+                return (*only, StepChoice::Weighted { hashed: false }, 0);
+            }
+            let chosen = rendezvous(profile, servable, client.addr);
+            let prefix = match client.addr {
+                IpAddr::V4(_) => profile.hash_prefix_v4,
+                IpAddr::V6(_) => profile.hash_prefix_v6,
+            };
+            (chosen, StepChoice::Weighted { hashed: true }, prefix)
+        }
+        Rule::Geo {
+            by_region,
+            unknown,
+            uniform,
+        } => {
+            if *uniform {
+                return (unknown.0, StepChoice::Geo(unknown.1), 0);
+            }
+            let (index, route) = by_region
+                .get(usize::from(client.region))
+                .copied()
+                .unwrap_or(*unknown);
+            (index, StepChoice::Geo(route), client.prefix_len)
+        }
+        Rule::Failover { chosen } => (*chosen, StepChoice::Failover, 0),
+    }
+}
+
+/// Weighted rendezvous hashing: each servable endpoint scores the subnet, the best wins. An
+/// endpoint wins with probability weight / total, and changing one endpoint's weight only
+/// moves subnets to or from that endpoint.
+fn rendezvous(profile: &Profile, servable: &[u16], addr: IpAddr) -> u16 {
+    let mut best: Option<(RendezvousScore, u16)> = None;
+    for &index in servable {
+        let Some(endpoint) = profile.endpoints.get(usize::from(index)) else {
+            continue;
+        };
+        let hash = subnet_hash(
+            addr,
+            profile.hash_prefix_v4,
+            profile.hash_prefix_v6,
+            Purpose::Weighted,
+            endpoint.salt,
+        );
+        let score = RendezvousScore::new(hash, endpoint.weight);
+        if best.is_none_or(|(b, _)| score.beats(&b)) {
+            best = Some((score, index));
+        }
+    }
+    best.map_or(0, |(_, index)| index)
+}

@@ -1,0 +1,126 @@
+//! Human-readable trace of a policy decision (for `CH TXT` debugging queries). Allocates; not
+//! for the hot path.
+
+use std::fmt::Write as _;
+
+use super::evaluate::{evaluate, AnycastChoice, Client, StepChoice, Target};
+use super::knobs::{Destination, ShedView};
+use super::model::{CompiledPolicies, GeoRoute, PolicyRoot};
+
+/// Explains how `root` answers `client`: profile path, chosen endpoints, shed state, hash
+/// bucket, TTL and ECS scope, e.g.
+/// `profile critical[weighted] → endpoint frontdoor (single servable); answer CNAME
+/// critical.edge.example.net.; ttl 60; scope 0`.
+pub fn explain(p: &CompiledPolicies, root: PolicyRoot, client: &Client, shed: &ShedView) -> String {
+    let decision = evaluate(p, root, client, shed);
+    let mut out = String::new();
+    if let Some((region, choice)) = decision.trace.anycast {
+        let _ = write!(out, "anycast; region {}", region_label(p, region));
+        let _ = write!(out, "; {}", anycast_choice(p, choice));
+    }
+    for step in decision.trace.steps.iter().flatten() {
+        if !out.is_empty() {
+            out.push_str(" → ");
+        }
+        let profile = p.profile_name(step.profile).unwrap_or("?");
+        let kind = match step.choice {
+            StepChoice::Weighted { .. } => "weighted",
+            StepChoice::Geo(_) => "geo",
+            StepChoice::Failover => "failover",
+        };
+        let endpoint = p.endpoint_name(step.profile, step.endpoint).unwrap_or("?");
+        let _ = write!(
+            out,
+            "profile {profile}[{kind}] → endpoint {endpoint} ({})",
+            { step_reason(p, step.choice, client.region) }
+        );
+    }
+    if decision.trace.hot {
+        out.push_str("; region hot (short TTL)");
+    }
+    let _ = write!(
+        out,
+        "; answer {}; ttl {}; scope {}",
+        target_text(decision.target),
+        decision.ttl,
+        decision.scope
+    );
+    out
+}
+
+fn region_label(p: &CompiledPolicies, region: u16) -> String {
+    match p.regions().get(usize::from(region)) {
+        Some(r) => r.name.clone(),
+        None => format!("#{region} (unknown)"),
+    }
+}
+
+fn destination_label(p: &CompiledPolicies, destination: Destination) -> String {
+    match destination {
+        Destination::Global => "global".to_owned(),
+        Destination::Region(r) => format!("regional {}", region_label(p, r)),
+        Destination::Fallback(s) => match p.fallback_sites().get(usize::from(s)) {
+            Some(site) => format!("fallback {}", site.name),
+            None => format!("fallback #{s} (unknown)"),
+        },
+    }
+}
+
+fn anycast_choice(p: &CompiledPolicies, choice: AnycastChoice) -> String {
+    match choice {
+        AnycastChoice::Global => "not shed → global".to_owned(),
+        AnycastChoice::Forced(d) => format!("forced → {}", destination_label(p, d)),
+        AnycastChoice::Drained(d) => format!("drained → {}", destination_label(p, d)),
+        AnycastChoice::Shed {
+            destination,
+            bucket,
+            fraction_permille,
+        } => format!(
+            "shedding {fraction_permille}‰, bucket {bucket} → {}",
+            destination_label(p, destination)
+        ),
+        AnycastChoice::Kept {
+            bucket,
+            fraction_permille,
+        } => format!("shedding {fraction_permille}‰, bucket {bucket} kept → global"),
+    }
+}
+
+fn step_reason(p: &CompiledPolicies, choice: StepChoice, client_region: u16) -> String {
+    match choice {
+        StepChoice::Weighted { hashed: false } => "single servable".to_owned(),
+        StepChoice::Weighted { hashed: true } => "subnet hash".to_owned(),
+        StepChoice::Failover => "first enabled".to_owned(),
+        StepChoice::Geo(route) => {
+            let region = region_label(p, client_region);
+            match route {
+                GeoRoute::Direct => format!("serves {region}"),
+                GeoRoute::Neighbour(n) => {
+                    format!("{region} via neighbour {}", region_label(p, n))
+                }
+                GeoRoute::Continent(c) => {
+                    format!("{region} via same-continent {}", region_label(p, c))
+                }
+                GeoRoute::Default => format!("{region} via default"),
+            }
+        }
+    }
+}
+
+fn target_text(target: Target<'_>) -> String {
+    match target {
+        Target::Cname { name, .. } => format!("CNAME {name}"),
+        Target::Addresses { v4, v6 } => {
+            let all: Vec<String> = v4
+                .iter()
+                .map(ToString::to_string)
+                .chain(v6.iter().map(ToString::to_string))
+                .collect();
+            if all.is_empty() {
+                "no addresses".to_owned()
+            } else {
+                all.join(" ")
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! Inputs that change at run time: the operator's control knobs (compiled into the policies) and
+//! the traffic shield's shed decisions (read per query, never compiled).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+/// Operator control state (from the control file). `ControlKnobs::default()` changes nothing.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ControlKnobs {
+    /// Per profile (by name): endpoint overrides.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, ProfileKnobs>,
+    /// Per region (by name): forced answer and drain.
+    #[serde(default)]
+    pub regions: BTreeMap<String, RegionKnobs>,
+}
+
+/// Overrides for one profile's endpoints.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileKnobs {
+    /// Per endpoint (by name).
+    #[serde(default)]
+    pub endpoints: BTreeMap<String, EndpointKnobs>,
+}
+
+/// Overrides for one endpoint.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointKnobs {
+    /// Replaces the configured weight (weighted profiles only; 0..=1000).
+    #[serde(default)]
+    pub weight: Option<u32>,
+    /// `Some(false)` takes the endpoint out of service; `Some(true)` puts a configured-disabled
+    /// endpoint back.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// Operator knobs for one region (they take precedence over the traffic shield).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RegionKnobs {
+    /// Pin the anycast answer for this region's clients.
+    #[serde(default)]
+    pub force: Option<ForcedAnswer>,
+    /// Send this region's clients to its first usable neighbour (or a fallback site).
+    #[serde(default)]
+    pub drain: bool,
+}
+
+/// A forced anycast answer for a region's clients: `global`, `regional` or `fallback:<site>`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum ForcedAnswer {
+    /// The global anycast addresses (also ignores the shield for this region).
+    Global,
+    /// The region's own regional anycast addresses.
+    Regional,
+    /// A fallback site's addresses, by site name.
+    Fallback(String),
+}
+
+/// A string that is not `global`, `regional` or `fallback:<site>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not one of \"global\", \"regional\", \"fallback:<site>\"")]
+pub struct BadForcedAnswer(pub String);
+
+impl FromStr for ForcedAnswer {
+    type Err = BadForcedAnswer;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "global" => Ok(Self::Global),
+            "regional" => Ok(Self::Regional),
+            _ => match s.strip_prefix("fallback:") {
+                Some(site) if !site.is_empty() => Ok(Self::Fallback(site.to_owned())),
+                _ => Err(BadForcedAnswer(s.to_owned())),
+            },
+        }
+    }
+}
+
+impl TryFrom<String> for ForcedAnswer {
+    type Error = BadForcedAnswer;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl fmt::Display for ForcedAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Global => f.write_str("global"),
+            Self::Regional => f.write_str("regional"),
+            Self::Fallback(site) => write!(f, "fallback:{site}"),
+        }
+    }
+}
+
+/// Where shed (or drained, or forced) anycast traffic goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Destination {
+    /// The global anycast addresses.
+    Global,
+    /// A region's regional anycast addresses (region index).
+    Region(u16),
+    /// A fallback site's anycast addresses (site index).
+    Fallback(u16),
+}
+
+/// The most destinations one region's shed traffic may be split over.
+pub const MAX_SHED_DESTINATIONS: usize = 4;
+
+/// One destination of a region's shed traffic and its share (relative weight, 1..=1000).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShedShare {
+    /// Where this share goes (`Region` or `Fallback`).
+    pub destination: Destination,
+    /// Relative share among the region's destinations (per-mille by convention).
+    pub share_permille: u16,
+}
+
+/// Why a [`RegionShed`] could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShedError {
+    /// Fraction above 1000 per-mille.
+    #[error("shed fraction {0}‰ is above 1000‰")]
+    FractionTooLarge(u16),
+    /// More destinations than [`MAX_SHED_DESTINATIONS`].
+    #[error("{0} shed destinations, at most {MAX_SHED_DESTINATIONS} are allowed")]
+    TooManyDestinations(usize),
+    /// A share of 0 or above 1000.
+    #[error("shed share {0}‰ must be within 1..=1000")]
+    BadShare(u16),
+    /// Shedding a fraction but with nowhere to send it.
+    #[error("shed fraction {0}‰ with no destination")]
+    NoDestination(u16),
+    /// A destination of `Global` (shedding exists to move traffic away from global anycast).
+    #[error("the global anycast is not a shed destination")]
+    GlobalDestination,
+}
+
+/// The traffic shield's decision for one region: shed `fraction_permille` of its client subnets
+/// over `destinations`, and use `hot_ttl` for its clients while it is hot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RegionShed {
+    fraction_permille: u16,
+    destinations: [Option<ShedShare>; MAX_SHED_DESTINATIONS],
+    hot_ttl: Option<u32>,
+}
+
+impl RegionShed {
+    /// Builds a region's shed state, checking its invariants.
+    pub fn new(
+        fraction_permille: u16,
+        destinations: &[ShedShare],
+        hot_ttl: Option<u32>,
+    ) -> Result<Self, ShedError> {
+        if fraction_permille > 1000 {
+            return Err(ShedError::FractionTooLarge(fraction_permille));
+        }
+        if destinations.len() > MAX_SHED_DESTINATIONS {
+            return Err(ShedError::TooManyDestinations(destinations.len()));
+        }
+        if fraction_permille > 0 && destinations.is_empty() {
+            return Err(ShedError::NoDestination(fraction_permille));
+        }
+        let mut slots = [None; MAX_SHED_DESTINATIONS];
+        for (slot, share) in slots.iter_mut().zip(destinations) {
+            if share.share_permille == 0 || share.share_permille > 1000 {
+                return Err(ShedError::BadShare(share.share_permille));
+            }
+            if share.destination == Destination::Global {
+                return Err(ShedError::GlobalDestination);
+            }
+            *slot = Some(*share);
+        }
+        Ok(Self {
+            fraction_permille,
+            destinations: slots,
+            hot_ttl,
+        })
+    }
+
+    /// Share of the region's client subnets sent elsewhere, per-mille.
+    pub fn fraction_permille(&self) -> u16 {
+        self.fraction_permille
+    }
+
+    /// The destinations and their shares.
+    pub fn destinations(&self) -> impl Iterator<Item = &ShedShare> + '_ {
+        self.destinations.iter().flatten()
+    }
+
+    /// The short TTL used for this region's clients while it is hot.
+    pub fn hot_ttl(&self) -> Option<u32> {
+        self.hot_ttl
+    }
+
+    /// Whether this state changes anything for the region's clients.
+    pub fn is_active(&self) -> bool {
+        self.fraction_permille > 0 || self.hot_ttl.is_some()
+    }
+}
+
+/// The traffic shield's current decisions, indexed by region. `ShedView::default()` sheds
+/// nothing. Read per query; the shield publishes a new one (behind an atomic pointer) per tick.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShedView {
+    regions: Vec<RegionShed>,
+    any_active: bool,
+}
+
+impl ShedView {
+    /// Sets one region's state (growing the table as needed).
+    pub fn set_region(&mut self, region: u16, state: RegionShed) {
+        let index = usize::from(region);
+        if self.regions.len() <= index {
+            self.regions.resize(index + 1, RegionShed::default());
+        }
+        self.regions[index] = state;
+        self.any_active = self.regions.iter().any(RegionShed::is_active);
+    }
+
+    /// The state of one region (`None` when it is not shed at all).
+    pub fn region(&self, region: u16) -> Option<&RegionShed> {
+        self.regions
+            .get(usize::from(region))
+            .filter(|state| state.is_active())
+    }
+
+    /// Whether any region is shed or hot (then anycast answers depend on client location).
+    pub fn any_active(&self) -> bool {
+        self.any_active
+    }
+}

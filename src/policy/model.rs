@@ -1,0 +1,272 @@
+//! The compiled, immutable policy tables that [`super::evaluate`] reads per query.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use hickory_proto::rr::Name;
+
+use super::knobs::Destination;
+
+/// Most profiles on one evaluation path (a root profile plus three nested levels).
+pub const MAX_PROFILE_DEPTH: usize = 4;
+
+/// One frontend region, as compiled from `[[topology.regions]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// Region name, e.g. `eu-west`.
+    pub name: String,
+    /// Continent code (AF, AN, AS, EU, NA, OC, SA).
+    pub continent: String,
+    /// Regional anycast IPv4 addresses.
+    pub v4: Vec<Ipv4Addr>,
+    /// Regional anycast IPv6 addresses.
+    pub v6: Vec<Ipv6Addr>,
+    /// Neighbour region indices in order of preference.
+    pub neighbours: Vec<u16>,
+    /// Capacity for the traffic shield (`None` = unknown, do not shed into it).
+    pub capacity: Option<u64>,
+}
+
+/// One fallback ring site, as compiled from `[[topology.fallback]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteInfo {
+    /// Site name, e.g. `fb-eu`.
+    pub name: String,
+    /// Continent code.
+    pub continent: String,
+    /// The site's anycast IPv4 addresses.
+    pub v4: Vec<Ipv4Addr>,
+    /// The site's anycast IPv6 addresses.
+    pub v6: Vec<Ipv6Addr>,
+    /// Capacity for the traffic shield (`None` = unknown).
+    pub capacity: Option<u64>,
+}
+
+/// Identifies a compiled profile (its position in `[profiles]`, sorted by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProfileId(pub u16);
+
+/// Where the evaluation of a steered name starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyRoot {
+    /// Global/regional anycast with knobs and the shield; answers carry `ttl`.
+    Anycast {
+        /// TTL of answers (shortened while the client's region is hot).
+        ttl: u32,
+    },
+    /// A profile; `ttl_cap`, if any, caps the TTL that the profile path yields.
+    Profile {
+        /// The profile to evaluate.
+        profile: ProfileId,
+        /// The steered entry's `ttl`, if it had one.
+        ttl_cap: Option<u32>,
+    },
+}
+
+/// A compiled `[[steered]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SteeredName {
+    /// The name, lower-cased, absolute; for a wildcard it starts with the `*` label.
+    pub name: Name,
+    /// Whether `name` is a wildcard (`*.suffix.`); the zone lookup applies wildcard matching.
+    pub is_wildcard: bool,
+    /// How it answers.
+    pub root: PolicyRoot,
+}
+
+/// How a profile chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileKindTag {
+    /// Sticky per subnet, by weight.
+    Weighted,
+    /// By client region.
+    Geo,
+    /// First enabled endpoint.
+    Failover,
+}
+
+/// What an endpoint answers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EndpointTarget {
+    Addresses {
+        v4: Vec<Ipv4Addr>,
+        v6: Vec<Ipv6Addr>,
+    },
+    Cname {
+        name: Name,
+        wire: Vec<u8>,
+    },
+    Profile(ProfileId),
+}
+
+/// One compiled endpoint, with the control knobs already applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub(crate) name: String,
+    /// Stable identity for rendezvous hashing (from the profile and endpoint names).
+    pub(crate) salt: u64,
+    /// Effective weight (0 when disabled); weighted profiles only.
+    pub(crate) weight: u32,
+    pub(crate) enabled: bool,
+    pub(crate) target: EndpointTarget,
+}
+
+/// How a geo profile reached the endpoint for a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeoRoute {
+    /// The endpoint lists the region itself.
+    Direct,
+    /// Via the region's neighbour (region index).
+    Neighbour(u16),
+    /// Via another region on the same continent (region index).
+    Continent(u16),
+    /// The profile's `default = true` endpoint.
+    Default,
+}
+
+/// The compiled choice rule of a profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// Servable endpoints (weight > 0) in order; one entry = no hash needed.
+    Weighted { servable: Vec<u16> },
+    /// Per region: endpoint index and how it was found; `unknown` serves an out-of-range region.
+    Geo {
+        by_region: Vec<(u16, GeoRoute)>,
+        unknown: (u16, GeoRoute),
+        uniform: bool,
+    },
+    /// The first enabled endpoint.
+    Failover { chosen: u16 },
+}
+
+/// One compiled profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Profile {
+    pub(crate) name: String,
+    pub(crate) kind: ProfileKindTag,
+    pub(crate) ttl: u32,
+    pub(crate) hash_prefix_v4: u8,
+    pub(crate) hash_prefix_v6: u8,
+    pub(crate) endpoints: Vec<Endpoint>,
+    pub(crate) rule: Rule,
+}
+
+/// The anycast answer for one region's clients after the operator's knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegionOverride {
+    /// No knob: global anycast, subject to the shield.
+    None,
+    /// Forced by the operator (`force = ...`); the shield is ignored.
+    Forced(Destination),
+    /// Drained: sent to this destination; the shield is ignored.
+    Drained(Destination),
+}
+
+/// Everything the serving path needs to answer steered names: immutable once compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledPolicies {
+    pub(crate) global_v4: Vec<Ipv4Addr>,
+    pub(crate) global_v6: Vec<Ipv6Addr>,
+    pub(crate) regions: Vec<RegionInfo>,
+    pub(crate) sites: Vec<SiteInfo>,
+    pub(crate) overrides: Vec<RegionOverride>,
+    /// Whether any region has a knob (then anycast answers depend on client location).
+    pub(crate) any_override: bool,
+    pub(crate) profiles: Vec<Profile>,
+    pub(crate) steered: Vec<SteeredName>,
+}
+
+impl CompiledPolicies {
+    /// The steered names, in config order.
+    pub fn steered(&self) -> &[SteeredName] {
+        &self.steered
+    }
+
+    /// The regions in topology order; a region's position is its `u16` index.
+    pub fn regions(&self) -> &[RegionInfo] {
+        &self.regions
+    }
+
+    /// The fallback sites in config order; a site's position is its `u16` index.
+    pub fn fallback_sites(&self) -> &[SiteInfo] {
+        &self.sites
+    }
+
+    /// Region names in topology order (what the geo module maps client addresses to).
+    pub fn region_names(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.regions.iter().map(|r| r.name.as_str())
+    }
+
+    /// Index of the region with this name.
+    pub fn region_index(&self, name: &str) -> Option<u16> {
+        position_u16(self.regions.iter().map(|r| r.name.as_str()), name)
+    }
+
+    /// Index of the fallback site with this name.
+    pub fn fallback_index(&self, name: &str) -> Option<u16> {
+        position_u16(self.sites.iter().map(|s| s.name.as_str()), name)
+    }
+
+    /// A region's continent code.
+    pub fn region_continent(&self, region: u16) -> Option<&str> {
+        self.region(region).map(|r| r.continent.as_str())
+    }
+
+    /// A region's neighbours (region indices, in order); empty for an unknown index.
+    pub fn region_neighbours(&self, region: u16) -> &[u16] {
+        self.region(region).map_or(&[], |r| r.neighbours.as_slice())
+    }
+
+    /// A region's capacity.
+    pub fn region_capacity(&self, region: u16) -> Option<u64> {
+        self.region(region).and_then(|r| r.capacity)
+    }
+
+    /// The operator's override for a region (`RegionOverride::None` for an unknown index).
+    pub fn region_override(&self, region: u16) -> RegionOverride {
+        self.overrides
+            .get(usize::from(region))
+            .copied()
+            .unwrap_or(RegionOverride::None)
+    }
+
+    /// The global anycast addresses.
+    pub fn global(&self) -> (&[Ipv4Addr], &[Ipv6Addr]) {
+        (&self.global_v4, &self.global_v6)
+    }
+
+    /// The id of the profile with this name.
+    pub fn profile_id(&self, name: &str) -> Option<ProfileId> {
+        position_u16(self.profiles.iter().map(|p| p.name.as_str()), name).map(ProfileId)
+    }
+
+    /// The name of a profile.
+    pub fn profile_name(&self, id: ProfileId) -> Option<&str> {
+        self.profile(id).map(|p| p.name.as_str())
+    }
+
+    /// The kind of a profile.
+    pub fn profile_kind(&self, id: ProfileId) -> Option<ProfileKindTag> {
+        self.profile(id).map(|p| p.kind)
+    }
+
+    /// The name of an endpoint of a profile.
+    pub fn endpoint_name(&self, id: ProfileId, endpoint: u16) -> Option<&str> {
+        self.profile(id)
+            .and_then(|p| p.endpoints.get(usize::from(endpoint)))
+            .map(|e| e.name.as_str())
+    }
+
+    pub(crate) fn region(&self, region: u16) -> Option<&RegionInfo> {
+        self.regions.get(usize::from(region))
+    }
+
+    pub(crate) fn profile(&self, id: ProfileId) -> Option<&Profile> {
+        self.profiles.get(usize::from(id.0))
+    }
+}
+
+fn position_u16<'a>(mut names: impl Iterator<Item = &'a str>, wanted: &str) -> Option<u16> {
+    names
+        .position(|n| n == wanted)
+        .and_then(|i| u16::try_from(i).ok())
+}
