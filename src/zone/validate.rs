@@ -1,0 +1,1 @@
+//! Zone validation.
