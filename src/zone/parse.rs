@@ -106,7 +106,13 @@ impl ZoneProblem {
 impl fmt::Display for ZoneProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.line == 0 {
-            write!(f, "{}: {}: {}", self.file.display(), self.severity, self.message)
+            write!(
+                f,
+                "{}: {}: {}",
+                self.file.display(),
+                self.severity,
+                self.message
+            )
         } else {
             let (file, line, severity) = (self.file.display(), self.line, self.severity);
             write!(f, "{file}:{line}: {severity}: {}", self.message)
@@ -125,7 +131,11 @@ pub fn type_text(rtype: RecordType) -> String {
 }
 
 /// Parses zone text that claims to come from `path` (used for messages and `$INCLUDE`).
-pub fn parse_zone_text(text: &str, path: &Path, origin: &Name) -> Result<ParsedZone, Vec<ZoneProblem>> {
+pub fn parse_zone_text(
+    text: &str,
+    path: &Path,
+    origin: &Name,
+) -> Result<ParsedZone, Vec<ZoneProblem>> {
     parse_zone_bytes(text.as_bytes(), path, origin)
 }
 
@@ -145,8 +155,17 @@ pub fn origin_from_file_name(path: &Path) -> Option<Name> {
     if stem.is_empty() || stem.starts_with('.') {
         return None;
     }
-    let absolute = if stem.ends_with('.') { stem.to_string() } else { format!("{stem}.") };
-    let token = Token { text: absolute.into_bytes(), quoted: false, line: 0 };
+    let absolute = if stem.ends_with('.') {
+        stem.to_string()
+    } else {
+        format!("{stem}.")
+    };
+    let token = Token {
+        text: absolute.into_bytes(),
+        quoted: false,
+        line: 0,
+        glued: false,
+    };
     parse_name(&token, &Name::root()).ok()
 }
 
@@ -166,7 +185,10 @@ pub fn load_zone_dir(dir: &Path) -> (Vec<ParsedZone>, Vec<ZoneProblem>) {
             continue;
         };
         if let Some(earlier) = zones.iter().find(|zone| zone.origin == origin) {
-            let message = format!("zone {origin} is also loaded from {}", earlier.path.display());
+            let message = format!(
+                "zone {origin} is also loaded from {}",
+                earlier.path.display()
+            );
             problems.push(ZoneProblem::error(&path, 0, message));
             continue;
         }
@@ -183,7 +205,8 @@ fn zone_files_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
         .map_err(|e| format!("cannot read zone directory {}: {e}", dir.display()))?;
     let mut paths = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot list zone directory {}: {e}", dir.display()))?;
+        let entry =
+            entry.map_err(|e| format!("cannot list zone directory {}: {e}", dir.display()))?;
         let path = entry.path();
         let is_zone = path.extension().is_some_and(|ext| ext == "zone");
         // Follows symlinks on purpose: deployments often link zone files into place.
@@ -204,7 +227,11 @@ fn read_zone_bytes(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("cannot read zone file: {e}"))
 }
 
-fn parse_zone_bytes(bytes: &[u8], path: &Path, origin: &Name) -> Result<ParsedZone, Vec<ZoneProblem>> {
+fn parse_zone_bytes(
+    bytes: &[u8],
+    path: &Path,
+    origin: &Name,
+) -> Result<ParsedZone, Vec<ZoneProblem>> {
     let mut origin = origin.clone();
     origin.set_fqdn(true);
     let mut parser = Parser::default();
@@ -216,7 +243,11 @@ fn parse_zone_bytes(bytes: &[u8], path: &Path, origin: &Name) -> Result<ParsedZo
     if parser.problems.iter().any(ZoneProblem::is_error) {
         return Err(parser.problems);
     }
-    Ok(ParsedZone { origin, path: path.to_path_buf(), records: parser.records })
+    Ok(ParsedZone {
+        origin,
+        path: path.to_path_buf(),
+        records: parser.records,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -228,6 +259,8 @@ struct Token {
     text: Vec<u8>,
     quoted: bool,
     line: u32,
+    /// No blank separates it from the previous token (as in `alpn="h2,h3"`).
+    glued: bool,
 }
 
 impl Token {
@@ -256,7 +289,10 @@ struct Fault {
 }
 
 fn fault(line: u32, message: impl Into<String>) -> Fault {
-    Fault { line, message: message.into() }
+    Fault {
+        line,
+        message: message.into(),
+    }
 }
 
 struct Lexer<'a> {
@@ -267,7 +303,11 @@ struct Lexer<'a> {
 
 impl<'a> Lexer<'a> {
     fn new(src: &'a [u8]) -> Self {
-        Self { src, pos: 0, line: 1 }
+        Self {
+            src,
+            pos: 0,
+            line: 1,
+        }
     }
 
     fn peek(&self) -> Option<u8> {
@@ -287,11 +327,21 @@ impl<'a> Lexer<'a> {
                 has_owner = self.peek().is_some_and(|b| !matches!(b, b' ' | b'\t'));
             }
             at_line_start = false;
+            let glued_to_previous = !tokens.is_empty()
+                && self.pos > 0
+                && self
+                    .src
+                    .get(self.pos - 1)
+                    .is_some_and(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n' | b'(' | b')'));
             let Some(byte) = self.peek() else {
                 if let Some(opened) = open_paren {
                     return Some(Err(fault(opened, "'(' is never closed")));
                 }
-                return (!tokens.is_empty()).then_some(Ok(Entry { line: entry_line, has_owner, tokens }));
+                return (!tokens.is_empty()).then_some(Ok(Entry {
+                    line: entry_line,
+                    has_owner,
+                    tokens,
+                }));
             };
             match byte {
                 b'\n' => {
@@ -299,7 +349,11 @@ impl<'a> Lexer<'a> {
                     self.line = self.line.saturating_add(1);
                     at_line_start = true;
                     if open_paren.is_none() && !tokens.is_empty() {
-                        return Some(Ok(Entry { line: entry_line, has_owner, tokens }));
+                        return Some(Ok(Entry {
+                            line: entry_line,
+                            has_owner,
+                            tokens,
+                        }));
                     }
                 }
                 b' ' | b'\t' | b'\r' => self.pos += 1,
@@ -307,22 +361,32 @@ impl<'a> Lexer<'a> {
                 b'(' => {
                     self.pos += 1;
                     if open_paren.is_some() {
-                        return Some(Err(self.recover(fault(self.line, "nested '(' is not allowed"))));
+                        return Some(Err(
+                            self.recover(fault(self.line, "nested '(' is not allowed"))
+                        ));
                     }
                     open_paren = Some(self.line);
                 }
                 b')' => {
                     self.pos += 1;
                     if open_paren.take().is_none() {
-                        return Some(Err(self.recover(fault(self.line, "')' without a matching '('"))));
+                        return Some(Err(
+                            self.recover(fault(self.line, "')' without a matching '('"))
+                        ));
                     }
                 }
                 b'"' => match self.quoted() {
-                    Ok(token) => tokens.push(token),
+                    Ok(token) => tokens.push(Token {
+                        glued: glued_to_previous,
+                        ..token
+                    }),
                     Err(problem) => return Some(Err(self.recover(problem))),
                 },
                 _ => match self.word() {
-                    Ok(token) => tokens.push(token),
+                    Ok(token) => tokens.push(Token {
+                        glued: glued_to_previous,
+                        ..token
+                    }),
                     Err(problem) => return Some(Err(self.recover(problem))),
                 },
             }
@@ -352,7 +416,10 @@ impl<'a> Lexer<'a> {
                 Some(b'\\') => {
                     self.pos += 1;
                     if matches!(self.peek(), None | Some(b'\n')) {
-                        return Err(fault(line, "unterminated quoted string (ends in a backslash)"));
+                        return Err(fault(
+                            line,
+                            "unterminated quoted string (ends in a backslash)",
+                        ));
                     }
                     self.pos += 1;
                 }
@@ -361,7 +428,12 @@ impl<'a> Lexer<'a> {
         }
         let text = self.src[start..self.pos].to_vec();
         self.pos += 1; // closing quote
-        Ok(Token { text, quoted: true, line })
+        Ok(Token {
+            text,
+            quoted: true,
+            line,
+            glued: false,
+        })
     }
 
     fn word(&mut self) -> Result<Token, Fault> {
@@ -379,12 +451,20 @@ impl<'a> Lexer<'a> {
                     }
                 }
                 control if control < 0x20 || control == 0x7f => {
-                    return Err(fault(line, format!("control character 0x{control:02x} in the text")));
+                    return Err(fault(
+                        line,
+                        format!("control character 0x{control:02x} in the text"),
+                    ));
                 }
                 _ => self.pos += 1,
             }
         }
-        Ok(Token { text: self.src[start..self.pos].to_vec(), quoted: false, line })
+        Ok(Token {
+            text: self.src[start..self.pos].to_vec(),
+            quoted: false,
+            line,
+            glued: false,
+        })
     }
 }
 
@@ -417,11 +497,15 @@ fn escape_at(raw: &[u8], i: usize) -> Result<(u8, usize), String> {
     if !next.is_ascii_digit() {
         return Ok((next, 2));
     }
-    let digits = raw.get(i + 1..i + 4).filter(|d| d.iter().all(u8::is_ascii_digit));
+    let digits = raw
+        .get(i + 1..i + 4)
+        .filter(|d| d.iter().all(u8::is_ascii_digit));
     let Some(digits) = digits else {
         return Err("bad escape: \\DDD needs exactly three decimal digits".to_string());
     };
-    let value = digits.iter().fold(0u32, |acc, d| acc * 10 + u32::from(d - b'0'));
+    let value = digits
+        .iter()
+        .fold(0u32, |acc, d| acc * 10 + u32::from(d - b'0'));
     let byte = u8::try_from(value).map_err(|_| format!("bad escape \\{value}: above 255"))?;
     Ok((byte, 4))
 }
@@ -430,7 +514,10 @@ fn escape_at(raw: &[u8], i: usize) -> Result<(u8, usize), String> {
 fn parse_name(token: &Token, origin: &Name) -> Result<Name, Fault> {
     let line = token.line;
     if token.quoted {
-        return Err(fault(line, format!("domain name \"{}\" must not be quoted", token.shown())));
+        return Err(fault(
+            line,
+            format!("domain name \"{}\" must not be quoted", token.shown()),
+        ));
     }
     if token.text == b"@" {
         return Ok(origin.clone());
@@ -442,7 +529,10 @@ fn parse_name(token: &Token, origin: &Name) -> Result<Name, Fault> {
     let wire_len: usize = labels.iter().map(|l| l.len() + 1).sum::<usize>() + 1;
     if wire_len > MAX_NAME_OCTETS {
         let shown = token.shown();
-        return Err(fault(line, format!("domain name {shown} is {wire_len} octets long; the limit is 255")));
+        return Err(fault(
+            line,
+            format!("domain name {shown} is {wire_len} octets long; the limit is 255"),
+        ));
     }
     Name::from_labels(labels.iter().map(Vec::as_slice))
         .map_err(|e| fault(line, format!("bad domain name {}: {e}", token.shown())))
@@ -463,7 +553,10 @@ fn split_labels(token: &Token) -> Result<(Vec<Vec<u8>>, bool), Fault> {
         match raw[i] {
             b'.' => {
                 if label.is_empty() {
-                    return Err(fault(line, format!("domain name {shown} has an empty label")));
+                    return Err(fault(
+                        line,
+                        format!("domain name {shown} has an empty label"),
+                    ));
                 }
                 labels.push(std::mem::take(&mut label));
                 i += 1;
@@ -475,7 +568,9 @@ fn split_labels(token: &Token) -> Result<(Vec<Vec<u8>>, bool), Fault> {
                 i += used;
             }
             byte if !byte.is_ascii() => {
-                let msg = format!("domain name {shown} has non-ASCII characters; write it in punycode (xn--)");
+                let msg = format!(
+                    "domain name {shown} has non-ASCII characters; write it in punycode (xn--)"
+                );
                 return Err(fault(line, msg));
             }
             byte => {
@@ -484,7 +579,10 @@ fn split_labels(token: &Token) -> Result<(Vec<Vec<u8>>, bool), Fault> {
             }
         }
         if label.len() > MAX_LABEL_OCTETS {
-            return Err(fault(line, format!("a label of {shown} is longer than 63 octets")));
+            return Err(fault(
+                line,
+                format!("a label of {shown} is longer than 63 octets"),
+            ));
         }
     }
     let absolute = label.is_empty();
@@ -497,7 +595,12 @@ fn split_labels(token: &Token) -> Result<(Vec<Vec<u8>>, bool), Fault> {
 /// A TTL: seconds, or units such as `1h30m`, `2d`, `1w` (case-insensitive).
 fn parse_ttl(token: &Token) -> Result<u32, Fault> {
     let shown = token.shown();
-    let bad = || fault(token.line, format!("bad TTL '{shown}': use seconds or units like 1h30m"));
+    let bad = || {
+        fault(
+            token.line,
+            format!("bad TTL '{shown}': use seconds or units like 1h30m"),
+        )
+    };
     if token.quoted || token.text.is_empty() {
         return Err(bad());
     }
@@ -506,8 +609,15 @@ fn parse_ttl(token: &Token) -> Result<u32, Fault> {
     for &byte in &token.text {
         if byte.is_ascii_digit() {
             let digit = u64::from(byte - b'0');
-            let grown = number.unwrap_or(0).checked_mul(10).and_then(|n| n.checked_add(digit));
-            number = Some(grown.filter(|n| *n <= u64::from(u32::MAX)).ok_or_else(|| too_big_ttl(token))?);
+            let grown = number
+                .unwrap_or(0)
+                .checked_mul(10)
+                .and_then(|n| n.checked_add(digit));
+            number = Some(
+                grown
+                    .filter(|n| *n <= u64::from(u32::MAX))
+                    .ok_or_else(|| too_big_ttl(token))?,
+            );
             continue;
         }
         let unit: u64 = match byte.to_ascii_lowercase() {
@@ -522,17 +632,28 @@ fn parse_ttl(token: &Token) -> Result<u32, Fault> {
         total = total.saturating_add(count.saturating_mul(unit));
     }
     total = total.saturating_add(number.unwrap_or(0));
-    u32::try_from(total).ok().filter(|ttl| *ttl <= MAX_TTL).ok_or_else(|| too_big_ttl(token))
+    u32::try_from(total)
+        .ok()
+        .filter(|ttl| *ttl <= MAX_TTL)
+        .ok_or_else(|| too_big_ttl(token))
 }
 
 fn too_big_ttl(token: &Token) -> Fault {
     let shown = token.shown();
-    fault(token.line, format!("TTL '{shown}' is above the limit of {MAX_TTL} seconds (RFC 2181)"))
+    fault(
+        token.line,
+        format!("TTL '{shown}' is above the limit of {MAX_TTL} seconds (RFC 2181)"),
+    )
 }
 
 fn parse_number<T: TryFrom<u64>>(token: &Token, field: &str, max: u64) -> Result<T, Fault> {
     let shown = token.shown();
-    let bad = || fault(token.line, format!("{field} '{shown}' is not a number from 0 to {max}"));
+    let bad = || {
+        fault(
+            token.line,
+            format!("{field} '{shown}' is not a number from 0 to {max}"),
+        )
+    };
     if token.quoted || token.text.is_empty() || !token.text.iter().all(u8::is_ascii_digit) {
         return Err(bad());
     }
@@ -556,7 +677,10 @@ fn parse_hex(tokens: &[Token], field: &str, line: u32) -> Result<Vec<u8>, Fault>
         digits.extend_from_slice(&token.text);
     }
     if digits.len() % 2 != 0 {
-        return Err(fault(line, format!("{field} has an odd number of hex digits")));
+        return Err(fault(
+            line,
+            format!("{field} has an odd number of hex digits"),
+        ));
     }
     digits
         .chunks(2)
@@ -568,7 +692,9 @@ fn parse_hex(tokens: &[Token], field: &str, line: u32) -> Result<Vec<u8>, Fault>
 }
 
 fn hex_value(digit: u8) -> Option<u8> {
-    char::from(digit).to_digit(16).and_then(|v| u8::try_from(v).ok())
+    char::from(digit)
+        .to_digit(16)
+        .and_then(|v| u8::try_from(v).ok())
 }
 
 fn parse_class(token: &Token) -> Option<Result<(), Fault>> {
@@ -580,7 +706,9 @@ fn parse_class(token: &Token) -> Option<Result<(), Fault>> {
         return Some(Ok(()));
     }
     let upper = token.shown().to_ascii_uppercase();
-    let numbered = upper.strip_prefix("CLASS").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    let numbered = upper
+        .strip_prefix("CLASS")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     if OTHER_CLASSES.contains(&upper.as_str()) || numbered {
         let message = format!("class {upper} is not supported; only class IN is served");
         return Some(Err(fault(token.line, message)));
@@ -590,13 +718,27 @@ fn parse_class(token: &Token) -> Option<Result<(), Fault>> {
 
 fn parse_type(token: &Token) -> Result<RecordType, Fault> {
     let upper = token.shown().to_ascii_uppercase();
-    let unknown = || fault(token.line, format!("unknown record type '{}'", token.shown()));
+    let unknown = || {
+        fault(
+            token.line,
+            format!("unknown record type '{}'", token.shown()),
+        )
+    };
     if token.quoted {
         return Err(unknown());
     }
-    if let Some(code) = upper.strip_prefix("TYPE").filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
-        let code = Token { text: code.as_bytes().to_vec(), quoted: false, line: token.line };
-        return parse_number::<u16>(&code, "type number", u64::from(u16::MAX)).map(RecordType::from);
+    if let Some(code) = upper
+        .strip_prefix("TYPE")
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    {
+        let code = Token {
+            text: code.as_bytes().to_vec(),
+            quoted: false,
+            line: token.line,
+            glued: false,
+        };
+        return parse_number::<u16>(&code, "type number", u64::from(u16::MAX))
+            .map(RecordType::from);
     }
     RecordType::from_str(&upper).map_err(|_| unknown())
 }
@@ -606,11 +748,15 @@ fn refused_type(rtype: RecordType) -> Option<String> {
     let code = u16::from(rtype);
     let name = type_text(rtype);
     if code == 0 || code == 41 || (128..=255).contains(&code) {
-        return Some(format!("type {name} is a query or meta type and cannot appear in a zone"));
+        return Some(format!(
+            "type {name} is a query or meta type and cannot appear in a zone"
+        ));
     }
     match rtype {
         RecordType::DNAME => Some("DNAME records are not supported".to_string()),
-        RecordType::ANAME => Some("ANAME records are not supported; use a steered name".to_string()),
+        RecordType::ANAME => {
+            Some("ANAME records are not supported; use a steered name".to_string())
+        }
         _ => None,
     }
 }
@@ -630,7 +776,10 @@ impl<'t> Fields<'t> {
     fn take(&mut self, field: &str) -> Result<&'t Token, Fault> {
         let token = self.tokens.get(self.next).ok_or_else(|| {
             let rtype = type_text(self.rtype);
-            fault(self.line, format!("{rtype} record is missing its {field} field"))
+            fault(
+                self.line,
+                format!("{rtype} record is missing its {field} field"),
+            )
         })?;
         self.next += 1;
         Ok(token)
@@ -647,7 +796,10 @@ impl<'t> Fields<'t> {
             None => Ok(()),
             Some(extra) => {
                 let rtype = type_text(self.rtype);
-                Err(fault(extra.line, format!("unexpected '{}' after the {rtype} data", extra.shown())))
+                Err(fault(
+                    extra.line,
+                    format!("unexpected '{}' after the {rtype} data", extra.shown()),
+                ))
             }
         }
     }
@@ -701,24 +853,45 @@ fn push_char_string(wire: &mut Vec<u8>, token: &Token) -> Result<(), Fault> {
     Ok(())
 }
 
-fn rdata_to_wire(rtype: RecordType, tokens: &[Token], origin: &Name, line: u32) -> Result<Vec<u8>, Fault> {
-    if tokens.first().is_some_and(|t| !t.quoted && t.text == b"\\#") {
+fn rdata_to_wire(
+    rtype: RecordType,
+    tokens: &[Token],
+    origin: &Name,
+    line: u32,
+) -> Result<Vec<u8>, Fault> {
+    if tokens
+        .first()
+        .is_some_and(|t| !t.quoted && t.text == b"\\#")
+    {
         return generic_rdata(&tokens[1..], line);
     }
-    let mut fields = Fields { tokens, next: 0, rtype, line };
+    let mut fields = Fields {
+        tokens,
+        next: 0,
+        rtype,
+        line,
+    };
     let mut wire = Vec::new();
     match rtype {
         RecordType::A => {
             let token = fields.take("address")?;
-            let address: Ipv4Addr = token.shown().parse().map_err(|_| fault(token.line, format!("bad IPv4 address '{}'", token.shown())))?;
+            let address: Ipv4Addr = token
+                .shown()
+                .parse()
+                .map_err(|_| fault(token.line, format!("bad IPv4 address '{}'", token.shown())))?;
             wire.extend_from_slice(&address.octets());
         }
         RecordType::AAAA => {
             let token = fields.take("address")?;
-            let address: Ipv6Addr = token.shown().parse().map_err(|_| fault(token.line, format!("bad IPv6 address '{}'", token.shown())))?;
+            let address: Ipv6Addr = token
+                .shown()
+                .parse()
+                .map_err(|_| fault(token.line, format!("bad IPv6 address '{}'", token.shown())))?;
             wire.extend_from_slice(&address.octets());
         }
-        RecordType::NS | RecordType::CNAME | RecordType::PTR => fields.name("target", origin, &mut wire)?,
+        RecordType::NS | RecordType::CNAME | RecordType::PTR => {
+            fields.name("target", origin, &mut wire)?
+        }
         RecordType::MX => {
             wire.extend_from_slice(&fields.u16("preference")?.to_be_bytes());
             fields.name("exchange", origin, &mut wire)?;
@@ -780,9 +953,17 @@ fn soa_to_wire(fields: &mut Fields<'_>, origin: &Name, wire: &mut Vec<u8>) -> Re
 fn caa_to_wire(fields: &mut Fields<'_>, wire: &mut Vec<u8>) -> Result<(), Fault> {
     wire.push(fields.u8("flags")?);
     let tag = fields.take("tag")?;
-    let tag_ok = !tag.quoted && (1..=15).contains(&tag.text.len()) && tag.text.iter().all(u8::is_ascii_alphanumeric);
+    let tag_ok = !tag.quoted
+        && (1..=15).contains(&tag.text.len())
+        && tag.text.iter().all(u8::is_ascii_alphanumeric);
     if !tag_ok {
-        return Err(fault(tag.line, format!("CAA tag '{}' must be 1 to 15 letters or digits", tag.shown())));
+        return Err(fault(
+            tag.line,
+            format!(
+                "CAA tag '{}' must be 1 to 15 letters or digits",
+                tag.shown()
+            ),
+        ));
     }
     wire.push(u8::try_from(tag.text.len()).unwrap_or(0));
     wire.extend_from_slice(&tag.text);
@@ -799,15 +980,31 @@ fn generic_rdata(tokens: &[Token], line: u32) -> Result<Vec<u8>, Fault> {
     let data = parse_hex(&tokens[1..], "generic RDATA", line)?;
     if data.len() != length {
         let got = data.len();
-        return Err(fault(line, format!("generic RDATA says {length} octets but has {got}")));
+        return Err(fault(
+            line,
+            format!("generic RDATA says {length} octets but has {got}"),
+        ));
     }
     Ok(data)
 }
 
 /// SVCB/HTTPS: we make the target name absolute (hickory has no origin), then let hickory
-/// parse the service parameters.
-fn svcb_to_wire(rtype: RecordType, tokens: &[Token], origin: &Name, line: u32) -> Result<Vec<u8>, Fault> {
-    let mut rewritten: Vec<Token> = tokens.to_vec();
+/// parse the service parameters. Quoted values are passed unquoted, so a value with blanks in
+/// it is refused (use the generic syntax for such exotic records).
+fn svcb_to_wire(
+    rtype: RecordType,
+    tokens: &[Token],
+    origin: &Name,
+    line: u32,
+) -> Result<Vec<u8>, Fault> {
+    let mut rewritten: Vec<Token> = Vec::with_capacity(tokens.len());
+    for token in tokens {
+        match rewritten.last_mut() {
+            // hickory wants `key=value` as one unquoted word: `alpn="h2,h3"` → `alpn=h2,h3`.
+            Some(previous) if token.glued => previous.text.extend_from_slice(&token.text),
+            _ => rewritten.push(Token { quoted: false, ..token.clone() }),
+        }
+    }
     if let Some(target) = rewritten.get_mut(1) {
         if target.text != b"." {
             let name = parse_name(target, origin)?;
@@ -827,8 +1024,18 @@ fn hickory_to_wire(rtype: RecordType, tokens: &[Token], line: u32) -> Result<Vec
     let parsed = std::panic::catch_unwind(|| RData::try_from_str(rtype, &text));
     let rdata = match parsed {
         Ok(Ok(rdata)) => rdata,
-        Ok(Err(e)) => return Err(fault(line, format!("cannot parse {name} data: {e} {generic_hint}"))),
-        Err(_) => return Err(fault(line, format!("cannot parse {name} data {generic_hint}"))),
+        Ok(Err(e)) => {
+            return Err(fault(
+                line,
+                format!("cannot parse {name} data: {e} {generic_hint}"),
+            ))
+        }
+        Err(_) => {
+            return Err(fault(
+                line,
+                format!("cannot parse {name} data {generic_hint}"),
+            ))
+        }
     };
     let mut wire = Vec::new();
     let mut encoder = BinEncoder::new(&mut wire);
@@ -843,7 +1050,13 @@ fn hickory_to_wire(rtype: RecordType, tokens: &[Token], line: u32) -> Result<Vec
 fn tokens_to_text(tokens: &[Token]) -> String {
     let words: Vec<String> = tokens
         .iter()
-        .map(|t| if t.quoted { format!("\"{}\"", t.shown()) } else { t.shown() })
+        .map(|t| {
+            if t.quoted {
+                format!("\"{}\"", t.shown())
+            } else {
+                t.shown()
+            }
+        })
         .collect();
     words.join(" ")
 }
@@ -883,11 +1096,17 @@ impl Parser {
             self.problems.push(ZoneProblem::error(file, 0, message));
             return;
         }
-        self.problems.push(ZoneProblem::error(file, problem.line, problem.message));
+        self.problems
+            .push(ZoneProblem::error(file, problem.line, problem.message));
     }
 
     fn parse_source(&mut self, bytes: &[u8], file: &Arc<PathBuf>, origin: Name, depth: usize) {
-        let mut state = FileState { file: Arc::clone(file), origin, last_owner: None, depth };
+        let mut state = FileState {
+            file: Arc::clone(file),
+            origin,
+            last_owner: None,
+            depth,
+        };
         let mut lexer = Lexer::new(bytes);
         while let Some(entry) = lexer.next_entry() {
             if self.gave_up {
@@ -916,10 +1135,15 @@ impl Parser {
         let tokens = &entry.tokens;
         let directive = tokens[0].shown().to_ascii_uppercase();
         let argument = |i: usize| {
-            tokens.get(i).ok_or_else(|| fault(entry.line, format!("{directive} needs an argument")))
+            tokens
+                .get(i)
+                .ok_or_else(|| fault(entry.line, format!("{directive} needs an argument")))
         };
         let no_more = |i: usize| match tokens.get(i) {
-            Some(extra) => Err(fault(extra.line, format!("unexpected '{}' after {directive}", extra.shown()))),
+            Some(extra) => Err(fault(
+                extra.line,
+                format!("unexpected '{}' after {directive}", extra.shown()),
+            )),
             None => Ok(()),
         };
         match directive.as_str() {
@@ -942,24 +1166,44 @@ impl Parser {
                 no_more(3)?;
                 self.include(file_token, origin, state)?;
             }
-            _ => return Err(fault(entry.line, format!("unsupported directive {}", tokens[0].shown()))),
+            _ => {
+                return Err(fault(
+                    entry.line,
+                    format!("unsupported directive {}", tokens[0].shown()),
+                ))
+            }
         }
         Ok(())
     }
 
-    fn include(&mut self, file_token: &Token, origin: Name, state: &FileState) -> Result<(), Fault> {
+    fn include(
+        &mut self,
+        file_token: &Token,
+        origin: Name,
+        state: &FileState,
+    ) -> Result<(), Fault> {
         let line = file_token.line;
         let relative = String::from_utf8(unescape(file_token)?)
             .map_err(|_| fault(line, "$INCLUDE file name is not valid UTF-8"))?;
         let base = state.file.parent().unwrap_or_else(|| Path::new(""));
         let path = base.join(&relative);
         if state.depth + 1 > MAX_INCLUDE_DEPTH {
-            return Err(fault(line, format!("$INCLUDE nested deeper than {MAX_INCLUDE_DEPTH} levels")));
+            return Err(fault(
+                line,
+                format!("$INCLUDE nested deeper than {MAX_INCLUDE_DEPTH} levels"),
+            ));
         }
-        let canonical = std::fs::canonicalize(&path)
-            .map_err(|e| fault(line, format!("cannot read included file {}: {e}", path.display())))?;
+        let canonical = std::fs::canonicalize(&path).map_err(|e| {
+            fault(
+                line,
+                format!("cannot read included file {}: {e}", path.display()),
+            )
+        })?;
         if self.include_stack.contains(&canonical) {
-            return Err(fault(line, format!("$INCLUDE cycle: {} is already being read", path.display())));
+            return Err(fault(
+                line,
+                format!("$INCLUDE cycle: {} is already being read", path.display()),
+            ));
         }
         let bytes = read_zone_bytes(&path)
             .map_err(|e| fault(line, format!("included file {}: {e}", path.display())))?;
@@ -976,10 +1220,12 @@ impl Parser {
             tokens = &tokens[1..];
             owner
         } else {
-            state
-                .last_owner
-                .clone()
-                .ok_or_else(|| fault(entry.line, "record has no owner name and there is no previous owner"))?
+            state.last_owner.clone().ok_or_else(|| {
+                fault(
+                    entry.line,
+                    "record has no owner name and there is no previous owner",
+                )
+            })?
         };
         state.last_owner = Some(name.clone());
 
@@ -990,7 +1236,8 @@ impl Parser {
                 return Err(fault(entry.line, "record has no type"));
             };
             tokens = rest;
-            if token.text.first().is_some_and(u8::is_ascii_digit) && !token.quoted && ttl.is_none() {
+            if token.text.first().is_some_and(u8::is_ascii_digit) && !token.quoted && ttl.is_none()
+            {
                 ttl = Some(parse_ttl(token)?);
             } else if let Some(class) = parse_class(token).filter(|_| !class_seen) {
                 class?;
@@ -1005,9 +1252,19 @@ impl Parser {
         let ttl = self.record_ttl(ttl, entry.line)?;
         let rdata = rdata_to_wire(rtype, tokens, &state.origin, entry.line)?;
         if rdata.len() > MAX_RDATA_OCTETS {
-            return Err(fault(entry.line, format!("RDATA is {} octets; the limit is 65535", rdata.len())));
+            return Err(fault(
+                entry.line,
+                format!("RDATA is {} octets; the limit is 65535", rdata.len()),
+            ));
         }
-        Ok(SourceRecord { name, rtype, ttl, rdata, file: Arc::clone(&state.file), line: entry.line })
+        Ok(SourceRecord {
+            name,
+            rtype,
+            ttl,
+            rdata,
+            file: Arc::clone(&state.file),
+            line: entry.line,
+        })
     }
 
     /// Explicit TTL, else `$TTL`, else the previous record's TTL (RFC 1035 / RFC 2308).
@@ -1022,3 +1279,584 @@ impl Parser {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "$TTL 3600\n@ IN SOA ns1 hostmaster 1 7200 900 1209600 300\n@ IN NS ns1\n";
+
+    fn origin() -> Name {
+        Name::from_ascii("example.com.").expect("test origin")
+    }
+
+    fn path() -> PathBuf {
+        PathBuf::from("zones/example.com.zone")
+    }
+
+    fn records(text: &str) -> Vec<SourceRecord> {
+        match parse_zone_text(text, &path(), &origin()) {
+            Ok(zone) => zone.records,
+            Err(problems) => panic!("unexpected problems: {problems:#?}"),
+        }
+    }
+
+    fn problems(text: &str) -> Vec<ZoneProblem> {
+        match parse_zone_text(text, &path(), &origin()) {
+            Ok(zone) => panic!("expected problems, got {:#?}", zone.records),
+            Err(problems) => problems,
+        }
+    }
+
+    /// The single problem of `text`, as "line: message".
+    fn only_problem(text: &str) -> (u32, String) {
+        let found = problems(text);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        (found[0].line, found[0].message.clone())
+    }
+
+    fn name(text: &str) -> Name {
+        Name::from_ascii(text).expect("test name")
+    }
+
+    fn wire(name_text: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        push_name(&mut out, &name(name_text));
+        out
+    }
+
+    fn find<'r>(records: &'r [SourceRecord], owner: &str, rtype: RecordType) -> &'r SourceRecord {
+        records
+            .iter()
+            .find(|r| r.name.eq_case(&name(owner)) && r.rtype == rtype)
+            .unwrap_or_else(|| panic!("no {owner} {rtype} in {records:#?}"))
+    }
+
+    /// A scratch directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            let dir = std::env::temp_dir()
+                .join(format!("steerdns-zoneparse-{}-{tag}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("create temp dir");
+            Self(dir)
+        }
+
+        fn write(&self, file: &str, text: &str) -> PathBuf {
+            let path = self.0.join(file);
+            std::fs::write(&path, text).expect("write temp file");
+            path
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn at_sign_relative_and_absolute_names() {
+        let recs = records(&format!(
+            "{HEAD}www IN CNAME edge.example.net.\nftp IN CNAME www\n"
+        ));
+        let soa = find(&recs, "example.com.", RecordType::SOA);
+        assert!(soa.rdata.starts_with(&wire("ns1.example.com.")));
+        assert_eq!(
+            find(&recs, "www.example.com.", RecordType::CNAME).rdata,
+            wire("edge.example.net.")
+        );
+        assert_eq!(
+            find(&recs, "ftp.example.com.", RecordType::CNAME).rdata,
+            wire("www.example.com.")
+        );
+    }
+
+    #[test]
+    fn soa_fields_are_encoded_in_order() {
+        let recs = records("@ 60 IN SOA ns1 host.master 2026113001 2h 15m 2w 300\n");
+        let mut expected = wire("ns1.example.com.");
+        expected.extend(wire("host.master.example.com."));
+        for value in [2_026_113_001u32, 7200, 900, 1_209_600, 300] {
+            expected.extend(value.to_be_bytes());
+        }
+        assert_eq!(recs[0].rdata, expected);
+    }
+
+    #[test]
+    fn origin_directive_changes_relative_names() {
+        let text = format!(
+            "{HEAD}$ORIGIN sub\nwww IN A 192.0.2.1\n$ORIGIN other.test.\n@ IN A 192.0.2.2\n"
+        );
+        let recs = records(&text);
+        assert_eq!(
+            find(&recs, "www.sub.example.com.", RecordType::A).rdata,
+            vec![192, 0, 2, 1]
+        );
+        assert_eq!(
+            find(&recs, "other.test.", RecordType::A).rdata,
+            vec![192, 0, 2, 2]
+        );
+    }
+
+    #[test]
+    fn ttl_directive_with_units() {
+        for (ttl, seconds) in [
+            ("1h", 3600),
+            ("1h30m", 5400),
+            ("2D", 172_800),
+            ("1w", 604_800),
+            ("90", 90),
+            ("1m30", 90),
+        ] {
+            let recs = records(&format!("$TTL {ttl}\n@ IN A 192.0.2.1\n"));
+            assert_eq!(recs[0].ttl, seconds, "$TTL {ttl}");
+        }
+    }
+
+    #[test]
+    fn omitted_owner_is_the_previous_owner() {
+        let recs = records(&format!(
+            "{HEAD}www IN A 192.0.2.1\n    IN AAAA 2001:db8::1\n\tIN TXT hi\n"
+        ));
+        assert_eq!(recs.len(), 5);
+        for record in &recs[2..] {
+            assert!(record.name.eq_case(&name("www.example.com.")), "{record:?}");
+        }
+    }
+
+    #[test]
+    fn omitted_ttl_uses_dollar_ttl_then_last_explicit_ttl() {
+        let recs =
+            records("@ 300 IN A 192.0.2.1\nwww IN A 192.0.2.2\n$TTL 60\nftp IN A 192.0.2.3\n");
+        let ttls: Vec<u32> = recs.iter().map(|r| r.ttl).collect();
+        assert_eq!(ttls, vec![300, 300, 60]);
+        let (line, message) = only_problem("\n@ IN A 192.0.2.1\n");
+        assert_eq!(line, 2);
+        assert!(message.contains("no TTL"), "{message}");
+    }
+
+    #[test]
+    fn ttl_and_class_in_either_order_and_class1() {
+        let recs = records("a 60 IN A 192.0.2.1\nb IN 61 A 192.0.2.2\nc CLASS1 62 A 192.0.2.3\nd in 63 a 192.0.2.4\n");
+        let ttls: Vec<u32> = recs.iter().map(|r| r.ttl).collect();
+        assert_eq!(ttls, vec![60, 61, 62, 63]);
+        assert!(recs.iter().all(|r| r.rtype == RecordType::A));
+    }
+
+    #[test]
+    fn classes_other_than_in_are_refused() {
+        for class in ["CH", "HS", "CLASS3", "ANY"] {
+            let (line, message) = only_problem(&format!("$TTL 60\n\nv {class} TXT x\n"));
+            assert_eq!(line, 3);
+            assert!(
+                message.contains(&format!("class {class} is not supported")),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn parentheses_span_lines_and_line_numbers_stay_right() {
+        let text = "$TTL 60\n@ IN SOA ns1 hostmaster ( ; comment\n  1 ; serial\n  2 3 4\n  5 )\nwww IN A 192.0.2.1\n";
+        let recs = records(text);
+        assert_eq!(recs[0].line, 2);
+        assert_eq!(
+            recs[0].rdata.len(),
+            wire("ns1.example.com.").len() + wire("hostmaster.example.com.").len() + 20
+        );
+        assert_eq!(recs[1].line, 6);
+    }
+
+    #[test]
+    fn quoted_strings_with_escapes() {
+        let recs =
+            records("$TTL 60\n@ IN TXT \"a \\\"b\\\" ; not a comment\" \\065x \"\\255\" \"\"\n");
+        let mut expected = vec![21];
+        expected.extend(b"a \"b\" ; not a comment");
+        expected.extend([2, b'A', b'x', 1, 255, 0]);
+        assert_eq!(recs[0].rdata, expected);
+    }
+
+    #[test]
+    fn escaped_dots_and_digits_in_names() {
+        let recs = records("$TTL 60\na\\.b IN A 192.0.2.1\n\\065bc.example.com. IN A 192.0.2.2\n");
+        let first: Vec<&[u8]> = recs[0].name.iter().collect();
+        assert_eq!(first, vec![&b"a.b"[..], b"example", b"com"]);
+        assert_eq!(recs[1].name.iter().next(), Some(&b"Abc"[..]));
+    }
+
+    #[test]
+    fn letter_case_is_kept_in_owner_and_rdata() {
+        let recs = records("$TTL 60\nWWW.Example.COM. IN CNAME Edge.Example.NET.\n");
+        assert_eq!(recs[0].name.to_ascii(), "WWW.Example.COM.");
+        assert_eq!(recs[0].rdata, wire("Edge.Example.NET."));
+        assert_eq!(recs[0].rdata[1], b'E');
+    }
+
+    #[test]
+    fn comments_blank_lines_and_crlf() {
+        let text = "; header\r\n$TTL 60\r\n\r\n   \r\n; comment\r\nwww IN A 192.0.2.1 ; trailing\r\nftp IN TXT \"x\"\r\n";
+        let recs = records(text);
+        assert_eq!(recs.iter().map(|r| r.line).collect::<Vec<_>>(), vec![6, 7]);
+        assert_eq!(recs[1].rdata, vec![1, b'x']);
+    }
+
+    #[test]
+    fn name_bearing_types_are_encoded() {
+        let text = "$TTL 60\n@ IN MX 10 mail\n_sip._tcp IN SRV 1 2 5060 sip\nptr IN PTR host.example.net.\nn IN NAPTR 100 10 \"S\" \"SIP+D2U\" \"\" _sip._udp\n";
+        let recs = records(text);
+        let mut mx = 10u16.to_be_bytes().to_vec();
+        mx.extend(wire("mail.example.com."));
+        assert_eq!(find(&recs, "example.com.", RecordType::MX).rdata, mx);
+        let mut srv = [1u16, 2, 5060]
+            .iter()
+            .flat_map(|v| v.to_be_bytes())
+            .collect::<Vec<u8>>();
+        srv.extend(wire("sip.example.com."));
+        assert_eq!(
+            find(&recs, "_sip._tcp.example.com.", RecordType::SRV).rdata,
+            srv
+        );
+        assert_eq!(
+            find(&recs, "ptr.example.com.", RecordType::PTR).rdata,
+            wire("host.example.net.")
+        );
+        let mut naptr = vec![0, 100, 0, 10, 1, b'S', 7];
+        naptr.extend(b"SIP+D2U");
+        naptr.push(0);
+        naptr.extend(wire("_sip._udp.example.com."));
+        assert_eq!(
+            find(&recs, "n.example.com.", RecordType::NAPTR).rdata,
+            naptr
+        );
+    }
+
+    #[test]
+    fn ds_caa_and_hickory_types() {
+        let text = "$TTL 60\n\
+            sub IN DS 60485 5 1 ( 2BB183AF5F22588179A5\n 3B0A98631FAD1A292118 )\n\
+            @ IN CAA 0 issue \"ca.example.net\"\n\
+            @ IN AAAA 2001:db8::1\n\
+            @ IN SSHFP 1 1 123456789abcdef67890123456789abcdef67890\n\
+            _443._tcp IN TLSA 3 1 1 0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF\n\
+            @ IN HINFO \"PC\" \"Linux\"\n";
+        let recs = records(text);
+        let ds = find(&recs, "sub.example.com.", RecordType::DS);
+        assert_eq!(&ds.rdata[..4], &[0xec, 0x45, 5, 1]);
+        assert_eq!(ds.rdata.len(), 4 + 20);
+        assert_eq!(ds.line, 2);
+        let mut caa = vec![0, 5];
+        caa.extend(b"issueca.example.net");
+        assert_eq!(find(&recs, "example.com.", RecordType::CAA).rdata, caa);
+        assert_eq!(
+            find(&recs, "example.com.", RecordType::AAAA).rdata.len(),
+            16
+        );
+        assert_eq!(
+            find(&recs, "example.com.", RecordType::SSHFP).rdata[..2],
+            [1, 1]
+        );
+        assert_eq!(
+            find(&recs, "_443._tcp.example.com.", RecordType::TLSA)
+                .rdata
+                .len(),
+            3 + 32
+        );
+        assert_eq!(
+            find(&recs, "example.com.", RecordType::HINFO).rdata,
+            b"\x02PC\x05Linux".to_vec()
+        );
+    }
+
+    #[test]
+    fn https_target_is_completed_with_the_origin() {
+        let recs = records(
+            "$TTL 60\n@ IN HTTPS 1 edge alpn=\"h2,h3\" port=443\nw IN SVCB 0 svc.example.net.\n",
+        );
+        let https = find(&recs, "example.com.", RecordType::HTTPS);
+        let target = wire("edge.example.com.");
+        assert_eq!(&https.rdata[..2], &[0, 1]);
+        assert_eq!(&https.rdata[2..2 + target.len()], target.as_slice());
+        let alpn = [0, 1, 0, 6, 2, b'h', b'2', 2, b'h', b'3'];
+        assert!(https.rdata.windows(alpn.len()).any(|w| w == alpn), "{:?}", https.rdata);
+        let svcb = find(&recs, "w.example.com.", RecordType::SVCB);
+        assert_eq!(&svcb.rdata[2..], wire("svc.example.net.").as_slice());
+    }
+
+    #[test]
+    fn rfc3597_generic_syntax() {
+        let recs = records("$TTL 60\n@ CLASS1 TYPE65280 \\# 4 0a000001\n@ IN A \\# 4 C0000201\n@ IN TYPE1 192.0.2.9\ne IN TYPE65281 \\# 0\n");
+        assert_eq!(recs[0].rtype, RecordType::Unknown(65280));
+        assert_eq!(recs[0].rdata, vec![10, 0, 0, 1]);
+        assert_eq!(recs[1].rdata, vec![192, 0, 2, 1]);
+        assert_eq!(recs[2].rtype, RecordType::A);
+        assert_eq!(recs[2].rdata, vec![192, 0, 2, 9]);
+        assert!(recs[3].rdata.is_empty());
+        let (_, message) = only_problem("$TTL 60\n@ IN TYPE65280 \\# 5 0a000001\n");
+        assert!(message.contains("says 5 octets but has 4"), "{message}");
+    }
+
+    #[test]
+    fn include_is_relative_to_the_including_file_and_restores_origin() {
+        let dir = TempDir::new("include");
+        std::fs::create_dir_all(dir.0.join("parts")).expect("mkdir");
+        dir.write(
+            "parts/hosts.inc",
+            "; hosts\nwww IN A 192.0.2.1\n$ORIGIN deep\nx IN A 192.0.2.2\n",
+        );
+        let main = dir.write("example.com.zone", "$TTL 60\n$INCLUDE parts/hosts.inc sub\nafter IN A 192.0.2.3\n$INCLUDE \"parts/hosts.inc\"\n");
+        let zone = match load_zone_file(&main, &origin()) {
+            Ok(zone) => zone,
+            Err(problems) => panic!("{problems:#?}"),
+        };
+        let included = dir.0.join("parts/hosts.inc");
+        let www = find(&zone.records, "www.sub.example.com.", RecordType::A);
+        assert_eq!((www.file.as_path(), www.line), (included.as_path(), 2));
+        assert_eq!(
+            find(&zone.records, "x.deep.sub.example.com.", RecordType::A).line,
+            4
+        );
+        let after = find(&zone.records, "after.example.com.", RecordType::A);
+        assert_eq!((after.file.as_path(), after.line), (main.as_path(), 3));
+        find(&zone.records, "www.example.com.", RecordType::A);
+    }
+
+    #[test]
+    fn include_cycles_depth_and_missing_files_are_problems() {
+        let dir = TempDir::new("cycle");
+        dir.write("b.inc", "\n$INCLUDE a.zone\n");
+        let a = dir.write("a.zone", "$TTL 60\n$INCLUDE b.inc\n$INCLUDE missing.inc\n");
+        let Err(found) = load_zone_file(&a, &origin()) else {
+            panic!("cycle accepted")
+        };
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert_eq!(
+            (found[0].file.clone(), found[0].line),
+            (dir.0.join("b.inc"), 2)
+        );
+        assert!(found[0].message.contains("cycle"), "{}", found[0].message);
+        assert_eq!((found[1].file.clone(), found[1].line), (a.clone(), 3));
+        assert!(
+            found[1].message.contains("missing.inc"),
+            "{}",
+            found[1].message
+        );
+
+        for i in 0..=MAX_INCLUDE_DEPTH + 1 {
+            dir.write(&format!("d{i}.inc"), &format!("$INCLUDE d{}.inc\n", i + 1));
+        }
+        let deep = dir.write("deep.zone", "$INCLUDE d0.inc\n");
+        let Err(found) = load_zone_file(&deep, &origin()) else {
+            panic!("depth accepted")
+        };
+        assert!(
+            found.iter().any(|p| p.message.contains("nested deeper")),
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn size_limits() {
+        let long_label = "a".repeat(64);
+        let (_, message) = only_problem(&format!("$TTL 60\n{long_label} IN A 192.0.2.1\n"));
+        assert!(message.contains("longer than 63"), "{message}");
+        let ok_label = "a".repeat(63);
+        records(&format!("$TTL 60\n{ok_label} IN A 192.0.2.1\n"));
+
+        let long_name = vec!["abcdefghi"; 26].join(".");
+        let (_, message) = only_problem(&format!("$TTL 60\n{long_name}. IN A 192.0.2.1\n"));
+        assert!(
+            message.contains("octets long; the limit is 255"),
+            "{message}"
+        );
+
+        assert_eq!(
+            records("$TTL 2147483647\n@ IN A 192.0.2.1\n")[0].ttl,
+            MAX_TTL
+        );
+        let found = problems("$TTL 2147483648\n@ IN A 192.0.2.1\n");
+        assert_eq!(found[0].line, 1);
+        assert!(found[0].message.contains("above the limit"), "{found:#?}");
+
+        let string = format!("\"{}\" ", "x".repeat(255));
+        records(&format!("$TTL 60\n@ IN TXT {}\n", string.repeat(255)));
+        let (_, message) = only_problem(&format!("$TTL 60\n@ IN TXT {}\n", string.repeat(257)));
+        assert!(message.contains("the limit is 65535"), "{message}");
+        let (_, message) = only_problem(&format!("$TTL 60\n@ IN TXT \"{}\"\n", "x".repeat(256)));
+        assert!(
+            message.contains("character string is 256 octets"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn problems_are_collected_with_lines() {
+        let text = "$TTL 60\n@ IN A 1.2.3\nok IN A 192.0.2.1\n@ IN FOO x\n$GENERATE 1-2 a A 1.2.3.4\n@ IN DNAME x\n";
+        let found = problems(text);
+        let lines: Vec<u32> = found.iter().map(|p| p.line).collect();
+        assert_eq!(lines, vec![2, 4, 5, 6], "{found:#?}");
+        assert!(found[1].message.contains("unknown record type 'FOO'"));
+        assert!(found[2].message.contains("unsupported directive $GENERATE"));
+        assert!(found[3].message.contains("DNAME"));
+        assert!(found.iter().all(|p| p.file == path() && p.is_error()));
+    }
+
+    #[test]
+    fn hostile_syntax_is_reported_not_panicked() {
+        let cases: [(&str, u32, &str); 10] = [
+            (
+                "$TTL 60\n@ IN TXT \"open\n@ IN A 192.0.2.1\n",
+                2,
+                "unterminated quoted string",
+            ),
+            (
+                "$TTL 60\n@ IN SOA ( a b\n1 2 3 4 5\n",
+                2,
+                "'(' is never closed",
+            ),
+            ("$TTL 60\n@ IN A 192.0.2.1 )\n", 2, "')' without"),
+            (
+                "$TTL 60\n@ IN MX 99999999999999999999999 mx\n",
+                2,
+                "preference",
+            ),
+            (
+                "$TTL 60\n@ IN 99999999999999999999 A 192.0.2.1\n",
+                2,
+                "above the limit",
+            ),
+            (
+                "$TTL 60\n@ 99999999999999999999s IN A 192.0.2.1\n",
+                2,
+                "above the limit",
+            ),
+            ("$TTL 60\nx\\1 IN A 192.0.2.1\n", 2, "three decimal digits"),
+            ("$TTL 60\n@ IN TXT x\\\n", 2, "backslash"),
+            (
+                "$TTL 60\n\u{1}\u{2} IN A 192.0.2.1\n",
+                2,
+                "control character 0x01",
+            ),
+            ("$TTL 60\nwww.bücher IN A 192.0.2.1\n", 2, "punycode"),
+        ];
+        for (text, line, needle) in cases {
+            let found = problems(text);
+            assert!(
+                found
+                    .iter()
+                    .any(|p| p.line == line && p.message.contains(needle)),
+                "{text:?}: expected line {line} '{needle}', got {found:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn binary_garbage_never_panics_and_problems_are_capped() {
+        // A fixed-seed xorshift keeps the test deterministic.
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let alphabet = b"$@()\";\\.\n\r\t 0123456789aAzZ:-_#INTXTSOA\x00\xff\x80";
+        for round in 0..400 {
+            let len = (next() % 200) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    if round % 2 == 0 {
+                        alphabet[(next() % alphabet.len() as u64) as usize]
+                    } else {
+                        next() as u8
+                    }
+                })
+                .collect();
+            let _ = parse_zone_bytes(&bytes, &path(), &origin());
+        }
+        let many = "@ IN A nonsense\n".repeat(500);
+        let found = problems(&many);
+        assert_eq!(found.len(), MAX_PROBLEMS + 1);
+        assert!(found[MAX_PROBLEMS].message.contains("giving up"));
+    }
+
+    #[test]
+    fn hickory_type_errors_are_problems() {
+        for text in [
+            "@ IN SSHFP x y z",
+            "@ IN TLSA 3 1",
+            "@ IN HTTPS 1 . alpn=",
+            "@ IN HTTPS",
+            "@ IN CAA 0 bad-tag x",
+        ] {
+            let found = problems(&format!("$TTL 60\n{text}\n"));
+            assert_eq!(found[0].line, 2, "{text}: {found:#?}");
+        }
+    }
+
+    #[test]
+    fn problem_display_names_file_line_and_severity() {
+        let error = ZoneProblem::error(
+            "zones/example.com.zone",
+            12,
+            "CNAME beside other data at www.example.com.",
+        );
+        assert_eq!(
+            error.to_string(),
+            "zones/example.com.zone:12: error: CNAME beside other data at www.example.com."
+        );
+        let warning = ZoneProblem::warning("zones/example.com.zone", 0, "no NS records");
+        assert_eq!(
+            warning.to_string(),
+            "zones/example.com.zone: warning: no NS records"
+        );
+    }
+
+    #[test]
+    fn origin_from_file_names() {
+        assert_eq!(
+            origin_from_file_name(Path::new("zones/example.com.zone")),
+            Some(name("example.com."))
+        );
+        assert_eq!(
+            origin_from_file_name(Path::new("2.0.192.in-addr.arpa.zone")),
+            Some(name("2.0.192.in-addr.arpa."))
+        );
+        assert_eq!(
+            origin_from_file_name(Path::new("zones/example.com.txt")),
+            None
+        );
+        assert_eq!(origin_from_file_name(Path::new("zones/.zone")), None);
+        assert_eq!(origin_from_file_name(Path::new("zones/a..b.zone")), None);
+    }
+
+    #[test]
+    fn zone_dir_loading() {
+        let dir = TempDir::new("dir");
+        dir.write("b.example.zone", "$TTL 60\n@ IN A 192.0.2.1\n");
+        dir.write("a.example.zone", "$TTL 60\n@ IN A 192.0.2.2\n");
+        dir.write("a.example..zone", "$TTL 60\n@ IN A 192.0.2.3\n");
+        let broken = dir.write("c.example.zone", "$TTL 60\n\n@ IN A nope\n");
+        dir.write("notes.txt", "not a zone");
+        let (zones, found) = load_zone_dir(&dir.0);
+        let origins: Vec<String> = zones.iter().map(|z| z.origin.to_ascii()).collect();
+        assert_eq!(origins, vec!["a.example.", "b.example."]);
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(
+            found[0].message.contains("also loaded from"),
+            "{}",
+            found[0]
+        );
+        assert_eq!((found[1].file.clone(), found[1].line), (broken, 3));
+
+        let (zones, found) = load_zone_dir(&dir.0.join("missing"));
+        assert!(zones.is_empty());
+        assert!(
+            found[0].message.contains("cannot read zone directory"),
+            "{}",
+            found[0]
+        );
+    }
+}
