@@ -15,7 +15,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use hickory_proto::rr::{Name, RData, RecordType};
-use hickory_proto::serialize::binary::{BinEncodable, BinEncoder, NameEncoding};
+use hickory_proto::serialize::binary::{
+    BinDecoder, BinEncodable, BinEncoder, NameEncoding, Restrict,
+};
 
 /// Parsing stops once this many problems have been collected for one zone.
 pub const MAX_PROBLEMS: usize = 100;
@@ -863,7 +865,9 @@ fn rdata_to_wire(
         .first()
         .is_some_and(|t| !t.quoted && t.text == b"\\#")
     {
-        return generic_rdata(&tokens[1..], line);
+        let data = generic_rdata(&tokens[1..], line)?;
+        check_generic_wire(rtype, &data, line)?;
+        return Ok(data);
     }
     let mut fields = Fields {
         tokens,
@@ -988,6 +992,33 @@ fn generic_rdata(tokens: &[Token], line: u32) -> Result<Vec<u8>, Fault> {
     Ok(data)
 }
 
+/// Generic RDATA of a type hickory knows must decode as that type, so that `CNAME \# 1 00`
+/// cannot slip a malformed record past validation.
+fn check_generic_wire(rtype: RecordType, data: &[u8], line: u32) -> Result<(), Fault> {
+    if matches!(rtype, RecordType::Unknown(_)) {
+        return Ok(());
+    }
+    let Ok(length) = u16::try_from(data.len()) else {
+        return Ok(()); // the RDATA size limit reports this
+    };
+    let decoded = std::panic::catch_unwind(|| {
+        let mut decoder = BinDecoder::new(data);
+        RData::read(&mut decoder, rtype, Restrict::new(length)).map(|_| ())
+    });
+    let name = type_text(rtype);
+    match decoded {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(fault(
+            line,
+            format!("generic RDATA is not valid {name} data: {e}"),
+        )),
+        Err(_) => Err(fault(
+            line,
+            format!("generic RDATA is not valid {name} data"),
+        )),
+    }
+}
+
 /// SVCB/HTTPS: we make the target name absolute (hickory has no origin), then let hickory
 /// parse the service parameters. Quoted values are passed unquoted, so a value with blanks in
 /// it is refused (use the generic syntax for such exotic records).
@@ -1002,7 +1033,10 @@ fn svcb_to_wire(
         match rewritten.last_mut() {
             // hickory wants `key=value` as one unquoted word: `alpn="h2,h3"` → `alpn=h2,h3`.
             Some(previous) if token.glued => previous.text.extend_from_slice(&token.text),
-            _ => rewritten.push(Token { quoted: false, ..token.clone() }),
+            _ => rewritten.push(Token {
+                quoted: false,
+                ..token.clone()
+            }),
         }
     }
     if let Some(target) = rewritten.get_mut(1) {
@@ -1107,6 +1141,8 @@ impl Parser {
             last_owner: None,
             depth,
         };
+        // Editors on some platforms start files with a UTF-8 byte order mark.
+        let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
         let mut lexer = Lexer::new(bytes);
         while let Some(entry) = lexer.next_entry() {
             if self.gave_up {
@@ -1498,7 +1534,7 @@ mod tests {
     #[test]
     fn comments_blank_lines_and_crlf() {
         let text = "; header\r\n$TTL 60\r\n\r\n   \r\n; comment\r\nwww IN A 192.0.2.1 ; trailing\r\nftp IN TXT \"x\"\r\n";
-        let recs = records(text);
+        let recs = records(&format!("\u{feff}{text}"));
         assert_eq!(recs.iter().map(|r| r.line).collect::<Vec<_>>(), vec![6, 7]);
         assert_eq!(recs[1].rdata, vec![1, b'x']);
     }
@@ -1580,7 +1616,11 @@ mod tests {
         assert_eq!(&https.rdata[..2], &[0, 1]);
         assert_eq!(&https.rdata[2..2 + target.len()], target.as_slice());
         let alpn = [0, 1, 0, 6, 2, b'h', b'2', 2, b'h', b'3'];
-        assert!(https.rdata.windows(alpn.len()).any(|w| w == alpn), "{:?}", https.rdata);
+        assert!(
+            https.rdata.windows(alpn.len()).any(|w| w == alpn),
+            "{:?}",
+            https.rdata
+        );
         let svcb = find(&recs, "w.example.com.", RecordType::SVCB);
         assert_eq!(&svcb.rdata[2..], wire("svc.example.net.").as_slice());
     }
@@ -1596,6 +1636,12 @@ mod tests {
         assert!(recs[3].rdata.is_empty());
         let (_, message) = only_problem("$TTL 60\n@ IN TYPE65280 \\# 5 0a000001\n");
         assert!(message.contains("says 5 octets but has 4"), "{message}");
+        let (_, message) = only_problem("$TTL 60\n@ IN A \\# 3 0a0000\n");
+        assert!(message.contains("not valid A data"), "{message}");
+        let (_, message) = only_problem("$TTL 60\n@ IN CNAME \\# 2 0341\n");
+        assert!(message.contains("not valid CNAME data"), "{message}");
+        let cname = records("$TTL 60\n@ IN CNAME \\# 3 014100\n");
+        assert_eq!(cname[0].rdata, vec![1, b'A', 0]);
     }
 
     #[test]

@@ -301,3 +301,147 @@ fn report_duplicates(members: &[&SourceRecord], problems: &mut Vec<ZoneProblem>)
 pub fn has_errors(problems: &[ZoneProblem]) -> bool {
     problems.iter().any(ZoneProblem::is_error)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zone::parse::{load_zone_file, parse_zone_text, Severity};
+    use std::path::{Path, PathBuf};
+
+    fn origin() -> Name {
+        Name::from_ascii("example.com.").expect("test origin")
+    }
+
+    fn fixture_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zones/bad")
+    }
+
+    /// Problems of a fixture: parse problems if it does not parse, else validation problems.
+    fn problems_of(path: &Path) -> Vec<ZoneProblem> {
+        match load_zone_file(path, &origin()) {
+            Ok(zone) => validate(&zone),
+            Err(problems) => problems,
+        }
+    }
+
+    /// `(line, severity, text)` marked in a fixture by `; expect error: text` (line 0 for
+    /// `; expect-file error: text`).
+    fn expectations(path: &Path) -> Vec<(u32, Severity, String)> {
+        let text = std::fs::read_to_string(path).expect("read fixture");
+        let mut found = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            for marker in line.split("; expect").skip(1) {
+                let (line_no, rest) = match marker.strip_prefix("-file") {
+                    Some(rest) => (0, rest),
+                    None => (index as u32 + 1, marker),
+                };
+                let rest = rest.trim_start();
+                let (severity, message) = if let Some(m) = rest.strip_prefix("error:") {
+                    (Severity::Error, m)
+                } else if let Some(m) = rest.strip_prefix("warning:") {
+                    (Severity::Warning, m)
+                } else {
+                    panic!("{}: bad marker '{marker}'", path.display());
+                };
+                found.push((line_no, severity, message.trim().to_string()));
+            }
+        }
+        found
+    }
+
+    fn fixtures() -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(fixture_dir())
+            .expect("fixture dir")
+            .map(|entry| entry.expect("dir entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "zone"))
+            .collect();
+        paths.sort();
+        paths
+    }
+
+    #[test]
+    fn every_fixture_reports_exactly_its_marked_problems() {
+        let paths = fixtures();
+        assert!(paths.len() >= 12, "fixtures missing: {paths:?}");
+        for path in paths {
+            let expected = expectations(&path);
+            assert!(
+                !expected.is_empty(),
+                "{} has no expect marker",
+                path.display()
+            );
+            let mut found = problems_of(&path);
+            for (line, severity, text) in &expected {
+                let hit = found.iter().position(|p| {
+                    p.line == *line && p.severity == *severity && p.message.contains(text.as_str())
+                });
+                match hit {
+                    Some(index) => {
+                        let problem = found.remove(index);
+                        assert_eq!(problem.file, path, "problem names the wrong file");
+                    }
+                    None => panic!(
+                        "{}:{line}: expected {severity} '{text}', got {found:#?}",
+                        path.display()
+                    ),
+                }
+            }
+            assert!(
+                found.is_empty(),
+                "{}: unexpected problems {found:#?}",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
+    fn cname_problem_renders_as_documented() {
+        let path = fixture_dir().join("cname-beside-data.zone");
+        let found = problems_of(&path);
+        let rendered = found[0].to_string();
+        let expected_prefix = format!(
+            "{}:5: error: CNAME beside other data at www.example.com.",
+            path.display()
+        );
+        assert!(rendered.starts_with(&expected_prefix), "{rendered}");
+    }
+
+    #[test]
+    fn a_clean_zone_has_no_problems() {
+        let text = "$TTL 3600\n\
+            @ IN SOA ns1 hostmaster 1 7200 900 1209600 300\n\
+            @ IN NS ns1\n@ IN NS ns.example.net.\n\
+            ns1 IN A 192.0.2.1\nns1 IN AAAA 2001:db8::1\n\
+            www IN CNAME edge.example.net.\nwww IN RRSIG \\# 0\n\
+            sub IN NS ns.sub\nsub IN DS 1 8 2 00ff\nns.sub IN A 192.0.2.2\n\
+            other IN NS ns1.example.com.\n";
+        let zone = parse_zone_text(text, Path::new("zones/example.com.zone"), &origin())
+            .expect("clean zone parses");
+        let found = validate(&zone);
+        assert!(found.is_empty(), "{found:#?}");
+        assert!(!has_errors(&found));
+    }
+
+    #[test]
+    fn problems_in_included_files_point_at_them() {
+        let dir = std::env::temp_dir().join(format!("steerdns-validate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let inc = dir.join("www.inc");
+        std::fs::write(&inc, "\nwww IN A 192.0.2.9\n").expect("write");
+        let main = dir.join("example.com.zone");
+        let text = "$TTL 60\n@ IN SOA ns1 h 1 2 3 4 5\n@ IN NS ns1\nns1 IN A 192.0.2.1\nwww IN CNAME x.example.net.\n$INCLUDE www.inc\n";
+        std::fs::write(&main, text).expect("write");
+        let loaded = load_zone_file(&main, &origin());
+        let _ = std::fs::remove_dir_all(&dir);
+        let found = validate(&loaded.expect("parses"));
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!((found[0].file.clone(), found[0].line), (main, 5));
+        assert!(
+            found[0]
+                .message
+                .contains(&format!("A at {}:2", inc.display())),
+            "{}",
+            found[0]
+        );
+    }
+}
