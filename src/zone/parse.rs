@@ -176,6 +176,7 @@ pub fn origin_from_file_name(path: &Path) -> Option<Name> {
 pub fn load_zone_dir(dir: &Path) -> (Vec<ParsedZone>, Vec<ZoneProblem>) {
     let mut zones: Vec<ParsedZone> = Vec::new();
     let mut problems = Vec::new();
+    let mut seen: Vec<(Name, PathBuf)> = Vec::new();
     let paths = match zone_files_in(dir) {
         Ok(paths) => paths,
         Err(message) => return (zones, vec![ZoneProblem::error(dir, 0, message)]),
@@ -186,14 +187,14 @@ pub fn load_zone_dir(dir: &Path) -> (Vec<ParsedZone>, Vec<ZoneProblem>) {
             problems.push(ZoneProblem::error(&path, 0, message));
             continue;
         };
-        if let Some(earlier) = zones.iter().find(|zone| zone.origin == origin) {
-            let message = format!(
-                "zone {origin} is also loaded from {}",
-                earlier.path.display()
-            );
+        // Checked against every earlier file, loaded or not, so a broken file cannot hide a
+        // duplicate.
+        if let Some((_, earlier)) = seen.iter().find(|(seen_origin, _)| *seen_origin == origin) {
+            let message = format!("zone {origin} is also loaded from {}", earlier.display());
             problems.push(ZoneProblem::error(&path, 0, message));
             continue;
         }
+        seen.push((origin.clone(), path.clone()));
         match load_zone_file(&path, &origin) {
             Ok(zone) => zones.push(zone),
             Err(found) => problems.extend(found),
@@ -329,12 +330,7 @@ impl<'a> Lexer<'a> {
                 has_owner = self.peek().is_some_and(|b| !matches!(b, b' ' | b'\t'));
             }
             at_line_start = false;
-            let glued_to_previous = !tokens.is_empty()
-                && self.pos > 0
-                && self
-                    .src
-                    .get(self.pos - 1)
-                    .is_some_and(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n' | b'(' | b')'));
+            let glued_to_previous = !tokens.is_empty() && self.follows_text();
             let Some(byte) = self.peek() else {
                 if let Some(opened) = open_paren {
                     return Some(Err(fault(opened, "'(' is never closed")));
@@ -393,6 +389,12 @@ impl<'a> Lexer<'a> {
                 },
             }
         }
+    }
+
+    /// The byte before the cursor belongs to a token (no blank in between).
+    fn follows_text(&self) -> bool {
+        let previous = self.pos.checked_sub(1).and_then(|i| self.src.get(i));
+        previous.is_some_and(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n' | b'(' | b')'))
     }
 
     /// After a lexing error, drop the rest of the physical line so parsing can go on.
@@ -1884,12 +1886,23 @@ mod tests {
         dir.write("b.example.zone", "$TTL 60\n@ IN A 192.0.2.1\n");
         dir.write("a.example.zone", "$TTL 60\n@ IN A 192.0.2.2\n");
         dir.write("a.example..zone", "$TTL 60\n@ IN A 192.0.2.3\n");
+        // A duplicate of a file that fails to parse is still a duplicate.
+        dir.write("d.example..zone", "@ IN A 192.0.2.4\n");
+        dir.write("d.example.zone", "$TTL 60\n@ IN A 192.0.2.5\n");
         let broken = dir.write("c.example.zone", "$TTL 60\n\n@ IN A nope\n");
         dir.write("notes.txt", "not a zone");
         let (zones, found) = load_zone_dir(&dir.0);
         let origins: Vec<String> = zones.iter().map(|z| z.origin.to_ascii()).collect();
         assert_eq!(origins, vec!["a.example.", "b.example."]);
-        assert_eq!(found.len(), 2, "{found:#?}");
+        assert_eq!(found.len(), 4, "{found:#?}");
+        assert!(found[2].message.contains("no TTL"), "{}", found[2]);
+        let duplicate = &found[3];
+        assert!(
+            duplicate
+                .message
+                .contains("zone d.example. is also loaded from"),
+            "{duplicate}"
+        );
         assert!(
             found[0].message.contains("also loaded from"),
             "{}",

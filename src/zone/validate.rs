@@ -193,7 +193,9 @@ fn delegation_points(zone: &ParsedZone, owners: &Owners<'_>) -> BTreeSet<Name> {
 fn enclosing_cut(name: &Name, origin: &Name, cuts: &BTreeSet<Name>) -> Option<Name> {
     let mut found = None;
     let mut current = name.to_lowercase();
-    while current.num_labels() > origin.num_labels() {
+    // Count raw labels: `Name::num_labels` does not count a leading `*`.
+    let apex_labels = origin.iter().count();
+    while current.iter().count() > apex_labels {
         if cuts.contains(&current) {
             found = Some(current.clone());
         }
