@@ -1,5 +1,11 @@
-//! zone
-//! Zone files: `parse` loads RFC 1035 master files with file:line for every record,
-//! `validate` checks a parsed zone for errors and warnings.
+//! Zones: loading master files with file:line for every record ([`parse`]), checking them
+//! ([`validate`]), the compiled immutable form the serving path reads ([`model`]), and the
+//! answer engine ([`lookup`]).
+//!
+//! Owns authoritative semantics (RFC 1034/2308/4592/8482). Knows nothing of sockets, and of
+//! policies only the [`lookup::Steering`] hook through which steered names get their answers.
+
+pub mod lookup;
+pub mod model;
 pub mod parse;
 pub mod validate;
