@@ -4,20 +4,59 @@
 //! Owns parsing and checking the file; relative paths resolve against the file's directory.
 //! Knows nothing of sockets or zones beyond their paths.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ipnet::IpNet;
 use serde::Deserialize;
+
+use crate::geo::GeoConfig;
+use crate::policy::{ProfileConfig, SteeredConfig, TopologyConfig};
 
 use crate::server::tcp::TcpLimits;
 use crate::snapshot::ServeOptions;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
     pub server: ServerConfig,
+    /// Client location: GeoIP database, country/continent → region, CIDR overrides.
+    #[serde(default)]
+    pub geo: GeoConfig,
+    /// Global anycast, regions and fallback sites.
+    #[serde(default)]
+    pub topology: TopologyConfig,
+    /// Weighted / geo / failover profiles, by name.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, ProfileConfig>,
+    /// Names whose A/AAAA (or CNAME) answers a policy computes.
+    #[serde(default)]
+    pub steered: Vec<SteeredConfig>,
+    /// Who may see decision traces (`dig CH TXT <steered name>`).
+    #[serde(default)]
+    pub trace: TraceConfig,
+    /// Directory the config file is in: relative paths (geo database) resolve against it.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TraceConfig {
+    /// Clients allowed to ask `CH TXT <name>` for a decision trace. Default: loopback only.
+    pub allow: Vec<IpNet>,
+}
+
+impl Default for TraceConfig {
+    fn default() -> Self {
+        let loopback = |s: &str| s.parse().ok();
+        TraceConfig {
+            allow: ["127.0.0.0/8", "::1/128"].iter().filter_map(|s| loopback(s)).collect(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,7 +138,26 @@ pub enum ConfigError {
     },
 }
 
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server: ServerConfig::default(),
+            geo: GeoConfig::default(),
+            topology: TopologyConfig::default(),
+            profiles: BTreeMap::new(),
+            steered: Vec::new(),
+            trace: TraceConfig::default(),
+            base_dir: PathBuf::from("."),
+        }
+    }
+}
+
 impl Config {
+    /// Does this config steer any names? (Without steered names no topology is needed.)
+    pub fn has_steering(&self) -> bool {
+        !self.steered.is_empty()
+    }
+
     /// Reads and checks a config file; relative paths in it become relative to its directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -107,7 +165,10 @@ impl Config {
             source,
         })?;
         let mut config = Config::parse(&text, path)?;
-        let base = path.parent().unwrap_or(Path::new("."));
+        let base = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
         config.resolve_paths(base);
         Ok(config)
     }
@@ -161,6 +222,7 @@ impl Config {
     }
 
     fn resolve_paths(&mut self, base: &Path) {
+        self.base_dir = base.to_path_buf();
         if self.server.zones.is_relative() {
             self.server.zones = base.join(&self.server.zones);
         }

@@ -33,7 +33,7 @@ fn answer_text(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<St
     match name {
         b"\x07version\x04bind\x00" | b"\x07version\x06server\x00" => options.version.clone(),
         b"\x02id\x06server\x00" | b"\x08hostname\x04bind\x00" => options.identity.clone(),
-        _ => snapshot.chaos_extra(&query.qname, client),
+        _ => snapshot.chaos_extra(&query.qname, client, query.edns.as_ref().and_then(|e| e.client_subnet.as_ref())),
     }
 }
 

@@ -9,7 +9,7 @@ use super::model::{CompiledPolicies, GeoRoute, PolicyRoot};
 
 /// Explains how `root` answers `client`: profile path, chosen endpoints, shed state, hash
 /// bucket, TTL and ECS scope, e.g.
-/// `profile critical[weighted] → endpoint frontdoor (single servable); answer CNAME
+/// `profile critical[weighted] -> endpoint frontdoor (single servable); answer CNAME
 /// critical.edge.example.net.; ttl 60; scope 0`.
 pub fn explain(p: &CompiledPolicies, root: PolicyRoot, client: &Client, shed: &ShedView) -> String {
     let decision = evaluate(p, root, client, shed);
@@ -20,7 +20,7 @@ pub fn explain(p: &CompiledPolicies, root: PolicyRoot, client: &Client, shed: &S
     }
     for step in decision.trace.steps.iter().flatten() {
         if !out.is_empty() {
-            out.push_str(" → ");
+            out.push_str(" -> ");
         }
         let profile = p.profile_name(step.profile).unwrap_or("?");
         let kind = match step.choice {
@@ -31,7 +31,7 @@ pub fn explain(p: &CompiledPolicies, root: PolicyRoot, client: &Client, shed: &S
         let endpoint = p.endpoint_name(step.profile, step.endpoint).unwrap_or("?");
         let _ = write!(
             out,
-            "profile {profile}[{kind}] → endpoint {endpoint} ({})",
+            "profile {profile}[{kind}] -> endpoint {endpoint} ({})",
             { step_reason(p, step.choice, client.region) }
         );
     }
@@ -68,21 +68,21 @@ fn destination_label(p: &CompiledPolicies, destination: Destination) -> String {
 
 fn anycast_choice(p: &CompiledPolicies, choice: AnycastChoice) -> String {
     match choice {
-        AnycastChoice::Global => "not shed → global".to_owned(),
-        AnycastChoice::Forced(d) => format!("forced → {}", destination_label(p, d)),
-        AnycastChoice::Drained(d) => format!("drained → {}", destination_label(p, d)),
+        AnycastChoice::Global => "not shed -> global".to_owned(),
+        AnycastChoice::Forced(d) => format!("forced -> {}", destination_label(p, d)),
+        AnycastChoice::Drained(d) => format!("drained -> {}", destination_label(p, d)),
         AnycastChoice::Shed {
             destination,
             bucket,
             fraction_permille,
         } => format!(
-            "shedding {fraction_permille}‰, bucket {bucket} → {}",
+            "shedding {fraction_permille}‰, bucket {bucket} -> {}",
             destination_label(p, destination)
         ),
         AnycastChoice::Kept {
             bucket,
             fraction_permille,
-        } => format!("shedding {fraction_permille}‰, bucket {bucket} kept → global"),
+        } => format!("shedding {fraction_permille}‰, bucket {bucket} kept -> global"),
     }
 }
 

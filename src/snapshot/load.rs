@@ -4,10 +4,13 @@
 use std::time::Instant;
 
 use crate::config::Config;
+use crate::geo::Locator;
+use crate::policy::{compile, ControlKnobs, ShedView};
 use crate::zone::model::{RecordInput, Zone};
 use crate::zone::parse::{load_zone_dir, ZoneProblem};
 use crate::zone::validate::validate;
 
+use super::steer::SteeringData;
 use super::Snapshot;
 
 /// A snapshot ready to serve, with the warnings found on the way and how long it took.
@@ -53,10 +56,67 @@ pub fn load(config: &Config) -> Result<Loaded, Vec<String>> {
     if !failures.is_empty() {
         return Err(failures);
     }
-    let snapshot = Snapshot::build(zones, config.serve_options());
+    let mut warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+    let steering = compile_steering(config, &mut zones, &mut warnings)?;
+    let snapshot = Snapshot::build(zones, config.serve_options(), steering, config.trace.allow.clone());
     Ok(Loaded {
         snapshot,
-        warnings: warnings.iter().map(ToString::to_string).collect(),
+        warnings,
         elapsed: started.elapsed(),
     })
+}
+
+/// Compiles topology, profiles and steered names, locates the geo database, and binds every
+/// steered name into its zone. `Ok(None)` when nothing is steered.
+fn compile_steering(
+    config: &Config,
+    zones: &mut [Zone],
+    warnings: &mut Vec<String>,
+) -> Result<Option<SteeringData>, Vec<String>> {
+    if !config.has_steering() {
+        return Ok(None);
+    }
+    let policies = compile(&config.topology, &config.profiles, &config.steered, &ControlKnobs::default())
+        .map_err(|errors| errors.iter().map(|e| format!("config: {e}")).collect::<Vec<_>>())?;
+    let region_names: Vec<&str> = policies.region_names().collect();
+    let locator = Locator::compile(&config.geo, &config.base_dir, &region_names)
+        .map_err(|e| vec![format!("config: {e}")])?;
+    if let Some(reason) = locator.degraded() {
+        warnings.push(format!(
+            "geo database unusable, every client maps to the default region: {reason}"
+        ));
+    }
+    bind_steered_names(&policies, zones)?;
+    Ok(Some(SteeringData {
+        policies,
+        locator,
+        shed: ShedView::default(),
+    }))
+}
+
+fn bind_steered_names(policies: &crate::policy::CompiledPolicies, zones: &mut [Zone]) -> Result<(), Vec<String>> {
+    let mut per_zone: Vec<Vec<(&hickory_proto::rr::Name, u32)>> = vec![Vec::new(); zones.len()];
+    let mut errors = Vec::new();
+    for (i, steered) in policies.steered().iter().enumerate() {
+        let owner = zones
+            .iter()
+            .enumerate()
+            .filter(|(_, z)| z.origin.zone_of(&steered.name))
+            .max_by_key(|(_, z)| z.apex_labels);
+        match owner {
+            Some((zi, _)) => per_zone[zi].push((&steered.name, i as u32)),
+            None => errors.push(format!(
+                "config: steered[{i}].name: {} is not inside any served zone",
+                steered.name
+            )),
+        }
+    }
+    for (zone, bindings) in zones.iter_mut().zip(&per_zone) {
+        if !bindings.is_empty() {
+            if let Err(e) = zone.bind_steered(bindings) {
+                errors.push(format!("config: {e}"));
+            }
+        }
+    }
+    if errors.is_empty() { Ok(()) } else { Err(errors) }
 }

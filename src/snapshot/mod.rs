@@ -6,6 +6,7 @@
 
 pub mod load;
 mod precompiled;
+pub mod steer;
 
 use std::sync::Arc;
 
@@ -13,10 +14,13 @@ use arc_swap::ArcSwap;
 
 pub use precompiled::Precompiled;
 
+use ipnet::IpNet;
+
 use crate::dns::respond::Client;
 use crate::dns::wire::{ClientSubnet, WireName};
-use crate::zone::lookup::{NoSteering, ZoneSet};
+use crate::zone::lookup::{resolve, ZoneSet};
 use crate::zone::model::Zone;
+use steer::{ClientSteering, SteeringData};
 
 /// The pointer the serving path loads for every packet; reloads store a new snapshot into it.
 pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
@@ -49,27 +53,56 @@ pub struct Snapshot {
     pub zones: ZoneSet,
     pub precompiled: Precompiled,
     pub options: ServeOptions,
+    /// Policies, locator and shield view; `None` when no names are steered.
+    pub steering: Option<SteeringData>,
+    /// Clients allowed to see decision traces over `CH TXT`.
+    pub trace_allow: Vec<IpNet>,
 }
 
 impl Snapshot {
     /// Compiles zones and options into a servable snapshot, precompiling static answers.
-    pub fn build(zones: Vec<Zone>, options: ServeOptions) -> Snapshot {
+    pub fn build(
+        zones: Vec<Zone>,
+        options: ServeOptions,
+        steering: Option<SteeringData>,
+        trace_allow: Vec<IpNet>,
+    ) -> Snapshot {
         let mut snapshot = Snapshot {
             zones: ZoneSet::new(zones),
             precompiled: Precompiled::default(),
             options,
+            steering,
+            trace_allow,
         };
         snapshot.precompiled = Precompiled::build(&snapshot);
         snapshot
     }
 
-    /// The steering context for one query (None while no policies are configured).
-    pub fn steering_for(&self, _client: &Client, _subnet: Option<&ClientSubnet>) -> Option<NoSteering> {
-        None
+    /// The steering context for one query (None when no names are steered).
+    pub fn steering_for(&self, client: &Client, subnet: Option<&ClientSubnet>) -> Option<ClientSteering<'_>> {
+        let data = self.steering.as_ref()?;
+        Some(ClientSteering::new(data, steer::locate(&data.locator, client, subnet)))
     }
 
-    /// CHAOS names beyond version/identity (none yet).
-    pub fn chaos_extra(&self, _qname: &WireName, _client: &Client) -> Option<String> {
-        None
+    /// CHAOS names beyond version/identity: the decision trace of a steered name, for
+    /// permitted clients.
+    pub fn chaos_extra(&self, qname: &WireName, client: &Client, subnet: Option<&ClientSubnet>) -> Option<String> {
+        if !self.trace_allow.iter().any(|net| net.contains(&client.addr)) {
+            return None;
+        }
+        let data = self.steering.as_ref()?;
+        let steering = self.steering_for(client, subnet)?;
+        for qtype in [crate::dns::wire::rtype::A, crate::dns::wire::rtype::AAAA] {
+            resolve(&self.zones, qname, qtype, &steering)?;
+            if steering.asked.get().is_some() {
+                break;
+            }
+        }
+        let binding = steering.asked.get()?;
+        let source = match subnet {
+            Some(ecs) if ecs.source_prefix > 0 => format!("ecs {}/{}", ecs.addr, ecs.source_prefix),
+            _ => "source address".to_string(),
+        };
+        steer::trace(data, binding, steering.client(), &source)
     }
 }

@@ -95,6 +95,8 @@ pub enum ModelError {
     NoSoa(String),
     #[error("record {0} is not inside zone {1}")]
     OutOfZone(String, String),
+    #[error("steered name {0} cannot be served: {1}")]
+    SteeredConflict(String, &'static str),
     #[error("record {name}: RDATA of type {rtype} is malformed")]
     BadRdata { name: String, rtype: u16 },
 }
@@ -255,15 +257,33 @@ impl Zone {
         self.apex_node().and_then(|n| n.rrset(rtype::SOA))
     }
 
-    /// Attaches a steered-name binding, creating the node (and its ancestors) if needed.
-    pub fn bind_steered(&mut self, name: &Name, binding: u32) -> Result<(), ModelError> {
-        if !self.origin.zone_of(name) {
-            return Err(ModelError::OutOfZone(name.to_string(), self.origin.to_string()));
+    /// Attaches steered-name bindings (name, binding index), creating nodes where needed.
+    /// A steered name may not sit at or below a zone cut, nor beside a static CNAME.
+    pub fn bind_steered(&mut self, bindings: &[(&Name, u32)]) -> Result<(), ModelError> {
+        for (name, binding) in bindings {
+            if !self.origin.zone_of(name) {
+                return Err(ModelError::OutOfZone(name.to_string(), self.origin.to_string()));
+            }
+            let node = self.nodes.entry(name_to_wire(name)).or_default();
+            if node.rrset(rtype::CNAME).is_some() {
+                return Err(ModelError::SteeredConflict(
+                    name.to_string(),
+                    "it has a static CNAME",
+                ));
+            }
+            node.steer = Some(*binding);
         }
-        let key = name_to_wire(name);
-        self.nodes.entry(key.clone()).or_default().steer = Some(binding);
         self.add_empty_non_terminals();
         self.mark_cuts_and_wildcards();
+        for (name, _) in bindings {
+            let key = name_to_wire(name);
+            if self.nodes.get(&key).is_some_and(|n| n.is_cut || n.below_cut) {
+                return Err(ModelError::SteeredConflict(
+                    name.to_string(),
+                    "it is at or below a delegation",
+                ));
+            }
+        }
         Ok(())
     }
 }

@@ -1,12 +1,23 @@
-//! The bundled example (examples/policy.toml) parses, compiles and answers as documented.
+//! The bundled example (steerdns.toml) parses, compiles and answers as documented.
 
 use super::*;
 
-const EXAMPLE: &str = include_str!("../../../examples/policy.toml");
+const EXAMPLE: &str = include_str!("../../../steerdns.toml");
+
+fn compile_example(knobs: &ControlKnobs) -> CompiledPolicies {
+    let config = match crate::config::Config::parse(EXAMPLE, std::path::Path::new("steerdns.toml")) {
+        Ok(c) => c,
+        Err(e) => panic!("bundled steerdns.toml does not parse: {e}"),
+    };
+    match compile(&config.topology, &config.profiles, &config.steered, knobs) {
+        Ok(p) => p,
+        Err(errors) => panic!("unexpected compile errors: {errors:#?}"),
+    }
+}
 
 #[test]
 fn example_compiles_and_answers_as_documented() {
-    let p = compile_ok(EXAMPLE, &ControlKnobs::default());
+    let p = compile_example(&ControlKnobs::default());
     let names: Vec<&str> = p.region_names().collect();
     assert_eq!(
         names,
@@ -79,7 +90,7 @@ fn example_break_glass_flip_goes_to_the_app_gateways() {
         Ok(k) => k,
         Err(e) => panic!("{e}"),
     };
-    let p = compile_ok(EXAMPLE, &knobs);
+    let p = compile_example(&knobs);
     let root = p.steered()[1].root;
     let ap = p.region_index("ap-east").unwrap_or(u16::MAX);
     let d = evaluate(

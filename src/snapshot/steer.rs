@@ -1,0 +1,110 @@
+//! Steering glue: turns a client (ECS or source address) into a location, asks the policy
+//! engine for a decision, and hands the lookup the records to answer with.
+
+use std::cell::Cell;
+use std::net::IpAddr;
+
+use super::Snapshot;
+use crate::dns::respond::Client;
+use crate::dns::wire::{rtype, ClientSubnet};
+use crate::geo::Locator;
+use crate::policy::{self, evaluate, CompiledPolicies, ShedView, Target};
+use crate::zone::lookup::{SteeredAnswer, Steering, Synth};
+
+/// Everything steering needs, compiled: policies, the locator, and the shield's view.
+pub struct SteeringData {
+    pub policies: CompiledPolicies,
+    pub locator: Locator,
+    pub shed: ShedView,
+}
+
+/// Where the client is, from the ECS option when it carries a prefix, else the source address.
+pub fn locate(locator: &Locator, client: &Client, subnet: Option<&ClientSubnet>) -> policy::Client {
+    let addr = match subnet {
+        Some(ecs) if ecs.source_prefix > 0 => unmap(ecs.addr),
+        _ => client.addr,
+    };
+    let located = locator.locate(addr);
+    policy::Client {
+        region: located.region,
+        addr,
+        prefix_len: located.prefix_len,
+    }
+}
+
+fn unmap(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The steering hook for one query.
+pub struct ClientSteering<'s> {
+    data: &'s SteeringData,
+    client: policy::Client,
+    /// The first steered binding the lookup asked about (for traces).
+    pub asked: Cell<Option<u32>>,
+}
+
+impl<'s> ClientSteering<'s> {
+    pub fn new(data: &'s SteeringData, client: policy::Client) -> Self {
+        ClientSteering {
+            data,
+            client,
+            asked: Cell::new(None),
+        }
+    }
+
+    pub fn client(&self) -> &policy::Client {
+        &self.client
+    }
+}
+
+impl<'s> Steering<'s> for ClientSteering<'s> {
+    fn steer(&self, binding: u32, qtype: u16) -> Option<SteeredAnswer<'s>> {
+        if self.asked.get().is_none() {
+            self.asked.set(Some(binding));
+        }
+        if !matches!(qtype, rtype::A | rtype::AAAA | rtype::CNAME) {
+            return None;
+        }
+        let policies = &self.data.policies;
+        let steered = policies.steered().get(binding as usize)?;
+        let decision = evaluate(policies, steered.root, &self.client, &self.data.shed);
+        let data = match (decision.target, qtype) {
+            (Target::Cname { wire, .. }, _) => Synth::Cname(wire),
+            (Target::Addresses { v4, .. }, rtype::A) => Synth::V4(v4),
+            (Target::Addresses { v6, .. }, rtype::AAAA) => Synth::V6(v6),
+            // A CNAME query at a name answered with addresses: the static data answers.
+            (Target::Addresses { .. }, _) => return None,
+        };
+        Some(SteeredAnswer {
+            data,
+            ttl: decision.ttl,
+            scope: decision.scope,
+        })
+    }
+}
+
+/// A one-line explanation of the decision for `binding` (for `CH TXT`); allocates.
+pub fn trace(data: &SteeringData, binding: u32, client: &policy::Client, source: &str) -> Option<String> {
+    let steered = data.policies.steered().get(binding as usize)?;
+    let location = data.locator.describe(client.addr);
+    let decision = policy::explain(&data.policies, steered.root, client, &data.shed);
+    let database = match data.locator.degraded() {
+        Some(reason) => format!("; geo database degraded: {reason}"),
+        None => String::new(),
+    };
+    Some(format!(
+        "{} via {source}; {location}{database}; name {}; {decision}",
+        client.addr, steered.name
+    ))
+}
+
+impl Snapshot {
+    /// Region names in topology order (the index the shield and metrics use).
+    pub fn policies(&self) -> Option<&CompiledPolicies> {
+        self.steering.as_ref().map(|s| &s.policies)
+    }
+}
