@@ -125,11 +125,16 @@ async fn wait_for_signals(source: &SourceArgs, snapshot: &SharedSnapshot) -> Res
 }
 
 fn reload(source: &SourceArgs, snapshot: &SharedSnapshot) {
-    let loaded = read_config(source).map_err(|e| vec![format!("{e:#}")]).and_then(|c| load(&c));
+    let loaded = read_config(source)
+        .map_err(|e| vec![format!("{e:#}")])
+        .and_then(|c| load(&c));
     match loaded {
         Ok(loaded) => {
             snapshot.store(Arc::new(loaded.snapshot));
-            tracing::info!("reloaded in {:.1} ms", loaded.elapsed.as_secs_f64() * 1000.0);
+            tracing::info!(
+                "reloaded in {:.1} ms",
+                loaded.elapsed.as_secs_f64() * 1000.0
+            );
         }
         Err(problems) => {
             for p in &problems {
@@ -150,7 +155,10 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             for p in &problems {
                 eprintln!("{p}");
             }
-            anyhow::bail!("refusing to start: {} problem(s) in config or zones", problems.len());
+            anyhow::bail!(
+                "refusing to start: {} problem(s) in config or zones",
+                problems.len()
+            );
         }
     };
     for w in &loaded.warnings {
@@ -175,7 +183,11 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             let _guard = runtime.enter();
             tokio::net::TcpListener::from_std(bound.tcp)?
         };
-        runtime.spawn(steerdns::server::tcp::serve(tcp, snapshot.clone(), config.tcp_limits()));
+        runtime.spawn(steerdns::server::tcp::serve(
+            tcp,
+            snapshot.clone(),
+            config.tcp_limits(),
+        ));
     }
     println!("ready in {:.1} ms", loaded.elapsed.as_secs_f64() * 1000.0);
     runtime.block_on(wait_for_signals(&args.source, &snapshot))?;

@@ -54,7 +54,10 @@ impl Default for TraceConfig {
     fn default() -> Self {
         let loopback = |s: &str| s.parse().ok();
         TraceConfig {
-            allow: ["127.0.0.0/8", "::1/128"].iter().filter_map(|s| loopback(s)).collect(),
+            allow: ["127.0.0.0/8", "::1/128"]
+                .iter()
+                .filter_map(|s| loopback(s))
+                .collect(),
         }
     }
 }
@@ -122,7 +125,10 @@ impl Default for TcpConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{path}: cannot read: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}:{line}:{column}: {message}")]
     Syntax {
         path: PathBuf,
@@ -205,7 +211,10 @@ impl Config {
             ));
         }
         if server.listen.is_empty() {
-            return Err(invalid("server.listen", "needs at least one address".into()));
+            return Err(invalid(
+                "server.listen",
+                "needs at least one address".into(),
+            ));
         }
         if let Some(nsid) = &server.nsid {
             if nsid.len() > 255 {
@@ -264,7 +273,10 @@ impl Config {
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
-    let column = before.rfind('\n').map_or(before.len(), |nl| before.len() - nl - 1) + 1;
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |nl| before.len() - nl - 1)
+        + 1;
     (line, column)
 }
 
@@ -282,10 +294,16 @@ mod tests {
 
     #[test]
     fn unknown_field_names_line_and_column() {
-        let err = Config::parse("[server]\nedns_payload = 1232\nlisten_on = []\n", Path::new("s.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("s.toml:3:1: unknown field `listen_on`"), "{err}");
+        let err = Config::parse(
+            "[server]\nedns_payload = 1232\nlisten_on = []\n",
+            Path::new("s.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("s.toml:3:1: unknown field `listen_on`"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -293,6 +311,9 @@ mod tests {
         let err = Config::parse("[server]\nedns_payload = 100\n", Path::new("s.toml"))
             .unwrap_err()
             .to_string();
-        assert_eq!(err, "s.toml: server.edns_payload: 100 is outside 512..=4096");
+        assert_eq!(
+            err,
+            "s.toml: server.edns_payload: 100 is outside 512..=4096"
+        );
     }
 }

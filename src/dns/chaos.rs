@@ -33,12 +33,22 @@ fn answer_text(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<St
     match name {
         b"\x07version\x04bind\x00" | b"\x07version\x06server\x00" => options.version.clone(),
         b"\x02id\x06server\x00" | b"\x08hostname\x04bind\x00" => options.identity.clone(),
-        _ => snapshot.chaos_extra(&query.qname, client, query.edns.as_ref().and_then(|e| e.client_subnet.as_ref())),
+        _ => snapshot.chaos_extra(
+            &query.qname,
+            client,
+            query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
+        ),
     }
 }
 
 /// A TXT answer in class CH, split into 255-octet character strings.
-fn write_txt(packet: &[u8], query: &Query, text: &str, limit: usize, out: &mut [u8]) -> Result<usize, Overflow> {
+fn write_txt(
+    packet: &[u8],
+    query: &Query,
+    text: &str,
+    limit: usize,
+    out: &mut [u8],
+) -> Result<usize, Overflow> {
     let mut w = Writer::new(&mut out[..limit])?;
     w.set_u16(0, query.id);
     w.set_u16(2, flag::QR | flag::AA | (query.flags & flag::RD));

@@ -11,7 +11,9 @@
 use std::net::IpAddr;
 
 use super::chaos;
-use super::wire::{class, flag, option, parse_query, rcode, rtype, Edns, Query, Reject, HEADER_LEN};
+use super::wire::{
+    class, flag, option, parse_query, rcode, rtype, Edns, Query, Reject, HEADER_LEN,
+};
 use super::writer::{Overflow, Writer};
 use crate::snapshot::Snapshot;
 use crate::zone::lookup::{resolve, Data, Entry, NoSteering, Owner, Plan, Steering, Synth};
@@ -47,11 +49,20 @@ impl Client {
 
 /// Answers `packet` into `out`; returns the response length, or `None` to stay silent.
 /// `out` must hold at least [`MAX_MESSAGE`] bytes for TCP, or the UDP limit for UDP.
-pub fn respond(snapshot: &Snapshot, packet: &[u8], client: &Client, out: &mut [u8]) -> Option<usize> {
+pub fn respond(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    client: &Client,
+    out: &mut [u8],
+) -> Option<usize> {
     let query = match parse_query(packet) {
         Ok(q) => q,
         Err(Reject::Drop) => return None,
-        Err(Reject::Error { rcode, question, edns }) => {
+        Err(Reject::Error {
+            rcode,
+            question,
+            edns,
+        }) => {
             return write_error(snapshot, packet, rcode, question, edns.as_ref(), out).ok();
         }
     };
@@ -62,7 +73,9 @@ pub fn respond(snapshot: &Snapshot, packet: &[u8], client: &Client, out: &mut [u
         }
     }
     match (query.qclass, query.qtype) {
-        (_, rtype::OPT) => return write_simple(snapshot, packet, &query, rcode::FORMERR, limit, out).ok(),
+        (_, rtype::OPT) => {
+            return write_simple(snapshot, packet, &query, rcode::FORMERR, limit, out).ok()
+        }
         (_, rtype::AXFR | rtype::IXFR) => {
             return write_simple(snapshot, packet, &query, rcode::REFUSED, limit, out).ok()
         }
@@ -76,7 +89,10 @@ pub fn respond(snapshot: &Snapshot, packet: &[u8], client: &Client, out: &mut [u
     if let Some(len) = serve_precompiled(snapshot, packet, &query, limit, out) {
         return Some(len);
     }
-    let steering = snapshot.steering_for(client, query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()));
+    let steering = snapshot.steering_for(
+        client,
+        query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
+    );
     let steering: &dyn Steering<'_> = match &steering {
         Some(s) => s,
         None => &NoSteering,
@@ -98,7 +114,13 @@ fn response_limit(snapshot: &Snapshot, query: &Query, client: &Client) -> usize 
 }
 
 /// Fast path: a precompiled static answer, if there is one and it fits.
-fn serve_precompiled(snapshot: &Snapshot, packet: &[u8], query: &Query, limit: usize, out: &mut [u8]) -> Option<usize> {
+fn serve_precompiled(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    limit: usize,
+    out: &mut [u8],
+) -> Option<usize> {
     let cached = snapshot.precompiled.get(&query.qname, query.qtype)?;
     let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
     let total = cached.len() + opt_len;
@@ -174,7 +196,10 @@ fn write_error(
     }
     if let Some(edns) = edns {
         // Do not echo a client subnet we refused; keep the rest of OPT.
-        let plain = Edns { client_subnet: None, ..*edns };
+        let plain = Edns {
+            client_subnet: None,
+            ..*edns
+        };
         put_opt(&mut w, snapshot, &plain, rcode, 0)?;
         w.set_u16(10, 1);
     }
@@ -194,7 +219,10 @@ pub(crate) fn write_plan(
     let room = limit.saturating_sub(opt_space);
     let mut w = Writer::new(out)?;
     w.set_u16(0, query.id);
-    w.set_u16(2, response_flags(query.flags, plan.authoritative, plan.rcode));
+    w.set_u16(
+        2,
+        response_flags(query.flags, plan.authoritative, plan.rcode),
+    );
     w.put_question(query.question_bytes(packet))?;
     w.set_u16(4, 1);
     let mut counts = [0u16; 3];
@@ -245,7 +273,10 @@ fn write_truncated(
 ) -> Result<usize, Overflow> {
     let mut w = Writer::new(&mut out[..limit.min(MAX_MESSAGE)])?;
     w.set_u16(0, query.id);
-    w.set_u16(2, response_flags(query.flags, plan.authoritative, plan.rcode) | flag::TC);
+    w.set_u16(
+        2,
+        response_flags(query.flags, plan.authoritative, plan.rcode) | flag::TC,
+    );
     w.put_question(query.question_bytes(packet))?;
     w.set_u16(4, 1);
     if let Some(edns) = &query.edns {
@@ -320,7 +351,13 @@ fn opt_len(snapshot: &Snapshot, edns: &Edns) -> usize {
     len
 }
 
-fn put_opt(w: &mut Writer<'_>, snapshot: &Snapshot, edns: &Edns, rcode: u16, scope: u8) -> Result<(), Overflow> {
+fn put_opt(
+    w: &mut Writer<'_>,
+    snapshot: &Snapshot,
+    edns: &Edns,
+    rcode: u16,
+    scope: u8,
+) -> Result<(), Overflow> {
     let mut buf = [0u8; 512];
     let len = write_opt_raw(snapshot, edns, rcode, scope, &mut buf).ok_or(Overflow)?;
     w.put(&buf[..len])
@@ -328,7 +365,13 @@ fn put_opt(w: &mut Writer<'_>, snapshot: &Snapshot, edns: &Edns, rcode: u16, sco
 
 /// Encodes our OPT record: payload size, extended rcode, DO echoed, ECS echoed with `scope`,
 /// NSID when asked and configured. Returns `None` if `out` is too small.
-fn write_opt_raw(snapshot: &Snapshot, edns: &Edns, rcode: u16, scope: u8, out: &mut [u8]) -> Option<usize> {
+fn write_opt_raw(
+    snapshot: &Snapshot,
+    edns: &Edns,
+    rcode: u16,
+    scope: u8,
+    out: &mut [u8],
+) -> Option<usize> {
     let len = opt_len(snapshot, edns);
     let out = out.get_mut(..len)?;
     out[0] = 0; // root owner

@@ -515,15 +515,31 @@ mod tests {
     fn bad_shapes_get_an_rcode() {
         let mut two = query(b"\x00", 1, &[], 0);
         two[5] = 2;
-        assert!(matches!(parse_query(&two), Err(Reject::Error { rcode: 1, .. })));
+        assert!(matches!(
+            parse_query(&two),
+            Err(Reject::Error { rcode: 1, .. })
+        ));
         let mut notify = query(b"\x00", 6, &[], 0);
         notify[2] = 4 << 3;
-        assert!(matches!(parse_query(&notify), Err(Reject::Error { rcode: 4, question: Some(_), .. })));
+        assert!(matches!(
+            parse_query(&notify),
+            Err(Reject::Error {
+                rcode: 4,
+                question: Some(_),
+                ..
+            })
+        ));
         let pointer = query(b"\xc0\x0c", 1, &[], 0);
-        assert!(matches!(parse_query(&pointer), Err(Reject::Error { rcode: 1, .. })));
+        assert!(matches!(
+            parse_query(&pointer),
+            Err(Reject::Error { rcode: 1, .. })
+        ));
         let two_opts = [opt(&[]), opt(&[])].concat();
         let p = query(b"\x00", 1, &two_opts, 2);
-        assert!(matches!(parse_query(&p), Err(Reject::Error { rcode: 1, .. })));
+        assert!(matches!(
+            parse_query(&p),
+            Err(Reject::Error { rcode: 1, .. })
+        ));
     }
 
     #[test]

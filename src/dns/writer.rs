@@ -156,8 +156,10 @@ fn name_at_equals(msg: &[u8], mut at: usize, wire: &[u8]) -> bool {
             return true;
         }
         let end = offset + 1 + len as usize;
-        let (Some(ours), Some(theirs)) = (msg.get(at + 1..at + 1 + len as usize), wire.get(offset + 1..end))
-        else {
+        let (Some(ours), Some(theirs)) = (
+            msg.get(at + 1..at + 1 + len as usize),
+            wire.get(offset + 1..end),
+        ) else {
             return false;
         };
         if !ours.eq_ignore_ascii_case(theirs) {

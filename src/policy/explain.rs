@@ -76,13 +76,13 @@ fn anycast_choice(p: &CompiledPolicies, choice: AnycastChoice) -> String {
             bucket,
             fraction_permille,
         } => format!(
-            "shedding {fraction_permille}‰, bucket {bucket} -> {}",
+            "shedding {fraction_permille} per mille, bucket {bucket} -> {}",
             destination_label(p, destination)
         ),
         AnycastChoice::Kept {
             bucket,
             fraction_permille,
-        } => format!("shedding {fraction_permille}‰, bucket {bucket} kept -> global"),
+        } => format!("shedding {fraction_permille} per mille, bucket {bucket} kept -> global"),
     }
 }
 

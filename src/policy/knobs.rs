@@ -130,16 +130,16 @@ pub struct ShedShare {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShedError {
     /// Fraction above 1000 per-mille.
-    #[error("shed fraction {0}‰ is above 1000‰")]
+    #[error("shed fraction {0} per mille is above 1000 per mille")]
     FractionTooLarge(u16),
     /// More destinations than [`MAX_SHED_DESTINATIONS`].
     #[error("{0} shed destinations, at most {MAX_SHED_DESTINATIONS} are allowed")]
     TooManyDestinations(usize),
     /// A share of 0 or above 1000.
-    #[error("shed share {0}‰ must be within 1..=1000")]
+    #[error("shed share {0} per mille must be within 1..=1000")]
     BadShare(u16),
     /// Shedding a fraction but with nowhere to send it.
-    #[error("shed fraction {0}‰ with no destination")]
+    #[error("shed fraction {0} per mille with no destination")]
     NoDestination(u16),
     /// A destination of `Global` (shedding exists to move traffic away from global anycast).
     #[error("the global anycast is not a shed destination")]

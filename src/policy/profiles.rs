@@ -489,7 +489,7 @@ fn chain_depth(
                 .collect();
             errors.push(
                 format!("profiles.{}", profiles.get(at).map_or("", |p| &p.name)),
-                format!("nested profiles form a cycle: {}", cycle.join(" → ")),
+                format!("nested profiles form a cycle: {}", cycle.join(" -> ")),
             );
             return None;
         }

@@ -22,7 +22,11 @@ const MAX_RESPONSE: usize = 4096;
 const WAKE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Runs one worker until `stop` is set.
-pub fn run_worker(socket: UdpSocket, snapshot: SharedSnapshot, stop: Arc<AtomicBool>) -> io::Result<()> {
+pub fn run_worker(
+    socket: UdpSocket,
+    snapshot: SharedSnapshot,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
     socket.set_read_timeout(Some(WAKE_INTERVAL))?;
     let mut batch = Batch::new();
     while !stop.load(Ordering::Relaxed) {
@@ -174,15 +178,21 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Op
     match storage.ss_family as libc::c_int {
         libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
             // SAFETY: family and length say this storage holds a sockaddr_in.
-            let sin = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let sin =
+                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
             let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
             Some(SocketAddr::new(IpAddr::V4(ip), u16::from_be(sin.sin_port)))
         }
         libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
             // SAFETY: family and length say this storage holds a sockaddr_in6.
-            let sin6 = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let sin6 = unsafe {
+                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
             let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-            Some(SocketAddr::new(IpAddr::V6(ip), u16::from_be(sin6.sin6_port)))
+            Some(SocketAddr::new(
+                IpAddr::V6(ip),
+                u16::from_be(sin6.sin6_port),
+            ))
         }
         _ => None,
     }

@@ -58,7 +58,12 @@ pub fn load(config: &Config) -> Result<Loaded, Vec<String>> {
     }
     let mut warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
     let steering = compile_steering(config, &mut zones, &mut warnings)?;
-    let snapshot = Snapshot::build(zones, config.serve_options(), steering, config.trace.allow.clone());
+    let snapshot = Snapshot::build(
+        zones,
+        config.serve_options(),
+        steering,
+        config.trace.allow.clone(),
+    );
     Ok(Loaded {
         snapshot,
         warnings,
@@ -76,8 +81,18 @@ fn compile_steering(
     if !config.has_steering() {
         return Ok(None);
     }
-    let policies = compile(&config.topology, &config.profiles, &config.steered, &ControlKnobs::default())
-        .map_err(|errors| errors.iter().map(|e| format!("config: {e}")).collect::<Vec<_>>())?;
+    let policies = compile(
+        &config.topology,
+        &config.profiles,
+        &config.steered,
+        &ControlKnobs::default(),
+    )
+    .map_err(|errors| {
+        errors
+            .iter()
+            .map(|e| format!("config: {e}"))
+            .collect::<Vec<_>>()
+    })?;
     let region_names: Vec<&str> = policies.region_names().collect();
     let locator = Locator::compile(&config.geo, &config.base_dir, &region_names)
         .map_err(|e| vec![format!("config: {e}")])?;
@@ -94,7 +109,10 @@ fn compile_steering(
     }))
 }
 
-fn bind_steered_names(policies: &crate::policy::CompiledPolicies, zones: &mut [Zone]) -> Result<(), Vec<String>> {
+fn bind_steered_names(
+    policies: &crate::policy::CompiledPolicies,
+    zones: &mut [Zone],
+) -> Result<(), Vec<String>> {
     let mut per_zone: Vec<Vec<(&hickory_proto::rr::Name, u32)>> = vec![Vec::new(); zones.len()];
     let mut errors = Vec::new();
     for (i, steered) in policies.steered().iter().enumerate() {
@@ -118,5 +136,9 @@ fn bind_steered_names(policies: &crate::policy::CompiledPolicies, zones: &mut [Z
             }
         }
     }
-    if errors.is_empty() { Ok(()) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
 }

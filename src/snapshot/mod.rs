@@ -79,15 +79,31 @@ impl Snapshot {
     }
 
     /// The steering context for one query (None when no names are steered).
-    pub fn steering_for(&self, client: &Client, subnet: Option<&ClientSubnet>) -> Option<ClientSteering<'_>> {
+    pub fn steering_for(
+        &self,
+        client: &Client,
+        subnet: Option<&ClientSubnet>,
+    ) -> Option<ClientSteering<'_>> {
         let data = self.steering.as_ref()?;
-        Some(ClientSteering::new(data, steer::locate(&data.locator, client, subnet)))
+        Some(ClientSteering::new(
+            data,
+            steer::locate(&data.locator, client, subnet),
+        ))
     }
 
     /// CHAOS names beyond version/identity: the decision trace of a steered name, for
     /// permitted clients.
-    pub fn chaos_extra(&self, qname: &WireName, client: &Client, subnet: Option<&ClientSubnet>) -> Option<String> {
-        if !self.trace_allow.iter().any(|net| net.contains(&client.addr)) {
+    pub fn chaos_extra(
+        &self,
+        qname: &WireName,
+        client: &Client,
+        subnet: Option<&ClientSubnet>,
+    ) -> Option<String> {
+        if !self
+            .trace_allow
+            .iter()
+            .any(|net| net.contains(&client.addr))
+        {
             return None;
         }
         let data = self.steering.as_ref()?;

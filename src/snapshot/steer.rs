@@ -88,7 +88,12 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
 }
 
 /// A one-line explanation of the decision for `binding` (for `CH TXT`); allocates.
-pub fn trace(data: &SteeringData, binding: u32, client: &policy::Client, source: &str) -> Option<String> {
+pub fn trace(
+    data: &SteeringData,
+    binding: u32,
+    client: &policy::Client,
+    source: &str,
+) -> Option<String> {
     let steered = data.policies.steered().get(binding as usize)?;
     let location = data.locator.describe(client.addr);
     let decision = policy::explain(&data.policies, steered.root, client, &data.shed);

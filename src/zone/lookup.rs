@@ -161,7 +161,16 @@ pub fn resolve<'z>(
     let mut depth = depth;
     let mut owner: Owner<'z> = Owner::Question;
     for step in 0..=MAX_CNAME_CHAIN {
-        let next = answer_in_zone(zone, &name, depth, qtype, owner, steering, &mut plan, step == 0);
+        let next = answer_in_zone(
+            zone,
+            &name,
+            depth,
+            qtype,
+            owner,
+            steering,
+            &mut plan,
+            step == 0,
+        );
         let Some(target) = next else {
             break;
         };
@@ -350,7 +359,9 @@ fn refer<'z>(zone: &'z Zone, cut: &'z Node, cut_name: &[u8], plan: &mut Plan<'z>
     };
     plan.authoritative = false;
     plan.referral = true;
-    let _ = plan.authority.try_push(Entry::stored(Owner::Name(owner), ns));
+    let _ = plan
+        .authority
+        .try_push(Entry::stored(Owner::Name(owner), ns));
     for target in ns.targets.iter() {
         push_addresses(zone, target, true, plan);
     }
@@ -374,7 +385,9 @@ fn push_addresses<'z>(zone: &'z Zone, target: &'z [u8], glue_ok: bool, plan: &mu
     }
     for rt in [rtype::A, rtype::AAAA] {
         if let Some(set) = node.rrset(rt) {
-            let _ = plan.additional.try_push(Entry::stored(Owner::Name(target), set));
+            let _ = plan
+                .additional
+                .try_push(Entry::stored(Owner::Name(target), set));
         }
     }
 }

@@ -150,7 +150,7 @@ impl Zone {
     ) -> Result<Zone, ModelError> {
         let apex = name_to_wire(origin);
         let apex_labels = origin.num_labels() as usize;
-        let mut grouped: FxHashMap<Box<[u8]>, Vec<(u16, u32, &'a [u8])>> = FxHashMap::default();
+        let mut grouped: FxHashMap<Box<[u8]>, Vec<RawRecord<'a>>> = FxHashMap::default();
         for record in records {
             if !origin.zone_of(record.name) {
                 return Err(ModelError::OutOfZone(
@@ -158,10 +158,11 @@ impl Zone {
                     origin.to_string(),
                 ));
             }
-            grouped
-                .entry(name_to_wire(record.name))
-                .or_default()
-                .push((record.rtype, record.ttl, record.rdata));
+            grouped.entry(name_to_wire(record.name)).or_default().push((
+                record.rtype,
+                record.ttl,
+                record.rdata,
+            ));
         }
         let mut nodes: FxHashMap<Box<[u8]>, Node> = FxHashMap::default();
         for (owner, mut records) in grouped {
@@ -179,7 +180,10 @@ impl Zone {
         let Some(soa_rdata) = soa else {
             return Err(ModelError::NoSoa(origin.to_string()));
         };
-        let soa_ttl = nodes.get(&apex).and_then(|n| n.rrset(rtype::SOA)).map_or(0, |s| s.ttl);
+        let soa_ttl = nodes
+            .get(&apex)
+            .and_then(|n| n.rrset(rtype::SOA))
+            .map_or(0, |s| s.ttl);
         let (serial, minimum) = soa_numbers(&soa_rdata).ok_or(ModelError::BadRdata {
             name: origin.to_string(),
             rtype: rtype::SOA,
@@ -217,8 +221,11 @@ impl Zone {
     fn mark_cuts_and_wildcards(&mut self) {
         let names: Vec<Box<[u8]>> = self.nodes.keys().cloned().collect();
         for key in &names {
-            let is_cut = &key[..] != &self.apex[..]
-                && self.nodes.get(key).is_some_and(|n| n.rrset(rtype::NS).is_some());
+            let is_cut = key[..] != self.apex[..]
+                && self
+                    .nodes
+                    .get(key)
+                    .is_some_and(|n| n.rrset(rtype::NS).is_some());
             if let Some(node) = self.nodes.get_mut(key) {
                 node.is_cut = is_cut;
             }
@@ -262,7 +269,10 @@ impl Zone {
     pub fn bind_steered(&mut self, bindings: &[(&Name, u32)]) -> Result<(), ModelError> {
         for (name, binding) in bindings {
             if !self.origin.zone_of(name) {
-                return Err(ModelError::OutOfZone(name.to_string(), self.origin.to_string()));
+                return Err(ModelError::OutOfZone(
+                    name.to_string(),
+                    self.origin.to_string(),
+                ));
             }
             let node = self.nodes.entry(name_to_wire(name)).or_default();
             if node.rrset(rtype::CNAME).is_some() {
@@ -277,7 +287,11 @@ impl Zone {
         self.mark_cuts_and_wildcards();
         for (name, _) in bindings {
             let key = name_to_wire(name);
-            if self.nodes.get(&key).is_some_and(|n| n.is_cut || n.below_cut) {
+            if self
+                .nodes
+                .get(&key)
+                .is_some_and(|n| n.is_cut || n.below_cut)
+            {
                 return Err(ModelError::SteeredConflict(
                     name.to_string(),
                     "it is at or below a delegation",
@@ -288,12 +302,15 @@ impl Zone {
     }
 }
 
-fn build_rrsets(owner: &[u8], records: &[(u16, u32, &[u8])]) -> Result<Vec<RRset>, ModelError> {
+/// (type, TTL, RDATA) of one record while grouping by owner.
+type RawRecord<'a> = (u16, u32, &'a [u8]);
+
+fn build_rrsets(owner: &[u8], records: &[RawRecord<'_>]) -> Result<Vec<RRset>, ModelError> {
     let mut sets: Vec<RRset> = Vec::new();
     let mut i = 0;
     while i < records.len() {
         let rt = records[i].0;
-        let group: Vec<&(u16, u32, &[u8])> = records[i..].iter().take_while(|r| r.0 == rt).collect();
+        let group: Vec<&RawRecord<'_>> = records[i..].iter().take_while(|r| r.0 == rt).collect();
         i += group.len();
         // RFC 2181 §5.2: one TTL per RRset; the smallest is the safe choice.
         let ttl = group.iter().map(|r| r.1).min().unwrap_or(0);
@@ -335,6 +352,7 @@ fn soa_numbers(rdata: &[u8]) -> Option<(u32, u32)> {
     let (_, mname_len) = leading_name(rdata)?;
     let (_, rname_len) = leading_name(rdata.get(mname_len..)?)?;
     let numbers = rdata.get(mname_len + rname_len..mname_len + rname_len + 20)?;
-    let word = |i: usize| u32::from_be_bytes([numbers[i], numbers[i + 1], numbers[i + 2], numbers[i + 3]]);
+    let word =
+        |i: usize| u32::from_be_bytes([numbers[i], numbers[i + 1], numbers[i + 2], numbers[i + 3]]);
     Some((word(0), word(16)))
 }

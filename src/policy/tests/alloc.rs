@@ -40,7 +40,6 @@ fn allocations() -> usize {
 
 #[test]
 fn evaluate_does_not_allocate() {
-    let text = include_str!("../../../examples/policy.toml");
     let mut knobs = ControlKnobs::default();
     knobs
         .profiles
@@ -61,7 +60,7 @@ fn evaluate_does_not_allocate() {
             drain: true,
         },
     );
-    let p = compile_ok(text, &knobs);
+    let p = super::example::compile_example(&knobs);
     let mut shed = ShedView::default();
     let dest = [ShedShare {
         destination: Destination::Fallback(1),

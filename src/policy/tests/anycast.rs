@@ -113,7 +113,7 @@ fn drain_goes_to_first_usable_neighbour_then_fallback_site() {
     assert_eq!(first_v4(&d), v4("198.51.100.5"), "first neighbour eu-north");
 
     // eu-north drained too: eu-west's next neighbour na-east; eu-north's only neighbour
-    // (eu-west) is drained → fallback site on its continent, fb-eu.
+    // (eu-west) is drained -> fallback site on its continent, fb-eu.
     knobs.regions.insert(
         "eu-north".to_owned(),
         RegionKnobs {
@@ -228,7 +228,7 @@ fn shed_destinations_split_by_share_and_stay_put_when_the_fraction_changes() {
 fn shed_scope_and_hot_ttl() {
     let p = policies(&ControlKnobs::default());
     let dest = [to(Destination::Region(EU_NORTH), 1000)];
-    // Partial shed: hash decided → at least /24 (or /56), location prefix if longer.
+    // Partial shed: hash decided -> at least /24 (or /56), location prefix if longer.
     let view = shed_view(EU_WEST, 200, &dest, Some(30));
     let d = evaluate(&p, ROOT, &client(EU_WEST, v4_subnet(7), 20), &view);
     assert_eq!((d.scope, d.ttl), (24, 30));
@@ -316,10 +316,10 @@ fn explain_reports_the_shed_state_and_bucket() {
     );
     let text = explain(&p, ROOT, &client(EU_WEST, v4_subnet(1), 20), &view);
     assert!(
-        text.starts_with("anycast; region eu-west; shedding 1000‰, bucket "),
+        text.starts_with("anycast; region eu-west; shedding 1000 per mille, bucket "),
         "{text}"
     );
-    assert!(text.contains("→ fallback fb-eu"), "{text}");
+    assert!(text.contains("-> fallback fb-eu"), "{text}");
     assert!(
         text.ends_with("answer 203.0.113.2 2001:db8:fb::2; ttl 30; scope 20"),
         "{text}"

@@ -199,9 +199,9 @@ profile = "a"
         ),
         &ControlKnobs::default(),
     );
-    assert_error(&cycle, "profiles.a", "cycle: a → b → a");
+    assert_error(&cycle, "profiles.a", "cycle: a -> b -> a");
 
-    // p1 → p2 → p3 → p4 is allowed (4 profiles); p0 → p1 → … → p4 is 5 deep.
+    // p1 -> p2 -> p3 -> p4 is allowed (4 profiles); p0 -> p1 -> … -> p4 is 5 deep.
     let mut chain = String::new();
     for i in 0..5 {
         let target = if i == 4 {

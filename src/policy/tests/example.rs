@@ -4,8 +4,9 @@ use super::*;
 
 const EXAMPLE: &str = include_str!("../../../steerdns.toml");
 
-fn compile_example(knobs: &ControlKnobs) -> CompiledPolicies {
-    let config = match crate::config::Config::parse(EXAMPLE, std::path::Path::new("steerdns.toml")) {
+pub(super) fn compile_example(knobs: &ControlKnobs) -> CompiledPolicies {
+    let config = match crate::config::Config::parse(EXAMPLE, std::path::Path::new("steerdns.toml"))
+    {
         Ok(c) => c,
         Err(e) => panic!("bundled steerdns.toml does not parse: {e}"),
     };
@@ -108,11 +109,11 @@ fn example_break_glass_flip_goes_to_the_app_gateways() {
         &ShedView::default(),
     );
     assert!(
-        text.contains("profile critical[weighted] → endpoint appgw"),
+        text.contains("profile critical[weighted] -> endpoint appgw"),
         "{text}"
     );
     assert!(
-        text.contains("profile appgw[geo] → endpoint ap (serves ap-east)"),
+        text.contains("profile appgw[geo] -> endpoint ap (serves ap-east)"),
         "{text}"
     );
 }

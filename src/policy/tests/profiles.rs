@@ -129,7 +129,7 @@ fn changing_one_weight_moves_only_that_endpoints_share() {
         &compile_ok(&weighted(&[40, 40, 20]), &ControlKnobs::default()),
         v4_subnet,
     );
-    // Middle weight 40 → 20: shares go 40/40/20 → 50/25/25, so 15% must move, all from e1.
+    // Middle weight 40 -> 20: shares go 40/40/20 -> 50/25/25, so 15% must move, all from e1.
     let after = choices(
         &compile_ok(&weighted(&[40, 20, 20]), &ControlKnobs::default()),
         v4_subnet,
@@ -141,7 +141,7 @@ fn changing_one_weight_moves_only_that_endpoints_share() {
         "moved {moved:.4}, minimum is 0.15"
     );
 
-    // Break-glass via the control file: 90/10 → 0/100 moves exactly the 90%.
+    // Break-glass via the control file: 90/10 -> 0/100 moves exactly the 90%.
     let warm = weighted(&[90, 10]);
     let normal = choices(&compile_ok(&warm, &ControlKnobs::default()), v4_subnet);
     let mut knobs = ControlKnobs::default();
@@ -285,8 +285,8 @@ fn geo_fallback_order_is_neighbour_then_continent_then_default() {
     // af-south: its neighbour eu-west.
     assert_eq!(route(AF_SOUTH).0, vec![v4("203.0.113.10")]);
 
-    // Disable "eu" by control: eu-west/eu-north have no EU-served region left → default;
-    // af-south (neighbour eu-west unserved, no AF region) → default too.
+    // Disable "eu" by control: eu-west/eu-north have no EU-served region left -> default;
+    // af-south (neighbour eu-west unserved, no AF region) -> default too.
     let mut knobs = ControlKnobs::default();
     knobs
         .profiles
