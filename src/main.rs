@@ -28,6 +28,28 @@ enum Command {
     Serve(ServeArgs),
     /// Load and validate config and zones without serving; exit 1 listing every problem.
     Check(SourceArgs),
+    /// GeoIP databases: build one from CSV, or see where an address lands.
+    #[command(subcommand)]
+    Geoip(GeoipCommand),
+}
+
+#[derive(Subcommand)]
+enum GeoipCommand {
+    /// Build a MaxMind-format database from `network,country,continent` CSV rows.
+    Build {
+        /// CSV input: one `network,country,continent` row per line (`#` comments, header ok).
+        csv: PathBuf,
+        /// Output .mmdb file (written atomically).
+        out: PathBuf,
+    },
+    /// Show the database network, country, continent and region an address maps to.
+    Lookup {
+        /// Config file whose [geo] and [topology] sections to use (default ./steerdns.toml).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// The address to look up (IPv4 or IPv6).
+        ip: std::net::IpAddr,
+    },
 }
 
 #[derive(clap::Args, Default)]
@@ -55,6 +77,7 @@ fn main() -> ExitCode {
     let result = match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
         Command::Serve(args) => serve(args),
         Command::Check(args) => check(args),
+        Command::Geoip(command) => geoip(command),
     };
     match result {
         Ok(code) => code,
@@ -85,6 +108,45 @@ fn read_config(args: &SourceArgs) -> Result<Config> {
         config.server.zones = zones.clone();
     }
     Ok(config)
+}
+
+fn geoip(command: GeoipCommand) -> Result<ExitCode> {
+    match command {
+        GeoipCommand::Build { csv, out } => {
+            let report = steerdns::geo::build_mmdb_from_csv(&csv, &out)?;
+            println!(
+                "wrote {}: {} IPv4 and {} IPv6 networks, {} bytes",
+                out.display(),
+                report.ipv4_networks,
+                report.ipv6_networks,
+                report.bytes
+            );
+        }
+        GeoipCommand::Lookup { config, ip } => {
+            let config = read_config(&SourceArgs { config, zones: None })?;
+            let policies = steerdns::policy::compile(
+                &config.topology,
+                &config.profiles,
+                &config.steered,
+                &Default::default(),
+            )
+            .map_err(|errors| {
+                let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                anyhow::anyhow!("config: {}", lines.join("; "))
+            })?;
+            let regions: Vec<&str> = policies.region_names().collect();
+            let locator = steerdns::geo::Locator::compile(&config.geo, &config.base_dir, &regions)?;
+            if let Some(reason) = locator.degraded() {
+                eprintln!("warning: geo database unusable: {reason}");
+            }
+            let ip = match ip {
+                std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+                v4 => v4,
+            };
+            println!("{}", locator.describe(ip));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn check(args: SourceArgs) -> Result<ExitCode> {
