@@ -6,6 +6,7 @@
 //! steered names, [`geo`] (where is the client) and [`policy`] (which endpoint answers).
 
 pub mod config;
+pub mod control;
 pub mod dns;
 pub mod geo;
 pub mod policy;

@@ -123,7 +123,10 @@ fn geoip(command: GeoipCommand) -> Result<ExitCode> {
             );
         }
         GeoipCommand::Lookup { config, ip } => {
-            let config = read_config(&SourceArgs { config, zones: None })?;
+            let config = read_config(&SourceArgs {
+                config,
+                zones: None,
+            })?;
             let policies = steerdns::policy::compile(
                 &config.topology,
                 &config.profiles,

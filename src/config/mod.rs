@@ -35,12 +35,22 @@ pub struct Config {
     /// Names whose A/AAAA (or CNAME) answers a policy computes.
     #[serde(default)]
     pub steered: Vec<SteeredConfig>,
+    /// The control file with the live knobs (weights, drains, shield mode).
+    #[serde(default)]
+    pub control: ControlConfig,
     /// Who may see decision traces (`dig CH TXT <steered name>`).
     #[serde(default)]
     pub trace: TraceConfig,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControlConfig {
+    /// Path of the control file (relative to the config file). Unset: no live knobs.
+    pub file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -152,6 +162,7 @@ impl Default for Config {
             topology: TopologyConfig::default(),
             profiles: BTreeMap::new(),
             steered: Vec::new(),
+            control: ControlConfig::default(),
             trace: TraceConfig::default(),
             base_dir: PathBuf::from("."),
         }
@@ -232,6 +243,11 @@ impl Config {
 
     fn resolve_paths(&mut self, base: &Path) {
         self.base_dir = base.to_path_buf();
+        if let Some(file) = &mut self.control.file {
+            if file.is_relative() {
+                *file = base.join(&*file);
+            }
+        }
         if self.server.zones.is_relative() {
             self.server.zones = base.join(&self.server.zones);
         }
@@ -270,7 +286,7 @@ impl Config {
 }
 
 /// 1-based line and column of a byte offset.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let column = before

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use crate::config::Config;
+use crate::control::ControlFile;
 use crate::geo::Locator;
 use crate::policy::{compile, ControlKnobs, ShedView};
 use crate::zone::model::{RecordInput, Zone};
@@ -81,18 +82,19 @@ fn compile_steering(
     if !config.has_steering() {
         return Ok(None);
     }
-    let policies = compile(
-        &config.topology,
-        &config.profiles,
-        &config.steered,
-        &ControlKnobs::default(),
-    )
-    .map_err(|errors| {
-        errors
-            .iter()
-            .map(|e| format!("config: {e}"))
-            .collect::<Vec<_>>()
-    })?;
+    let knobs = match &config.control.file {
+        Some(path) => ControlFile::load(path)
+            .map_err(|e| vec![e.to_string()])?
+            .knobs(),
+        None => ControlKnobs::default(),
+    };
+    let policies =
+        compile(&config.topology, &config.profiles, &config.steered, &knobs).map_err(|errors| {
+            errors
+                .iter()
+                .map(|e| format!("config: {e}"))
+                .collect::<Vec<_>>()
+        })?;
     let region_names: Vec<&str> = policies.region_names().collect();
     let locator = Locator::compile(&config.geo, &config.base_dir, &region_names)
         .map_err(|e| vec![format!("config: {e}")])?;

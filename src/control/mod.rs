@@ -1,0 +1,158 @@
+//! The control file: the live knobs operators turn during an incident (weights, endpoint
+//! enable/disable, region drains and forced answers, shield mode), kept apart from the static
+//! config so that a break-glass change touches nothing else.
+//!
+//! Owns reading and checking the file. Compiling the knobs into policies (and refusing a change
+//! that leaves a profile with nothing to serve) is the snapshot's job, through the same path as
+//! every other change.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::policy::{ControlKnobs, ProfileKnobs, RegionKnobs};
+
+/// What the traffic shield may do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShieldMode {
+    /// Decide from the load feed every tick.
+    #[default]
+    Auto,
+    /// Hold the current decisions.
+    Frozen,
+    /// Normal answers only.
+    Off,
+}
+
+/// The control file as written by operators (and by `steerdns weight set`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlFile {
+    /// Operator-chosen version number; when absent steerdns numbers accepted versions itself.
+    pub serial: Option<u64>,
+    /// Traffic shield mode: "auto" (default), "frozen" or "off".
+    #[serde(default)]
+    pub shield: ShieldMode,
+    /// Per profile: `[profiles.NAME.endpoints.ENDPOINT] weight = N, enabled = bool`.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, ProfileKnobs>,
+    /// Per region: `[regions.NAME] drain = bool, force = "global"|"regional"|"fallback:SITE"`.
+    #[serde(default)]
+    pub regions: BTreeMap<String, RegionKnobs>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: the control file is empty (refusing: an empty file would reset every knob)")]
+    Empty { path: PathBuf },
+    #[error("{path}:{line}:{column}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+impl ControlFile {
+    pub fn load(path: &Path) -> Result<ControlFile, ControlError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ControlError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        ControlFile::parse(&text, path)
+    }
+
+    /// Parses control text; `path` names the file in errors. An empty (or comment-only) file
+    /// is refused: it is far more likely a truncated write than an intent to reset everything.
+    pub fn parse(text: &str, path: &Path) -> Result<ControlFile, ControlError> {
+        let meaningful = text
+            .lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+        if !meaningful {
+            return Err(ControlError::Empty {
+                path: path.to_path_buf(),
+            });
+        }
+        toml::from_str(text).map_err(|e| {
+            let (line, column) = e
+                .span()
+                .map(|span| crate::config::line_column(text, span.start))
+                .unwrap_or((0, 0));
+            ControlError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message: e.message().trim().to_string(),
+            }
+        })
+    }
+
+    pub fn knobs(&self) -> ControlKnobs {
+        ControlKnobs {
+            profiles: self.profiles.clone(),
+            regions: self.regions.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_weights_regions_and_mode() {
+        let text = r#"
+serial = 7
+shield = "frozen"
+[profiles.critical.endpoints]
+frontdoor = { weight = 0 }
+alt-cdn = { weight = 100 }
+[regions.eu-west]
+force = "fallback:fb-eu"
+"#;
+        let c = ControlFile::parse(text, Path::new("c.toml")).unwrap();
+        assert_eq!(c.serial, Some(7));
+        assert_eq!(c.shield, ShieldMode::Frozen);
+        assert_eq!(
+            c.profiles["critical"].endpoints["alt-cdn"].weight,
+            Some(100)
+        );
+        assert!(c.regions["eu-west"].force.is_some());
+    }
+
+    #[test]
+    fn empty_and_comment_only_files_are_refused() {
+        for text in ["", "\n\n", "# nothing\n"] {
+            let err = ControlFile::parse(text, Path::new("c.toml")).unwrap_err();
+            assert!(matches!(err, ControlError::Empty { .. }), "{err}");
+        }
+    }
+
+    #[test]
+    fn syntax_errors_name_line_and_column() {
+        let err = ControlFile::parse(
+            "serial = 1\n[regions.eu-west]\nforce = \"sideways\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("c.toml:3:9: "), "{err}");
+        assert!(err.contains("sideways"), "{err}");
+        let err = ControlFile::parse(
+            "[profiles.x.endpoints]\ny = { weight = 1, colour = 2 }\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("c.toml:2:"), "{err}");
+        assert!(err.contains("colour"), "{err}");
+    }
+}
