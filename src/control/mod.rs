@@ -103,6 +103,24 @@ impl ControlFile {
     }
 }
 
+/// The 1-based line of a dotted field path (e.g. `profiles.warm.endpoints.frontdoor.weight`)
+/// in control-file text: the deepest part of the path that exists.
+pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
+    let doc = toml_edit::Document::parse(text).ok()?;
+    let mut item: &toml_edit::Item = doc.as_item();
+    let mut span = None;
+    for key in field.split('.') {
+        let Some(next) = item.get(key) else { break };
+        if let Some(s) = next.span() {
+            span = Some(s);
+        } else if let Some((k, _)) = item.as_table_like().and_then(|t| t.get_key_value(key)) {
+            span = k.span().or(span);
+        }
+        item = next;
+    }
+    span.map(|s| crate::config::line_column(text, s.start).0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +144,17 @@ force = "fallback:fb-eu"
             Some(100)
         );
         assert!(c.regions["eu-west"].force.is_some());
+    }
+
+    #[test]
+    fn field_paths_map_to_lines() {
+        let text = "serial = 1\n[profiles.warm.endpoints]\nfrontdoor = { weight = 90 }\nalt = { weight = 2000 }\n[regions.eu-west]\ndrain = true\n";
+        assert_eq!(
+            line_of_field(text, "profiles.warm.endpoints.alt.weight"),
+            Some(4)
+        );
+        assert_eq!(line_of_field(text, "regions.eu-west.drain"), Some(6));
+        assert_eq!(line_of_field(text, "profiles.warm.endpoints.nope"), Some(2));
     }
 
     #[test]

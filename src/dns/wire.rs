@@ -279,7 +279,11 @@ pub fn parse_query(packet: &[u8]) -> Result<Query, Reject> {
             if edns.is_some() || !record.owner_is_root {
                 return Err(formerr(question, edns));
             }
-            edns = Some(parse_opt(&record).ok_or(formerr(question, None))?);
+            match parse_opt(&record) {
+                Ok(parsed) => edns = Some(parsed),
+                // Answer FORMERR with our OPT (RFC 6891 §7), minus the option we refused.
+                Err(base) => return Err(formerr(question, Some(base))),
+            }
         }
         pos = next;
     }
@@ -347,16 +351,20 @@ fn skip_record(packet: &[u8], pos: usize) -> Option<usize> {
     read_record(packet, pos).map(|(_, next)| next)
 }
 
-/// Reads an OPT record; `None` means FORMERR.
-fn parse_opt(record: &RawRecord<'_>) -> Option<Edns> {
-    let mut edns = Edns {
+/// Reads an OPT record; `Err` means FORMERR and carries the fixed OPT fields to echo.
+fn parse_opt(record: &RawRecord<'_>) -> Result<Edns, Edns> {
+    let base = Edns {
         udp_payload: record.class,
         version: (record.ttl >> 16) as u8,
         dnssec_ok: record.ttl & 0x8000 != 0,
         nsid_requested: false,
         client_subnet: None,
     };
-    let mut options = record.rdata;
+    parse_options(record.rdata, base).ok_or(base)
+}
+
+fn parse_options(mut options: &[u8], base: Edns) -> Option<Edns> {
+    let mut edns = base;
     while !options.is_empty() {
         let head = options.get(..4)?;
         let code = u16::from_be_bytes([head[0], head[1]]);

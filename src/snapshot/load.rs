@@ -1,12 +1,13 @@
 //! Building a snapshot from files: the "food taster". Everything is read, parsed, validated and
 //! compiled here; the caller swaps the result in only if this returns `Ok`.
 
+use std::path::Path;
 use std::time::Instant;
 
 use crate::config::Config;
 use crate::control::ControlFile;
 use crate::geo::Locator;
-use crate::policy::{compile, ControlKnobs, ShedView};
+use crate::policy::{compile, ControlKnobs, PolicyError, ShedView};
 use crate::zone::model::{RecordInput, Zone};
 use crate::zone::parse::{load_zone_dir, ZoneProblem};
 use crate::zone::validate::validate;
@@ -21,10 +22,24 @@ pub struct Loaded {
     pub elapsed: std::time::Duration,
 }
 
+/// Where the control knobs come from for one load.
+pub enum ControlSource<'a> {
+    /// Read the file the config names (if any).
+    FromConfig,
+    /// Use this text (already read, or a version from the history) as if it were that file.
+    Text { path: &'a Path, text: &'a str },
+}
+
 /// Loads and compiles everything the config points at. `Err` carries one line per problem,
 /// each naming file and line.
 pub fn load(config: &Config) -> Result<Loaded, Vec<String>> {
+    load_with(config, ControlSource::FromConfig)
+}
+
+/// Like [`load`], with the control knobs from `control`.
+pub fn load_with(config: &Config, control: ControlSource<'_>) -> Result<Loaded, Vec<String>> {
     let started = Instant::now();
+    let control = read_control(config, control)?;
     let (parsed, mut problems) = load_zone_dir(&config.server.zones);
     for zone in &parsed {
         problems.extend(validate(zone));
@@ -58,13 +73,15 @@ pub fn load(config: &Config) -> Result<Loaded, Vec<String>> {
         return Err(failures);
     }
     let mut warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
-    let steering = compile_steering(config, &mut zones, &mut warnings)?;
-    let snapshot = Snapshot::build(
+    let steering = compile_steering(config, &control, &mut zones, &mut warnings)?;
+    let mut snapshot = Snapshot::build(
         zones,
         config.serve_options(),
         steering,
         config.trace.allow.clone(),
     );
+    snapshot.control = control.map(|(file, _)| file).unwrap_or_default();
+    snapshot.serial = snapshot.control.serial.unwrap_or(0);
     Ok(Loaded {
         snapshot,
         warnings,
@@ -76,23 +93,21 @@ pub fn load(config: &Config) -> Result<Loaded, Vec<String>> {
 /// steered name into its zone. `Ok(None)` when nothing is steered.
 fn compile_steering(
     config: &Config,
+    control: &Option<(ControlFile, String)>,
     zones: &mut [Zone],
     warnings: &mut Vec<String>,
 ) -> Result<Option<SteeringData>, Vec<String>> {
     if !config.has_steering() {
         return Ok(None);
     }
-    let knobs = match &config.control.file {
-        Some(path) => ControlFile::load(path)
-            .map_err(|e| vec![e.to_string()])?
-            .knobs(),
-        None => ControlKnobs::default(),
-    };
+    let knobs = control
+        .as_ref()
+        .map_or_else(ControlKnobs::default, |(file, _)| file.knobs());
     let policies =
         compile(&config.topology, &config.profiles, &config.steered, &knobs).map_err(|errors| {
             errors
                 .iter()
-                .map(|e| format!("config: {e}"))
+                .map(|e| describe_policy_error(config, control, e))
                 .collect::<Vec<_>>()
         })?;
     let region_names: Vec<&str> = policies.region_names().collect();
@@ -143,4 +158,43 @@ fn bind_steered_names(
     } else {
         Err(errors)
     }
+}
+
+/// Reads and parses the control knobs; `None` when no control file is configured.
+fn read_control(
+    config: &Config,
+    source: ControlSource<'_>,
+) -> Result<Option<(ControlFile, String)>, Vec<String>> {
+    let (path, text) = match source {
+        ControlSource::Text { path, text } => (path.to_path_buf(), text.to_string()),
+        ControlSource::FromConfig => match &config.control.file {
+            None => return Ok(None),
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| vec![format!("{}: cannot read: {e}", path.display())])?;
+                (path.clone(), text)
+            }
+        },
+    };
+    let file = ControlFile::parse(&text, &path).map_err(|e| vec![e.to_string()])?;
+    Ok(Some((file, text)))
+}
+
+/// A policy error as one line naming the file, line and field: control knobs point into the
+/// control file, everything else into the config.
+fn describe_policy_error(
+    config: &Config,
+    control: &Option<(ControlFile, String)>,
+    error: &PolicyError,
+) -> String {
+    if let (Some(field), Some((_, text)), Some(path)) = (
+        error.path.strip_prefix("control."),
+        control,
+        config.control.file.as_ref(),
+    ) {
+        let line =
+            crate::control::line_of_field(text, field).map_or(String::new(), |l| format!(":{l}"));
+        return format!("{}{line}: {field}: {}", path.display(), error.problem);
+    }
+    format!("config: {error}")
 }

@@ -16,6 +16,7 @@ pub use precompiled::Precompiled;
 
 use ipnet::IpNet;
 
+use crate::control::ControlFile;
 use crate::dns::respond::Client;
 use crate::dns::wire::{ClientSubnet, WireName};
 use crate::zone::lookup::{resolve, ZoneSet};
@@ -57,6 +58,10 @@ pub struct Snapshot {
     pub steering: Option<SteeringData>,
     /// Clients allowed to see decision traces over `CH TXT`.
     pub trace_allow: Vec<IpNet>,
+    /// The control knobs this snapshot was compiled with.
+    pub control: ControlFile,
+    /// The control version being served (answered by `CH TXT serial.steerdns`).
+    pub serial: u64,
 }
 
 impl Snapshot {
@@ -73,6 +78,8 @@ impl Snapshot {
             options,
             steering,
             trace_allow,
+            control: ControlFile::default(),
+            serial: 0,
         };
         snapshot.precompiled = Precompiled::build(&snapshot);
         snapshot
