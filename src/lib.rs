@@ -5,11 +5,13 @@
 //! [`snapshot`] (the immutable, validated view of config + zones) → [`zone`] (lookup) and, for
 //! steered names, [`geo`] (where is the client) and [`policy`] (which endpoint answers).
 
+pub mod admin;
 pub mod config;
 pub mod control;
 pub mod dns;
 pub mod geo;
 pub mod policy;
+pub mod reload;
 pub mod server;
 pub mod snapshot;
 pub mod zone;

@@ -1,17 +1,20 @@
 //! The `steerdns` binary: command-line parsing and the process around the library.
 
+mod cli;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use arc_swap::ArcSwap;
 use clap::{Parser, Subcommand};
 
+use steerdns::admin::{read_token, AdminState};
 use steerdns::config::Config;
+use steerdns::reload::{watch, Reloader, Source, Trigger};
 use steerdns::server::{bind, UdpWorkers};
-use steerdns::snapshot::{load::load, SharedSnapshot};
+use steerdns::snapshot::load::load;
 
 /// Authoritative DNS that steers clients between global anycast, regional anycast and a
 /// fallback ring, with weighted always-serve failover profiles.
@@ -31,6 +34,84 @@ enum Command {
     /// GeoIP databases: build one from CSV, or see where an address lands.
     #[command(subcommand)]
     Geoip(GeoipCommand),
+    /// Profile weights: set them (break-glass) or show what is served.
+    #[command(subcommand)]
+    Weight(WeightCommand),
+    /// Send a region's clients elsewhere (its first usable neighbour or a fallback site).
+    Drain {
+        #[command(flatten)]
+        target: cli::Target,
+        /// Region name, e.g. eu-west.
+        region: String,
+    },
+    /// Undo `drain`.
+    Undrain {
+        #[command(flatten)]
+        target: cli::Target,
+        region: String,
+    },
+    /// Accepted control versions: list, roll back, compare.
+    #[command(subcommand)]
+    Control(ControlCommand),
+    /// What the running server serves: serial, last refused change, weights, overrides.
+    Status {
+        #[command(flatten)]
+        target: cli::Target,
+        /// Print the raw JSON of /v1/status.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask the running server to re-read config, zones, geo database and control file.
+    Reload {
+        #[command(flatten)]
+        target: cli::Target,
+    },
+}
+
+#[derive(Subcommand)]
+enum WeightCommand {
+    /// Set endpoint weights of a profile in the control file, all at once (atomically):
+    /// `steerdns weight set critical frontdoor=0 alt-cdn=100`. The result is validated before
+    /// anything is written; then the command waits for the server to serve it.
+    Set {
+        #[command(flatten)]
+        target: cli::Target,
+        /// Profile name.
+        profile: String,
+        /// ENDPOINT=WEIGHT pairs (0..=1000).
+        #[arg(required = true, value_name = "ENDPOINT=WEIGHT")]
+        assignments: Vec<String>,
+    },
+    /// Show the weights being served (from the running server, else from the files).
+    Show {
+        #[command(flatten)]
+        target: cli::Target,
+        /// Only this profile.
+        profile: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ControlCommand {
+    /// List accepted control versions (serial, time, source, what changed).
+    History {
+        #[command(flatten)]
+        target: cli::Target,
+    },
+    /// Restore an accepted version (default: the one before the newest); validated first.
+    Rollback {
+        #[command(flatten)]
+        target: cli::Target,
+        /// Serial to restore.
+        version: Option<u64>,
+    },
+    /// Show what differs between two accepted versions.
+    Diff {
+        #[command(flatten)]
+        target: cli::Target,
+        a: u64,
+        b: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -69,6 +150,9 @@ struct ServeArgs {
     /// Address to listen on (UDP and TCP), repeatable; overrides the config file.
     #[arg(long, value_name = "ADDR")]
     listen: Vec<SocketAddr>,
+    /// Address of the admin HTTP endpoint (status, reload); overrides [admin] listen.
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -78,6 +162,23 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Check(args) => check(args),
         Command::Geoip(command) => geoip(command),
+        Command::Weight(WeightCommand::Set {
+            target,
+            profile,
+            assignments,
+        }) => cli::weight_set(&target, &profile, &assignments),
+        Command::Weight(WeightCommand::Show { target, profile }) => {
+            cli::weight_show(&target, profile.as_deref())
+        }
+        Command::Drain { target, region } => cli::drain(&target, &region, true),
+        Command::Undrain { target, region } => cli::drain(&target, &region, false),
+        Command::Control(ControlCommand::History { target }) => cli::history_list(&target),
+        Command::Control(ControlCommand::Rollback { target, version }) => {
+            cli::rollback(&target, version)
+        }
+        Command::Control(ControlCommand::Diff { target, a, b }) => cli::diff(&target, a, b),
+        Command::Status { target, json } => cli::status(&target, json),
+        Command::Reload { target } => cli::reload(&target),
     };
     match result {
         Ok(code) => code,
@@ -98,16 +199,11 @@ fn init_logging() {
 }
 
 fn read_config(args: &SourceArgs) -> Result<Config> {
-    let default_path = PathBuf::from("steerdns.toml");
-    let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None if default_path.exists() => Config::load(&default_path)?,
-        None => Config::default(),
+    let source = Source {
+        config: args.config.clone(),
+        zones: args.zones.clone(),
     };
-    if let Some(zones) = &args.zones {
-        config.server.zones = zones.clone();
-    }
-    Ok(config)
+    source.read_config().map_err(anyhow::Error::msg)
 }
 
 fn geoip(command: GeoipCommand) -> Result<ExitCode> {
@@ -175,8 +271,9 @@ fn check(args: SourceArgs) -> Result<ExitCode> {
     }
 }
 
-/// Serves until SIGINT/SIGTERM; SIGHUP reloads config and zones (kept only if all of it is good).
-async fn wait_for_signals(source: &SourceArgs, snapshot: &SharedSnapshot) -> Result<()> {
+/// Serves until SIGINT/SIGTERM; SIGHUP reloads everything through the reloader (a reload with
+/// any problem is refused and the previous snapshot keeps serving).
+async fn wait_for_signals(reloader: Arc<Reloader>) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
     let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
@@ -184,55 +281,52 @@ async fn wait_for_signals(source: &SourceArgs, snapshot: &SharedSnapshot) -> Res
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return Ok(()),
             _ = terminate.recv() => return Ok(()),
-            _ = hangup.recv() => reload(source, snapshot),
-        }
-    }
-}
-
-fn reload(source: &SourceArgs, snapshot: &SharedSnapshot) {
-    let loaded = read_config(source)
-        .map_err(|e| vec![format!("{e:#}")])
-        .and_then(|c| load(&c));
-    match loaded {
-        Ok(loaded) => {
-            snapshot.store(Arc::new(loaded.snapshot));
-            tracing::info!(
-                "reloaded in {:.1} ms",
-                loaded.elapsed.as_secs_f64() * 1000.0
-            );
-        }
-        Err(problems) => {
-            for p in &problems {
-                tracing::error!("reload refused, still serving the previous snapshot: {p}");
+            _ = hangup.recv() => {
+                let reloader = reloader.clone();
+                let _ = tokio::task::spawn_blocking(move || reloader.reload(Trigger::Signal)).await;
             }
         }
     }
 }
 
 fn serve(args: ServeArgs) -> Result<ExitCode> {
-    let mut config = read_config(&args.source)?;
+    let source = Source {
+        config: args.source.config.clone(),
+        zones: args.source.zones.clone(),
+    };
+    let mut config = source.read_config().map_err(anyhow::Error::msg)?;
     if !args.listen.is_empty() {
         config.server.listen = args.listen.clone();
     }
-    let loaded = match load(&config) {
-        Ok(loaded) => loaded,
+    if let Some(admin) = args.admin_listen {
+        config.admin.listen = admin;
+    }
+    let (reloader, warnings) = match Reloader::start(source) {
+        Ok(started) => started,
         Err(problems) => {
             for p in &problems {
                 eprintln!("{p}");
             }
             anyhow::bail!(
-                "refusing to start: {} problem(s) in config or zones",
+                "refusing to start: {} problem(s) in config, zones or control file",
                 problems.len()
             );
         }
     };
-    for w in &loaded.warnings {
+    for w in &warnings {
         tracing::warn!("{w}");
     }
-    for zone in loaded.snapshot.zones.zones() {
+    let status = reloader.status();
+    if let Some(refusal) = &status.last_refusal {
+        for reason in &refusal.reasons {
+            tracing::error!("control file refused at startup: {reason}");
+        }
+    }
+    let snapshot = reloader.snapshot().clone();
+    for zone in snapshot.load().zones.zones() {
         println!("zone {} serial {}", zone.origin, zone.serial);
     }
-    let snapshot: SharedSnapshot = Arc::new(ArcSwap::from_pointee(loaded.snapshot));
+    println!("control serial {}", status.serial);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -254,8 +348,21 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             config.tcp_limits(),
         ));
     }
-    println!("ready in {:.1} ms", loaded.elapsed.as_secs_f64() * 1000.0);
-    runtime.block_on(wait_for_signals(&args.source, &snapshot))?;
+    let admin = runtime
+        .block_on(tokio::net::TcpListener::bind(config.admin.listen))
+        .with_context(|| format!("admin endpoint on {}", config.admin.listen))?;
+    println!("admin on http://{}", admin.local_addr()?);
+    let admin_state = AdminState {
+        reloader: reloader.clone(),
+        token: read_token(config.admin.token_file.as_ref()),
+    };
+    runtime.spawn(steerdns::admin::serve(admin, admin_state));
+    if let Some(control) = &config.control.file {
+        watch::spawn(reloader.clone(), control.clone())
+            .context("starting the control file watcher")?;
+    }
+    println!("ready");
+    runtime.block_on(wait_for_signals(reloader))?;
     for workers in udp {
         workers.stop();
     }

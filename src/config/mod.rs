@@ -38,19 +38,39 @@ pub struct Config {
     /// The control file with the live knobs (weights, drains, shield mode).
     #[serde(default)]
     pub control: ControlConfig,
+    /// The admin HTTP endpoint (status, reload; later metrics and load feeds).
+    #[serde(default)]
+    pub admin: crate::admin::AdminConfig,
     /// Who may see decision traces (`dig CH TXT <steered name>`).
     #[serde(default)]
     pub trace: TraceConfig,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
+    /// The file this config was read from, if any.
+    #[serde(skip)]
+    pub source_path: Option<PathBuf>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ControlConfig {
     /// Path of the control file (relative to the config file). Unset: no live knobs.
     pub file: Option<PathBuf>,
+    /// Where accepted control versions are kept. Default: `<control file>.history` beside it.
+    pub history_dir: Option<PathBuf>,
+    /// How many accepted versions to keep.
+    pub history_keep: usize,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            file: None,
+            history_dir: None,
+            history_keep: 50,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,8 +183,10 @@ impl Default for Config {
             profiles: BTreeMap::new(),
             steered: Vec::new(),
             control: ControlConfig::default(),
+            admin: crate::admin::AdminConfig::default(),
             trace: TraceConfig::default(),
             base_dir: PathBuf::from("."),
+            source_path: None,
         }
     }
 }
@@ -187,6 +209,7 @@ impl Config {
             _ => Path::new("."),
         };
         config.resolve_paths(base);
+        config.source_path = Some(path.to_path_buf());
         Ok(config)
     }
 
@@ -232,6 +255,9 @@ impl Config {
                 return Err(invalid("server.nsid", "longer than 255 bytes".into()));
             }
         }
+        if self.control.history_keep == 0 {
+            return Err(invalid("control.history_keep", "must be at least 1".into()));
+        }
         if server.tcp.max_connections == 0 || server.tcp.max_queries_per_connection == 0 {
             return Err(invalid(
                 "server.tcp",
@@ -243,9 +269,16 @@ impl Config {
 
     fn resolve_paths(&mut self, base: &Path) {
         self.base_dir = base.to_path_buf();
-        if let Some(file) = &mut self.control.file {
-            if file.is_relative() {
-                *file = base.join(&*file);
+        for path in [
+            &mut self.control.file,
+            &mut self.control.history_dir,
+            &mut self.admin.token_file,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if path.is_relative() {
+                *path = base.join(&*path);
             }
         }
         if self.server.zones.is_relative() {

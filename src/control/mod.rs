@@ -6,6 +6,9 @@
 //! that leaves a profile with nothing to serve) is the snapshot's job, through the same path as
 //! every other change.
 
+pub mod edit;
+pub mod history;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -33,6 +33,11 @@ fn answer_text(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<St
     match name {
         b"\x07version\x04bind\x00" | b"\x07version\x06server\x00" => options.version.clone(),
         b"\x02id\x06server\x00" | b"\x08hostname\x04bind\x00" => options.identity.clone(),
+        // For fleets: `for ns in ...; do dig @$ns CH TXT serial.steerdns; done` shows convergence.
+        b"\x06serial\x08steerdns\x00" => Some(format!(
+            "serial {} config {:016x}",
+            snapshot.serial, snapshot.config_hash
+        )),
         _ => snapshot.chaos_extra(
             &query.qname,
             client,

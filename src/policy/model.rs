@@ -161,6 +161,9 @@ pub enum RegionOverride {
     Drained(Destination),
 }
 
+/// A profile's name and its endpoints as `(name, effective weight, enabled)`.
+pub type ProfileState = (String, Vec<(String, u32, bool)>);
+
 /// Everything the serving path needs to answer steered names: immutable once compiled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompiledPolicies {
@@ -176,6 +179,22 @@ pub struct CompiledPolicies {
 }
 
 impl CompiledPolicies {
+    /// Effective (knobs applied) endpoint weights and enabled flags per profile, for status
+    /// output: `(profile, [(endpoint, weight, enabled)])`. Allocates.
+    pub fn endpoint_states(&self) -> Vec<ProfileState> {
+        self.profiles
+            .iter()
+            .map(|p| {
+                let endpoints = p
+                    .endpoints
+                    .iter()
+                    .map(|e| (e.name.clone(), e.weight, e.enabled))
+                    .collect();
+                (p.name.clone(), endpoints)
+            })
+            .collect()
+    }
+
     /// The steered names, in config order.
     pub fn steered(&self) -> &[SteeredName] {
         &self.steered

@@ -187,14 +187,24 @@ fn describe_policy_error(
     control: &Option<(ControlFile, String)>,
     error: &PolicyError,
 ) -> String {
-    if let (Some(field), Some((_, text)), Some(path)) = (
-        error.path.strip_prefix("control."),
-        control,
-        config.control.file.as_ref(),
-    ) {
-        let line =
-            crate::control::line_of_field(text, field).map_or(String::new(), |l| format!(":{l}"));
-        return format!("{}{line}: {field}: {}", path.display(), error.problem);
+    if let (Some((file, text)), Some(path)) = (control, config.control.file.as_ref()) {
+        // Knob errors carry a `control.` path; a profile or region the control file touches
+        // (e.g. all weights now 0) is the control file's doing too.
+        let field = error.path.strip_prefix("control.").or_else(|| {
+            let mut parts = error.path.splitn(3, '.');
+            let (section, name) = (parts.next()?, parts.next()?);
+            let touched = match section {
+                "profiles" => file.profiles.contains_key(name),
+                "regions" => file.regions.contains_key(name),
+                _ => false,
+            };
+            touched.then_some(error.path.as_str())
+        });
+        if let Some(field) = field {
+            let line = crate::control::line_of_field(text, field)
+                .map_or(String::new(), |l| format!(":{l}"));
+            return format!("{}{line}: {field}: {}", path.display(), error.problem);
+        }
     }
     format!("config: {error}")
 }

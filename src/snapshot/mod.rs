@@ -62,6 +62,8 @@ pub struct Snapshot {
     pub control: ControlFile,
     /// The control version being served (answered by `CH TXT serial.steerdns`).
     pub serial: u64,
+    /// Fingerprint of config + control + zone serials, to compare nodes.
+    pub config_hash: u64,
 }
 
 impl Snapshot {
@@ -80,9 +82,15 @@ impl Snapshot {
             trace_allow,
             control: ControlFile::default(),
             serial: 0,
+            config_hash: 0,
         };
         snapshot.precompiled = Precompiled::build(&snapshot);
         snapshot
+    }
+
+    /// A snapshot with no zones (answers REFUSED); a placeholder before the first load.
+    pub fn empty() -> Snapshot {
+        Snapshot::build(Vec::new(), ServeOptions::default(), None, Vec::new())
     }
 
     /// The steering context for one query (None when no names are steered).

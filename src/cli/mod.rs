@@ -1,0 +1,428 @@
+//! Operator commands that change or inspect a running system: weights, drains, control history
+//! and rollback, status, reload. Every change to the control file is tasted with the same
+//! loader the server uses before it is written (atomically), then the command reports what the
+//! server serves.
+
+mod http;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use steerdns::admin::{read_token, StatusView};
+use steerdns::config::Config;
+use steerdns::control::edit::{parse_assignment, set_drain, set_weights, write_atomically};
+use steerdns::control::history::{summarize, History};
+use steerdns::control::ControlFile;
+use steerdns::reload::Source;
+use steerdns::snapshot::load::{load_with, ControlSource};
+
+/// How long a command waits for the server to pick up a change it wrote.
+const CONVERGE_WAIT: Duration = Duration::from_secs(3);
+
+/// Shared options of the operator commands.
+#[derive(clap::Args, Clone, Default)]
+pub struct Target {
+    /// Config file (TOML). Default: ./steerdns.toml if it exists.
+    #[arg(long, short, global = true)]
+    pub config: Option<PathBuf>,
+    /// Admin endpoint of the running server; default: [admin] listen from the config.
+    #[arg(long, value_name = "ADDR", global = true)]
+    pub admin: Option<SocketAddr>,
+}
+
+impl Target {
+    fn config(&self) -> Result<Config> {
+        let source = Source {
+            config: self.config.clone(),
+            zones: None,
+        };
+        source.read_config().map_err(anyhow::Error::msg)
+    }
+
+    fn admin_addr(&self, config: &Config) -> SocketAddr {
+        self.admin.unwrap_or(config.admin.listen)
+    }
+}
+
+fn control_path(config: &Config) -> Result<PathBuf> {
+    config
+        .control
+        .file
+        .clone()
+        .context("no control file configured ([control] file in the config)")
+}
+
+fn history(config: &Config) -> Result<History> {
+    let file = control_path(config)?;
+    let dir = config
+        .control
+        .history_dir
+        .clone()
+        .unwrap_or_else(|| History::default_dir(&file));
+    History::open(&dir, config.control.history_keep)
+        .map_err(|e| anyhow::anyhow!("control history: {e}"))
+}
+
+/// Tastes `new_text` as the control file with the same loader the server uses, writes it
+/// atomically if (and only if) it is good, then reports what the server serves.
+fn apply_control(target: &Target, config: &Config, new_text: &str, what: &str) -> Result<ExitCode> {
+    let path = control_path(config)?;
+    if let Err(problems) = load_with(
+        config,
+        ControlSource::Text {
+            path: &path,
+            text: new_text,
+        },
+    ) {
+        println!("refused, nothing written ({what}):");
+        for p in &problems {
+            println!("  {p}");
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    let old = std::fs::read_to_string(&path).ok();
+    write_atomically(&path, new_text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let summary = match (
+        old.as_deref().map(|t| ControlFile::parse(t, &path)),
+        ControlFile::parse(new_text, &path),
+    ) {
+        (Some(Ok(before)), Ok(after)) => summarize(&before, &after),
+        _ => "control file replaced".to_string(),
+    };
+    println!("wrote {}: {summary}", path.display());
+    report_convergence(target, config, new_text);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Waits (bounded) until the server serves what the control file now says, and prints it.
+fn report_convergence(target: &Target, config: &Config, text: &str) {
+    let addr = target.admin_addr(config);
+    let Ok(expected) = ControlFile::parse(text, Path::new("control")) else {
+        return;
+    };
+    let deadline = Instant::now() + CONVERGE_WAIT;
+    let mut last = None;
+    while Instant::now() < deadline {
+        match fetch_status(addr) {
+            Ok(status) => {
+                if serves(&status, &expected) {
+                    println!(
+                        "server at {addr} serves serial {}: {}",
+                        status.control.serial,
+                        weights_line(&status)
+                    );
+                    return;
+                }
+                last = Some(status);
+            }
+            Err(_) => {
+                println!(
+                    "server at {addr} not reachable; it applies the change when it (re)starts"
+                );
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if let Some(status) = last {
+        println!(
+            "warning: after {CONVERGE_WAIT:?} the server still serves serial {}{}",
+            status.control.serial,
+            status
+                .control
+                .last_refusal
+                .map(|r| format!("; last refusal: {}", r.reasons.join("; ")))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// Does the server's status show every weight and drain the control file sets?
+fn serves(status: &StatusView, expected: &ControlFile) -> bool {
+    let weights_ok = expected.profiles.iter().all(|(profile, knobs)| {
+        knobs.endpoints.iter().all(|(endpoint, k)| {
+            let live = status.profiles.get(profile).and_then(|p| p.get(endpoint));
+            match (live, k.weight, k.enabled) {
+                (None, _, _) => false,
+                (Some(l), _, Some(false)) => !l.enabled,
+                (Some(l), Some(w), _) => l.weight == w && l.enabled,
+                (Some(_), None, _) => true,
+            }
+        })
+    });
+    let drains_ok = expected.regions.iter().all(|(region, k)| {
+        let live = status.regions.get(region).map(String::as_str).unwrap_or("");
+        k.drain == live.starts_with("drained")
+    });
+    weights_ok && drains_ok
+}
+
+fn weights_line(status: &StatusView) -> String {
+    let mut parts = Vec::new();
+    for (profile, endpoints) in &status.profiles {
+        let list: Vec<String> = endpoints
+            .iter()
+            .map(|(name, e)| {
+                if e.enabled {
+                    format!("{name}={}", e.weight)
+                } else {
+                    format!("{name}=off")
+                }
+            })
+            .collect();
+        parts.push(format!("{profile}: {}", list.join(" ")));
+    }
+    for (region, state) in &status.regions {
+        parts.push(format!("{region} {state}"));
+    }
+    parts.join("; ")
+}
+
+fn fetch_status(addr: SocketAddr) -> Result<StatusView> {
+    let response = http::request(addr, "GET", "/v1/status", None, b"")?;
+    if response.status != 200 {
+        bail!(
+            "status request failed: HTTP {}: {}",
+            response.status,
+            response.body.trim()
+        );
+    }
+    serde_json::from_str(&response.body).context("status response is not the expected JSON")
+}
+
+pub fn weight_set(target: &Target, profile: &str, assignments: &[String]) -> Result<ExitCode> {
+    let config = target.config()?;
+    let path = control_path(&config)?;
+    let pairs = assignments
+        .iter()
+        .map(|a| parse_assignment(a).map_err(|e| anyhow::anyhow!("{e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let new_text = set_weights(&text, profile, &pairs)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    apply_control(target, &config, &new_text, &format!("weights of {profile}"))
+}
+
+pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
+    let config = target.config()?;
+    let addr = target.admin_addr(&config);
+    match fetch_status(addr) {
+        Ok(status) => {
+            println!(
+                "serving serial {} (server at {addr})",
+                status.control.serial
+            );
+            for (name, endpoints) in &status.profiles {
+                if profile.is_some_and(|p| p != name) {
+                    continue;
+                }
+                let list: Vec<String> = endpoints
+                    .iter()
+                    .map(|(e, v)| {
+                        if v.enabled {
+                            format!("{e}={}", v.weight)
+                        } else {
+                            format!("{e}=off")
+                        }
+                    })
+                    .collect();
+                println!("{name}: {}", list.join(" "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            // No server: show what the files would serve.
+            eprintln!("{e:#}; showing the files instead");
+            let loaded = load_with(&config, ControlSource::FromConfig)
+                .map_err(|p| anyhow::anyhow!("the files do not load: {}", p.join("; ")))?;
+            let Some(steering) = &loaded.snapshot.steering else {
+                println!("no steered names configured");
+                return Ok(ExitCode::SUCCESS);
+            };
+            for (name, endpoints) in steering.policies.endpoint_states() {
+                if profile.is_some_and(|p| p != name) {
+                    continue;
+                }
+                let list: Vec<String> = endpoints
+                    .iter()
+                    .map(|(e, w, on)| {
+                        if *on {
+                            format!("{e}={w}")
+                        } else {
+                            format!("{e}=off")
+                        }
+                    })
+                    .collect();
+                println!("{name}: {}", list.join(" "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+pub fn drain(target: &Target, region: &str, on: bool) -> Result<ExitCode> {
+    let config = target.config()?;
+    let path = control_path(&config)?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let new_text =
+        set_drain(&text, region, on).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let what = if on {
+        format!("drain {region}")
+    } else {
+        format!("undrain {region}")
+    };
+    apply_control(target, &config, &new_text, &what)
+}
+
+pub fn history_list(target: &Target) -> Result<ExitCode> {
+    let config = target.config()?;
+    let history = history(&config)?;
+    let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if versions.is_empty() {
+        println!(
+            "no accepted versions recorded yet in {}",
+            history.dir().display()
+        );
+    }
+    for v in versions {
+        println!(
+            "{:>6}  {}  {:<20}  {}",
+            v.serial, v.time, v.source, v.summary
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn rollback(target: &Target, version: Option<u64>) -> Result<ExitCode> {
+    let config = target.config()?;
+    let history = history(&config)?;
+    let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let serial = match version {
+        Some(v) => v,
+        None => match versions.len() {
+            0 | 1 => bail!("no previous version to roll back to (see `steerdns control history`)"),
+            n => versions[n - 2].serial,
+        },
+    };
+    let (_, text) = history
+        .get(serial)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_context(|| {
+            format!("version {serial} is not in the history (see `steerdns control history`)")
+        })?;
+    apply_control(
+        target,
+        &config,
+        &text,
+        &format!("rollback to version {serial}"),
+    )
+}
+
+pub fn diff(target: &Target, a: u64, b: u64) -> Result<ExitCode> {
+    let config = target.config()?;
+    let history = history(&config)?;
+    let get = |serial: u64| -> Result<String> {
+        let (_, text) = history
+            .get(serial)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .with_context(|| format!("version {serial} is not in the history"))?;
+        Ok(text)
+    };
+    let (ta, tb) = (get(a)?, get(b)?);
+    let path = Path::new("control");
+    let (pa, pb) = (
+        ControlFile::parse(&ta, path).map_err(|e| anyhow::anyhow!("version {a}: {e}"))?,
+        ControlFile::parse(&tb, path).map_err(|e| anyhow::anyhow!("version {b}: {e}"))?,
+    );
+    println!("{a} -> {b}: {}", summarize(&pa, &pb));
+    for line in line_diff(&ta, &tb) {
+        println!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Lines only in `a` (prefixed `-`) and only in `b` (`+`), in order: enough for small files.
+fn line_diff(a: &str, b: &str) -> Vec<String> {
+    let (la, lb): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    let mut out: Vec<String> = la
+        .iter()
+        .filter(|l| !lb.contains(l))
+        .map(|l| format!("- {l}"))
+        .collect();
+    out.extend(
+        lb.iter()
+            .filter(|l| !la.contains(l))
+            .map(|l| format!("+ {l}")),
+    );
+    out
+}
+
+pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
+    let config = target.config()?;
+    let addr = target.admin_addr(&config);
+    let status = fetch_status(addr)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let c = &status.control;
+    println!(
+        "serving serial {} (config {}) since {} ({})",
+        c.serial, c.config_hash, c.loaded_at, c.loaded_by
+    );
+    if let Some(file) = &c.control_file {
+        println!("control file {}", file.display());
+    }
+    println!(
+        "reloads: {} accepted, {} refused; last took {:.1} ms",
+        c.reloads_accepted, c.reloads_refused, c.last_reload_ms
+    );
+    match &c.last_refusal {
+        Some(r) => {
+            println!("last refused change: {} ({})", r.at, r.trigger);
+            for reason in &r.reasons {
+                println!("  {reason}");
+            }
+        }
+        None => println!("no refused changes"),
+    }
+    for (profile, endpoints) in &status.profiles {
+        let list: Vec<String> = endpoints
+            .iter()
+            .map(|(e, v)| {
+                if v.enabled {
+                    format!("{e}={}", v.weight)
+                } else {
+                    format!("{e}=off")
+                }
+            })
+            .collect();
+        println!("profile {profile}: {}", list.join(" "));
+    }
+    for (region, state) in &status.regions {
+        println!("region {region}: {state}");
+    }
+    for w in &c.warnings {
+        println!("warning: {w}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn reload(target: &Target) -> Result<ExitCode> {
+    let config = target.config()?;
+    let addr = target.admin_addr(&config);
+    let token = read_token(config.admin.token_file.as_ref());
+    let response = http::request(addr, "POST", "/v1/reload", token.as_deref(), b"")?;
+    println!("{}", response.body.trim());
+    Ok(if response.status == 200 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

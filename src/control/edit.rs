@@ -1,0 +1,801 @@
+//! Comment-preserving edits of control-file text, for the CLI (`steerdns weight set` and
+//! friends), and the atomic file replacement both the CLI and the version history use.
+//!
+//! Owns only text-to-text edits and writing a file safely. It does not check that the edited
+//! knobs make sense against the config (that is the snapshot's job when the server loads the
+//! file) and it never touches the running server.
+//!
+//! Every edit parses the text with `toml_edit`, changes the one key it was asked to change
+//! (creating tables and keys as needed) and keeps everything else, comments and layout included,
+//! byte for byte.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use toml_edit::{DocumentMut, InlineTable, Item, Table, Value};
+
+pub use crate::policy::MAX_WEIGHT;
+
+/// Why an edit or a write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EditError {
+    /// The text is not valid TOML.
+    #[error("line {line}, column {column}: {message}")]
+    Syntax {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A key on the way to the knob holds something other than a table.
+    #[error("`{path}` is {found}, not a table, so it cannot hold the setting")]
+    NotATable { path: String, found: &'static str },
+    /// The knob's own key holds a table (e.g. a `[profiles.P.endpoints.E.weight]` section).
+    #[error("`{path}` is a table, not a value; fix it by hand")]
+    NotAValue { path: String },
+    /// A profile, endpoint or region name the config would never accept.
+    #[error("{name:?} is not a valid {what} name (1 to 63 letters, digits, '-' or '_')")]
+    BadName { what: &'static str, name: String },
+    /// A weight above [`MAX_WEIGHT`].
+    #[error("weight {weight} for endpoint {endpoint:?} is above the maximum of {MAX_WEIGHT}")]
+    WeightTooLarge { endpoint: String, weight: u32 },
+    /// The same endpoint twice in one change.
+    #[error("endpoint {endpoint:?} is given more than once")]
+    DuplicateEndpoint { endpoint: String },
+    /// A serial TOML cannot hold (integers are signed 64-bit).
+    #[error("serial {0} is above the largest TOML integer ({max})", max = i64::MAX)]
+    SerialTooLarge(u64),
+    /// A top-level `serial` that is not a non-negative integer.
+    #[error("the top-level `serial` is {0}, not a whole number")]
+    SerialNotANumber(String),
+    /// A command-line `ENDPOINT=WEIGHT` argument that does not parse.
+    #[error("{arg:?}: {problem} (expected ENDPOINT=WEIGHT, e.g. frontdoor=0)")]
+    BadAssignment { arg: String, problem: String },
+    /// Writing the file failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+/// A failed step of an atomic file replacement; names the file being replaced.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: cannot {action}: {source}")]
+pub struct WriteError {
+    /// The file that was to be replaced.
+    pub path: PathBuf,
+    /// The step that failed, e.g. "write the temporary file".
+    pub action: &'static str,
+    #[source]
+    pub source: io::Error,
+}
+
+/// Sets `profiles.<profile>.endpoints.<endpoint>.weight` for each `(endpoint, weight)` pair.
+///
+/// Works whether an endpoint is written inline (`E = { weight = 1 }`), as its own
+/// `[profiles.P.endpoints.E]` section or with dotted keys. Missing tables are created: a missing
+/// profile becomes a `[profiles.P.endpoints]` section, a missing endpoint an inline table
+/// `E = { weight = W }`. An empty `changes` returns the text unchanged.
+pub fn set_weights(
+    text: &str,
+    profile: &str,
+    changes: &[(String, u32)],
+) -> Result<String, EditError> {
+    check_name("profile", profile)?;
+    for (i, (endpoint, weight)) in changes.iter().enumerate() {
+        check_name("endpoint", endpoint)?;
+        if *weight > MAX_WEIGHT {
+            return Err(EditError::WeightTooLarge {
+                endpoint: endpoint.clone(),
+                weight: *weight,
+            });
+        }
+        if changes[..i].iter().any(|(earlier, _)| earlier == endpoint) {
+            return Err(EditError::DuplicateEndpoint {
+                endpoint: endpoint.clone(),
+            });
+        }
+    }
+    let mut doc = parse(text)?;
+    for (endpoint, weight) in changes {
+        let table = endpoint_table(&mut doc, profile, endpoint)?;
+        let path = format!("profiles.{profile}.endpoints.{endpoint}");
+        set_value(table, "weight", Value::from(i64::from(*weight)), &path)?;
+    }
+    Ok(doc.to_string())
+}
+
+/// Sets `profiles.<profile>.endpoints.<endpoint>.enabled`, creating tables as needed.
+pub fn set_enabled(
+    text: &str,
+    profile: &str,
+    endpoint: &str,
+    enabled: bool,
+) -> Result<String, EditError> {
+    check_name("profile", profile)?;
+    check_name("endpoint", endpoint)?;
+    let mut doc = parse(text)?;
+    let table = endpoint_table(&mut doc, profile, endpoint)?;
+    let path = format!("profiles.{profile}.endpoints.{endpoint}");
+    set_value(table, "enabled", Value::from(enabled), &path)?;
+    Ok(doc.to_string())
+}
+
+/// Sets `regions.<region>.drain`; a missing region becomes a `[regions.R]` section.
+pub fn set_drain(text: &str, region: &str, drain: bool) -> Result<String, EditError> {
+    check_name("region", region)?;
+    let mut doc = parse(text)?;
+    let regions = child(doc.as_item_mut(), "regions", "", Create::Section)?;
+    let table = child(regions, region, "regions", Create::Section)?;
+    set_value(
+        table,
+        "drain",
+        Value::from(drain),
+        &format!("regions.{region}"),
+    )?;
+    Ok(doc.to_string())
+}
+
+/// Sets the top-level `serial`, adding it (above the first section) when the text has none.
+///
+/// It always sets: whether a change should carry an explicit serial is the caller's decision.
+/// The usual rule is "bump it only if the file already has one", which
+/// [`bump_serial_if_present`] implements.
+pub fn set_serial(text: &str, serial: u64) -> Result<String, EditError> {
+    let mut doc = parse(text)?;
+    // TOML integers are signed 64-bit; a larger serial cannot be written.
+    let value = i64::try_from(serial).map_err(|_| EditError::SerialTooLarge(serial))?;
+    set_value(doc.as_item_mut(), "serial", Value::from(value), "")?;
+    Ok(doc.to_string())
+}
+
+/// If the text has an integer `serial`, replaces it with serial + 1 and returns the new text
+/// and serial; otherwise returns the text unchanged and `None` (steerdns numbers it).
+pub fn bump_serial_if_present(text: &str) -> Result<(String, Option<u64>), EditError> {
+    let doc = parse(text)?;
+    let Some(item) = doc.get("serial") else {
+        return Ok((text.to_owned(), None));
+    };
+    let current = item
+        .as_integer()
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| EditError::SerialNotANumber(item.to_string().trim().to_owned()))?;
+    let next = current.saturating_add(1);
+    Ok((set_serial(text, next)?, Some(next)))
+}
+
+/// Parses a command-line `ENDPOINT=WEIGHT` argument, e.g. `frontdoor=0`.
+pub fn parse_assignment(arg: &str) -> Result<(String, u32), EditError> {
+    let bad = |problem: &str| EditError::BadAssignment {
+        arg: arg.to_owned(),
+        problem: problem.to_owned(),
+    };
+    let Some((name, weight)) = arg.split_once('=') else {
+        return Err(bad("no '='"));
+    };
+    let (name, weight) = (name.trim(), weight.trim());
+    if name.is_empty() {
+        return Err(bad("the endpoint name is missing"));
+    }
+    check_name("endpoint", name)?;
+    if weight.is_empty() {
+        return Err(bad("the weight is missing"));
+    }
+    if !weight.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad(&format!(
+            "weight {weight:?} is not a whole number from 0 to {MAX_WEIGHT}"
+        )));
+    }
+    match weight.parse::<u32>() {
+        Ok(w) if w <= MAX_WEIGHT => Ok((name.to_owned(), w)),
+        _ => Err(bad(&format!(
+            "weight {weight} is above the maximum of {MAX_WEIGHT}"
+        ))),
+    }
+}
+
+/// Replaces the file at `path` with `text` so that readers (the server's file watcher) see
+/// either the old or the new content, never a mix, and a crash leaves one of the two on disk.
+///
+/// Writes a temporary file in the same directory, flushes it to disk, renames it over `path`
+/// and flushes the directory. The original file's permissions are kept (and, best effort, its
+/// owner). If `path` is a symbolic link, the file it points to is replaced and the link kept.
+pub fn write_atomically(path: &Path, text: &str) -> Result<(), EditError> {
+    replace_file(path, text.as_bytes())?;
+    Ok(())
+}
+
+/// The byte-level atomic replacement behind [`write_atomically`] (also used by the history).
+pub(crate) fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    let target = resolve_symlink(path)?;
+    let fail = |action: &'static str| {
+        let target = target.clone();
+        move |source| WriteError {
+            path: target,
+            action,
+            source,
+        }
+    };
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let original = match fs::metadata(&target) {
+        Ok(meta) => Some(meta),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(fail("read the current file's permissions")(e)),
+    };
+    let (temp_path, mut temp) =
+        create_temp(&dir, &target).map_err(fail("create a temporary file next to it"))?;
+    let result = (|| {
+        temp.write_all(bytes)
+            .map_err(fail("write the temporary file"))?;
+        if let Some(meta) = &original {
+            copy_ownership_best_effort(&temp_path, meta);
+            temp.set_permissions(meta.permissions())
+                .map_err(fail("copy the permissions to the temporary file"))?;
+        }
+        temp.sync_all()
+            .map_err(fail("flush the temporary file to disk"))?;
+        fs::rename(&temp_path, &target).map_err(fail("rename the temporary file over it"))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        // Best effort: the error that matters is the one being returned.
+        let _ = fs::remove_file(&temp_path);
+    }
+    result?;
+    // Makes the rename itself durable.
+    File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(fail("flush its directory to disk"))?;
+    Ok(())
+}
+
+/// Follows `path` if it is a symbolic link, so the link survives the rename.
+fn resolve_symlink(path: &Path) -> Result<PathBuf, WriteError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            fs::canonicalize(path).map_err(|source| WriteError {
+                path: path.to_path_buf(),
+                action: "follow the symbolic link",
+                source,
+            })
+        }
+        _ => Ok(path.to_path_buf()),
+    }
+}
+
+/// Creates a fresh, uniquely named hidden file next to `target`.
+fn create_temp(dir: &Path, target: &Path) -> io::Result<(PathBuf, File)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let temp_path = dir.join(format!(".{name}.tmp.{}.{n}", std::process::id()));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp_path)
+        {
+            Ok(file) => return Ok((temp_path, file)),
+            // A leftover from a crashed process with the same pid: try the next name.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Gives the new file the original's owner when we are allowed to (root editing a file owned
+/// by the service user); otherwise the new file is owned by whoever runs the command.
+#[cfg(unix)]
+fn copy_ownership_best_effort(temp_path: &Path, original: &fs::Metadata) {
+    use std::os::unix::fs::MetadataExt;
+    let _ = std::os::unix::fs::chown(temp_path, Some(original.uid()), Some(original.gid()));
+}
+
+#[cfg(not(unix))]
+fn copy_ownership_best_effort(_temp_path: &Path, _original: &fs::Metadata) {}
+
+fn parse(text: &str) -> Result<DocumentMut, EditError> {
+    text.parse::<DocumentMut>().map_err(|e| {
+        let (line, column) = e
+            .span()
+            .map(|span| crate::config::line_column(text, span.start))
+            .unwrap_or((0, 0));
+        EditError::Syntax {
+            line,
+            column,
+            message: e.message().trim().to_owned(),
+        }
+    })
+}
+
+/// Same rule as the config's names, so a typo is caught before it reaches the file.
+fn check_name(what: &'static str, name: &str) -> Result<(), EditError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(EditError::BadName {
+            what,
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// The table holding one endpoint's knobs, created (inline) if missing.
+fn endpoint_table<'a>(
+    doc: &'a mut DocumentMut,
+    profile: &str,
+    endpoint: &str,
+) -> Result<&'a mut Item, EditError> {
+    let profiles = child(doc.as_item_mut(), "profiles", "", Create::Section)?;
+    let profile_item = child(profiles, profile, "profiles", Create::Section)?;
+    let endpoints = child(
+        profile_item,
+        "endpoints",
+        &format!("profiles.{profile}"),
+        Create::Section,
+    )?;
+    child(
+        endpoints,
+        endpoint,
+        &format!("profiles.{profile}.endpoints"),
+        Create::Inline,
+    )
+}
+
+/// How to write a table that has to be created.
+#[derive(Clone, Copy)]
+enum Create {
+    /// A `[a.b]` section (its header appears only once it holds values).
+    Section,
+    /// An inline table `b = { ... }`.
+    Inline,
+}
+
+/// The table under `key` in the table `parent` (whose dotted path is `parent_path`), created
+/// if missing. Children of inline tables are inline and children of dotted-key tables are
+/// dotted, so the new text keeps the file's own style and stays valid TOML.
+fn child<'a>(
+    parent: &'a mut Item,
+    key: &str,
+    parent_path: &str,
+    create: Create,
+) -> Result<&'a mut Item, EditError> {
+    let child_path = join(parent_path, key);
+    let item = match parent {
+        Item::Table(table) => {
+            if !table.contains_key(key) {
+                table.insert(key, new_table(table.is_dotted(), create));
+            }
+            table.get_mut(key)
+        }
+        Item::Value(Value::InlineTable(table)) => {
+            if !table.contains_key(key) {
+                push_inline(table, key, Value::InlineTable(InlineTable::new()));
+            }
+            toml_edit::TableLike::get_mut(table, key)
+        }
+        other => {
+            return Err(EditError::NotATable {
+                path: parent_path.to_owned(),
+                found: other.type_name(),
+            })
+        }
+    };
+    match item {
+        Some(item) if item.is_table_like() => Ok(item),
+        Some(other) => Err(EditError::NotATable {
+            path: child_path,
+            found: other.type_name(),
+        }),
+        // Just inserted above; kept as an error rather than a panic.
+        None => Err(EditError::NotATable {
+            path: child_path,
+            found: "missing",
+        }),
+    }
+}
+
+fn new_table(parent_dotted: bool, create: Create) -> Item {
+    if parent_dotted {
+        let mut table = Table::new();
+        table.set_dotted(true);
+        return Item::Table(table);
+    }
+    match create {
+        Create::Section => {
+            let mut table = Table::new();
+            table.set_implicit(true);
+            Item::Table(table)
+        }
+        Create::Inline => Item::Value(Value::InlineTable(InlineTable::new())),
+    }
+}
+
+/// Sets `key` in the table `table` to `value`, keeping the old value's surrounding spaces and
+/// trailing comment.
+fn set_value(table: &mut Item, key: &str, value: Value, path: &str) -> Result<(), EditError> {
+    match table {
+        Item::Table(t) => match t.get_mut(key) {
+            Some(Item::Value(old)) => replace_keeping_decor(old, value),
+            Some(_) => {
+                return Err(EditError::NotAValue {
+                    path: join(path, key),
+                })
+            }
+            None => {
+                t.insert(key, Item::Value(value));
+            }
+        },
+        Item::Value(Value::InlineTable(t)) => match t.get_mut(key) {
+            Some(old) => replace_keeping_decor(old, value),
+            None => push_inline(t, key, value),
+        },
+        other => {
+            return Err(EditError::NotATable {
+                path: path.to_owned(),
+                found: other.type_name(),
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Appends to an inline table. The space before the closing `}` belongs to the last value, so
+/// it moves to the new last value: `{ a = 1 }` becomes `{ a = 1, b = 2 }`, not `{ a = 1 , b = 2 }`.
+fn push_inline(table: &mut InlineTable, key: &str, mut value: Value) {
+    if let Some((_, last)) = table.iter_mut().last() {
+        if let Some(suffix) = last.decor().suffix().cloned() {
+            last.decor_mut().set_suffix("");
+            value.decor_mut().set_suffix(suffix);
+        }
+    }
+    table.insert(key, value);
+}
+
+fn replace_keeping_decor(old: &mut Value, value: Value) {
+    let decor = old.decor().clone();
+    *old = value;
+    *old.decor_mut() = decor;
+}
+
+fn join(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::ControlFile;
+
+    const BUNDLED: &str = r#"# Live knobs (see README).
+# A change that does not validate is refused.
+
+[profiles.critical.endpoints]
+frontdoor = { weight = 100 }   # primary
+alt-cdn = { weight = 0 }
+appgw = { weight = 0 }
+
+[profiles.warm.endpoints]
+frontdoor = { weight = 90 }
+alt-cdn = { weight = 10 }
+
+# Pin a region's clients:
+# [regions.eu-west]
+# drain = true
+"#;
+
+    fn load(text: &str) -> ControlFile {
+        ControlFile::parse(text, Path::new("edited.toml"))
+            .unwrap_or_else(|e| panic!("edited text does not parse: {e}\n{text}"))
+    }
+
+    fn weight(c: &ControlFile, profile: &str, endpoint: &str) -> Option<u32> {
+        c.profiles.get(profile)?.endpoints.get(endpoint)?.weight
+    }
+
+    /// Lines of `after` that are not in `before`, and the reverse.
+    fn changed_lines<'a>(before: &'a str, after: &'a str) -> (Vec<&'a str>, Vec<&'a str>) {
+        let added = after.lines().filter(|l| !before.lines().any(|b| b == *l));
+        let removed = before.lines().filter(|l| !after.lines().any(|a| a == *l));
+        (added.collect(), removed.collect())
+    }
+
+    #[test]
+    fn several_weights_change_only_their_lines() {
+        let changes = [("frontdoor".to_owned(), 0), ("alt-cdn".to_owned(), 100)];
+        let out = set_weights(BUNDLED, "critical", &changes).unwrap();
+        let (added, removed) = changed_lines(BUNDLED, &out);
+        assert_eq!(
+            added,
+            [
+                "frontdoor = { weight = 0 }   # primary",
+                "alt-cdn = { weight = 100 }"
+            ]
+        );
+        assert_eq!(
+            removed,
+            [
+                "frontdoor = { weight = 100 }   # primary",
+                "alt-cdn = { weight = 0 }"
+            ]
+        );
+        assert_eq!(out.lines().count(), BUNDLED.lines().count());
+        let c = load(&out);
+        assert_eq!(weight(&c, "critical", "frontdoor"), Some(0));
+        assert_eq!(weight(&c, "critical", "alt-cdn"), Some(100));
+        // The other profile's endpoint of the same name is untouched.
+        assert_eq!(weight(&c, "warm", "frontdoor"), Some(90));
+    }
+
+    #[test]
+    fn section_form_and_dotted_form_are_edited_in_place() {
+        let text = "# head\n[profiles.p.endpoints.a]\nweight = 5 # keep me\nenabled = true\n\n[profiles.p.endpoints]\nb.weight = 7\n";
+        let out = set_weights(text, "p", &[("a".into(), 6), ("b".into(), 8)]).unwrap();
+        assert_eq!(
+            out,
+            "# head\n[profiles.p.endpoints.a]\nweight = 6 # keep me\nenabled = true\n\n[profiles.p.endpoints]\nb.weight = 8\n"
+        );
+        let c = load(&out);
+        assert_eq!(weight(&c, "p", "a"), Some(6));
+        assert_eq!(weight(&c, "p", "b"), Some(8));
+    }
+
+    #[test]
+    fn missing_endpoint_is_added_inline_to_its_section() {
+        let out = set_weights(BUNDLED, "warm", &[("appgw".into(), 3)]).unwrap();
+        let (added, removed) = changed_lines(BUNDLED, &out);
+        assert!(removed.is_empty(), "{removed:?}");
+        assert_eq!(added.len(), 1, "{out}");
+        assert!(added[0].starts_with("appgw = {") && added[0].contains("weight = 3"));
+        let c = load(&out);
+        assert_eq!(weight(&c, "warm", "appgw"), Some(3));
+        assert_eq!(weight(&c, "critical", "appgw"), Some(0));
+    }
+
+    #[test]
+    fn missing_profile_gets_a_section() {
+        let out = set_weights(BUNDLED, "fresh", &[("x".into(), 1)]).unwrap();
+        assert!(out.starts_with(BUNDLED.split("# Pin").next().unwrap().trim_end()));
+        assert!(out.contains("[profiles.fresh.endpoints]\n"), "{out}");
+        assert!(!out.contains("[profiles.fresh]\n"), "{out}");
+        assert_eq!(weight(&load(&out), "fresh", "x"), Some(1));
+        // Also from a file with no profiles at all.
+        let out = set_weights("serial = 3\n", "p", &[("e".into(), 2)]).unwrap();
+        let c = load(&out);
+        assert_eq!(c.serial, Some(3));
+        assert_eq!(weight(&c, "p", "e"), Some(2));
+    }
+
+    #[test]
+    fn new_profile_section_goes_after_the_other_profiles() {
+        let text = "[profiles.a.endpoints]\ne = { weight = 1 }\n\n[regions.r]\ndrain = true\n";
+        let out = set_weights(text, "b", &[("e".into(), 2)]).unwrap();
+        assert_eq!(
+            out,
+            "[profiles.a.endpoints]\ne = { weight = 1 }\n\n[profiles.b.endpoints]\ne = { weight = 2 }\n\n[regions.r]\ndrain = true\n"
+        );
+    }
+
+    #[test]
+    fn root_dotted_keys_stay_dotted() {
+        let text = "profiles.p.endpoints.a.weight = 1 # note\n";
+        let out = set_weights(text, "p", &[("a".into(), 4), ("b".into(), 5)]).unwrap();
+        assert!(
+            out.starts_with("profiles.p.endpoints.a.weight = 4 # note\n"),
+            "{out}"
+        );
+        assert!(!out.contains('['), "{out}");
+        let c = load(&out);
+        assert_eq!(weight(&c, "p", "a"), Some(4));
+        assert_eq!(weight(&c, "p", "b"), Some(5));
+    }
+
+    #[test]
+    fn inline_profile_tables_stay_inline() {
+        let text = "[profiles]\np = { endpoints = { a = { weight = 1 } } }\n";
+        let out = set_weights(text, "p", &[("a".into(), 2), ("b".into(), 3)]).unwrap();
+        assert_eq!(out.lines().count(), 2, "{out}");
+        let c = load(&out);
+        assert_eq!(weight(&c, "p", "a"), Some(2));
+        assert_eq!(weight(&c, "p", "b"), Some(3));
+    }
+
+    #[test]
+    fn enabled_and_drain_are_set() {
+        let out = set_enabled(BUNDLED, "critical", "appgw", false).unwrap();
+        let (added, _) = changed_lines(BUNDLED, &out);
+        assert_eq!(added, ["appgw = { weight = 0, enabled = false }"]);
+        let c = load(&out);
+        assert_eq!(
+            c.profiles["critical"].endpoints["appgw"].enabled,
+            Some(false)
+        );
+
+        let out = set_drain(&out, "eu-west", true).unwrap();
+        let c = load(&out);
+        assert!(c.regions["eu-west"].drain);
+        assert!(out.contains("[regions.eu-west]\ndrain = true\n"), "{out}");
+        // The commented-out example is still there, once.
+        assert_eq!(out.matches("# [regions.eu-west]").count(), 1);
+
+        let out = set_drain(&out, "eu-west", false).unwrap();
+        assert!(!load(&out).regions["eu-west"].drain);
+        let drains = out.lines().filter(|l| l.starts_with("drain =")).count();
+        assert_eq!(drains, 1, "{out}");
+        assert!(out.contains("[regions.eu-west]\ndrain = false\n"), "{out}");
+    }
+
+    #[test]
+    fn drain_on_an_inline_region() {
+        let text = "[regions]\neu-west = { force = \"regional\" }\n";
+        let out = set_drain(text, "eu-west", true).unwrap();
+        assert_eq!(
+            out,
+            "[regions]\neu-west = { force = \"regional\", drain = true }\n"
+        );
+    }
+
+    #[test]
+    fn serial_is_replaced_or_added_on_top() {
+        let out = set_serial("serial = 7 # ops\n[regions.a]\ndrain = true\n", 8).unwrap();
+        assert_eq!(out, "serial = 8 # ops\n[regions.a]\ndrain = true\n");
+        let out = set_serial(BUNDLED, 1).unwrap();
+        assert_eq!(load(&out).serial, Some(1));
+        assert!(out.find("serial = 1").unwrap() < out.find("[profiles").unwrap());
+        assert!(matches!(
+            set_serial("", u64::MAX),
+            Err(EditError::SerialTooLarge(u64::MAX))
+        ));
+    }
+
+    #[test]
+    fn bump_serial_only_when_present() {
+        let (out, serial) = bump_serial_if_present(BUNDLED).unwrap();
+        assert_eq!((out.as_str(), serial), (BUNDLED, None));
+        let (out, serial) = bump_serial_if_present("serial = 41\n").unwrap();
+        assert_eq!((out.as_str(), serial), ("serial = 42\n", Some(42)));
+        let err = bump_serial_if_present("serial = \"x\"\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the top-level `serial` is \"x\", not a whole number"
+        );
+        assert!(bump_serial_if_present("serial = -1\n").is_err());
+    }
+
+    #[test]
+    fn wrong_shapes_and_bad_input_are_errors() {
+        let err = set_weights("[profiles\n", "p", &[("a".into(), 1)]).unwrap_err();
+        assert!(matches!(err, EditError::Syntax { line: 1, .. }), "{err}");
+        let err = set_weights("profiles = 5\n", "p", &[("a".into(), 1)]).unwrap_err();
+        assert!(err.to_string().contains("`profiles` is integer"), "{err}");
+        let err =
+            set_weights("[profiles.p]\nendpoints = []\n", "p", &[("a".into(), 1)]).unwrap_err();
+        assert!(err.to_string().contains("`profiles.p.endpoints`"), "{err}");
+        let err = set_weights(
+            "[profiles.p.endpoints.a.weight]\nx = 1\n",
+            "p",
+            &[("a".into(), 1)],
+        )
+        .unwrap_err();
+        assert!(matches!(err, EditError::NotAValue { .. }), "{err}");
+        let err = set_weights(BUNDLED, "p", &[("a".into(), 1001)]).unwrap_err();
+        assert!(matches!(
+            err,
+            EditError::WeightTooLarge { weight: 1001, .. }
+        ));
+        let err = set_weights(BUNDLED, "p", &[("a".into(), 1), ("a".into(), 2)]).unwrap_err();
+        assert!(matches!(err, EditError::DuplicateEndpoint { .. }));
+        let err = set_weights(BUNDLED, "bad name", &[("a".into(), 1)]).unwrap_err();
+        assert!(matches!(
+            err,
+            EditError::BadName {
+                what: "profile",
+                ..
+            }
+        ));
+        assert!(set_drain(BUNDLED, "eu.west", true).is_err());
+    }
+
+    #[test]
+    fn assignments_parse_with_clear_errors() {
+        assert_eq!(
+            parse_assignment("frontdoor=0").unwrap(),
+            ("frontdoor".into(), 0)
+        );
+        assert_eq!(
+            parse_assignment("alt-cdn=1000").unwrap(),
+            ("alt-cdn".into(), 1000)
+        );
+        let cases = [
+            ("x=", "weight is missing"),
+            ("=5", "name is missing"),
+            ("x=abc", "not a whole number"),
+            ("x=-1", "not a whole number"),
+            ("x=1001", "above the maximum"),
+            ("x=99999999999", "above the maximum"),
+            ("x", "no '='"),
+        ];
+        for (arg, expected) in cases {
+            let err = parse_assignment(arg).unwrap_err().to_string();
+            assert!(err.contains(expected), "{arg}: {err}");
+            assert!(err.contains("ENDPOINT=WEIGHT"), "{arg}: {err}");
+        }
+        assert!(matches!(
+            parse_assignment("a b=1"),
+            Err(EditError::BadName { .. })
+        ));
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("steerdns-edit-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn atomic_write_replaces_content_keeps_mode_and_leaves_no_temp() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("write");
+        let path = dir.join("control.toml");
+        fs::write(&path, "old\n").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+        write_atomically(&path, "new\n").unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "new\n");
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+        let names: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["control.toml"]);
+
+        // A new file is created too.
+        write_atomically(&dir.join("fresh.toml"), "x = 1\n").unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.join("fresh.toml")).unwrap(),
+            "x = 1\n"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn atomic_write_through_a_symlink_keeps_the_link() {
+        let dir = temp_dir("link");
+        let real = dir.join("real.toml");
+        let link = dir.join("control.toml");
+        fs::write(&real, "old\n").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        write_atomically(&link, "new\n").unwrap();
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read_to_string(&real).unwrap(), "new\n");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn atomic_write_into_a_missing_directory_names_the_file() {
+        let dir = temp_dir("missing");
+        let path = dir.join("nope").join("control.toml");
+        let err = write_atomically(&path, "x").unwrap_err().to_string();
+        assert!(err.contains("nope/control.toml"), "{err}");
+        assert!(err.contains("temporary file"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

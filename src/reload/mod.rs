@@ -1,0 +1,467 @@
+//! The one path every change takes: startup, control-file edits, SIGHUP, `steerdns reload`
+//! and rollbacks all go through [`Reloader::reload`] — read everything, validate everything,
+//! compile a complete snapshot, and only then swap it in. A refused change leaves the last
+//! known good snapshot serving, is logged as one line per problem, counted, and shown in status.
+//!
+//! Owns the status of the control plane (serial, last refusal, counters) and recording accepted
+//! control versions in the history. Never touches the serving path beyond the atomic store.
+
+pub mod watch;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::control::history::{next_serial, summarize, History};
+use crate::control::ControlFile;
+use crate::snapshot::load::{load_with, ControlSource, Loaded};
+use crate::snapshot::{SharedSnapshot, Snapshot};
+
+/// Where the configuration comes from (the command line, re-read on every reload).
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    /// Config file; `None` = ./steerdns.toml if it exists, else defaults.
+    pub config: Option<PathBuf>,
+    /// `--zones` override.
+    pub zones: Option<PathBuf>,
+}
+
+impl Source {
+    pub fn read_config(&self) -> Result<Config, String> {
+        let default_path = PathBuf::from("steerdns.toml");
+        let mut config = match &self.config {
+            Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+            None if default_path.exists() => {
+                Config::load(&default_path).map_err(|e| e.to_string())?
+            }
+            None => Config::default(),
+        };
+        if let Some(zones) = &self.zones {
+            config.server.zones = zones.clone();
+        }
+        Ok(config)
+    }
+}
+
+/// What started a reload (shown in status and history).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    Startup,
+    ControlFile,
+    Signal,
+    Api,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Startup => "startup",
+            Trigger::ControlFile => "control file change",
+            Trigger::Signal => "SIGHUP",
+            Trigger::Api => "reload command",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Refusal {
+    pub at: String,
+    pub trigger: &'static str,
+    pub reasons: Vec<String>,
+}
+
+/// The control plane's state, as `steerdns status` and `/v1/status` show it.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Status {
+    pub serial: u64,
+    pub config_hash: String,
+    pub loaded_at: String,
+    pub loaded_by: &'static str,
+    pub control_file: Option<PathBuf>,
+    pub history_dir: Option<PathBuf>,
+    pub reloads_accepted: u64,
+    pub reloads_refused: u64,
+    pub last_reload_ms: f64,
+    pub last_refusal: Option<Refusal>,
+    /// Problems that did not stop serving (history not writable, geo database unusable, zone warnings).
+    pub warnings: Vec<String>,
+}
+
+struct State {
+    status: Status,
+    /// FNV hash of the control text last looked at (accepted or refused), so that a watcher
+    /// does not re-taste the same bytes.
+    last_control_hash: Option<u64>,
+}
+
+pub struct Reloader {
+    source: Source,
+    snapshot: SharedSnapshot,
+    state: Mutex<State>,
+}
+
+/// Result of an accepted reload.
+#[derive(Debug, Clone, Serialize)]
+pub struct Accepted {
+    pub serial: u64,
+    pub elapsed_ms: f64,
+    pub summary: String,
+}
+
+impl Reloader {
+    /// The first load. If the control file is bad, the newest valid version from the history
+    /// serves instead (and the refusal is reported); if nothing valid exists, `Err`.
+    pub fn start(source: Source) -> Result<(Arc<Reloader>, Vec<String>), Vec<String>> {
+        let started = Instant::now();
+        let config = source.read_config().map_err(|e| vec![e])?;
+        let history = open_history(&config);
+        let control = read_control_text(&config).map_err(|e| vec![e]);
+        let first = control
+            .clone()
+            .and_then(|text| load_control(&config, text.as_ref()).map(|l| (l, text)));
+        let (loaded, text, refusal) = match first {
+            Ok((loaded, text)) => (loaded, text, None),
+            Err(reasons) => {
+                let fallback = history
+                    .as_ref()
+                    .ok()
+                    .and_then(|h| newest_valid_version(h, &config));
+                match fallback {
+                    Some((loaded, text, serial)) => {
+                        let mut reasons = reasons;
+                        reasons.push(format!(
+                            "serving control version {serial} from the history instead"
+                        ));
+                        (loaded, Some((control_path(&config), text)), Some(reasons))
+                    }
+                    None => return Err(reasons),
+                }
+            }
+        };
+        let reloader = Arc::new(Reloader {
+            source,
+            snapshot: Arc::new(ArcSwap::from_pointee(Snapshot::empty())),
+            state: Mutex::new(State {
+                status: Status::default(),
+                last_control_hash: None,
+            }),
+        });
+        let warnings = loaded.warnings.clone();
+        {
+            let mut state = reloader.lock();
+            if let Some(reasons) = refusal {
+                state.status.reloads_refused += 1;
+                state.status.last_refusal = Some(Refusal {
+                    at: rfc3339(SystemTime::now()),
+                    trigger: Trigger::Startup.as_str(),
+                    reasons,
+                });
+                if let Ok(Some(bad)) = control {
+                    state.last_control_hash = Some(fnv(bad.1.as_bytes()));
+                }
+            }
+            reloader.accept(&mut state, &config, loaded, text, Trigger::Startup, started);
+        }
+        Ok((reloader, warnings))
+    }
+
+    pub fn snapshot(&self) -> &SharedSnapshot {
+        &self.snapshot
+    }
+
+    pub fn status(&self) -> Status {
+        self.lock().status.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave State half-updated in a way that matters
+        // more than stopping reloads altogether would.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Tastes the current files and swaps them in if everything is good.
+    pub fn reload(&self, trigger: Trigger) -> Result<Accepted, Vec<String>> {
+        let mut state = self.lock();
+        self.reload_locked(&mut state, trigger)
+    }
+
+    /// Reloads only if the control file's bytes differ from the last ones looked at (for
+    /// watchers, which may fire several times per write).
+    pub fn reload_if_control_changed(&self) -> Option<Result<Accepted, Vec<String>>> {
+        let mut state = self.lock();
+        let config = self.source.read_config().ok()?;
+        let path = config.control.file.as_ref()?;
+        let hash = std::fs::read(path).ok().map(|bytes| fnv(&bytes));
+        if hash.is_some() && hash == state.last_control_hash {
+            return None;
+        }
+        if hash.is_none() && state.last_control_hash == Some(MISSING_FILE_HASH) {
+            return None;
+        }
+        Some(self.reload_locked(&mut state, Trigger::ControlFile))
+    }
+
+    fn reload_locked(&self, state: &mut State, trigger: Trigger) -> Result<Accepted, Vec<String>> {
+        let started = Instant::now();
+        let result = self
+            .source
+            .read_config()
+            .map_err(|e| vec![e])
+            .and_then(|config| {
+                let control = read_control_text(&config);
+                state.last_control_hash = Some(match &control {
+                    Ok(Some((_, text))) => fnv(text.as_bytes()),
+                    _ => MISSING_FILE_HASH,
+                });
+                let control = control.map_err(|e| vec![e])?;
+                let loaded = load_control(&config, control.as_ref())?;
+                Ok((config, loaded, control))
+            });
+        match result {
+            Ok((config, loaded, control)) => {
+                Ok(self.accept(state, &config, loaded, control, trigger, started))
+            }
+            Err(reasons) => {
+                for reason in &reasons {
+                    tracing::error!(
+                        "{} refused, still serving serial {}: {reason}",
+                        trigger.as_str(),
+                        state.status.serial
+                    );
+                }
+                state.status.reloads_refused += 1;
+                state.status.last_refusal = Some(Refusal {
+                    at: rfc3339(SystemTime::now()),
+                    trigger: trigger.as_str(),
+                    reasons: reasons.clone(),
+                });
+                Err(reasons)
+            }
+        }
+    }
+
+    /// Numbers, records and swaps in a loaded snapshot.
+    fn accept(
+        &self,
+        state: &mut State,
+        config: &Config,
+        loaded: Loaded,
+        control: Option<(PathBuf, String)>,
+        trigger: Trigger,
+        started: Instant,
+    ) -> Accepted {
+        let Loaded {
+            mut snapshot,
+            mut warnings,
+            ..
+        } = loaded;
+        let previous = self.snapshot.load();
+        let summary = summarize(&previous.control, &snapshot.control);
+        let mut history_dir = None;
+        let serial = match (&control, open_history(config)) {
+            (Some((_, text)), Ok(history)) => {
+                history_dir = Some(history.dir().to_path_buf());
+                match record_version(&history, text, &snapshot.control, trigger, &summary) {
+                    Ok(serial) => serial,
+                    Err(e) => {
+                        warnings.push(e);
+                        snapshot.control.serial.unwrap_or(previous.serial + 1)
+                    }
+                }
+            }
+            (Some(_), Err(e)) => {
+                warnings.push(e);
+                snapshot.control.serial.unwrap_or(previous.serial + 1)
+            }
+            (None, _) => 0,
+        };
+        snapshot.serial = serial;
+        snapshot.config_hash =
+            config_hash(config, control.as_ref().map(|c| c.1.as_str()), &snapshot);
+        let config_hash = format!("{:016x}", snapshot.config_hash);
+        self.snapshot.store(Arc::new(snapshot));
+        let elapsed = started.elapsed();
+        let status = &mut state.status;
+        status.serial = serial;
+        status.config_hash = config_hash;
+        status.loaded_at = rfc3339(SystemTime::now());
+        status.loaded_by = trigger.as_str();
+        status.control_file = config.control.file.clone();
+        status.history_dir = history_dir;
+        status.reloads_accepted += 1;
+        status.last_reload_ms = ms(elapsed);
+        status.warnings = warnings;
+        if let Some((_, text)) = &control {
+            state.last_control_hash = Some(fnv(text.as_bytes()));
+        }
+        tracing::info!(
+            "{}: serving serial {serial} ({summary}) after {:.1} ms",
+            trigger.as_str(),
+            ms(elapsed)
+        );
+        Accepted {
+            serial,
+            elapsed_ms: ms(elapsed),
+            summary,
+        }
+    }
+}
+
+/// Stands for "the control file could not be read" in `last_control_hash`.
+const MISSING_FILE_HASH: u64 = 0;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn control_path(config: &Config) -> PathBuf {
+    config.control.file.clone().unwrap_or_default()
+}
+
+/// The control file's text, read once (so what is validated is exactly what is recorded).
+fn read_control_text(config: &Config) -> Result<Option<(PathBuf, String)>, String> {
+    let Some(path) = &config.control.file else {
+        return Ok(None);
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some((path.clone(), text))),
+        Err(e) => Err(format!("{}: cannot read: {e}", path.display())),
+    }
+}
+
+fn load_control(
+    config: &Config,
+    control: Option<&(PathBuf, String)>,
+) -> Result<Loaded, Vec<String>> {
+    match control {
+        Some((path, text)) => load_with(config, ControlSource::Text { path, text }),
+        None => load_with(config, ControlSource::FromConfig),
+    }
+}
+
+fn open_history(config: &Config) -> Result<History, String> {
+    let Some(file) = &config.control.file else {
+        return Err("no control file configured".into());
+    };
+    let dir = config
+        .control
+        .history_dir
+        .clone()
+        .unwrap_or_else(|| History::default_dir(file));
+    History::open(&dir, config.control.history_keep).map_err(|e| format!("control history: {e}"))
+}
+
+/// Records `text` as a new version unless it equals the newest one; returns its serial.
+fn record_version(
+    history: &History,
+    text: &str,
+    control: &ControlFile,
+    trigger: Trigger,
+    summary: &str,
+) -> Result<u64, String> {
+    let newest = history
+        .newest()
+        .map_err(|e| format!("control history: {e}"))?;
+    if let Some((meta, newest_text)) = &newest {
+        if newest_text == text {
+            return Ok(meta.serial);
+        }
+    }
+    let serial = next_serial(newest.as_ref().map(|(m, _)| m.serial), control.serial);
+    history
+        .record(text, serial, trigger.as_str(), summary, SystemTime::now())
+        .map_err(|e| format!("control history: {e}"))?;
+    Ok(serial)
+}
+
+/// Newest history version that loads cleanly with the current config and zones.
+fn newest_valid_version(history: &History, config: &Config) -> Option<(Loaded, String, u64)> {
+    let versions = history.list().ok()?;
+    let path = control_path(config);
+    versions.iter().rev().find_map(|meta| {
+        let (_, text) = history.get(meta.serial).ok()??;
+        let loaded = load_with(
+            config,
+            ControlSource::Text {
+                path: &path,
+                text: &text,
+            },
+        )
+        .ok()?;
+        Some((loaded, text, meta.serial))
+    })
+}
+
+/// A short fingerprint of what is being served: config, control text, zone serials.
+fn config_hash(config: &Config, control: Option<&str>, snapshot: &Snapshot) -> u64 {
+    let mut bytes = Vec::new();
+    if let Some(path) = &config.source_path {
+        bytes.extend(std::fs::read(path).unwrap_or_default());
+    }
+    bytes.extend(control.unwrap_or("").as_bytes());
+    for zone in snapshot.zones.zones() {
+        bytes.extend(&zone.apex[..]);
+        bytes.extend(zone.serial.to_be_bytes());
+    }
+    fnv(&bytes)
+}
+
+/// FNV-1a, 64 bit: stable across builds and platforms (std's hasher is not guaranteed to be).
+pub fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// RFC 3339 UTC timestamp with second precision.
+pub fn rfc3339(time: SystemTime) -> String {
+    let secs = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = (secs / 86_400) as i64;
+    let (h, m, s) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
+    // Civil-from-days (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z")
+}
+
+/// Convenience for callers that only have a path.
+pub fn source_for(config: Option<&Path>, zones: Option<&Path>) -> Source {
+    Source {
+        config: config.map(Path::to_path_buf),
+        zones: zones.map(Path::to_path_buf),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        let at = |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(at(1_796_040_000)), "2026-11-30T12:40:00Z");
+        assert_eq!(rfc3339(at(951_782_400)), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn fnv_is_the_reference_function() {
+        assert_eq!(fnv(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

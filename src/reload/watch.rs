@@ -1,0 +1,81 @@
+//! Watching the control file: inotify (via `notify`) for changes within milliseconds, plus a
+//! slow poll as a backstop for filesystems and editors that inotify misses. Both only wake the
+//! reloader, which re-reads and compares the bytes; the same content is never tasted twice.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+
+use super::Reloader;
+
+/// Settle time after the first event, so that a burst (truncate + write + rename) is one reload.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+/// Backstop poll interval.
+const POLL: Duration = Duration::from_secs(2);
+
+/// Starts watching `control_file` in a background thread for the life of the process.
+pub fn spawn(reloader: Arc<Reloader>, control_file: PathBuf) -> std::io::Result<()> {
+    let (tx, rx) = mpsc::channel::<()>();
+    let dir = match control_file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = control_file.file_name().map(|n| n.to_os_string());
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let relevant = match &event {
+            Ok(e) => e
+                .paths
+                .iter()
+                .any(|p| p.file_name().map(|n| n.to_os_string()) == name),
+            Err(_) => true,
+        };
+        if relevant {
+            let _ = tx.send(());
+        }
+    });
+    let watcher = match watcher {
+        Ok(mut w) => match w.watch(&dir, RecursiveMode::NonRecursive) {
+            Ok(()) => Some(w),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot watch {}: {e}; polling every {POLL:?}",
+                    dir.display()
+                );
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(
+                "no file watcher ({e}); polling {} every {POLL:?}",
+                dir.display()
+            );
+            None
+        }
+    };
+    std::thread::Builder::new()
+        .name("control-watch".into())
+        .spawn(move || {
+            let _keep_alive = watcher;
+            watch_loop(&reloader, &rx, &control_file);
+        })?;
+    Ok(())
+}
+
+fn watch_loop(reloader: &Reloader, events: &mpsc::Receiver<()>, control_file: &Path) {
+    loop {
+        match events.recv_timeout(POLL) {
+            Ok(()) => {
+                std::thread::sleep(DEBOUNCE);
+                while events.try_recv().is_ok() {}
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(POLL),
+        }
+        if let Some(Err(reasons)) = reloader.reload_if_control_changed() {
+            tracing::debug!("{}: {} problem(s)", control_file.display(), reasons.len());
+        }
+    }
+}
