@@ -531,7 +531,7 @@ fn shield_name(mode: ShieldMode) -> &'static str {
 }
 
 /// FNV-1a, 64 bit: stable across builds and platforms (std's hasher is not guaranteed to be).
-fn fnv1a64(bytes: &[u8]) -> u64 {
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -539,7 +539,7 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 
 /// RFC 3339 UTC with second precision, e.g. `2024-03-01T12:00:00Z` (times before 1970 read
 /// as 1970-01-01T00:00:00Z).
-fn rfc3339_utc(time: SystemTime) -> String {
+pub fn rfc3339_utc(time: SystemTime) -> String {
     let secs = time
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

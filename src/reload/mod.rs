@@ -16,7 +16,9 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::control::history::{next_serial, summarize, History};
+use crate::control::history::{
+    fnv1a64 as fnv, next_serial, rfc3339_utc as rfc3339, summarize, History,
+};
 use crate::control::ControlFile;
 use crate::snapshot::load::{load_with, ControlSource, Loaded};
 use crate::snapshot::{SharedSnapshot, Snapshot};
@@ -412,56 +414,10 @@ fn config_hash(config: &Config, control: Option<&str>, snapshot: &Snapshot) -> u
     fnv(&bytes)
 }
 
-/// FNV-1a, 64 bit: stable across builds and platforms (std's hasher is not guaranteed to be).
-pub fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// RFC 3339 UTC timestamp with second precision.
-pub fn rfc3339(time: SystemTime) -> String {
-    let secs = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let days = (secs / 86_400) as i64;
-    let (h, m, s) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
-    // Civil-from-days (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z")
-}
-
 /// Convenience for callers that only have a path.
 pub fn source_for(config: Option<&Path>, zones: Option<&Path>) -> Source {
     Source {
         config: config.map(Path::to_path_buf),
         zones: zones.map(Path::to_path_buf),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rfc3339_formats_known_instants() {
-        let at = |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
-        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(at(1_796_040_000)), "2026-11-30T12:40:00Z");
-        assert_eq!(rfc3339(at(951_782_400)), "2000-02-29T00:00:00Z");
-    }
-
-    #[test]
-    fn fnv_is_the_reference_function() {
-        assert_eq!(fnv(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 }
