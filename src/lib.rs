@@ -15,3 +15,6 @@ pub mod reload;
 pub mod server;
 pub mod snapshot;
 pub mod zone;
+
+#[cfg(test)]
+mod test_alloc;

@@ -8,3 +8,6 @@ pub mod chaos;
 pub mod respond;
 pub mod wire;
 pub mod writer;
+
+#[cfg(test)]
+mod tests;

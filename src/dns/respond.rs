@@ -389,7 +389,7 @@ fn write_opt_raw(
         out[pos + 2..pos + 4].copy_from_slice(&((4 + addr_len) as u16).to_be_bytes());
         out[pos + 4..pos + 6].copy_from_slice(&ecs.family().to_be_bytes());
         out[pos + 6] = ecs.source_prefix;
-        out[pos + 7] = scope;
+        out[pos + 7] = scope_in_family(ecs, scope);
         let octets = match ecs.addr {
             IpAddr::V4(a) => a.to_ipv6_compatible().octets(),
             IpAddr::V6(a) => a.octets(),
@@ -409,6 +409,15 @@ fn write_opt_raw(
         }
     }
     Some(len)
+}
+
+/// Steering located an IPv4-mapped IPv6 subnet as IPv4; the scope must be said in the
+/// option's own family (RFC 7871 §6), or resolvers would cache the answer for `::/scope`.
+fn scope_in_family(ecs: &super::wire::ClientSubnet, scope: u8) -> u8 {
+    match ecs.addr {
+        IpAddr::V6(v6) if scope > 0 && scope <= 32 && v6.to_ipv4_mapped().is_some() => scope + 96,
+        _ => scope,
+    }
 }
 
 /// Precompiles the full response (id 0, no EDNS) for a static answer; used at snapshot build.

@@ -46,6 +46,9 @@ impl Server {
         if !args.contains(&"--listen") {
             command.args(["--listen", "127.0.0.1:0"]);
         }
+        if !args.contains(&"--admin-listen") {
+            command.args(["--admin-listen", "127.0.0.1:0"]);
+        }
         let mut child = command.spawn().expect("start steerdns");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();
