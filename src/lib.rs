@@ -13,6 +13,7 @@ pub mod geo;
 pub mod policy;
 pub mod reload;
 pub mod server;
+pub mod shield;
 pub mod snapshot;
 pub mod zone;
 

@@ -104,7 +104,7 @@ impl fmt::Display for ForcedAnswer {
 }
 
 /// Where shed (or drained, or forced) anycast traffic goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Destination {
     /// The global anycast addresses.
     Global,

@@ -1,0 +1,15 @@
+//! The traffic shield: the overwatch of the frontend ring and the fallback ring. Load feeds
+//! come in ([`feed`], [`source`]); every tick the pure decision step ([`step`]) turns the
+//! latest readings, the DNS demand counters and the operator's mode into per-region shed
+//! decisions, which the serving path reads through one atomic pointer as a
+//! [`crate::policy::ShedView`].
+//!
+//! Owns the decisions and their bookkeeping. Never touches the serving path except by
+//! publishing a new view; never reads clocks or files inside the step.
+
+pub mod feed;
+pub mod source;
+pub mod step;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,805 @@
+//! The shield's decision step: a pure function of the previous state, this tick's inputs, the
+//! topology, the settings and the time (passed in). No I/O, no clock, no randomness, so it is
+//! unit-tested and simulated exactly as it runs.
+//!
+//! Model. A region's observed load is what its own (un-shed) clients bring plus what other
+//! regions shed into it. Its *natural* load N is what it would carry with no shedding. Shedding
+//! a fraction f of its client subnets moves f·N elsewhere — but not at once: resolvers follow a
+//! new answer only when their cached one expires, so a move made at time t shows up linearly
+//! over the next short TTL. The step predicts loads by adding those in-flight moves to the
+//! (lagging) observations, and decides on the prediction:
+//! - above the high watermark: raise f to bring the region to the target (midway between the
+//!   watermarks), by at most `slew` per tick;
+//! - below the low watermark: lower f toward the target, also slew-capped;
+//! - a change of direction waits for the hold-down;
+//! - shed load goes to destinations in tiers — same-continent neighbours, same-continent
+//!   fallback sites, then (if allowed) other continents — split by headroom, never beyond a
+//!   destination's predicted headroom below its own high watermark; what does not fit is not
+//!   shed, and the region is flagged;
+//! - stale data freezes a region; data stale for longer decays its shedding back to zero.
+
+use std::collections::BTreeMap;
+
+use crate::control::ShieldMode;
+use crate::policy::{Destination, RegionShed, ShedShare, ShedView, MAX_SHED_DESTINATIONS};
+
+/// Knobs of the decision step (config `[shield]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShieldSettings {
+    pub high_watermark: f64,
+    pub low_watermark: f64,
+    /// Largest change of a region's shed fraction per tick.
+    pub slew: f64,
+    /// Wait this long (ms) after a move before moving the other way.
+    pub hold_down_ms: u64,
+    /// TTL for a hot region's clients (s); also how long a move takes to show in the load.
+    pub short_ttl: u32,
+    /// Data older than this (ms) freezes a region's decisions.
+    pub stale_after_ms: u64,
+    /// Data older than this (ms) decays a region's shedding back to normal answers.
+    pub revert_after_ms: u64,
+    pub allow_cross_continent: bool,
+}
+
+impl Default for ShieldSettings {
+    fn default() -> Self {
+        ShieldSettings {
+            high_watermark: 0.85,
+            low_watermark: 0.70,
+            slew: 0.1,
+            hold_down_ms: 30_000,
+            short_ttl: 30,
+            stale_after_ms: 30_000,
+            revert_after_ms: 300_000,
+            allow_cross_continent: true,
+        }
+    }
+}
+
+impl ShieldSettings {
+    fn target(&self) -> f64 {
+        (self.high_watermark + self.low_watermark) / 2.0
+    }
+}
+
+/// What the step needs to know about the rings (built once per snapshot from the policies).
+#[derive(Debug, Clone, Default)]
+pub struct Rings {
+    pub regions: Vec<RingNode>,
+    pub sites: Vec<RingNode>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RingNode {
+    pub name: String,
+    pub continent: String,
+    /// Ordered neighbours (region indices); empty for fallback sites.
+    pub neighbours: Vec<u16>,
+}
+
+/// One load reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reading {
+    pub load: f64,
+    pub capacity: f64,
+    /// Age of the reading at this tick, ms.
+    pub age_ms: u64,
+}
+
+/// DNS answers given to one client region since the last tick, by where they sent it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Demand {
+    /// Answers that kept the client on global anycast (it lands in its own region).
+    pub kept: f64,
+    /// Answers sent to each destination.
+    pub sent: BTreeMap<Destination, f64>,
+}
+
+/// Everything one tick looks at.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub regions: Vec<Option<Reading>>,
+    pub sites: Vec<Option<Reading>>,
+    /// Per client region (may be empty: then the step relies on its own bookkeeping).
+    pub demand: Vec<Demand>,
+    pub mode: ShieldMode,
+    /// Regions the operator forced or drained: the shield leaves them alone and never sheds
+    /// into them.
+    pub operator_held: Vec<bool>,
+}
+
+/// Why a region is in the state it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Note {
+    Normal,
+    Shedding,
+    /// Needs to shed more but no destination has headroom.
+    NoHeadroom,
+    /// Data is stale: decisions frozen.
+    Stale,
+    /// Data stale for long: decaying back to normal answers.
+    Reverting,
+    /// Forced or drained by the operator.
+    OperatorHeld,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegionState {
+    /// Share of the region's client subnets sent elsewhere, 0..=1.
+    pub fraction: f64,
+    /// Where the shed share goes: proportions per destination, summing to 1 while shedding.
+    pub shares: BTreeMap<Destination, f64>,
+    /// Last direction moved (+1 up, -1 down, 0 never) and when (ms).
+    pub last_direction: i8,
+    pub last_move_at: u64,
+    /// Estimated load with no shedding.
+    pub natural: f64,
+    /// How fast the natural load grows (per second, smoothed): used to keep destinations
+    /// below their watermark for the TTL it takes a correction to land.
+    pub trend: f64,
+    /// Predicted utilisation at this tick.
+    pub predicted_utilisation: f64,
+    pub hot: bool,
+    pub note: Note,
+}
+
+impl Default for RegionState {
+    fn default() -> Self {
+        RegionState {
+            fraction: 0.0,
+            shares: BTreeMap::new(),
+            last_direction: 0,
+            last_move_at: 0,
+            natural: 0.0,
+            trend: 0.0,
+            predicted_utilisation: 0.0,
+            hot: false,
+            note: Note::Normal,
+        }
+    }
+}
+
+/// A load move not yet fully visible in readings: `amount` started moving at `at` (ms) from
+/// region `from` to `to`, and shows up linearly over the short TTL.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Move {
+    pub from: u16,
+    pub to: Destination,
+    pub amount: f64,
+    pub at: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShieldState {
+    pub regions: Vec<RegionState>,
+    pub moves: Vec<Move>,
+    /// Predicted utilisation of each fallback site.
+    pub site_utilisation: Vec<f64>,
+    /// When the previous tick ran (ms).
+    pub last_tick_ms: Option<u64>,
+}
+
+/// One decision that changed, for logs and status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub region: u16,
+    pub from: f64,
+    pub to: f64,
+    pub reason: String,
+}
+
+/// Destination key for a region or site.
+fn region_dest(i: usize) -> Destination {
+    Destination::Region(i as u16)
+}
+
+fn site_dest(i: usize) -> Destination {
+    Destination::Fallback(i as u16)
+}
+
+/// Runs one tick.
+pub fn step(
+    previous: &ShieldState,
+    inputs: &Inputs,
+    rings: &Rings,
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> (ShieldState, Vec<Change>) {
+    match inputs.mode {
+        ShieldMode::Off => {
+            let changes = previous
+                .regions
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.fraction > 0.0)
+                .map(|(i, r)| Change {
+                    region: i as u16,
+                    from: r.fraction,
+                    to: 0.0,
+                    reason: "shield off".into(),
+                })
+                .collect();
+            return (ShieldState::default(), changes);
+        }
+        ShieldMode::Frozen => return (previous.clone(), Vec::new()),
+        ShieldMode::Auto => {}
+    }
+    let mut state = previous.clone();
+    state
+        .regions
+        .resize(rings.regions.len(), RegionState::default());
+    state.site_utilisation.resize(rings.sites.len(), 0.0);
+    // Moves older than a TTL are fully visible in the readings.
+    let ttl_ms = u64::from(settings.short_ttl) * 1000;
+    state.moves.retain(|m| now_ms.saturating_sub(m.at) < ttl_ms);
+
+    let predicted = Prediction::new(&state, inputs, rings, settings, now_ms);
+    let elapsed_ms = previous.last_tick_ms.map(|t| now_ms.saturating_sub(t));
+    estimate_natural(&mut state, inputs, &predicted, elapsed_ms);
+    state.last_tick_ms = Some(now_ms);
+    let mut changes = Vec::new();
+    let mut room = predicted.headroom(&state, rings, settings);
+    for (r, held) in inputs.operator_held.iter().enumerate() {
+        if *held {
+            room.remove(&region_dest(r));
+        }
+    }
+    // Relieve the most loaded regions first: they get first pick of headroom.
+    let mut order: Vec<usize> = (0..rings.regions.len()).collect();
+    order.sort_by(|&a, &b| predicted.region_util[b].total_cmp(&predicted.region_util[a]));
+    for r in order {
+        let before = state.regions[r].fraction;
+        let reason = decide_region(
+            &mut state, r, inputs, rings, settings, &predicted, &mut room, now_ms,
+        );
+        let after = state.regions[r].fraction;
+        if (after - before).abs() > 1e-9 {
+            changes.push(Change {
+                region: r as u16,
+                from: before,
+                to: after,
+                reason,
+            });
+        }
+    }
+    for (i, u) in predicted.site_util.iter().enumerate() {
+        state.site_utilisation[i] = *u;
+    }
+    (state, changes)
+}
+
+/// Loads as they will be once the moves in flight have landed.
+struct Prediction {
+    region_load: Vec<Option<f64>>,
+    region_capacity: Vec<f64>,
+    region_util: Vec<f64>,
+    site_load: Vec<Option<f64>>,
+    site_capacity: Vec<f64>,
+    site_util: Vec<f64>,
+    region_age: Vec<Option<u64>>,
+    site_fresh: Vec<bool>,
+}
+
+impl Prediction {
+    fn new(
+        state: &ShieldState,
+        inputs: &Inputs,
+        rings: &Rings,
+        settings: &ShieldSettings,
+        now_ms: u64,
+    ) -> Self {
+        let ttl_ms = (u64::from(settings.short_ttl) * 1000).max(1);
+        let unseen = |m: &Move| {
+            m.amount * (1.0 - now_ms.saturating_sub(m.at) as f64 / ttl_ms as f64).max(0.0)
+        };
+        let mut region_load: Vec<Option<f64>> = (0..rings.regions.len())
+            .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.load))
+            .collect();
+        let mut site_load: Vec<Option<f64>> = (0..rings.sites.len())
+            .map(|i| inputs.sites.get(i).copied().flatten().map(|r| r.load))
+            .collect();
+        for m in &state.moves {
+            let amount = unseen(m);
+            if let Some(Some(load)) = region_load.get_mut(m.from as usize) {
+                *load = (*load - amount).max(0.0);
+            }
+            match m.to {
+                Destination::Region(d) => {
+                    if let Some(Some(load)) = region_load.get_mut(d as usize) {
+                        *load += amount;
+                    }
+                }
+                Destination::Fallback(d) => {
+                    if let Some(Some(load)) = site_load.get_mut(d as usize) {
+                        *load += amount;
+                    }
+                }
+                Destination::Global => {}
+            }
+        }
+        let capacity = |readings: &[Option<Reading>], i: usize| {
+            readings
+                .get(i)
+                .copied()
+                .flatten()
+                .map_or(0.0, |r| r.capacity)
+        };
+        let region_capacity: Vec<f64> = (0..rings.regions.len())
+            .map(|i| capacity(&inputs.regions, i))
+            .collect();
+        let site_capacity: Vec<f64> = (0..rings.sites.len())
+            .map(|i| capacity(&inputs.sites, i))
+            .collect();
+        let util = |load: &Option<f64>, cap: f64| match load {
+            Some(l) if cap > 0.0 => l / cap,
+            _ => 0.0,
+        };
+        let region_util = region_load
+            .iter()
+            .zip(&region_capacity)
+            .map(|(l, c)| util(l, *c))
+            .collect();
+        let site_util = site_load
+            .iter()
+            .zip(&site_capacity)
+            .map(|(l, c)| util(l, *c))
+            .collect();
+        let region_age = (0..rings.regions.len())
+            .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.age_ms))
+            .collect();
+        let site_fresh = (0..rings.sites.len())
+            .map(|i| {
+                inputs
+                    .sites
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|r| r.age_ms < settings.stale_after_ms)
+            })
+            .collect();
+        Prediction {
+            region_load,
+            region_capacity,
+            region_util,
+            site_load,
+            site_capacity,
+            site_util,
+            region_age,
+            site_fresh,
+        }
+    }
+
+    /// How much more load each destination can take before its high watermark, allowing for
+    /// the growth expected before a correction could land (one short TTL of each source's trend).
+    fn headroom(
+        &self,
+        state: &ShieldState,
+        rings: &Rings,
+        settings: &ShieldSettings,
+    ) -> BTreeMap<Destination, f64> {
+        let horizon_s = f64::from(settings.short_ttl);
+        let mut growth: BTreeMap<Destination, f64> = BTreeMap::new();
+        for (i, region) in state.regions.iter().enumerate() {
+            let rising = region.trend.max(0.0) * horizon_s;
+            *growth.entry(region_dest(i)).or_insert(0.0) += rising * (1.0 - region.fraction);
+            for (dest, share) in &region.shares {
+                *growth.entry(*dest).or_insert(0.0) += rising * region.fraction * share;
+            }
+        }
+        let projected =
+            |dest: Destination, load: f64| load + growth.get(&dest).copied().unwrap_or(0.0);
+        let mut room = BTreeMap::new();
+        for i in 0..rings.regions.len() {
+            let fresh = self.region_age[i].is_some_and(|a| a < settings.stale_after_ms);
+            if let (Some(load), true) = (self.region_load[i], fresh) {
+                let d = region_dest(i);
+                room.insert(
+                    d,
+                    settings.high_watermark * self.region_capacity[i] - projected(d, load),
+                );
+            }
+        }
+        for i in 0..rings.sites.len() {
+            if let (Some(load), true) = (self.site_load[i], self.site_fresh[i]) {
+                let d = site_dest(i);
+                room.insert(
+                    d,
+                    settings.high_watermark * self.site_capacity[i] - projected(d, load),
+                );
+            }
+        }
+        room
+    }
+}
+
+/// Natural load per region: the part of its predicted load its own clients bring, scaled up
+/// by what it already sheds. The share of its own clients comes from DNS answer counts when
+/// there are any (answers are what clients follow), else from the shield's own bookkeeping.
+fn estimate_natural(
+    state: &mut ShieldState,
+    inputs: &Inputs,
+    predicted: &Prediction,
+    elapsed_ms: Option<u64>,
+) {
+    let regions = state.regions.len();
+    let placed_into = |state: &ShieldState, r: usize| -> f64 {
+        state
+            .regions
+            .iter()
+            .map(|s| s.fraction * s.natural * s.shares.get(&region_dest(r)).copied().unwrap_or(0.0))
+            .sum()
+    };
+    let mut naturals = vec![0.0; regions];
+    for (r, natural) in naturals.iter_mut().enumerate() {
+        let Some(load) = predicted.region_load[r] else {
+            *natural = state.regions[r].natural;
+            continue;
+        };
+        let own_share = demand_own_share(inputs, r).unwrap_or_else(|| {
+            if load > 0.0 {
+                (1.0 - placed_into(state, r) / load).clamp(0.0, 1.0)
+            } else {
+                1.0
+            }
+        });
+        let kept = 1.0 - state.regions[r].fraction;
+        *natural = if kept > 0.05 {
+            load * own_share / kept
+        } else {
+            state.regions[r].natural
+        };
+    }
+    for (r, natural) in naturals.into_iter().enumerate() {
+        let region = &mut state.regions[r];
+        if let Some(ms) = elapsed_ms.filter(|&ms| ms > 0 && region.natural > 0.0) {
+            // Smoothed over a few ticks: one noisy reading must not look like a surge.
+            let rate = (natural - region.natural) / (ms as f64 / 1000.0);
+            region.trend = 0.7 * region.trend + 0.3 * rate;
+        }
+        region.natural = natural;
+    }
+}
+
+/// Of the DNS answers that send clients into region `r`, the share from r's own clients.
+fn demand_own_share(inputs: &Inputs, r: usize) -> Option<f64> {
+    let own = inputs.demand.get(r)?.kept;
+    let incoming: f64 = inputs
+        .demand
+        .iter()
+        .enumerate()
+        .filter(|(s, _)| *s != r)
+        .map(|(_, d)| d.sent.get(&region_dest(r)).copied().unwrap_or(0.0))
+        .sum();
+    (own + incoming > 0.0).then(|| own / (own + incoming))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decide_region(
+    state: &mut ShieldState,
+    r: usize,
+    inputs: &Inputs,
+    rings: &Rings,
+    settings: &ShieldSettings,
+    predicted: &Prediction,
+    room: &mut BTreeMap<Destination, f64>,
+    now_ms: u64,
+) -> String {
+    let held = inputs.operator_held.get(r).copied().unwrap_or(false);
+    let util = predicted.region_util[r];
+    let region = &mut state.regions[r];
+    region.predicted_utilisation = util;
+    if held {
+        let from = region.fraction;
+        *region = RegionState {
+            note: Note::OperatorHeld,
+            ..RegionState::default()
+        };
+        return if from > 0.0 {
+            "operator override".into()
+        } else {
+            String::new()
+        };
+    }
+    let age = predicted.region_age[r];
+    match age {
+        Some(a) if a < settings.stale_after_ms => {}
+        Some(a) if a < settings.revert_after_ms => {
+            region.note = Note::Stale;
+            return "load data stale: frozen".into();
+        }
+        _ if region.fraction == 0.0 => {
+            region.note = Note::Normal;
+            region.hot = false;
+            return String::new();
+        }
+        _ => {
+            // Stale for long (or never seen): slew back to normal answers.
+            let to = (region.fraction - settings.slew).max(0.0);
+            region.fraction = to;
+            if to == 0.0 {
+                region.shares.clear();
+            }
+            region.note = Note::Reverting;
+            region.hot = to > 0.0;
+            return "load data stale too long: reverting".into();
+        }
+    }
+    let capacity = predicted.region_capacity[r];
+    let natural = region.natural;
+    let target = settings.target();
+    let wanted = if natural <= 0.0 || capacity <= 0.0 {
+        region.fraction
+    } else if util > settings.high_watermark {
+        let excess = (util - target) * capacity;
+        (region.fraction + (excess / natural).min(settings.slew)).min(1.0)
+    } else if util < settings.low_watermark && region.fraction > 0.0 {
+        let spare = (target - util) * capacity;
+        (region.fraction - (spare / natural).min(settings.slew)).max(0.0)
+    } else {
+        region.fraction
+    };
+    let direction: i8 = match wanted.total_cmp(&region.fraction) {
+        std::cmp::Ordering::Greater => 1,
+        std::cmp::Ordering::Less => -1,
+        std::cmp::Ordering::Equal => 0,
+    };
+    let reversing = direction != 0 && region.last_direction == -direction;
+    let wanted = if reversing && now_ms.saturating_sub(region.last_move_at) < settings.hold_down_ms
+    {
+        region.fraction
+    } else {
+        wanted
+    };
+    let reason = place(state, r, wanted, rings, settings, predicted, room, now_ms);
+    let region = &mut state.regions[r];
+    region.hot = util > settings.low_watermark || region.fraction > 0.0;
+    reason
+}
+
+/// Places `wanted × natural` of region `r`'s load across destinations (keeping what is
+/// already placed where it still fits), records the moves, and sets the fraction to what fit.
+#[allow(clippy::too_many_arguments)]
+fn place(
+    state: &mut ShieldState,
+    r: usize,
+    wanted: f64,
+    rings: &Rings,
+    settings: &ShieldSettings,
+    predicted: &Prediction,
+    room: &mut BTreeMap<Destination, f64>,
+    now_ms: u64,
+) -> String {
+    let shedding: Vec<bool> = state.regions.iter().map(|s| s.fraction > 0.0).collect();
+    let region = &mut state.regions[r];
+    let natural = region.natural.max(0.0);
+    let old_fraction = region.fraction;
+    let old_placed: BTreeMap<Destination, f64> = region
+        .shares
+        .iter()
+        .map(|(d, share)| (*d, old_fraction * natural * share))
+        .collect();
+    let goal = wanted * natural;
+
+    // Start from the current placement; shrink it first where a destination is over its
+    // watermark (a hot destination takes no more, and gives back its excess).
+    let mut placed = old_placed.clone();
+    for (dest, amount) in placed.iter_mut() {
+        if let Some(free) = room.get_mut(dest) {
+            if *free < 0.0 {
+                let give_back = (-*free).min(*amount);
+                *amount -= give_back;
+                *free += give_back;
+            }
+        } else {
+            // Destination has no fresh data: keep what is there, add nothing.
+        }
+    }
+    placed.retain(|_, a| *a > 1e-9);
+    let mut total: f64 = placed.values().sum();
+    if total > goal {
+        // Shedding less: take back from the least preferred destinations first.
+        let tiers = destination_tiers(r, rings, settings);
+        let mut excess = total - goal;
+        for dest in tiers.iter().rev().flatten() {
+            if excess <= 0.0 {
+                break;
+            }
+            if let Some(amount) = placed.get_mut(dest) {
+                let take = amount.min(excess);
+                *amount -= take;
+                excess -= take;
+                if let Some(free) = room.get_mut(dest) {
+                    *free += take;
+                }
+            }
+        }
+        placed.retain(|_, a| *a > 1e-9);
+        total = placed.values().sum();
+    } else if goal > total {
+        let mut need = goal - total;
+        for tier in destination_tiers(r, rings, settings) {
+            if need <= 1e-9 {
+                break;
+            }
+            let eligible: Vec<(Destination, f64)> = tier
+                .iter()
+                .filter(|d| match d {
+                    Destination::Region(i) => {
+                        !shedding[*i as usize]
+                            && predicted.region_util[*i as usize] < settings.high_watermark
+                    }
+                    _ => true,
+                })
+                .filter_map(|d| room.get(d).map(|free| (*d, *free)))
+                .filter(|(_, free)| *free > 1e-9)
+                .collect();
+            let tier_room: f64 = eligible.iter().map(|(_, f)| f).sum();
+            if tier_room <= 0.0 {
+                continue;
+            }
+            let take = need.min(tier_room);
+            for (dest, free) in eligible {
+                let amount = take * free / tier_room;
+                *placed.entry(dest).or_insert(0.0) += amount;
+                if let Some(f) = room.get_mut(&dest) {
+                    *f -= amount;
+                }
+            }
+            need -= take;
+        }
+        total = placed.values().sum();
+    }
+    let region = &mut state.regions[r];
+    let unchanged = placed.len() == old_placed.len()
+        && placed
+            .iter()
+            .all(|(d, a)| old_placed.get(d).is_some_and(|o| (o - a).abs() < 1e-9));
+    let fraction = if unchanged {
+        old_fraction
+    } else if (total - goal).abs() <= 1e-9 * goal.max(1.0) {
+        // Everything wanted was placed (perhaps re-placed after a hot destination gave some
+        // back): the fraction is exactly what was decided, not a float-rounded neighbour.
+        wanted
+    } else if natural > 0.0 {
+        (total / natural).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let short = fraction + 1e-9 < wanted;
+    region.note = if short {
+        Note::NoHeadroom
+    } else if fraction > 0.0 {
+        Note::Shedding
+    } else {
+        Note::Normal
+    };
+    if (fraction - old_fraction).abs() > 1e-9 {
+        region.last_direction = if fraction > old_fraction { 1 } else { -1 };
+        region.last_move_at = now_ms;
+    }
+    // Record the moves (differences per destination) so predictions include them until visible.
+    let mut moves = Vec::new();
+    let dests: Vec<Destination> = old_placed.keys().chain(placed.keys()).copied().collect();
+    for dest in dests {
+        let delta = placed.get(&dest).copied().unwrap_or(0.0)
+            - old_placed.get(&dest).copied().unwrap_or(0.0);
+        if delta.abs() > 1e-9 && !moves.iter().any(|m: &Move| m.to == dest) {
+            moves.push(Move {
+                from: r as u16,
+                to: dest,
+                amount: delta,
+                at: now_ms,
+            });
+        }
+    }
+    region.fraction = fraction;
+    region.shares = if total > 0.0 {
+        placed.iter().map(|(d, a)| (*d, a / total)).collect()
+    } else {
+        BTreeMap::new()
+    };
+    state.moves.extend(moves);
+    let util = predicted.region_util[r];
+    if short {
+        format!("utilisation {util:.2}: wants {wanted:.2}, no destination has headroom beyond {fraction:.2}")
+    } else if fraction > old_fraction {
+        format!(
+            "utilisation {util:.2} above high watermark {:.2}",
+            settings.high_watermark
+        )
+    } else if fraction < old_fraction {
+        format!(
+            "utilisation {util:.2} below low watermark {:.2}",
+            settings.low_watermark
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// Destinations for region `r`, in order of preference: same-continent neighbours, then
+/// same-continent fallback sites, then (if allowed) other continents' neighbours and sites.
+fn destination_tiers(r: usize, rings: &Rings, settings: &ShieldSettings) -> Vec<Vec<Destination>> {
+    let me = &rings.regions[r];
+    let same = |c: &str| c == me.continent;
+    let neighbours: Vec<usize> = me
+        .neighbours
+        .iter()
+        .map(|&n| n as usize)
+        .filter(|&n| n != r && n < rings.regions.len())
+        .collect();
+    let mut tiers = vec![
+        neighbours
+            .iter()
+            .filter(|&&n| same(&rings.regions[n].continent))
+            .map(|&n| region_dest(n))
+            .collect(),
+        rings
+            .sites
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| same(&s.continent))
+            .map(|(i, _)| site_dest(i))
+            .collect::<Vec<_>>(),
+    ];
+    if settings.allow_cross_continent {
+        tiers.push(
+            neighbours
+                .iter()
+                .filter(|&&n| !same(&rings.regions[n].continent))
+                .map(|&n| region_dest(n))
+                .collect(),
+        );
+        tiers.push(
+            rings
+                .sites
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !same(&s.continent))
+                .map(|(i, _)| site_dest(i))
+                .collect(),
+        );
+    }
+    tiers
+}
+
+/// The read side for the serving path: per region, the shed fraction and destinations in
+/// per-mille, and the short TTL while hot.
+pub fn shed_view(state: &ShieldState, settings: &ShieldSettings) -> ShedView {
+    let mut view = ShedView::default();
+    for (r, region) in state.regions.iter().enumerate() {
+        let fraction = (region.fraction * 1000.0).round().clamp(0.0, 1000.0) as u16;
+        let mut shares: Vec<(Destination, f64)> =
+            region.shares.iter().map(|(d, a)| (*d, *a)).collect();
+        shares.sort_by(|a, b| b.1.total_cmp(&a.1));
+        shares.truncate(MAX_SHED_DESTINATIONS);
+        let total: f64 = shares.iter().map(|s| s.1).sum();
+        let mut permille: Vec<ShedShare> = Vec::new();
+        if fraction > 0 && total > 0.0 {
+            let mut given = 0u16;
+            for (i, (dest, amount)) in shares.iter().enumerate() {
+                let share = if i + 1 == shares.len() {
+                    1000 - given
+                } else {
+                    ((amount / total) * 1000.0).round() as u16
+                };
+                if share == 0 || given + share > 1000 {
+                    continue;
+                }
+                given += share;
+                permille.push(ShedShare {
+                    destination: *dest,
+                    share_permille: share,
+                });
+            }
+        }
+        let fraction = if permille.is_empty() { 0 } else { fraction };
+        let hot_ttl = region.hot.then_some(settings.short_ttl);
+        if let Ok(shed) = RegionShed::new(fraction, &permille, hot_ttl) {
+            if shed.is_active() {
+                view.set_region(r as u16, shed);
+            }
+        }
+    }
+    view
+}
