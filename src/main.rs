@@ -61,10 +61,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Load feeds for the traffic shield.
+    #[command(subcommand)]
+    Load(LoadCommand),
     /// Ask the running server to re-read config, zones, geo database and control file.
     Reload {
         #[command(flatten)]
         target: cli::Target,
+    },
+}
+
+#[derive(Subcommand)]
+enum LoadCommand {
+    /// Send a load feed (JSON: {"time": ..., "regions": {...}, "fallback": {...}}) to the
+    /// running server; it is validated whole and refused with the reason if anything is wrong.
+    Push {
+        #[command(flatten)]
+        target: cli::Target,
+        /// The feed file, or `-` for standard input.
+        file: String,
     },
 }
 
@@ -179,6 +194,7 @@ fn main() -> ExitCode {
         Command::Control(ControlCommand::Diff { target, a, b }) => cli::diff(&target, a, b),
         Command::Status { target, json } => cli::status(&target, json),
         Command::Reload { target } => cli::reload(&target),
+        Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
     };
     match result {
         Ok(code) => code,
@@ -273,13 +289,15 @@ fn check(args: SourceArgs) -> Result<ExitCode> {
 
 /// Serves until SIGINT/SIGTERM; SIGHUP reloads everything through the reloader (a reload with
 /// any problem is refused and the previous snapshot keeps serving).
-async fn wait_for_signals(reloader: Arc<Reloader>) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hangup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
-    let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+async fn wait_for_signals(reloader: Arc<Reloader>, signals: Signals) -> Result<()> {
+    let Signals {
+        mut hangup,
+        mut terminate,
+        mut interrupt,
+    } = signals;
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = interrupt.recv() => return Ok(()),
             _ = terminate.recv() => return Ok(()),
             _ = hangup.recv() => {
                 let reloader = reloader.clone();
@@ -287,6 +305,24 @@ async fn wait_for_signals(reloader: Arc<Reloader>) -> Result<()> {
             }
         }
     }
+}
+
+/// Signal handlers, installed before the server says it is ready: a SIGHUP that arrives
+/// right after "ready" must reload, not kill (the default action).
+struct Signals {
+    hangup: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+fn install_signals(runtime: &tokio::runtime::Runtime) -> Result<Signals> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _guard = runtime.enter();
+    Ok(Signals {
+        hangup: signal(SignalKind::hangup()).context("installing SIGHUP handler")?,
+        terminate: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
+        interrupt: signal(SignalKind::interrupt()).context("installing SIGINT handler")?,
+    })
 }
 
 fn serve(args: ServeArgs) -> Result<ExitCode> {
@@ -332,6 +368,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let signals = install_signals(&runtime)?;
     let workers = config.udp_workers();
     let mut udp = Vec::new();
     for addr in &config.server.listen {
@@ -357,12 +394,14 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         token: read_token(config.admin.token_file.as_ref()),
     };
     runtime.spawn(steerdns::admin::serve(admin, admin_state));
+    steerdns::shield::live::spawn(reloader.shield().clone(), snapshot.clone())
+        .context("starting the traffic shield")?;
     if let Some(control) = &config.control.file {
         watch::spawn(reloader.clone(), control.clone())
             .context("starting the control file watcher")?;
     }
     println!("ready");
-    runtime.block_on(wait_for_signals(reloader))?;
+    runtime.block_on(wait_for_signals(reloader, signals))?;
     for workers in udp {
         workers.stop();
     }

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::RegionOverride;
 use crate::reload::{Reloader, Status, Trigger};
+use crate::shield::source::FeedOrigin;
 
 /// Largest request body accepted (the load feed, later, is the biggest legitimate one).
 pub const MAX_BODY: usize = 1 << 20;
@@ -58,6 +59,7 @@ pub fn router(state: AdminState) -> Router {
     Router::new()
         .route("/v1/status", get(status))
         .route("/v1/reload", post(reload))
+        .route("/v1/load", post(push_load))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -79,6 +81,7 @@ pub struct StatusView {
     pub regions: BTreeMap<String, String>,
     pub zones: Vec<ZoneView>,
     pub geo: Option<String>,
+    pub shield: crate::shield::live::ShieldStatus,
 }
 
 /// The control-plane fields of [`Status`], in a form that also deserializes (for the CLI).
@@ -182,6 +185,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         regions,
         zones,
         geo,
+        shield: reloader.shield().status(),
     }
 }
 
@@ -229,6 +233,44 @@ async fn reload(State(state): State<AdminState>, headers: HeaderMap) -> Response
             format!("reload task failed: {e}\n"),
         )
             .into_response(),
+    }
+}
+
+/// A load feed pushed over HTTP: validated whole (refused with the reason, 400), then it is
+/// the latest feed the shield decides on.
+async fn push_load(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(refused) = authorize(&state, &headers) {
+        return *refused;
+    }
+    let snapshot = state.reloader.snapshot().load();
+    let Some(steering) = &snapshot.steering else {
+        return (
+            StatusCode::CONFLICT,
+            "no topology configured: nothing to shield\n",
+        )
+            .into_response();
+    };
+    let regions: Vec<&str> = steering.policies.region_names().collect();
+    let sites: Vec<&str> = steering
+        .policies
+        .fallback_sites()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    let shield = state.reloader.shield();
+    match shield.feed.offer(
+        &body,
+        FeedOrigin::Http,
+        &regions,
+        &sites,
+        std::time::SystemTime::now(),
+    ) {
+        Ok(()) => (StatusCode::OK, "accepted\n").into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("refused: {e}\n")).into_response(),
     }
 }
 

@@ -411,7 +411,88 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     for w in &c.warnings {
         println!("warning: {w}");
     }
+    print_shield(&status.shield);
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {
+    let age = shield.feed_age_secs.map_or("no feed yet".to_string(), |a| {
+        format!(
+            "feed {a:.0} s old via {}",
+            shield.feed_origin.as_deref().unwrap_or("?")
+        )
+    });
+    println!(
+        "shield {} ({age}; watermarks {:.2}/{:.2}; feeds {} accepted, {} refused)",
+        shield.mode,
+        shield.low_watermark,
+        shield.high_watermark,
+        shield.feeds_accepted,
+        shield.feeds_refused
+    );
+    if let Some(refusal) = &shield.last_feed_refusal {
+        println!("  last refused feed: {refusal}");
+    }
+    for ring in shield.regions.iter().chain(&shield.sites) {
+        let util = ring
+            .utilisation
+            .map_or("-".to_string(), |u| format!("{:.0}%", u * 100.0));
+        let mut line = format!("  {:<10} {:>5}", ring.name, util);
+        if ring.shed_fraction > 0.0 {
+            let to: Vec<String> = ring
+                .destinations
+                .iter()
+                .map(|(d, s)| format!("{d} {:.0}%", s * 100.0))
+                .collect();
+            line.push_str(&format!(
+                "  shedding {:.0}% -> {}",
+                ring.shed_fraction * 100.0,
+                to.join(", ")
+            ));
+        }
+        if !ring.state.is_empty() && ring.state != "normal" {
+            line.push_str(&format!("  [{}]", ring.state));
+        }
+        println!("{line}");
+    }
+    for alert in &shield.alerts {
+        println!("  alert: {alert}");
+    }
+    for change in shield.recent_changes.iter().take(5) {
+        println!(
+            "  {} {} {:.0}% -> {:.0}%: {}",
+            change.at,
+            change.region,
+            change.from * 100.0,
+            change.to * 100.0,
+            change.reason
+        );
+    }
+}
+
+/// Sends a load feed (a file, or `-` for standard input) to the running server.
+pub fn load_push(target: &Target, file: &str) -> Result<ExitCode> {
+    use std::io::Read;
+    let config = target.config()?;
+    let addr = target.admin_addr(&config);
+    let limit = steerdns::shield::feed::MAX_FEED_BYTES as u64 + 1;
+    let mut body = Vec::new();
+    if file == "-" {
+        std::io::stdin().take(limit).read_to_end(&mut body)?;
+    } else {
+        std::fs::File::open(file)
+            .with_context(|| format!("reading {file}"))?
+            .take(limit)
+            .read_to_end(&mut body)?;
+    }
+    let token = read_token(config.admin.token_file.as_ref());
+    let response = http::request(addr, "POST", "/v1/load", token.as_deref(), &body)?;
+    println!("{}", response.body.trim());
+    Ok(if response.status == 200 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 pub fn reload(target: &Target) -> Result<ExitCode> {

@@ -38,6 +38,9 @@ pub struct Config {
     /// The control file with the live knobs (weights, drains, shield mode).
     #[serde(default)]
     pub control: ControlConfig,
+    /// The traffic shield: watermarks, pacing, staleness, the load file.
+    #[serde(default)]
+    pub shield: ShieldConfig,
     /// The admin HTTP endpoint (status, reload; later metrics and load feeds).
     #[serde(default)]
     pub admin: crate::admin::AdminConfig,
@@ -69,6 +72,64 @@ impl Default for ControlConfig {
             file: None,
             history_dir: None,
             history_keep: 50,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShieldConfig {
+    /// A region above this utilisation sheds (0..1).
+    pub high_watermark: f64,
+    /// A region below this takes traffic back; above it, its clients get the short TTL.
+    pub low_watermark: f64,
+    /// Largest change of a region's shed fraction per tick.
+    pub max_step: f64,
+    /// Seconds to wait before reversing direction.
+    pub hold_down_secs: u64,
+    /// TTL (s) of answers for clients of a hot or shedding region.
+    pub short_ttl: u32,
+    /// Load data older than this (s) freezes decisions...
+    pub stale_after_secs: u64,
+    /// ...and older than this (s) decays them back to normal answers.
+    pub revert_after_secs: u64,
+    pub allow_cross_continent: bool,
+    /// Milliseconds between decisions.
+    pub tick_ms: u64,
+    /// A load-feed JSON file to watch (relative to the config file). Feeds can also be pushed
+    /// with `POST /v1/load` or `steerdns load push`.
+    pub load_file: Option<PathBuf>,
+}
+
+impl Default for ShieldConfig {
+    fn default() -> Self {
+        let d = crate::shield::step::ShieldSettings::default();
+        ShieldConfig {
+            high_watermark: d.high_watermark,
+            low_watermark: d.low_watermark,
+            max_step: d.slew,
+            hold_down_secs: d.hold_down_ms / 1000,
+            short_ttl: d.short_ttl,
+            stale_after_secs: d.stale_after_ms / 1000,
+            revert_after_secs: d.revert_after_ms / 1000,
+            allow_cross_continent: d.allow_cross_continent,
+            tick_ms: 1000,
+            load_file: None,
+        }
+    }
+}
+
+impl ShieldConfig {
+    pub fn settings(&self) -> crate::shield::step::ShieldSettings {
+        crate::shield::step::ShieldSettings {
+            high_watermark: self.high_watermark,
+            low_watermark: self.low_watermark,
+            slew: self.max_step,
+            hold_down_ms: self.hold_down_secs.saturating_mul(1000),
+            short_ttl: self.short_ttl,
+            stale_after_ms: self.stale_after_secs.saturating_mul(1000),
+            revert_after_ms: self.revert_after_secs.saturating_mul(1000),
+            allow_cross_continent: self.allow_cross_continent,
         }
     }
 }
@@ -184,6 +245,7 @@ impl Default for Config {
             steered: Vec::new(),
             control: ControlConfig::default(),
             admin: crate::admin::AdminConfig::default(),
+            shield: ShieldConfig::default(),
             trace: TraceConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
@@ -255,6 +317,38 @@ impl Config {
                 return Err(invalid("server.nsid", "longer than 255 bytes".into()));
             }
         }
+        let shield = &self.shield;
+        let in_unit = |v: f64| v.is_finite() && v > 0.0 && v <= 1.0;
+        if !(in_unit(shield.low_watermark)
+            && in_unit(shield.high_watermark)
+            && shield.low_watermark < shield.high_watermark)
+        {
+            return Err(invalid(
+                "shield.low_watermark / shield.high_watermark",
+                format!(
+                    "need 0 < low < high <= 1 (got {} and {})",
+                    shield.low_watermark, shield.high_watermark
+                ),
+            ));
+        }
+        if !in_unit(shield.max_step) {
+            return Err(invalid(
+                "shield.max_step",
+                format!("{} is outside (0, 1]", shield.max_step),
+            ));
+        }
+        if shield.stale_after_secs >= shield.revert_after_secs {
+            return Err(invalid(
+                "shield.stale_after_secs",
+                "must be shorter than shield.revert_after_secs".into(),
+            ));
+        }
+        if shield.short_ttl == 0 || shield.tick_ms < 100 {
+            return Err(invalid(
+                "shield",
+                "short_ttl must be >= 1 s and tick_ms >= 100".into(),
+            ));
+        }
         if self.control.history_keep == 0 {
             return Err(invalid("control.history_keep", "must be at least 1".into()));
         }
@@ -273,6 +367,7 @@ impl Config {
             &mut self.control.file,
             &mut self.control.history_dir,
             &mut self.admin.token_file,
+            &mut self.shield.load_file,
         ]
         .into_iter()
         .flatten()

@@ -20,6 +20,7 @@ use crate::control::history::{
     fnv1a64 as fnv, next_serial, rfc3339_utc as rfc3339, summarize, History,
 };
 use crate::control::ControlFile;
+use crate::shield::live::Shield;
 use crate::snapshot::load::{load_with, ControlSource, Loaded};
 use crate::snapshot::{SharedSnapshot, Snapshot};
 
@@ -103,6 +104,7 @@ struct State {
 pub struct Reloader {
     source: Source,
     snapshot: SharedSnapshot,
+    shield: Arc<Shield>,
     state: Mutex<State>,
 }
 
@@ -147,6 +149,7 @@ impl Reloader {
         let reloader = Arc::new(Reloader {
             source,
             snapshot: Arc::new(ArcSwap::from_pointee(Snapshot::empty())),
+            shield: Arc::new(Shield::default()),
             state: Mutex::new(State {
                 status: Status::default(),
                 last_control_hash: None,
@@ -173,6 +176,10 @@ impl Reloader {
 
     pub fn snapshot(&self) -> &SharedSnapshot {
         &self.snapshot
+    }
+
+    pub fn shield(&self) -> &Arc<Shield> {
+        &self.shield
     }
 
     pub fn status(&self) -> Status {
@@ -284,6 +291,7 @@ impl Reloader {
             (None, _) => 0,
         };
         snapshot.serial = serial;
+        snapshot.shield = self.shield.clone();
         snapshot.config_hash =
             config_hash(config, control.as_ref().map(|c| c.1.as_str()), &snapshot);
         let config_hash = format!("{:016x}", snapshot.config_hash);

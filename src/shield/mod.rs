@@ -8,6 +8,7 @@
 //! publishing a new view; never reads clocks or files inside the step.
 
 pub mod feed;
+pub mod live;
 pub mod source;
 pub mod step;
 

@@ -526,8 +526,10 @@ fn demand_counters_separate_own_clients_from_shed_in_traffic() {
         ],
         &[(0.0, 2000.0), (0.0, 2000.0)],
     );
-    let mut west = Demand::default();
-    west.kept = 700.0;
+    let mut west = Demand {
+        kept: 700.0,
+        ..Demand::default()
+    };
     west.sent
         .insert(Destination::Region(EU_NORTH as u16), 200.0);
     let north = Demand {

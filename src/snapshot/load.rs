@@ -7,7 +7,8 @@ use std::time::Instant;
 use crate::config::Config;
 use crate::control::ControlFile;
 use crate::geo::Locator;
-use crate::policy::{compile, ControlKnobs, PolicyError, ShedView};
+use crate::policy::{compile, ControlKnobs, PolicyError};
+use crate::shield::live::DemandCounters;
 use crate::zone::model::{RecordInput, Zone};
 use crate::zone::parse::{load_zone_dir, ZoneProblem};
 use crate::zone::validate::validate;
@@ -81,6 +82,9 @@ pub fn load_with(config: &Config, control: ControlSource<'_>) -> Result<Loaded, 
         config.trace.allow.clone(),
     );
     snapshot.control = control.map(|(file, _)| file).unwrap_or_default();
+    snapshot.shield_settings = config.shield.settings();
+    snapshot.load_file = config.shield.load_file.clone();
+    snapshot.shield_tick_ms = config.shield.tick_ms;
     snapshot.serial = snapshot.control.serial.unwrap_or(0);
     Ok(Loaded {
         snapshot,
@@ -119,10 +123,11 @@ fn compile_steering(
         ));
     }
     bind_steered_names(&policies, zones)?;
+    let (region_count, site_count) = (policies.regions().len(), policies.fallback_sites().len());
     Ok(Some(SteeringData {
         policies,
         locator,
-        shed: ShedView::default(),
+        demand: DemandCounters::new(region_count, site_count),
     }))
 }
 

@@ -19,6 +19,8 @@ use ipnet::IpNet;
 use crate::control::ControlFile;
 use crate::dns::respond::Client;
 use crate::dns::wire::{ClientSubnet, WireName};
+use crate::shield::live::Shield;
+use crate::shield::step::ShieldSettings;
 use crate::zone::lookup::{resolve, ZoneSet};
 use crate::zone::model::Zone;
 use steer::{ClientSteering, SteeringData};
@@ -64,6 +66,13 @@ pub struct Snapshot {
     pub serial: u64,
     /// Fingerprint of config + control + zone serials, to compare nodes.
     pub config_hash: u64,
+    /// The traffic shield (shared by every snapshot: its decisions outlive reloads).
+    pub shield: Arc<Shield>,
+    pub shield_settings: ShieldSettings,
+    /// The load file the shield polls, if any.
+    pub load_file: Option<std::path::PathBuf>,
+    /// Milliseconds between shield decisions.
+    pub shield_tick_ms: u64,
 }
 
 impl Snapshot {
@@ -83,6 +92,10 @@ impl Snapshot {
             control: ControlFile::default(),
             serial: 0,
             config_hash: 0,
+            shield: Arc::new(Shield::default()),
+            shield_settings: ShieldSettings::default(),
+            load_file: None,
+            shield_tick_ms: 1000,
         };
         snapshot.precompiled = Precompiled::build(&snapshot);
         snapshot
@@ -102,6 +115,7 @@ impl Snapshot {
         let data = self.steering.as_ref()?;
         Some(ClientSteering::new(
             data,
+            self.shield.view(),
             steer::locate(&data.locator, client, subnet),
         ))
     }
@@ -134,6 +148,12 @@ impl Snapshot {
             Some(ecs) if ecs.source_prefix > 0 => format!("ecs {}/{}", ecs.addr, ecs.source_prefix),
             _ => "source address".to_string(),
         };
-        steer::trace(data, binding, steering.client(), &source)
+        steer::trace(
+            data,
+            &self.shield.view(),
+            binding,
+            steering.client(),
+            &source,
+        )
     }
 }

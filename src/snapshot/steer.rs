@@ -8,14 +8,18 @@ use super::Snapshot;
 use crate::dns::respond::Client;
 use crate::dns::wire::{rtype, ClientSubnet};
 use crate::geo::Locator;
-use crate::policy::{self, evaluate, CompiledPolicies, ShedView, Target};
+use crate::policy::{
+    self, evaluate, AnycastChoice, CompiledPolicies, Destination, ShedView, Target,
+};
+use crate::shield::live::DemandCounters;
 use crate::zone::lookup::{SteeredAnswer, Steering, Synth};
 
-/// Everything steering needs, compiled: policies, the locator, and the shield's view.
+/// Everything steering needs, compiled: policies, the locator, and the demand counters the
+/// shield reads. (The shield's decisions live outside the snapshot: they change every tick.)
 pub struct SteeringData {
     pub policies: CompiledPolicies,
     pub locator: Locator,
-    pub shed: ShedView,
+    pub demand: DemandCounters,
 }
 
 /// Where the client is, from the ECS option when it carries a prefix, else the source address.
@@ -42,15 +46,21 @@ fn unmap(addr: IpAddr) -> IpAddr {
 /// The steering hook for one query.
 pub struct ClientSteering<'s> {
     data: &'s SteeringData,
+    shed: arc_swap::Guard<std::sync::Arc<ShedView>>,
     client: policy::Client,
     /// The first steered binding the lookup asked about (for traces).
     pub asked: Cell<Option<u32>>,
 }
 
 impl<'s> ClientSteering<'s> {
-    pub fn new(data: &'s SteeringData, client: policy::Client) -> Self {
+    pub fn new(
+        data: &'s SteeringData,
+        shed: arc_swap::Guard<std::sync::Arc<ShedView>>,
+        client: policy::Client,
+    ) -> Self {
         ClientSteering {
             data,
+            shed,
             client,
             asked: Cell::new(None),
         }
@@ -71,7 +81,15 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
         }
         let policies = &self.data.policies;
         let steered = policies.steered().get(binding as usize)?;
-        let decision = evaluate(policies, steered.root, &self.client, &self.data.shed);
+        let decision = evaluate(policies, steered.root, &self.client, &self.shed);
+        if let Some((region, choice)) = decision.trace.anycast {
+            let to = match choice {
+                AnycastChoice::Global | AnycastChoice::Kept { .. } => Destination::Global,
+                AnycastChoice::Forced(d) | AnycastChoice::Drained(d) => d,
+                AnycastChoice::Shed { destination, .. } => destination,
+            };
+            self.data.demand.record(region, to);
+        }
         let data = match (decision.target, qtype) {
             (Target::Cname { wire, .. }, _) => Synth::Cname(wire),
             (Target::Addresses { v4, .. }, rtype::A) => Synth::V4(v4),
@@ -90,13 +108,14 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
 /// A one-line explanation of the decision for `binding` (for `CH TXT`); allocates.
 pub fn trace(
     data: &SteeringData,
+    shed: &ShedView,
     binding: u32,
     client: &policy::Client,
     source: &str,
 ) -> Option<String> {
     let steered = data.policies.steered().get(binding as usize)?;
     let location = data.locator.describe(client.addr);
-    let decision = policy::explain(&data.policies, steered.root, client, &data.shed);
+    let decision = policy::explain(&data.policies, steered.root, client, shed);
     let database = match data.locator.degraded() {
         Some(reason) => format!("; geo database degraded: {reason}"),
         None => String::new(),

@@ -1,0 +1,916 @@
+//! The load feed: the JSON document that tells the shield how loaded each frontend region and
+//! each fallback site is, and the checks it must pass before the shield may look at it.
+//!
+//! ```json
+//! {"time": "2026-11-30T10:00:00Z",
+//!  "source": "prometheus-exporter@mon-1",
+//!  "regions":  {"eu-west": {"load": 950, "capacity": 1000}},
+//!  "fallback": {"fb-eu":   {"load": 200, "capacity": 2000}}}
+//! ```
+//!
+//! - `time` (required): when the numbers were measured, RFC 3339 (`Z` or a `±HH:MM` offset,
+//!   optional fraction). At most [`MAX_FUTURE_SKEW`] ahead of this server's clock.
+//! - `regions`, `fallback` (each optional, not both empty): name → `{load, capacity}`, in the
+//!   same units (requests/s, Gbit/s, … as long as both agree). Names must be configured regions
+//!   and fallback sites; one left out of a feed means "no fresh data" for it.
+//! - `source` (optional): a free-text label of the sender, for operators; the shield ignores it.
+//!
+//! Anything else is refused, and a feed with any fault is refused whole: the shield never acts
+//! on half a feed. Every file, HTTP push and CLI push goes through [`parse_feed`].
+//!
+//! Owns the format and its checks only: no I/O and no clock (the caller passes `now`); where a
+//! feed came from and which one is current is [`super::source`]'s business.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+/// Largest feed accepted, in bytes.
+pub const MAX_FEED_BYTES: usize = 1 << 20;
+/// Most `regions` plus `fallback` entries in one feed.
+pub const MAX_FEED_ENTRIES: usize = 10_000;
+/// How far a feed's `time` may be ahead of this server's clock (clock skew between hosts).
+pub const MAX_FUTURE_SKEW: Duration = Duration::from_secs(300);
+/// Largest load/capacity ratio believed; above it the two are surely in different units.
+pub const MAX_LOAD_RATIO: f64 = 100.0;
+/// Longest `source` label.
+const MAX_SOURCE_LABEL: usize = 256;
+/// How much of an unknown name is echoed back in an error.
+const MAX_ECHOED_NAME: usize = 64;
+/// How many configured names an "unknown name" error lists.
+const MAX_LISTED_NAMES: usize = 12;
+
+/// The load of one region or site, in the sender's units (checked finite, `capacity > 0`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub load: f64,
+    pub capacity: f64,
+}
+
+impl Sample {
+    /// Load divided by capacity: 1.0 means full.
+    pub fn utilisation(&self) -> f64 {
+        self.load / self.capacity
+    }
+}
+
+/// A feed that passed every check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadFeed {
+    /// When the sender measured the numbers (its clock).
+    pub time: SystemTime,
+    /// Frontend regions, by configured name.
+    pub regions: BTreeMap<String, Sample>,
+    /// Fallback sites, by configured name.
+    pub fallback: BTreeMap<String, Sample>,
+}
+
+/// Why a feed was refused. Field paths read like `regions.eu-west.capacity`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FeedError {
+    #[error("load feed is {size} bytes; the limit is {limit} bytes")]
+    TooLarge { size: u64, limit: usize },
+    #[error("load feed is not UTF-8 (invalid byte at offset {offset})")]
+    NotUtf8 { offset: usize },
+    /// Not JSON, or JSON of the wrong shape (the message carries line and column).
+    #[error("load feed does not parse: {0}")]
+    Syntax(String),
+    #[error("load feed has {count} entries in regions and fallback; the limit is {limit}")]
+    TooManyEntries { count: usize, limit: usize },
+    #[error("load feed has no regions and no fallback sites")]
+    Empty,
+    #[error("time: {value:?} is not an RFC 3339 time ({reason})")]
+    BadTime { value: String, reason: String },
+    #[error(
+        "time: {value} is {ahead_secs} s ahead of this server's clock (at most {limit_secs} s \
+         allowed; check the sender's clock)"
+    )]
+    FutureTime {
+        value: String,
+        ahead_secs: u64,
+        limit_secs: u64,
+    },
+    #[error("source: {0}")]
+    BadSource(String),
+    /// A name that is not configured: a typo must not silently do nothing.
+    #[error("{section}.{name}: unknown {kind} (configured: {known})")]
+    UnknownName {
+        section: &'static str,
+        name: String,
+        kind: &'static str,
+        known: String,
+    },
+    /// A load or capacity that cannot be right.
+    #[error("{field}: {problem}")]
+    BadValue { field: String, problem: String },
+    /// The feed could not be read at all (file source).
+    #[error("{what}: cannot read: {reason}")]
+    Unreadable { what: String, reason: String },
+}
+
+/// Parses and checks a feed against the configured region and fallback site names. `now` is
+/// this server's clock, for the skew guard.
+pub fn parse_feed(
+    bytes: &[u8],
+    regions: &[&str],
+    sites: &[&str],
+    now: SystemTime,
+) -> Result<LoadFeed, FeedError> {
+    if bytes.len() > MAX_FEED_BYTES {
+        return Err(FeedError::TooLarge {
+            size: bytes.len() as u64,
+            limit: MAX_FEED_BYTES,
+        });
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| FeedError::NotUtf8 {
+        offset: e.valid_up_to(),
+    })?;
+    let raw: RawFeed = serde_json::from_str(text).map_err(|e| FeedError::Syntax(e.to_string()))?;
+    check_shape(&raw)?;
+    let time = check_time(&raw.time, now)?;
+    let regions = check_section("regions", "region", raw.regions, regions)?;
+    let fallback = check_section("fallback", "fallback site", raw.fallback, sites)?;
+    Ok(LoadFeed {
+        time,
+        regions,
+        fallback,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFeed {
+    time: String,
+    #[serde(default)]
+    source: Option<String>,
+    #[serde(default, deserialize_with = "unique_names")]
+    regions: Vec<(String, RawSample)>,
+    #[serde(default, deserialize_with = "unique_names")]
+    fallback: Vec<(String, RawSample)>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSample {
+    load: f64,
+    capacity: f64,
+}
+
+/// A JSON object read in order, refusing a name given twice (serde_json would silently keep
+/// the last one, and two numbers for one region means the sender is confused).
+fn unique_names<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<(String, RawSample)>, D::Error> {
+    struct UniqueNames;
+    impl<'de> Visitor<'de> for UniqueNames {
+        type Value = Vec<(String, RawSample)>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object of name → {\"load\": …, \"capacity\": …}")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut entries = Vec::new();
+            while let Some((name, sample)) = map.next_entry::<String, RawSample>()? {
+                if entries.len() >= MAX_FEED_ENTRIES {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {MAX_FEED_ENTRIES} entries"
+                    )));
+                }
+                if !seen.insert(name.clone()) {
+                    return Err(serde::de::Error::custom(format!(
+                        "{:?} appears twice",
+                        echo(&name)
+                    )));
+                }
+                entries.push((name, sample));
+            }
+            Ok(entries)
+        }
+    }
+    deserializer.deserialize_map(UniqueNames)
+}
+
+fn check_shape(raw: &RawFeed) -> Result<(), FeedError> {
+    let count = raw.regions.len() + raw.fallback.len();
+    if count > MAX_FEED_ENTRIES {
+        return Err(FeedError::TooManyEntries {
+            count,
+            limit: MAX_FEED_ENTRIES,
+        });
+    }
+    if count == 0 {
+        return Err(FeedError::Empty);
+    }
+    if let Some(source) = &raw.source {
+        if source.chars().count() > MAX_SOURCE_LABEL {
+            return Err(FeedError::BadSource(format!(
+                "longer than {MAX_SOURCE_LABEL} characters"
+            )));
+        }
+        if source.chars().any(char::is_control) {
+            return Err(FeedError::BadSource("contains control characters".into()));
+        }
+    }
+    Ok(())
+}
+
+fn check_time(value: &str, now: SystemTime) -> Result<SystemTime, FeedError> {
+    let time = parse_rfc3339(value).map_err(|reason| FeedError::BadTime {
+        value: echo(value),
+        reason,
+    })?;
+    if let Ok(ahead) = time.duration_since(now) {
+        if ahead > MAX_FUTURE_SKEW {
+            return Err(FeedError::FutureTime {
+                value: value.to_string(),
+                ahead_secs: ahead.as_secs(),
+                limit_secs: MAX_FUTURE_SKEW.as_secs(),
+            });
+        }
+    }
+    Ok(time)
+}
+
+fn check_section(
+    section: &'static str,
+    kind: &'static str,
+    entries: Vec<(String, RawSample)>,
+    configured: &[&str],
+) -> Result<BTreeMap<String, Sample>, FeedError> {
+    let mut checked = BTreeMap::new();
+    for (name, raw) in entries {
+        if !configured.contains(&name.as_str()) {
+            return Err(FeedError::UnknownName {
+                section,
+                name: echo(&name),
+                kind,
+                known: list_names(configured),
+            });
+        }
+        let sample = check_sample(&format!("{section}.{name}"), raw)?;
+        checked.insert(name, sample);
+    }
+    Ok(checked)
+}
+
+fn check_sample(field: &str, raw: RawSample) -> Result<Sample, FeedError> {
+    let bad = |which: &str, problem: String| FeedError::BadValue {
+        field: format!("{field}.{which}"),
+        problem,
+    };
+    if !raw.load.is_finite() || raw.load < 0.0 {
+        return Err(bad("load", format!("must be ≥ 0 (got {})", raw.load)));
+    }
+    if !raw.capacity.is_finite() || raw.capacity <= 0.0 {
+        return Err(bad(
+            "capacity",
+            format!("must be > 0 (got {})", raw.capacity),
+        ));
+    }
+    let ratio = raw.load / raw.capacity;
+    if !ratio.is_finite() || ratio > MAX_LOAD_RATIO {
+        return Err(bad(
+            "load",
+            format!(
+                "{} is more than {MAX_LOAD_RATIO} × capacity {} (load and capacity in \
+                 different units?)",
+                raw.load, raw.capacity
+            ),
+        ));
+    }
+    Ok(Sample {
+        load: raw.load,
+        capacity: raw.capacity,
+    })
+}
+
+/// A name from outside, shortened for an error message (the message is escaped with `{:?}`
+/// where it is shown, so control characters cannot forge log lines).
+fn echo(name: &str) -> String {
+    if name.chars().count() <= MAX_ECHOED_NAME {
+        name.to_string()
+    } else {
+        let mut short: String = name.chars().take(MAX_ECHOED_NAME).collect();
+        short.push('…');
+        short
+    }
+}
+
+fn list_names(names: &[&str]) -> String {
+    if names.is_empty() {
+        return "none".to_string();
+    }
+    let mut listed = names
+        .iter()
+        .take(MAX_LISTED_NAMES)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > MAX_LISTED_NAMES {
+        listed.push_str(&format!(", … ({} in all)", names.len()));
+    }
+    listed
+}
+
+/// Parses an RFC 3339 time, `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`; `t`, `z` and a space for
+/// `T` are accepted as the RFC allows. A leap second (`:60`) reads as the next second. Times
+/// before 1970 are refused. The error says what is wrong, without the value.
+pub fn parse_rfc3339(text: &str) -> Result<SystemTime, String> {
+    let mut cursor = Cursor {
+        bytes: text.as_bytes(),
+        at: 0,
+    };
+    let year = cursor.number(4, "year")?;
+    cursor.expect(b"-", "'-' after the year")?;
+    let month = cursor.number(2, "month")?;
+    cursor.expect(b"-", "'-' after the month")?;
+    let day = cursor.number(2, "day")?;
+    cursor.expect(b"Tt ", "'T' between date and time")?;
+    let hour = cursor.number(2, "hour")?;
+    cursor.expect(b":", "':' after the hour")?;
+    let minute = cursor.number(2, "minute")?;
+    cursor.expect(b":", "':' after the minute")?;
+    let second = cursor.number(2, "second")?;
+    let nanos = cursor.fraction()?;
+    let offset_secs = cursor.offset()?;
+    if cursor.at != cursor.bytes.len() {
+        return Err("unexpected text after the offset".into());
+    }
+    check_range("month", month, 1, 12)?;
+    check_range("day", day, 1, days_in_month(year, month))?;
+    check_range("hour", hour, 0, 23)?;
+    check_range("minute", minute, 0, 59)?;
+    check_range("second", second, 0, 60)?;
+    let local =
+        days_since_epoch(year, month, day) * 86_400 + i64::from(hour * 3600 + minute * 60 + second);
+    let utc = local - offset_secs;
+    let secs = u64::try_from(utc).map_err(|_| "before 1970".to_string())?;
+    Ok(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
+}
+
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn number(&mut self, digits: usize, what: &str) -> Result<u32, String> {
+        let end = self.at + digits;
+        let field = self
+            .bytes
+            .get(self.at..end)
+            .filter(|f| f.iter().all(u8::is_ascii_digit))
+            .ok_or_else(|| format!("{what}: expected {digits} digits"))?;
+        self.at = end;
+        Ok(field.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')))
+    }
+
+    fn expect(&mut self, allowed: &[u8], what: &str) -> Result<u8, String> {
+        match self.bytes.get(self.at) {
+            Some(b) if allowed.contains(b) => {
+                self.at += 1;
+                Ok(*b)
+            }
+            _ => Err(format!("expected {what}")),
+        }
+    }
+
+    /// Optional `.digits`, as nanoseconds (digits past the ninth are dropped).
+    fn fraction(&mut self) -> Result<u32, String> {
+        if self.bytes.get(self.at) != Some(&b'.') {
+            return Ok(0);
+        }
+        self.at += 1;
+        let digits = self.bytes[self.at..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        if digits == 0 {
+            return Err("expected digits after '.'".into());
+        }
+        let mut nanos = 0;
+        for (i, d) in self.bytes[self.at..self.at + digits].iter().enumerate() {
+            if i < 9 {
+                nanos = nanos * 10 + u32::from(d - b'0');
+            }
+        }
+        for _ in digits..9 {
+            nanos *= 10;
+        }
+        self.at += digits;
+        Ok(nanos)
+    }
+
+    /// `Z` or `±HH:MM`, as seconds east of UTC.
+    fn offset(&mut self) -> Result<i64, String> {
+        let sign = match self.expect(b"Zz+-", "'Z' or a '±HH:MM' offset")? {
+            b'+' => 1,
+            b'-' => -1,
+            _ => return Ok(0),
+        };
+        let hours = self.number(2, "offset hours")?;
+        self.expect(b":", "':' in the offset")?;
+        let minutes = self.number(2, "offset minutes")?;
+        check_range("offset hours", hours, 0, 23)?;
+        check_range("offset minutes", minutes, 0, 59)?;
+        Ok(sign * i64::from(hours * 3600 + minutes * 60))
+    }
+}
+
+fn check_range(what: &str, value: u32, low: u32, high: u32) -> Result<(), String> {
+    if (low..=high).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("{what} {value} is not in {low}..={high}"))
+    }
+}
+
+fn is_leap_year(year: u32) -> bool {
+    year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400))
+}
+
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if is_leap_year(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (negative before 1970).
+fn days_since_epoch(year: u32, month: u32, day: u32) -> i64 {
+    let days_before_month: u32 = (1..month).map(|m| days_in_month(year, m)).sum();
+    let year = i64::from(year);
+    let days_before_year = 365 * (year - 1970) + leap_days_before(year) - leap_days_before(1970);
+    days_before_year + i64::from(days_before_month + day) - 1
+}
+
+/// Leap years in 1..year (year ≥ 1), i.e. before 1 January of `year`.
+fn leap_days_before(year: i64) -> i64 {
+    let y = year - 1;
+    y / 4 - y / 100 + y / 400
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REGIONS: &[&str] = &["eu-west", "eu-central", "na-east"];
+    const SITES: &[&str] = &["fb-eu", "fb-na"];
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    /// 2026-11-30T10:00:00Z.
+    const FEED_TIME: u64 = 1_796_032_800;
+
+    fn parse(text: &str) -> Result<LoadFeed, FeedError> {
+        parse_feed(text.as_bytes(), REGIONS, SITES, at(FEED_TIME))
+    }
+
+    fn with_regions(regions: &str) -> String {
+        format!(r#"{{"time": "2026-11-30T10:00:00Z", "regions": {{{regions}}}}}"#)
+    }
+
+    fn refusal(text: &str) -> String {
+        match parse(text) {
+            Ok(feed) => panic!("accepted {feed:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn accepts_the_documented_shape() {
+        let feed = parse(
+            r#"{"time": "2026-11-30T10:00:00Z", "source": "exporter@mon-1",
+                "regions": {"eu-west": {"load": 950, "capacity": 1000},
+                            "na-east": {"load": 12.5, "capacity": 100.0}},
+                "fallback": {"fb-eu": {"load": 200, "capacity": 2000}}}"#,
+        )
+        .unwrap();
+        assert_eq!(feed.time, at(FEED_TIME));
+        assert_eq!(
+            feed.regions.keys().collect::<Vec<_>>(),
+            ["eu-west", "na-east"]
+        );
+        assert_eq!(
+            feed.regions["eu-west"],
+            Sample {
+                load: 950.0,
+                capacity: 1000.0
+            }
+        );
+        assert!((feed.regions["eu-west"].utilisation() - 0.95).abs() < 1e-12);
+        assert_eq!(feed.fallback["fb-eu"].capacity, 2000.0);
+        assert!(
+            !feed.regions.contains_key("eu-central"),
+            "missing = no data"
+        );
+    }
+
+    #[test]
+    fn either_section_may_be_left_out() {
+        assert_eq!(
+            parse(&with_regions(r#""eu-west": {"load": 1, "capacity": 2}"#))
+                .unwrap()
+                .fallback
+                .len(),
+            0
+        );
+        let sites_only = parse(
+            r#"{"time": "2026-11-30T10:00:00Z", "fallback": {"fb-na": {"load": 0, "capacity": 1}}}"#,
+        )
+        .unwrap();
+        assert!(sites_only.regions.is_empty());
+        assert_eq!(sites_only.fallback.len(), 1);
+    }
+
+    #[test]
+    fn refuses_an_empty_feed() {
+        assert_eq!(
+            parse(r#"{"time": "2026-11-30T10:00:00Z"}"#),
+            Err(FeedError::Empty)
+        );
+        assert_eq!(
+            parse(r#"{"time": "2026-11-30T10:00:00Z", "regions": {}, "fallback": {}}"#),
+            Err(FeedError::Empty)
+        );
+    }
+
+    #[test]
+    fn refuses_what_is_not_json_of_the_shape() {
+        for text in [
+            "",
+            "not json",
+            "[]",
+            "null",
+            r#"{"time": "2026-11-30T10:00:00Z", "regions": {"eu-west": {"load": 1, "capacity": 2}}"#,
+            r#"{"regions": {"eu-west": {"load": 1, "capacity": 2}}}"#,
+            r#"{"time": 5, "regions": {"eu-west": {"load": 1, "capacity": 2}}}"#,
+            r#"{"time": "2026-11-30T10:00:00Z", "regions": []}"#,
+            r#"{"time": "2026-11-30T10:00:00Z", "regions": {"eu-west": {"load": "1", "capacity": 2}}}"#,
+            r#"{"time": "2026-11-30T10:00:00Z", "regions": {"eu-west": {"load": 1}}}"#,
+            r#"{"time": "2026-11-30T10:00:00Z", "regions": {"eu-west": {"load": 1, "capacity": 1e999}}}"#,
+        ] {
+            assert!(
+                matches!(parse(text), Err(FeedError::Syntax(_))),
+                "{text}: {:?}",
+                parse(text)
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_unknown_fields_at_both_levels() {
+        let top = refusal(
+            r#"{"time": "2026-11-30T10:00:00Z", "region": {"eu-west": {"load": 1, "capacity": 2}}}"#,
+        );
+        assert!(top.contains("unknown field `region`"), "{top}");
+        let inner = refusal(&with_regions(
+            r#""eu-west": {"load": 1, "capacity": 2, "unit": "rps"}"#,
+        ));
+        assert!(inner.contains("unknown field `unit`"), "{inner}");
+    }
+
+    #[test]
+    fn refuses_a_name_given_twice() {
+        let text = refusal(&with_regions(
+            r#""eu-west": {"load": 1, "capacity": 2}, "eu-west": {"load": 9, "capacity": 2}"#,
+        ));
+        assert!(text.contains("\"eu-west\" appears twice"), "{text}");
+    }
+
+    #[test]
+    fn refuses_unknown_names_naming_the_configured_ones() {
+        let error = parse(&with_regions(
+            r#""eu-west": {"load": 1, "capacity": 2}, "eu-wset": {"load": 1, "capacity": 2}"#,
+        ))
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "regions.eu-wset: unknown region (configured: eu-west, eu-central, na-east)"
+        );
+        // A site name in the region section is a mistake too.
+        let misplaced = refusal(&with_regions(r#""fb-eu": {"load": 1, "capacity": 2}"#));
+        assert!(
+            misplaced.starts_with("regions.fb-eu: unknown region"),
+            "{misplaced}"
+        );
+        let site = refusal(
+            r#"{"time": "2026-11-30T10:00:00Z", "fallback": {"eu-west": {"load": 1, "capacity": 2}}}"#,
+        );
+        assert!(
+            site.starts_with("fallback.eu-west: unknown fallback site (configured: fb-eu, fb-na)"),
+            "{site}"
+        );
+    }
+
+    #[test]
+    fn unknown_names_are_shortened_in_errors() {
+        let long = "x".repeat(5000);
+        let text = refusal(&with_regions(&format!(
+            r#""{long}": {{"load": 1, "capacity": 2}}"#
+        )));
+        assert!(text.len() < 300, "{text}");
+    }
+
+    #[test]
+    fn refuses_a_negative_load_and_a_zero_capacity_naming_the_field() {
+        assert_eq!(
+            refusal(&with_regions(r#""eu-west": {"load": 1, "capacity": 0}"#)),
+            "regions.eu-west.capacity: must be > 0 (got 0)"
+        );
+        assert_eq!(
+            refusal(&with_regions(r#""na-east": {"load": 1, "capacity": -5}"#)),
+            "regions.na-east.capacity: must be > 0 (got -5)"
+        );
+        assert_eq!(
+            refusal(&with_regions(
+                r#""eu-west": {"load": -0.5, "capacity": 10}"#
+            )),
+            "regions.eu-west.load: must be ≥ 0 (got -0.5)"
+        );
+        let site = refusal(
+            r#"{"time": "2026-11-30T10:00:00Z", "fallback": {"fb-na": {"load": 3, "capacity": 0.0}}}"#,
+        );
+        assert_eq!(site, "fallback.fb-na.capacity: must be > 0 (got 0)");
+    }
+
+    #[test]
+    fn refuses_absurd_ratios_but_not_heavy_overload() {
+        assert!(parse(&with_regions(
+            r#""eu-west": {"load": 100000, "capacity": 1000}"#
+        ))
+        .is_ok());
+        let text = refusal(&with_regions(
+            r#""eu-west": {"load": 100001, "capacity": 1000}"#,
+        ));
+        assert!(
+            text.starts_with("regions.eu-west.load: 100001 is more than 100 × capacity 1000"),
+            "{text}"
+        );
+        // Tiny capacity with a huge load overflows the ratio to infinity: still refused.
+        let text = refusal(&with_regions(
+            r#""eu-west": {"load": 1e300, "capacity": 1e-300}"#,
+        ));
+        assert!(text.starts_with("regions.eu-west.load:"), "{text}");
+    }
+
+    #[test]
+    fn refuses_feeds_from_the_future_beyond_the_skew_allowance() {
+        let feed = with_regions(r#""eu-west": {"load": 1, "capacity": 2}"#);
+        let now = at(FEED_TIME);
+        let five_min_before = now - MAX_FUTURE_SKEW;
+        assert!(parse_feed(feed.as_bytes(), REGIONS, SITES, five_min_before).is_ok());
+        let error = parse_feed(
+            feed.as_bytes(),
+            REGIONS,
+            SITES,
+            five_min_before - Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error,
+            FeedError::FutureTime {
+                value: "2026-11-30T10:00:00Z".into(),
+                ahead_secs: 301,
+                limit_secs: 300
+            }
+        );
+        // Old feeds are accepted here; staleness is the step's business.
+        assert!(parse_feed(
+            feed.as_bytes(),
+            REGIONS,
+            SITES,
+            now + Duration::from_secs(86_400)
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn refuses_a_bad_time_naming_it() {
+        let text = refusal(
+            r#"{"time": "2026-13-30T10:00:00Z", "regions": {"eu-west": {"load": 1, "capacity": 2}}}"#,
+        );
+        assert_eq!(
+            text,
+            "time: \"2026-13-30T10:00:00Z\" is not an RFC 3339 time (month 13 is not in 1..=12)"
+        );
+        let text =
+            refusal(r#"{"time": "yesterday", "regions": {"eu-west": {"load": 1, "capacity": 2}}}"#);
+        assert!(text.starts_with("time: \"yesterday\""), "{text}");
+    }
+
+    #[test]
+    fn refuses_too_many_entries() {
+        let many: Vec<String> = (0..=MAX_FEED_ENTRIES)
+            .map(|i| format!(r#""r{i}": {{"load": 1, "capacity": 2}}"#))
+            .collect();
+        let text = refusal(&with_regions(&many.join(",")));
+        assert!(text.contains("more than 10000 entries"), "{text}");
+        // The limit spans both sections.
+        let names: Vec<String> = (0..6000).map(|i| format!("n{i}")).collect();
+        let known: Vec<&str> = names.iter().map(String::as_str).collect();
+        let half = |range: std::ops::Range<usize>| {
+            range
+                .map(|i| format!(r#""n{i}": {{"load": 1, "capacity": 2}}"#))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let text = format!(
+            r#"{{"time": "2026-11-30T10:00:00Z", "regions": {{{}}}, "fallback": {{{}}}}}"#,
+            half(0..5001),
+            half(1000..6000)
+        );
+        assert_eq!(
+            parse_feed(text.as_bytes(), &known, &known, at(FEED_TIME)),
+            Err(FeedError::TooManyEntries {
+                count: 10_001,
+                limit: 10_000
+            })
+        );
+    }
+
+    #[test]
+    fn refuses_more_than_a_mebibyte_before_parsing() {
+        let mut text = with_regions(r#""eu-west": {"load": 1, "capacity": 2}"#).into_bytes();
+        text.resize(MAX_FEED_BYTES, b' ');
+        assert!(
+            parse_feed(&text, REGIONS, SITES, at(FEED_TIME)).is_ok(),
+            "exactly the limit is fine"
+        );
+        text.push(b' ');
+        assert_eq!(
+            parse_feed(&text, REGIONS, SITES, at(FEED_TIME)),
+            Err(FeedError::TooLarge {
+                size: MAX_FEED_BYTES as u64 + 1,
+                limit: MAX_FEED_BYTES
+            })
+        );
+    }
+
+    #[test]
+    fn refuses_invalid_utf8_with_its_offset() {
+        let mut text = with_regions(r#""eu-west": {"load": 1, "capacity": 2}"#).into_bytes();
+        text[3] = 0xff;
+        assert_eq!(
+            parse_feed(&text, REGIONS, SITES, at(FEED_TIME)),
+            Err(FeedError::NotUtf8 { offset: 3 })
+        );
+    }
+
+    #[test]
+    fn refuses_a_bad_source_label() {
+        let label = |source: &str| {
+            parse(&format!(
+                r#"{{"time": "2026-11-30T10:00:00Z", "source": {source}, "regions": {{"eu-west": {{"load": 1, "capacity": 2}}}}}}"#
+            ))
+        };
+        assert!(label(r#""mon-1""#).is_ok());
+        assert!(matches!(label("7"), Err(FeedError::Syntax(_))));
+        assert!(matches!(label(r#""a\nb""#), Err(FeedError::BadSource(_))));
+        assert!(matches!(
+            label(&format!("{:?}", "x".repeat(257))),
+            Err(FeedError::BadSource(_))
+        ));
+    }
+
+    #[test]
+    fn one_bad_entry_refuses_the_whole_feed() {
+        let text = with_regions(
+            r#""eu-west": {"load": 1, "capacity": 2}, "na-east": {"load": 1, "capacity": 0}"#,
+        );
+        assert!(parse(&text).is_err());
+    }
+
+    fn secs(text: &str) -> u64 {
+        parse_rfc3339(text)
+            .unwrap()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    #[test]
+    fn rfc3339_matches_known_instants() {
+        assert_eq!(secs("1970-01-01T00:00:00Z"), 0);
+        assert_eq!(secs("2000-02-29T12:34:56Z"), 951_827_696);
+        assert_eq!(secs("2026-11-30T10:00:00Z"), FEED_TIME);
+        assert_eq!(secs("2026-11-30T11:00:00+01:00"), FEED_TIME);
+        assert_eq!(secs("2026-11-30T04:30:00-05:30"), FEED_TIME);
+        assert_eq!(secs("2026-11-30t10:00:00z"), FEED_TIME);
+        assert_eq!(secs("2026-11-30 10:00:00Z"), FEED_TIME);
+        assert_eq!(secs("2016-12-31T23:59:60Z"), secs("2017-01-01T00:00:00Z"));
+        assert_eq!(
+            parse_rfc3339("2026-11-30T10:00:00.25Z").unwrap(),
+            at(FEED_TIME) + Duration::from_millis(250)
+        );
+        assert_eq!(
+            parse_rfc3339("2026-11-30T10:00:00.1234567891Z").unwrap(),
+            at(FEED_TIME) + Duration::from_nanos(123_456_789)
+        );
+    }
+
+    #[test]
+    fn rfc3339_round_trips_with_the_formatter() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..2000 {
+            seed = xorshift(seed);
+            let t = at(seed % 8_000_000_000);
+            let text = crate::control::history::rfc3339_utc(t);
+            assert_eq!(parse_rfc3339(&text), Ok(t), "{text}");
+        }
+    }
+
+    #[test]
+    fn rfc3339_refuses_malformed_times() {
+        for text in [
+            "",
+            "2026-11-30",
+            "2026-11-30T10:00:00",
+            "2026-11-30T10:00Z",
+            "2026-02-29T10:00:00Z",
+            "1900-02-29T10:00:00Z",
+            "2026-04-31T10:00:00Z",
+            "2026-00-10T10:00:00Z",
+            "2026-11-00T10:00:00Z",
+            "2026-11-30T24:00:00Z",
+            "2026-11-30T10:60:00Z",
+            "2026-11-30T10:00:61Z",
+            "2026-11-30T10:00:00.Z",
+            "2026-11-30T10:00:00+0100",
+            "2026-11-30T10:00:00+24:00",
+            "2026-11-30T10:00:00Z ",
+            "2026-11-30T10:00:00ZZ",
+            "+026-11-30T10:00:00Z",
+            "1969-12-31T23:59:59Z",
+            "1970-01-01T00:30:00+01:00",
+            "２026-11-30T10:00:00Z",
+        ] {
+            assert!(parse_rfc3339(text).is_err(), "{text} accepted");
+        }
+        assert!(parse_rfc3339("2024-02-29T10:00:00Z").is_ok());
+        assert!(parse_rfc3339("2000-02-29T10:00:00Z").is_ok());
+    }
+
+    fn xorshift(mut x: u64) -> u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+
+    /// Random bytes and random mutations of a good feed: never a panic, and whatever is
+    /// accepted still obeys every rule.
+    #[test]
+    fn garbage_never_panics_and_never_slips_through() {
+        let good = br#"{"time": "2026-11-30T10:00:00.5+01:00", "source": "m",
+            "regions": {"eu-west": {"load": 950, "capacity": 1000}, "na-east": {"load": 1e2, "capacity": 3}},
+            "fallback": {"fb-eu": {"load": 200, "capacity": 2000}}}"#;
+        let alphabet = b"{}[]\":,.-+eE0123456789 tTzZ\\nul";
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut accepted = 0;
+        for round in 0..20_000 {
+            let mut bytes = good.to_vec();
+            if round % 5 == 0 {
+                seed = xorshift(seed);
+                bytes = (0..seed % 200)
+                    .map(|i| (xorshift(seed + i) >> 24) as u8)
+                    .collect();
+            } else {
+                seed = xorshift(seed);
+                for _ in 0..=(seed % 4) {
+                    seed = xorshift(seed);
+                    let at = (seed as usize) % bytes.len();
+                    let pick = alphabet[((seed >> 32) as usize) % alphabet.len()];
+                    match seed % 3 {
+                        0 => bytes[at] = pick,
+                        1 => bytes.insert(at, pick),
+                        _ => {
+                            bytes.remove(at);
+                        }
+                    }
+                }
+            }
+            if let Ok(feed) = parse_feed(&bytes, REGIONS, SITES, at(FEED_TIME)) {
+                accepted += 1;
+                assert!(!feed.regions.is_empty() || !feed.fallback.is_empty());
+                assert!(feed.time <= at(FEED_TIME) + MAX_FUTURE_SKEW);
+                for (name, s) in feed.regions.iter().chain(&feed.fallback) {
+                    assert!(REGIONS.contains(&name.as_str()) || SITES.contains(&name.as_str()));
+                    assert!(s.load.is_finite() && s.load >= 0.0, "{name} {s:?}");
+                    assert!(s.capacity.is_finite() && s.capacity > 0.0, "{name} {s:?}");
+                    assert!(s.utilisation() <= MAX_LOAD_RATIO, "{name} {s:?}");
+                }
+            }
+        }
+        // The mutations are small enough that some survive; if none did, the loop would only
+        // be exercising the JSON parser.
+        assert!(accepted > 100, "only {accepted} mutated feeds accepted");
+    }
+}

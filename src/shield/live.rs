@@ -1,0 +1,420 @@
+//! The shield's thin I/O shell: every tick it polls the load sources, reads the demand
+//! counters, runs the pure [`step`], publishes the new [`ShedView`] for the serving path, logs
+//! each changed decision with its reason, and keeps a status for operators.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+
+use super::source::{FeedSlot, FeedStats, LoadSource};
+use super::step::{
+    shed_view, step, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings, ShieldState,
+};
+use crate::control::history::rfc3339_utc;
+use crate::control::ShieldMode;
+use crate::policy::{CompiledPolicies, Destination, RegionOverride, ShedView};
+use crate::snapshot::Snapshot;
+
+/// Changes kept for status.
+const RECENT_CHANGES: usize = 50;
+
+/// DNS answers per client region and destination since the last tick: the shield's demand
+/// estimate. One relaxed atomic add per steered anycast answer; never locked.
+#[derive(Debug)]
+pub struct DemandCounters {
+    regions: usize,
+    sites: usize,
+    cells: Box<[AtomicU64]>,
+}
+
+impl DemandCounters {
+    pub fn new(regions: usize, sites: usize) -> DemandCounters {
+        let cells = (0..regions * (1 + regions + sites))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        DemandCounters {
+            regions,
+            sites,
+            cells,
+        }
+    }
+
+    fn width(&self) -> usize {
+        1 + self.regions + self.sites
+    }
+
+    /// Counts one answer for a client of `region` that was sent to `to` (`Global` = kept).
+    pub fn record(&self, region: u16, to: Destination) {
+        let column = match to {
+            Destination::Global => 0,
+            Destination::Region(r) => 1 + r as usize,
+            Destination::Fallback(s) => 1 + self.regions + s as usize,
+        };
+        if let Some(cell) = self.cells.get(region as usize * self.width() + column) {
+            cell.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Reads and resets the counters.
+    pub fn take(&self) -> Vec<Demand> {
+        (0..self.regions)
+            .map(|r| {
+                let row = &self.cells[r * self.width()..(r + 1) * self.width()];
+                let mut demand = Demand {
+                    kept: row[0].swap(0, Ordering::Relaxed) as f64,
+                    ..Demand::default()
+                };
+                for (i, cell) in row[1..].iter().enumerate() {
+                    let n = cell.swap(0, Ordering::Relaxed);
+                    if n > 0 {
+                        let to = if i < self.regions {
+                            Destination::Region(i as u16)
+                        } else {
+                            Destination::Fallback((i - self.regions) as u16)
+                        };
+                        demand.sent.insert(to, n as f64);
+                    }
+                }
+                demand
+            })
+            .collect()
+    }
+}
+
+/// What operators see of the shield (`steerdns status`, `/v1/status`, the dashboard).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ShieldStatus {
+    pub mode: String,
+    pub feed_age_secs: Option<f64>,
+    pub feed_origin: Option<String>,
+    pub feeds_accepted: u64,
+    pub feeds_refused: u64,
+    pub last_feed_refusal: Option<String>,
+    pub high_watermark: f64,
+    pub low_watermark: f64,
+    pub regions: Vec<RingStatus>,
+    pub sites: Vec<RingStatus>,
+    pub alerts: Vec<String>,
+    pub recent_changes: VecDeque<ChangeRecord>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RingStatus {
+    pub name: String,
+    pub load: Option<f64>,
+    pub capacity: Option<f64>,
+    pub utilisation: Option<f64>,
+    /// Regions only: share of clients shed, where to (destination, share of the shed part).
+    pub shed_fraction: f64,
+    pub destinations: Vec<(String, f64)>,
+    pub hot: bool,
+    pub state: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChangeRecord {
+    pub at: String,
+    pub region: String,
+    pub from: f64,
+    pub to: f64,
+    pub reason: String,
+}
+
+/// The shield's shared parts: the published view, the feed slot, the bookkeeping.
+pub struct Shield {
+    view: ArcSwap<ShedView>,
+    pub feed: FeedSlot,
+    state: Mutex<ShieldState>,
+    status: Mutex<ShieldStatus>,
+}
+
+impl Default for Shield {
+    fn default() -> Self {
+        Shield {
+            view: ArcSwap::from_pointee(ShedView::default()),
+            feed: FeedSlot::new(),
+            state: Mutex::new(ShieldState::default()),
+            status: Mutex::new(ShieldStatus::default()),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shield {
+    /// The view the serving path reads for this query.
+    pub fn view(&self) -> arc_swap::Guard<Arc<ShedView>> {
+        self.view.load()
+    }
+
+    pub fn status(&self) -> ShieldStatus {
+        lock(&self.status).clone()
+    }
+
+    /// One tick: poll sources, decide, publish. `now_ms` is a monotonic clock in ms.
+    pub fn tick(
+        &self,
+        snapshot: &Snapshot,
+        sources: &mut [Box<dyn LoadSource>],
+        now: SystemTime,
+        now_ms: u64,
+    ) {
+        let Some(steering) = &snapshot.steering else {
+            self.view.store(Arc::new(ShedView::default()));
+            return;
+        };
+        let policies = &steering.policies;
+        let region_names: Vec<&str> = policies.region_names().collect();
+        let site_names: Vec<&str> = policies
+            .fallback_sites()
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        for source in sources.iter_mut() {
+            source.poll(&self.feed, &region_names, &site_names, now);
+        }
+        let settings = &snapshot.shield_settings;
+        let rings = rings_of(policies);
+        let inputs = self.inputs(policies, snapshot, steering.demand.take(), now);
+        let (next, changes) = {
+            let previous = lock(&self.state);
+            step(&previous, &inputs, &rings, settings, now_ms)
+        };
+        self.view.store(Arc::new(shed_view(&next, settings)));
+        let mut status = lock(&self.status);
+        for change in &changes {
+            let region = region_names
+                .get(change.region as usize)
+                .copied()
+                .unwrap_or("?");
+            tracing::info!(
+                "shield: {region} shed {:.1}% -> {:.1}%: {}",
+                change.from * 100.0,
+                change.to * 100.0,
+                change.reason
+            );
+            status.recent_changes.push_front(ChangeRecord {
+                at: rfc3339_utc(now),
+                region: region.to_string(),
+                from: change.from,
+                to: change.to,
+                reason: change.reason.clone(),
+            });
+        }
+        status.recent_changes.truncate(RECENT_CHANGES);
+        self.fill_status(&mut status, &next, &inputs, policies, settings, now);
+        *lock(&self.state) = next;
+    }
+
+    fn inputs(
+        &self,
+        policies: &CompiledPolicies,
+        snapshot: &Snapshot,
+        demand: Vec<Demand>,
+        now: SystemTime,
+    ) -> Inputs {
+        let latest = self.feed.latest();
+        let age_ms = latest.as_ref().map(|(feed, _, _)| {
+            now.duration_since(feed.time)
+                .unwrap_or(Duration::ZERO)
+                .as_millis() as u64
+        });
+        let read = |name: &str, regions: bool| -> Option<Reading> {
+            let (feed, _, _) = latest.as_ref()?;
+            let table = if regions {
+                &feed.regions
+            } else {
+                &feed.fallback
+            };
+            let sample = table.get(name)?;
+            Some(Reading {
+                load: sample.load,
+                capacity: sample.capacity,
+                age_ms: age_ms.unwrap_or(u64::MAX),
+            })
+        };
+        Inputs {
+            regions: policies.region_names().map(|n| read(n, true)).collect(),
+            sites: policies
+                .fallback_sites()
+                .iter()
+                .map(|s| read(&s.name, false))
+                .collect(),
+            demand,
+            mode: snapshot.control.shield,
+            operator_held: (0..policies.regions().len())
+                .map(|r| policies.region_override(r as u16) != RegionOverride::None)
+                .collect(),
+        }
+    }
+
+    fn fill_status(
+        &self,
+        status: &mut ShieldStatus,
+        state: &ShieldState,
+        inputs: &Inputs,
+        policies: &CompiledPolicies,
+        settings: &ShieldSettings,
+        now: SystemTime,
+    ) {
+        let stats: FeedStats = self.feed.stats();
+        let latest = self.feed.latest();
+        status.mode = match inputs.mode {
+            ShieldMode::Auto => "auto",
+            ShieldMode::Frozen => "frozen",
+            ShieldMode::Off => "off",
+        }
+        .to_string();
+        status.feed_age_secs = latest.as_ref().map(|(feed, _, _)| {
+            now.duration_since(feed.time)
+                .unwrap_or(Duration::ZERO)
+                .as_secs_f64()
+        });
+        status.feed_origin = latest.as_ref().map(|(_, _, origin)| origin.to_string());
+        status.feeds_accepted = stats.accepted;
+        status.feeds_refused = stats.refused;
+        status.last_feed_refusal = stats
+            .last_refusal
+            .map(|r| format!("{} ({}): {}", r.at, r.origin, r.reason));
+        status.high_watermark = settings.high_watermark;
+        status.low_watermark = settings.low_watermark;
+        let dest_name = |d: &Destination| match d {
+            Destination::Global => "global".to_string(),
+            Destination::Region(r) => policies
+                .regions()
+                .get(*r as usize)
+                .map_or("?".into(), |x| x.name.clone()),
+            Destination::Fallback(s) => policies
+                .fallback_sites()
+                .get(*s as usize)
+                .map_or("?".into(), |x| x.name.clone()),
+        };
+        status.regions = policies
+            .regions()
+            .iter()
+            .enumerate()
+            .map(|(i, info)| {
+                let reading = inputs.regions.get(i).copied().flatten();
+                let region = state.regions.get(i).cloned().unwrap_or_default();
+                RingStatus {
+                    name: info.name.clone(),
+                    load: reading.map(|r| r.load),
+                    capacity: reading.map(|r| r.capacity),
+                    utilisation: reading.map(|r| r.load / r.capacity),
+                    shed_fraction: region.fraction,
+                    destinations: region
+                        .shares
+                        .iter()
+                        .map(|(d, s)| (dest_name(d), *s))
+                        .collect(),
+                    hot: region.hot,
+                    state: note_text(region.note).to_string(),
+                }
+            })
+            .collect();
+        status.sites = policies
+            .fallback_sites()
+            .iter()
+            .enumerate()
+            .map(|(i, info)| {
+                let reading = inputs.sites.get(i).copied().flatten();
+                RingStatus {
+                    name: info.name.clone(),
+                    load: reading.map(|r| r.load),
+                    capacity: reading.map(|r| r.capacity),
+                    utilisation: reading.map(|r| r.load / r.capacity),
+                    ..RingStatus::default()
+                }
+            })
+            .collect();
+        status.alerts = status
+            .regions
+            .iter()
+            .filter(|r| r.state == note_text(Note::NoHeadroom))
+            .map(|r| format!("{}: overloaded and no destination has headroom", r.name))
+            .collect();
+        if latest.is_none() {
+            status.alerts.push("no load feed received yet".into());
+        } else if status
+            .feed_age_secs
+            .is_some_and(|a| a * 1000.0 > settings.stale_after_ms as f64)
+        {
+            status
+                .alerts
+                .push("load feed is stale: decisions frozen".into());
+        }
+    }
+}
+
+fn note_text(note: Note) -> &'static str {
+    match note {
+        Note::Normal => "normal",
+        Note::Shedding => "shedding",
+        Note::NoHeadroom => "no headroom",
+        Note::Stale => "stale (frozen)",
+        Note::Reverting => "stale (reverting)",
+        Note::OperatorHeld => "operator override",
+    }
+}
+
+/// The rings as the step sees them.
+pub fn rings_of(policies: &CompiledPolicies) -> Rings {
+    Rings {
+        regions: policies
+            .regions()
+            .iter()
+            .map(|r| RingNode {
+                name: r.name.clone(),
+                continent: r.continent.clone(),
+                neighbours: r.neighbours.clone(),
+            })
+            .collect(),
+        sites: policies
+            .fallback_sites()
+            .iter()
+            .map(|s| RingNode {
+                name: s.name.clone(),
+                continent: s.continent.clone(),
+                neighbours: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+/// Runs the shield every tick for the life of the process, on its own thread, against whatever
+/// snapshot is current (so reloads change topology, settings and the load file in place).
+pub fn spawn(
+    shield: Arc<Shield>,
+    snapshot: crate::snapshot::SharedSnapshot,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("shield".into())
+        .spawn(move || {
+            let started = std::time::Instant::now();
+            let mut sources: Vec<Box<dyn LoadSource>> = Vec::new();
+            let mut watched: Option<std::path::PathBuf> = None;
+            loop {
+                let current = snapshot.load_full();
+                if current.load_file != watched {
+                    watched = current.load_file.clone();
+                    sources = watched
+                        .iter()
+                        .map(|p| {
+                            Box::new(super::source::FileSource::new(p.clone()))
+                                as Box<dyn LoadSource>
+                        })
+                        .collect();
+                }
+                let now_ms = started.elapsed().as_millis() as u64;
+                shield.tick(&current, &mut sources, SystemTime::now(), now_ms);
+                std::thread::sleep(Duration::from_millis(current.shield_tick_ms.max(100)));
+            }
+        })?;
+    Ok(())
+}
