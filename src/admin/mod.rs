@@ -109,7 +109,8 @@ pub struct RefusalView {
 
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct EndpointView {
-    pub weight: u32,
+    /// Weighted profiles only: the weight served (0 when disabled).
+    pub weight: Option<u32>,
     pub enabled: bool,
 }
 
@@ -142,16 +143,21 @@ impl From<Status> for StatusFields {
 }
 
 pub fn status_view(reloader: &Reloader) -> StatusView {
-    let snapshot = reloader.snapshot().load();
+    let (snapshot, status) = reloader.snapshot_and_status();
     let mut profiles = BTreeMap::new();
     let mut regions = BTreeMap::new();
     let mut geo = None;
     if let Some(steering) = &snapshot.steering {
         let policies = &steering.policies;
-        for (profile, endpoints) in policies.endpoint_states() {
+        for (i, (profile, endpoints)) in policies.endpoint_states().into_iter().enumerate() {
+            let weighted = policies.profile_kind(crate::policy::ProfileId(i as u16))
+                == Some(crate::policy::ProfileKindTag::Weighted);
             let endpoints = endpoints
                 .into_iter()
-                .map(|(name, weight, enabled)| (name, EndpointView { weight, enabled }))
+                .map(|(name, weight, enabled)| {
+                    let weight = weighted.then_some(weight);
+                    (name, EndpointView { weight, enabled })
+                })
                 .collect();
             profiles.insert(profile, endpoints);
         }
@@ -180,7 +186,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         })
         .collect();
     StatusView {
-        control: reloader.status().into(),
+        control: status.into(),
         profiles,
         regions,
         zones,

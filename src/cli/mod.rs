@@ -149,7 +149,7 @@ fn serves(status: &StatusView, expected: &ControlFile) -> bool {
             match (live, k.weight, k.enabled) {
                 (None, _, _) => false,
                 (Some(l), _, Some(false)) => !l.enabled,
-                (Some(l), Some(w), _) => l.weight == w && l.enabled,
+                (Some(l), Some(w), _) => l.weight == Some(w) && l.enabled,
                 (Some(_), None, _) => true,
             }
         })
@@ -166,13 +166,7 @@ fn weights_line(status: &StatusView) -> String {
     for (profile, endpoints) in &status.profiles {
         let list: Vec<String> = endpoints
             .iter()
-            .map(|(name, e)| {
-                if e.enabled {
-                    format!("{name}={}", e.weight)
-                } else {
-                    format!("{name}=off")
-                }
-            })
+            .map(|(name, e)| endpoint_text(name, e))
             .collect();
         parts.push(format!("{profile}: {}", list.join(" ")));
     }
@@ -180,6 +174,14 @@ fn weights_line(status: &StatusView) -> String {
         parts.push(format!("{region} {state}"));
     }
     parts.join("; ")
+}
+
+fn endpoint_text(name: &str, e: &steerdns::admin::EndpointView) -> String {
+    match (e.enabled, e.weight) {
+        (false, _) => format!("{name}=off"),
+        (true, Some(w)) => format!("{name}={w}"),
+        (true, None) => format!("{name}=on"),
+    }
 }
 
 fn fetch_status(addr: SocketAddr) -> Result<StatusView> {
@@ -221,16 +223,8 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
                 if profile.is_some_and(|p| p != name) {
                     continue;
                 }
-                let list: Vec<String> = endpoints
-                    .iter()
-                    .map(|(e, v)| {
-                        if v.enabled {
-                            format!("{e}={}", v.weight)
-                        } else {
-                            format!("{e}=off")
-                        }
-                    })
-                    .collect();
+                let list: Vec<String> =
+                    endpoints.iter().map(|(e, v)| endpoint_text(e, v)).collect();
                 println!("{name}: {}", list.join(" "));
             }
             Ok(ExitCode::SUCCESS)
@@ -393,16 +387,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         None => println!("no refused changes"),
     }
     for (profile, endpoints) in &status.profiles {
-        let list: Vec<String> = endpoints
-            .iter()
-            .map(|(e, v)| {
-                if v.enabled {
-                    format!("{e}={}", v.weight)
-                } else {
-                    format!("{e}=off")
-                }
-            })
-            .collect();
+        let list: Vec<String> = endpoints.iter().map(|(e, v)| endpoint_text(e, v)).collect();
         println!("profile {profile}: {}", list.join(" "));
     }
     for (region, state) in &status.regions {

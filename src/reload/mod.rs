@@ -186,6 +186,13 @@ impl Reloader {
         self.lock().status.clone()
     }
 
+    /// The snapshot being served and the status that describes it, read together (a reload
+    /// swaps and updates status under the same lock, so the two always match).
+    pub fn snapshot_and_status(&self) -> (Arc<Snapshot>, Status) {
+        let state = self.lock();
+        (self.snapshot.load_full(), state.status.clone())
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave State half-updated in a way that matters
         // more than stopping reloads altogether would.
@@ -230,6 +237,7 @@ impl Reloader {
                 });
                 let control = control.map_err(|e| vec![e])?;
                 let loaded = load_control(&config, control.as_ref())?;
+                self.keep_good_geo_database(&loaded)?;
                 Ok((config, loaded, control))
             });
         match result {
@@ -252,6 +260,28 @@ impl Reloader {
                 });
                 Err(reasons)
             }
+        }
+    }
+
+    /// A geo database that fails to load degrades a *first* start to the default region (serve
+    /// rather than not at all), but on a reload it must not replace a database in service:
+    /// one bad file would silently move whole continents. Refuse instead.
+    fn keep_good_geo_database(&self, loaded: &Loaded) -> Result<(), Vec<String>> {
+        let previous = self.snapshot.load();
+        let in_service = previous
+            .steering
+            .as_ref()
+            .is_some_and(|s| s.locator.table().is_some() && s.locator.degraded().is_none());
+        let new_reason = loaded
+            .snapshot
+            .steering
+            .as_ref()
+            .and_then(|s| s.locator.degraded().map(str::to_string));
+        match (in_service, new_reason) {
+            (true, Some(reason)) => Err(vec![format!(
+                "geo database unusable ({reason}); keeping the database in service"
+            )]),
+            _ => Ok(()),
         }
     }
 

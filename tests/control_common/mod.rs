@@ -1,0 +1,675 @@
+//! Helpers for the control-plane tests: a temporary copy of the bundled example (config, zones,
+//! geo database, control file, admin token), the real `steerdns serve` started on loopback with
+//! both its DNS and admin addresses read from its output, the operator CLI run against it,
+//! a small HTTP client for the admin endpoint, and ECS queries for steered names.
+//!
+//! Every wait is bounded; the server is killed when its handle drops; all traffic is loopback.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Edns, Message, Query};
+use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
+use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_steerdns");
+pub const TOKEN: &str = "s3cret-admin-token-for-tests";
+
+/// The CNAME targets of the `critical` profile's endpoints in the bundled example.
+pub const FRONTDOOR: &str = "critical.edge.example.net.";
+pub const ALT_CDN: &str = "critical.cdn.example.org.";
+/// The bundled example's global anycast address.
+pub const GLOBAL_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+/// A subnet the example database places in GB, i.e. region eu-west.
+pub const EU_WEST_SUBNET: &str = "81.2.69.0/24";
+
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// A directory under the system temp dir, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("steerdns-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        // A test may have left a directory or an unreadable file where the control file was.
+        let _ = restore_permissions(&self.0.join("control.toml"));
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn restore_permissions(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+}
+
+/// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
+/// token file), `zones/`, `geoip/example.mmdb`, `control.toml`. The repo's own files are never
+/// touched.
+pub struct Setup {
+    pub dir: TempDir,
+    pub config: PathBuf,
+}
+
+impl Setup {
+    pub fn new(label: &str) -> Setup {
+        let dir = TempDir::new(label);
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("zones")).expect("mkdir zones");
+        std::fs::create_dir_all(root.join("geoip")).expect("mkdir geoip");
+        for entry in std::fs::read_dir(repo_path("zones")).expect("read zones/") {
+            let entry = entry.expect("zones/ entry");
+            std::fs::copy(entry.path(), root.join("zones").join(entry.file_name()))
+                .expect("copy zone file");
+        }
+        std::fs::copy(
+            repo_path("geoip/example.mmdb"),
+            root.join("geoip/example.mmdb"),
+        )
+        .expect("copy geo database");
+        std::fs::copy(repo_path("control.toml"), root.join("control.toml")).expect("copy control");
+        let original = std::fs::read_to_string(repo_path("steerdns.toml")).expect("steerdns.toml");
+        // The bundled config names zones/, geoip/ and control.toml relative to itself, so the
+        // copy resolves them inside the temp dir.
+        for relative in [
+            "zones = \"zones\"",
+            "database = \"geoip/example.mmdb\"",
+            "file = \"control.toml\"",
+        ] {
+            assert!(
+                original.contains(relative),
+                "steerdns.toml should contain `{relative}`"
+            );
+        }
+        assert!(
+            !original.contains("[admin]"),
+            "steerdns.toml grew an [admin] section; adapt the test setup"
+        );
+        let config = root.join("steerdns.toml");
+        std::fs::write(
+            &config,
+            format!("{original}\n[admin]\ntoken_file = \"admin.token\"\n"),
+        )
+        .expect("write config");
+        std::fs::write(root.join("admin.token"), format!("{TOKEN}\n")).expect("write token");
+        Setup { dir, config }
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    pub fn control_path(&self) -> PathBuf {
+        self.path("control.toml")
+    }
+
+    pub fn history_dir(&self) -> PathBuf {
+        self.path("control.toml.history")
+    }
+
+    pub fn control_bytes(&self) -> Vec<u8> {
+        std::fs::read(self.control_path()).expect("read control file")
+    }
+
+    /// Replaces the control file the way editors and config managers should: a temp file in
+    /// the same directory, then a rename over the old one.
+    pub fn write_control_atomically(&self, text: &str) {
+        write_atomically(&self.control_path(), text.as_bytes());
+    }
+
+    /// Starts `steerdns serve` on this copy: DNS on 127.0.0.1:0, admin on 127.0.0.1:0.
+    pub fn start(&self) -> Daemon {
+        Daemon::start(self)
+    }
+}
+
+static TMP_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+pub fn write_atomically(path: &Path, bytes: &[u8]) {
+    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = path.parent().expect("file in a directory");
+    let tmp = dir.join(format!(".test-write-{}-{n}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes).expect("write temp file");
+    std::fs::rename(&tmp, path).expect("rename over the target");
+}
+
+/// Control-file text setting the `critical` endpoints' weights (the rest from the config).
+pub fn critical_control(frontdoor: u32, alt_cdn: u32, appgw: u32) -> String {
+    format!(
+        "# written by the control tests\n\
+         [profiles.critical.endpoints]\n\
+         frontdoor = {{ weight = {frontdoor} }}\n\
+         alt-cdn = {{ weight = {alt_cdn} }}\n\
+         appgw = {{ weight = {appgw} }}\n"
+    )
+}
+
+/// The running server: its process, DNS and admin addresses, and everything it printed.
+pub struct Daemon {
+    child: Child,
+    pub dns: SocketAddr,
+    pub admin: SocketAddr,
+    pub config: PathBuf,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Daemon {
+    pub fn start(setup: &Setup) -> Daemon {
+        let mut child = Command::new(BIN)
+            .current_dir(setup.dir.path())
+            .arg("serve")
+            .arg("--config")
+            .arg(&setup.config)
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .env("STEERDNS_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start steerdns");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr_pipe = child.stderr.take().expect("stderr");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        {
+            let stderr = stderr.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr_pipe).lines().map_while(Result::ok) {
+                    if let Ok(mut lines) = stderr.lock() {
+                        lines.push(line);
+                    }
+                }
+            });
+        }
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let (mut dns, mut admin) = (None, None);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(line) = rx.recv_timeout(left) else {
+                let _ = child.kill();
+                let _ = child.wait();
+                let err = stderr.lock().map(|l| l.join("\n")).unwrap_or_default();
+                panic!("steerdns did not become ready; stderr:\n{err}");
+            };
+            if let Some(rest) = line.strip_prefix("listening on ") {
+                let addr = rest.split_whitespace().next().expect("address");
+                dns.get_or_insert(addr.parse::<SocketAddr>().expect("dns address"));
+            }
+            if let Some(rest) = line.strip_prefix("admin on http://") {
+                admin = Some(rest.trim().parse::<SocketAddr>().expect("admin address"));
+            }
+            if line.starts_with("ready") {
+                break;
+            }
+        }
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+        Daemon {
+            child,
+            dns: dns.expect("a DNS listen address"),
+            admin: admin.expect("an admin address"),
+            config: setup.config.clone(),
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything the server logged so far.
+    pub fn log(&self) -> String {
+        self.stderr.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// Stops the server and waits for it.
+    pub fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The exit status if the server has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    pub fn sighup(&self) {
+        sighup(self.pid());
+    }
+
+    /// `GET /v1/status`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        let (code, body) = http(self.admin, "GET", "/v1/status", None);
+        assert_eq!(code, 200, "GET /v1/status: {body}");
+        serde_json::from_str(&body).expect("status is JSON")
+    }
+
+    /// `GET /v1/status`, or None if the admin endpoint does not answer.
+    pub fn try_status(&self) -> Option<serde_json::Value> {
+        let (code, body) = try_http(self.admin, "GET", "/v1/status", None).ok()?;
+        (code == 200).then(|| serde_json::from_str(&body).ok())?
+    }
+
+    pub fn serial(&self) -> u64 {
+        self.status()["serial"].as_u64().expect("serial")
+    }
+
+    pub fn refused(&self) -> u64 {
+        self.status()["reloads_refused"]
+            .as_u64()
+            .expect("reloads_refused")
+    }
+
+    pub fn accepted(&self) -> u64 {
+        self.status()["reloads_accepted"]
+            .as_u64()
+            .expect("reloads_accepted")
+    }
+
+    /// The reasons of the last refusal, one string per problem (empty if none).
+    pub fn refusal_reasons(&self) -> Vec<String> {
+        refusal_reasons(&self.status())
+    }
+
+    /// Runs an operator command against this server: `steerdns <args> --config F --admin A`.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--admin")
+            .arg(self.admin.to_string())
+            .env("STEERDNS_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run steerdns")
+    }
+
+    /// Waits (at most `limit`) until the status shows more refusals than `before`; returns it.
+    pub fn wait_for_refusal(&self, before: u64, limit: Duration) -> serde_json::Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let status = self.status();
+            if status["reloads_refused"].as_u64().unwrap_or(0) > before {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no refusal reported within {limit:?}; status: {status:#}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (at most `limit`) until the status serial differs from `old`; returns the new one.
+    pub fn wait_for_serial_change(&self, old: u64, limit: Duration) -> u64 {
+        let deadline = Instant::now() + limit;
+        loop {
+            let serial = self.serial();
+            if serial != old {
+                return serial;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serial still {old} after {limit:?}; status: {:#}",
+                self.status()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `CH TXT serial.steerdns`: the text answer.
+    pub fn chaos_serial(&self) -> String {
+        let mut message = plain_query("serial.steerdns.", RecordType::TXT);
+        message.queries[0].set_query_class(DNSClass::CH);
+        let response = Resolver::new(self.dns).ask(&message);
+        response
+            .answers
+            .iter()
+            .find_map(|r| match &r.data {
+                RData::TXT(txt) => Some(txt.to_string()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no TXT in the CH serial answer: {response:?}"))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends SIGHUP to `pid` (directly, so that it arrives as soon as possible).
+pub fn sighup(pid: u32) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    // SAFETY: kill(2) only sends a signal; `pid` is a child process this test started.
+    let result = unsafe { libc::kill(pid, libc::SIGHUP) };
+    assert_eq!(result, 0, "kill -HUP {pid} failed");
+}
+
+pub fn refusal_reasons(status: &serde_json::Value) -> Vec<String> {
+    status["last_refusal"]["reasons"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts the command succeeded and returns its stdout.
+pub fn ok(output: &Output, what: &str) -> String {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        stdout(output),
+        stderr(output)
+    );
+    stdout(output)
+}
+
+const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One HTTP/1.1 request to the admin endpoint; returns (status code, body).
+pub fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    try_http(addr, method, path, token).unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))
+}
+
+/// Like [`http`], with failures as values (for a server that may have died).
+pub fn try_http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(HTTP_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n"
+    );
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    stream
+        .take(1 << 22)
+        .read_to_end(&mut raw)
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP head in {text:?}"))?;
+    let code = head
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no HTTP status in {head:?}"))?;
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((code, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A query with RD clear and no EDNS.
+pub fn plain_query(name: &str, rtype: RecordType) -> Message {
+    let mut message = Message::query();
+    message.metadata.recursion_desired = false;
+    let mut q = Query::query(Name::from_ascii(name).expect("name"), rtype);
+    q.set_query_class(DNSClass::IN);
+    message.add_query(q);
+    message
+}
+
+/// A query with EDNS(0) and an ECS option for "a.b.c.d/len".
+pub fn ecs_query(name: &str, rtype: RecordType, subnet: &str) -> Message {
+    let (addr, prefix) = subnet.split_once('/').expect("address/prefix");
+    let addr: IpAddr = addr.parse().expect("subnet address");
+    let prefix: u8 = prefix.parse().expect("subnet prefix");
+    let mut message = plain_query(name, rtype);
+    let mut edns = Edns::new();
+    edns.set_max_payload(1232);
+    edns.options_mut()
+        .insert(EdnsOption::Subnet(ClientSubnet::new(addr, prefix, 0)));
+    message.set_edns(edns);
+    message
+}
+
+/// `n` distinct /24 client subnets spread over the IPv4 space (none in 127/8 or 0/8).
+pub fn distinct_subnets(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let a = 1 + (i * 37) % 126;
+            let b = (i * 101) % 256;
+            let c = i % 256;
+            format!("{a}.{b}.{c}.0/24")
+        })
+        .collect()
+}
+
+pub fn first_cname(response: &Message) -> Option<String> {
+    response.answers.iter().find_map(|r| match &r.data {
+        RData::CNAME(c) => Some(c.0.to_ascii()),
+        _ => None,
+    })
+}
+
+pub fn a_records(response: &Message) -> Vec<Ipv4Addr> {
+    response
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(a.0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A UDP client on loopback that matches replies by id and retries lost datagrams.
+pub struct Resolver {
+    socket: UdpSocket,
+    server: SocketAddr,
+    next_id: u16,
+}
+
+const ATTEMPTS: usize = 3;
+const ATTEMPT_WAIT: Duration = Duration::from_millis(1000);
+/// Queries in flight at once in [`Resolver::ask_all`].
+const WINDOW: usize = 50;
+
+impl Resolver {
+    pub fn new(server: SocketAddr) -> Resolver {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("bind client socket");
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("read timeout");
+        Resolver {
+            socket,
+            server,
+            next_id: 1,
+        }
+    }
+
+    pub fn ask(&mut self, query: &Message) -> Message {
+        self.ask_all(std::slice::from_ref(query))
+            .pop()
+            .expect("one answer")
+    }
+
+    /// Answers to every query, in order; at most [`WINDOW`] in flight; a query unanswered
+    /// after [`ATTEMPTS`] sends fails the test.
+    pub fn ask_all(&mut self, queries: &[Message]) -> Vec<Message> {
+        let mut answers: Vec<Option<Message>> = vec![None; queries.len()];
+        let mut buf = vec![0u8; 65535];
+        for (chunk_no, chunk) in queries.chunks(WINDOW).enumerate() {
+            let base = chunk_no * WINDOW;
+            let mut by_id = HashMap::new();
+            let mut packets = Vec::new();
+            for (i, q) in chunk.iter().enumerate() {
+                let id = self.next_id;
+                self.next_id = self.next_id.wrapping_add(1);
+                let mut q = q.clone();
+                q.metadata.id = id;
+                by_id.insert(id, base + i);
+                packets.push((base + i, q.to_vec().expect("encode query")));
+            }
+            for _ in 0..ATTEMPTS {
+                let missing: Vec<&(usize, Vec<u8>)> = packets
+                    .iter()
+                    .filter(|(i, _)| answers[*i].is_none())
+                    .collect();
+                if missing.is_empty() {
+                    break;
+                }
+                for (_, bytes) in &missing {
+                    self.socket.send_to(bytes, self.server).expect("send");
+                }
+                let mut outstanding = missing.len();
+                let deadline = Instant::now() + ATTEMPT_WAIT;
+                while outstanding > 0 && Instant::now() < deadline {
+                    let Ok((n, _)) = self.socket.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    let message = Message::from_vec(&buf[..n]).expect("well-formed answer");
+                    if let Some(&i) = by_id.get(&message.metadata.id) {
+                        if answers[i].is_none() {
+                            answers[i] = Some(message);
+                            outstanding -= 1;
+                        }
+                    }
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| a.unwrap_or_else(|| panic!("no answer to {:?}", queries[i])))
+            .collect()
+    }
+}
+
+/// The first CNAME target of `critical.example.com` for each subnet (None: no CNAME).
+pub fn critical_targets(resolver: &mut Resolver, subnets: &[String]) -> Vec<Option<String>> {
+    let queries: Vec<Message> = subnets
+        .iter()
+        .map(|s| ecs_query("critical.example.com.", RecordType::A, s))
+        .collect();
+    resolver.ask_all(&queries).iter().map(first_cname).collect()
+}
+
+/// Asserts every subnet gets `target`, naming the ones that do not.
+pub fn assert_all_target(targets: &[Option<String>], subnets: &[String], target: &str) {
+    let wrong: Vec<String> = targets
+        .iter()
+        .zip(subnets)
+        .filter(|(t, _)| t.as_deref() != Some(target))
+        .map(|(t, s)| format!("{s} -> {t:?}"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} subnets did not get {target}: {:?}",
+        wrong.len(),
+        subnets.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+}
+
+/// Polls until every subnet gets `target`, at most `limit`; returns how long it took from
+/// `since`.
+pub fn wait_all_target(
+    resolver: &mut Resolver,
+    subnets: &[String],
+    target: &str,
+    since: Instant,
+    limit: Duration,
+) -> Duration {
+    loop {
+        let targets = critical_targets(resolver, subnets);
+        if targets.iter().all(|t| t.as_deref() == Some(target)) {
+            return since.elapsed();
+        }
+        if since.elapsed() > limit {
+            assert_all_target(&targets, subnets, target);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// True when this process runs as root (permission bits do not stop root from reading).
+pub fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}

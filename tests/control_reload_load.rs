@@ -1,0 +1,284 @@
+//! Reloads under load: 100 accepted control-file changes while a bounded loopback load runs
+//! must not lose a single query nor answer one with SERVFAIL (the snapshot swap is atomic and
+//! never blocks the serving path). Prints the figures (run with `--nocapture` to see them).
+//!
+//! Also checks that each `GET /v1/status` is one consistent picture: the weights it shows are
+//! the ones of the serial it shows.
+
+mod control_common;
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hickory_proto::rr::RecordType;
+
+use control_common::*;
+
+const RELOADS: usize = 100;
+/// Load generator sockets (one thread each) and queries in flight per socket.
+const SOCKETS: usize = 2;
+const IN_FLIGHT_PER_SOCKET: usize = 25;
+/// A query unanswered this long is lost.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one reload may take to be served.
+const RELOAD_WAIT: Duration = Duration::from_secs(3);
+
+const RCODE_SERVFAIL: u8 = 2;
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    sent: u64,
+    answered: u64,
+    lost: u64,
+    servfail: u64,
+    /// Any other rcode than NOERROR and SERVFAIL.
+    other_rcode: u64,
+    /// NOERROR without a single answer record (every name asked has data).
+    empty: u64,
+    /// Replies whose id matched nothing in flight (late or duplicate).
+    unexpected: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: &Counts) {
+        self.sent += o.sent;
+        self.answered += o.answered;
+        self.lost += o.lost;
+        self.servfail += o.servfail;
+        self.other_rcode += o.other_rcode;
+        self.empty += o.empty;
+        self.unexpected += o.unexpected;
+    }
+}
+
+/// Encoded queries to cycle through: steered names with many ECS subnets (weighted answers
+/// change with the reloads) and static zone data. The id (first two bytes) is patched per send.
+fn query_templates() -> Vec<Vec<u8>> {
+    let mut templates = Vec::new();
+    for subnet in distinct_subnets(200) {
+        for name in ["warm.example.com.", "critical.example.com."] {
+            let query = ecs_query(name, RecordType::A, &subnet);
+            templates.push(query.to_vec().expect("encode"));
+        }
+    }
+    for (name, rtype) in [
+        ("contoso.edge.example.net.", RecordType::A),
+        ("contoso.edge.example.net.", RecordType::AAAA),
+        ("mail.example.com.", RecordType::A),
+        ("www.example.com.", RecordType::A),
+    ] {
+        let query = ecs_query(name, rtype, EU_WEST_SUBNET);
+        templates.push(query.to_vec().expect("encode"));
+    }
+    templates
+}
+
+/// One socket's query loop: keeps up to [`IN_FLIGHT_PER_SOCKET`] queries outstanding, each
+/// with an id not otherwise in flight, until `stop`; then waits out what is still in flight.
+fn load_loop(server: SocketAddr, templates: Arc<Vec<Vec<u8>>>, stop: Arc<AtomicBool>) -> Counts {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind load socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .expect("read timeout");
+    let mut counts = Counts::default();
+    let mut in_flight: HashMap<u16, Instant> = HashMap::new();
+    let mut next_id: u16 = 0;
+    let mut next_template = 0usize;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        if stopping && in_flight.is_empty() {
+            return counts;
+        }
+        while !stopping && in_flight.len() < IN_FLIGHT_PER_SOCKET {
+            while in_flight.contains_key(&next_id) {
+                next_id = next_id.wrapping_add(1);
+            }
+            let mut packet = templates[next_template % templates.len()].clone();
+            next_template += 1;
+            packet[..2].copy_from_slice(&next_id.to_be_bytes());
+            socket.send_to(&packet, server).expect("send query");
+            in_flight.insert(next_id, Instant::now());
+            counts.sent += 1;
+            next_id = next_id.wrapping_add(1);
+        }
+        if let Ok((n, _)) = socket.recv_from(&mut buf) {
+            tally(&buf[..n], &mut in_flight, &mut counts);
+        }
+        let before = in_flight.len();
+        in_flight.retain(|_, sent| sent.elapsed() < QUERY_TIMEOUT);
+        counts.lost += (before - in_flight.len()) as u64;
+    }
+}
+
+/// Counts one reply by its header alone (id, rcode, answer count).
+fn tally(reply: &[u8], in_flight: &mut HashMap<u16, Instant>, counts: &mut Counts) {
+    if reply.len() < 12 {
+        counts.unexpected += 1;
+        return;
+    }
+    let id = u16::from_be_bytes([reply[0], reply[1]]);
+    if in_flight.remove(&id).is_none() {
+        counts.unexpected += 1;
+        return;
+    }
+    counts.answered += 1;
+    let rcode = reply[3] & 0x0f;
+    let answers = u16::from_be_bytes([reply[6], reply[7]]);
+    match rcode {
+        0 if answers == 0 => counts.empty += 1,
+        0 => {}
+        RCODE_SERVFAIL => counts.servfail += 1,
+        _ => counts.other_rcode += 1,
+    }
+}
+
+fn warm_control(frontdoor: u32, alt_cdn: u32) -> String {
+    format!(
+        "# reload-under-load test\n\
+         [profiles.warm.endpoints]\n\
+         frontdoor = {{ weight = {frontdoor} }}\n\
+         alt-cdn = {{ weight = {alt_cdn} }}\n"
+    )
+}
+
+fn warm_weight(status: &serde_json::Value, endpoint: &str) -> Option<u64> {
+    status["profiles"]["warm"][endpoint]["weight"].as_u64()
+}
+
+#[test]
+fn a_hundred_reloads_under_load_lose_nothing_and_never_servfail() {
+    let setup = Setup::new("reload-load");
+    let server = setup.start();
+    let templates = Arc::new(query_templates());
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let generators: Vec<JoinHandle<Counts>> = (0..SOCKETS)
+        .map(|_| {
+            let (templates, stop, addr) = (templates.clone(), stop.clone(), server.dns);
+            std::thread::spawn(move || load_loop(addr, templates, stop))
+        })
+        .collect();
+
+    let mut reload_ms = Vec::with_capacity(RELOADS);
+    let mut write_to_served = Vec::with_capacity(RELOADS);
+    let mut inconsistent = Vec::new();
+    let mut serial = server.serial();
+    for i in 0..RELOADS {
+        let (frontdoor, alt_cdn) = if i % 2 == 0 { (80, 20) } else { (90, 10) };
+        let written = Instant::now();
+        setup.write_control_atomically(&warm_control(frontdoor, alt_cdn));
+        let status = loop {
+            let status = server.status();
+            if status["serial"].as_u64() != Some(serial) {
+                break status;
+            }
+            if written.elapsed() > RELOAD_WAIT {
+                stop.store(true, Ordering::Relaxed);
+                panic!("reload {i} not served within {RELOAD_WAIT:?}: {status:#}");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        write_to_served.push(written.elapsed());
+        let new_serial = status["serial"].as_u64().expect("serial");
+        assert!(
+            new_serial > serial,
+            "serials grow: {serial} then {new_serial}"
+        );
+        assert!(
+            status["last_refusal"].is_null(),
+            "reload {i} refused: {status:#}"
+        );
+        serial = new_serial;
+        reload_ms.push(status["last_reload_ms"].as_f64().expect("last_reload_ms"));
+        let shown = (
+            warm_weight(&status, "frontdoor"),
+            warm_weight(&status, "alt-cdn"),
+        );
+        if shown != (Some(frontdoor.into()), Some(alt_cdn.into())) {
+            inconsistent.push(format!(
+                "serial {new_serial} shown with warm weights {shown:?}, written ({frontdoor}, {alt_cdn})"
+            ));
+            // The next read must agree (the reload is complete by now).
+            let again = server.status();
+            assert_eq!(
+                (
+                    warm_weight(&again, "frontdoor"),
+                    warm_weight(&again, "alt-cdn")
+                ),
+                (Some(frontdoor.into()), Some(alt_cdn.into())),
+                "reload {i}: weights not served: {again:#}"
+            );
+        }
+    }
+    let reloading = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let mut counts = Counts::default();
+    for generator in generators {
+        counts.add(&generator.join().expect("load thread"));
+    }
+    let elapsed = started.elapsed();
+
+    let status = server.status();
+    let accepted = status["reloads_accepted"].as_u64().unwrap_or(0);
+    let mean_ms = reload_ms.iter().sum::<f64>() / reload_ms.len() as f64;
+    let max_ms = reload_ms.iter().copied().fold(0.0, f64::max);
+    let mean_served = write_to_served.iter().sum::<Duration>() / write_to_served.len() as u32;
+    let max_served = write_to_served.iter().max().copied().unwrap_or_default();
+    println!(
+        "reload under load: {} queries sent, {} answered, {} lost, {} SERVFAIL, {} other rcode, \
+         {} empty, {} unexpected in {:.1?} ({:.0} qps, {} sockets x {} in flight)",
+        counts.sent,
+        counts.answered,
+        counts.lost,
+        counts.servfail,
+        counts.other_rcode,
+        counts.empty,
+        counts.unexpected,
+        elapsed,
+        counts.answered as f64 / elapsed.as_secs_f64(),
+        SOCKETS,
+        IN_FLIGHT_PER_SOCKET
+    );
+    println!(
+        "reloads: {RELOADS} accepted in {reloading:.1?} (server total {accepted}); reload took \
+         mean {mean_ms:.2} ms, max {max_ms:.2} ms (status last_reload_ms); write-to-served mean \
+         {mean_served:.1?}, max {max_served:.1?}; {} status responses showed the previous \
+         snapshot's weights with the new serial",
+        inconsistent.len()
+    );
+
+    assert!(counts.sent > 0 && counts.answered > 0, "no load ran");
+    assert_eq!(counts.lost, 0, "queries lost during reloads: {counts:?}");
+    assert_eq!(counts.servfail, 0, "SERVFAIL during reloads: {counts:?}");
+    assert_eq!(counts.other_rcode, 0, "unexpected rcodes: {counts:?}");
+    assert_eq!(counts.empty, 0, "empty answers during reloads: {counts:?}");
+    assert_eq!(counts.unexpected, 0, "unmatched replies: {counts:?}");
+    assert_eq!(counts.sent, counts.answered + counts.lost);
+    assert!(
+        accepted > RELOADS as u64,
+        "server counted {accepted} reloads"
+    );
+    assert_eq!(status["reloads_refused"].as_u64(), Some(0));
+    // The history keeps its configured number of versions, not all of them.
+    let kept = std::fs::read_dir(setup.history_dir())
+        .expect("history dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "toml"))
+        .count();
+    assert!(
+        (1..=50).contains(&kept),
+        "history keeps at most history_keep (50) versions, has {kept}"
+    );
+    assert!(
+        inconsistent.is_empty(),
+        "GET /v1/status mixed the new reload counters/serial with the previous snapshot's \
+         profiles ({} of {RELOADS} reloads), e.g. {:?}",
+        inconsistent.len(),
+        &inconsistent[..inconsistent.len().min(3)]
+    );
+}
