@@ -21,7 +21,7 @@ const MAX_RESPONSE: usize = 4096;
 /// How often a blocked worker wakes to look at the stop flag.
 const WAKE_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Runs one worker until `stop` is set.
+/// Runs one worker until `stop` is set, then leaves gracefully (see [`leave_and_drain`]).
 pub fn run_worker(
     socket: UdpSocket,
     snapshot: SharedSnapshot,
@@ -30,29 +30,58 @@ pub fn run_worker(
     socket.set_read_timeout(Some(WAKE_INTERVAL))?;
     let mut batch = Batch::new();
     while !stop.load(Ordering::Relaxed) {
-        let received = match batch.receive(&socket) {
+        let received = match batch.receive(&socket, libc::MSG_WAITFORONE) {
             Ok(n) => n,
             Err(e) if is_transient(&e) => continue,
             Err(e) => return Err(e),
         };
-        let current = snapshot.load();
-        let mut replies = 0;
-        for i in 0..received {
-            let Some(peer) = batch.peer(i) else { continue };
-            let client = Client::new(peer.ip(), Transport::Udp);
-            let query_len = batch.in_msgs[i].msg_len as usize;
-            let (query, response) = batch.buffers(i);
-            if let Some(len) = respond(&current, &query[..query_len], &client, response) {
-                batch.stage_reply(i, replies, len);
-                replies += 1;
-            }
-        }
-        drop(current);
-        if replies > 0 {
-            batch.send(&socket, replies);
+        answer_batch(&mut batch, &socket, &snapshot, received);
+    }
+    leave_and_drain(&socket, &mut batch, &snapshot)
+}
+
+/// Stops receiving new queries without losing the ones already queued: connecting the socket
+/// takes it out of the SO_REUSEPORT group (the kernel hashes new flows only over unconnected
+/// members, so a new process on the same port gets them), then whatever is queued is answered.
+fn leave_and_drain(
+    socket: &UdpSocket,
+    batch: &mut Batch,
+    snapshot: &SharedSnapshot,
+) -> io::Result<()> {
+    let nowhere = match socket.local_addr()? {
+        SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::LOCALHOST, 9)),
+        SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::LOCALHOST, 9)),
+    };
+    socket.connect(nowhere)?;
+    loop {
+        match batch.receive(socket, libc::MSG_DONTWAIT) {
+            Ok(0) => return Ok(()),
+            Ok(n) => answer_batch(batch, socket, snapshot, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e),
         }
     }
-    Ok(())
+}
+
+/// Answers the `received` queries of a batch and sends the replies in one call.
+fn answer_batch(batch: &mut Batch, socket: &UdpSocket, snapshot: &SharedSnapshot, received: usize) {
+    let current = snapshot.load();
+    let mut replies = 0;
+    for i in 0..received {
+        let Some(peer) = batch.peer(i) else { continue };
+        let client = Client::new(peer.ip(), Transport::Udp);
+        let query_len = batch.in_msgs[i].msg_len as usize;
+        let (query, response) = batch.buffers(i);
+        if let Some(len) = respond(&current, &query[..query_len], &client, response) {
+            batch.stage_reply(i, replies, len);
+            replies += 1;
+        }
+    }
+    drop(current);
+    if replies > 0 {
+        batch.send(socket, replies);
+    }
 }
 
 fn is_transient(e: &io::Error) -> bool {
@@ -105,7 +134,7 @@ impl Batch {
         batch
     }
 
-    fn receive(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+    fn receive(&mut self, socket: &UdpSocket, flags: libc::c_int) -> io::Result<usize> {
         for msg in self.in_msgs.iter_mut() {
             msg.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             msg.msg_len = 0;
@@ -117,7 +146,7 @@ impl Batch {
                 socket.as_raw_fd(),
                 self.in_msgs.as_mut_ptr(),
                 BATCH as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                flags,
                 std::ptr::null_mut(),
             )
         };
