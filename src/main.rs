@@ -69,6 +69,24 @@ enum Command {
         #[command(flatten)]
         target: cli::Target,
     },
+    /// Simulate the traffic shield on a scenario (same step and policy code as the server);
+    /// writes timeline.csv and plot.svg into DIR and prints a summary.
+    Simulate(SimulateArgs),
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    /// Scenario file (TOML), e.g. tests/scenarios/surge-eu-west.toml.
+    scenario: PathBuf,
+    /// Output directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Config file whose [topology], [[steered]] and [shield] to use (default ./steerdns.toml).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// `off` runs the baseline: the same scenario with the shield off.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    shield: String,
 }
 
 #[derive(Subcommand)]
@@ -168,11 +186,26 @@ struct ServeArgs {
     /// Address of the admin HTTP endpoint (status, reload); overrides [admin] listen.
     #[arg(long, value_name = "ADDR")]
     admin_listen: Option<SocketAddr>,
+    /// Log format on stderr: `text` for people, `json` (one object per line) for log shippers.
+    /// The level comes from STEERDNS_LOG (default `info`); queries are logged only when
+    /// `[server] query_log_sample` is set.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(match &cli.command {
+        Some(Command::Serve(args)) => args.log_format,
+        _ => LogFormat::Text,
+    });
     let result = match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
         Command::Serve(args) => serve(args),
         Command::Check(args) => check(args),
@@ -195,6 +228,7 @@ fn main() -> ExitCode {
         Command::Status { target, json } => cli::status(&target, json),
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
+        Command::Simulate(args) => simulate(args),
     };
     match result {
         Ok(code) => code,
@@ -205,13 +239,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("STEERDNS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        // Fields at the top level (not under "fields"), so shippers index them directly.
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
 }
 
 fn read_config(args: &SourceArgs) -> Result<Config> {
@@ -261,6 +299,25 @@ fn geoip(command: GeoipCommand) -> Result<ExitCode> {
             println!("{}", locator.describe(ip));
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn simulate(args: SimulateArgs) -> Result<ExitCode> {
+    use steerdns::shield::sim;
+    let config = read_config(&SourceArgs {
+        config: args.config,
+        zones: None,
+    })?;
+    let (policies, settings) = sim::compile_topology(&config)?;
+    let scenario = sim::Scenario::load(&args.scenario)?;
+    let result = sim::run(&scenario, &policies, &settings, args.shield == "on")?;
+    sim::write_outputs(&result, &args.out)?;
+    print!("{}", sim::summary_text(&result));
+    println!(
+        "wrote {} and {}",
+        args.out.join("timeline.csv").display(),
+        args.out.join("plot.svg").display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

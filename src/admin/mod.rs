@@ -20,6 +20,8 @@ use crate::policy::RegionOverride;
 use crate::reload::{Reloader, Status, Trigger};
 use crate::shield::source::FeedOrigin;
 
+mod dashboard;
+
 /// Largest request body accepted (the load feed, later, is the biggest legitimate one).
 pub const MAX_BODY: usize = 1 << 20;
 
@@ -57,7 +59,9 @@ pub fn read_token(path: Option<&PathBuf>) -> Option<Arc<str>> {
 
 pub fn router(state: AdminState) -> Router {
     Router::new()
+        .merge(dashboard::routes())
         .route("/v1/status", get(status))
+        .route("/metrics", get(metrics))
         .route("/v1/reload", post(reload))
         .route("/v1/load", post(push_load))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
@@ -215,6 +219,19 @@ fn destination_name(
 
 async fn status(State(state): State<AdminState>) -> Json<StatusView> {
     Json(status_view(&state.reloader))
+}
+
+/// `GET /metrics`: Prometheus text format (see [`crate::metrics`]).
+async fn metrics(State(state): State<AdminState>) -> Response {
+    use axum::http::header::CONTENT_TYPE;
+    match crate::metrics::render(&state.reloader) {
+        Ok(text) => ([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics failed: {e}\n"),
+        )
+            .into_response(),
+    }
 }
 
 async fn reload(State(state): State<AdminState>, headers: HeaderMap) -> Response {

@@ -127,6 +127,8 @@ impl ShieldConfig {
             slew: self.max_step,
             hold_down_ms: self.hold_down_secs.saturating_mul(1000),
             short_ttl: self.short_ttl,
+            // Set from the anycast policies' TTL when the snapshot is built.
+            steady_ttl: crate::shield::step::ShieldSettings::default().steady_ttl,
             stale_after_ms: self.stale_after_secs.saturating_mul(1000),
             revert_after_ms: self.revert_after_secs.saturating_mul(1000),
             allow_cross_continent: self.allow_cross_continent,
@@ -170,6 +172,8 @@ pub struct ServerConfig {
     pub identity: Option<String>,
     /// Answer to `dig CH TXT version.bind`; "" refuses. Default: "steerdns <version>".
     pub version: Option<String>,
+    /// Log one query in this many at info (client, name, type, rcode); 0 (default) = none.
+    pub query_log_sample: u32,
     pub tcp: TcpConfig,
 }
 
@@ -186,6 +190,7 @@ impl Default for ServerConfig {
             nsid: None,
             identity: None,
             version: None,
+            query_log_sample: 0,
             tcp: TcpConfig::default(),
         }
     }
@@ -393,6 +398,7 @@ impl Config {
                 Some(v) => Some(v.clone()),
             },
             identity: server.identity.clone(),
+            query_log_sample: server.query_log_sample,
         }
     }
 

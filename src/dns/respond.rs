@@ -15,8 +15,10 @@ use super::wire::{
     class, flag, option, parse_query, rcode, rtype, Edns, Query, Reject, HEADER_LEN,
 };
 use super::writer::{Overflow, Writer};
+use crate::metrics::{querylog, serving};
 use crate::snapshot::Snapshot;
 use crate::zone::lookup::{resolve, Data, Entry, NoSteering, Owner, Plan, Steering, Synth};
+use crate::zone::model::Zone;
 
 /// UDP payload size assumed for a query without EDNS (RFC 1035 §4.2.1).
 pub const CLASSIC_UDP_LIMIT: usize = 512;
@@ -49,6 +51,7 @@ impl Client {
 
 /// Answers `packet` into `out`; returns the response length, or `None` to stay silent.
 /// `out` must hold at least [`MAX_MESSAGE`] bytes for TCP, or the UDP limit for UDP.
+/// Every call is counted (see [`crate::metrics`]: relaxed atomic adds, no lock, no allocation).
 pub fn respond(
     snapshot: &Snapshot,
     packet: &[u8],
@@ -57,36 +60,98 @@ pub fn respond(
 ) -> Option<usize> {
     let query = match parse_query(packet) {
         Ok(q) => q,
-        Err(Reject::Drop) => return None,
+        Err(Reject::Drop) => {
+            serving().record(client.transport, None);
+            return None;
+        }
         Err(Reject::Error {
             rcode,
             question,
             edns,
         }) => {
-            return write_error(snapshot, packet, rcode, question, edns.as_ref(), out).ok();
+            let len = write_error(snapshot, packet, rcode, question, edns.as_ref(), out).ok();
+            let truncated = len.map(|n| is_truncated(&out[..n]));
+            serving().record(client.transport, truncated.map(|tc| (rcode, tc)));
+            if len.is_some() {
+                snapshot.counters.record_response(None, rcode);
+            }
+            return len;
         }
     };
-    let limit = response_limit(snapshot, &query, client);
+    let len = answer(snapshot, packet, &query, client, out);
+    count(snapshot, client, &query, len.map(|n| &out[..n]));
+    len
+}
+
+/// Counts one answered (or silently dropped) query, and logs it if it is sampled.
+fn count(snapshot: &Snapshot, client: &Client, query: &Query, response: Option<&[u8]>) {
+    let Some(response) = response else {
+        serving().record(client.transport, None);
+        return;
+    };
+    // BADVERS is the only extended rcode we send, and every query with EDNS version > 0 gets it.
+    let rcode = if query.edns.as_ref().is_some_and(|e| e.version > 0) {
+        rcode::BADVERS
+    } else {
+        response
+            .get(3)
+            .map_or(rcode::SERVFAIL, |b| u16::from(b & 0x0F))
+    };
+    serving().record(client.transport, Some((rcode, is_truncated(response))));
+    snapshot
+        .counters
+        .record_response(zone_index(snapshot, query), rcode);
+    if querylog::sampled(snapshot.options.query_log_sample) {
+        querylog::log(client, query, rcode);
+    }
+}
+
+fn is_truncated(response: &[u8]) -> bool {
+    response.get(2).is_some_and(|b| b & 0x02 != 0)
+}
+
+/// Index (in the snapshot's zone list) of the zone the query name is in.
+fn zone_index(snapshot: &Snapshot, query: &Query) -> Option<usize> {
+    let zones = snapshot.zones.zones();
+    let (zone, _) = snapshot.zones.find(&query.qname)?;
+    // `find` returns a reference into `zones`; its position is its offset over the size.
+    let offset = (zone as *const Zone as usize).checked_sub(zones.as_ptr() as usize)?;
+    let index = offset / std::mem::size_of::<Zone>().max(1);
+    zones
+        .get(index)
+        .is_some_and(|z| std::ptr::eq(z, zone))
+        .then_some(index)
+}
+
+/// The answer proper, uncounted.
+fn answer(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    client: &Client,
+    out: &mut [u8],
+) -> Option<usize> {
+    let limit = response_limit(snapshot, query, client);
     if let Some(edns) = &query.edns {
         if edns.version > 0 {
-            return write_simple(snapshot, packet, &query, rcode::BADVERS, limit, out).ok();
+            return write_simple(snapshot, packet, query, rcode::BADVERS, limit, out).ok();
         }
     }
     match (query.qclass, query.qtype) {
         (_, rtype::OPT) => {
-            return write_simple(snapshot, packet, &query, rcode::FORMERR, limit, out).ok()
+            return write_simple(snapshot, packet, query, rcode::FORMERR, limit, out).ok()
         }
         (_, rtype::AXFR | rtype::IXFR) => {
-            return write_simple(snapshot, packet, &query, rcode::REFUSED, limit, out).ok()
+            return write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok()
         }
         (_, rtype::MAILA | rtype::MAILB) => {
-            return write_simple(snapshot, packet, &query, rcode::NOTIMP, limit, out).ok()
+            return write_simple(snapshot, packet, query, rcode::NOTIMP, limit, out).ok()
         }
-        (class::CH, _) => return chaos::respond(snapshot, packet, &query, client, limit, out),
+        (class::CH, _) => return chaos::respond(snapshot, packet, query, client, limit, out),
         (class::IN, _) => {}
-        _ => return write_simple(snapshot, packet, &query, rcode::REFUSED, limit, out).ok(),
+        _ => return write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
     }
-    if let Some(len) = serve_precompiled(snapshot, packet, &query, limit, out) {
+    if let Some(len) = serve_precompiled(snapshot, packet, query, limit, out) {
         return Some(len);
     }
     let steering = snapshot.steering_for(
@@ -98,8 +163,8 @@ pub fn respond(
         None => &NoSteering,
     };
     match resolve(&snapshot.zones, &query.qname, query.qtype, steering) {
-        Some(plan) => write_plan(snapshot, packet, &query, &plan, limit, out).ok(),
-        None => write_simple(snapshot, packet, &query, rcode::REFUSED, limit, out).ok(),
+        Some(plan) => write_plan(snapshot, packet, query, &plan, limit, out).ok(),
+        None => write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
     }
 }
 

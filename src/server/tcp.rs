@@ -52,6 +52,8 @@ pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpL
         let snapshot = snapshot.clone();
         let limits = limits.clone();
         tokio::spawn(async move {
+            // Counted open until this task ends, however it ends.
+            let _open = crate::metrics::serving().tcp_connection();
             let client = Client::new(peer.ip(), Transport::Tcp);
             if let Err(e) = serve_connection(stream, client, &snapshot, &limits).await {
                 tracing::debug!("tcp connection from {peer}: {e}");

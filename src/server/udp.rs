@@ -28,6 +28,8 @@ pub fn run_worker(
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
     socket.set_read_timeout(Some(WAKE_INTERVAL))?;
+    // Counters of this thread go to a slot of its own: no cache line shared with other workers.
+    crate::metrics::claim_worker_slot();
     let mut batch = Batch::new();
     while !stop.load(Ordering::Relaxed) {
         let received = match batch.receive(&socket, libc::MSG_WAITFORONE) {
@@ -195,6 +197,7 @@ impl Batch {
                 if err.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
+                crate::metrics::serving().record_udp_send_error();
                 sent += 1; // skip the datagram the kernel refused
             } else {
                 sent += n as usize;

@@ -22,8 +22,10 @@ use crate::snapshot::Snapshot;
 /// Changes kept for status.
 const RECENT_CHANGES: usize = 50;
 
-/// DNS answers per client region and destination since the last tick: the shield's demand
-/// estimate. One relaxed atomic add per steered anycast answer; never locked.
+/// DNS answers per client region and destination since the last tick, weighted by their TTL
+/// (answers × TTL ≈ clients holding that answer, by Little's law; a hot region's clients ask
+/// more often and must not count more): the shield's demand estimate. One relaxed atomic add
+/// per steered anycast answer; never locked.
 #[derive(Debug)]
 pub struct DemandCounters {
     regions: usize,
@@ -47,15 +49,16 @@ impl DemandCounters {
         1 + self.regions + self.sites
     }
 
-    /// Counts one answer for a client of `region` that was sent to `to` (`Global` = kept).
-    pub fn record(&self, region: u16, to: Destination) {
+    /// Counts one answer with `ttl` for a client of `region` that was sent to `to`
+    /// (`Global` = kept).
+    pub fn record(&self, region: u16, to: Destination, ttl: u32) {
         let column = match to {
             Destination::Global => 0,
             Destination::Region(r) => 1 + r as usize,
             Destination::Fallback(s) => 1 + self.regions + s as usize,
         };
         if let Some(cell) = self.cells.get(region as usize * self.width() + column) {
-            cell.fetch_add(1, Ordering::Relaxed);
+            cell.fetch_add(u64::from(ttl), Ordering::Relaxed);
         }
     }
 
@@ -417,4 +420,17 @@ pub fn spawn(
             }
         })?;
     Ok(())
+}
+
+/// The TTL of normal anycast answers (the longest, to be safe), which the step needs to know
+/// how long clients of a region that just turned hot keep their cached answers.
+pub fn steady_ttl(policies: &CompiledPolicies) -> Option<u32> {
+    policies
+        .steered()
+        .iter()
+        .filter_map(|s| match s.root {
+            crate::policy::PolicyRoot::Anycast { ttl } => Some(ttl),
+            _ => None,
+        })
+        .max()
 }

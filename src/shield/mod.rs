@@ -9,6 +9,7 @@
 
 pub mod feed;
 pub mod live;
+pub mod sim;
 pub mod source;
 pub mod step;
 

@@ -32,8 +32,11 @@ pub struct ShieldSettings {
     pub slew: f64,
     /// Wait this long (ms) after a move before moving the other way.
     pub hold_down_ms: u64,
-    /// TTL for a hot region's clients (s); also how long a move takes to show in the load.
+    /// TTL for a hot region's clients (s): once they all hold it, a move lands within it.
     pub short_ttl: u32,
+    /// TTL of normal answers (s): clients that got one before their region turned hot move
+    /// only when it expires.
+    pub steady_ttl: u32,
     /// Data older than this (ms) freezes a region's decisions.
     pub stale_after_ms: u64,
     /// Data older than this (ms) decays a region's shedding back to normal answers.
@@ -49,6 +52,7 @@ impl Default for ShieldSettings {
             slew: 0.1,
             hold_down_ms: 30_000,
             short_ttl: 30,
+            steady_ttl: 300,
             stale_after_ms: 30_000,
             revert_after_ms: 300_000,
             allow_cross_continent: true,
@@ -140,6 +144,8 @@ pub struct RegionState {
     /// Predicted utilisation at this tick.
     pub predicted_utilisation: f64,
     pub hot: bool,
+    /// Since when (ms) the region's clients have been given the short TTL.
+    pub hot_since: Option<u64>,
     pub note: Note,
 }
 
@@ -154,19 +160,43 @@ impl Default for RegionState {
             trend: 0.0,
             predicted_utilisation: 0.0,
             hot: false,
+            hot_since: None,
             note: Note::Normal,
         }
     }
 }
 
 /// A load move not yet fully visible in readings: `amount` started moving at `at` (ms) from
-/// region `from` to `to`, and shows up linearly over the short TTL.
+/// region `from` to `to`. Resolvers follow a new answer when their cached one expires, so a
+/// move lands in two parts: `fast_share` of it (clients already holding the short TTL) linearly
+/// over the short TTL, the rest (clients still holding a normal answer) linearly until
+/// `slow_until`, when the last normal answer given before the region turned hot expires.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Move {
     pub from: u16,
     pub to: Destination,
     pub amount: f64,
     pub at: u64,
+    pub fast_share: f64,
+    pub slow_until: u64,
+}
+
+impl Move {
+    /// The part of the move not yet visible at `now_ms`.
+    fn unseen(&self, now_ms: u64, short_ms: u64) -> f64 {
+        let elapsed = now_ms.saturating_sub(self.at) as f64;
+        let fast = (1.0 - elapsed / short_ms.max(1) as f64).max(0.0);
+        let slow = if self.slow_until > self.at {
+            (self.slow_until.saturating_sub(now_ms) as f64 / (self.slow_until - self.at) as f64).clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        self.amount * (self.fast_share * fast + (1.0 - self.fast_share) * slow)
+    }
+
+    fn landed(&self, now_ms: u64, short_ms: u64) -> bool {
+        now_ms >= (self.at + short_ms).max(self.slow_until)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -177,6 +207,10 @@ pub struct ShieldState {
     pub site_utilisation: Vec<f64>,
     /// When the previous tick ran (ms).
     pub last_tick_ms: Option<u64>,
+    /// Answer counts (TTL-weighted: clients holding each kind of answer, by Little's law)
+    /// smoothed over a normal TTL, and for how long (ms) they have been accumulating.
+    pub demand: Vec<Demand>,
+    pub demand_age_ms: u64,
 }
 
 /// One decision that changed, for logs and status.
@@ -229,13 +263,14 @@ pub fn step(
         .regions
         .resize(rings.regions.len(), RegionState::default());
     state.site_utilisation.resize(rings.sites.len(), 0.0);
-    // Moves older than a TTL are fully visible in the readings.
-    let ttl_ms = u64::from(settings.short_ttl) * 1000;
-    state.moves.retain(|m| now_ms.saturating_sub(m.at) < ttl_ms);
+    // Moves that have fully landed are visible in the readings.
+    let short_ms = u64::from(settings.short_ttl) * 1000;
+    state.moves.retain(|m| !m.landed(now_ms, short_ms));
 
     let predicted = Prediction::new(&state, inputs, rings, settings, now_ms);
     let elapsed_ms = previous.last_tick_ms.map(|t| now_ms.saturating_sub(t));
-    estimate_natural(&mut state, inputs, &predicted, elapsed_ms);
+    smooth_demand(&mut state, inputs, settings, elapsed_ms.unwrap_or(0));
+    estimate_natural(&mut state, &predicted, settings, elapsed_ms);
     state.last_tick_ms = Some(now_ms);
     let mut changes = Vec::new();
     let mut room = predicted.headroom(&state, rings, settings);
@@ -272,7 +307,11 @@ pub fn step(
 struct Prediction {
     region_load: Vec<Option<f64>>,
     region_capacity: Vec<f64>,
+    /// Utilisation once every move in flight has landed (what destinations must allow for).
     region_util: Vec<f64>,
+    /// Utilisation one short TTL from now (what a shedding region steers on: moves that land
+    /// later cannot relieve it sooner).
+    region_util_soon: Vec<f64>,
     site_load: Vec<Option<f64>>,
     site_capacity: Vec<f64>,
     site_util: Vec<f64>,
@@ -288,10 +327,24 @@ impl Prediction {
         settings: &ShieldSettings,
         now_ms: u64,
     ) -> Self {
-        let ttl_ms = (u64::from(settings.short_ttl) * 1000).max(1);
-        let unseen = |m: &Move| {
-            m.amount * (1.0 - now_ms.saturating_sub(m.at) as f64 / ttl_ms as f64).max(0.0)
-        };
+        let short_ms = u64::from(settings.short_ttl) * 1000;
+        let unseen = |m: &Move| m.unseen(now_ms, short_ms);
+        // What lands within the next short TTL: the horizon a source region is steered on.
+        let landing_soon = |m: &Move| m.unseen(now_ms, short_ms) - m.unseen(now_ms + short_ms, short_ms);
+        let mut region_load_soon: Vec<Option<f64>> = (0..rings.regions.len())
+            .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.load))
+            .collect();
+        for m in &state.moves {
+            let amount = landing_soon(m);
+            if let Some(Some(load)) = region_load_soon.get_mut(m.from as usize) {
+                *load = (*load - amount).max(0.0);
+            }
+            if let Destination::Region(d) = m.to {
+                if let Some(Some(load)) = region_load_soon.get_mut(d as usize) {
+                    *load += amount;
+                }
+            }
+        }
         let mut region_load: Vec<Option<f64>> = (0..rings.regions.len())
             .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.load))
             .collect();
@@ -339,6 +392,11 @@ impl Prediction {
             .zip(&region_capacity)
             .map(|(l, c)| util(l, *c))
             .collect();
+        let region_util_soon = region_load_soon
+            .iter()
+            .zip(&region_capacity)
+            .map(|(l, c)| util(l, *c))
+            .collect();
         let site_util = site_load
             .iter()
             .zip(&site_capacity)
@@ -361,6 +419,7 @@ impl Prediction {
             region_load,
             region_capacity,
             region_util,
+            region_util_soon,
             site_load,
             site_capacity,
             site_util,
@@ -417,25 +476,23 @@ impl Prediction {
 /// there are any (answers are what clients follow), else from the shield's own bookkeeping.
 fn estimate_natural(
     state: &mut ShieldState,
-    inputs: &Inputs,
     predicted: &Prediction,
+    settings: &ShieldSettings,
     elapsed_ms: Option<u64>,
 ) {
     let regions = state.regions.len();
-    let placed_into = |state: &ShieldState, r: usize| -> f64 {
-        state
-            .regions
-            .iter()
-            .map(|s| s.fraction * s.natural * s.shares.get(&region_dest(r)).copied().unwrap_or(0.0))
-            .sum()
-    };
+    let mature = state.demand_age_ms >= u64::from(settings.steady_ttl) * 1000;
     let mut naturals = vec![0.0; regions];
     for (r, natural) in naturals.iter_mut().enumerate() {
         let Some(load) = predicted.region_load[r] else {
             *natural = state.regions[r].natural;
             continue;
         };
-        let own_share = demand_own_share(inputs, r).unwrap_or_else(|| {
+        // Who brings region r's load: the DNS demand counters say (clients holding answers
+        // that land there) once they cover a normal TTL; before that, our own bookkeeping of
+        // what other regions shed into it.
+        let counted = mature.then(|| demand_own_share(&state.demand, r)).flatten();
+        let own_share = counted.unwrap_or_else(|| {
             if load > 0.0 {
                 (1.0 - placed_into(state, r) / load).clamp(0.0, 1.0)
             } else {
@@ -460,11 +517,59 @@ fn estimate_natural(
     }
 }
 
-/// Of the DNS answers that send clients into region `r`, the share from r's own clients.
-fn demand_own_share(inputs: &Inputs, r: usize) -> Option<f64> {
-    let own = inputs.demand.get(r)?.kept;
-    let incoming: f64 = inputs
-        .demand
+/// How far beyond its eventual need a region may shed to get relief sooner.
+const OVERSHED: f64 = 2.0;
+
+/// The share of a move made at `now_ms` that lands within one short TTL, for a region whose
+/// clients have been given the short TTL since `hot_since`.
+fn landing_share(hot_since: u64, now_ms: u64, settings: &ShieldSettings) -> f64 {
+    let short_ms = u64::from(settings.short_ttl) * 1000;
+    let steady_ms = u64::from(settings.steady_ttl) * 1000;
+    if steady_ms <= short_ms {
+        return 1.0;
+    }
+    let fast = (now_ms.saturating_sub(hot_since) as f64 / steady_ms as f64).clamp(0.0, 1.0);
+    let slow_left = (hot_since + steady_ms).saturating_sub(now_ms).max(1) as f64;
+    let slow_soon = (short_ms as f64 / slow_left).min(1.0);
+    (fast + (1.0 - fast) * slow_soon).clamp(0.05, 1.0)
+}
+
+/// Load other regions have placed into region `r`.
+fn placed_into(state: &ShieldState, r: usize) -> f64 {
+    state
+        .regions
+        .iter()
+        .enumerate()
+        .filter(|(s, _)| *s != r)
+        .map(|(_, s)| s.fraction * s.natural * s.shares.get(&region_dest(r)).copied().unwrap_or(0.0))
+        .sum()
+}
+
+/// Folds this tick's answer counts into the smoothed demand (an average over a normal TTL).
+fn smooth_demand(state: &mut ShieldState, inputs: &Inputs, settings: &ShieldSettings, elapsed_ms: u64) {
+    if inputs.demand.is_empty() {
+        return;
+    }
+    let window_ms = (u64::from(settings.steady_ttl) * 1000).max(1);
+    let alpha = (elapsed_ms as f64 / window_ms as f64).clamp(0.0, 1.0);
+    state.demand.resize(inputs.demand.len(), Demand::default());
+    for (avg, now) in state.demand.iter_mut().zip(&inputs.demand) {
+        avg.kept += alpha * (now.kept - avg.kept);
+        let keys: Vec<Destination> = avg.sent.keys().chain(now.sent.keys()).copied().collect();
+        for d in keys {
+            let current = now.sent.get(&d).copied().unwrap_or(0.0);
+            let entry = avg.sent.entry(d).or_insert(0.0);
+            *entry += alpha * (current - *entry);
+        }
+        avg.sent.retain(|_, v| *v > 1e-9);
+    }
+    state.demand_age_ms = state.demand_age_ms.saturating_add(elapsed_ms);
+}
+
+/// Of the clients whose answers send them into region `r`, the share that are r's own.
+fn demand_own_share(demand: &[Demand], r: usize) -> Option<f64> {
+    let own = demand.get(r)?.kept;
+    let incoming: f64 = demand
         .iter()
         .enumerate()
         .filter(|(s, _)| *s != r)
@@ -485,9 +590,11 @@ fn decide_region(
     now_ms: u64,
 ) -> String {
     let held = inputs.operator_held.get(r).copied().unwrap_or(false);
-    let util = predicted.region_util[r];
+    let incoming = placed_into(state, r);
+    // Steer on the load one short TTL ahead: moves landing later cannot relieve it sooner.
+    let util = predicted.region_util_soon[r];
     let region = &mut state.regions[r];
-    region.predicted_utilisation = util;
+    region.predicted_utilisation = predicted.region_util[r];
     if held {
         let from = region.fraction;
         *region = RegionState {
@@ -508,8 +615,9 @@ fn decide_region(
             return "load data stale: frozen".into();
         }
         _ if region.fraction == 0.0 => {
+            // No data: keep the TTL as it is (a region reverted while hot keeps the short TTL
+            // until fresh data shows it cool, so a returning overload is answered quickly).
             region.note = Note::Normal;
-            region.hot = false;
             return String::new();
         }
         _ => {
@@ -520,7 +628,6 @@ fn decide_region(
                 region.shares.clear();
             }
             region.note = Note::Reverting;
-            region.hot = to > 0.0;
             return "load data stale too long: reverting".into();
         }
     }
@@ -530,8 +637,17 @@ fn decide_region(
     let wanted = if natural <= 0.0 || capacity <= 0.0 {
         region.fraction
     } else if util > settings.high_watermark {
+        // Only part of a move made now lands within the horizon (clients still holding normal
+        // answers move when those expire): shed enough that the part landing soon relieves it.
+        let landing = landing_share(region.hot_since.unwrap_or(now_ms), now_ms, settings);
         let excess = (util - target) * capacity;
-        (region.fraction + (excess / natural).min(settings.slew)).min(1.0)
+        let step_up = (excess / (natural * landing)).min(settings.slew);
+        // Shedding more than needed in the end speeds relief (only expiring answers move), but
+        // by a bounded factor: never more than OVERSHED times the fraction that will be needed
+        // once everything has landed.
+        let needed = (1.0 - (target * capacity - incoming) / natural).clamp(0.0, 1.0);
+        let ceiling = (OVERSHED * needed).min(1.0).max(region.fraction);
+        (region.fraction + step_up).min(ceiling)
     } else if util < settings.low_watermark && region.fraction > 0.0 {
         let spare = (target - util) * capacity;
         (region.fraction - (spare / natural).min(settings.slew)).max(0.0)
@@ -550,9 +666,18 @@ fn decide_region(
     } else {
         wanted
     };
+    // The region turns hot (short TTL) before its moves are scheduled: moves made now land
+    // according to how long its clients have had the short TTL.
+    let region = &mut state.regions[r];
+    if region.hot_since.is_none() && (util > settings.low_watermark || wanted > 0.0) {
+        region.hot_since = Some(now_ms);
+    }
     let reason = place(state, r, wanted, rings, settings, predicted, room, now_ms);
     let region = &mut state.regions[r];
     region.hot = util > settings.low_watermark || region.fraction > 0.0;
+    if !region.hot {
+        region.hot_since = None;
+    }
     reason
 }
 
@@ -684,11 +809,22 @@ fn place(
         let delta = placed.get(&dest).copied().unwrap_or(0.0)
             - old_placed.get(&dest).copied().unwrap_or(0.0);
         if delta.abs() > 1e-9 && !moves.iter().any(|m: &Move| m.to == dest) {
+            let steady_ms = u64::from(settings.steady_ttl) * 1000;
+            let hot_since = region.hot_since.unwrap_or(now_ms);
+            // Shedding more moves clients that may still hold normal answers; shedding less
+            // moves shed clients back, and those were all given the short TTL.
+            let fast_share = if delta < 0.0 || steady_ms == 0 {
+                1.0
+            } else {
+                (now_ms.saturating_sub(hot_since) as f64 / steady_ms as f64).clamp(0.0, 1.0)
+            };
             moves.push(Move {
                 from: r as u16,
                 to: dest,
                 amount: delta,
                 at: now_ms,
+                fast_share,
+                slow_until: hot_since + steady_ms,
             });
         }
     }

@@ -127,6 +127,8 @@ fn never_overfills_a_destination_and_uses_the_fallback_site_before_other_contine
     );
     let mut s = settings();
     s.slew = 1.0;
+    // Clients already on the short TTL (as after a long hot spell): moves land within it.
+    s.steady_ttl = s.short_ttl;
     let (state, _) = step(&ShieldState::default(), &i, &rings(), &s, 1000);
     let north = placed_at(&state, EU_WEST, Destination::Region(EU_NORTH as u16));
     assert!(north <= 60.0 + 1e-6, "eu-north got {north}");
@@ -142,6 +144,37 @@ fn never_overfills_a_destination_and_uses_the_fallback_site_before_other_contine
     );
     // Target is midway between the watermarks: 0.775 of 1000 -> shed 425 of 1200.
     let total: f64 = state.regions[EU_WEST].fraction * state.regions[EU_WEST].natural;
+    assert!((total - 425.0).abs() < 1e-6, "{total}");
+}
+
+#[test]
+fn a_freshly_hot_region_sheds_more_than_it_needs_but_at_most_twice() {
+    // Its clients still hold normal (300 s) answers: only a tenth of a move lands within the
+    // short TTL, so the step sheds beyond the eventual need to get relief sooner — bounded.
+    let i = inputs(
+        &[(1200.0, 1000.0), (100.0, 600.0), (100.0, 1000.0), (100.0, 800.0)],
+        &[(100.0, 2000.0), (0.0, 2000.0)],
+    );
+    let mut s = settings();
+    s.slew = 1.0;
+    let (state, _) = step(&ShieldState::default(), &i, &rings(), &s, 1000);
+    let total = state.regions[EU_WEST].fraction * state.regions[EU_WEST].natural;
+    assert!(total > 425.0 + 1.0 && total <= 2.0 * 425.0 + 1e-6, "{total}");
+    // Once its clients have had the short TTL for a full normal TTL, it sheds just what it needs.
+    let mut held = inputs(
+        &[(1200.0, 1000.0), (100.0, 600.0), (100.0, 1000.0), (100.0, 800.0)],
+        &[(100.0, 2000.0), (0.0, 2000.0)],
+    );
+    held.mode = ShieldMode::Auto;
+    let mut warm = ShieldState {
+        regions: vec![RegionState::default(); 4],
+        ..ShieldState::default()
+    };
+    warm.regions[EU_WEST].hot_since = Some(0);
+    warm.regions[EU_WEST].hot = true;
+    let later = u64::from(s.steady_ttl) * 1000 + 1000;
+    let (state, _) = step(&warm, &held, &rings(), &s, later);
+    let total = state.regions[EU_WEST].fraction * state.regions[EU_WEST].natural;
     assert!((total - 425.0).abs() < 1e-6, "{total}");
 }
 
@@ -537,7 +570,18 @@ fn demand_counters_separate_own_clients_from_shed_in_traffic() {
         sent: BTreeMap::new(),
     };
     i.demand = vec![west, north, Demand::default(), Demand::default()];
-    let (state, _) = step(&ShieldState::default(), &i, &rings(), &settings(), 1000);
+    // Counts that have not yet covered a normal TTL are not trusted: with no bookkeeping of
+    // shed-in traffic, eu-north's whole load counts as its own.
+    let (young, _) = step(&ShieldState::default(), &i, &rings(), &settings(), 1000);
+    assert!((young.regions[EU_NORTH].natural - 500.0).abs() < 1e-6);
+    // Mature counts (a normal TTL's worth, smoothed) split the load.
+    let mature = ShieldState {
+        demand: i.demand.clone(),
+        demand_age_ms: u64::from(settings().steady_ttl) * 1000,
+        last_tick_ms: Some(0),
+        ..ShieldState::default()
+    };
+    let (state, _) = step(&mature, &i, &rings(), &settings(), 1000);
     assert!(
         (state.regions[EU_NORTH].natural - 300.0).abs() < 1e-6,
         "{}",

@@ -83,6 +83,9 @@ pub fn load_with(config: &Config, control: ControlSource<'_>) -> Result<Loaded, 
     );
     snapshot.control = control.map(|(file, _)| file).unwrap_or_default();
     snapshot.shield_settings = config.shield.settings();
+    if let Some(ttl) = snapshot.policies().and_then(crate::shield::live::steady_ttl) {
+        snapshot.shield_settings.steady_ttl = ttl;
+    }
     snapshot.load_file = config.shield.load_file.clone();
     snapshot.shield_tick_ms = config.shield.tick_ms;
     snapshot.serial = snapshot.control.serial.unwrap_or(0);

@@ -19,6 +19,7 @@ use ipnet::IpNet;
 use crate::control::ControlFile;
 use crate::dns::respond::Client;
 use crate::dns::wire::{ClientSubnet, WireName};
+use crate::metrics::SnapshotCounters;
 use crate::shield::live::Shield;
 use crate::shield::step::ShieldSettings;
 use crate::zone::lookup::{resolve, ZoneSet};
@@ -39,6 +40,8 @@ pub struct ServeOptions {
     pub version: Option<String>,
     /// Answer to `CH TXT id.server` / `hostname.bind`; `None` refuses.
     pub identity: Option<String>,
+    /// Log one query in this many at info (client, name, type, rcode); 0 = no query log.
+    pub query_log_sample: u32,
 }
 
 impl Default for ServeOptions {
@@ -48,6 +51,7 @@ impl Default for ServeOptions {
             nsid: None,
             version: Some(format!("steerdns {}", env!("CARGO_PKG_VERSION"))),
             identity: None,
+            query_log_sample: 0,
         }
     }
 }
@@ -73,6 +77,8 @@ pub struct Snapshot {
     pub load_file: Option<std::path::PathBuf>,
     /// Milliseconds between shield decisions.
     pub shield_tick_ms: u64,
+    /// Per-zone and steered-answer counters, sized for these zones and policies.
+    pub counters: Arc<SnapshotCounters>,
 }
 
 impl Snapshot {
@@ -83,6 +89,7 @@ impl Snapshot {
         steering: Option<SteeringData>,
         trace_allow: Vec<IpNet>,
     ) -> Snapshot {
+        let counters = SnapshotCounters::register(&zones, steering.as_ref().map(|s| &s.policies));
         let mut snapshot = Snapshot {
             zones: ZoneSet::new(zones),
             precompiled: Precompiled::default(),
@@ -96,6 +103,7 @@ impl Snapshot {
             shield_settings: ShieldSettings::default(),
             load_file: None,
             shield_tick_ms: 1000,
+            counters,
         };
         snapshot.precompiled = Precompiled::build(&snapshot);
         snapshot
@@ -115,6 +123,7 @@ impl Snapshot {
         let data = self.steering.as_ref()?;
         Some(ClientSteering::new(
             data,
+            &self.counters,
             self.shield.view(),
             steer::locate(&data.locator, client, subnet),
         ))

@@ -8,6 +8,7 @@ use super::Snapshot;
 use crate::dns::respond::Client;
 use crate::dns::wire::{rtype, ClientSubnet};
 use crate::geo::Locator;
+use crate::metrics::SnapshotCounters;
 use crate::policy::{
     self, evaluate, AnycastChoice, CompiledPolicies, Destination, ShedView, Target,
 };
@@ -46,6 +47,7 @@ fn unmap(addr: IpAddr) -> IpAddr {
 /// The steering hook for one query.
 pub struct ClientSteering<'s> {
     data: &'s SteeringData,
+    counters: &'s SnapshotCounters,
     shed: arc_swap::Guard<std::sync::Arc<ShedView>>,
     client: policy::Client,
     /// The first steered binding the lookup asked about (for traces).
@@ -55,11 +57,13 @@ pub struct ClientSteering<'s> {
 impl<'s> ClientSteering<'s> {
     pub fn new(
         data: &'s SteeringData,
+        counters: &'s SnapshotCounters,
         shed: arc_swap::Guard<std::sync::Arc<ShedView>>,
         client: policy::Client,
     ) -> Self {
         ClientSteering {
             data,
+            counters,
             shed,
             client,
             asked: Cell::new(None),
@@ -82,13 +86,15 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
         let policies = &self.data.policies;
         let steered = policies.steered().get(binding as usize)?;
         let decision = evaluate(policies, steered.root, &self.client, &self.shed);
+        self.counters
+            .record_steered(binding, self.client.region, &decision.trace);
         if let Some((region, choice)) = decision.trace.anycast {
             let to = match choice {
                 AnycastChoice::Global | AnycastChoice::Kept { .. } => Destination::Global,
                 AnycastChoice::Forced(d) | AnycastChoice::Drained(d) => d,
                 AnycastChoice::Shed { destination, .. } => destination,
             };
-            self.data.demand.record(region, to);
+            self.data.demand.record(region, to, decision.ttl);
         }
         let data = match (decision.target, qtype) {
             (Target::Cname { wire, .. }, _) => Synth::Cname(wire),

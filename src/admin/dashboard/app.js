@@ -1,0 +1,346 @@
+// steerdns live dashboard: reads GET v1/status every REFRESH_MS and redraws the page.
+// Read-only by design: it never sends anything but that GET. Every value from the server is
+// put into the page as text (textContent), never parsed as markup.
+"use strict";
+
+(function () {
+  const REFRESH_MS = 1500;
+  const FETCH_TIMEOUT_MS = 5000;
+  const MAX_CHANGES_SHOWN = 12;
+
+  let lastGood = null;
+  // Alerts from the last good status, and the connection problem if any: the alert list (a
+  // live region) is redrawn only when its text changes, so screen readers hear changes once.
+  let serverAlerts = [];
+  let connectionAlert = null;
+  let shownAlerts = null;
+
+  // el("td", {className: "x", dataset: {a: "1"}}, "text", childNode, ...)
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props || {})) {
+      if (key === "dataset") {
+        Object.assign(node.dataset, value);
+      } else if (key === "attrs") {
+        for (const [name, v] of Object.entries(value)) node.setAttribute(name, v);
+      } else {
+        node[key] = value;
+      }
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  function byId(id) {
+    return document.getElementById(id);
+  }
+
+  // 0.64 -> "64%", 0.025 -> "2.5%", 0 -> "0%".
+  function pct(fraction) {
+    if (typeof fraction !== "number" || !isFinite(fraction)) return "?";
+    const v = fraction * 100;
+    const text = v !== 0 && Math.abs(v) < 10 ? v.toFixed(1) : v.toFixed(0);
+    return text.replace(/\.0$/, "") + "%";
+  }
+
+  function num(value) {
+    if (typeof value !== "number" || !isFinite(value)) return "?";
+    return Number.isInteger(value) ? String(value) : value.toFixed(1);
+  }
+
+  function list(items, empty) {
+    return items.length ? items : [el("li", { className: "none" }, empty)];
+  }
+
+  // A utilisation bar with both watermarks drawn on it; the numbers are also in the text.
+  function bar(utilisation, high, low) {
+    const known = typeof utilisation === "number" && isFinite(utilisation);
+    const level = !known ? "unknown" : utilisation >= high ? "high" : utilisation >= low ? "warm" : "ok";
+    const label = known
+      ? `utilisation ${pct(utilisation)}; high watermark ${pct(high)}, low watermark ${pct(low)}`
+      : "no load data";
+    const fill = el("span", { className: "fill level-" + level });
+    fill.style.width = known ? Math.min(Math.max(utilisation, 0), 1) * 100 + "%" : "0";
+    const highMark = el("span", { className: "mark mark-high", title: "high watermark " + pct(high) });
+    highMark.style.left = Math.min(Math.max(high, 0), 1) * 100 + "%";
+    const lowMark = el("span", { className: "mark mark-low", title: "low watermark " + pct(low) });
+    lowMark.style.left = Math.min(Math.max(low, 0), 1) * 100 + "%";
+    const track = el(
+      "span",
+      { className: "bar" + (known && utilisation > 1 ? " over" : ""), attrs: { role: "img", "aria-label": label } },
+      fill,
+      lowMark,
+      highMark
+    );
+    return { track, level, known };
+  }
+
+  function utilisationCell(ring, high, low) {
+    const drawn = bar(ring.utilisation, high, low);
+    const text = drawn.known
+      ? `${pct(ring.utilisation)} (${num(ring.load)} / ${num(ring.capacity)})`
+      : "no load data";
+    return el(
+      "td",
+      { className: "util" },
+      drawn.track,
+      el("span", { className: "value level-text-" + drawn.level }, text)
+    );
+  }
+
+  function destinationsOf(region) {
+    return Array.isArray(region.destinations) ? region.destinations : [];
+  }
+
+  // Who sends shed clients to `name`: [[region, share of that region's clients], ...].
+  function incoming(regions, name) {
+    const from = [];
+    for (const region of regions) {
+      for (const [to, share] of destinationsOf(region)) {
+        if (to === name && region.shed_fraction > 0) from.push([region.name, region.shed_fraction * share]);
+      }
+    }
+    return from;
+  }
+
+  function regionRow(region, regions, overrides, high, low) {
+    const shedding = region.shed_fraction > 0;
+    const destinations = destinationsOf(region);
+    const stateCell = el(
+      "td",
+      { className: "state" },
+      el("span", { className: "state-text" }, region.state || "unknown"),
+      region.hot ? el("span", { className: "badge hot" }, "hot") : null,
+      overrides[region.name] ? el("div", { className: "override" }, "operator: " + overrides[region.name]) : null
+    );
+    const shedCell = el(
+      "td",
+      { className: "shed" },
+      shedding ? el("strong", {}, pct(region.shed_fraction)) : el("span", { className: "none" }, "none")
+    );
+    const flows = destinations.map(([to, share], i) =>
+      el("span", { className: "dest" }, i ? ", " : "", to + " ", el("strong", {}, pct(share)))
+    );
+    const inbound = incoming(regions, region.name).map(([from, share]) => `${from} ${pct(share)}`);
+    const flowCell = el(
+      "td",
+      { className: "flows" },
+      shedding && flows.length
+        ? el("span", { className: "flow" }, el("span", { className: "from" }, region.name), " \u2192 ", flows)
+        : el("span", { className: "none" }, "\u2014"),
+      inbound.length ? el("div", { className: "inbound" }, "\u2190 receiving from " + inbound.join(", ")) : null
+    );
+    return el(
+      "tr",
+      {
+        className: "ring state-" + (region.state || "unknown").replace(/[^a-z]+/g, "-"),
+        dataset: {
+          region: region.name,
+          state: region.state || "unknown",
+          shed: String(region.shed_fraction),
+          destinations: destinations.map(([to]) => to).join(" "),
+        },
+      },
+      el("th", { scope: "row" }, region.name),
+      utilisationCell(region, high, low),
+      stateCell,
+      shedCell,
+      flowCell
+    );
+  }
+
+  function siteRow(site, regions, high, low) {
+    const inbound = incoming(regions, site.name).map(([from, share]) => `${from} (${pct(share)} of its clients)`);
+    return el(
+      "tr",
+      { className: "ring", dataset: { site: site.name } },
+      el("th", { scope: "row" }, site.name),
+      utilisationCell(site, high, low),
+      el(
+        "td",
+        { className: "flows" },
+        inbound.length ? "\u2190 " + inbound.join(", ") : el("span", { className: "none" }, "\u2014")
+      )
+    );
+  }
+
+  function definitions(target, pairs) {
+    target.replaceChildren(
+      ...pairs.filter(([, v]) => v !== null && v !== undefined).flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])
+    );
+  }
+
+  function renderRings(status) {
+    const shield = status.shield || {};
+    const regions = Array.isArray(shield.regions) ? shield.regions : [];
+    const sites = Array.isArray(shield.sites) ? shield.sites : [];
+    const overrides = status.regions || {};
+    const high = typeof shield.high_watermark === "number" ? shield.high_watermark : 0;
+    const low = typeof shield.low_watermark === "number" ? shield.low_watermark : 0;
+    byId("regions").tBodies[0].replaceChildren(
+      ...(regions.length
+        ? regions.map((r) => regionRow(r, regions, overrides, high, low))
+        : [el("tr", {}, el("td", { colSpan: 5 }, "No topology configured: nothing to shield."))])
+    );
+    byId("sites").tBodies[0].replaceChildren(
+      ...(sites.length
+        ? sites.map((s) => siteRow(s, regions, high, low))
+        : [el("tr", {}, el("td", { colSpan: 3 }, "No fallback sites configured."))])
+    );
+    const changes = Array.isArray(shield.recent_changes) ? shield.recent_changes.slice(0, MAX_CHANGES_SHOWN) : [];
+    byId("changes").tBodies[0].replaceChildren(
+      ...(changes.length
+        ? changes.map((c) =>
+            el(
+              "tr",
+              {},
+              el("td", {}, c.at),
+              el("th", { scope: "row" }, c.region),
+              el("td", {}, `${pct(c.from)} \u2192 ${pct(c.to)}`),
+              el("td", {}, c.reason)
+            )
+          )
+        : [el("tr", {}, el("td", { colSpan: 4 }, "No decision changes since start."))])
+    );
+  }
+
+  function renderShield(status) {
+    const shield = status.shield || {};
+    const age = typeof shield.feed_age_secs === "number" ? `${shield.feed_age_secs.toFixed(1)} s ago` : "no feed yet";
+    definitions(byId("shield"), [
+      ["Mode", shield.mode || "?"],
+      ["Load feed", shield.feed_origin ? `${age} (via ${shield.feed_origin})` : age],
+      ["Feeds", `${shield.feeds_accepted || 0} accepted, ${shield.feeds_refused || 0} refused`],
+      ["Last refused feed", shield.last_feed_refusal || null],
+      ["Watermarks", `high ${pct(shield.high_watermark)}, low ${pct(shield.low_watermark)}`],
+    ]);
+    serverAlerts = (Array.isArray(shield.alerts) ? shield.alerts : []).concat(
+      (status.warnings || []).map((w) => "warning: " + w),
+      status.geo && status.geo !== "ok" ? ["geo: " + status.geo] : []
+    );
+  }
+
+  function renderAlerts() {
+    const alerts = (connectionAlert ? [connectionAlert] : []).concat(serverAlerts);
+    const key = JSON.stringify(alerts);
+    if (key === shownAlerts) return;
+    shownAlerts = key;
+    byId("alerts").replaceChildren(...list(alerts.map((a) => el("li", { className: "alert" }, a)), "No alerts."));
+  }
+
+  function renderControl(status) {
+    definitions(byId("control"), [
+      ["Serial", String(status.serial)],
+      ["Loaded", `${status.loaded_at || "?"} by ${status.loaded_by || "?"}`],
+      ["Config hash", status.config_hash ? String(status.config_hash).slice(0, 16) : "?"],
+      ["Reloads", `${status.reloads_accepted || 0} accepted, ${status.reloads_refused || 0} refused`],
+      ["Zones", (status.zones || []).map((z) => `${z.origin} (serial ${z.serial})`).join(", ") || "none"],
+    ]);
+    const refusal = status.last_refusal;
+    byId("refusal").replaceChildren(
+      refusal
+        ? el(
+            "div",
+            { className: "refusal" },
+            el("p", {}, `${refusal.at} (${refusal.trigger}): refused, the previous version keeps serving.`),
+            el("ul", {}, (refusal.reasons || []).map((r) => el("li", {}, r)))
+          )
+        : el("p", { className: "none" }, "None since start.")
+    );
+    const overrides = Object.entries(status.regions || {});
+    byId("overrides").replaceChildren(
+      ...list(
+        overrides.map(([region, what]) => el("li", {}, `${region}: ${what}`)),
+        "None: every region follows the shield."
+      )
+    );
+  }
+
+  function renderProfiles(status) {
+    const profiles = Object.entries(status.profiles || {});
+    byId("profiles").replaceChildren(
+      ...(profiles.length
+        ? profiles.map(([name, endpoints]) => profileTable(name, endpoints))
+        : [el("p", { className: "none" }, "No profiles configured.")])
+    );
+  }
+
+  function profileTable(name, endpoints) {
+    const entries = Object.entries(endpoints);
+    const total = entries.reduce((sum, [, e]) => sum + (e.enabled && typeof e.weight === "number" ? e.weight : 0), 0);
+    const rows = entries.map(([endpoint, e]) => {
+      const weighted = typeof e.weight === "number";
+      const share = weighted && total > 0 && e.enabled ? e.weight / total : 0;
+      const meter = el("span", { className: "weight-bar", attrs: { "aria-hidden": "true" } });
+      const fill = el("span", { className: "fill" });
+      fill.style.width = share * 100 + "%";
+      meter.append(fill);
+      return el(
+        "tr",
+        { className: e.enabled ? "" : "disabled", dataset: { endpoint } },
+        el("th", { scope: "row" }, endpoint),
+        el("td", {}, weighted ? [meter, ` ${e.weight} (${pct(share)})`] : "by region"),
+        el("td", {}, e.enabled ? "enabled" : "disabled")
+      );
+    });
+    return el(
+      "table",
+      { className: "profile", dataset: { profile: name } },
+      el("caption", {}, name),
+      el(
+        "thead",
+        {},
+        el("tr", {}, el("th", { scope: "col" }, "Endpoint"), el("th", { scope: "col" }, "Weight"), el("th", { scope: "col" }, "State"))
+      ),
+      el("tbody", {}, rows)
+    );
+  }
+
+  function render(status) {
+    renderRings(status);
+    renderShield(status);
+    renderControl(status);
+    renderProfiles(status);
+  }
+
+  function setConnection(ok, detail) {
+    document.body.dataset.connection = ok ? "ok" : "error";
+    const now = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+    const text = ok
+      ? `Updated ${now}: serial ${detail}.`
+      : `Cannot read /v1/status (${detail}) at ${now}` +
+        (lastGood ? `; showing data from ${lastGood}.` : "; no data yet.");
+    byId("connection").textContent = text;
+    // Said once when the connection is lost, not at every failed retry.
+    if (!ok && !connectionAlert) connectionAlert = "dashboard: " + text;
+    if (ok) connectionAlert = null;
+    renderAlerts();
+  }
+
+  async function refresh() {
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), FETCH_TIMEOUT_MS);
+    try {
+      const response = await fetch("v1/status", {
+        cache: "no-store",
+        headers: { Accept: "application/json" },
+        signal: abort.signal,
+      });
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      const status = await response.json();
+      render(status);
+      lastGood = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+      setConnection(true, status.serial);
+    } catch (error) {
+      setConnection(false, error && error.message ? error.message : String(error));
+    } finally {
+      clearTimeout(timer);
+      setTimeout(refresh, REFRESH_MS);
+    }
+  }
+
+  refresh();
+})();

@@ -1,0 +1,413 @@
+//! `GET /metrics`: gathers the counters and the control plane's and shield's state into plain
+//! numbers (locks and allocation are fine here: this is the scrape, not the serving path), and
+//! encodes them in the Prometheus text format with `prometheus-client`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::per_snapshot::{self, Series};
+use super::serving::{serving, ServingTotals, RCODES, TRANSPORTS};
+use crate::policy::{ProfileId, ProfileKindTag};
+use crate::reload::{Reloader, Status};
+use crate::shield::live::ShieldStatus;
+use crate::shield::source::FeedStats;
+
+/// The `Content-Type` of what [`render`] returns.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Everything one scrape reports, read once so the numbers agree with each other.
+#[derive(Debug)]
+pub struct Scrape {
+    serving: ServingTotals,
+    series: BTreeMap<Series, u64>,
+    status: Status,
+    shield: ShieldStatus,
+    feed_age_secs: Option<f64>,
+    feeds: FeedStats,
+    /// (profile, endpoint, weight if the profile is weighted, enabled).
+    endpoints: Vec<(String, String, Option<u32>, bool)>,
+}
+
+/// Reads the state to report.
+pub fn gather(reloader: &Reloader) -> Scrape {
+    let (snapshot, status) = reloader.snapshot_and_status();
+    let shield = reloader.shield();
+    let now = SystemTime::now();
+    let feed_age_secs = shield.feed.latest().map(|(feed, _, _)| {
+        now.duration_since(feed.time)
+            .unwrap_or(Duration::ZERO)
+            .as_secs_f64()
+    });
+    let mut endpoints = Vec::new();
+    if let Some(policies) = snapshot.policies() {
+        for (i, (profile, states)) in policies.endpoint_states().into_iter().enumerate() {
+            let weighted = u16::try_from(i)
+                .ok()
+                .and_then(|id| policies.profile_kind(ProfileId(id)))
+                == Some(ProfileKindTag::Weighted);
+            for (endpoint, weight, enabled) in states {
+                let weight = weighted.then_some(weight);
+                endpoints.push((profile.clone(), endpoint, weight, enabled));
+            }
+        }
+    }
+    Scrape {
+        serving: serving().totals(),
+        series: per_snapshot::totals(),
+        status,
+        shield: shield.status(),
+        feed_age_secs,
+        feeds: shield.feed.stats(),
+        endpoints,
+    }
+}
+
+/// The Prometheus text exposition of the server's state.
+pub fn render(reloader: &Reloader) -> Result<String, fmt::Error> {
+    encode(gather(reloader))
+}
+
+/// Encodes a scrape (separate from [`gather`] so tests can encode made-up numbers).
+pub fn encode(scrape: Scrape) -> Result<String, fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(scrape));
+    let mut text = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn family<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    rows: impl IntoIterator<Item = (Labels, M)>,
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
+    for (labels, value) in rows {
+        value.encode(metric.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn counters(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (Labels, u64)>,
+) -> fmt::Result {
+    let rows = rows.into_iter().map(|(l, v)| (l, ConstCounter::new(v)));
+    family(encoder, name, help, MetricType::Counter, rows)
+}
+
+fn gauges(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (Labels, f64)>,
+) -> fmt::Result {
+    let rows = rows.into_iter().map(|(l, v)| (l, ConstGauge::new(v)));
+    family(encoder, name, help, MetricType::Gauge, rows)
+}
+
+fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: f64) -> fmt::Result {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(value).encode(metric)
+}
+
+fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    ConstCounter::new(value).encode(metric)
+}
+
+fn by_transport(values: &[u64; TRANSPORTS.len()]) -> impl Iterator<Item = (Labels, u64)> + '_ {
+    TRANSPORTS
+        .iter()
+        .zip(values)
+        .map(|(t, v)| (vec![("transport", t.to_string())], *v))
+}
+
+fn bool_value(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+impl Scrape {
+    fn encode_serving(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let s = &self.serving;
+        counters(
+            encoder,
+            "steerdns_queries",
+            "DNS queries received, by transport.",
+            by_transport(&s.queries),
+        )?;
+        let responses = TRANSPORTS.iter().enumerate().flat_map(|(t, transport)| {
+            RCODES.iter().enumerate().map(move |(r, rcode)| {
+                let labels = vec![
+                    ("transport", transport.to_string()),
+                    ("rcode", rcode.to_string()),
+                ];
+                (labels, s.responses[t][r])
+            })
+        });
+        counters(
+            encoder,
+            "steerdns_responses",
+            "DNS responses sent, by transport and rcode.",
+            responses,
+        )?;
+        counters(
+            encoder,
+            "steerdns_truncated_responses",
+            "Responses sent with TC set (too large for the client's UDP payload).",
+            by_transport(&s.truncated),
+        )?;
+        counters(
+            encoder,
+            "steerdns_dropped_queries",
+            "Queries not answered at all (unparseable, or a response is not allowed).",
+            by_transport(&s.dropped),
+        )?;
+        counter(
+            encoder,
+            "steerdns_udp_send_errors",
+            "UDP responses the kernel refused to send.",
+            s.udp_send_errors,
+        )?;
+        counter(
+            encoder,
+            "steerdns_tcp_connections",
+            "TCP connections accepted.",
+            s.tcp_accepted,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_tcp_connections_open",
+            "TCP connections open now.",
+            s.tcp_open as f64,
+        )
+    }
+
+    fn encode_series(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let pick = |want: fn(&Series) -> Option<Labels>| {
+            self.series
+                .iter()
+                .filter_map(move |(series, n)| want(series).map(|labels| (labels, *n)))
+        };
+        counters(
+            encoder,
+            "steerdns_zone_responses",
+            "DNS responses by zone and rcode; names outside every zone count as zone=\"other\".",
+            pick(|s| match s {
+                Series::Zone { zone, rcode } => {
+                    Some(vec![("zone", zone.clone()), ("rcode", rcode.to_string())])
+                }
+                _ => None,
+            }),
+        )?;
+        counters(
+            encoder,
+            "steerdns_steered_answers",
+            "Answers computed by a steering policy, by steered name and policy (anycast or the \
+             root profile).",
+            pick(|s| match s {
+                Series::Steered { name, policy } => {
+                    Some(vec![("name", name.clone()), ("policy", policy.clone())])
+                }
+                _ => None,
+            }),
+        )?;
+        counters(
+            encoder,
+            "steerdns_profile_answers",
+            "Steered answers by profile, the endpoint it chose, and the client's region (every \
+             profile on the answer's path counts).",
+            pick(|s| match s {
+                Series::Profile {
+                    profile,
+                    endpoint,
+                    region,
+                } => Some(vec![
+                    ("profile", profile.clone()),
+                    ("endpoint", endpoint.clone()),
+                    ("region", region.clone()),
+                ]),
+                _ => None,
+            }),
+        )?;
+        counters(
+            encoder,
+            "steerdns_anycast_answers",
+            "Anycast answers by client region and destination (global, a region, a fallback site).",
+            pick(|s| match s {
+                Series::Anycast {
+                    region,
+                    destination,
+                } => Some(vec![
+                    ("region", region.clone()),
+                    ("destination", destination.clone()),
+                ]),
+                _ => None,
+            }),
+        )
+    }
+
+    fn encode_control(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let st = &self.status;
+        gauge(
+            encoder,
+            "steerdns_control_serial",
+            "Serial of the control version being served.",
+            st.serial as f64,
+        )?;
+        counters(
+            encoder,
+            "steerdns_reloads",
+            "Reloads (startup, control file, SIGHUP, API) by result.",
+            [
+                (
+                    vec![("result", "accepted".to_string())],
+                    st.reloads_accepted,
+                ),
+                (vec![("result", "refused".to_string())], st.reloads_refused),
+            ],
+        )?;
+        gauge(
+            encoder,
+            "steerdns_last_reload_duration_seconds",
+            "How long the last accepted reload took, from reading files to the swap.",
+            st.last_reload_ms / 1000.0,
+        )?;
+        let endpoint =
+            |(p, e): (&String, &String)| vec![("profile", p.clone()), ("endpoint", e.clone())];
+        gauges(
+            encoder,
+            "steerdns_endpoint_weight",
+            "Weight served for each endpoint of a weighted profile (0 when disabled).",
+            self.endpoints
+                .iter()
+                .filter_map(|(p, e, w, _)| w.map(|w| (endpoint((p, e)), f64::from(w)))),
+        )?;
+        gauges(
+            encoder,
+            "steerdns_endpoint_enabled",
+            "1 if the endpoint is enabled, 0 if the control file disabled it.",
+            self.endpoints
+                .iter()
+                .map(|(p, e, _, on)| (endpoint((p, e)), bool_value(*on))),
+        )?;
+        let version = vec![("version", env!("CARGO_PKG_VERSION").to_string())];
+        gauges(
+            encoder,
+            "steerdns_build_info",
+            "Always 1; the labels say which build is running.",
+            [(version, 1.0)],
+        )
+    }
+
+    fn encode_shield(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let sh = &self.shield;
+        let region = |name: &String| vec![("region", name.clone())];
+        gauges(
+            encoder,
+            "steerdns_shield_shed_fraction",
+            "Share of a region's clients the shield sends away from global anycast (0..1).",
+            sh.regions
+                .iter()
+                .map(|r| (region(&r.name), r.shed_fraction)),
+        )?;
+        gauges(
+            encoder,
+            "steerdns_shield_destination_fraction",
+            "Share of a region's clients shed to each destination (sums to the shed fraction).",
+            sh.regions.iter().flat_map(|r| {
+                r.destinations.iter().map(|(to, share)| {
+                    let labels = vec![("region", r.name.clone()), ("destination", to.clone())];
+                    (labels, r.shed_fraction * share)
+                })
+            }),
+        )?;
+        gauges(
+            encoder,
+            "steerdns_shield_hot",
+            "1 while a region is above its low watermark (its clients get the short TTL).",
+            sh.regions
+                .iter()
+                .map(|r| (region(&r.name), bool_value(r.hot))),
+        )?;
+        let rings = || {
+            let regions = sh.regions.iter().map(|r| ("region", r));
+            let sites = sh.sites.iter().map(|s| ("fallback", s));
+            regions.chain(sites)
+        };
+        let ring =
+            |kind: &str, name: &String| vec![("ring", kind.to_string()), ("name", name.clone())];
+        gauges(
+            encoder,
+            "steerdns_utilisation",
+            "Load divided by capacity from the latest load feed, per region and fallback site.",
+            rings().filter_map(|(k, r)| r.utilisation.map(|u| (ring(k, &r.name), u))),
+        )?;
+        gauges(
+            encoder,
+            "steerdns_load",
+            "Load from the latest load feed (the feed's units).",
+            rings().filter_map(|(k, r)| r.load.map(|v| (ring(k, &r.name), v))),
+        )?;
+        gauges(
+            encoder,
+            "steerdns_capacity",
+            "Capacity from the latest load feed (the feed's units).",
+            rings().filter_map(|(k, r)| r.capacity.map(|v| (ring(k, &r.name), v))),
+        )?;
+        if let Some(age) = self.feed_age_secs {
+            gauge(
+                encoder,
+                "steerdns_load_feed_age_seconds",
+                "Age of the latest accepted load feed (from its measurement time); absent \
+                 before the first feed.",
+                age,
+            )?;
+        }
+        counters(
+            encoder,
+            "steerdns_load_feeds",
+            "Load feeds received, by result.",
+            [
+                (
+                    vec![("result", "accepted".to_string())],
+                    self.feeds.accepted,
+                ),
+                (vec![("result", "refused".to_string())], self.feeds.refused),
+            ],
+        )?;
+        gauge(
+            encoder,
+            "steerdns_shield_alerts",
+            "Shield alerts standing now (no headroom, stale or missing feed); see /v1/status.",
+            sh.alerts.len() as f64,
+        )
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        self.encode_serving(&mut encoder)?;
+        self.encode_series(&mut encoder)?;
+        self.encode_control(&mut encoder)?;
+        self.encode_shield(&mut encoder)
+    }
+}

@@ -1,0 +1,31 @@
+//! Observability: the serving counters, their Prometheus exposition (`GET /metrics` on the
+//! admin endpoint) and the sampled query log.
+//!
+//! - [`serving`]: process-wide counters of fixed shape (queries, responses by transport and
+//!   rcode, truncations, drops, TCP connections).
+//! - [`per_snapshot`]: counters shaped by the config (per zone, per steered name, per profile
+//!   endpoint and client region, per anycast destination), sized when a snapshot is built and
+//!   kept monotonic across reloads.
+//! - [`export`]: the scrape — reads counters, control-plane status and shield status, and
+//!   encodes them with `prometheus-client`.
+//! - [`querylog`]: one query in N logged at info.
+//!
+//! The rule this module exists to keep: the serving path (respond, the UDP worker loop, a TCP
+//! connection) only does relaxed atomic adds into fixed arrays, in a per-thread slot
+//! ([`cells`]); it never locks, allocates or logs (except a sampled query). Everything else —
+//! summing, locking, formatting — happens in the scrape. This module never changes what is
+//! served.
+
+pub mod cells;
+pub mod export;
+pub mod per_snapshot;
+pub mod querylog;
+pub mod serving;
+
+#[cfg(test)]
+mod tests;
+
+pub use cells::claim_worker_slot;
+pub use export::{render, CONTENT_TYPE};
+pub use per_snapshot::SnapshotCounters;
+pub use serving::serving;

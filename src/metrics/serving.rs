@@ -1,0 +1,224 @@
+//! Process-wide serving counters whose shape never depends on config: queries, responses by
+//! transport and rcode, truncations, drops, UDP send errors, TCP connections. They live in a
+//! `static` (one per process, like the sockets) so they survive every reload as they are.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use super::cells::{current_slot, SLOTS};
+use crate::dns::respond::Transport;
+use crate::dns::wire::rcode;
+
+/// Transport label values, indexed by [`transport_index`].
+pub const TRANSPORTS: [&str; 2] = ["udp", "tcp"];
+/// Rcode label values, indexed by [`rcode_bucket`]; the last collects anything unexpected.
+pub const RCODES: [&str; 8] = [
+    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "other",
+];
+
+pub fn transport_index(transport: Transport) -> usize {
+    match transport {
+        Transport::Udp => 0,
+        Transport::Tcp => 1,
+    }
+}
+
+/// The [`RCODES`] index of a (possibly extended) rcode.
+pub fn rcode_bucket(code: u16) -> usize {
+    match code {
+        rcode::NOERROR => 0,
+        rcode::FORMERR => 1,
+        rcode::SERVFAIL => 2,
+        rcode::NXDOMAIN => 3,
+        rcode::NOTIMP => 4,
+        rcode::REFUSED => 5,
+        rcode::BADVERS => 6,
+        _ => RCODES.len() - 1,
+    }
+}
+
+const fn zeros<const N: usize>() -> [AtomicU64; N] {
+    [const { AtomicU64::new(0) }; N]
+}
+
+/// One thread slot's counters, aligned so two slots never share a cache line.
+#[repr(align(128))]
+struct Slot {
+    queries: [AtomicU64; TRANSPORTS.len()],
+    responses: [[AtomicU64; RCODES.len()]; TRANSPORTS.len()],
+    truncated: [AtomicU64; TRANSPORTS.len()],
+    dropped: [AtomicU64; TRANSPORTS.len()],
+    udp_send_errors: AtomicU64,
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            queries: zeros(),
+            responses: [zeros(), zeros()],
+            truncated: zeros(),
+            dropped: zeros(),
+            udp_send_errors: AtomicU64::new(0),
+        }
+    }
+}
+
+/// TCP connection counters: bumped per connection, not per query, so one shared line will do.
+#[repr(align(128))]
+struct Connections {
+    open: AtomicI64,
+    accepted: AtomicU64,
+}
+
+pub struct ServingCounters {
+    slots: [Slot; SLOTS],
+    connections: Connections,
+}
+
+static SERVING: ServingCounters = ServingCounters::new();
+
+/// The process's serving counters.
+pub fn serving() -> &'static ServingCounters {
+    &SERVING
+}
+
+fn bump(cell: &AtomicU64) {
+    cell.fetch_add(1, Ordering::Relaxed);
+}
+
+fn total(cells: impl Iterator<Item = u64>) -> u64 {
+    cells.fold(0, u64::wrapping_add)
+}
+
+/// Plain-number totals for a scrape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServingTotals {
+    pub queries: [u64; TRANSPORTS.len()],
+    pub responses: [[u64; RCODES.len()]; TRANSPORTS.len()],
+    pub truncated: [u64; TRANSPORTS.len()],
+    pub dropped: [u64; TRANSPORTS.len()],
+    pub udp_send_errors: u64,
+    pub tcp_open: i64,
+    pub tcp_accepted: u64,
+}
+
+impl ServingCounters {
+    pub const fn new() -> ServingCounters {
+        ServingCounters {
+            slots: [const { Slot::new() }; SLOTS],
+            connections: Connections {
+                open: AtomicI64::new(0),
+                accepted: AtomicU64::new(0),
+            },
+        }
+    }
+
+    fn slot(&self) -> &Slot {
+        &self.slots[current_slot() % SLOTS]
+    }
+
+    /// A query arrived and was answered (`Some((rcode, truncated))`) or not (`None`).
+    #[inline]
+    pub fn record(&self, transport: Transport, answered: Option<(u16, bool)>) {
+        let slot = self.slot();
+        let t = transport_index(transport);
+        bump(&slot.queries[t]);
+        match answered {
+            Some((code, truncated)) => {
+                bump(&slot.responses[t][rcode_bucket(code)]);
+                if truncated {
+                    bump(&slot.truncated[t]);
+                }
+            }
+            None => bump(&slot.dropped[t]),
+        }
+    }
+
+    /// The kernel refused to send a UDP response.
+    pub fn record_udp_send_error(&self) {
+        bump(&self.slot().udp_send_errors);
+    }
+
+    /// A TCP connection was accepted; the guard counts it closed when dropped.
+    pub fn tcp_connection(&self) -> TcpConnection<'_> {
+        self.connections.accepted.fetch_add(1, Ordering::Relaxed);
+        self.connections.open.fetch_add(1, Ordering::Relaxed);
+        TcpConnection { counters: self }
+    }
+
+    pub fn totals(&self) -> ServingTotals {
+        let sum = |f: &dyn Fn(&Slot) -> &AtomicU64| {
+            total(self.slots.iter().map(|s| f(s).load(Ordering::Relaxed)))
+        };
+        let mut totals = ServingTotals {
+            udp_send_errors: sum(&|s| &s.udp_send_errors),
+            tcp_open: self.connections.open.load(Ordering::Relaxed),
+            tcp_accepted: self.connections.accepted.load(Ordering::Relaxed),
+            ..ServingTotals::default()
+        };
+        for t in 0..TRANSPORTS.len() {
+            totals.queries[t] = sum(&|s| &s.queries[t]);
+            totals.truncated[t] = sum(&|s| &s.truncated[t]);
+            totals.dropped[t] = sum(&|s| &s.dropped[t]);
+            for r in 0..RCODES.len() {
+                totals.responses[t][r] = sum(&|s| &s.responses[t][r]);
+            }
+        }
+        totals
+    }
+}
+
+impl Default for ServingCounters {
+    fn default() -> Self {
+        ServingCounters::new()
+    }
+}
+
+/// An open TCP connection, counted closed on drop (also when its task ends in an error).
+pub struct TcpConnection<'a> {
+    counters: &'a ServingCounters,
+}
+
+impl Drop for TcpConnection<'_> {
+    fn drop(&mut self) {
+        self.counters
+            .connections
+            .open
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_by_transport_rcode_truncation_and_drop() {
+        let counters = ServingCounters::new();
+        counters.record(Transport::Udp, Some((rcode::NOERROR, false)));
+        counters.record(Transport::Udp, Some((rcode::NOERROR, true)));
+        counters.record(Transport::Udp, None);
+        counters.record(Transport::Tcp, Some((rcode::BADVERS, false)));
+        counters.record(Transport::Tcp, Some((99, false)));
+        counters.record_udp_send_error();
+        let t = counters.totals();
+        assert_eq!(t.queries, [3, 2]);
+        assert_eq!(t.responses[0][rcode_bucket(rcode::NOERROR)], 2);
+        assert_eq!(t.responses[1][rcode_bucket(rcode::BADVERS)], 1);
+        assert_eq!(t.responses[1][RCODES.len() - 1], 1);
+        assert_eq!(t.truncated, [1, 0]);
+        assert_eq!(t.dropped, [1, 0]);
+        assert_eq!(t.udp_send_errors, 1);
+    }
+
+    #[test]
+    fn tcp_connections_open_and_close() {
+        let counters = ServingCounters::new();
+        let a = counters.tcp_connection();
+        let b = counters.tcp_connection();
+        assert_eq!(counters.totals().tcp_open, 2);
+        drop(a);
+        drop(b);
+        let t = counters.totals();
+        assert_eq!((t.tcp_open, t.tcp_accepted), (0, 2));
+    }
+}

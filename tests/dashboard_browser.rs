@@ -1,0 +1,458 @@
+//! The live dashboard in a real browser: the real server on loopback, a load feed pushed over
+//! `POST /v1/load` that overloads eu-west, then headless Chromium (Debian's `/usr/bin/chromium`,
+//! which `.ci/run` installs) loads `http://ADMIN/`, runs the page's script and dumps the DOM it
+//! drew; the test checks that eu-west is shown shedding towards its destinations, and saves a
+//! screenshot to `<target dir>/test-output/dashboard.png`.
+//!
+//! A missing Chromium fails the test (it does not skip). Every wait is bounded: the browser is
+//! killed, with its whole process group, after [`BROWSER_LIMIT`]. All traffic is loopback.
+
+mod control_common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use control_common::{Daemon, Setup, TempDir, TOKEN};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// Longest one browser run may take before it is killed.
+const BROWSER_LIMIT: Duration = Duration::from_secs(30);
+/// How long the shield may take to start shedding after the feed (it ticks once a second).
+const SHED_LIMIT: Duration = Duration::from_secs(15);
+const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long to wait for the browser's output pipes to close once it is gone.
+const PIPE_LIMIT: Duration = Duration::from_secs(5);
+
+/// eu-west at 99% (above the 85% high watermark); its neighbour eu-north and the fallback site
+/// fb-eu have room. Time is now, so the feed is fresh.
+fn overload_feed() -> String {
+    let now = steerdns::control::history::rfc3339_utc(SystemTime::now());
+    format!(
+        r#"{{"time": "{now}", "source": "dashboard-browser-test",
+            "regions": {{"eu-west": {{"load": 990, "capacity": 1000}},
+                         "eu-north": {{"load": 200, "capacity": 600}}}},
+            "fallback": {{"fb-eu": {{"load": 100, "capacity": 2000}}}}}}"#
+    )
+}
+
+/// A response: status code, header lines (lower-cased names), body.
+struct Reply {
+    code: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request with a body (the shared helper sends none); fixed-length replies only.
+fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &str) -> Reply {
+    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).expect("connect to admin");
+    stream
+        .set_read_timeout(Some(HTTP_TIMEOUT))
+        .expect("read timeout");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).expect("send head");
+    stream.write_all(body.as_bytes()).expect("send body");
+    let mut raw = Vec::new();
+    stream
+        .take(1 << 22)
+        .read_to_end(&mut raw)
+        .expect("read reply");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP head");
+    let mut lines = head.lines();
+    let code = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("an HTTP status");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    assert!(
+        !headers
+            .iter()
+            .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked")),
+        "{method} {path}: chunked reply, which this test client does not read"
+    );
+    Reply {
+        code,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+fn push_overload(daemon: &Daemon) {
+    let reply = request(
+        daemon.admin,
+        "POST",
+        "/v1/load",
+        Some(TOKEN),
+        &overload_feed(),
+    );
+    assert_eq!(reply.code, 200, "POST /v1/load: {}", reply.body);
+}
+
+/// eu-west's entry in `shield.regions` of a status.
+fn region<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["shield"]["regions"]
+        .as_array()
+        .and_then(|regions| regions.iter().find(|r| r["name"] == name))
+        .unwrap_or_else(|| panic!("no region {name} in status: {status:#}"))
+}
+
+/// Waits (bounded) until status shows eu-west shedding; returns that status.
+fn wait_for_eu_west_shedding(daemon: &Daemon) -> serde_json::Value {
+    let deadline = Instant::now() + SHED_LIMIT;
+    loop {
+        let status = daemon.status();
+        let eu_west = region(&status, "eu-west");
+        if eu_west["state"] == "shedding" && eu_west["shed_fraction"].as_f64().unwrap_or(0.0) > 0.0
+        {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "eu-west not shedding {SHED_LIMIT:?} after the feed; status: {status:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Where screenshots go: `<target dir>/test-output/` (created).
+fn test_output_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is inside the target dir")
+        .join("test-output");
+    std::fs::create_dir_all(&dir).expect("create test-output dir");
+    dir
+}
+
+/// What one browser run printed.
+struct BrowserRun {
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs headless Chromium with `args` after the fixed hardening flags, in a fresh profile dir
+/// and its own process group; kills the group if it is not done within [`BROWSER_LIMIT`].
+fn chromium(args: &[String]) -> BrowserRun {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: the dashboard test needs Debian's chromium \
+         (`apt-get install -y chromium chromium-driver`; .ci/run installs it)"
+    );
+    let profile = TempDir::new("chromium-profile");
+    let mut child = Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--disable-dev-shm-usage",
+            "--no-proxy-server",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        // Keep Chromium's caches and config inside the temp dir, not the user's home.
+        .env("HOME", profile.path())
+        .env("XDG_CONFIG_HOME", profile.path())
+        .env("XDG_CACHE_HOME", profile.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {CHROMIUM}: {e}"));
+    let group = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
+    let mut stdout_pipe = child.stdout.take().expect("stdout piped");
+    let mut stderr_pipe = child.stderr.take().expect("stderr piped");
+    let stdout = read_in_background(move |text| stdout_pipe.read_to_string(text));
+    let stderr = read_in_background(move |text| stderr_pipe.read_to_string(text));
+    let deadline = Instant::now() + BROWSER_LIMIT;
+    let exit = loop {
+        if let Some(exit) = child.try_wait().expect("poll chromium") {
+            break Some(exit);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The whole group: renderer, GPU and utility processes too. Safe after a normal exit:
+    // a group id is not reused while any member lives, and an empty group is just ESRCH.
+    // SAFETY: kill(2) only sends a signal, to the process group this test created.
+    unsafe { libc::kill(-group, libc::SIGKILL) };
+    let _ = child.wait();
+    // Bounded too: a helper process that escaped the group could hold a pipe open.
+    let run = BrowserRun {
+        stdout: stdout.recv_timeout(PIPE_LIMIT).unwrap_or_default(),
+        stderr: stderr.recv_timeout(PIPE_LIMIT).unwrap_or_default(),
+    };
+    match exit {
+        None => panic!(
+            "chromium did not finish within {BROWSER_LIMIT:?}; killed. stderr:\n{}",
+            run.stderr
+        ),
+        Some(exit) => assert!(
+            exit.success(),
+            "chromium failed ({exit}); stderr:\n{}",
+            run.stderr
+        ),
+    }
+    run
+}
+
+/// Reads a pipe to its end on a thread; the text arrives on the returned channel.
+fn read_in_background(
+    read: impl FnOnce(&mut String) -> std::io::Result<usize> + Send + 'static,
+) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = read(&mut text);
+        let _ = tx.send(text);
+    });
+    rx
+}
+
+/// The serialized element that carries `attribute` (e.g. `data-region="eu-west"`): from its
+/// opening tag to the first `</closing>` after it.
+fn element<'a>(dom: &'a str, attribute: &str, closing: &str) -> &'a str {
+    let at = dom
+        .find(attribute)
+        .unwrap_or_else(|| panic!("no element with {attribute} in the page:\n{dom}"));
+    let start = dom[..at].rfind('<').expect("an opening tag");
+    let end = dom[at..]
+        .find(closing)
+        .map_or(dom.len(), |e| at + e + closing.len());
+    &dom[start..end]
+}
+
+/// The text of some markup: tags removed, the few entities the serializer writes decoded,
+/// whitespace collapsed.
+fn text_of(markup: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in markup.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                text.push(' ');
+            }
+            _ if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    let text = text
+        .replace("&nbsp;", " ")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The value of `name="…"` in an opening tag.
+fn attribute<'a>(markup: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!("{name}=\"");
+    let start = markup.find(&key)? + key.len();
+    let end = markup[start..].find('"')?;
+    Some(&markup[start..start + end])
+}
+
+#[test]
+fn the_page_and_its_assets_are_served_with_a_strict_policy() {
+    let setup = Setup::new("dashboard-headers");
+    let daemon = setup.start();
+    for (path, content_type) in [
+        ("/", "text/html"),
+        ("/dashboard/app.js", "text/javascript"),
+        ("/dashboard/style.css", "text/css"),
+    ] {
+        let reply = request(daemon.admin, "GET", path, None, "");
+        assert_eq!(reply.code, 200, "GET {path}: {}", reply.body);
+        let served_type = reply.header("content-type").unwrap_or("");
+        assert!(
+            served_type.starts_with(content_type),
+            "GET {path}: content-type {served_type:?}, expected {content_type}"
+        );
+        let policy = reply
+            .header("content-security-policy")
+            .unwrap_or_else(|| panic!("GET {path}: no Content-Security-Policy"));
+        assert!(
+            policy.starts_with("default-src 'self'"),
+            "GET {path}: {policy}"
+        );
+        assert!(!policy.contains("unsafe"), "GET {path}: {policy}");
+        assert_eq!(reply.header("x-content-type-options"), Some("nosniff"));
+        assert!(!reply.body.is_empty(), "GET {path}: empty body");
+    }
+    let page = request(daemon.admin, "GET", "/", None, "").body;
+    assert!(page.contains("dashboard/app.js") && page.contains("dashboard/style.css"));
+    assert!(
+        page.contains("Read-only"),
+        "the page should say it is read-only"
+    );
+    // The page is read-only: the dashboard adds no write route, and writes still need the token.
+    let reply = request(daemon.admin, "POST", "/", None, "");
+    assert_eq!(
+        reply.code, 405,
+        "POST / should not be allowed: {}",
+        reply.body
+    );
+    let reply = request(daemon.admin, "POST", "/v1/load", None, &overload_feed());
+    assert_eq!(
+        reply.code, 401,
+        "POST /v1/load without token: {}",
+        reply.body
+    );
+}
+
+#[test]
+fn chromium_shows_eu_west_shedding_to_its_destinations() {
+    let setup = Setup::new("dashboard-browser");
+    let daemon = setup.start();
+    push_overload(&daemon);
+    let status = wait_for_eu_west_shedding(&daemon);
+    let destinations: Vec<String> = region(&status, "eu-west")["destinations"]
+        .as_array()
+        .expect("destinations")
+        .iter()
+        .filter_map(|d| d[0].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        destinations.iter().any(|d| d == "eu-north"),
+        "the shield should shed eu-west towards its neighbour eu-north: {status:#}"
+    );
+    let url = format!("http://{}/", daemon.admin);
+
+    // Fresh numbers for the browser (the feed goes stale after 30 s).
+    push_overload(&daemon);
+    let run = chromium(&[
+        "--virtual-time-budget=5000".into(),
+        "--dump-dom".into(),
+        url.clone(),
+    ]);
+    let dom = &run.stdout;
+    let body = element(dom, "data-connection=", ">");
+    assert_eq!(
+        attribute(body, "data-connection"),
+        Some("ok"),
+        "the page did not read /v1/status; connection line: {}\nchromium stderr:\n{}",
+        text_of(element(dom, "id=\"connection\"", "</p>")),
+        run.stderr
+    );
+    // The script logs nothing itself: any console line is a policy violation or an uncaught
+    // error.
+    let console: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .collect();
+    assert!(
+        console.is_empty(),
+        "the page logged to the console:\n{}",
+        console.join("\n")
+    );
+
+    let eu_west = element(dom, "data-region=\"eu-west\"", "</tr>");
+    let row_text = text_of(eu_west);
+    assert_eq!(
+        attribute(eu_west, "data-state"),
+        Some("shedding"),
+        "{row_text}"
+    );
+    let shed: f64 = attribute(eu_west, "data-shed")
+        .and_then(|s| s.parse().ok())
+        .expect("data-shed is a number");
+    assert!(shed > 0.0 && shed <= 1.0, "eu-west shed {shed}: {row_text}");
+    assert!(row_text.contains("shedding"), "{row_text}");
+    assert!(
+        row_text.contains("99% (990 / 1000)"),
+        "eu-west utilisation not shown: {row_text}"
+    );
+    assert!(
+        row_text.contains("eu-west \u{2192} eu-north"),
+        "no arrow from eu-west to eu-north: {row_text}"
+    );
+    for destination in &destinations {
+        assert!(
+            row_text.contains(destination.as_str()),
+            "destination {destination} missing: {row_text}"
+        );
+    }
+
+    let eu_north = element(dom, "data-region=\"eu-north\"", "</tr>");
+    assert_eq!(attribute(eu_north, "data-state"), Some("normal"));
+    assert!(
+        text_of(eu_north).contains("receiving from eu-west"),
+        "{}",
+        text_of(eu_north)
+    );
+    let fb_eu = text_of(element(dom, "data-site=\"fb-eu\"", "</tr>"));
+    assert!(fb_eu.contains("5% (100 / 2000)"), "{fb_eu}");
+
+    let serial = status["serial"].as_u64().expect("serial");
+    let control = text_of(element(dom, "id=\"control\"", "</dl>"));
+    assert!(
+        control.contains(&format!("Serial {serial}")),
+        "control serial not shown: {control}"
+    );
+    let profiles = text_of(element(dom, "data-profile=\"critical\"", "</table>"));
+    assert!(
+        profiles.contains("frontdoor 100 (100%) enabled"),
+        "critical profile weights not shown: {profiles}"
+    );
+
+    // The picture, for people (and the CI artefacts).
+    let screenshot = test_output_dir().join("dashboard.png");
+    let _ = std::fs::remove_file(&screenshot);
+    push_overload(&daemon);
+    chromium(&[
+        "--virtual-time-budget=5000".into(),
+        "--window-size=1280,900".into(),
+        format!("--screenshot={}", screenshot.display()),
+        url,
+    ]);
+    let png = std::fs::read(&screenshot)
+        .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", screenshot.display()));
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
+        "{} is not a plausible PNG ({} bytes)",
+        screenshot.display(),
+        png.len()
+    );
+    println!("dashboard screenshot: {}", screenshot.display());
+}
