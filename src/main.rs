@@ -364,6 +364,29 @@ async fn wait_for_signals(reloader: Arc<Reloader>, signals: Signals) -> Result<(
     }
 }
 
+/// Tells systemd (`Type=notify`) that the first snapshot is served: `READY=1` on the datagram
+/// socket named by `$NOTIFY_SOCKET` (a path, or `@name` in the abstract namespace). No socket,
+/// no message; a failure is logged, never fatal.
+fn notify_systemd_ready() {
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let sent = (|| -> std::io::Result<()> {
+        use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+        let socket = UnixDatagram::unbound()?;
+        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str());
+        let addr = match bytes.strip_prefix(b"@") {
+            Some(name) => <UnixAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name)?,
+            None => UnixAddr::from_pathname(std::path::Path::new(&target))?,
+        };
+        socket.send_to_addr(b"READY=1\nSTATUS=serving\n", &addr)?;
+        Ok(())
+    })();
+    if let Err(e) = sent {
+        tracing::warn!("sd_notify to {}: {e}", target.to_string_lossy());
+    }
+}
+
 /// Signal handlers, installed before the server says it is ready: a SIGHUP that arrives
 /// right after "ready" must reload, not kill (the default action).
 struct Signals {
@@ -458,6 +481,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             .context("starting the control file watcher")?;
     }
     println!("ready");
+    notify_systemd_ready();
     runtime.block_on(wait_for_signals(reloader, signals))?;
     for workers in udp {
         workers.stop();

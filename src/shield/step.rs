@@ -517,6 +517,18 @@ fn estimate_natural(
     }
 }
 
+/// Fractions are sums of float steps: 0.3 - 0.1 - 0.1 - 0.1 is not 0. Anything this close to
+/// 0 or 1 is that, so a region that gave everything back is exactly back to normal.
+fn snap_fraction(f: f64) -> f64 {
+    if f < 1e-6 {
+        0.0
+    } else if f > 1.0 - 1e-6 {
+        1.0
+    } else {
+        f
+    }
+}
+
 /// How far beyond its eventual need a region may shed to get relief sooner.
 const OVERSHED: f64 = 2.0;
 
@@ -622,7 +634,7 @@ fn decide_region(
         }
         _ => {
             // Stale for long (or never seen): slew back to normal answers.
-            let to = (region.fraction - settings.slew).max(0.0);
+            let to = snap_fraction(region.fraction - settings.slew);
             region.fraction = to;
             if to == 0.0 {
                 region.shares.clear();
@@ -672,6 +684,7 @@ fn decide_region(
     if region.hot_since.is_none() && (util > settings.low_watermark || wanted > 0.0) {
         region.hot_since = Some(now_ms);
     }
+    let wanted = snap_fraction(wanted);
     let reason = place(state, r, wanted, rings, settings, predicted, room, now_ms);
     let region = &mut state.regions[r];
     region.hot = util > settings.low_watermark || region.fraction > 0.0;
@@ -779,7 +792,7 @@ fn place(
         && placed
             .iter()
             .all(|(d, a)| old_placed.get(d).is_some_and(|o| (o - a).abs() < 1e-9));
-    let fraction = if unchanged {
+    let fraction = snap_fraction(if unchanged {
         old_fraction
     } else if (total - goal).abs() <= 1e-9 * goal.max(1.0) {
         // Everything wanted was placed (perhaps re-placed after a hot destination gave some
@@ -789,7 +802,7 @@ fn place(
         (total / natural).clamp(0.0, 1.0)
     } else {
         0.0
-    };
+    });
     let short = fraction + 1e-9 < wanted;
     region.note = if short {
         Note::NoHeadroom

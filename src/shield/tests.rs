@@ -589,3 +589,34 @@ fn demand_counters_separate_own_clients_from_shed_in_traffic() {
     );
     assert!((state.regions[EU_WEST].natural - 700.0).abs() < 1e-6);
 }
+
+#[test]
+fn giving_back_in_steps_returns_exactly_to_zero() {
+    // 0.1 + 0.1 + 0.1 - 0.1 - 0.1 - 0.1 is not 0.0 in floating point: the step must still end
+    // at exactly 0, normal, not hot (or clients would keep the short TTL forever).
+    let r = rings();
+    let mut s = settings();
+    s.hold_down_ms = 0;
+    s.steady_ttl = s.short_ttl;
+    let hot = inputs(
+        &[(1000.0, 1000.0), (100.0, 600.0), (100.0, 1000.0), (100.0, 800.0)],
+        &[(0.0, 2000.0), (0.0, 2000.0)],
+    );
+    let mut state = ShieldState::default();
+    for t in 1..=3 {
+        state = step(&state, &hot, &r, &s, t * 1000).0;
+    }
+    assert!(state.regions[EU_WEST].fraction > 0.15, "{}", state.regions[EU_WEST].fraction);
+    let cold = inputs(
+        &[(200.0, 1000.0), (100.0, 600.0), (100.0, 1000.0), (100.0, 800.0)],
+        &[(0.0, 2000.0), (0.0, 2000.0)],
+    );
+    for t in 4..=20 {
+        state = step(&state, &cold, &r, &s, t * 1000).0;
+    }
+    let west = &state.regions[EU_WEST];
+    assert_eq!(west.fraction, 0.0);
+    assert_eq!(west.note, Note::Normal);
+    assert!(!west.hot);
+    assert!(shed_view(&state, &s).region(EU_WEST as u16).is_none());
+}
