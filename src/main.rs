@@ -44,10 +44,11 @@ enum Command {
         /// Region name, e.g. eu-west.
         region: String,
     },
-    /// Undo `drain`.
+    /// Undo `drain`: the region's clients get their normal answers again.
     Undrain {
         #[command(flatten)]
         target: cli::Target,
+        /// Region name, e.g. eu-west.
         region: String,
     },
     /// Accepted control versions: list, roll back, compare.
@@ -142,7 +143,9 @@ enum ControlCommand {
     Diff {
         #[command(flatten)]
         target: cli::Target,
+        /// Older serial (see `steerdns control history`).
         a: u64,
+        /// Newer serial.
         b: u64,
     },
 }
