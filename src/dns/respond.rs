@@ -18,7 +18,6 @@ use super::writer::{Overflow, Writer};
 use crate::metrics::{querylog, serving};
 use crate::snapshot::Snapshot;
 use crate::zone::lookup::{resolve, Data, Entry, NoSteering, Owner, Plan, Steering, Synth};
-use crate::zone::model::Zone;
 
 /// UDP payload size assumed for a query without EDNS (RFC 1035 §4.2.1).
 pub const CLASSIC_UDP_LIMIT: usize = 512;
@@ -112,15 +111,7 @@ fn is_truncated(response: &[u8]) -> bool {
 
 /// Index (in the snapshot's zone list) of the zone the query name is in.
 fn zone_index(snapshot: &Snapshot, query: &Query) -> Option<usize> {
-    let zones = snapshot.zones.zones();
-    let (zone, _) = snapshot.zones.find(&query.qname)?;
-    // `find` returns a reference into `zones`; its position is its offset over the size.
-    let offset = (zone as *const Zone as usize).checked_sub(zones.as_ptr() as usize)?;
-    let index = offset / std::mem::size_of::<Zone>().max(1);
-    zones
-        .get(index)
-        .is_some_and(|z| std::ptr::eq(z, zone))
-        .then_some(index)
+    snapshot.zones.find_index(&query.qname).map(|(index, _)| index)
 }
 
 /// The answer proper, uncounted.

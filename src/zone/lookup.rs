@@ -50,13 +50,14 @@ impl ZoneSet {
     /// The zone with the longest apex that `name` is at or below, and how many labels of `name`
     /// sit above that apex.
     pub fn find(&self, name: &WireName) -> Option<(&Zone, usize)> {
+        self.find_index(name).map(|(i, skip)| (&self.zones[i], skip))
+    }
+
+    /// Like [`ZoneSet::find`], with the zone's index in [`ZoneSet::zones`].
+    pub fn find_index(&self, name: &WireName) -> Option<(usize, usize)> {
         let labels = name.label_count();
         let first = labels.saturating_sub(self.max_labels);
-        (first..=labels).find_map(|skip| {
-            self.by_apex
-                .get(name.suffix(skip))
-                .map(|&i| (&self.zones[i], skip))
-        })
+        (first..=labels).find_map(|skip| self.by_apex.get(name.suffix(skip)).map(|&i| (i, skip)))
     }
 }
 
