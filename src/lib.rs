@@ -13,6 +13,7 @@ pub mod geo;
 pub mod metrics;
 pub mod policy;
 pub mod reload;
+pub mod rrl;
 pub mod server;
 pub mod shield;
 pub mod snapshot;

@@ -234,7 +234,13 @@ async fn metrics(State(state): State<AdminState>) -> Response {
     }
 }
 
-async fn reload(State(state): State<AdminState>, headers: HeaderMap) -> Response {
+/// `POST /v1/reload`. The body is ignored, but taken (as [`axum::body::Bytes`]) so that
+/// [`MAX_BODY`] applies: an oversized one is refused with 413 before anything else.
+async fn reload(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    _body: axum::body::Bytes,
+) -> Response {
     if let Err(refused) = authorize(&state, &headers) {
         return *refused;
     }

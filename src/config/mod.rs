@@ -47,6 +47,9 @@ pub struct Config {
     /// Who may see decision traces (`dig CH TXT <steered name>`).
     #[serde(default)]
     pub trace: TraceConfig,
+    /// Response rate limiting for UDP (off unless enabled).
+    #[serde(default)]
+    pub rrl: crate::rrl::RrlConfig,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -203,6 +206,11 @@ pub struct TcpConfig {
     pub idle_timeout_secs: u64,
     /// TCP connections served at once.
     pub max_connections: usize,
+    /// Connections one client address may hold open; further ones are closed at once.
+    pub max_connections_per_client: usize,
+    /// Seconds a client has to finish a query (length and message) once it sent its first
+    /// byte; a connection that stalls mid-frame is closed.
+    pub frame_timeout_secs: u64,
     /// Queries answered on one connection before it is closed.
     pub max_queries_per_connection: usize,
 }
@@ -213,6 +221,8 @@ impl Default for TcpConfig {
         TcpConfig {
             idle_timeout_secs: limits.idle_timeout.as_secs(),
             max_connections: limits.max_connections,
+            max_connections_per_client: limits.max_connections_per_client,
+            frame_timeout_secs: limits.frame_timeout.as_secs(),
             max_queries_per_connection: limits.max_queries_per_connection,
         }
     }
@@ -252,6 +262,7 @@ impl Default for Config {
             admin: crate::admin::AdminConfig::default(),
             shield: ShieldConfig::default(),
             trace: TraceConfig::default(),
+            rrl: crate::rrl::RrlConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -357,11 +368,19 @@ impl Config {
         if self.control.history_keep == 0 {
             return Err(invalid("control.history_keep", "must be at least 1".into()));
         }
-        if server.tcp.max_connections == 0 || server.tcp.max_queries_per_connection == 0 {
+        if server.tcp.max_connections == 0
+            || server.tcp.max_queries_per_connection == 0
+            || server.tcp.max_connections_per_client == 0
+        {
             return Err(invalid(
                 "server.tcp",
-                "max_connections and max_queries_per_connection must be at least 1".into(),
+                "max_connections, max_connections_per_client and max_queries_per_connection \
+                 must be at least 1"
+                    .into(),
             ));
+        }
+        if let Some((field, message)) = self.rrl.problem() {
+            return Err(invalid(field, message));
         }
         Ok(())
     }
@@ -407,6 +426,8 @@ impl Config {
         TcpLimits {
             idle_timeout: Duration::from_secs(tcp.idle_timeout_secs.max(1)),
             max_connections: tcp.max_connections,
+            max_connections_per_client: tcp.max_connections_per_client,
+            frame_timeout: Duration::from_secs(tcp.frame_timeout_secs.max(1)),
             max_queries_per_connection: tcp.max_queries_per_connection,
         }
     }
@@ -454,6 +475,30 @@ mod tests {
             err.starts_with("s.toml:3:1: unknown field `listen_on`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn rrl_and_tcp_limits_are_read_and_checked() {
+        let c = Config::parse(
+            "[server.tcp]\nmax_connections_per_client = 3\nframe_timeout_secs = 2\n\n\
+             [rrl]\nenabled = true\nresponses_per_second = 7\nslip = 3\n\
+             exempt = [\"10.0.0.0/8\"]\n",
+            Path::new("s.toml"),
+        )
+        .unwrap();
+        let limits = c.tcp_limits();
+        assert_eq!(limits.max_connections_per_client, 3);
+        assert_eq!(limits.frame_timeout, Duration::from_secs(2));
+        assert!(c.rrl.enabled);
+        assert_eq!((c.rrl.responses_per_second, c.rrl.slip), (7, 3));
+        let err = Config::parse("[rrl]\nipv6_prefix = 200\n", Path::new("s.toml"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "s.toml: rrl.ipv6_prefix: 200 is outside 1..=128");
+        let err = Config::parse("[rrl]\nrate = 5\n", Path::new("s.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `rate`"), "{err}");
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //!    copy, a few patched bytes.
 //! 3. Anything else (steered names, negative answers, wildcards, referrals, oversize) goes through
 //!    [`resolve`] and is written with compression by [`Writer`].
+//! 4. Over UDP, the response rate limiter ([`crate::rrl`]) may drop the response or have it
+//!    *slipped*: cut to header and question with TC set.
 //!
 //! Nothing here allocates, locks or does I/O, except the CHAOS trace (operators' debugging aid).
 
@@ -16,6 +18,7 @@ use super::wire::{
 };
 use super::writer::{Overflow, Writer};
 use crate::metrics::{querylog, serving};
+use crate::rrl::{Class, Subject, Verdict};
 use crate::snapshot::Snapshot;
 use crate::zone::lookup::{resolve, Data, Entry, NoSteering, Owner, Plan, Steering, Synth};
 
@@ -69,6 +72,7 @@ pub fn respond(
             edns,
         }) => {
             let len = write_error(snapshot, packet, rcode, question, edns.as_ref(), out).ok();
+            let len = len.and_then(|n| limit_rate(snapshot, client, rcode, None, out, n));
             let truncated = len.map(|n| is_truncated(&out[..n]));
             serving().record(client.transport, truncated.map(|tc| (rcode, tc)));
             if len.is_some() {
@@ -77,29 +81,103 @@ pub fn respond(
             return len;
         }
     };
-    let len = answer(snapshot, packet, &query, client, out);
-    count(snapshot, client, &query, len.map(|n| &out[..n]));
+    let zone = zone_index(snapshot, &query);
+    let len = answer(snapshot, packet, &query, client, out).and_then(|n| {
+        let subject = Subject {
+            qname: query.qname.as_wire(),
+            qtype: query.qtype,
+            zone,
+        };
+        let rcode = response_rcode(&query, &out[..n]);
+        limit_rate(snapshot, client, rcode, Some(&subject), out, n)
+    });
+    count(snapshot, client, &query, zone, len.map(|n| &out[..n]));
     len
 }
 
-/// Counts one answered (or silently dropped) query, and logs it if it is sampled.
-fn count(snapshot: &Snapshot, client: &Client, query: &Query, response: Option<&[u8]>) {
-    let Some(response) = response else {
-        serving().record(client.transport, None);
-        return;
+/// The rate limiter's say on a response of `len` bytes in `out`: the length to send (the
+/// same, or a slip's), or `None` to drop it.
+fn limit_rate(
+    snapshot: &Snapshot,
+    client: &Client,
+    rcode: u16,
+    subject: Option<&Subject<'_>>,
+    out: &mut [u8],
+    len: usize,
+) -> Option<usize> {
+    let Some(rrl) = &snapshot.rrl else {
+        return Some(len);
     };
-    // BADVERS is the only extended rcode we send, and every query with EDNS version > 0 gets it.
-    let rcode = if query.edns.as_ref().is_some_and(|e| e.version > 0) {
+    let class = Class::of(rcode, &out[..len]);
+    match rrl.check(client, class, subject) {
+        Verdict::Send => Some(len),
+        Verdict::Drop => None,
+        Verdict::Slip => Some(slip_in_place(out, len)),
+    }
+}
+
+/// Cuts a response to its header and question with TC set and no records: a rate limiter's
+/// slip. The client retries over TCP; the reply is never bigger than the query was.
+fn slip_in_place(out: &mut [u8], len: usize) -> usize {
+    if len < HEADER_LEN || out.len() < HEADER_LEN {
+        return len.min(out.len());
+    }
+    let end = question_end(&out[..len]);
+    let flags = u16::from_be_bytes([out[2], out[3]]) | flag::TC;
+    out[2..4].copy_from_slice(&flags.to_be_bytes());
+    if end.is_none() {
+        out[4..6].fill(0);
+    }
+    out[6..HEADER_LEN].fill(0);
+    end.unwrap_or(HEADER_LEN)
+}
+
+/// Where the (single, uncompressed) question of a message ends, if it has one.
+fn question_end(message: &[u8]) -> Option<usize> {
+    if message.get(4..6)? != [0, 1] {
+        return None;
+    }
+    let mut pos = HEADER_LEN;
+    loop {
+        let label = usize::from(*message.get(pos)?);
+        pos += 1;
+        match label {
+            0 => break,
+            1..=63 => pos += label,
+            _ => return None,
+        }
+    }
+    let end = pos + 4;
+    (end <= message.len()).then_some(end)
+}
+
+/// The response's rcode: BADVERS is the only extended rcode we send, and every query with
+/// EDNS version > 0 gets it; otherwise the header says.
+fn response_rcode(query: &Query, response: &[u8]) -> u16 {
+    if query.edns.as_ref().is_some_and(|e| e.version > 0) {
         rcode::BADVERS
     } else {
         response
             .get(3)
             .map_or(rcode::SERVFAIL, |b| u16::from(b & 0x0F))
+    }
+}
+
+/// Counts one answered (or silently dropped) query, and logs it if it is sampled.
+fn count(
+    snapshot: &Snapshot,
+    client: &Client,
+    query: &Query,
+    zone: Option<usize>,
+    response: Option<&[u8]>,
+) {
+    let Some(response) = response else {
+        serving().record(client.transport, None);
+        return;
     };
+    let rcode = response_rcode(query, response);
     serving().record(client.transport, Some((rcode, is_truncated(response))));
-    snapshot
-        .counters
-        .record_response(zone_index(snapshot, query), rcode);
+    snapshot.counters.record_response(zone, rcode);
     if querylog::sampled(snapshot.options.query_log_sample) {
         querylog::log(client, query, rcode);
     }
@@ -111,7 +189,10 @@ fn is_truncated(response: &[u8]) -> bool {
 
 /// Index (in the snapshot's zone list) of the zone the query name is in.
 fn zone_index(snapshot: &Snapshot, query: &Query) -> Option<usize> {
-    snapshot.zones.find_index(&query.qname).map(|(index, _)| index)
+    snapshot
+        .zones
+        .find_index(&query.qname)
+        .map(|(index, _)| index)
 }
 
 /// The answer proper, uncounted.

@@ -52,9 +52,23 @@ fn query(id: u16, name: &str, qtype: u16, ecs: Option<(IpAddr, u8)>) -> Vec<u8> 
     p
 }
 
+/// The bundled snapshot with response rate limiting on: `rate` per second, slip 2.
+fn rate_limited(rate: u32) -> Snapshot {
+    let mut snapshot = bundled();
+    snapshot.rrl = crate::rrl::RateLimiter::from_config(&crate::rrl::RrlConfig {
+        enabled: true,
+        responses_per_second: rate,
+        slip: 2,
+        ..crate::rrl::RrlConfig::default()
+    });
+    assert!(snapshot.rrl.is_some());
+    snapshot
+}
+
 #[test]
 fn answering_allocates_nothing() {
-    let snapshot = bundled();
+    // Rate limiting is on the path (with a rate nothing here reaches).
+    let snapshot = rate_limited(1_000_000);
     let names = [
         ("www.example.com", 1),           // CNAME into a steered wildcard
         ("example.com", 6),               // precompiled static
@@ -97,6 +111,25 @@ fn answering_allocates_nothing() {
     }
     assert_eq!(allocations() - before, 0, "the answer path allocated");
     assert_eq!(answered, 50 * packets.len());
+    // Limited responses (dropped, or slipped: cut to a truncated header and question) do not
+    // allocate either.
+    let limited = rate_limited(1);
+    let (mut sent, mut slipped) = (0, 0);
+    for packet in &packets {
+        let _ = respond(&limited, packet, &client, &mut out);
+    }
+    let before = allocations();
+    for packet in packets.iter().cycle().take(20 * packets.len()) {
+        if let Some(n) = respond(&limited, packet, &client, &mut out) {
+            sent += 1;
+            slipped += usize::from(out[2] & 0x02 != 0 && out[6..12] == [0; 6] && n < packet.len());
+        }
+    }
+    assert_eq!(allocations() - before, 0, "the rate-limited path allocated");
+    assert!(
+        slipped > 0 && sent < 20 * packets.len(),
+        "{sent} sent, {slipped} slipped"
+    );
     // The counter does see allocations: a CHAOS trace (an operator's aid) allocates.
     let mut trace = query(8, "gw.example.com", 16, clients[1]);
     let qclass_at = 12 + "gw.example.com".len() + 2 + 2;

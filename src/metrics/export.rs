@@ -198,6 +198,47 @@ impl Scrape {
             "steerdns_tcp_connections_open",
             "TCP connections open now.",
             s.tcp_open as f64,
+        )?;
+        counter(
+            encoder,
+            "steerdns_tcp_refused_per_client",
+            "TCP connections closed at once: the client already had [server.tcp] \
+             max_connections_per_client open.",
+            s.tcp_refused_per_client,
+        )?;
+        counter(
+            encoder,
+            "steerdns_tcp_frame_timeouts",
+            "TCP connections closed because a started query was not completed within \
+             [server.tcp] frame_timeout_secs.",
+            s.tcp_frame_timeouts,
+        )?;
+        self.encode_rrl(encoder)
+    }
+
+    fn encode_rrl(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let s = &self.serving;
+        counters(
+            encoder,
+            "steerdns_rrl_limited",
+            "UDP responses over their rate limit ([rrl]), by response class; each was slipped \
+             or dropped.",
+            crate::rrl::Class::ALL
+                .iter()
+                .zip(&s.rrl_limited)
+                .map(|(class, v)| (vec![("class", class.name().to_string())], *v)),
+        )?;
+        counter(
+            encoder,
+            "steerdns_rrl_slipped",
+            "Rate-limited responses sent truncated (TC=1) so the client retries over TCP.",
+            s.rrl_slipped,
+        )?;
+        counter(
+            encoder,
+            "steerdns_rrl_dropped",
+            "Rate-limited responses not sent.",
+            s.rrl_dropped,
         )
     }
 

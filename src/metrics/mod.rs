@@ -2,7 +2,7 @@
 //! admin endpoint) and the sampled query log.
 //!
 //! - [`serving`]: process-wide counters of fixed shape (queries, responses by transport and
-//!   rcode, truncations, drops, TCP connections).
+//!   rcode, truncations, drops, TCP connections and limits, rate-limited responses).
 //! - [`per_snapshot`]: counters shaped by the config (per zone, per steered name, per profile
 //!   endpoint and client region, per anycast destination), sized when a snapshot is built and
 //!   kept monotonic across reloads.

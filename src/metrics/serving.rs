@@ -1,5 +1,6 @@
 //! Process-wide serving counters whose shape never depends on config: queries, responses by
-//! transport and rcode, truncations, drops, UDP send errors, TCP connections. They live in a
+//! transport and rcode, truncations, drops, UDP send errors, TCP connections, and the response
+//! rate limiter's verdicts. They live in a
 //! `static` (one per process, like the sockets) so they survive every reload as they are.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -7,6 +8,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use super::cells::{current_slot, SLOTS};
 use crate::dns::respond::Transport;
 use crate::dns::wire::rcode;
+use crate::rrl::{Class, Verdict};
+
+/// Rate-limiting class label values, indexed by [`Class::index`].
+pub const RRL_CLASSES: usize = Class::ALL.len();
 
 /// Transport label values, indexed by [`transport_index`].
 pub const TRANSPORTS: [&str; 2] = ["udp", "tcp"];
@@ -48,6 +53,9 @@ struct Slot {
     truncated: [AtomicU64; TRANSPORTS.len()],
     dropped: [AtomicU64; TRANSPORTS.len()],
     udp_send_errors: AtomicU64,
+    rrl_limited: [AtomicU64; RRL_CLASSES],
+    rrl_slipped: AtomicU64,
+    rrl_dropped: AtomicU64,
 }
 
 impl Slot {
@@ -58,6 +66,9 @@ impl Slot {
             truncated: zeros(),
             dropped: zeros(),
             udp_send_errors: AtomicU64::new(0),
+            rrl_limited: zeros(),
+            rrl_slipped: AtomicU64::new(0),
+            rrl_dropped: AtomicU64::new(0),
         }
     }
 }
@@ -67,6 +78,10 @@ impl Slot {
 struct Connections {
     open: AtomicI64,
     accepted: AtomicU64,
+    /// Closed at once: the client already had its share of connections.
+    refused_per_client: AtomicU64,
+    /// Closed because a query frame was not completed in time (slow or stalled sender).
+    frame_timeouts: AtomicU64,
 }
 
 pub struct ServingCounters {
@@ -99,6 +114,14 @@ pub struct ServingTotals {
     pub udp_send_errors: u64,
     pub tcp_open: i64,
     pub tcp_accepted: u64,
+    pub tcp_refused_per_client: u64,
+    pub tcp_frame_timeouts: u64,
+    /// Responses over their rate, by class ([`Class::index`]).
+    pub rrl_limited: [u64; RRL_CLASSES],
+    /// Limited responses sent truncated.
+    pub rrl_slipped: u64,
+    /// Limited responses not sent.
+    pub rrl_dropped: u64,
 }
 
 impl ServingCounters {
@@ -108,6 +131,8 @@ impl ServingCounters {
             connections: Connections {
                 open: AtomicI64::new(0),
                 accepted: AtomicU64::new(0),
+                refused_per_client: AtomicU64::new(0),
+                frame_timeouts: AtomicU64::new(0),
             },
         }
     }
@@ -138,6 +163,32 @@ impl ServingCounters {
         bump(&self.slot().udp_send_errors);
     }
 
+    /// The rate limiter's verdict on one response (only limited ones are counted).
+    #[inline]
+    pub fn record_rrl(&self, class: Class, verdict: Verdict) {
+        let slot = self.slot();
+        match verdict {
+            Verdict::Send => return,
+            Verdict::Slip => bump(&slot.rrl_slipped),
+            Verdict::Drop => bump(&slot.rrl_dropped),
+        }
+        bump(&slot.rrl_limited[class.index() % RRL_CLASSES]);
+    }
+
+    /// A TCP connection was closed at once: its client already had its share open.
+    pub fn record_tcp_refused_per_client(&self) {
+        self.connections
+            .refused_per_client
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A TCP connection was closed because it did not complete a query frame in time.
+    pub fn record_tcp_frame_timeout(&self) {
+        self.connections
+            .frame_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A TCP connection was accepted; the guard counts it closed when dropped.
     pub fn tcp_connection(&self) -> TcpConnection<'_> {
         self.connections.accepted.fetch_add(1, Ordering::Relaxed);
@@ -153,8 +204,15 @@ impl ServingCounters {
             udp_send_errors: sum(&|s| &s.udp_send_errors),
             tcp_open: self.connections.open.load(Ordering::Relaxed),
             tcp_accepted: self.connections.accepted.load(Ordering::Relaxed),
+            tcp_refused_per_client: self.connections.refused_per_client.load(Ordering::Relaxed),
+            tcp_frame_timeouts: self.connections.frame_timeouts.load(Ordering::Relaxed),
+            rrl_slipped: sum(&|s| &s.rrl_slipped),
+            rrl_dropped: sum(&|s| &s.rrl_dropped),
             ..ServingTotals::default()
         };
+        for c in 0..RRL_CLASSES {
+            totals.rrl_limited[c] = sum(&|s| &s.rrl_limited[c]);
+        }
         for t in 0..TRANSPORTS.len() {
             totals.queries[t] = sum(&|s| &s.queries[t]);
             totals.truncated[t] = sum(&|s| &s.truncated[t]);
@@ -208,6 +266,20 @@ mod tests {
         assert_eq!(t.truncated, [1, 0]);
         assert_eq!(t.dropped, [1, 0]);
         assert_eq!(t.udp_send_errors, 1);
+    }
+
+    #[test]
+    fn rate_limiter_verdicts_are_counted_by_class() {
+        let counters = ServingCounters::new();
+        counters.record_rrl(Class::Answer, Verdict::Send);
+        counters.record_rrl(Class::Answer, Verdict::Drop);
+        counters.record_rrl(Class::Answer, Verdict::Slip);
+        counters.record_rrl(Class::Error, Verdict::Drop);
+        let t = counters.totals();
+        assert_eq!(t.rrl_limited[Class::Answer.index()], 2);
+        assert_eq!(t.rrl_limited[Class::Error.index()], 1);
+        assert_eq!(t.rrl_limited.iter().sum::<u64>(), 3);
+        assert_eq!((t.rrl_slipped, t.rrl_dropped), (1, 2));
     }
 
     #[test]

@@ -322,6 +322,9 @@ impl Reloader {
         };
         snapshot.serial = serial;
         snapshot.shield = self.shield.clone();
+        if let (Some(rrl), Some(previous)) = (&mut snapshot.rrl, &previous.rrl) {
+            rrl.keep_buckets_of(previous);
+        }
         snapshot.config_hash =
             config_hash(config, control.as_ref().map(|c| c.1.as_str()), &snapshot);
         let config_hash = format!("{:016x}", snapshot.config_hash);

@@ -1,11 +1,19 @@
 //! DNS over TCP (RFC 7766): two-byte length framing, several (pipelined) queries per
 //! connection answered in order, an idle timeout, a cap on connections and on queries per
 //! connection. Each connection owns one response buffer, reused for every query on it.
+//!
+//! Slow and hostile clients (slowloris): one client address may hold only
+//! `max_connections_per_client` of the `max_connections` slots; a query once started must be
+//! complete within `frame_timeout`; a client that stops reading our answers is closed after
+//! `idle_timeout`. TCP answers are never rate limited: the handshake proves the source.
 
+use std::hash::BuildHasher;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
@@ -14,10 +22,15 @@ use crate::snapshot::SharedSnapshot;
 
 #[derive(Debug, Clone)]
 pub struct TcpLimits {
-    /// Close a connection that sends nothing for this long.
+    /// Close a connection that sends nothing for this long (or does not read our answers).
     pub idle_timeout: Duration,
     /// Connections served at once; further ones wait in the kernel's accept queue.
     pub max_connections: usize,
+    /// Connections one client address may hold; further ones are closed as soon as accepted.
+    pub max_connections_per_client: usize,
+    /// Once the first byte of a query arrived, the rest (length and message) must arrive
+    /// within this time.
+    pub frame_timeout: Duration,
     /// Close a connection after this many queries (clients reconnect).
     pub max_queries_per_connection: usize,
 }
@@ -27,7 +40,61 @@ impl Default for TcpLimits {
         TcpLimits {
             idle_timeout: Duration::from_secs(10),
             max_connections: 1024,
+            max_connections_per_client: 32,
+            frame_timeout: Duration::from_secs(3),
             max_queries_per_connection: 10_000,
+        }
+    }
+}
+
+/// Slots in the per-client connection table. Addresses are hashed into it; two that share a
+/// slot share a cap (rare with this many slots, and never more permissive than the cap).
+const CLIENT_SLOTS: usize = 1 << 14;
+
+/// Open connections per client address, in a fixed table of atomic counters (no lock, nothing
+/// allocated per connection).
+pub struct ClientConnections {
+    counts: Box<[AtomicU32]>,
+    cap: u32,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl ClientConnections {
+    pub fn new(cap: usize) -> ClientConnections {
+        ClientConnections {
+            counts: (0..CLIENT_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            cap: u32::try_from(cap).unwrap_or(u32::MAX),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    /// Counts a connection from `addr`, or `None` if it already has `cap` open. The count
+    /// drops when the returned guard does.
+    pub fn open(self: &Arc<Self>, addr: IpAddr) -> Option<ClientConnection> {
+        let slot = (self.hasher.hash_one(addr) as usize) % self.counts.len();
+        let count = self.counts.get(slot)?;
+        let was = count.fetch_add(1, Ordering::Relaxed);
+        if was >= self.cap {
+            count.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(ClientConnection {
+            table: self.clone(),
+            slot,
+        })
+    }
+}
+
+/// One open connection of a client, uncounted on drop.
+pub struct ClientConnection {
+    table: Arc<ClientConnections>,
+    slot: usize,
+}
+
+impl Drop for ClientConnection {
+    fn drop(&mut self) {
+        if let Some(count) = self.table.counts.get(self.slot) {
+            count.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -35,6 +102,7 @@ impl Default for TcpLimits {
 /// Accepts connections until the task is dropped.
 pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpLimits) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let per_client = Arc::new(ClientConnections::new(limits.max_connections_per_client));
     let limits = Arc::new(limits);
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
@@ -49,15 +117,22 @@ pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpL
                 continue;
             }
         };
+        let client = Client::new(peer.ip(), Transport::Tcp);
+        let Some(share) = per_client.open(client.addr) else {
+            // Closed at once, freeing the slot: this client already holds its share.
+            crate::metrics::serving().record_tcp_refused_per_client();
+            drop(stream);
+            continue;
+        };
         let snapshot = snapshot.clone();
         let limits = limits.clone();
         tokio::spawn(async move {
             // Counted open until this task ends, however it ends.
             let _open = crate::metrics::serving().tcp_connection();
-            let client = Client::new(peer.ip(), Transport::Tcp);
             if let Err(e) = serve_connection(stream, client, &snapshot, &limits).await {
                 tracing::debug!("tcp connection from {peer}: {e}");
             }
+            drop(share);
             drop(permit);
         });
     }
@@ -75,41 +150,94 @@ async fn serve_connection(
     let mut writer = BufWriter::new(write_half);
     let mut query = vec![0u8; MAX_MESSAGE];
     let mut response = vec![0u8; MAX_MESSAGE + 2];
+    let idle = limits.idle_timeout;
     for _ in 0..limits.max_queries_per_connection {
-        let len = match read_frame_len(&mut reader, limits.idle_timeout).await? {
-            Some(len) => len,
-            None => break,
+        if !wait_for_first_byte(&mut reader, idle).await? {
+            break;
+        }
+        let frame = read_frame(&mut reader, &mut query);
+        let len = match tokio::time::timeout(limits.frame_timeout, frame).await {
+            Ok(read) => read?,
+            Err(_) => {
+                crate::metrics::serving().record_tcp_frame_timeout();
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
         };
-        tokio::time::timeout(limits.idle_timeout, reader.read_exact(&mut query[..len]))
-            .await
-            .map_err(|_| std::io::ErrorKind::TimedOut)??;
         let answered = {
             let current = snapshot.load();
             respond(&current, &query[..len], &client, &mut response[2..])
         };
         if let Some(n) = answered {
             response[..2].copy_from_slice(&(n as u16).to_be_bytes());
-            writer.write_all(&response[..n + 2]).await?;
+            within(idle, writer.write_all(&response[..n + 2])).await?;
         }
         // Flush when the client has nothing more queued, so pipelined answers go out together.
         if reader.buffer().is_empty() {
-            writer.flush().await?;
+            within(idle, writer.flush()).await?;
         }
     }
-    writer.flush().await?;
+    within(idle, writer.flush()).await?;
     Ok(())
 }
 
-/// Reads the two-byte length; `None` on a clean close or idle timeout.
-async fn read_frame_len(
-    reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
-    idle: Duration,
-) -> std::io::Result<Option<usize>> {
-    let mut len = [0u8; 2];
-    match tokio::time::timeout(idle, reader.read_exact(&mut len)).await {
-        Err(_) => Ok(None),
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+type Reader = BufReader<tokio::net::tcp::OwnedReadHalf>;
+
+/// Waits (up to `idle`) until the client sends something; `false` on a clean close or when it
+/// stayed silent.
+async fn wait_for_first_byte(reader: &mut Reader, idle: Duration) -> std::io::Result<bool> {
+    match tokio::time::timeout(idle, reader.fill_buf()).await {
+        Err(_) => Ok(false),
+        Ok(Ok(buffered)) => Ok(!buffered.is_empty()),
         Ok(Err(e)) => Err(e),
-        Ok(Ok(_)) => Ok(Some(u16::from_be_bytes(len) as usize)),
+    }
+}
+
+/// Reads one length-prefixed message into `query`; returns its length.
+async fn read_frame(reader: &mut Reader, query: &mut [u8]) -> std::io::Result<usize> {
+    let mut len = [0u8; 2];
+    reader.read_exact(&mut len).await?;
+    let len = usize::from(u16::from_be_bytes(len));
+    let body = query
+        .get_mut(..len)
+        .ok_or(std::io::ErrorKind::InvalidData)?;
+    reader.read_exact(body).await?;
+    Ok(len)
+}
+
+/// A write that must finish within `limit` (a client that does not read is let go).
+async fn within<T>(
+    limit: Duration,
+    io: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(limit, io)
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_client_gets_its_share_and_gets_it_back() {
+        let table = Arc::new(ClientConnections::new(2));
+        let a: IpAddr = [192, 0, 2, 1].into();
+        let first = table.open(a);
+        let second = table.open(a);
+        assert!(first.is_some() && second.is_some());
+        assert!(
+            table.open(a).is_none(),
+            "a third connection from one address"
+        );
+        // Other addresses have their own share (unless one happens to hash into a's slot).
+        let others = (2..=5u8)
+            .filter(|h| table.open([192, 0, 2, *h].into()).is_some())
+            .count();
+        assert!(others >= 3, "{others} of 4 other addresses could connect");
+        drop(first);
+        assert!(
+            table.open(a).is_some(),
+            "a closed connection frees its place"
+        );
     }
 }

@@ -187,7 +187,8 @@ impl Move {
         let elapsed = now_ms.saturating_sub(self.at) as f64;
         let fast = (1.0 - elapsed / short_ms.max(1) as f64).max(0.0);
         let slow = if self.slow_until > self.at {
-            (self.slow_until.saturating_sub(now_ms) as f64 / (self.slow_until - self.at) as f64).clamp(0.0, 1.0)
+            (self.slow_until.saturating_sub(now_ms) as f64 / (self.slow_until - self.at) as f64)
+                .clamp(0.0, 1.0)
         } else {
             0.0
         };
@@ -330,7 +331,8 @@ impl Prediction {
         let short_ms = u64::from(settings.short_ttl) * 1000;
         let unseen = |m: &Move| m.unseen(now_ms, short_ms);
         // What lands within the next short TTL: the horizon a source region is steered on.
-        let landing_soon = |m: &Move| m.unseen(now_ms, short_ms) - m.unseen(now_ms + short_ms, short_ms);
+        let landing_soon =
+            |m: &Move| m.unseen(now_ms, short_ms) - m.unseen(now_ms + short_ms, short_ms);
         let mut region_load_soon: Vec<Option<f64>> = (0..rings.regions.len())
             .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.load))
             .collect();
@@ -553,12 +555,19 @@ fn placed_into(state: &ShieldState, r: usize) -> f64 {
         .iter()
         .enumerate()
         .filter(|(s, _)| *s != r)
-        .map(|(_, s)| s.fraction * s.natural * s.shares.get(&region_dest(r)).copied().unwrap_or(0.0))
+        .map(|(_, s)| {
+            s.fraction * s.natural * s.shares.get(&region_dest(r)).copied().unwrap_or(0.0)
+        })
         .sum()
 }
 
 /// Folds this tick's answer counts into the smoothed demand (an average over a normal TTL).
-fn smooth_demand(state: &mut ShieldState, inputs: &Inputs, settings: &ShieldSettings, elapsed_ms: u64) {
+fn smooth_demand(
+    state: &mut ShieldState,
+    inputs: &Inputs,
+    settings: &ShieldSettings,
+    elapsed_ms: u64,
+) {
     if inputs.demand.is_empty() {
         return;
     }

@@ -152,17 +152,30 @@ fn a_freshly_hot_region_sheds_more_than_it_needs_but_at_most_twice() {
     // Its clients still hold normal (300 s) answers: only a tenth of a move lands within the
     // short TTL, so the step sheds beyond the eventual need to get relief sooner — bounded.
     let i = inputs(
-        &[(1200.0, 1000.0), (100.0, 600.0), (100.0, 1000.0), (100.0, 800.0)],
+        &[
+            (1200.0, 1000.0),
+            (100.0, 600.0),
+            (100.0, 1000.0),
+            (100.0, 800.0),
+        ],
         &[(100.0, 2000.0), (0.0, 2000.0)],
     );
     let mut s = settings();
     s.slew = 1.0;
     let (state, _) = step(&ShieldState::default(), &i, &rings(), &s, 1000);
     let total = state.regions[EU_WEST].fraction * state.regions[EU_WEST].natural;
-    assert!(total > 425.0 + 1.0 && total <= 2.0 * 425.0 + 1e-6, "{total}");
+    assert!(
+        total > 425.0 + 1.0 && total <= 2.0 * 425.0 + 1e-6,
+        "{total}"
+    );
     // Once its clients have had the short TTL for a full normal TTL, it sheds just what it needs.
     let mut held = inputs(
-        &[(1200.0, 1000.0), (100.0, 600.0), (100.0, 1000.0), (100.0, 800.0)],
+        &[
+            (1200.0, 1000.0),
+            (100.0, 600.0),
+            (100.0, 1000.0),
+            (100.0, 800.0),
+        ],
         &[(100.0, 2000.0), (0.0, 2000.0)],
     );
     held.mode = ShieldMode::Auto;
@@ -599,16 +612,30 @@ fn giving_back_in_steps_returns_exactly_to_zero() {
     s.hold_down_ms = 0;
     s.steady_ttl = s.short_ttl;
     let hot = inputs(
-        &[(1000.0, 1000.0), (100.0, 600.0), (100.0, 1000.0), (100.0, 800.0)],
+        &[
+            (1000.0, 1000.0),
+            (100.0, 600.0),
+            (100.0, 1000.0),
+            (100.0, 800.0),
+        ],
         &[(0.0, 2000.0), (0.0, 2000.0)],
     );
     let mut state = ShieldState::default();
     for t in 1..=3 {
         state = step(&state, &hot, &r, &s, t * 1000).0;
     }
-    assert!(state.regions[EU_WEST].fraction > 0.15, "{}", state.regions[EU_WEST].fraction);
+    assert!(
+        state.regions[EU_WEST].fraction > 0.15,
+        "{}",
+        state.regions[EU_WEST].fraction
+    );
     let cold = inputs(
-        &[(200.0, 1000.0), (100.0, 600.0), (100.0, 1000.0), (100.0, 800.0)],
+        &[
+            (200.0, 1000.0),
+            (100.0, 600.0),
+            (100.0, 1000.0),
+            (100.0, 800.0),
+        ],
         &[(0.0, 2000.0), (0.0, 2000.0)],
     );
     for t in 4..=20 {

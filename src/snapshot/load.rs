@@ -88,6 +88,7 @@ pub fn load_with(config: &Config, control: ControlSource<'_>) -> Result<Loaded, 
     }
     snapshot.load_file = config.shield.load_file.clone();
     snapshot.shield_tick_ms = config.shield.tick_ms;
+    snapshot.rrl = crate::rrl::RateLimiter::from_config(&config.rrl);
     snapshot.serial = snapshot.control.serial.unwrap_or(0);
     Ok(Loaded {
         snapshot,

@@ -79,6 +79,8 @@ pub struct Snapshot {
     pub shield_tick_ms: u64,
     /// Per-zone and steered-answer counters, sized for these zones and policies.
     pub counters: Arc<SnapshotCounters>,
+    /// UDP response rate limiting; `None` when `[rrl]` is disabled.
+    pub rrl: Option<crate::rrl::RateLimiter>,
 }
 
 impl Snapshot {
@@ -104,6 +106,7 @@ impl Snapshot {
             load_file: None,
             shield_tick_ms: 1000,
             counters,
+            rrl: None,
         };
         snapshot.precompiled = Precompiled::build(&snapshot);
         snapshot

@@ -50,7 +50,8 @@ impl ZoneSet {
     /// The zone with the longest apex that `name` is at or below, and how many labels of `name`
     /// sit above that apex.
     pub fn find(&self, name: &WireName) -> Option<(&Zone, usize)> {
-        self.find_index(name).map(|(i, skip)| (&self.zones[i], skip))
+        self.find_index(name)
+            .map(|(i, skip)| (&self.zones[i], skip))
     }
 
     /// Like [`ZoneSet::find`], with the zone's index in [`ZoneSet::zones`].

@@ -1,0 +1,320 @@
+//! Response rate limiting (RRL, as in Knot and BIND): keeps the server from being a useful
+//! reflector for spoofed-source floods.
+//!
+//! Every UDP response is put in a *class* (positive answer, NODATA, NXDOMAIN, referral, error)
+//! and charged to a token bucket keyed by the client's prefix (/24 for IPv4, /56 for IPv6 by
+//! default), the class, and what the response is about: the name and type for answers and
+//! NODATA, the zone for NXDOMAIN and referrals (so random subdomains share one bucket), nothing
+//! more for errors. A key over its rate gets no response, except every `slip`-th one, which is
+//! sent truncated (TC=1, no records) so a real resolver behind a spoofed prefix retries over
+//! TCP, where the source address is proven and nothing is limited.
+//!
+//! Owns the `[rrl]` config, the bucket table ([`table`]), the coarse clock ([`clock`]) and the
+//! verdict. Does not touch the bytes of a response (the DNS layer truncates on a slip) and
+//! never limits TCP or exempt clients. The serving path only reads the clock, hashes the key
+//! and does one compare-and-swap: no lock, no allocation, no I/O.
+
+pub mod clock;
+pub mod table;
+
+use std::cell::Cell;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use crate::dns::respond::{Client, Transport};
+use crate::dns::wire::rcode;
+use table::{hash_bytes, hash_value, Rate, Table};
+
+/// Largest rate or burst accepted: bucket tokens are kept in thousandths in 32 bits.
+const MAX_RATE: u32 = 1_000_000;
+/// Largest bucket table (entries of 8 bytes: 128 MiB).
+const MAX_TABLE: usize = 1 << 24;
+
+/// `[rrl]` in the config file.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RrlConfig {
+    /// Off by default: turn it on where the server faces the internet.
+    pub enabled: bool,
+    /// Responses per second allowed per key (client prefix × class × name or zone).
+    pub responses_per_second: u32,
+    /// Responses a key may send at once after a quiet spell (the bucket size). Default: one
+    /// second's worth, `responses_per_second`.
+    pub burst: Option<u32>,
+    /// Every `slip`-th limited response is sent truncated (TC=1) instead of dropped, so real
+    /// resolvers retry over TCP. 0 drops them all, 1 truncates them all.
+    pub slip: u32,
+    /// Prefix length that groups IPv4 clients into one key.
+    pub ipv4_prefix: u8,
+    /// Prefix length that groups IPv6 clients into one key.
+    pub ipv6_prefix: u8,
+    /// Clients never limited (e.g. your own resolvers and monitoring).
+    pub exempt: Vec<IpNet>,
+    /// Buckets in the table (rounded up to a power of two); keys that share one share a rate.
+    pub table_size: usize,
+}
+
+impl Default for RrlConfig {
+    fn default() -> Self {
+        RrlConfig {
+            enabled: false,
+            responses_per_second: 20,
+            burst: None,
+            slip: 2,
+            ipv4_prefix: 24,
+            ipv6_prefix: 56,
+            exempt: Vec::new(),
+            table_size: 1 << 16,
+        }
+    }
+}
+
+impl RrlConfig {
+    /// The first problem with these settings, as (field, message).
+    pub fn problem(&self) -> Option<(&'static str, String)> {
+        let in_range = |v: u32| (1..=MAX_RATE).contains(&v);
+        if !in_range(self.responses_per_second) {
+            return Some((
+                "rrl.responses_per_second",
+                format!("{} is outside 1..={MAX_RATE}", self.responses_per_second),
+            ));
+        }
+        if let Some(burst) = self.burst.filter(|b| !in_range(*b)) {
+            return Some(("rrl.burst", format!("{burst} is outside 1..={MAX_RATE}")));
+        }
+        if !(1..=32).contains(&self.ipv4_prefix) {
+            return Some((
+                "rrl.ipv4_prefix",
+                format!("{} is outside 1..=32", self.ipv4_prefix),
+            ));
+        }
+        if !(1..=128).contains(&self.ipv6_prefix) {
+            return Some((
+                "rrl.ipv6_prefix",
+                format!("{} is outside 1..=128", self.ipv6_prefix),
+            ));
+        }
+        if !(1..=MAX_TABLE).contains(&self.table_size) {
+            return Some((
+                "rrl.table_size",
+                format!("{} is outside 1..={MAX_TABLE}", self.table_size),
+            ));
+        }
+        None
+    }
+}
+
+/// What kind of response is being limited; each has buckets of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// NOERROR with records in the answer section (or truncated for size).
+    Answer,
+    /// NOERROR, authoritative, nothing in the answer section.
+    Nodata,
+    Nxdomain,
+    /// NOERROR, not authoritative, name servers in the authority section.
+    Referral,
+    /// Any other rcode: REFUSED, FORMERR, SERVFAIL, NOTIMP, BADVERS.
+    Error,
+}
+
+impl Class {
+    pub const ALL: [Class; 5] = [
+        Class::Answer,
+        Class::Nodata,
+        Class::Nxdomain,
+        Class::Referral,
+        Class::Error,
+    ];
+
+    /// The metrics label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Answer => "answer",
+            Class::Nodata => "nodata",
+            Class::Nxdomain => "nxdomain",
+            Class::Referral => "referral",
+            Class::Error => "error",
+        }
+    }
+
+    /// Position in [`Class::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The class of a response with (possibly extended) `rcode` and this header.
+    pub fn of(rcode: u16, response: &[u8]) -> Class {
+        let count = |at: usize| {
+            response
+                .get(at..at + 2)
+                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+        };
+        let flags = count(2);
+        match rcode {
+            rcode::NOERROR if count(6) > 0 || flags & 0x0200 != 0 => Class::Answer,
+            rcode::NOERROR if flags & 0x0400 == 0 && count(8) > 0 => Class::Referral,
+            rcode::NOERROR => Class::Nodata,
+            rcode::NXDOMAIN => Class::Nxdomain,
+            _ => Class::Error,
+        }
+    }
+}
+
+/// What a response is about, beyond the client and the class.
+#[derive(Clone, Copy, Debug)]
+pub struct Subject<'a> {
+    /// The question name in wire format, lower-cased.
+    pub qname: &'a [u8],
+    pub qtype: u16,
+    /// Index of the zone the name is in, if any.
+    pub zone: Option<usize>,
+}
+
+/// What to do with a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Send,
+    /// Send it truncated: header and question, TC=1, no records.
+    Slip,
+    Drop,
+}
+
+thread_local! {
+    // Limited responses seen by this thread, modulo `slip` (a `const` cell: no allocation).
+    static LIMITED: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The limiter of one snapshot: its settings, and buckets that outlive reloads.
+pub struct RateLimiter {
+    rate: Rate,
+    slip: u32,
+    ipv4_prefix: u8,
+    ipv6_prefix: u8,
+    exempt: Vec<IpNet>,
+    table: Arc<Table>,
+}
+
+impl RateLimiter {
+    /// `None` when `[rrl]` is disabled. The config must have passed [`RrlConfig::problem`];
+    /// out-of-range values are clamped here rather than trusted.
+    pub fn from_config(config: &RrlConfig) -> Option<RateLimiter> {
+        if !config.enabled {
+            return None;
+        }
+        let per_second = config.responses_per_second.clamp(1, MAX_RATE);
+        Some(RateLimiter {
+            rate: Rate {
+                per_second,
+                burst: config.burst.unwrap_or(per_second).clamp(1, MAX_RATE),
+            },
+            slip: config.slip,
+            ipv4_prefix: config.ipv4_prefix.clamp(1, 32),
+            ipv6_prefix: config.ipv6_prefix.clamp(1, 128),
+            exempt: config.exempt.clone(),
+            table: Arc::new(Table::new(config.table_size.clamp(1, MAX_TABLE))),
+        })
+    }
+
+    /// Keeps the previous snapshot's buckets (same size), so a reload during a flood does
+    /// not hand every key a fresh burst.
+    pub fn keep_buckets_of(&mut self, previous: &RateLimiter) {
+        if previous.table.len() == self.table.len() {
+            self.table = previous.table.clone();
+        }
+    }
+
+    /// The verdict on one response to `client`, counted in the serving metrics.
+    pub fn check(&self, client: &Client, class: Class, subject: Option<&Subject<'_>>) -> Verdict {
+        if client.transport != Transport::Udp {
+            return Verdict::Send;
+        }
+        let verdict = LIMITED
+            .try_with(|limited| {
+                self.check_at(client.addr, class, subject, clock::now_ms(), limited)
+            })
+            .unwrap_or(Verdict::Send);
+        crate::metrics::serving().record_rrl(class, verdict);
+        verdict
+    }
+
+    /// [`RateLimiter::check`] at a given time with a given slip counter (tests use a fake
+    /// clock).
+    pub fn check_at(
+        &self,
+        addr: IpAddr,
+        class: Class,
+        subject: Option<&Subject<'_>>,
+        now_ms: u32,
+        limited: &Cell<u32>,
+    ) -> Verdict {
+        if self.exempt.iter().any(|net| net.contains(&addr)) {
+            return Verdict::Send;
+        }
+        let slot = self.table.slot(|h| self.hash_key(h, addr, class, subject));
+        if self.table.take(slot, now_ms, self.rate) {
+            return Verdict::Send;
+        }
+        slip_or_drop(self.slip, limited)
+    }
+
+    fn hash_key(
+        &self,
+        h: &mut dyn std::hash::Hasher,
+        addr: IpAddr,
+        class: Class,
+        subject: Option<&Subject<'_>>,
+    ) {
+        hash_value(h, self.prefix(addr));
+        hash_value(h, class.index() as u8);
+        let Some(subject) = subject else { return };
+        match class {
+            Class::Answer | Class::Nodata => {
+                hash_bytes(h, subject.qname);
+                if class == Class::Answer {
+                    hash_value(h, subject.qtype);
+                }
+            }
+            Class::Nxdomain | Class::Referral => hash_value(h, subject.zone),
+            Class::Error => {}
+        }
+    }
+
+    /// The client's network: the address with the host bits cleared (and the family).
+    fn prefix(&self, addr: IpAddr) -> (u8, u128) {
+        match addr {
+            IpAddr::V4(v4) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.ipv4_prefix))
+                    .unwrap_or(0);
+                (4, u128::from(u32::from(v4) & mask))
+            }
+            IpAddr::V6(v6) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.ipv6_prefix))
+                    .unwrap_or(0);
+                (6, u128::from(v6) & mask)
+            }
+        }
+    }
+}
+
+/// Every `slip`-th limited response (counted in `limited`) is truncated, the rest dropped.
+fn slip_or_drop(slip: u32, limited: &Cell<u32>) -> Verdict {
+    if slip == 0 {
+        return Verdict::Drop;
+    }
+    let n = limited.get().wrapping_add(1) % slip;
+    limited.set(n);
+    if n == 0 {
+        Verdict::Slip
+    } else {
+        Verdict::Drop
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,233 @@
+//! Response rate limiting end to end (issue 8), with the real binary on loopback: a
+//! spoofed-source-style flood from 50 addresses of one /24 (127.1.1.x, loopback aliases) asking
+//! the same question is limited — most queries get nothing, every `slip`-th limited one gets a
+//! truncated reply — while a client in another /24 keeps getting full answers at its modest
+//! rate, an exempt network is never limited, and the limited client's retry over TCP is
+//! answered in full. Client-side counts must equal the server's RRL counters.
+
+mod common;
+mod hostile_common;
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use common::*;
+use hickory_proto::op::Message;
+use hickory_proto::rr::RecordType;
+use hostile_common::*;
+
+const RATE: u32 = 10;
+const BURST: u32 = 10;
+const SLIP: usize = 3;
+
+fn config() -> TempConfig {
+    TempConfig::new(
+        "rrl",
+        &format!(
+            "udp_workers = 2\n\n[rrl]\nenabled = true\nresponses_per_second = {RATE}\n\
+             burst = {BURST}\nslip = {SLIP}\nexempt = [\"127.3.3.0/24\"]\n"
+        ),
+    )
+}
+
+/// What came back for one query.
+#[derive(Debug, PartialEq, Eq)]
+enum Reply {
+    /// A full answer: records, TC clear.
+    Answer,
+    /// A slip: TC set, no records, no bigger than the query.
+    Truncated,
+}
+
+fn classify(query: &[u8], reply: &[u8]) -> Reply {
+    let message = Message::from_vec(reply).expect("a well-formed reply");
+    if message.metadata.truncation {
+        assert!(
+            message.answers.is_empty()
+                && message.authorities.is_empty()
+                && message.additionals.is_empty(),
+            "a slipped reply carries no records: {message:?}"
+        );
+        assert!(
+            reply.len() <= query.len(),
+            "a slip ({} bytes) is bigger than the query ({} bytes)",
+            reply.len(),
+            query.len()
+        );
+        assert_eq!(
+            message.queries.len(),
+            1,
+            "a slip echoes the question (resolvers match on it)"
+        );
+        Reply::Truncated
+    } else {
+        assert!(
+            !message.answers.is_empty(),
+            "an answer with records: {message:?}"
+        );
+        Reply::Answer
+    }
+}
+
+/// Everything that arrives on `socket` until it has been quiet for 200 ms.
+fn drain(socket: &UdpSocket) -> Vec<Vec<u8>> {
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut replies = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = socket.recv(&mut buf) {
+        replies.push(buf[..n].to_vec());
+    }
+    replies
+}
+
+/// Whatever is queued on `socket` now, without waiting.
+fn take_queued(socket: &UdpSocket) -> Vec<Vec<u8>> {
+    socket.set_nonblocking(true).expect("nonblocking");
+    let mut replies = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = socket.recv(&mut buf) {
+        replies.push(buf[..n].to_vec());
+    }
+    socket.set_nonblocking(false).expect("blocking");
+    replies
+}
+
+/// A client at a modest pace (well under the rate): every query must get a full answer.
+fn modest_client(server: std::net::SocketAddr, packet: Vec<u8>) -> usize {
+    let socket = udp_from(alias(2, 2, 2));
+    let mut answered = 0;
+    for _ in 0..8 {
+        socket.send_to(&packet, server).expect("send");
+        let mut buf = [0u8; 4096];
+        let n = socket
+            .recv(&mut buf)
+            .expect("the modest client is answered");
+        assert_eq!(classify(&packet, &buf[..n]), Reply::Answer);
+        answered += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    answered
+}
+
+#[test]
+fn a_spoofed_flood_is_limited_while_other_clients_are_answered() {
+    let config = config();
+    let (server, admin) = config.start();
+    let packet = query("mail.example.com.", RecordType::A)
+        .to_vec()
+        .expect("encode");
+
+    // The flood: 50 sources in 127.1.1.0/24, 20 rounds 50 ms apart (1000 queries in ~1 s),
+    // while a client in 127.2.2.0/24 asks the same question 8 times at 10/s.
+    let flooders: Vec<UdpSocket> = (1..=50).map(|h| udp_from(alias(1, 1, h))).collect();
+    let modest = {
+        let packet = packet.clone();
+        let addr = server.addr;
+        std::thread::spawn(move || modest_client(addr, packet))
+    };
+    let started = Instant::now();
+    let rounds = 20;
+    for round in 0..rounds {
+        if round > 0 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for socket in &flooders {
+            socket.send_to(&packet, server.addr).expect("send");
+        }
+    }
+    let flood_secs = started.elapsed().as_secs_f64();
+    let sent = rounds * flooders.len();
+
+    // Replies are all in the sockets' buffers once the server has been quiet a while.
+    std::thread::sleep(Duration::from_millis(300));
+    let (mut answers, mut slips) = (0usize, 0usize);
+    for socket in &flooders {
+        for reply in take_queued(socket) {
+            match classify(&packet, &reply) {
+                Reply::Answer => answers += 1,
+                Reply::Truncated => slips += 1,
+            }
+        }
+    }
+    let silent = sent - answers - slips;
+    let limited = slips + silent;
+    println!(
+        "flood: {sent} queries in {flood_secs:.2} s: {answers} answered, {slips} truncated, \
+         {silent} unanswered"
+    );
+    assert_eq!(modest.join().expect("modest client"), 8);
+
+    // One bucket for the whole /24: the burst, then the rate (plus a little for the server
+    // answering the last queries a moment after they were sent).
+    let allowed = f64::from(BURST) + f64::from(RATE) * (flood_secs + 0.3);
+    assert!(
+        answers >= BURST as usize && answers as f64 <= allowed,
+        "{answers} full answers; the bucket allows {BURST} + {RATE}/s over {flood_secs:.2} s"
+    );
+    assert!(
+        silent > sent / 2,
+        "most of the flood gets nothing: {silent}"
+    );
+    // Every SLIP-th limited reply is truncated (counted per UDP worker: 2 workers).
+    let expected = limited / SLIP;
+    assert!(
+        slips + 2 >= expected && slips <= expected + 1,
+        "{slips} slips for {limited} limited responses with slip = {SLIP}"
+    );
+
+    // The server counted exactly what the clients saw.
+    let counter = |name: &str, labels: &[(&str, &str)]| metric(admin, name, labels) as usize;
+    assert_eq!(
+        counter("steerdns_rrl_limited_total", &[("class", "answer")]),
+        limited
+    );
+    assert_eq!(counter("steerdns_rrl_limited_total", &[]), limited);
+    assert_eq!(counter("steerdns_rrl_slipped_total", &[]), slips);
+    assert_eq!(counter("steerdns_rrl_dropped_total", &[]), silent);
+    assert_eq!(
+        counter("steerdns_dropped_queries_total", &[("transport", "udp")]),
+        silent
+    );
+
+    // A limited client retries over TCP (as a slip tells it to): a full answer.
+    let mut stream = tcp_from(alias(1, 1, 1), server.addr);
+    write_frame(&mut stream, &packet);
+    let reply = read_frame(&mut stream).expect("a TCP answer");
+    let message = Message::from_vec(&reply).expect("well-formed");
+    assert!(!message.metadata.truncation && !message.answers.is_empty());
+    // ...and TCP is never counted as limited.
+    assert_eq!(counter("steerdns_rrl_limited_total", &[]), limited);
+}
+
+#[test]
+fn an_exempt_network_is_never_limited() {
+    let config = config();
+    let (server, admin) = config.start();
+    let packet = query("mail.example.com.", RecordType::A)
+        .to_vec()
+        .expect("encode");
+    // 100 queries, ten times the burst, in bursts of ten: all answered in full.
+    for (exempt, host) in [(true, alias(3, 3, 3)), (false, alias(4, 4, 4))] {
+        let socket = udp_from(host);
+        let mut answers = 0;
+        for _ in 0..10 {
+            for _ in 0..10 {
+                socket.send_to(&packet, server.addr).expect("send");
+            }
+            answers += drain(&socket)
+                .iter()
+                .filter(|r| classify(&packet, r) == Reply::Answer)
+                .count();
+        }
+        if exempt {
+            assert_eq!(answers, 100, "{host} is exempt");
+        } else {
+            // Ten rounds of 200 ms quiet each refill about 2 tokens: far fewer than 100.
+            assert!(answers < 50, "{host} is not exempt: {answers} answered");
+        }
+    }
+    let limited = metric(admin, "steerdns_rrl_limited_total", &[]);
+    assert!(limited > 0.0, "only the non-exempt client was limited");
+}
