@@ -9,6 +9,7 @@ pub mod admin;
 pub mod config;
 pub mod control;
 pub mod dns;
+pub mod files;
 pub mod geo;
 pub mod metrics;
 pub mod policy;

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::RegionOverride;
 use crate::reload::{Reloader, Status, Trigger};
+use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
 mod dashboard;
@@ -63,7 +64,12 @@ pub fn router(state: AdminState) -> Router {
         .route("/v1/status", get(status))
         .route("/metrics", get(metrics))
         .route("/v1/reload", post(reload))
-        .route("/v1/load", post(push_load))
+        // A feed just over its limit reaches the handler, which refuses it with the reason and
+        // counts it; far larger bodies are cut off by the transport limit.
+        .route(
+            "/v1/load",
+            post(push_load).layer(axum::extract::DefaultBodyLimit::max(4 * MAX_FEED_BYTES)),
+        )
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -272,7 +278,21 @@ async fn push_load(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(refused) = authorize(&state, &headers) {
+    let authorized = authorize(&state, &headers);
+    if body.len() > MAX_FEED_BYTES {
+        let error = FeedError::TooLarge {
+            size: body.len() as u64,
+            limit: MAX_FEED_BYTES,
+        };
+        if authorized.is_ok() {
+            let shield = state.reloader.shield();
+            shield
+                .feed
+                .refuse(FeedOrigin::Http, &error, std::time::SystemTime::now());
+        }
+        return (StatusCode::PAYLOAD_TOO_LARGE, format!("refused: {error}\n")).into_response();
+    }
+    if let Err(refused) = authorized {
         return *refused;
     }
     let snapshot = state.reloader.snapshot().load();

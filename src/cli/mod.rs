@@ -84,7 +84,7 @@ fn apply_control(target: &Target, config: &Config, new_text: &str, what: &str) -
         }
         return Ok(ExitCode::FAILURE);
     }
-    let old = std::fs::read_to_string(&path).ok();
+    let old = steerdns::files::read_text_limited(&path, steerdns::files::SMALL_FILE_LIMIT).ok();
     write_atomically(&path, new_text).map_err(|e| anyhow::anyhow!("{e}"))?;
     let summary = match (
         old.as_deref().map(|t| ControlFile::parse(t, &path)),
@@ -203,8 +203,8 @@ pub fn weight_set(target: &Target, profile: &str, assignments: &[String]) -> Res
         .iter()
         .map(|a| parse_assignment(a).map_err(|e| anyhow::anyhow!("{e}")))
         .collect::<Result<Vec<_>>>()?;
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let text = steerdns::files::read_text_limited(&path, steerdns::files::SMALL_FILE_LIMIT)
+        .with_context(|| format!("reading {}", path.display()))?;
     let new_text = set_weights(&text, profile, &pairs)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     apply_control(target, &config, &new_text, &format!("weights of {profile}"))
@@ -262,8 +262,8 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
 pub fn drain(target: &Target, region: &str, on: bool) -> Result<ExitCode> {
     let config = target.config()?;
     let path = control_path(&config)?;
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let text = steerdns::files::read_text_limited(&path, steerdns::files::SMALL_FILE_LIMIT)
+        .with_context(|| format!("reading {}", path.display()))?;
     let new_text =
         set_drain(&text, region, on).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let what = if on {
@@ -469,6 +469,12 @@ pub fn load_push(target: &Target, file: &str) -> Result<ExitCode> {
             .with_context(|| format!("reading {file}"))?
             .take(limit)
             .read_to_end(&mut body)?;
+    }
+    if body.len() > steerdns::shield::feed::MAX_FEED_BYTES {
+        bail!(
+            "{file}: the feed is larger than the {} byte limit; nothing was sent",
+            steerdns::shield::feed::MAX_FEED_BYTES
+        );
     }
     let token = read_token(config.admin.token_file.as_ref());
     let response = http::request(addr, "POST", "/v1/load", token.as_deref(), &body)?;

@@ -277,10 +277,12 @@ impl Config {
 
     /// Reads and checks a config file; relative paths in it become relative to its directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::files::read_text_limited(path, crate::files::SMALL_FILE_LIMIT).map_err(
+            |source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+        )?;
         let mut config = Config::parse(&text, path)?;
         let base = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,

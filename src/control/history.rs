@@ -117,6 +117,12 @@ impl History {
                 dir: dir.to_path_buf(),
             });
         }
+        if fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+            return Err(HistoryError::CreateDir {
+                path: dir.to_path_buf(),
+                source: std::io::Error::other("it exists and is not a directory"),
+            });
+        }
         fs::create_dir_all(dir).map_err(|source| HistoryError::CreateDir {
             path: dir.to_path_buf(),
             source,

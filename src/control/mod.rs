@@ -66,10 +66,12 @@ pub enum ControlError {
 
 impl ControlFile {
     pub fn load(path: &Path) -> Result<ControlFile, ControlError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ControlError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::files::read_text_limited(path, crate::files::SMALL_FILE_LIMIT).map_err(
+            |source| ControlError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+        )?;
         ControlFile::parse(&text, path)
     }
 
@@ -108,20 +110,60 @@ impl ControlFile {
 
 /// The 1-based line of a dotted field path (e.g. `profiles.warm.endpoints.frontdoor.weight`)
 /// in control-file text: the deepest part of the path that exists.
+/// Works for the config file too: `[n]` indexes arrays and arrays of tables, as in
+/// `steered[0].profile` or `profiles.critical.endpoints[1].weight`.
 pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
     let doc = toml_edit::Document::parse(text).ok()?;
-    let mut item: &toml_edit::Item = doc.as_item();
+    let mut table: &dyn toml_edit::TableLike = doc.as_table();
     let mut span = None;
-    for key in field.split('.') {
-        let Some(next) = item.get(key) else { break };
-        if let Some(s) = next.span() {
-            span = Some(s);
-        } else if let Some((k, _)) = item.as_table_like().and_then(|t| t.get_key_value(key)) {
-            span = k.span().or(span);
+    for part in field.split('.') {
+        let (key, indexes) = split_indexes(part);
+        let Some((k, item)) = table.get_key_value(key) else {
+            break;
+        };
+        span = item.span().or(k.span()).or(span);
+        let mut item = item;
+        let mut next_table: Option<&dyn toml_edit::TableLike> = item.as_table_like();
+        for index in indexes {
+            match item {
+                toml_edit::Item::ArrayOfTables(tables) => match tables.get(index) {
+                    Some(t) => {
+                        span = t.span().or(span);
+                        next_table = Some(t);
+                    }
+                    None => return span.map(|s| crate::config::line_column(text, s.start).0),
+                },
+                toml_edit::Item::Value(toml_edit::Value::Array(values)) => {
+                    match values.get(index) {
+                        Some(v) => {
+                            span = v.span().or(span);
+                            next_table =
+                                v.as_inline_table().map(|t| t as &dyn toml_edit::TableLike);
+                        }
+                        None => return span.map(|s| crate::config::line_column(text, s.start).0),
+                    }
+                }
+                _ => return span.map(|s| crate::config::line_column(text, s.start).0),
+            }
+            // Nested indexes on array elements are not used by our paths.
+            item = &toml_edit::Item::None;
         }
-        item = next;
+        match next_table {
+            Some(t) => table = t,
+            None => break,
+        }
     }
     span.map(|s| crate::config::line_column(text, s.start).0)
+}
+
+/// `"endpoints[1]"` -> `("endpoints", [1])`.
+fn split_indexes(part: &str) -> (&str, Vec<usize>) {
+    let key_end = part.find('[').unwrap_or(part.len());
+    let indexes = part[key_end..]
+        .split(['[', ']'])
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    (&part[..key_end], indexes)
 }
 
 #[cfg(test)]
@@ -147,6 +189,21 @@ force = "fallback:fb-eu"
             Some(100)
         );
         assert!(c.regions["eu-west"].force.is_some());
+    }
+
+    #[test]
+    fn indexed_paths_map_to_lines_in_arrays_of_tables() {
+        let text = "[[steered]]\nname = \"a.\"\n\n[[steered]]\nname = \"b.\"\nprofile = \"x\"\n\n[profiles.p]\ntype = \"weighted\"\n[[profiles.p.endpoints]]\nname = \"e\"\nweight = 5\n[[profiles.p.endpoints]]\nname = \"f\"\nweight = 7\n";
+        assert_eq!(line_of_field(text, "steered[1].profile"), Some(6));
+        assert_eq!(line_of_field(text, "steered[0]"), Some(1));
+        assert_eq!(
+            line_of_field(text, "profiles.p.endpoints[1].weight"),
+            Some(15)
+        );
+        assert_eq!(
+            line_of_field(text, "profiles.p.endpoints[9].weight"),
+            Some(10)
+        );
     }
 
     #[test]

@@ -194,6 +194,18 @@ impl Locator {
             Some(relative) => {
                 let path = base_dir.join(relative);
                 match GeoTable::open(&path) {
+                    // Without a single country or continent the database would silently send
+                    // every client to the default region: treat it as unusable.
+                    Ok(table) if table.info().records_with_geo == 0 => (
+                        None,
+                        DatabaseStatus::Degraded {
+                            reason: format!(
+                                "{}: no record has a country or continent (not a Country/City-style database?)",
+                                path.display()
+                            ),
+                            path,
+                        },
+                    ),
                     Ok(table) => {
                         let info = table.info().clone();
                         (Some(table), DatabaseStatus::Loaded { path, info })

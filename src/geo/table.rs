@@ -141,7 +141,8 @@ impl GeoTable {
     /// Reads and compiles a MaxMind DB file (GeoIP2/GeoLite2 Country or City, DB-IP, or any
     /// database whose records carry `country.iso_code` / `continent.code`).
     pub fn open(path: &Path) -> Result<GeoTable, GeoError> {
-        let bytes = std::fs::read(path).map_err(|source| GeoError::Read {
+        // Real databases (GeoIP2/GeoLite2 City, DB-IP) are tens to hundreds of MiB.
+        let bytes = crate::files::read_limited(path, 2 << 30).map_err(|source| GeoError::Read {
             path: path.to_path_buf(),
             source,
         })?;

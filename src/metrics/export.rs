@@ -213,6 +213,12 @@ impl Scrape {
              [server.tcp] frame_timeout_secs.",
             s.tcp_frame_timeouts,
         )?;
+        counter(
+            encoder,
+            "steerdns_tcp_accept_errors",
+            "TCP accept() failures (e.g. out of file descriptors); UDP keeps serving.",
+            s.tcp_accept_errors,
+        )?;
         self.encode_rrl(encoder)
     }
 

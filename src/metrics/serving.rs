@@ -82,6 +82,8 @@ struct Connections {
     refused_per_client: AtomicU64,
     /// Closed because a query frame was not completed in time (slow or stalled sender).
     frame_timeouts: AtomicU64,
+    /// accept() failed (out of file descriptors, and the like).
+    accept_errors: AtomicU64,
 }
 
 pub struct ServingCounters {
@@ -116,6 +118,7 @@ pub struct ServingTotals {
     pub tcp_accepted: u64,
     pub tcp_refused_per_client: u64,
     pub tcp_frame_timeouts: u64,
+    pub tcp_accept_errors: u64,
     /// Responses over their rate, by class ([`Class::index`]).
     pub rrl_limited: [u64; RRL_CLASSES],
     /// Limited responses sent truncated.
@@ -133,6 +136,7 @@ impl ServingCounters {
                 accepted: AtomicU64::new(0),
                 refused_per_client: AtomicU64::new(0),
                 frame_timeouts: AtomicU64::new(0),
+                accept_errors: AtomicU64::new(0),
             },
         }
     }
@@ -189,6 +193,14 @@ impl ServingCounters {
             .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// accept() failed; returns how many times in all (for rate-limited logging).
+    pub fn record_tcp_accept_error(&self) -> u64 {
+        self.connections
+            .accept_errors
+            .fetch_add(1, Ordering::Relaxed)
+            + 1
+    }
+
     /// A TCP connection was accepted; the guard counts it closed when dropped.
     pub fn tcp_connection(&self) -> TcpConnection<'_> {
         self.connections.accepted.fetch_add(1, Ordering::Relaxed);
@@ -206,6 +218,7 @@ impl ServingCounters {
             tcp_accepted: self.connections.accepted.load(Ordering::Relaxed),
             tcp_refused_per_client: self.connections.refused_per_client.load(Ordering::Relaxed),
             tcp_frame_timeouts: self.connections.frame_timeouts.load(Ordering::Relaxed),
+            tcp_accept_errors: self.connections.accept_errors.load(Ordering::Relaxed),
             rrl_slipped: sum(&|s| &s.rrl_slipped),
             rrl_dropped: sum(&|s| &s.rrl_dropped),
             ..ServingTotals::default()

@@ -99,6 +99,8 @@ struct State {
     /// FNV hash of the control text last looked at (accepted or refused), so that a watcher
     /// does not re-taste the same bytes.
     last_control_hash: Option<u64>,
+    /// FNV hash of the control text being served (same text on reload: same serial).
+    served_control_hash: Option<u64>,
 }
 
 pub struct Reloader {
@@ -153,6 +155,7 @@ impl Reloader {
             state: Mutex::new(State {
                 status: Status::default(),
                 last_control_hash: None,
+                served_control_hash: None,
             }),
         });
         let warnings = loaded.warnings.clone();
@@ -213,7 +216,9 @@ impl Reloader {
         let mut state = self.lock();
         let config = self.source.read_config().ok()?;
         let path = config.control.file.as_ref()?;
-        let hash = std::fs::read(path).ok().map(|bytes| fnv(&bytes));
+        let hash = crate::files::read_limited(path, crate::files::SMALL_FILE_LIMIT)
+            .ok()
+            .map(|bytes| fnv(&bytes));
         if hash.is_some() && hash == state.last_control_hash {
             return None;
         }
@@ -303,20 +308,32 @@ impl Reloader {
         let previous = self.snapshot.load();
         let summary = summarize(&previous.control, &snapshot.control);
         let mut history_dir = None;
+        let unchanged = control
+            .as_ref()
+            .is_some_and(|(_, text)| state.served_control_hash == Some(fnv(text.as_bytes())));
+        // A new version is numbered above both the history and what is served now (serving
+        // may have gone on while the history could not be written).
+        let next = snapshot
+            .control
+            .serial
+            .unwrap_or(previous.serial + 1)
+            .max(previous.serial + 1);
         let serial = match (&control, open_history(config)) {
+            (Some(_), _) if unchanged && previous.serial > 0 => previous.serial,
             (Some((_, text)), Ok(history)) => {
                 history_dir = Some(history.dir().to_path_buf());
-                match record_version(&history, text, &snapshot.control, trigger, &summary) {
+                let served = previous.serial;
+                match record_version(&history, text, &snapshot.control, trigger, &summary, served) {
                     Ok(serial) => serial,
                     Err(e) => {
                         warnings.push(e);
-                        snapshot.control.serial.unwrap_or(previous.serial + 1)
+                        next
                     }
                 }
             }
             (Some(_), Err(e)) => {
                 warnings.push(e);
-                snapshot.control.serial.unwrap_or(previous.serial + 1)
+                next
             }
             (None, _) => 0,
         };
@@ -342,6 +359,7 @@ impl Reloader {
         status.warnings = warnings;
         if let Some((_, text)) = &control {
             state.last_control_hash = Some(fnv(text.as_bytes()));
+            state.served_control_hash = Some(fnv(text.as_bytes()));
         }
         tracing::info!(
             "{}: serving serial {serial} ({summary}) after {:.1} ms",
@@ -372,7 +390,7 @@ fn read_control_text(config: &Config) -> Result<Option<(PathBuf, String)>, Strin
     let Some(path) = &config.control.file else {
         return Ok(None);
     };
-    match std::fs::read_to_string(path) {
+    match crate::files::read_text_limited(path, crate::files::SMALL_FILE_LIMIT) {
         Ok(text) => Ok(Some((path.clone(), text))),
         Err(e) => Err(format!("{}: cannot read: {e}", path.display())),
     }
@@ -407,16 +425,20 @@ fn record_version(
     control: &ControlFile,
     trigger: Trigger,
     summary: &str,
+    served: u64,
 ) -> Result<u64, String> {
     let newest = history
         .newest()
         .map_err(|e| format!("control history: {e}"))?;
     if let Some((meta, newest_text)) = &newest {
-        if newest_text == text {
+        if newest_text == text && meta.serial >= served {
             return Ok(meta.serial);
         }
     }
-    let serial = next_serial(newest.as_ref().map(|(m, _)| m.serial), control.serial);
+    let floor = newest
+        .as_ref()
+        .map_or(served, |(m, _)| m.serial.max(served));
+    let serial = next_serial((floor > 0).then_some(floor), control.serial);
     history
         .record(text, serial, trigger.as_str(), summary, SystemTime::now())
         .map_err(|e| format!("control history: {e}"))?;
@@ -445,7 +467,9 @@ fn newest_valid_version(history: &History, config: &Config) -> Option<(Loaded, S
 fn config_hash(config: &Config, control: Option<&str>, snapshot: &Snapshot) -> u64 {
     let mut bytes = Vec::new();
     if let Some(path) = &config.source_path {
-        bytes.extend(std::fs::read(path).unwrap_or_default());
+        bytes.extend(
+            crate::files::read_limited(path, crate::files::SMALL_FILE_LIMIT).unwrap_or_default(),
+        );
     }
     bytes.extend(control.unwrap_or("").as_bytes());
     for zone in snapshot.zones.zones() {

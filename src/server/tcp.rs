@@ -111,8 +111,12 @@ pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpL
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
-                // EMFILE and friends: back off instead of spinning, keep serving what we have.
-                tracing::warn!("tcp accept failed: {e}");
+                // EMFILE and friends: back off instead of spinning, keep serving what we have,
+                // count every failure and log the first and then one in a hundred.
+                let failures = crate::metrics::serving().record_tcp_accept_error();
+                if failures == 1 || failures.is_multiple_of(100) {
+                    tracing::warn!("tcp accept failed ({failures} so far): {e}");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }

@@ -223,11 +223,9 @@ impl Shield {
         now: SystemTime,
     ) -> Inputs {
         let latest = self.feed.latest();
-        let age_ms = latest.as_ref().map(|(feed, _, _)| {
-            now.duration_since(feed.time)
-                .unwrap_or(Duration::ZERO)
-                .as_millis() as u64
-        });
+        let age_ms = latest
+            .as_ref()
+            .map(|(feed, received, _)| feed_age(feed.time, *received, now).as_millis() as u64);
         let read = |name: &str, regions: bool| -> Option<Reading> {
             let (feed, _, _) = latest.as_ref()?;
             let table = if regions {
@@ -274,11 +272,9 @@ impl Shield {
             ShieldMode::Off => "off",
         }
         .to_string();
-        status.feed_age_secs = latest.as_ref().map(|(feed, _, _)| {
-            now.duration_since(feed.time)
-                .unwrap_or(Duration::ZERO)
-                .as_secs_f64()
-        });
+        status.feed_age_secs = latest
+            .as_ref()
+            .map(|(feed, received, _)| feed_age(feed.time, *received, now).as_secs_f64());
         status.feed_origin = latest.as_ref().map(|(_, _, origin)| origin.to_string());
         status.feeds_accepted = stats.accepted;
         status.feeds_refused = stats.refused;
@@ -344,15 +340,25 @@ impl Shield {
             .collect();
         if latest.is_none() {
             status.alerts.push("no load feed received yet".into());
-        } else if status
-            .feed_age_secs
-            .is_some_and(|a| a * 1000.0 > settings.stale_after_ms as f64)
-        {
-            status
-                .alerts
-                .push("load feed is stale: decisions frozen".into());
+        } else if let Some(age_ms) = status.feed_age_secs.map(|a| a * 1000.0) {
+            if age_ms > settings.revert_after_ms as f64 {
+                status
+                    .alerts
+                    .push("load feed is stale: reverting to normal answers".into());
+            } else if age_ms > settings.stale_after_ms as f64 {
+                status
+                    .alerts
+                    .push("load feed is stale: decisions frozen".into());
+            }
         }
     }
+}
+
+/// How old a feed's data is: from its own time, but never younger than since it arrived (a
+/// sender whose clock runs ahead must not keep its data fresh for longer).
+fn feed_age(stamped: SystemTime, received: SystemTime, now: SystemTime) -> Duration {
+    now.duration_since(stamped.min(received))
+        .unwrap_or(Duration::ZERO)
 }
 
 fn note_text(note: Note) -> &'static str {

@@ -11,8 +11,8 @@
 //! only the shield loop and deliverers, never DNS queries, use it.
 
 use std::fmt;
-use std::fs::File;
 use std::io::{ErrorKind, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
@@ -195,7 +195,12 @@ impl FileSource {
 
     /// Reads the file, at most one byte past the limit (enough to know it is too large).
     fn read(&self) -> Result<Option<FileRead>, std::io::Error> {
-        let file = match File::open(&self.path) {
+        // O_NONBLOCK: a named pipe in place of the file must not block the shield's thread.
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.path)
+        {
             Ok(file) => file,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
@@ -203,6 +208,9 @@ impl FileSource {
         let metadata = file.metadata()?;
         if metadata.is_dir() {
             return Err(std::io::Error::other("is a directory"));
+        }
+        if !metadata.is_file() {
+            return Err(std::io::Error::other("is not a regular file"));
         }
         let mut bytes = Vec::new();
         file.take(MAX_FEED_BYTES as u64 + 1)

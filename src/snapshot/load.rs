@@ -83,7 +83,10 @@ pub fn load_with(config: &Config, control: ControlSource<'_>) -> Result<Loaded, 
     );
     snapshot.control = control.map(|(file, _)| file).unwrap_or_default();
     snapshot.shield_settings = config.shield.settings();
-    if let Some(ttl) = snapshot.policies().and_then(crate::shield::live::steady_ttl) {
+    if let Some(ttl) = snapshot
+        .policies()
+        .and_then(crate::shield::live::steady_ttl)
+    {
         snapshot.shield_settings.steady_ttl = ttl;
     }
     snapshot.load_file = config.shield.load_file.clone();
@@ -119,14 +122,19 @@ fn compile_steering(
                 .collect::<Vec<_>>()
         })?;
     let region_names: Vec<&str> = policies.region_names().collect();
-    let locator = Locator::compile(&config.geo, &config.base_dir, &region_names)
-        .map_err(|e| vec![format!("config: {e}")])?;
+    let locator = Locator::compile(&config.geo, &config.base_dir, &region_names).map_err(|e| {
+        let field = match &e {
+            crate::geo::GeoError::Config { field, .. } => field.as_str(),
+            _ => "geo.database",
+        };
+        vec![format!("{}: {e}", config_location(config, field))]
+    })?;
     if let Some(reason) = locator.degraded() {
         warnings.push(format!(
             "geo database unusable, every client maps to the default region: {reason}"
         ));
     }
-    bind_steered_names(&policies, zones)?;
+    bind_steered_names(config, &policies, zones)?;
     let (region_count, site_count) = (policies.regions().len(), policies.fallback_sites().len());
     Ok(Some(SteeringData {
         policies,
@@ -136,6 +144,7 @@ fn compile_steering(
 }
 
 fn bind_steered_names(
+    config: &Config,
     policies: &crate::policy::CompiledPolicies,
     zones: &mut [Zone],
 ) -> Result<(), Vec<String>> {
@@ -150,7 +159,8 @@ fn bind_steered_names(
         match owner {
             Some((zi, _)) => per_zone[zi].push((&steered.name, i as u32)),
             None => errors.push(format!(
-                "config: steered[{i}].name: {} is not inside any served zone",
+                "{}: steered[{i}].name: {} is not inside any served zone",
+                config_location(config, &format!("steered[{i}].name")),
                 steered.name
             )),
         }
@@ -158,7 +168,7 @@ fn bind_steered_names(
     for (zone, bindings) in zones.iter_mut().zip(&per_zone) {
         if !bindings.is_empty() {
             if let Err(e) = zone.bind_steered(bindings) {
-                errors.push(format!("config: {e}"));
+                errors.push(format!("{}: {e}", config_location(config, "steered")));
             }
         }
     }
@@ -179,7 +189,7 @@ fn read_control(
         ControlSource::FromConfig => match &config.control.file {
             None => return Ok(None),
             Some(path) => {
-                let text = std::fs::read_to_string(path)
+                let text = crate::files::read_text_limited(path, crate::files::SMALL_FILE_LIMIT)
                     .map_err(|e| vec![format!("{}: cannot read: {e}", path.display())])?;
                 (path.clone(), text)
             }
@@ -215,5 +225,25 @@ fn describe_policy_error(
             return format!("{}{line}: {field}: {}", path.display(), error.problem);
         }
     }
-    format!("config: {error}")
+    format!(
+        "{}: {}: {}",
+        config_location(config, &error.path),
+        error.path,
+        error.problem
+    )
+}
+
+/// `file:line` of a field in the config file (or just the file, or "config" for built-in
+/// defaults), for errors found after parsing.
+fn config_location(config: &Config, field: &str) -> String {
+    let Some(path) = &config.source_path else {
+        return "config".to_string();
+    };
+    let line = crate::files::read_text_limited(path, crate::files::SMALL_FILE_LIMIT)
+        .ok()
+        .and_then(|text| crate::control::line_of_field(&text, field));
+    match line {
+        Some(line) => format!("{}:{line}", path.display()),
+        None => path.display().to_string(),
+    }
 }

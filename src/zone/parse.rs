@@ -222,12 +222,8 @@ fn zone_files_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 fn read_zone_bytes(path: &Path) -> Result<Vec<u8>, String> {
-    let metadata = std::fs::metadata(path).map_err(|e| format!("cannot read zone file: {e}"))?;
-    if metadata.len() > MAX_ZONE_FILE_BYTES {
-        let (len, max) = (metadata.len(), MAX_ZONE_FILE_BYTES);
-        return Err(format!("zone file is {len} bytes; the limit is {max}"));
-    }
-    std::fs::read(path).map_err(|e| format!("cannot read zone file: {e}"))
+    crate::files::read_limited(path, MAX_ZONE_FILE_BYTES)
+        .map_err(|e| format!("cannot read zone file: {e}"))
 }
 
 fn parse_zone_bytes(
