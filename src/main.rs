@@ -280,13 +280,7 @@ fn geoip(command: GeoipCommand) -> Result<ExitCode> {
                 config,
                 zones: None,
             })?;
-            let policies = steerdns::policy::compile(
-                &config.topology,
-                &config.profiles,
-                &config.steered,
-                &Default::default(),
-            )
-            .map_err(|errors| {
+            let policies = config.compile_policies(&Default::default()).map_err(|errors| {
                 let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
                 anyhow::anyhow!("config: {}", lines.join("; "))
             })?;

@@ -270,6 +270,14 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Compiles topology, profiles and steered names with the given control knobs.
+    pub fn compile_policies(
+        &self,
+        knobs: &crate::policy::ControlKnobs,
+    ) -> Result<crate::policy::CompiledPolicies, Vec<crate::policy::PolicyError>> {
+        crate::policy::compile(&self.topology, &self.profiles, &self.steered, knobs)
+    }
+
     /// Does this config steer any names? (Without steered names no topology is needed.)
     pub fn has_steering(&self) -> bool {
         !self.steered.is_empty()

@@ -63,13 +63,7 @@ pub enum SimError {
 /// The policies (control knobs at their defaults) and shield settings of a config, as the
 /// server would compile them.
 pub fn compile_topology(config: &Config) -> Result<(CompiledPolicies, ShieldSettings), SimError> {
-    let policies = crate::policy::compile(
-        &config.topology,
-        &config.profiles,
-        &config.steered,
-        &Default::default(),
-    )
-    .map_err(|errors| {
+    let policies = config.compile_policies(&Default::default()).map_err(|errors| {
         let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
         SimError::Topology(lines.join("; "))
     })?;

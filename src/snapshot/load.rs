@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::config::Config;
 use crate::control::ControlFile;
 use crate::geo::Locator;
-use crate::policy::{compile, ControlKnobs, PolicyError};
+use crate::policy::{ControlKnobs, PolicyError};
 use crate::shield::live::DemandCounters;
 use crate::zone::model::{RecordInput, Zone};
 use crate::zone::parse::{load_zone_dir, ZoneProblem};
@@ -114,13 +114,12 @@ fn compile_steering(
     let knobs = control
         .as_ref()
         .map_or_else(ControlKnobs::default, |(file, _)| file.knobs());
-    let policies =
-        compile(&config.topology, &config.profiles, &config.steered, &knobs).map_err(|errors| {
-            errors
-                .iter()
-                .map(|e| describe_policy_error(config, control, e))
-                .collect::<Vec<_>>()
-        })?;
+    let policies = config.compile_policies(&knobs).map_err(|errors| {
+        errors
+            .iter()
+            .map(|e| describe_policy_error(config, control, e))
+            .collect::<Vec<_>>()
+    })?;
     let region_names: Vec<&str> = policies.region_names().collect();
     let locator = Locator::compile(&config.geo, &config.base_dir, &region_names).map_err(|e| {
         let field = match &e {
