@@ -550,10 +550,18 @@ fn write_opt_raw(
 
 /// Steering located an IPv4-mapped IPv6 subnet as IPv4; the scope must be said in the
 /// option's own family (RFC 7871 §6), or resolvers would cache the answer for `::/scope`.
+///
+/// A client that sent source prefix 0 asked us not to tailor the answer to its subnet (RFC 7871
+/// §7.1.2): whatever decided it (the resolver's own address), the scope we return is 0. And a
+/// scope never exceeds the option family's address length.
 fn scope_in_family(ecs: &super::wire::ClientSubnet, scope: u8) -> u8 {
+    if ecs.source_prefix == 0 {
+        return 0;
+    }
     match ecs.addr {
         IpAddr::V6(v6) if scope > 0 && scope <= 32 && v6.to_ipv4_mapped().is_some() => scope + 96,
-        _ => scope,
+        IpAddr::V4(_) => scope.min(32),
+        IpAddr::V6(_) => scope.min(128),
     }
 }
 
