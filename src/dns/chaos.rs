@@ -1,7 +1,7 @@
 //! CHAOS-class queries: `version.bind`, `id.server` / `hostname.bind`, and (for permitted
 //! clients) a trace of the steering decision for a name. Operators' tools, not the hot path.
 
-use super::respond::{write_simple, Client};
+use super::respond::{put_opt, write_simple, Client};
 use super::wire::{class, flag, rcode, rtype, Query};
 use super::writer::{Overflow, Writer};
 use crate::snapshot::Snapshot;
@@ -20,7 +20,7 @@ pub fn respond(
         None
     };
     match text {
-        Some(text) => write_txt(packet, query, &text, limit, out)
+        Some(text) => write_txt(snapshot, packet, query, &text, limit, out)
             .ok()
             .or_else(|| write_simple(snapshot, packet, query, rcode::SERVFAIL, limit, out).ok()),
         None => write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
@@ -48,6 +48,7 @@ fn answer_text(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<St
 
 /// A TXT answer in class CH, split into 255-octet character strings.
 fn write_txt(
+    snapshot: &Snapshot,
     packet: &[u8],
     query: &Query,
     text: &str,
@@ -74,5 +75,10 @@ fn write_txt(
         w.put(chunk)?;
     }
     w.set_u16(6, 1);
+    // A query with EDNS gets OPT back (RFC 6891 §7), CHAOS or not.
+    if let Some(edns) = &query.edns {
+        put_opt(&mut w, snapshot, edns, rcode::NOERROR, 0)?;
+        w.set_u16(10, 1);
+    }
     Ok(w.len())
 }

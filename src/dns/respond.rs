@@ -488,7 +488,7 @@ fn opt_len(snapshot: &Snapshot, edns: &Edns) -> usize {
     len
 }
 
-fn put_opt(
+pub(crate) fn put_opt(
     w: &mut Writer<'_>,
     snapshot: &Snapshot,
     edns: &Edns,

@@ -908,7 +908,17 @@ fn rdata_to_wire(
         RecordType::NAPTR => {
             wire.extend_from_slice(&fields.u16("order")?.to_be_bytes());
             wire.extend_from_slice(&fields.u16("preference")?.to_be_bytes());
-            for field in ["flags", "services", "regexp"] {
+            let flags_at = wire.len();
+            fields.char_string("flags", &mut wire)?;
+            // RFC 3403 §4.1: flags are single characters from A-Z and 0-9 (resolvers refuse
+            // others; found by fuzzing against hickory's decoder).
+            if !wire[flags_at + 1..].iter().all(u8::is_ascii_alphanumeric) {
+                return Err(fault(
+                    fields.line,
+                    "NAPTR flags must be letters and digits only (RFC 3403)",
+                ));
+            }
+            for field in ["services", "regexp"] {
                 fields.char_string(field, &mut wire)?;
             }
             fields.name("replacement", origin, &mut wire)?;
