@@ -1,0 +1,214 @@
+//! The answer path, query bytes to response bytes (`steerdns::dns::respond::respond`), on a
+//! snapshot built from the bundled example (`steerdns.toml`, `zones/`, `geoip/example.mmdb`):
+//! no sockets, so a regression in parsing, lookup, steering or writing shows up here without
+//! the whole harness (`benches/harness.sh`).
+//!
+//!   cargo bench --bench answer_path
+//!
+//! Cases: a precompiled static answer (with and without EDNS), a geo profile (gw.example.com
+//! with ECS), a weighted profile (warm.example.com with ECS), the anycast policy unshed and with
+//! a partial shed active (eu-west shedding ~30% through the shield's published view, for a
+//! subnet that is shed), NXDOMAIN, and an answer too big for UDP (TC).
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use steerdns::config::Config;
+use steerdns::control::history::rfc3339_utc;
+use steerdns::dns::respond::{respond, Client, Transport, MAX_MESSAGE};
+use steerdns::shield::live::Shield;
+use steerdns::shield::source::{FeedOrigin, LoadSource};
+use steerdns::snapshot::Snapshot;
+
+const TYPE_A: u16 = 1;
+const TYPE_TXT: u16 = 16;
+const EDNS_PAYLOAD: u16 = 1232;
+
+/// A query in wire format: id 0x1234, RD, one question, optionally an OPT record carrying an
+/// EDNS Client Subnet option for `ecs` (IPv4, source prefix 24).
+fn query(name: &str, qtype: u16, edns: bool, ecs: Option<Ipv4Addr>) -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)];
+    for label in name.trim_end_matches('.').split('.') {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&1u16.to_be_bytes());
+    if edns {
+        q.push(0); // root owner
+        q.extend_from_slice(&41u16.to_be_bytes()); // OPT
+        q.extend_from_slice(&EDNS_PAYLOAD.to_be_bytes());
+        q.extend_from_slice(&[0, 0, 0, 0]); // extended rcode, version, flags
+        let option: Vec<u8> = match ecs {
+            Some(addr) => {
+                let mut o = vec![0, 8, 0, 7, 0, 1, 24, 0];
+                o.extend_from_slice(&addr.octets()[..3]);
+                o
+            }
+            None => Vec::new(),
+        };
+        q.extend_from_slice(&(option.len() as u16).to_be_bytes());
+        q.extend_from_slice(&option);
+    }
+    q
+}
+
+fn load_example() -> Snapshot {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = Config::load(&root.join("steerdns.toml"))
+        .unwrap_or_else(|e| panic!("bundled steerdns.toml: {e}"));
+    match steerdns::snapshot::load::load(&config) {
+        Ok(loaded) => loaded.snapshot,
+        Err(problems) => panic!("bundled example does not load: {problems:?}"),
+    }
+}
+
+/// Makes eu-west hot through the shield's own path (a feed, then decision ticks that publish
+/// the view the serving path reads) until it sheds at least 28% of its client subnets.
+fn shed_eu_west(snapshot: &Snapshot) -> f64 {
+    let shield: &Shield = &snapshot.shield;
+    let policies = snapshot.policies().expect("the example steers names");
+    let regions: Vec<&str> = policies.region_names().collect();
+    let sites: Vec<&str> = policies
+        .fallback_sites()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    let start = SystemTime::now();
+    let feed = format!(
+        r#"{{"time": "{}", "regions": {{"eu-west": {{"load": 900, "capacity": 1000}},
+            "eu-north": {{"load": 100, "capacity": 600}}, "na-east": {{"load": 100, "capacity": 1000}}}},
+            "fallback": {{"fb-eu": {{"load": 100, "capacity": 2000}}}}}}"#,
+        rfc3339_utc(start)
+    );
+    shield
+        .feed
+        .offer(
+            feed.as_bytes(),
+            FeedOrigin::Other("bench".into()),
+            &regions,
+            &sites,
+            start,
+        )
+        .expect("the bench's load feed is valid");
+    let eu_west = regions
+        .iter()
+        .position(|r| *r == "eu-west")
+        .expect("eu-west");
+    let mut sources: Vec<Box<dyn LoadSource>> = Vec::new();
+    for tick in 1..=60u64 {
+        let now = start + Duration::from_secs(tick);
+        shield.tick(snapshot, &mut sources, now, tick * 1000);
+        let fraction = shield.status().regions[eu_west].shed_fraction;
+        if fraction >= 0.28 {
+            return fraction;
+        }
+    }
+    panic!("eu-west never shed 28% of its clients");
+}
+
+fn answer(snapshot: &Snapshot, packet: &[u8], client: &Client) -> Vec<u8> {
+    let mut out = vec![0u8; MAX_MESSAGE];
+    let len = respond(snapshot, packet, client, &mut out).expect("an answer");
+    out.truncate(len);
+    out
+}
+
+/// The global anycast address as it appears in an A record: RDLENGTH 4, then 192.0.2.1.
+const GLOBAL_A_RDATA: [u8; 6] = [0, 4, 192, 0, 2, 1];
+
+/// The first eu-west /24 (RIPE space, 5.0.N.0/24, continent EU) whose anycast answer is not the
+/// global address: a subnet the shield sends elsewhere.
+fn shed_subnet(snapshot: &Snapshot, client: &Client) -> Ipv4Addr {
+    (0..=255u8)
+        .map(|n| Ipv4Addr::new(5, 0, n, 0))
+        .find(|&subnet| {
+            let packet = query("contoso.edge.example.net", TYPE_A, true, Some(subnet));
+            let out = answer(snapshot, &packet, client);
+            !out.windows(GLOBAL_A_RDATA.len())
+                .any(|w| w == GLOBAL_A_RDATA)
+        })
+        .expect("some eu-west subnet is shed")
+}
+
+fn bench_answer_path(c: &mut Criterion) {
+    let snapshot = load_example();
+    let client = Client::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77)), Transport::Udp);
+    let eu = Some(Ipv4Addr::new(81, 2, 69, 0)); // GB -> eu-west
+
+    let mut cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "static_precompiled",
+            query("mail.example.com", TYPE_A, false, None),
+        ),
+        (
+            "static_precompiled_edns",
+            query("mail.example.com", TYPE_A, true, None),
+        ),
+        ("geo_gw_ecs", query("gw.example.com", TYPE_A, true, eu)),
+        (
+            "weighted_warm_ecs",
+            query(
+                "warm.example.com",
+                TYPE_A,
+                true,
+                Some(Ipv4Addr::new(8, 8, 8, 0)),
+            ),
+        ),
+        (
+            "anycast_unshed_ecs",
+            query("contoso.edge.example.net", TYPE_A, true, eu),
+        ),
+        ("nxdomain", query("nope.example.com", TYPE_A, true, None)),
+        (
+            "truncated_tc",
+            query("big.example.com", TYPE_TXT, false, None),
+        ),
+    ];
+    let fraction = shed_eu_west(&snapshot);
+    let subnet = shed_subnet(&snapshot, &client);
+    eprintln!(
+        "eu-west sheds {:.0}% of its subnets; the shed case asks for {subnet}/24",
+        fraction * 100.0
+    );
+    cases.push((
+        "anycast_shed_active_ecs",
+        query("contoso.edge.example.net", TYPE_A, true, Some(subnet)),
+    ));
+
+    // Each case must answer what its name says, or the figures would measure something else.
+    for (name, packet) in &cases {
+        let out = answer(&snapshot, packet, &client);
+        let (rcode, truncated, answers) = (out[3] & 0x0F, out[2] & 0x02 != 0, out[7]);
+        let expected = match *name {
+            "nxdomain" => rcode == 3 && answers == 0,
+            "truncated_tc" => truncated && answers == 0,
+            _ => rcode == 0 && !truncated && answers > 0,
+        };
+        assert!(
+            expected,
+            "{name}: rcode {rcode}, TC {truncated}, {answers} answers"
+        );
+        eprintln!(
+            "{name}: {} query bytes -> {} response bytes, rcode {rcode}, {answers} answer records",
+            packet.len(),
+            out.len()
+        );
+    }
+    let mut group = c.benchmark_group("answer_path");
+    group.throughput(Throughput::Elements(1));
+    for (name, packet) in &cases {
+        let mut out = vec![0u8; MAX_MESSAGE];
+        group.bench_function(*name, |b| {
+            b.iter(|| respond(black_box(&snapshot), black_box(packet), &client, &mut out))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_answer_path);
+criterion_main!(benches);
