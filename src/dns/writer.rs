@@ -70,6 +70,17 @@ impl<'b> Writer<'b> {
         Ok(())
     }
 
+    /// Reserves `len` bytes at the end and returns them to be filled in place.
+    pub fn reserve(&mut self, len: usize) -> Result<&mut [u8], Overflow> {
+        let start = self.pos;
+        let end = start + len;
+        if end > self.buf.len() {
+            return Err(Overflow);
+        }
+        self.pos = end;
+        Ok(&mut self.buf[start..end])
+    }
+
     pub fn put_u16(&mut self, v: u16) -> Result<(), Overflow> {
         self.put(&v.to_be_bytes())
     }

@@ -13,7 +13,7 @@ use crate::dns::respond::{respond, Client, Transport};
 use crate::snapshot::SharedSnapshot;
 
 /// Datagrams taken from the kernel per system call.
-const BATCH: usize = 32;
+const BATCH: usize = 64;
 /// Largest query we read; anything longer is not a DNS query over UDP worth answering.
 const MAX_QUERY: usize = 4096;
 /// Largest UDP response (our advertised EDNS payload is capped below this).

@@ -45,6 +45,7 @@ impl Precompiled {
 
     pub(super) fn build(snapshot: &Snapshot) -> Precompiled {
         let mut answers = FxHashMap::default();
+        let mut scratch = Vec::new();
         let mut bytes = 0usize;
         for zone in snapshot.zones.zones() {
             for (key, node) in &zone.nodes {
@@ -71,7 +72,7 @@ impl Precompiled {
                     let mut question = key.to_vec();
                     question.extend_from_slice(&qtype.to_be_bytes());
                     question.extend_from_slice(&1u16.to_be_bytes());
-                    if let Some(response) = precompile(snapshot, &question, &plan) {
+                    if let Some(response) = precompile(snapshot, &question, &plan, &mut scratch) {
                         let mut buf = [0u8; MAX_NAME_LEN + 2];
                         let k: Box<[u8]> = key_into(&mut buf, key, qtype).into();
                         bytes += response.len() + k.len();

@@ -158,14 +158,17 @@ pub fn resolve<'z>(
         client_independent: true,
         ..Plan::default()
     };
-    let mut name = qname.clone();
+    // The name being answered: the question, then each CNAME target followed (built only
+    // when a chain is followed; the question itself is never copied).
+    let mut followed: Option<WireName> = None;
     let mut zone = zone;
     let mut depth = depth;
     let mut owner: Owner<'z> = Owner::Question;
     for step in 0..=MAX_CNAME_CHAIN {
+        let name = followed.as_ref().unwrap_or(qname);
         let next = answer_in_zone(
             zone,
-            &name,
+            name,
             depth,
             qtype,
             owner,
@@ -189,7 +192,7 @@ pub fn resolve<'z>(
         if target == qname.as_wire() || chain_revisits(&plan, target) {
             break;
         }
-        name = target_name;
+        followed = Some(target_name);
         zone = next_zone;
         depth = next_depth;
         owner = Owner::Name(target);
