@@ -402,28 +402,30 @@ pub fn spawn(
     shield: Arc<Shield>,
     snapshot: crate::snapshot::SharedSnapshot,
 ) -> std::io::Result<()> {
+    let started = std::time::Instant::now();
+    let mut sources: Vec<Box<dyn LoadSource>> = Vec::new();
+    let mut watched: Option<std::path::PathBuf> = None;
+    let mut tick = move |shield: &Shield| {
+        let current = snapshot.load_full();
+        if current.load_file != watched {
+            watched = current.load_file.clone();
+            sources = watched
+                .iter()
+                .map(|p| Box::new(super::source::FileSource::new(p.clone())) as Box<dyn LoadSource>)
+                .collect();
+        }
+        let now_ms = started.elapsed().as_millis() as u64;
+        shield.tick(&current, &mut sources, SystemTime::now(), now_ms);
+        Duration::from_millis(current.shield_tick_ms.max(100))
+    };
+    // The first tick runs before the server says it is ready, so status and the dashboard
+    // show every region and fallback site from the start.
+    let mut pause = tick(&shield);
     std::thread::Builder::new()
         .name("shield".into())
-        .spawn(move || {
-            let started = std::time::Instant::now();
-            let mut sources: Vec<Box<dyn LoadSource>> = Vec::new();
-            let mut watched: Option<std::path::PathBuf> = None;
-            loop {
-                let current = snapshot.load_full();
-                if current.load_file != watched {
-                    watched = current.load_file.clone();
-                    sources = watched
-                        .iter()
-                        .map(|p| {
-                            Box::new(super::source::FileSource::new(p.clone()))
-                                as Box<dyn LoadSource>
-                        })
-                        .collect();
-                }
-                let now_ms = started.elapsed().as_millis() as u64;
-                shield.tick(&current, &mut sources, SystemTime::now(), now_ms);
-                std::thread::sleep(Duration::from_millis(current.shield_tick_ms.max(100)));
-            }
+        .spawn(move || loop {
+            std::thread::sleep(pause);
+            pause = tick(&shield);
         })?;
     Ok(())
 }
