@@ -275,9 +275,32 @@ pub fn step(
     state.last_tick_ms = Some(now_ms);
     let mut changes = Vec::new();
     let mut room = predicted.headroom(&state, rings, settings);
-    for (r, held) in inputs.operator_held.iter().enumerate() {
-        if *held {
+    // A region that is held by the operator, already shedding, or about to (over its high
+    // watermark one short TTL ahead) takes no shed load: nothing may be shed into a region
+    // that sheds. Whatever was placed there is taken back and placed again elsewhere.
+    let closed: Vec<bool> = (0..rings.regions.len())
+        .map(|r| {
+            inputs.operator_held.get(r).copied().unwrap_or(false)
+                || state.regions[r].fraction > 0.0
+                || predicted.region_util_soon[r] > settings.high_watermark
+        })
+        .collect();
+    for (r, closed) in closed.iter().enumerate() {
+        if *closed {
             room.remove(&region_dest(r));
+        }
+    }
+    for region in state.regions.iter_mut() {
+        let before = region.shares.len();
+        region.shares.retain(|d, _| match d {
+            Destination::Region(i) => !closed.get(*i as usize).copied().unwrap_or(false),
+            _ => true,
+        });
+        if region.shares.len() != before {
+            let sum: f64 = region.shares.values().sum();
+            for share in region.shares.values_mut() {
+                *share /= sum.max(f64::MIN_POSITIVE);
+            }
         }
     }
     // Relieve the most loaded regions first: they get first pick of headroom.
@@ -629,11 +652,11 @@ fn decide_region(
         };
     }
     let age = predicted.region_age[r];
-    match age {
-        Some(a) if a < settings.stale_after_ms => {}
+    let stale = match age {
+        Some(a) if a < settings.stale_after_ms => None,
         Some(a) if a < settings.revert_after_ms => {
             region.note = Note::Stale;
-            return "load data stale: frozen".into();
+            Some("load data stale: frozen")
         }
         _ if region.fraction == 0.0 => {
             // No data: keep the TTL as it is (a region reverted while hot keeps the short TTL
@@ -649,8 +672,20 @@ fn decide_region(
                 region.shares.clear();
             }
             region.note = Note::Reverting;
-            return "load data stale too long: reverting".into();
+            Some("load data stale too long: reverting")
         }
+    };
+    if let Some(reason) = stale {
+        // Frozen, but not into a destination that closed meanwhile (held, or shedding
+        // itself): place the same share elsewhere, or shed nothing.
+        let region = &state.regions[r];
+        if region.fraction > 0.0 && region.shares.is_empty() {
+            let keep = region.fraction;
+            let note = region.note;
+            place(state, r, keep, rings, settings, predicted, room, now_ms);
+            state.regions[r].note = note;
+        }
+        return reason.into();
     }
     let capacity = predicted.region_capacity[r];
     let natural = region.natural;
@@ -716,7 +751,6 @@ fn place(
     room: &mut BTreeMap<Destination, f64>,
     now_ms: u64,
 ) -> String {
-    let shedding: Vec<bool> = state.regions.iter().map(|s| s.fraction > 0.0).collect();
     let region = &mut state.regions[r];
     let natural = region.natural.max(0.0);
     let old_fraction = region.fraction;
@@ -772,8 +806,7 @@ fn place(
                 .iter()
                 .filter(|d| match d {
                     Destination::Region(i) => {
-                        !shedding[*i as usize]
-                            && predicted.region_util[*i as usize] < settings.high_watermark
+                        predicted.region_util[*i as usize] < settings.high_watermark
                     }
                     _ => true,
                 })
@@ -801,9 +834,12 @@ fn place(
         && placed
             .iter()
             .all(|(d, a)| old_placed.get(d).is_some_and(|o| (o - a).abs() < 1e-9));
-    let fraction = snap_fraction(if unchanged {
+    let fraction = snap_fraction(if placed.is_empty() {
+        // Nowhere placed (no natural load, or every destination closed): nothing is shed.
+        0.0
+    } else if unchanged {
         old_fraction
-    } else if (total - goal).abs() <= 1e-9 * goal.max(1.0) {
+    } else if goal > 0.0 && (total - goal).abs() <= 1e-9 * goal.max(1.0) {
         // Everything wanted was placed (perhaps re-placed after a hot destination gave some
         // back): the fraction is exactly what was decided, not a float-rounded neighbour.
         wanted
