@@ -280,10 +280,12 @@ fn geoip(command: GeoipCommand) -> Result<ExitCode> {
                 config,
                 zones: None,
             })?;
-            let policies = config.compile_policies(&Default::default()).map_err(|errors| {
-                let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                anyhow::anyhow!("config: {}", lines.join("; "))
-            })?;
+            let policies = config
+                .compile_policies(&Default::default())
+                .map_err(|errors| {
+                    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                    anyhow::anyhow!("config: {}", lines.join("; "))
+                })?;
             let regions: Vec<&str> = policies.region_names().collect();
             let locator = steerdns::geo::Locator::compile(&config.geo, &config.base_dir, &regions)?;
             if let Some(reason) = locator.degraded() {
@@ -373,7 +375,9 @@ fn notify_systemd_ready() {
         let socket = UnixDatagram::unbound()?;
         let bytes = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str());
         let addr = match bytes.strip_prefix(b"@") {
-            Some(name) => <UnixAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name)?,
+            Some(name) => {
+                <UnixAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name)?
+            }
             None => UnixAddr::from_pathname(std::path::Path::new(&target))?,
         };
         socket.send_to_addr(b"READY=1\nSTATUS=serving\n", &addr)?;

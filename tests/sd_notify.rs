@@ -19,7 +19,13 @@ fn ready_is_sent_to_notify_socket_after_the_first_snapshot_serves() {
         .expect("timeout");
     let mut child = Command::new(env!("CARGO_BIN_EXE_steerdns"))
         .current_dir(common::repo_path(""))
-        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
         .env("NOTIFY_SOCKET", &path)
         .env("STEERDNS_LOG", "warn")
         .stdout(Stdio::piped())
@@ -56,5 +62,8 @@ fn ready_is_sent_to_notify_socket_after_the_first_snapshot_serves() {
     let n = received.expect("no READY=1 within 10 s");
     let message = String::from_utf8_lossy(&buf[..n]);
     assert!(message.lines().any(|l| l == "READY=1"), "{message:?}");
-    assert!(answered.is_some(), "ready was sent but the server did not answer");
+    assert!(
+        answered.is_some(),
+        "ready was sent but the server did not answer"
+    );
 }

@@ -63,10 +63,12 @@ pub enum SimError {
 /// The policies (control knobs at their defaults) and shield settings of a config, as the
 /// server would compile them.
 pub fn compile_topology(config: &Config) -> Result<(CompiledPolicies, ShieldSettings), SimError> {
-    let policies = config.compile_policies(&Default::default()).map_err(|errors| {
-        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        SimError::Topology(lines.join("; "))
-    })?;
+    let policies = config
+        .compile_policies(&Default::default())
+        .map_err(|errors| {
+            let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            SimError::Topology(lines.join("; "))
+        })?;
     let mut settings = config.shield.settings();
     if let Some(ttl) = super::live::steady_ttl(&policies) {
         settings.steady_ttl = ttl;
