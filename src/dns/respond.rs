@@ -81,8 +81,14 @@ pub fn respond(
             return len;
         }
     };
-    let zone = zone_index(snapshot, &query);
-    let len = answer(snapshot, packet, &query, client, out).and_then(|n| {
+    // One lookup gives both the precompiled answer (if any) and the zone for the counters.
+    let precompiled = snapshot.precompiled.get(&query.qname, query.qtype);
+    let zone = match precompiled {
+        Some((zone, _)) => Some(zone),
+        None => zone_index(snapshot, &query),
+    };
+    let cached = precompiled.map(|(_, response)| response);
+    let len = answer(snapshot, packet, &query, client, cached, out).and_then(|n| {
         let subject = Subject {
             qname: query.qname.as_wire(),
             qtype: query.qtype,
@@ -201,6 +207,7 @@ fn answer(
     packet: &[u8],
     query: &Query,
     client: &Client,
+    precompiled: Option<&[u8]>,
     out: &mut [u8],
 ) -> Option<usize> {
     let limit = response_limit(snapshot, query, client);
@@ -223,7 +230,9 @@ fn answer(
         (class::IN, _) => {}
         _ => return write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
     }
-    if let Some(len) = serve_precompiled(snapshot, packet, query, limit, out) {
+    if let Some(len) = precompiled
+        .and_then(|cached| serve_precompiled(snapshot, packet, query, cached, limit, out))
+    {
         return Some(len);
     }
     let steering = snapshot.steering_for(
@@ -255,10 +264,10 @@ fn serve_precompiled(
     snapshot: &Snapshot,
     packet: &[u8],
     query: &Query,
+    cached: &[u8],
     limit: usize,
     out: &mut [u8],
 ) -> Option<usize> {
-    let cached = snapshot.precompiled.get(&query.qname, query.qtype)?;
     let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
     let total = cached.len() + opt_len;
     if total > limit || total > out.len() {

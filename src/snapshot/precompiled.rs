@@ -14,7 +14,14 @@ const MAX_PRECOMPILED_BYTES: usize = 256 << 20;
 
 #[derive(Default)]
 pub struct Precompiled {
-    answers: FxHashMap<Box<[u8]>, Box<[u8]>>,
+    answers: FxHashMap<Box<[u8]>, Entry>,
+}
+
+/// A precompiled response and the index of the zone that answers its name (for counters and
+/// rate limiting, so the fast path needs no second zone lookup).
+struct Entry {
+    zone: u16,
+    response: Box<[u8]>,
 }
 
 fn key_into<'b>(buf: &'b mut [u8; MAX_NAME_LEN + 2], qname: &[u8], qtype: u16) -> &'b [u8] {
@@ -25,14 +32,15 @@ fn key_into<'b>(buf: &'b mut [u8; MAX_NAME_LEN + 2], qname: &[u8], qtype: u16) -
 }
 
 impl Precompiled {
-    pub fn get(&self, qname: &WireName, qtype: u16) -> Option<&[u8]> {
+    /// The precompiled response for (name, type), with the index of its zone.
+    pub fn get(&self, qname: &WireName, qtype: u16) -> Option<(usize, &[u8])> {
         if self.answers.is_empty() {
             return None;
         }
         let mut buf = [0u8; MAX_NAME_LEN + 2];
         self.answers
             .get(key_into(&mut buf, qname.as_wire(), qtype))
-            .map(|b| &b[..])
+            .map(|e| (usize::from(e.zone), &e.response[..]))
     }
 
     pub fn len(&self) -> usize {
@@ -76,7 +84,14 @@ impl Precompiled {
                         let mut buf = [0u8; MAX_NAME_LEN + 2];
                         let k: Box<[u8]> = key_into(&mut buf, key, qtype).into();
                         bytes += response.len() + k.len();
-                        answers.insert(k, response);
+                        let Some(zone) = snapshot
+                            .zones
+                            .find_index(&name)
+                            .and_then(|(z, _)| u16::try_from(z).ok())
+                        else {
+                            continue;
+                        };
+                        answers.insert(k, Entry { zone, response });
                     }
                 }
             }
