@@ -184,3 +184,38 @@ pub fn dig(server: &Server, args: &[&str]) -> String {
     assert!(output.status.success(), "dig {args:?} failed: {:?}", output);
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// A directory under the system temp dir, removed on drop (permissions a test took away from
+/// the files directly in it are given back first, so removal works for non-root users too).
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("steerdns-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(entries) = std::fs::read_dir(&self.0) {
+            for entry in entries.flatten() {
+                let mode = if entry.path().is_dir() { 0o755 } else { 0o644 };
+                let _ =
+                    std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -37,37 +37,11 @@ pub fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
-/// A directory under the system temp dir, removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(label: &str) -> TempDir {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("steerdns-{label}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        // A test may have left a directory or an unreadable file where the control file was.
-        let _ = restore_permissions(&self.0.join("control.toml"));
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn restore_permissions(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
-}
+// The shared test harness (tests/common), for its TempDir; control tests do not declare
+// `mod common` themselves.
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::TempDir;
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
 /// token file), `zones/`, `geoip/example.mmdb`, `control.toml`. The repo's own files are never

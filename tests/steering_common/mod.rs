@@ -10,14 +10,13 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, ResponseCode};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
 use hickory_proto::rr::{Name, RData, RecordType};
 
-use crate::common::{query, repo_path, Server};
+use crate::common::{query, repo_path, Server, TempDir};
 
 /// The regions of the bundled example, in topology order, with their regional anycast index
 /// (`198.51.100.N`, `2001:db8:1::N`).
@@ -63,31 +62,6 @@ pub fn force_all(answer: &str) -> String {
         .iter()
         .map(|(region, _)| format!("[regions.{region}]\nforce = \"{answer}\"\n"))
         .collect()
-}
-
-/// A directory under the system temp dir, removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(label: &str) -> TempDir {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("steerdns-{label}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A copy of the bundled `steerdns.toml` in a temp dir, with absolute paths for the zones and
