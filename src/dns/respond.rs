@@ -448,22 +448,20 @@ fn put_entry(w: &mut Writer<'_>, entry: &Entry<'_>) -> Result<u16, Overflow> {
             }
             Ok(set.count)
         }
-        Data::Synth(Synth::V4(addrs)) => {
-            for addr in addrs {
-                put_owner(w)?;
-                put_rr_head(w, rtype::A, entry.ttl, 4)?;
-                w.put(&addr.octets())?;
-            }
-            Ok(addrs.len() as u16)
-        }
-        Data::Synth(Synth::V6(addrs)) => {
-            for addr in addrs {
-                put_owner(w)?;
-                put_rr_head(w, rtype::AAAA, entry.ttl, 16)?;
-                w.put(&addr.octets())?;
-            }
-            Ok(addrs.len() as u16)
-        }
+        Data::Synth(Synth::V4(addrs)) => put_addresses(
+            w,
+            &put_owner,
+            rtype::A,
+            entry.ttl,
+            addrs.iter().map(|a| a.octets()),
+        ),
+        Data::Synth(Synth::V6(addrs)) => put_addresses(
+            w,
+            &put_owner,
+            rtype::AAAA,
+            entry.ttl,
+            addrs.iter().map(|a| a.octets()),
+        ),
         Data::Synth(Synth::Cname(target)) => {
             put_owner(w)?;
             put_rr_head(w, rtype::CNAME, entry.ttl, 0)?;
@@ -474,6 +472,23 @@ fn put_entry(w: &mut Writer<'_>, entry: &Entry<'_>) -> Result<u16, Overflow> {
             Ok(1)
         }
     }
+}
+
+/// One A or AAAA record per address, each owned by the entry's owner.
+fn put_addresses<const N: usize>(
+    w: &mut Writer<'_>,
+    put_owner: &dyn Fn(&mut Writer<'_>) -> Result<(), Overflow>,
+    rt: u16,
+    ttl: u32,
+    addrs: impl ExactSizeIterator<Item = [u8; N]>,
+) -> Result<u16, Overflow> {
+    let count = addrs.len() as u16;
+    for octets in addrs {
+        put_owner(w)?;
+        put_rr_head(w, rt, ttl, N as u16)?;
+        w.put(&octets)?;
+    }
+    Ok(count)
 }
 
 fn put_rr_head(w: &mut Writer<'_>, rt: u16, ttl: u32, rdlen: u16) -> Result<(), Overflow> {
