@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::rr::Name;
 
-use super::hash::{permille_bucket, subnet_hash, Purpose, RendezvousScore};
+use super::hash::{permille_bucket, subnet_hash, Purpose, RendezvousScore, SubnetHasher};
 use super::knobs::{Destination, RegionShed, ShedView};
 use super::model::{
     CompiledPolicies, EndpointTarget, GeoRoute, PolicyRoot, Profile, ProfileId, RegionOverride,
@@ -241,15 +241,15 @@ fn shed_choice(state: &RegionShed, addr: IpAddr) -> (AnycastChoice, bool) {
     }
     let mut best: Option<(RendezvousScore, Destination)> = None;
     let mut count = 0;
+    let hasher = SubnetHasher::new(
+        addr,
+        SHED_HASH_PREFIX_V4,
+        SHED_HASH_PREFIX_V6,
+        Purpose::ShedDestination,
+    );
     for share in state.destinations() {
         count += 1;
-        let hash = subnet_hash(
-            addr,
-            SHED_HASH_PREFIX_V4,
-            SHED_HASH_PREFIX_V6,
-            Purpose::ShedDestination,
-            destination_salt(share.destination),
-        );
+        let hash = hasher.hash(destination_salt(share.destination));
         let score = RendezvousScore::new(hash, u32::from(share.share_permille));
         if best.is_none_or(|(b, _)| score.beats(&b)) {
             best = Some((score, share.destination));
@@ -389,17 +389,17 @@ fn choose_endpoint(profile: &Profile, client: &Client) -> (u16, StepChoice, u8) 
 /// moves subnets to or from that endpoint.
 fn rendezvous(profile: &Profile, servable: &[u16], addr: IpAddr) -> u16 {
     let mut best: Option<(RendezvousScore, u16)> = None;
+    let hasher = SubnetHasher::new(
+        addr,
+        profile.hash_prefix_v4,
+        profile.hash_prefix_v6,
+        Purpose::Weighted,
+    );
     for &index in servable {
         let Some(endpoint) = profile.endpoints.get(usize::from(index)) else {
             continue;
         };
-        let hash = subnet_hash(
-            addr,
-            profile.hash_prefix_v4,
-            profile.hash_prefix_v6,
-            Purpose::Weighted,
-            endpoint.salt,
-        );
+        let hash = hasher.hash(endpoint.salt);
         let score = RendezvousScore::new(hash, endpoint.weight);
         if best.is_none_or(|(b, _)| score.beats(&b)) {
             best = Some((score, index));

@@ -20,6 +20,7 @@ pub(crate) enum Purpose {
     Weighted = 3,
 }
 
+#[derive(Clone)]
 struct Sip {
     v0: u64,
     v1: u64,
@@ -105,22 +106,41 @@ pub(crate) fn subnet_hash(
     purpose: Purpose,
     salt: u64,
 ) -> u64 {
-    let (bits, family, prefix) = match addr {
-        IpAddr::V4(a) => (u128::from(u32::from(a)) << 96, 4u64, prefix_v4.min(32)),
-        IpAddr::V6(a) => (u128::from(a), 6u64, prefix_v6.min(128)),
-    };
-    let mask = if prefix == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(prefix))
-    };
-    let masked = bits & mask;
-    let mut state = Sip::new(KEY.0, KEY.1);
-    state.compress((masked >> 64) as u64);
-    state.compress(masked as u64);
-    state.compress(family | (u64::from(prefix) << 8) | ((purpose as u64) << 16));
-    state.compress(salt);
-    state.finish()
+    SubnetHasher::new(addr, prefix_v4, prefix_v6, purpose).hash(salt)
+}
+
+/// [`subnet_hash`] for one subnet and purpose and many salts (one per endpoint or shed
+/// destination): the subnet is absorbed once, each salt costs a third of a whole hash.
+#[derive(Clone)]
+pub(crate) struct SubnetHasher {
+    state: Sip,
+}
+
+impl SubnetHasher {
+    pub(crate) fn new(addr: IpAddr, prefix_v4: u8, prefix_v6: u8, purpose: Purpose) -> Self {
+        let (bits, family, prefix) = match addr {
+            IpAddr::V4(a) => (u128::from(u32::from(a)) << 96, 4u64, prefix_v4.min(32)),
+            IpAddr::V6(a) => (u128::from(a), 6u64, prefix_v6.min(128)),
+        };
+        let mask = if prefix == 0 {
+            0
+        } else {
+            u128::MAX << (128 - u32::from(prefix))
+        };
+        let masked = bits & mask;
+        let mut state = Sip::new(KEY.0, KEY.1);
+        state.compress((masked >> 64) as u64);
+        state.compress(masked as u64);
+        state.compress(family | (u64::from(prefix) << 8) | ((purpose as u64) << 16));
+        SubnetHasher { state }
+    }
+
+    /// The subnet's hash under `salt`; equal to [`subnet_hash`] with the same inputs.
+    pub(crate) fn hash(&self, salt: u64) -> u64 {
+        let mut state = self.state.clone();
+        state.compress(salt);
+        state.finish()
+    }
 }
 
 /// Maps a hash to a bucket in `0..1000`, uniformly (multiply-high rather than modulo).
@@ -136,16 +156,16 @@ const LOG_FRAC_BITS: u32 = 32;
 fn neg_log2_unit(h: u64) -> u64 {
     let h = h.max(1);
     let msb = 63 - h.leading_zeros();
-    // Normalise to [1, 2) in Q1.63 and extract fractional bits by repeated squaring.
-    let mut y: u128 = u128::from(h) << (63 - msb);
+    // Normalise to [1, 2) in Q1.63 and extract fractional bits by repeated squaring. `y` stays
+    // below 2^64 (a square in [1, 4) is halved when it reaches 2), so one 64x64->128 multiply
+    // per bit does; the carry out of bit 64 is the next fractional bit.
+    let mut y: u64 = h << (63 - msb);
     let mut frac: u64 = 0;
     for _ in 0..LOG_FRAC_BITS {
-        y = (y * y) >> 63;
-        frac <<= 1;
-        if y >= 1u128 << 64 {
-            y >>= 1;
-            frac |= 1;
-        }
+        let square = (u128::from(y) * u128::from(y)) >> 63;
+        let carry = (square >> 64) as u32;
+        y = (square >> carry) as u64;
+        frac = (frac << 1) | u64::from(carry);
     }
     let log2_h = (u64::from(msb) << LOG_FRAC_BITS) | frac;
     (64u64 << LOG_FRAC_BITS) - log2_h
@@ -201,6 +221,65 @@ mod tests {
         ] {
             let got = neg_log2_unit(h) as f64 / 2f64.powi(LOG_FRAC_BITS as i32);
             assert!((got - expected).abs() < 1e-6, "h={h}: {got} vs {expected}");
+        }
+    }
+
+    /// The first implementation (u128 throughout), kept to prove the faster one bit-identical:
+    /// every node of a fleet, old or new, must score a subnet the same.
+    fn neg_log2_unit_reference(h: u64) -> u64 {
+        let h = h.max(1);
+        let msb = 63 - h.leading_zeros();
+        let mut y: u128 = u128::from(h) << (63 - msb);
+        let mut frac: u64 = 0;
+        for _ in 0..LOG_FRAC_BITS {
+            y = (y * y) >> 63;
+            frac <<= 1;
+            if y >= 1u128 << 64 {
+                y >>= 1;
+                frac |= 1;
+            }
+        }
+        let log2_h = (u64::from(msb) << LOG_FRAC_BITS) | frac;
+        (64u64 << LOG_FRAC_BITS) - log2_h
+    }
+
+    #[test]
+    fn neg_log2_is_bit_identical_to_the_reference() {
+        let mut h = 0x9e37_79b9_7f4a_7c15u64;
+        let edges = [
+            0,
+            1,
+            2,
+            3,
+            u64::MAX,
+            u64::MAX - 1,
+            1 << 63,
+            (1 << 63) - 1,
+            1 << 32,
+        ];
+        for x in edges.into_iter().chain((0..200_000).map(|_| {
+            h = siphash24(1, 2, &h.to_le_bytes());
+            // Spread over every magnitude, not just the top bits.
+            h >> (h % 64)
+        })) {
+            assert_eq!(neg_log2_unit(x), neg_log2_unit_reference(x), "h = {x:#x}");
+        }
+    }
+
+    #[test]
+    fn subnet_hasher_equals_subnet_hash() {
+        for addr in ["10.1.2.3", "2001:db8::1", "::ffff:1.2.3.4", "0.0.0.0"] {
+            let addr: IpAddr = addr.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+            for purpose in [
+                Purpose::ShedBucket,
+                Purpose::ShedDestination,
+                Purpose::Weighted,
+            ] {
+                let hasher = SubnetHasher::new(addr, 24, 56, purpose);
+                for salt in [0, 1, 7, u64::MAX, 1 << 32] {
+                    assert_eq!(hasher.hash(salt), subnet_hash(addr, 24, 56, purpose, salt));
+                }
+            }
         }
     }
 
