@@ -6,9 +6,11 @@
 //!   cargo bench --bench answer_path
 //!
 //! Cases: a precompiled static answer (with and without EDNS), a geo profile (gw.example.com
-//! with ECS), a weighted profile (warm.example.com with ECS), the anycast policy unshed and with
-//! a partial shed active (eu-west shedding ~30% through the shield's published view, for a
-//! subnet that is shed), NXDOMAIN, and an answer too big for UDP (TC).
+//! with ECS), a weighted profile (warm.example.com with ECS: a CNAME into the anycast zone; and
+//! wt.example.com, 90/10 addresses, no EDNS, like the harness's `wt`), the anycast policy
+//! through a wildcard unshed and with a partial shed active (eu-west shedding ~30% through the
+//! shield's published view, for a subnet that is shed), the same shed at an exact name
+//! (cdn.example.com, like the harness's `cdn`), NXDOMAIN, and an answer too big for UDP (TC).
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -57,10 +59,43 @@ fn query(name: &str, qtype: u16, edns: bool, ecs: Option<Ipv4Addr>) -> Vec<u8> {
     q
 }
 
+/// Steered names shaped like the harness's workloads (`benches/harness.sh`): exact names
+/// answered with addresses — a 90/10 weighted profile and an anycast name.
+const HARNESS_SHAPED: &str = r#"
+[profiles.wt]
+type = "weighted"
+ttl = 60
+endpoints = [
+  { name = "a", addresses = ["192.0.2.100"], weight = 90, always_serve = true },
+  { name = "b", addresses = ["192.0.2.101"], weight = 10, always_serve = true },
+]
+
+[[steered]]
+name = "wt.example.com."
+profile = "wt"
+
+[[steered]]
+name = "cdn.example.com."
+policy = "anycast"
+ttl = 300
+"#;
+
+/// The bundled example plus [`HARNESS_SHAPED`], with its relative paths made absolute and no
+/// control file (the bench must not depend on the working directory or the live knobs).
 fn load_example() -> Snapshot {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let config = Config::load(&root.join("steerdns.toml"))
-        .unwrap_or_else(|e| panic!("bundled steerdns.toml: {e}"));
+    let path = root.join("steerdns.toml");
+    let mut text = std::fs::read_to_string(&path).expect("bundled steerdns.toml");
+    for (relative, absolute) in [
+        ("\"zones\"", root.join("zones")),
+        ("\"geoip/example.mmdb\"", root.join("geoip/example.mmdb")),
+    ] {
+        text = text.replace(relative, &format!("{:?}", absolute.display().to_string()));
+    }
+    text = text.replace("file = \"control.toml\"", "");
+    text.push_str(HARNESS_SHAPED);
+    let config =
+        Config::parse(&text, &path).unwrap_or_else(|e| panic!("bundled steerdns.toml: {e}"));
     match steerdns::snapshot::load::load(&config) {
         Ok(loaded) => loaded.snapshot,
         Err(problems) => panic!("bundled example does not load: {problems:?}"),
@@ -151,6 +186,10 @@ fn bench_answer_path(c: &mut Criterion) {
         ),
         ("geo_gw_ecs", query("gw.example.com", TYPE_A, true, eu)),
         (
+            "weighted_addresses_no_edns",
+            query("wt.example.com", TYPE_A, false, None),
+        ),
+        (
             "weighted_warm_ecs",
             query(
                 "warm.example.com",
@@ -178,6 +217,10 @@ fn bench_answer_path(c: &mut Criterion) {
     cases.push((
         "anycast_shed_active_ecs",
         query("contoso.edge.example.net", TYPE_A, true, Some(subnet)),
+    ));
+    cases.push((
+        "anycast_exact_shed_active_ecs",
+        query("cdn.example.com", TYPE_A, true, Some(subnet)),
     ));
 
     // Each case must answer what its name says, or the figures would measure something else.

@@ -14,12 +14,14 @@ use std::net::IpAddr;
 
 use super::chaos;
 use super::wire::{
-    class, flag, option, parse_query, rcode, rtype, Edns, Query, Reject, HEADER_LEN, MAX_NAME_LEN,
+    class, flag, option, parse_query, parse_query_into, rcode, rtype, Edns, Query, Reject,
+    HEADER_LEN, MAX_NAME_LEN,
 };
 use super::writer::{Overflow, Writer};
 use crate::metrics::{querylog, serving};
 use crate::rrl::{Class, Subject, Verdict};
-use crate::snapshot::Snapshot;
+use crate::snapshot::steer::ClientSteering;
+use crate::snapshot::{Cached, Snapshot};
 use crate::zone::lookup::{resolve, Data, Entry, NoSteering, Owner, Plan, Steering, Synth};
 
 /// UDP payload size assumed for a query without EDNS (RFC 1035 §4.2.1).
@@ -60,8 +62,9 @@ pub fn respond(
     client: &Client,
     out: &mut [u8],
 ) -> Option<usize> {
-    let query = match parse_query(packet) {
-        Ok(q) => q,
+    let mut query = Query::blank();
+    match parse_query_into(packet, &mut query) {
+        Ok(()) => {}
         Err(Reject::Drop) => {
             serving().record(client.transport, None);
             return None;
@@ -80,14 +83,14 @@ pub fn respond(
             }
             return len;
         }
-    };
-    // One lookup gives both the precompiled answer (if any) and the zone for the counters.
+    }
+    // One lookup gives both the fast-path entry (if any) and the zone for the counters.
     let precompiled = snapshot.precompiled.get(&query.qname, query.qtype);
     let zone = match precompiled {
         Some((zone, _)) => Some(zone),
         None => zone_index(snapshot, &query),
     };
-    let cached = precompiled.map(|(_, response)| response);
+    let cached = precompiled.map(|(_, cached)| cached);
     let len = answer(snapshot, packet, &query, client, cached, out).and_then(|n| {
         let subject = Subject {
             qname: query.qname.as_wire(),
@@ -207,7 +210,7 @@ fn answer(
     packet: &[u8],
     query: &Query,
     client: &Client,
-    precompiled: Option<&[u8]>,
+    precompiled: Option<Cached<'_>>,
     out: &mut [u8],
 ) -> Option<usize> {
     let limit = response_limit(snapshot, query, client);
@@ -230,15 +233,25 @@ fn answer(
         (class::IN, _) => {}
         _ => return write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
     }
-    if let Some(len) = precompiled
-        .and_then(|cached| serve_precompiled(snapshot, packet, query, cached, limit, out))
-    {
-        return Some(len);
+    let steering = || {
+        snapshot.steering_for(
+            client,
+            query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
+        )
+    };
+    let fast = match precompiled {
+        Some(Cached::Response(cached)) => {
+            serve_precompiled(snapshot, packet, query, cached, limit, out)
+        }
+        Some(Cached::Steered(binding)) => steering().and_then(|steering| {
+            serve_steered(snapshot, packet, query, &steering, binding, limit, out)
+        }),
+        None => None,
+    };
+    if fast.is_some() {
+        return fast;
     }
-    let steering = snapshot.steering_for(
-        client,
-        query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
-    );
+    let steering = steering();
     let steering: &dyn Steering<'_> = match &steering {
         Some(s) => s,
         None => &NoSteering,
@@ -287,6 +300,81 @@ fn serve_precompiled(
         len += write_opt_raw(snapshot, edns, 0, 0, &mut out[len..])?;
     }
     Some(len)
+}
+
+/// Fast path for a steered name whose policy answers with addresses: the header, the client's
+/// question, one record per address (owned by a pointer to the question) and OPT, written
+/// directly — the same bytes [`write_plan`] would write for that plan. `None` (nothing counted)
+/// hands the query to the general path: a CNAME or NODATA decision, or too big to fit.
+fn serve_steered(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    steering: &ClientSteering<'_>,
+    binding: u32,
+    limit: usize,
+    out: &mut [u8],
+) -> Option<usize> {
+    let steered = steering.addresses(binding, query.qtype)?;
+    let (count, record_len) = match steered.addresses {
+        Synth::V4(addrs) => (addrs.len(), 2 + 10 + 4),
+        Synth::V6(addrs) => (addrs.len(), 2 + 10 + 16),
+        Synth::Cname(_) => return None,
+    };
+    let question = query.question_bytes(packet);
+    let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
+    let body = HEADER_LEN + question.len() + count * record_len;
+    if body + opt_len > limit || body + opt_len > out.len() {
+        return None;
+    }
+    let count = u16::try_from(count).ok()?;
+    let header = &mut out[..HEADER_LEN];
+    header[0..2].copy_from_slice(&query.id.to_be_bytes());
+    let flags = response_flags(query.flags, true, rcode::NOERROR);
+    header[2..4].copy_from_slice(&flags.to_be_bytes());
+    header[4..6].copy_from_slice(&1u16.to_be_bytes());
+    header[6..8].copy_from_slice(&count.to_be_bytes());
+    header[8..12].fill(0);
+    let mut pos = HEADER_LEN + question.len();
+    out[HEADER_LEN..pos].copy_from_slice(question);
+    let ttl = steered.decision.ttl;
+    match steered.addresses {
+        Synth::V4(addrs) => {
+            for addr in addrs {
+                pos = put_address_record(out, pos, rtype::A, ttl, &addr.octets());
+            }
+        }
+        Synth::V6(addrs) => {
+            for addr in addrs {
+                pos = put_address_record(out, pos, rtype::AAAA, ttl, &addr.octets());
+            }
+        }
+        Synth::Cname(_) => return None,
+    }
+    if let Some(edns) = &query.edns {
+        out[10..12].copy_from_slice(&1u16.to_be_bytes());
+        pos += write_opt_raw(
+            snapshot,
+            edns,
+            rcode::NOERROR,
+            steered.decision.scope,
+            &mut out[pos..],
+        )?;
+    }
+    steering.answered(binding, &steered);
+    Some(pos)
+}
+
+/// One A/AAAA record owned by the question name (a pointer to offset 12); returns the end.
+fn put_address_record(out: &mut [u8], pos: usize, rt: u16, ttl: u32, rdata: &[u8]) -> usize {
+    let record = &mut out[pos..pos + 12 + rdata.len()];
+    record[0..2].copy_from_slice(&(0xC000u16 | HEADER_LEN as u16).to_be_bytes());
+    record[2..4].copy_from_slice(&rt.to_be_bytes());
+    record[4..6].copy_from_slice(&class::IN.to_be_bytes());
+    record[6..10].copy_from_slice(&ttl.to_be_bytes());
+    record[10..12].copy_from_slice(&(rdata.len() as u16).to_be_bytes());
+    record[12..].copy_from_slice(rdata);
+    pos + record.len()
 }
 
 /// Header flags of a response to `query`.

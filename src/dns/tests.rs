@@ -137,3 +137,158 @@ fn answering_allocates_nothing() {
     assert!(respond(&snapshot, &trace, &client, &mut out).is_some());
     assert!(allocations() > before, "the counting allocator saw nothing");
 }
+
+/// The bundled example plus steered names the fast path serves (exact names with address
+/// answers: weighted, anycast, a two-address geo profile), with absolute paths and no control
+/// file, so that it loads from any working directory.
+fn bundled_with_address_names() -> Snapshot {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join("steerdns.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => panic!("{}: {e}", path.display()),
+    };
+    let text = text
+        .replace(
+            "zones = \"zones\"",
+            &format!("zones = {:?}", root.join("zones").display().to_string()),
+        )
+        .replace(
+            "database = \"geoip/example.mmdb\"",
+            &format!(
+                "database = {:?}",
+                root.join("geoip/example.mmdb").display().to_string()
+            ),
+        )
+        .replace("token_file = \"admin.token\"\n", "")
+        .replace("[control]\nfile = \"control.toml\"\n", "");
+    let extra = r#"
+[profiles.split]
+type = "weighted"
+ttl = 45
+
+[[profiles.split.endpoints]]
+name = "a"
+addresses = ["192.0.2.100", "192.0.2.102", "2001:db8::100"]
+weight = 90
+
+[[profiles.split.endpoints]]
+name = "b"
+addresses = ["192.0.2.101"]
+weight = 10
+
+[[steered]]
+name = "split.example.com."
+profile = "split"
+
+[[steered]]
+name = "cdn.example.com."
+policy = "anycast"
+ttl = 120
+"#;
+    let config = match Config::parse(&format!("{text}{extra}"), &path) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    match load(&config) {
+        Ok(loaded) => loaded.snapshot,
+        Err(problems) => panic!("{problems:?}"),
+    }
+}
+
+/// The same query through the fast path and through the general lookup (a snapshot without
+/// precompiled entries) gives the same bytes and counts the same: names, letter case, ECS
+/// (IPv4, IPv6, IPv4-mapped, source prefix 0), no EDNS at all, A and AAAA, and the decisions
+/// the fast path hands back (CNAME, NODATA, wildcards).
+#[test]
+fn steered_fast_path_answers_and_counts_like_the_general_path() {
+    use crate::dns::wire::{rtype, WireName};
+    use crate::snapshot::{Cached, Precompiled};
+    let fast = bundled_with_address_names();
+    let mut general = bundled_with_address_names();
+    general.precompiled = Precompiled::default();
+    for name in ["split.example.com", "cdn.example.com", "gw.example.com"] {
+        let wire = query(1, name, rtype::A, None);
+        let Some((qname, _)) = WireName::parse_uncompressed(&wire, 12) else {
+            panic!("{name}: no name");
+        };
+        for qtype in [rtype::A, rtype::AAAA] {
+            assert!(
+                matches!(
+                    fast.precompiled.get(&qname, qtype),
+                    Some((_, Cached::Steered(_)))
+                ),
+                "{name}/{qtype} is not on the steered fast path"
+            );
+        }
+    }
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let clients = [
+        None,
+        Some((ip("81.2.69.0"), 24)),
+        Some((ip("5.0.7.0"), 24)),
+        Some((ip("8.8.8.0"), 24)),
+        Some((ip("2001:218::"), 32)),
+        Some((ip("::ffff:81.2.69.0"), 120)),
+        Some((ip("81.2.69.0"), 0)),
+    ];
+    let names = [
+        "split.example.com",
+        "SpLiT.ExAmPlE.CoM",
+        "cdn.example.com",
+        "CDN.example.COM",
+        "gw.example.com",
+        "critical.example.com",
+        "warm.example.com",
+        "contoso.edge.example.net",
+    ];
+    let sources = [ip("127.0.0.1"), ip("192.0.2.77"), ip("::1")];
+    let mut compared = 0;
+    for name in names {
+        for qtype in [rtype::A, rtype::AAAA] {
+            for ecs in &clients {
+                for source in sources {
+                    let client = Client::new(source, Transport::Udp);
+                    let mut with_edns = query(0x4242, name, qtype, *ecs);
+                    let mut packets = vec![with_edns.clone()];
+                    if ecs.is_none() {
+                        // The same question without an OPT record.
+                        with_edns[11] = 0;
+                        with_edns.truncate(with_edns.len() - 11);
+                        packets.push(with_edns);
+                    }
+                    for packet in packets {
+                        let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
+                        let na = respond(&fast, &packet, &client, &mut a);
+                        let nb = respond(&general, &packet, &client, &mut b);
+                        assert_eq!(
+                            na.map(|n| &a[..n]),
+                            nb.map(|n| &b[..n]),
+                            "{name}/{qtype} ecs {ecs:?} from {source}"
+                        );
+                        compared += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(compared > 300, "{compared}");
+    let series = |s: &Snapshot| {
+        let mut all = Vec::new();
+        s.counters
+            .each_series(|series, value| all.push(format!("{series:?}={value}")));
+        all
+    };
+    assert_eq!(series(&fast), series(&general), "counters differ");
+    let demand = |s: &Snapshot| {
+        s.steering
+            .as_ref()
+            .map(|d| format!("{:?}", d.demand.take()))
+    };
+    let fast_demand = demand(&fast);
+    assert!(
+        fast_demand.as_ref().is_some_and(|d| d.contains("kept: ")),
+        "{fast_demand:?}"
+    );
+    assert_eq!(fast_demand, demand(&general), "shield demand differs");
+}

@@ -83,24 +83,32 @@ impl WireName {
 
     /// Parses an uncompressed name from `packet` at `pos`; returns the name and the offset just
     /// past it. Compression pointers are refused: nothing precedes the question in a query.
-    pub fn parse_uncompressed(packet: &[u8], mut pos: usize) -> Option<(Self, usize)> {
+    pub fn parse_uncompressed(packet: &[u8], pos: usize) -> Option<(Self, usize)> {
         let mut name = WireName::root();
+        let end = name.read_uncompressed(packet, pos)?;
+        Some((name, end))
+    }
+
+    /// [`WireName::parse_uncompressed`] into this name, replacing it (the serving path parses
+    /// in place: a `WireName` is ~400 bytes, and moving it costs more than parsing it).
+    pub fn read_uncompressed(&mut self, packet: &[u8], mut pos: usize) -> Option<usize> {
+        self.labels = 0;
         let mut out = 0usize;
         loop {
             let len = *packet.get(pos)? as usize;
             if len == 0 {
-                name.buf[out] = 0;
-                name.len = (out + 1) as u8;
-                return Some((name, pos + 1));
+                self.buf[out] = 0;
+                self.len = (out + 1) as u8;
+                return Some(pos + 1);
             }
             if len > 63 || out + 1 + len + 1 > MAX_NAME_LEN {
                 return None;
             }
             let label = packet.get(pos + 1..pos + 1 + len)?;
-            name.label_starts[name.labels as usize] = out as u8;
-            name.labels += 1;
-            name.buf[out] = len as u8;
-            for (dst, src) in name.buf[out + 1..out + 1 + len].iter_mut().zip(label) {
+            self.label_starts[self.labels as usize] = out as u8;
+            self.labels += 1;
+            self.buf[out] = len as u8;
+            for (dst, src) in self.buf[out + 1..out + 1 + len].iter_mut().zip(label) {
                 *dst = src.to_ascii_lowercase();
             }
             out += 1 + len;
@@ -210,6 +218,19 @@ pub struct Query {
 }
 
 impl Query {
+    /// A query to parse into ([`parse_query_into`]).
+    pub fn blank() -> Query {
+        Query {
+            id: 0,
+            flags: 0,
+            qname: WireName::root(),
+            qname_range: (HEADER_LEN, HEADER_LEN + 1),
+            qtype: 0,
+            qclass: 0,
+            edns: None,
+        }
+    }
+
     /// The question (name, type, class) exactly as the client sent it.
     pub fn question_bytes<'p>(&self, packet: &'p [u8]) -> &'p [u8] {
         &packet[self.qname_range.0..self.qname_range.1 + 4]
@@ -232,6 +253,13 @@ pub enum Reject {
 /// Parses a query. On success every field is validated; on failure the caller gets what it
 /// needs to write a well-formed error response.
 pub fn parse_query(packet: &[u8]) -> Result<Query, Reject> {
+    let mut query = Query::blank();
+    parse_query_into(packet, &mut query)?;
+    Ok(query)
+}
+
+/// [`parse_query`] into `query` (the serving path's: no move of the parsed query).
+pub fn parse_query_into(packet: &[u8], query: &mut Query) -> Result<(), Reject> {
     let header = packet.get(..HEADER_LEN).ok_or(Reject::Drop)?;
     let id = u16::from_be_bytes([header[0], header[1]]);
     let flags = u16::from_be_bytes([header[2], header[3]]);
@@ -259,8 +287,10 @@ pub fn parse_query(packet: &[u8]) -> Result<Query, Reject> {
             edns: None,
         });
     }
-    let (qname, after_name) =
-        WireName::parse_uncompressed(packet, HEADER_LEN).ok_or(formerr(None, None))?;
+    let after_name = query
+        .qname
+        .read_uncompressed(packet, HEADER_LEN)
+        .ok_or(formerr(None, None))?;
     let fixed = packet
         .get(after_name..after_name + 4)
         .ok_or(formerr(None, None))?;
@@ -294,15 +324,13 @@ pub fn parse_query(packet: &[u8]) -> Result<Query, Reject> {
             edns,
         });
     }
-    Ok(Query {
-        id,
-        flags,
-        qname,
-        qname_range: (HEADER_LEN, after_name),
-        qtype,
-        qclass,
-        edns,
-    })
+    query.id = id;
+    query.flags = flags;
+    query.qname_range = (HEADER_LEN, after_name);
+    query.qtype = qtype;
+    query.qclass = qclass;
+    query.edns = edns;
+    Ok(())
 }
 
 struct RawRecord<'p> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-pub use precompiled::Precompiled;
+pub use precompiled::{Cached, Precompiled};
 
 use ipnet::IpNet;
 

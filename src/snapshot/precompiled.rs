@@ -1,6 +1,7 @@
-//! Precompiled static responses: for every (name, type) whose answer does not depend on the
-//! client, the complete response message (id 0, no EDNS) built at load, so the serving path
-//! answers with one hash probe and one copy.
+//! Precompiled answers: for every (name, type) whose answer does not depend on the client, the
+//! complete response message (id 0, no EDNS) built at load, so the serving path answers with
+//! one hash probe and one copy. Steered names get an entry too, naming their steering binding:
+//! the same probe then leads straight to the policy, without the general lookup.
 
 use rustc_hash::FxHashMap;
 
@@ -8,6 +9,7 @@ use super::Snapshot;
 use crate::dns::respond::precompile;
 use crate::dns::wire::{rtype, WireName, MAX_NAME_LEN};
 use crate::zone::lookup::{resolve, NoSteering};
+use crate::zone::model::Node;
 
 /// Past this many bytes of precompiled answers, the rest are answered by the general path.
 const MAX_PRECOMPILED_BYTES: usize = 256 << 20;
@@ -17,11 +19,26 @@ pub struct Precompiled {
     answers: FxHashMap<Box<[u8]>, Entry>,
 }
 
-/// A precompiled response and the index of the zone that answers its name (for counters and
-/// rate limiting, so the fast path needs no second zone lookup).
+/// What the fast path holds for one (name, type), with the index of the zone that answers the
+/// name (for counters and rate limiting, so the fast path needs no second zone lookup).
 struct Entry {
     zone: u16,
-    response: Box<[u8]>,
+    answer: Stored,
+}
+
+enum Stored {
+    Response(Box<[u8]>),
+    Steered(u32),
+}
+
+/// A fast-path hit.
+#[derive(Clone, Copy, Debug)]
+pub enum Cached<'a> {
+    /// The complete static response (id 0, no EDNS, lower-cased question).
+    Response(&'a [u8]),
+    /// An A or AAAA query at a name bound to this steering binding, reached directly (no
+    /// wildcard, CNAME or zone cut in between): the policy's decision is the answer.
+    Steered(u32),
 }
 
 fn key_into<'b>(buf: &'b mut [u8; MAX_NAME_LEN + 2], qname: &[u8], qtype: u16) -> &'b [u8] {
@@ -32,15 +49,21 @@ fn key_into<'b>(buf: &'b mut [u8; MAX_NAME_LEN + 2], qname: &[u8], qtype: u16) -
 }
 
 impl Precompiled {
-    /// The precompiled response for (name, type), with the index of its zone.
-    pub fn get(&self, qname: &WireName, qtype: u16) -> Option<(usize, &[u8])> {
+    /// The fast-path entry for (name, type), with the index of its zone.
+    pub fn get(&self, qname: &WireName, qtype: u16) -> Option<(usize, Cached<'_>)> {
         if self.answers.is_empty() {
             return None;
         }
         let mut buf = [0u8; MAX_NAME_LEN + 2];
         self.answers
             .get(key_into(&mut buf, qname.as_wire(), qtype))
-            .map(|e| (usize::from(e.zone), &e.response[..]))
+            .map(|e| {
+                let cached = match &e.answer {
+                    Stored::Response(response) => Cached::Response(response),
+                    Stored::Steered(binding) => Cached::Steered(*binding),
+                };
+                (usize::from(e.zone), cached)
+            })
     }
 
     pub fn len(&self) -> usize {
@@ -55,12 +78,21 @@ impl Precompiled {
         let mut answers = FxHashMap::default();
         let mut scratch = Vec::new();
         let mut bytes = 0usize;
-        for zone in snapshot.zones.zones() {
+        for (index, zone) in snapshot.zones.zones().iter().enumerate() {
             for (key, node) in &zone.nodes {
                 if node.below_cut || key.starts_with(b"\x01*") {
                     continue;
                 }
                 let Some(name) = WireName::from_wire(key) else {
+                    continue;
+                };
+                // A name inside a more specific zone we also serve is answered by that zone.
+                let Some(zone_index) = snapshot
+                    .zones
+                    .find_index(&name)
+                    .filter(|&(z, _)| z == index)
+                    .and_then(|(z, _)| u16::try_from(z).ok())
+                else {
                     continue;
                 };
                 let mut types: Vec<u16> = node.rrsets.iter().map(|s| s.rtype).collect();
@@ -70,6 +102,21 @@ impl Precompiled {
                 for qtype in types {
                     if bytes > MAX_PRECOMPILED_BYTES {
                         return Precompiled { answers };
+                    }
+                    let mut buf = [0u8; MAX_NAME_LEN + 2];
+                    let mut entry_key = || -> Box<[u8]> { key_into(&mut buf, key, qtype).into() };
+                    if let Some(binding) = steered_binding(node, qtype) {
+                        let k = entry_key();
+                        bytes += k.len();
+                        let answer = Stored::Steered(binding);
+                        answers.insert(
+                            k,
+                            Entry {
+                                zone: zone_index,
+                                answer,
+                            },
+                        );
+                        continue;
                     }
                     let Some(plan) = resolve(&snapshot.zones, &name, qtype, &NoSteering) else {
                         continue;
@@ -81,21 +128,29 @@ impl Precompiled {
                     question.extend_from_slice(&qtype.to_be_bytes());
                     question.extend_from_slice(&1u16.to_be_bytes());
                     if let Some(response) = precompile(snapshot, &question, &plan, &mut scratch) {
-                        let mut buf = [0u8; MAX_NAME_LEN + 2];
-                        let k: Box<[u8]> = key_into(&mut buf, key, qtype).into();
+                        let k = entry_key();
                         bytes += response.len() + k.len();
-                        let Some(zone) = snapshot
-                            .zones
-                            .find_index(&name)
-                            .and_then(|(z, _)| u16::try_from(z).ok())
-                        else {
-                            continue;
-                        };
-                        answers.insert(k, Entry { zone, response });
+                        let answer = Stored::Response(response);
+                        answers.insert(
+                            k,
+                            Entry {
+                                zone: zone_index,
+                                answer,
+                            },
+                        );
                     }
                 }
             }
         }
         Precompiled { answers }
     }
+}
+
+/// The steering binding that answers `qtype` at `node` on the fast path: A and AAAA at a
+/// steered name that is not a delegation (whose answer would be a referral).
+fn steered_binding(node: &Node, qtype: u16) -> Option<u32> {
+    if node.is_cut || !matches!(qtype, rtype::A | rtype::AAAA) {
+        return None;
+    }
+    node.steer
 }

@@ -10,7 +10,7 @@ use crate::dns::wire::{rtype, ClientSubnet};
 use crate::geo::Locator;
 use crate::metrics::SnapshotCounters;
 use crate::policy::{
-    self, evaluate, AnycastChoice, CompiledPolicies, Destination, ShedView, Target,
+    self, evaluate, AnycastChoice, CompiledPolicies, Decision, Destination, ShedView, Target,
 };
 use crate::shield::live::DemandCounters;
 use crate::zone::lookup::{SteeredAnswer, Steering, Synth};
@@ -75,17 +75,16 @@ impl<'s> ClientSteering<'s> {
     }
 }
 
-impl<'s> Steering<'s> for ClientSteering<'s> {
-    fn steer(&self, binding: u32, qtype: u16) -> Option<SteeredAnswer<'s>> {
-        if self.asked.get().is_none() {
-            self.asked.set(Some(binding));
-        }
-        if !matches!(qtype, rtype::A | rtype::AAAA | rtype::CNAME) {
-            return None;
-        }
+impl<'s> ClientSteering<'s> {
+    /// The policy's decision for `binding`, not yet counted.
+    fn decide(&self, binding: u32) -> Option<Decision<'s>> {
         let policies = &self.data.policies;
         let steered = policies.steered().get(binding as usize)?;
-        let decision = evaluate(policies, steered.root, &self.client, &self.shed);
+        Some(evaluate(policies, steered.root, &self.client, &self.shed))
+    }
+
+    /// Counts a decision that was answered: steered-answer counters and the shield's demand.
+    fn record(&self, binding: u32, decision: &Decision<'_>) {
         self.counters
             .record_steered(binding, self.client.region, &decision.trace);
         if let Some((region, choice)) = decision.trace.anycast {
@@ -96,6 +95,48 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
             };
             self.data.demand.record(region, to, decision.ttl);
         }
+    }
+
+    /// The fast path's question: for an A (or AAAA) query at `binding`'s name, the addresses
+    /// the policy answers with, if that is what it decided (not a CNAME, not NODATA). The
+    /// decision is counted only when the caller reports it answered ([`Self::answered`]), so a
+    /// fallback to the general path does not count it twice.
+    pub fn addresses(&self, binding: u32, qtype: u16) -> Option<SteeredAddresses<'s>> {
+        let decision = self.decide(binding)?;
+        let addresses = match (decision.target, qtype) {
+            (Target::Addresses { v4, .. }, rtype::A) if !v4.is_empty() => Synth::V4(v4),
+            (Target::Addresses { v6, .. }, rtype::AAAA) if !v6.is_empty() => Synth::V6(v6),
+            _ => return None,
+        };
+        Some(SteeredAddresses {
+            addresses,
+            decision,
+        })
+    }
+
+    /// Counts a fast-path answer made from [`Self::addresses`].
+    pub fn answered(&self, binding: u32, answer: &SteeredAddresses<'_>) {
+        self.record(binding, &answer.decision);
+    }
+}
+
+/// A steered answer made of addresses only (see [`ClientSteering::addresses`]).
+pub struct SteeredAddresses<'s> {
+    /// [`Synth::V4`] or [`Synth::V6`], never empty.
+    pub addresses: Synth<'s>,
+    pub decision: Decision<'s>,
+}
+
+impl<'s> Steering<'s> for ClientSteering<'s> {
+    fn steer(&self, binding: u32, qtype: u16) -> Option<SteeredAnswer<'s>> {
+        if self.asked.get().is_none() {
+            self.asked.set(Some(binding));
+        }
+        if !matches!(qtype, rtype::A | rtype::AAAA | rtype::CNAME) {
+            return None;
+        }
+        let decision = self.decide(binding)?;
+        self.record(binding, &decision);
         let data = match (decision.target, qtype) {
             (Target::Cname { wire, .. }, _) => Synth::Cname(wire),
             (Target::Addresses { v4, .. }, rtype::A) => Synth::V4(v4),
