@@ -250,8 +250,8 @@ fn shed_choice(state: &RegionShed, addr: IpAddr) -> (AnycastChoice, bool) {
     for share in state.destinations() {
         count += 1;
         let hash = hasher.hash(destination_salt(share.destination));
-        let score = RendezvousScore::new(hash, u32::from(share.share_permille));
-        if best.is_none_or(|(b, _)| score.beats(&b)) {
+        let mut score = RendezvousScore::new(hash, u32::from(share.share_permille));
+        if best.as_mut().is_none_or(|(b, _)| score.beats(b)) {
             best = Some((score, share.destination));
         }
     }
@@ -400,8 +400,8 @@ fn rendezvous(profile: &Profile, servable: &[u16], addr: IpAddr) -> u16 {
             continue;
         };
         let hash = hasher.hash(endpoint.salt);
-        let score = RendezvousScore::new(hash, endpoint.weight);
-        if best.is_none_or(|(b, _)| score.beats(&b)) {
+        let mut score = RendezvousScore::new(hash, endpoint.weight);
+        if best.as_mut().is_none_or(|(b, _)| score.beats(b)) {
             best = Some((score, index));
         }
     }

@@ -153,29 +153,68 @@ const LOG_FRAC_BITS: u32 = 32;
 
 /// `-log2(h / 2^64)` in fixed point with [`LOG_FRAC_BITS`] fractional bits, integer-only so the
 /// result is bit-identical on every platform. `h = 0` is treated as 1.
+#[cfg(test)]
 fn neg_log2_unit(h: u64) -> u64 {
-    let h = h.max(1);
-    let msb = 63 - h.leading_zeros();
-    // Normalise to [1, 2) in Q1.63 and extract fractional bits by repeated squaring. `y` stays
-    // below 2^64 (a square in [1, 4) is halved when it reaches 2), so one 64x64->128 multiply
-    // per bit does; the carry out of bit 64 is the next fractional bit.
-    let mut y: u64 = h << (63 - msb);
-    let mut frac: u64 = 0;
-    for _ in 0..LOG_FRAC_BITS {
-        let square = (u128::from(y) * u128::from(y)) >> 63;
-        let carry = (square >> 64) as u32;
-        y = (square >> carry) as u64;
-        frac = (frac << 1) | u64::from(carry);
-    }
-    let log2_h = (u64::from(msb) << LOG_FRAC_BITS) | frac;
-    (64u64 << LOG_FRAC_BITS) - log2_h
+    let mut log = NegLog2::new(h);
+    while log.refine() {}
+    log.bounds().1
 }
 
-/// A weighted rendezvous score: the endpoint with the smallest `score` wins, and it wins with
-/// probability weight / total weight. Compare with [`RendezvousScore::beats`].
+/// `-log2(h / 2^64)` computed a fractional bit at a time (the bits come out most significant
+/// first and never change), so that a comparison can stop as soon as it is decided.
+#[derive(Clone, Copy, Debug)]
+struct NegLog2 {
+    /// The normalised hash raised to 2^bits, in Q1.63 (always below 2^64).
+    y: u64,
+    msb: u32,
+    /// The fractional bits of log2(h) found so far.
+    frac: u64,
+    bits: u32,
+}
+
+impl NegLog2 {
+    fn new(h: u64) -> Self {
+        let h = h.max(1);
+        let msb = 63 - h.leading_zeros();
+        NegLog2 {
+            y: h << (63 - msb),
+            msb,
+            frac: 0,
+            bits: 0,
+        }
+    }
+
+    /// Finds the next fractional bit by squaring; false once all are known. A square in [1, 4)
+    /// is halved when it reaches 2, so `y` stays below 2^64 and one 64x64->128 multiply does;
+    /// the carry out of bit 64 is the bit.
+    fn refine(&mut self) -> bool {
+        if self.bits == LOG_FRAC_BITS {
+            return false;
+        }
+        let square = (u128::from(self.y) * u128::from(self.y)) >> 63;
+        let carry = (square >> 64) as u32;
+        self.y = (square >> carry) as u64;
+        self.frac = (self.frac << 1) | u64::from(carry);
+        self.bits += 1;
+        true
+    }
+
+    /// The smallest and largest value the full result can have, given the bits found so far
+    /// (equal once all are known).
+    fn bounds(&self) -> (u64, u64) {
+        let unknown = LOG_FRAC_BITS - self.bits;
+        let log2_low = (u64::from(self.msb) << LOG_FRAC_BITS) | (self.frac << unknown);
+        let log2_high = log2_low | ((1u64 << unknown) - 1);
+        let full = 64u64 << LOG_FRAC_BITS;
+        (full - log2_high, full - log2_low)
+    }
+}
+
+/// A weighted rendezvous score: the endpoint with the smallest `-log2(h) / weight` wins, and
+/// it wins with probability weight / total weight. Compare with [`RendezvousScore::beats`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RendezvousScore {
-    neg_log: u64,
+    neg_log: NegLog2,
     weight: u32,
 }
 
@@ -183,15 +222,35 @@ impl RendezvousScore {
     /// Score of an endpoint with `weight > 0` for a hash drawn uniformly.
     pub(crate) fn new(hash: u64, weight: u32) -> Self {
         Self {
-            neg_log: neg_log2_unit(hash),
+            neg_log: NegLog2::new(hash),
             weight,
         }
     }
 
-    /// `neg_log / weight < other.neg_log / other.weight`, compared exactly by cross-multiplying.
-    pub(crate) fn beats(&self, other: &Self) -> bool {
-        u128::from(self.neg_log) * u128::from(other.weight)
-            < u128::from(other.neg_log) * u128::from(self.weight)
+    /// `neg_log / weight < other.neg_log / other.weight` for the full 32-bit-fraction values,
+    /// compared exactly by cross-multiplying — but refining each logarithm only until the
+    /// bounds decide (a few bits, mostly, instead of 32 squarings per endpoint).
+    pub(crate) fn beats(&mut self, other: &mut Self) -> bool {
+        let (w_self, w_other) = (u128::from(self.weight), u128::from(other.weight));
+        loop {
+            let (self_low, self_high) = self.neg_log.bounds();
+            let (other_low, other_high) = other.neg_log.bounds();
+            if u128::from(self_high) * w_other < u128::from(other_low) * w_self {
+                return true;
+            }
+            if u128::from(self_low) * w_other >= u128::from(other_high) * w_self {
+                return false;
+            }
+            // Undecided: learn a bit of whichever knows fewer (both known decides above).
+            let (fewer, more) = if self.neg_log.bits <= other.neg_log.bits {
+                (&mut self.neg_log, &mut other.neg_log)
+            } else {
+                (&mut other.neg_log, &mut self.neg_log)
+            };
+            if !(fewer.refine() || more.refine()) {
+                return false;
+            }
+        }
     }
 }
 
@@ -263,6 +322,45 @@ mod tests {
             h >> (h % 64)
         })) {
             assert_eq!(neg_log2_unit(x), neg_log2_unit_reference(x), "h = {x:#x}");
+        }
+    }
+
+    /// The full-precision comparison the lazy one must always agree with.
+    fn beats_reference(a: (u64, u32), b: (u64, u32)) -> bool {
+        u128::from(neg_log2_unit_reference(a.0)) * u128::from(b.1)
+            < u128::from(neg_log2_unit_reference(b.0)) * u128::from(a.1)
+    }
+
+    #[test]
+    fn lazy_comparison_equals_the_full_one() {
+        let mut h = 0x0123_4567_89ab_cdefu64;
+        let mut next = || {
+            h = siphash24(3, 4, &h.to_le_bytes());
+            h
+        };
+        let weights = [1u32, 2, 9, 10, 90, 100, 1000, u32::MAX];
+        for i in 0..100_000u32 {
+            let (x, y) = (next(), next());
+            // Some near-ties: equal hashes, hashes one apart, equal logs with other weights.
+            let y = match i % 10 {
+                0 => x,
+                1 => x.wrapping_add(1),
+                2 => x >> 1,
+                _ => y,
+            };
+            let (wa, wb) = (weights[i as usize % 8], weights[(i as usize / 8) % 8]);
+            let (mut a, mut b) = (RendezvousScore::new(x, wa), RendezvousScore::new(y, wb));
+            assert_eq!(
+                a.beats(&mut b),
+                beats_reference((x, wa), (y, wb)),
+                "{x:#x}/{wa} vs {y:#x}/{wb}"
+            );
+        }
+        for x in [0, 1, u64::MAX] {
+            for y in [0, 1, u64::MAX] {
+                let (mut a, mut b) = (RendezvousScore::new(x, 3), RendezvousScore::new(y, 3));
+                assert_eq!(a.beats(&mut b), beats_reference((x, 3), (y, 3)));
+            }
         }
     }
 

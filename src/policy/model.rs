@@ -282,6 +282,30 @@ impl CompiledPolicies {
     pub(crate) fn profile(&self, id: ProfileId) -> Option<&Profile> {
         self.profiles.get(usize::from(id.0))
     }
+
+    /// Whether any endpoint reachable from `root` (servable now or not) answers with a CNAME.
+    /// Names that never do are served by the fast path (see `snapshot::precompiled`).
+    pub fn may_answer_cname(&self, root: PolicyRoot) -> bool {
+        let PolicyRoot::Profile { profile, .. } = root else {
+            return false;
+        };
+        let mut pending = vec![(profile, 0usize)];
+        while let Some((id, depth)) = pending.pop() {
+            let Some(profile) = self.profile(id) else {
+                continue;
+            };
+            for endpoint in &profile.endpoints {
+                match endpoint.target {
+                    EndpointTarget::Cname { .. } => return true,
+                    EndpointTarget::Profile(next) if depth < MAX_PROFILE_DEPTH => {
+                        pending.push((next, depth + 1));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        false
+    }
 }
 
 fn position_u16<'a>(mut names: impl Iterator<Item = &'a str>, wanted: &str) -> Option<u16> {

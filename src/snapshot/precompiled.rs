@@ -105,7 +105,7 @@ impl Precompiled {
                     }
                     let mut buf = [0u8; MAX_NAME_LEN + 2];
                     let mut entry_key = || -> Box<[u8]> { key_into(&mut buf, key, qtype).into() };
-                    if let Some(binding) = steered_binding(node, qtype) {
+                    if let Some(binding) = steered_binding(snapshot, node, qtype) {
                         let k = entry_key();
                         bytes += k.len();
                         let answer = Stored::Steered(binding);
@@ -147,10 +147,15 @@ impl Precompiled {
 }
 
 /// The steering binding that answers `qtype` at `node` on the fast path: A and AAAA at a
-/// steered name that is not a delegation (whose answer would be a referral).
-fn steered_binding(node: &Node, qtype: u16) -> Option<u32> {
+/// steered name that is not a delegation (whose answer would be a referral) and whose policy
+/// answers with addresses only (a CNAME chain needs the general lookup; trying the fast path
+/// first would evaluate the policy twice).
+fn steered_binding(snapshot: &Snapshot, node: &Node, qtype: u16) -> Option<u32> {
     if node.is_cut || !matches!(qtype, rtype::A | rtype::AAAA) {
         return None;
     }
-    node.steer
+    let binding = node.steer?;
+    let policies = snapshot.policies()?;
+    let steered = policies.steered().get(binding as usize)?;
+    (!policies.may_answer_cname(steered.root)).then_some(binding)
 }
