@@ -107,7 +107,20 @@ pub struct Reloader {
     source: Source,
     snapshot: SharedSnapshot,
     shield: Arc<Shield>,
+    /// Held for a whole reload, history writes (and their fsyncs) included: reloads run one
+    /// at a time. Readers never take it; they read [`Reloader::published`].
     state: Mutex<State>,
+    /// The snapshot being served and the status that describes it, replaced together (under
+    /// `state`) whenever either changes. Status readers (`/v1/status`, `/metrics`, the CLI) load
+    /// it without waiting for a reload in progress, which may be stuck for seconds in an fsync
+    /// on a busy disk.
+    published: ArcSwap<Published>,
+}
+
+/// What status readers see: one consistent picture.
+struct Published {
+    snapshot: Arc<Snapshot>,
+    status: Status,
 }
 
 /// Result of an accepted reload.
@@ -148,16 +161,7 @@ impl Reloader {
                 }
             }
         };
-        let reloader = Arc::new(Reloader {
-            source,
-            snapshot: Arc::new(ArcSwap::from_pointee(Snapshot::empty())),
-            shield: Arc::new(Shield::default()),
-            state: Mutex::new(State {
-                status: Status::default(),
-                last_control_hash: None,
-                served_control_hash: None,
-            }),
-        });
+        let reloader = Arc::new(Reloader::serving_nothing(source));
         let warnings = loaded.warnings.clone();
         {
             let mut state = reloader.lock();
@@ -177,6 +181,25 @@ impl Reloader {
         Ok((reloader, warnings))
     }
 
+    /// A reloader serving the empty snapshot, before its first load.
+    fn serving_nothing(source: Source) -> Reloader {
+        let empty = Arc::new(Snapshot::empty());
+        Reloader {
+            source,
+            snapshot: Arc::new(ArcSwap::new(empty.clone())),
+            published: ArcSwap::from_pointee(Published {
+                snapshot: empty,
+                status: Status::default(),
+            }),
+            shield: Arc::new(Shield::default()),
+            state: Mutex::new(State {
+                status: Status::default(),
+                last_control_hash: None,
+                served_control_hash: None,
+            }),
+        }
+    }
+
     pub fn snapshot(&self) -> &SharedSnapshot {
         &self.snapshot
     }
@@ -185,15 +208,25 @@ impl Reloader {
         &self.shield
     }
 
+    /// The control plane's status. Never waits for a reload in progress.
     pub fn status(&self) -> Status {
-        self.lock().status.clone()
+        self.published.load().status.clone()
     }
 
     /// The snapshot being served and the status that describes it, read together (a reload
-    /// swaps and updates status under the same lock, so the two always match).
+    /// publishes the two as one), without waiting for a reload in progress.
     pub fn snapshot_and_status(&self) -> (Arc<Snapshot>, Status) {
-        let state = self.lock();
-        (self.snapshot.load_full(), state.status.clone())
+        let published = self.published.load();
+        (published.snapshot.clone(), published.status.clone())
+    }
+
+    /// Makes the served snapshot and `state`'s status visible to status readers. Called with
+    /// the state lock held, after every change to either.
+    fn publish(&self, state: &State) {
+        self.published.store(Arc::new(Published {
+            snapshot: self.snapshot.load_full(),
+            status: state.status.clone(),
+        }));
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -263,6 +296,7 @@ impl Reloader {
                     trigger: trigger.as_str(),
                     reasons: reasons.clone(),
                 });
+                self.publish(state);
                 Err(reasons)
             }
         }
@@ -361,6 +395,7 @@ impl Reloader {
             state.last_control_hash = Some(fnv(text.as_bytes()));
             state.served_control_hash = Some(fnv(text.as_bytes()));
         }
+        self.publish(state);
         tracing::info!(
             "{}: serving serial {serial} ({summary}) after {:.1} ms",
             trigger.as_str(),
@@ -484,5 +519,28 @@ pub fn source_for(config: Option<&Path>, zones: Option<&Path>) -> Source {
     Source {
         config: config.map(Path::to_path_buf),
         zones: zones.map(Path::to_path_buf),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reload holds the state lock across the history's fsyncs, which take seconds on a busy
+    /// disk; `/v1/status` and `/metrics` must answer meanwhile.
+    #[test]
+    fn status_readers_do_not_wait_for_a_reload_in_progress() {
+        let reloader = Reloader::serving_nothing(Source::default());
+        let reload_in_progress = reloader.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let (snapshot, status) = reloader.snapshot_and_status();
+                let _ = tx.send((snapshot.serial, status.serial, reloader.status().serial));
+            });
+            let read = rx.recv_timeout(Duration::from_secs(5));
+            drop(reload_in_progress);
+            assert_eq!(read, Ok((0, 0, 0)), "status waited for the reload's lock");
+        });
     }
 }
