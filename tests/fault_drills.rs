@@ -6,7 +6,8 @@
 //!   interrupted writer leaves: the control file is the old or the new version, never a mix;
 //! - power-cut style files: a zero-length and a zero-filled control file, a zone file, the
 //!   config file and the load-feed file cut short;
-//! - the control history directory unwritable; serials after it recovers;
+//! - the control history directory unwritable; serials after it recovers; a disk that takes
+//!   seconds to flush (strace fault injection);
 //! - the geo database missing at start;
 //! - every load feed going stale: the shield freezes, then reverts to normal answers;
 //! - clock jumps in feeds: far ahead (refused), backwards, far behind (stale), and ahead within
@@ -547,6 +548,63 @@ fn an_unwritable_control_history_still_accepts_changes_and_warns() {
     );
     wait_served(&server, 100, 0);
     wait_all_target(&mut resolver, &subnets, FRONTDOOR, Instant::now(), REACT);
+}
+
+/// Every fsync and fdatasync of the server takes this long (strace fault injection).
+const SLOW_FLUSH: Duration = Duration::from_secs(5);
+
+/// A disk where every flush takes seconds (a busy shared disk, a dying one) must not hold back
+/// an operator's change: the history is written before the swap (so the CLI sees the version
+/// at once) and flushed to disk in the background, after it. (It used to flush four times
+/// under the reloader's lock before serving: 20 s here.)
+#[test]
+fn a_disk_that_takes_seconds_to_flush_does_not_delay_a_control_change() {
+    let setup = Setup::new("drill-slow-flush");
+    let delay = format!(
+        "inject=fsync,fdatasync:delay_enter={}",
+        SLOW_FLUSH.as_micros()
+    );
+    let strace = [
+        "strace",
+        "-f",
+        "-qq",
+        "--seccomp-bpf",
+        "-e",
+        "trace=fsync,fdatasync",
+        "-e",
+        delay.as_str(),
+        "-o",
+        "/dev/null",
+        "--",
+    ];
+    // strace is a test dependency (.ci/run installs it): without it this drill must fail.
+    let server = Daemon::start_under(&setup, &strace);
+    let mut resolver = Resolver::new(server.dns);
+    let subnets = distinct_subnets(20);
+    let before = server.serial();
+
+    let written = Instant::now();
+    setup.write_control_atomically(&critical_control(0, 100, 0));
+    let status = wait_for(
+        "the change served within one injected flush delay",
+        SLOW_FLUSH - Duration::from_secs(1),
+        || {
+            let status = server.status();
+            (served_critical_weights(&status) == (Some(0), Some(100))).then_some(status)
+        },
+    );
+    wait_all_target(&mut resolver, &subnets, ALT_CDN, written, SLOW_FLUSH);
+    let serial = status["serial"].as_u64().unwrap_or(0);
+    assert!(serial > before, "a new serial: {status:#}");
+    assert_eq!(status["warnings"], serde_json::json!([]), "{status:#}");
+    // The version is in the history as soon as it is served (a rollback right after the
+    // change must see it), though its flush to disk is still under way.
+    let history = server.cli(&["control", "history"]);
+    let listing = stdout(&history);
+    assert!(
+        listing.contains(&serial.to_string()),
+        "control history lists serial {serial}:\n{listing}"
+    );
 }
 
 #[test]

@@ -204,8 +204,38 @@ pub fn write_atomically(path: &Path, text: &str) -> Result<(), EditError> {
     Ok(())
 }
 
-/// The byte-level atomic replacement behind [`write_atomically`] (also used by the history).
+/// The byte-level atomic replacement behind [`write_atomically`]: durable when it returns.
 pub(crate) fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    replace(path, bytes, Flush::Now)
+}
+
+/// Like [`replace_file`], atomic for readers (they see the old or the new content) but not yet
+/// flushed to disk: the caller makes it durable later (see [`super::durable`]). Returns the
+/// file and the directory to flush.
+pub(crate) fn replace_file_unflushed(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<[PathBuf; 2], WriteError> {
+    replace(path, bytes, Flush::Later)?;
+    let target = resolve_symlink(path)?;
+    let dir = parent_dir(&target);
+    Ok([target, dir])
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flush {
+    Now,
+    Later,
+}
+
+fn parent_dir(target: &Path) -> PathBuf {
+    match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn replace(path: &Path, bytes: &[u8], flush: Flush) -> Result<(), WriteError> {
     let target = resolve_symlink(path)?;
     let fail = |action: &'static str| {
         let target = target.clone();
@@ -215,10 +245,7 @@ pub(crate) fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> 
             source,
         }
     };
-    let dir = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let dir = parent_dir(&target);
     let original = match fs::metadata(&target) {
         Ok(meta) => Some(meta),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -234,8 +261,10 @@ pub(crate) fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> 
             temp.set_permissions(meta.permissions())
                 .map_err(fail("copy the permissions to the temporary file"))?;
         }
-        temp.sync_all()
-            .map_err(fail("flush the temporary file to disk"))?;
+        if flush == Flush::Now {
+            temp.sync_all()
+                .map_err(fail("flush the temporary file to disk"))?;
+        }
         fs::rename(&temp_path, &target).map_err(fail("rename the temporary file over it"))?;
         Ok(())
     })();
@@ -244,6 +273,9 @@ pub(crate) fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> 
         let _ = fs::remove_file(&temp_path);
     }
     result?;
+    if flush == Flush::Later {
+        return Ok(());
+    }
     // Makes the rename itself durable.
     File::open(&dir)
         .and_then(|d| d.sync_all())

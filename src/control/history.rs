@@ -8,9 +8,12 @@
 //! never writes the control file itself.
 //!
 //! Layout: each version is `<serial, 10 digits>.toml` (the exact control text) plus
-//! `<serial>.json` (its metadata). The text is written and flushed first, the metadata second,
-//! both through a temporary file and a rename, so a version only counts once both are complete.
-//! A version whose metadata is missing, unreadable, or does not match its text is skipped.
+//! `<serial>.json` (its metadata). The text is written first, the metadata second, both through
+//! a temporary file and a rename, so readers see a version only once both are complete. Both
+//! are flushed to disk in the background ([`super::durable`]): a reload must not wait for a
+//! slow disk before it serves an operator's change. After a machine crash a version whose
+//! flush did not finish may be torn: a version whose metadata is missing, unreadable, or does
+//! not match its text (length and hash) is skipped.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -20,7 +23,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use super::edit::{replace_file, WriteError};
+use super::edit::{replace_file_unflushed, WriteError};
 use super::{ControlFile, ShieldMode};
 use crate::policy::{EndpointKnobs, ForcedAnswer, RegionKnobs};
 
@@ -272,10 +275,11 @@ impl History {
             path: self.meta_path(serial),
             problem: e.to_string(),
         })?;
-        // Text first: a crash between the two writes leaves an unlisted text, never a listed
-        // version without its text.
-        replace_file(&self.text_path(serial), text.as_bytes())?;
-        replace_file(&self.meta_path(serial), &json)?;
+        // Text first: a process dying between the two writes leaves an unlisted text, never a
+        // listed version without its text.
+        let text_written = replace_file_unflushed(&self.text_path(serial), text.as_bytes())?;
+        let meta_written = replace_file_unflushed(&self.meta_path(serial), &json)?;
+        super::durable::flush_in_background(text_written.into_iter().chain(meta_written));
         self.prune(serial);
         Ok(meta)
     }

@@ -151,7 +151,22 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Daemon {
     pub fn start(setup: &Setup) -> Daemon {
-        let mut child = Command::new(BIN)
+        Daemon::start_under(setup, &[])
+    }
+
+    /// Starts the server as the last argument of `wrapper` (e.g. strace with fault injection),
+    /// or directly when `wrapper` is empty. Dropping the daemon kills the wrapper's children
+    /// (the server) before the wrapper itself.
+    pub fn start_under(setup: &Setup, wrapper: &[&str]) -> Daemon {
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(BIN);
+                command
+            }
+            None => Command::new(BIN),
+        };
+        let mut child = command
             .current_dir(setup.dir.path())
             .arg("serve")
             .arg("--config")
@@ -189,6 +204,7 @@ impl Daemon {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let Ok(line) = rx.recv_timeout(left) else {
+                kill_children(child.id());
                 let _ = child.kill();
                 let _ = child.wait();
                 let err = stderr.lock().map(|l| l.join("\n")).unwrap_or_default();
@@ -339,9 +355,30 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        kill_children(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Kills a wrapper's children (the server under strace): a killed tracer would leave its
+/// tracee running.
+fn kill_children(pid: u32) {
+    for child in child_pids(pid) {
+        if let Ok(pid) = libc::pid_t::try_from(child) {
+            // SAFETY: kill(2) only sends a signal, to a process this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The direct children of process `pid` (from /proc; empty if it has none or is gone).
+fn child_pids(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }
 
 /// Sends SIGHUP to `pid` (directly, so that it arrives as soon as possible).
