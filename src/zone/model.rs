@@ -6,9 +6,10 @@
 //! lets the lookup tell "no such name" from "name without this type" in one hash probe.
 
 use hickory_proto::rr::Name;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::dns::wire::{rtype, WireName};
+use super::group::{ancestors, label_count, push_wire_key, Grouped};
+use crate::dns::wire::rtype;
 
 /// One record to load: what the zone file parser hands over.
 pub struct RecordInput<'a> {
@@ -150,29 +151,32 @@ impl Zone {
     ) -> Result<Zone, ModelError> {
         let apex = name_to_wire(origin);
         let apex_labels = origin.num_labels() as usize;
-        let mut grouped: FxHashMap<Box<[u8]>, Vec<RawRecord<'a>>> = FxHashMap::default();
-        for record in records {
-            if !origin.zone_of(record.name) {
-                return Err(ModelError::OutOfZone(
-                    record.name.to_string(),
-                    origin.to_string(),
-                ));
-            }
-            grouped.entry(name_to_wire(record.name)).or_default().push((
-                record.rtype,
-                record.ttl,
-                record.rdata,
+        let records: Vec<RecordInput<'a>> = records.into_iter().collect();
+        if let Some(outside) = records.iter().find(|r| !origin.zone_of(r.name)) {
+            return Err(ModelError::OutOfZone(
+                outside.name.to_string(),
+                origin.to_string(),
             ));
         }
+        let grouped = Grouped::new(records.len(), |i, out| push_wire_key(out, records[i].name));
         let mut nodes: FxHashMap<Box<[u8]>, Node> = FxHashMap::default();
-        for (owner, mut records) in grouped {
-            records.sort_by_key(|r| r.0);
+        nodes.reserve(grouped.len());
+        let mut raw: Vec<RawRecord<'a>> = Vec::new();
+        let mut seen: Vec<&[u8]> = Vec::new();
+        for (owner, members) in grouped.iter() {
+            raw.clear();
+            raw.extend(members.iter().map(|&i| {
+                let r = &records[i as usize];
+                (r.rtype, r.ttl, r.rdata)
+            }));
+            raw.sort_by_key(|r| r.0);
             let node = Node {
-                rrsets: build_rrsets(&owner, &records)?,
+                rrsets: build_rrsets(owner, &raw, &mut seen)?,
                 ..Node::default()
             };
-            nodes.insert(owner, node);
+            nodes.insert(owner.into(), node);
         }
+        drop(grouped);
         let soa = nodes
             .get(&apex)
             .and_then(|n| n.rrset(rtype::SOA))
@@ -203,53 +207,57 @@ impl Zone {
 
     /// Adds a node for every ancestor (up to the apex) of every owner name.
     fn add_empty_non_terminals(&mut self) {
-        let owners: Vec<Box<[u8]>> = self.nodes.keys().cloned().collect();
-        for owner in owners {
-            let Some(name) = WireName::from_wire(&owner) else {
-                continue;
-            };
-            let depth = name.label_count().saturating_sub(self.apex_labels);
-            for skip in 1..=depth {
-                let ancestor = name.suffix(skip);
+        let mut missing: FxHashSet<&[u8]> = FxHashSet::default();
+        for owner in self.nodes.keys() {
+            let depth = label_count(owner).saturating_sub(self.apex_labels);
+            for ancestor in ancestors(owner).skip(1).take(depth) {
                 if !self.nodes.contains_key(ancestor) {
-                    self.nodes.insert(ancestor.into(), Node::default());
+                    missing.insert(ancestor);
                 }
             }
+        }
+        let missing: Vec<Box<[u8]>> = missing.into_iter().map(Box::from).collect();
+        for ancestor in missing {
+            self.nodes.insert(ancestor, Node::default());
         }
     }
 
     fn mark_cuts_and_wildcards(&mut self) {
-        let names: Vec<Box<[u8]>> = self.nodes.keys().cloned().collect();
-        for key in &names {
-            let is_cut = key[..] != self.apex[..]
-                && self
-                    .nodes
-                    .get(key)
-                    .is_some_and(|n| n.rrset(rtype::NS).is_some());
-            if let Some(node) = self.nodes.get_mut(key) {
-                node.is_cut = is_cut;
-            }
-            if key.starts_with(b"\x01*") {
-                if let Some(parent) = self.nodes.get_mut(&key[2..]) {
-                    parent.has_wildcard_child = true;
-                }
+        let mut any_cut = false;
+        let mut wildcard_parents: Vec<Box<[u8]>> = Vec::new();
+        for (key, node) in self.nodes.iter_mut() {
+            node.is_cut = key[..] != self.apex[..] && node.rrset(rtype::NS).is_some();
+            any_cut |= node.is_cut;
+            if let Some(parent) = key.strip_prefix(b"\x01*") {
+                wildcard_parents.push(parent.into());
             }
         }
-        for key in &names {
-            let below = self.has_cut_above(key);
-            if let Some(node) = self.nodes.get_mut(key) {
-                node.below_cut = below;
+        for parent in wildcard_parents {
+            if let Some(node) = self.nodes.get_mut(&parent) {
+                node.has_wildcard_child = true;
             }
+        }
+        if !any_cut {
+            for node in self.nodes.values_mut() {
+                node.below_cut = false;
+            }
+            return;
+        }
+        // Computed first, then stored in the same iteration order (the map is not modified
+        // in between).
+        let below: Vec<bool> = self.nodes.keys().map(|k| self.has_cut_above(k)).collect();
+        for (node, below) in self.nodes.values_mut().zip(below) {
+            node.below_cut = below;
         }
     }
 
     /// Is there a zone cut strictly between the apex and `key`?
     fn has_cut_above(&self, key: &[u8]) -> bool {
-        let Some(name) = WireName::from_wire(key) else {
-            return false;
-        };
-        let depth = name.label_count().saturating_sub(self.apex_labels);
-        (1..depth).any(|skip| self.nodes.get(name.suffix(skip)).is_some_and(|n| n.is_cut))
+        let depth = label_count(key).saturating_sub(self.apex_labels);
+        ancestors(key)
+            .skip(1)
+            .take(depth.saturating_sub(1))
+            .any(|ancestor| self.nodes.get(ancestor).is_some_and(|n| n.is_cut))
     }
 
     pub fn node(&self, name: &[u8]) -> Option<&Node> {
@@ -305,19 +313,22 @@ impl Zone {
 /// (type, TTL, RDATA) of one record while grouping by owner.
 type RawRecord<'a> = (u16, u32, &'a [u8]);
 
-fn build_rrsets(owner: &[u8], records: &[RawRecord<'_>]) -> Result<Vec<RRset>, ModelError> {
-    let mut sets: Vec<RRset> = Vec::new();
-    let mut i = 0;
-    while i < records.len() {
-        let rt = records[i].0;
-        let group: Vec<&RawRecord<'_>> = records[i..].iter().take_while(|r| r.0 == rt).collect();
-        i += group.len();
+/// The RRsets of one owner from its records sorted by type; `seen` is scratch space.
+fn build_rrsets<'r>(
+    owner: &[u8],
+    records: &[RawRecord<'r>],
+    seen: &mut Vec<&'r [u8]>,
+) -> Result<Vec<RRset>, ModelError> {
+    let mut sets: Vec<RRset> = Vec::with_capacity(1);
+    for group in records.chunk_by(|a, b| a.0 == b.0) {
+        let rt = group[0].0;
         // RFC 2181 §5.2: one TTL per RRset; the smallest is the safe choice.
         let ttl = group.iter().map(|r| r.1).min().unwrap_or(0);
-        let mut encoded = Vec::new();
+        let size: usize = group.iter().map(|r| 10 + r.2.len()).sum();
+        let mut encoded = Vec::with_capacity(size);
         let mut targets = Vec::new();
-        let mut seen: Vec<&[u8]> = Vec::new();
-        for &&(_, _, rdata) in &group {
+        seen.clear();
+        for &(_, _, rdata) in group {
             if seen.contains(&rdata) {
                 continue; // exact duplicates are merged (the validator warns)
             }
