@@ -1,8 +1,16 @@
 //! Precompiled static responses: for every (name, type) whose answer does not depend on the
 //! client, the complete response message (id 0, no EDNS) built at load, so the serving path
 //! answers with one hash probe and one copy.
+//!
+//! Keys and responses live back to back in one byte arena and the index holds 12-byte slots
+//! into it: a million names cost two big allocations, not four million small ones. The table
+//! sits behind an `Arc` so that a reload which changes no zone file shares it.
 
-use rustc_hash::FxHashMap;
+use std::hash::Hasher;
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use rustc_hash::FxHasher;
 
 use super::Snapshot;
 use crate::dns::respond::precompile;
@@ -12,50 +20,121 @@ use crate::zone::lookup::{resolve, NoSteering};
 /// Past this many bytes of precompiled answers, the rest are answered by the general path.
 const MAX_PRECOMPILED_BYTES: usize = 256 << 20;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Precompiled {
-    answers: FxHashMap<Box<[u8]>, Entry>,
+    table: Arc<Table>,
 }
 
-/// A precompiled response and the index of the zone that answers its name (for counters and
-/// rate limiting, so the fast path needs no second zone lookup).
-struct Entry {
+#[derive(Default)]
+struct Table {
+    /// For each answer: the name (lower-cased wire format) and the type (2 bytes), then the
+    /// response.
+    bytes: Vec<u8>,
+    index: HashTable<Slot>,
+}
+
+/// One precompiled answer: where its key and response sit in [`Table::bytes`], and the index
+/// of the zone that answers its name (for counters and rate limiting, so the fast path needs
+/// no second zone lookup).
+#[derive(Clone, Copy)]
+struct Slot {
+    at: u32,
+    response_len: u32,
+    key_len: u16,
     zone: u16,
-    response: Box<[u8]>,
 }
 
-fn key_into<'b>(buf: &'b mut [u8; MAX_NAME_LEN + 2], qname: &[u8], qtype: u16) -> &'b [u8] {
-    let len = qname.len();
-    buf[..len].copy_from_slice(qname);
-    buf[len..len + 2].copy_from_slice(&qtype.to_be_bytes());
-    &buf[..len + 2]
+fn key_hash(qname: &[u8], qtype: u16) -> u64 {
+    let mut hasher = FxHasher::default();
+    hasher.write(qname);
+    hasher.write_u16(qtype);
+    hasher.finish()
+}
+
+/// A stored key (name and type).
+fn key_in<'b>(bytes: &'b [u8], slot: &Slot) -> &'b [u8] {
+    let at = slot.at as usize;
+    bytes
+        .get(at..at + usize::from(slot.key_len))
+        .unwrap_or_default()
+}
+
+/// The hash of a stored key (the same as [`key_hash`] of its name and type).
+fn slot_hash(bytes: &[u8], slot: &Slot) -> u64 {
+    let (name, qtype) = split_key(key_in(bytes, slot));
+    key_hash(name, qtype)
+}
+
+impl Table {
+    fn key(&self, slot: &Slot) -> &[u8] {
+        key_in(&self.bytes, slot)
+    }
+
+    fn response(&self, slot: &Slot) -> &[u8] {
+        let at = slot.at as usize + usize::from(slot.key_len);
+        self.bytes
+            .get(at..at + slot.response_len as usize)
+            .unwrap_or_default()
+    }
+
+    fn find(&self, qname: &[u8], qtype: u16) -> Option<&Slot> {
+        self.index.find(key_hash(qname, qtype), |slot| {
+            split_key(self.key(slot)) == (qname, qtype)
+        })
+    }
+}
+
+/// A key's name and type.
+fn split_key(key: &[u8]) -> (&[u8], u16) {
+    match key.split_last_chunk::<2>() {
+        Some((name, qtype)) => (name, u16::from_be_bytes(*qtype)),
+        None => (key, 0),
+    }
 }
 
 impl Precompiled {
     /// The precompiled response for (name, type), with the index of its zone.
     pub fn get(&self, qname: &WireName, qtype: u16) -> Option<(usize, &[u8])> {
-        if self.answers.is_empty() {
+        let table = &*self.table;
+        if table.index.is_empty() {
             return None;
         }
-        let mut buf = [0u8; MAX_NAME_LEN + 2];
-        self.answers
-            .get(key_into(&mut buf, qname.as_wire(), qtype))
-            .map(|e| (usize::from(e.zone), &e.response[..]))
+        let slot = table.find(qname.as_wire(), qtype)?;
+        Some((usize::from(slot.zone), table.response(slot)))
     }
 
     pub fn len(&self) -> usize {
-        self.answers.len()
+        self.table.index.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.answers.is_empty()
+        self.table.index.is_empty()
     }
 
     pub(super) fn build(snapshot: &Snapshot) -> Precompiled {
-        let mut answers = FxHashMap::default();
+        let zones = snapshot.zones.zones();
+        let nodes: usize = zones.iter().map(|z| z.nodes.len()).sum();
+        // Most names answer A and AAAA (one of them NODATA) and little else.
+        let mut table = Table {
+            bytes: Vec::new(),
+            index: HashTable::with_capacity(nodes.saturating_mul(2)),
+        };
         let mut scratch = Vec::new();
-        let mut bytes = 0usize;
-        for zone in snapshot.zones.zones() {
+        let mut question = Vec::with_capacity(MAX_NAME_LEN + 4);
+        let mut types: Vec<u16> = Vec::new();
+        // Zones with another served zone above their apex: their names (and a parent's
+        // delegation names) can be nodes of two zones.
+        let nested: Vec<bool> = zones
+            .iter()
+            .map(|z| {
+                zones.iter().any(|other| {
+                    other.apex != z.apex
+                        && (z.origin.zone_of(&other.origin) || other.origin.zone_of(&z.origin))
+                })
+            })
+            .collect();
+        'zones: for (zi, zone) in zones.iter().enumerate() {
+            let nested = nested.get(zi).copied().unwrap_or(true);
             for (key, node) in &zone.nodes {
                 if node.below_cut || key.starts_with(b"\x01*") {
                     continue;
@@ -63,13 +142,27 @@ impl Precompiled {
                 let Some(name) = WireName::from_wire(key) else {
                     continue;
                 };
-                let mut types: Vec<u16> = node.rrsets.iter().map(|s| s.rtype).collect();
+                let Some(zone_index) = snapshot
+                    .zones
+                    .find_index(&name)
+                    .and_then(|(z, _)| u16::try_from(z).ok())
+                else {
+                    continue;
+                };
+                types.clear();
+                types.extend(node.rrsets.iter().map(|s| s.rtype));
                 types.extend([rtype::A, rtype::AAAA]);
                 types.sort_unstable();
                 types.dedup();
-                for qtype in types {
-                    if bytes > MAX_PRECOMPILED_BYTES {
-                        return Precompiled { answers };
+                for &qtype in &types {
+                    if table.bytes.len() > MAX_PRECOMPILED_BYTES {
+                        break 'zones;
+                    }
+                    // The same name can be a node of two nested zones (a delegation and the
+                    // child's apex); its answer is the same either way (the zone that answers
+                    // is the longest match), so the first one stays.
+                    if nested && table.find(key, qtype).is_some() {
+                        continue;
                     }
                     let Some(plan) = resolve(&snapshot.zones, &name, qtype, &NoSteering) else {
                         continue;
@@ -77,25 +170,39 @@ impl Precompiled {
                     if !plan.client_independent {
                         continue;
                     }
-                    let mut question = key.to_vec();
+                    question.clear();
+                    question.extend_from_slice(key);
                     question.extend_from_slice(&qtype.to_be_bytes());
                     question.extend_from_slice(&1u16.to_be_bytes());
-                    if let Some(response) = precompile(snapshot, &question, &plan, &mut scratch) {
-                        let mut buf = [0u8; MAX_NAME_LEN + 2];
-                        let k: Box<[u8]> = key_into(&mut buf, key, qtype).into();
-                        bytes += response.len() + k.len();
-                        let Some(zone) = snapshot
-                            .zones
-                            .find_index(&name)
-                            .and_then(|(z, _)| u16::try_from(z).ok())
-                        else {
-                            continue;
-                        };
-                        answers.insert(k, Entry { zone, response });
-                    }
+                    let Some(response) = precompile(snapshot, &question, &plan, &mut scratch)
+                    else {
+                        continue;
+                    };
+                    let (Ok(at), Ok(response_len), Ok(key_len)) = (
+                        u32::try_from(table.bytes.len()),
+                        u32::try_from(response.len()),
+                        u16::try_from(key.len() + 2),
+                    ) else {
+                        break 'zones;
+                    };
+                    table.bytes.extend_from_slice(&question[..key.len() + 2]);
+                    table.bytes.extend_from_slice(response);
+                    let slot = Slot {
+                        at,
+                        response_len,
+                        key_len,
+                        zone: zone_index,
+                    };
+                    let Table { bytes, index } = &mut table;
+                    index.insert_unique(key_hash(key, qtype), slot, |s| slot_hash(bytes, s));
                 }
             }
         }
-        Precompiled { answers }
+        table.bytes.shrink_to_fit();
+        let Table { bytes, index } = &mut table;
+        index.shrink_to_fit(|s| slot_hash(bytes, s));
+        Precompiled {
+            table: Arc::new(table),
+        }
     }
 }
