@@ -207,19 +207,32 @@ impl Zone {
 
     /// Adds a node for every ancestor (up to the apex) of every owner name.
     fn add_empty_non_terminals(&mut self) {
+        let missing = self.missing_ancestors(self.nodes.keys().map(|k| &k[..]));
+        for ancestor in missing {
+            self.nodes.insert(ancestor, Node::default());
+        }
+    }
+
+    /// The ancestors (up to the apex) of `owners` that have no node yet.
+    fn missing_ancestors<'k>(&self, owners: impl Iterator<Item = &'k [u8]>) -> Vec<Box<[u8]>> {
         let mut missing: FxHashSet<&[u8]> = FxHashSet::default();
-        for owner in self.nodes.keys() {
+        // Sibling names share their ancestors: once one is known to exist, so are (or were
+        // collected) all of its own ancestors.
+        let mut known: &[u8] = &[];
+        for owner in owners {
             let depth = label_count(owner).saturating_sub(self.apex_labels);
             for ancestor in ancestors(owner).skip(1).take(depth) {
-                if !self.nodes.contains_key(ancestor) {
+                if ancestor == known {
+                    break;
+                }
+                if self.nodes.contains_key(ancestor) {
+                    known = ancestor;
+                } else {
                     missing.insert(ancestor);
                 }
             }
         }
-        let missing: Vec<Box<[u8]>> = missing.into_iter().map(Box::from).collect();
-        for ancestor in missing {
-            self.nodes.insert(ancestor, Node::default());
-        }
+        missing.into_iter().map(Box::from).collect()
     }
 
     fn mark_cuts_and_wildcards(&mut self) {
@@ -275,6 +288,7 @@ impl Zone {
     /// Attaches steered-name bindings (name, binding index), creating nodes where needed.
     /// A steered name may not sit at or below a zone cut, nor beside a static CNAME.
     pub fn bind_steered(&mut self, bindings: &[(&Name, u32)]) -> Result<(), ModelError> {
+        let mut keys: Vec<Box<[u8]>> = Vec::with_capacity(bindings.len());
         for (name, binding) in bindings {
             if !self.origin.zone_of(name) {
                 return Err(ModelError::OutOfZone(
@@ -282,7 +296,8 @@ impl Zone {
                     self.origin.to_string(),
                 ));
             }
-            let node = self.nodes.entry(name_to_wire(name)).or_default();
+            let key = name_to_wire(name);
+            let node = self.nodes.entry(key.clone()).or_default();
             if node.rrset(rtype::CNAME).is_some() {
                 return Err(ModelError::SteeredConflict(
                     name.to_string(),
@@ -290,9 +305,31 @@ impl Zone {
                 ));
             }
             node.steer = Some(*binding);
+            keys.push(key);
         }
-        self.add_empty_non_terminals();
-        self.mark_cuts_and_wildcards();
+        // Only the steered names and the empty non-terminals added for them are new; none has
+        // NS records, so the cuts stay where they are and the other nodes' flags stand.
+        let added = self.missing_ancestors(keys.iter().map(|k| &k[..]));
+        for ancestor in &added {
+            self.nodes.insert(ancestor.clone(), Node::default());
+        }
+        for key in keys.iter().chain(&added) {
+            let is_cut = key[..] != self.apex[..]
+                && self
+                    .nodes
+                    .get(key)
+                    .is_some_and(|n| n.rrset(rtype::NS).is_some());
+            let below_cut = self.has_cut_above(key);
+            if let Some(node) = self.nodes.get_mut(key) {
+                node.is_cut = is_cut;
+                node.below_cut = below_cut;
+            }
+            if let Some(parent) = key.strip_prefix(b"\x01*") {
+                if let Some(node) = self.nodes.get_mut(parent) {
+                    node.has_wildcard_child = true;
+                }
+            }
+        }
         for (name, _) in bindings {
             let key = name_to_wire(name);
             if self
@@ -366,4 +403,86 @@ fn soa_numbers(rdata: &[u8]) -> Option<(u32, u32)> {
     let word =
         |i: usize| u32::from_be_bytes([numbers[i], numbers[i + 1], numbers[i + 2], numbers[i + 3]]);
     Some((word(0), word(16)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zone::parse::parse_zone_text;
+    use std::path::Path;
+
+    fn name(text: &str) -> Name {
+        Name::from_ascii(text).expect("test name")
+    }
+
+    fn zone(text: &str) -> Zone {
+        let origin = name("example.com.");
+        let parsed = parse_zone_text(text, Path::new("example.com.zone"), &origin)
+            .expect("test zone parses");
+        let records = parsed.records.iter().map(|r| RecordInput {
+            name: &r.name,
+            rtype: u16::from(r.rtype),
+            ttl: r.ttl,
+            rdata: &r.rdata,
+        });
+        Zone::build(&origin, records).expect("test zone builds")
+    }
+
+    fn node<'z>(zone: &'z Zone, text: &str) -> Option<&'z Node> {
+        zone.node(&name_to_wire(&name(text)))
+    }
+
+    const TEXT: &str = "$TTL 60\n@ IN SOA ns1 h 1 2 3 4 5\n@ IN NS ns1\nns1 IN A 192.0.2.1\n\
+        sub IN NS ns.sub\nns.sub IN A 192.0.2.2\na.b.c IN A 192.0.2.3\n*.wild IN A 192.0.2.4\n";
+
+    #[test]
+    fn build_adds_empty_non_terminals_and_marks_cuts_and_wildcards() {
+        let zone = zone(TEXT);
+        for ent in ["b.c.example.com.", "c.example.com."] {
+            let n = node(&zone, ent).expect("empty non-terminal");
+            assert!(
+                n.is_empty_non_terminal() && !n.is_cut && !n.below_cut,
+                "{ent}"
+            );
+        }
+        let sub = node(&zone, "sub.example.com.").expect("sub");
+        assert!(sub.is_cut && !sub.below_cut);
+        let glue = node(&zone, "ns.sub.example.com.").expect("glue");
+        assert!(glue.below_cut && !glue.is_cut);
+        assert!(
+            node(&zone, "wild.example.com.")
+                .expect("wild")
+                .has_wildcard_child
+        );
+        assert!(!node(&zone, "example.com.").expect("apex").is_cut);
+    }
+
+    #[test]
+    fn binding_steered_names_adds_their_ancestors_and_refuses_delegated_ones() {
+        let mut zone = zone(TEXT);
+        let (deep, star) = (name("x.new.c.example.com."), name("*.steered.example.com."));
+        zone.bind_steered(&[(&deep, 0), (&star, 1)]).expect("binds");
+        assert_eq!(
+            node(&zone, "x.new.c.example.com.").and_then(|n| n.steer),
+            Some(0)
+        );
+        let ent = node(&zone, "new.c.example.com.").expect("new empty non-terminal");
+        assert!(ent.is_empty_non_terminal() && !ent.below_cut && !ent.is_cut);
+        assert!(
+            node(&zone, "steered.example.com.")
+                .expect("parent")
+                .has_wildcard_child
+        );
+        assert!(node(&zone, "sub.example.com.").expect("cut").is_cut);
+        assert!(node(&zone, "ns.sub.example.com.").expect("glue").below_cut);
+        let (at_cut, below_cut) = (name("sub.example.com."), name("y.z.sub.example.com."));
+        for steered in [&at_cut, &below_cut] {
+            let mut zone = self::zone(TEXT);
+            let refused = zone.bind_steered(&[(steered, 0)]);
+            assert!(
+                matches!(refused, Err(ModelError::SteeredConflict(_, reason)) if reason.contains("delegation")),
+                "{steered}: {refused:?}"
+            );
+        }
+    }
 }
