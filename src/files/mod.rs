@@ -38,6 +38,24 @@ pub fn read_limited(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// What a file held when it was read, to tell later whether it still holds the same bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digest {
+    len: u64,
+    hash: u64,
+}
+
+/// The [`Digest`] of `bytes` (length and SipHash-1-3; compared only within one process).
+pub fn digest(bytes: &[u8]) -> Digest {
+    use std::hash::Hasher;
+    let mut hasher = std::hash::DefaultHasher::new();
+    hasher.write(bytes);
+    Digest {
+        len: bytes.len() as u64,
+        hash: hasher.finish(),
+    }
+}
+
 /// Like [`read_limited`], as UTF-8 text.
 pub fn read_text_limited(path: &Path, limit: u64) -> io::Result<String> {
     String::from_utf8(read_limited(path, limit)?)

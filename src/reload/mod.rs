@@ -21,7 +21,7 @@ use crate::control::history::{
 };
 use crate::control::ControlFile;
 use crate::shield::live::Shield;
-use crate::snapshot::load::{load_with, ControlSource, Loaded};
+use crate::snapshot::load::{load_after, load_with, ControlSource, Loaded};
 use crate::snapshot::{SharedSnapshot, Snapshot};
 
 /// Where the configuration comes from (the command line, re-read on every reload).
@@ -141,7 +141,7 @@ impl Reloader {
         let control = read_control_text(&config).map_err(|e| vec![e]);
         let first = control
             .clone()
-            .and_then(|text| load_control(&config, text.as_ref()).map(|l| (l, text)));
+            .and_then(|text| load_control(&config, text.as_ref(), None).map(|l| (l, text)));
         let (loaded, text, refusal) = match first {
             Ok((loaded, text)) => (loaded, text, None),
             Err(reasons) => {
@@ -274,7 +274,8 @@ impl Reloader {
                     _ => MISSING_FILE_HASH,
                 });
                 let control = control.map_err(|e| vec![e])?;
-                let loaded = load_control(&config, control.as_ref())?;
+                let previous = self.snapshot.load_full();
+                let loaded = load_control(&config, control.as_ref(), Some(&previous))?;
                 self.keep_good_geo_database(&loaded)?;
                 Ok((config, loaded, control))
             });
@@ -431,13 +432,16 @@ fn read_control_text(config: &Config) -> Result<Option<(PathBuf, String)>, Strin
     }
 }
 
+/// Loads with `control`; `previous` (the snapshot being served) lends its zones when no zone
+/// or config file changed.
 fn load_control(
     config: &Config,
     control: Option<&(PathBuf, String)>,
+    previous: Option<&Snapshot>,
 ) -> Result<Loaded, Vec<String>> {
     match control {
-        Some((path, text)) => load_with(config, ControlSource::Text { path, text }),
-        None => load_with(config, ControlSource::FromConfig),
+        Some((path, text)) => load_after(config, ControlSource::Text { path, text }, previous),
+        None => load_after(config, ControlSource::FromConfig, previous),
     }
 }
 

@@ -1,16 +1,19 @@
 //! Building a snapshot from files: the "food taster". Everything is read, parsed, validated and
 //! compiled here; the caller swaps the result in only if this returns `Ok`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::Config;
 use crate::control::ControlFile;
+use crate::files::Digest;
 use crate::geo::Locator;
 use crate::policy::{ControlKnobs, PolicyError};
 use crate::shield::live::DemandCounters;
-use crate::zone::model::{RecordInput, Zone};
-use crate::zone::parse::{load_zone_dir, ZoneProblem};
+use crate::zone::lookup::ZoneSet;
+use crate::zone::model::{name_to_wire, RecordInput, Zone};
+use crate::zone::parse::{load_zone_dir, zone_files_in, ZoneProblem, MAX_ZONE_FILE_BYTES};
 use crate::zone::validate::validate;
 
 use super::steer::SteeringData;
@@ -39,8 +42,157 @@ pub fn load(config: &Config) -> Result<Loaded, Vec<String>> {
 
 /// Like [`load`], with the control knobs from `control`.
 pub fn load_with(config: &Config, control: ControlSource<'_>) -> Result<Loaded, Vec<String>> {
+    load_after(config, control, None)
+}
+
+/// Like [`load_with`]; when `previous` (the snapshot being served) was built from the same
+/// config file and zone files — compared byte for byte through their digests, re-read now —
+/// and the steered names come out the same, its zones and precompiled answers are shared
+/// instead of parsed and compiled again. Policies, the geo database and everything else are
+/// always compiled afresh: a control-file change costs what the policies cost.
+pub fn load_after(
+    config: &Config,
+    control: ControlSource<'_>,
+    previous: Option<&Snapshot>,
+) -> Result<Loaded, Vec<String>> {
     let started = Instant::now();
     let control = read_control(config, control)?;
+    let config_digest = config_digest(config);
+    let reusable = previous
+        .and_then(|p| Some((p, p.sources.as_ref()?)))
+        .filter(|(_, sources)| sources.unchanged(config, config_digest.as_ref()));
+    let mut warnings = Vec::new();
+    let mut shared = None;
+    if let Some((previous, sources)) = reusable {
+        warnings.extend(sources.zone_warnings.iter().cloned());
+        let steering = compile_steering(config, &control, &mut warnings)?;
+        if steered_names(steering.as_ref()) == sources.steered {
+            tracing::debug!("config and zone files unchanged: sharing the zones");
+            shared = Some((
+                previous.zones.clone(),
+                Some(previous.precompiled.clone()),
+                sources.clone(),
+                steering,
+            ));
+        } else {
+            warnings.clear();
+        }
+    }
+    let (zones, precompiled, sources, steering) = match shared {
+        Some(shared) => shared,
+        None => {
+            let built = build_zones(config)?;
+            warnings.extend(built.warnings.iter().cloned());
+            let mut zones = built.zones;
+            let steering = compile_steering(config, &control, &mut warnings)?;
+            bind(config, steering.as_ref(), &mut zones)?;
+            let sources = Sources {
+                config_path: config.source_path.clone(),
+                config: config_digest,
+                zones_dir: config.server.zones.clone(),
+                zone_files: built.zone_files,
+                files: built.files,
+                steered: steered_names(steering.as_ref()),
+                zone_warnings: built.warnings,
+            };
+            (ZoneSet::new(zones), None, Arc::new(sources), steering)
+        }
+    };
+    let mut snapshot = Snapshot::assemble(
+        zones,
+        precompiled,
+        config.serve_options(),
+        steering,
+        config.trace.allow.clone(),
+    );
+    snapshot.sources = Some(sources);
+    snapshot.control = control.map(|(file, _)| file).unwrap_or_default();
+    snapshot.shield_settings = config.shield.settings();
+    if let Some(ttl) = snapshot
+        .policies()
+        .and_then(crate::shield::live::steady_ttl)
+    {
+        snapshot.shield_settings.steady_ttl = ttl;
+    }
+    snapshot.load_file = config.shield.load_file.clone();
+    snapshot.shield_tick_ms = config.shield.tick_ms;
+    snapshot.rrl = crate::rrl::RateLimiter::from_config(&config.rrl);
+    snapshot.serial = snapshot.control.serial.unwrap_or(0);
+    Ok(Loaded {
+        snapshot,
+        warnings,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The inputs a snapshot's zones and precompiled answers were built from: the config file,
+/// the zone directory and every file read from it, and the steered names bound into the zones.
+pub struct Sources {
+    config_path: Option<PathBuf>,
+    /// `None`: built-in defaults (no config file).
+    config: Option<Digest>,
+    zones_dir: PathBuf,
+    /// The `*.zone` files of the directory, in load order.
+    zone_files: Vec<PathBuf>,
+    /// Every file read (zone files and included files) and what it held.
+    files: Vec<(PathBuf, Digest)>,
+    /// The steered names, lower-cased wire format, in binding order.
+    steered: Vec<Box<[u8]>>,
+    /// The zone warnings of the load that built them (repeated when they are shared).
+    zone_warnings: Arc<[String]>,
+}
+
+impl Sources {
+    /// Does the config still name the same files, and does every file still hold the same
+    /// bytes? Reads them all again; any doubt (an unreadable file) answers no.
+    fn unchanged(&self, config: &Config, config_digest: Option<&Digest>) -> bool {
+        if self.config_path != config.source_path
+            || self.config.as_ref() != config_digest
+            || (config.source_path.is_some() && config_digest.is_none())
+            || self.zones_dir != config.server.zones
+        {
+            return false;
+        }
+        if zone_files_in(&config.server.zones).ok().as_ref() != Some(&self.zone_files) {
+            return false;
+        }
+        self.files.iter().all(|(path, digest)| {
+            crate::files::read_limited(path, MAX_ZONE_FILE_BYTES)
+                .is_ok_and(|bytes| crate::files::digest(&bytes) == *digest)
+        })
+    }
+}
+
+/// The config file's digest; `None` without a config file or when it cannot be read.
+fn config_digest(config: &Config) -> Option<Digest> {
+    let path = config.source_path.as_ref()?;
+    crate::files::read_limited(path, crate::files::SMALL_FILE_LIMIT)
+        .ok()
+        .map(|bytes| crate::files::digest(&bytes))
+}
+
+fn steered_names(steering: Option<&SteeringData>) -> Vec<Box<[u8]>> {
+    steering.map_or_else(Vec::new, |s| {
+        s.policies
+            .steered()
+            .iter()
+            .map(|steered| name_to_wire(&steered.name))
+            .collect()
+    })
+}
+
+/// Zones compiled from the zone directory.
+struct BuiltZones {
+    zones: Vec<Zone>,
+    warnings: Arc<[String]>,
+    /// The `*.zone` files loaded, in order.
+    zone_files: Vec<PathBuf>,
+    /// Every file read and what it held.
+    files: Vec<(PathBuf, Digest)>,
+}
+
+/// Reads, validates and compiles the zone files.
+fn build_zones(config: &Config) -> Result<BuiltZones, Vec<String>> {
     let (parsed, mut problems) = load_zone_dir(&config.server.zones);
     for zone in &parsed {
         problems.extend(validate(zone));
@@ -73,39 +225,35 @@ pub fn load_with(config: &Config, control: ControlSource<'_>) -> Result<Loaded, 
     if !failures.is_empty() {
         return Err(failures);
     }
-    let mut warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
-    let steering = compile_steering(config, &control, &mut zones, &mut warnings)?;
-    let mut snapshot = Snapshot::build(
+    let built = BuiltZones {
         zones,
-        config.serve_options(),
-        steering,
-        config.trace.allow.clone(),
-    );
-    snapshot.control = control.map(|(file, _)| file).unwrap_or_default();
-    snapshot.shield_settings = config.shield.settings();
-    if let Some(ttl) = snapshot
-        .policies()
-        .and_then(crate::shield::live::steady_ttl)
-    {
-        snapshot.shield_settings.steady_ttl = ttl;
-    }
-    snapshot.load_file = config.shield.load_file.clone();
-    snapshot.shield_tick_ms = config.shield.tick_ms;
-    snapshot.rrl = crate::rrl::RateLimiter::from_config(&config.rrl);
-    snapshot.serial = snapshot.control.serial.unwrap_or(0);
-    Ok(Loaded {
-        snapshot,
-        warnings,
-        elapsed: started.elapsed(),
-    })
+        warnings: warnings.iter().map(ToString::to_string).collect(),
+        zone_files: parsed.iter().map(|z| z.path.clone()).collect(),
+        files: parsed
+            .iter()
+            .flat_map(|z| z.sources.iter().cloned())
+            .collect(),
+    };
+    drop_in_background(parsed);
+    Ok(built)
 }
 
-/// Compiles topology, profiles and steered names, locates the geo database, and binds every
-/// steered name into its zone. `Ok(None)` when nothing is steered.
+/// Frees the parsed records on a thread of their own: a million names take a while to free
+/// and nothing needs to wait for it. (If no thread can be started, `spawn` drops them here.)
+fn drop_in_background(parsed: Vec<crate::zone::parse::ParsedZone>) {
+    let spawned = std::thread::Builder::new()
+        .name("drop-parsed".into())
+        .spawn(move || drop(parsed));
+    if let Err(e) = spawned {
+        tracing::debug!("no thread to free the parsed zones: {e}");
+    }
+}
+
+/// Compiles topology, profiles and steered names and locates the geo database. `Ok(None)` when
+/// nothing is steered.
 fn compile_steering(
     config: &Config,
     control: &Option<(ControlFile, String)>,
-    zones: &mut [Zone],
     warnings: &mut Vec<String>,
 ) -> Result<Option<SteeringData>, Vec<String>> {
     if !config.has_steering() {
@@ -133,13 +281,24 @@ fn compile_steering(
             "geo database unusable, every client maps to the default region: {reason}"
         ));
     }
-    bind_steered_names(config, &policies, zones)?;
     let (region_count, site_count) = (policies.regions().len(), policies.fallback_sites().len());
     Ok(Some(SteeringData {
         policies,
         locator,
         demand: DemandCounters::new(region_count, site_count),
     }))
+}
+
+/// Binds every steered name into its zone.
+fn bind(
+    config: &Config,
+    steering: Option<&SteeringData>,
+    zones: &mut [Zone],
+) -> Result<(), Vec<String>> {
+    match steering {
+        Some(steering) => bind_steered_names(config, &steering.policies, zones),
+        None => Ok(()),
+    }
 }
 
 fn bind_steered_names(
@@ -244,5 +403,171 @@ fn config_location(config: &Config, field: &str) -> String {
     match line {
         Some(line) => format!("{}:{line}", path.display()),
         None => path.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dns::wire::rtype;
+
+    /// A private copy of the bundled example (config, zones, geo database, control file).
+    struct Example(PathBuf);
+
+    impl Example {
+        fn new(label: &str) -> Example {
+            let root = std::env::temp_dir().join(format!(
+                "steerdns-load-{label}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = std::fs::remove_dir_all(&root);
+            let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+            std::fs::create_dir_all(root.join("zones")).expect("mkdir zones");
+            std::fs::create_dir_all(root.join("geoip")).expect("mkdir geoip");
+            for entry in std::fs::read_dir(repo.join("zones")).expect("zones/") {
+                let entry = entry.expect("zones/ entry");
+                std::fs::copy(entry.path(), root.join("zones").join(entry.file_name()))
+                    .expect("copy zone");
+            }
+            for file in ["steerdns.toml", "control.toml", "geoip/example.mmdb"] {
+                std::fs::copy(repo.join(file), root.join(file)).expect("copy");
+            }
+            Example(root)
+        }
+
+        fn path(&self, relative: &str) -> PathBuf {
+            self.0.join(relative)
+        }
+
+        fn config(&self) -> Config {
+            Config::load(&self.path("steerdns.toml")).expect("config loads")
+        }
+
+        fn load(&self, previous: Option<&Snapshot>) -> Snapshot {
+            match load_after(&self.config(), ControlSource::FromConfig, previous) {
+                Ok(loaded) => loaded.snapshot,
+                Err(problems) => panic!("load refused: {problems:?}"),
+            }
+        }
+
+        fn append(&self, relative: &str, text: &str) {
+            let path = self.path(relative);
+            let mut bytes = std::fs::read(&path).expect("read");
+            bytes.extend_from_slice(text.as_bytes());
+            std::fs::write(&path, bytes).expect("write");
+        }
+    }
+
+    impl Drop for Example {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn shares_zones(a: &Snapshot, b: &Snapshot) -> bool {
+        std::ptr::eq(a.zones.zones().as_ptr(), b.zones.zones().as_ptr())
+    }
+
+    fn precompiled_ptr(snapshot: &Snapshot, name: &str, qtype: u16) -> Option<*const u8> {
+        let wire = name_to_wire(&hickory_proto::rr::Name::from_ascii(name).expect("name"));
+        let name = crate::dns::wire::WireName::from_wire(&wire).expect("wire name");
+        snapshot
+            .precompiled
+            .get(&name, qtype)
+            .and_then(|(_, cached)| match cached {
+                crate::snapshot::Cached::Response(response) => Some(response.as_ptr()),
+                crate::snapshot::Cached::Steered(_) => None,
+            })
+    }
+
+    /// What an edit touches, the edit, and a name it adds (or keeps).
+    type Edit = (&'static str, Box<dyn Fn(&Example)>, &'static str);
+
+    fn weights(frontdoor: u32, alt_cdn: u32) -> String {
+        format!(
+            "[profiles.critical.endpoints]\nfrontdoor = {{ weight = {frontdoor} }}\n\
+             alt-cdn = {{ weight = {alt_cdn} }}\nappgw = {{ weight = 0 }}\n"
+        )
+    }
+
+    #[test]
+    fn a_control_change_shares_the_zones_and_precompiled_answers() {
+        let example = Example::new("control");
+        std::fs::write(example.path("control.toml"), weights(100, 0)).expect("write");
+        let first = example.load(None);
+        std::fs::write(example.path("control.toml"), weights(0, 100)).expect("write");
+        let second = example.load(Some(&first));
+        assert!(shares_zones(&first, &second));
+        let mail = precompiled_ptr(&first, "mail.example.com.", rtype::A);
+        assert!(mail.is_some());
+        assert_eq!(
+            precompiled_ptr(&second, "mail.example.com.", rtype::A),
+            mail
+        );
+        assert_eq!(second.precompiled.len(), first.precompiled.len());
+        assert_ne!(first.control, second.control, "the new knobs are compiled");
+        // A load without a previous snapshot builds everything.
+        let fresh = example.load(None);
+        assert!(!shares_zones(&second, &fresh));
+        assert_eq!(fresh.precompiled.len(), second.precompiled.len());
+    }
+
+    #[test]
+    fn any_edit_to_the_zone_inputs_or_the_config_builds_the_zones_again() {
+        let example = Example::new("edits");
+        std::fs::write(
+            example.path("zones/inc.example.zone"),
+            "$TTL 60\n@ IN SOA ns1 h 1 2 3 4 5\n@ IN NS ns1\nns1 IN A 192.0.2.1\n$INCLUDE hosts.part\n",
+        )
+        .expect("write zone");
+        std::fs::write(example.path("zones/hosts.part"), "www IN A 192.0.2.2\n").expect("write");
+        let mut previous = example.load(None);
+        assert!(precompiled_ptr(&previous, "www.inc.example.", rtype::A).is_some());
+        let edits: [Edit; 4] = [
+            (
+                "an included file",
+                Box::new(|e| e.append("zones/hosts.part", "new1 IN A 192.0.2.3\n")),
+                "new1.inc.example.",
+            ),
+            (
+                "a zone file",
+                Box::new(|e| e.append("zones/example.com.zone", "new2 IN A 192.0.2.4\n")),
+                "new2.example.com.",
+            ),
+            (
+                "a new zone file",
+                Box::new(|e| {
+                    std::fs::write(
+                        e.path("zones/new.example.zone"),
+                        "@ 60 IN SOA ns1 h 1 2 3 4 5\n@ 60 IN NS ns1\nns1 60 IN A 192.0.2.1\nnew3 60 IN A 192.0.2.5\n",
+                    )
+                    .expect("write zone")
+                }),
+                "new3.new.example.",
+            ),
+            (
+                "the config file",
+                Box::new(|e| e.append("steerdns.toml", "\n# edited\n")),
+                "mail.example.com.",
+            ),
+        ];
+        for (what, edit, name) in edits {
+            let unchanged = example.load(Some(&previous));
+            assert!(shares_zones(&previous, &unchanged), "before editing {what}");
+            edit(&example);
+            let next = example.load(Some(&unchanged));
+            assert!(!shares_zones(&unchanged, &next), "after editing {what}");
+            assert!(
+                precompiled_ptr(&next, name, rtype::A).is_some(),
+                "{name} is not served after editing {what}"
+            );
+            previous = next;
+        }
+        // A zone file removed.
+        std::fs::remove_file(example.path("zones/new.example.zone")).expect("remove");
+        let next = example.load(Some(&previous));
+        assert!(!shares_zones(&previous, &next));
+        assert!(precompiled_ptr(&next, "new3.new.example.", rtype::A).is_none());
     }
 }

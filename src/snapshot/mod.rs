@@ -81,6 +81,9 @@ pub struct Snapshot {
     pub counters: Arc<SnapshotCounters>,
     /// UDP response rate limiting; `None` when `[rrl]` is disabled.
     pub rrl: Option<crate::rrl::RateLimiter>,
+    /// The files the zones and precompiled answers were built from, so that the next load can
+    /// share them when none of those files changed; `None` when not built from files.
+    pub sources: Option<Arc<load::Sources>>,
 }
 
 impl Snapshot {
@@ -91,10 +94,25 @@ impl Snapshot {
         steering: Option<SteeringData>,
         trace_allow: Vec<IpNet>,
     ) -> Snapshot {
-        let counters = SnapshotCounters::register(&zones, steering.as_ref().map(|s| &s.policies));
+        Snapshot::assemble(ZoneSet::new(zones), None, options, steering, trace_allow)
+    }
+
+    /// Like [`Snapshot::build`], with the zones already compiled and, when given, the
+    /// precompiled answers of exactly these zones and steered names (both shared with the
+    /// snapshot they were built for).
+    pub fn assemble(
+        zones: ZoneSet,
+        precompiled: Option<Precompiled>,
+        options: ServeOptions,
+        steering: Option<SteeringData>,
+        trace_allow: Vec<IpNet>,
+    ) -> Snapshot {
+        let counters =
+            SnapshotCounters::register(zones.zones(), steering.as_ref().map(|s| &s.policies));
+        let shared = precompiled.is_some();
         let mut snapshot = Snapshot {
-            zones: ZoneSet::new(zones),
-            precompiled: Precompiled::default(),
+            zones,
+            precompiled: precompiled.unwrap_or_default(),
             options,
             steering,
             trace_allow,
@@ -107,8 +125,11 @@ impl Snapshot {
             shield_tick_ms: 1000,
             counters,
             rrl: None,
+            sources: None,
         };
-        snapshot.precompiled = Precompiled::build(&snapshot);
+        if !shared {
+            snapshot.precompiled = Precompiled::build(&snapshot);
+        }
         snapshot
     }
 

@@ -2,8 +2,16 @@
 //! complete response message (id 0, no EDNS) built at load, so the serving path answers with
 //! one hash probe and one copy. Steered names get an entry too, naming their steering binding:
 //! the same probe then leads straight to the policy, without the general lookup.
+//!
+//! Keys and responses live back to back in one byte arena and the index holds 12-byte slots
+//! into it: a million names cost two big allocations, not four million small ones. The table
+//! sits behind an `Arc` so that a reload which changes no zone file shares it.
 
-use rustc_hash::FxHashMap;
+use std::hash::Hasher;
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use rustc_hash::FxHasher;
 
 use super::Snapshot;
 use crate::dns::respond::precompile;
@@ -14,22 +22,33 @@ use crate::zone::model::Node;
 /// Past this many bytes of precompiled answers, the rest are answered by the general path.
 const MAX_PRECOMPILED_BYTES: usize = 256 << 20;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Precompiled {
-    answers: FxHashMap<Box<[u8]>, Entry>,
+    table: Arc<Table>,
 }
 
-/// What the fast path holds for one (name, type), with the index of the zone that answers the
-/// name (for counters and rate limiting, so the fast path needs no second zone lookup).
-struct Entry {
+#[derive(Default)]
+struct Table {
+    /// For each answer: the name (lower-cased wire format) and the type (2 bytes), then the
+    /// response.
+    bytes: Vec<u8>,
+    index: HashTable<Slot>,
+}
+
+/// One precompiled answer: where its key and response sit in [`Table::bytes`], and the index
+/// of the zone that answers its name (for counters and rate limiting, so the fast path needs
+/// no second zone lookup). A steered entry has `response_len` [`STEERED`] and its binding as
+/// the 4 bytes after the key.
+#[derive(Clone, Copy)]
+struct Slot {
+    at: u32,
+    response_len: u32,
+    key_len: u16,
     zone: u16,
-    answer: Stored,
 }
 
-enum Stored {
-    Response(Box<[u8]>),
-    Steered(u32),
-}
+/// `Slot::response_len` of a steered entry.
+const STEERED: u32 = u32::MAX;
 
 /// A fast-path hit.
 #[derive(Clone, Copy, Debug)]
@@ -37,48 +56,129 @@ pub enum Cached<'a> {
     /// The complete static response (id 0, no EDNS, lower-cased question).
     Response(&'a [u8]),
     /// An A or AAAA query at a name bound to this steering binding, reached directly (no
-    /// wildcard, CNAME or zone cut in between): the policy's decision is the answer.
+    /// wildcard, CNAME or zone cut in between) and whose policy answers with addresses only.
     Steered(u32),
 }
 
-fn key_into<'b>(buf: &'b mut [u8; MAX_NAME_LEN + 2], qname: &[u8], qtype: u16) -> &'b [u8] {
-    let len = qname.len();
-    buf[..len].copy_from_slice(qname);
-    buf[len..len + 2].copy_from_slice(&qtype.to_be_bytes());
-    &buf[..len + 2]
+fn key_hash(qname: &[u8], qtype: u16) -> u64 {
+    let mut hasher = FxHasher::default();
+    hasher.write(qname);
+    hasher.write_u16(qtype);
+    hasher.finish()
+}
+
+/// A stored key (name and type).
+fn key_in<'b>(bytes: &'b [u8], slot: &Slot) -> &'b [u8] {
+    let at = slot.at as usize;
+    bytes
+        .get(at..at + usize::from(slot.key_len))
+        .unwrap_or_default()
+}
+
+/// The hash of a stored key (the same as [`key_hash`] of its name and type).
+fn slot_hash(bytes: &[u8], slot: &Slot) -> u64 {
+    let (name, qtype) = split_key(key_in(bytes, slot));
+    key_hash(name, qtype)
+}
+
+impl Table {
+    fn key(&self, slot: &Slot) -> &[u8] {
+        key_in(&self.bytes, slot)
+    }
+
+    fn cached(&self, slot: &Slot) -> Option<Cached<'_>> {
+        let at = slot.at as usize + usize::from(slot.key_len);
+        if slot.response_len == STEERED {
+            let binding = self.bytes.get(at..at + 4)?.try_into().ok()?;
+            return Some(Cached::Steered(u32::from_be_bytes(binding)));
+        }
+        self.bytes
+            .get(at..at + slot.response_len as usize)
+            .map(Cached::Response)
+    }
+
+    /// Appends an entry: its key (name and type), then `payload` (a response, or a steered
+    /// entry's binding). False when the table is full.
+    fn push(&mut self, key: &[u8], qtype: u16, payload: &[u8], steered: bool, zone: u16) -> bool {
+        let (Ok(at), Ok(payload_len), Ok(key_len)) = (
+            u32::try_from(self.bytes.len()),
+            u32::try_from(payload.len()),
+            u16::try_from(key.len() + 2),
+        ) else {
+            return false;
+        };
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(&qtype.to_be_bytes());
+        self.bytes.extend_from_slice(payload);
+        let slot = Slot {
+            at,
+            response_len: if steered { STEERED } else { payload_len },
+            key_len,
+            zone,
+        };
+        let Table { bytes, index } = self;
+        index.insert_unique(key_hash(key, qtype), slot, |s| slot_hash(bytes, s));
+        true
+    }
+
+    fn find(&self, qname: &[u8], qtype: u16) -> Option<&Slot> {
+        self.index.find(key_hash(qname, qtype), |slot| {
+            split_key(self.key(slot)) == (qname, qtype)
+        })
+    }
+}
+
+/// A key's name and type.
+fn split_key(key: &[u8]) -> (&[u8], u16) {
+    match key.split_last_chunk::<2>() {
+        Some((name, qtype)) => (name, u16::from_be_bytes(*qtype)),
+        None => (key, 0),
+    }
 }
 
 impl Precompiled {
     /// The fast-path entry for (name, type), with the index of its zone.
     pub fn get(&self, qname: &WireName, qtype: u16) -> Option<(usize, Cached<'_>)> {
-        if self.answers.is_empty() {
+        let table = &*self.table;
+        if table.index.is_empty() {
             return None;
         }
-        let mut buf = [0u8; MAX_NAME_LEN + 2];
-        self.answers
-            .get(key_into(&mut buf, qname.as_wire(), qtype))
-            .map(|e| {
-                let cached = match &e.answer {
-                    Stored::Response(response) => Cached::Response(response),
-                    Stored::Steered(binding) => Cached::Steered(*binding),
-                };
-                (usize::from(e.zone), cached)
-            })
+        let slot = table.find(qname.as_wire(), qtype)?;
+        Some((usize::from(slot.zone), table.cached(slot)?))
     }
 
     pub fn len(&self) -> usize {
-        self.answers.len()
+        self.table.index.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.answers.is_empty()
+        self.table.index.is_empty()
     }
 
     pub(super) fn build(snapshot: &Snapshot) -> Precompiled {
-        let mut answers = FxHashMap::default();
+        let zones = snapshot.zones.zones();
+        let nodes: usize = zones.iter().map(|z| z.nodes.len()).sum();
+        // Most names answer A and AAAA (one of them NODATA) and little else.
+        let mut table = Table {
+            bytes: Vec::new(),
+            index: HashTable::with_capacity(nodes.saturating_mul(2)),
+        };
         let mut scratch = Vec::new();
-        let mut bytes = 0usize;
-        for (index, zone) in snapshot.zones.zones().iter().enumerate() {
+        let mut question = Vec::with_capacity(MAX_NAME_LEN + 4);
+        let mut types: Vec<u16> = Vec::new();
+        // Zones with another served zone above their apex: their names (and a parent's
+        // delegation names) can be nodes of two zones.
+        let nested: Vec<bool> = zones
+            .iter()
+            .map(|z| {
+                zones.iter().any(|other| {
+                    other.apex != z.apex
+                        && (z.origin.zone_of(&other.origin) || other.origin.zone_of(&z.origin))
+                })
+            })
+            .collect();
+        'zones: for (zi, zone) in zones.iter().enumerate() {
+            let nested = nested.get(zi).copied().unwrap_or(true);
             for (key, node) in &zone.nodes {
                 if node.below_cut || key.starts_with(b"\x01*") {
                     continue;
@@ -86,36 +186,35 @@ impl Precompiled {
                 let Some(name) = WireName::from_wire(key) else {
                     continue;
                 };
-                // A name inside a more specific zone we also serve is answered by that zone.
                 let Some(zone_index) = snapshot
                     .zones
                     .find_index(&name)
-                    .filter(|&(z, _)| z == index)
                     .and_then(|(z, _)| u16::try_from(z).ok())
                 else {
                     continue;
                 };
-                let mut types: Vec<u16> = node.rrsets.iter().map(|s| s.rtype).collect();
+                types.clear();
+                types.extend(node.rrsets.iter().map(|s| s.rtype));
                 types.extend([rtype::A, rtype::AAAA]);
                 types.sort_unstable();
                 types.dedup();
-                for qtype in types {
-                    if bytes > MAX_PRECOMPILED_BYTES {
-                        return Precompiled { answers };
+                for &qtype in &types {
+                    if table.bytes.len() > MAX_PRECOMPILED_BYTES {
+                        break 'zones;
                     }
-                    let mut buf = [0u8; MAX_NAME_LEN + 2];
-                    let mut entry_key = || -> Box<[u8]> { key_into(&mut buf, key, qtype).into() };
+                    // The same name can be a node of two nested zones (a delegation and the
+                    // child's apex); its answer is the same either way (the zone that answers
+                    // is the longest match), so the first one stays.
+                    if nested && table.find(key, qtype).is_some() {
+                        continue;
+                    }
                     if let Some(binding) = steered_binding(snapshot, node, qtype) {
-                        let k = entry_key();
-                        bytes += k.len();
-                        let answer = Stored::Steered(binding);
-                        answers.insert(
-                            k,
-                            Entry {
-                                zone: zone_index,
-                                answer,
-                            },
-                        );
+                        // Only where this zone is the one that answers the name.
+                        if usize::from(zone_index) == zi
+                            && !table.push(key, qtype, &binding.to_be_bytes(), true, zone_index)
+                        {
+                            break 'zones;
+                        }
                         continue;
                     }
                     let Some(plan) = resolve(&snapshot.zones, &name, qtype, &NoSteering) else {
@@ -124,25 +223,26 @@ impl Precompiled {
                     if !plan.client_independent {
                         continue;
                     }
-                    let mut question = key.to_vec();
+                    question.clear();
+                    question.extend_from_slice(key);
                     question.extend_from_slice(&qtype.to_be_bytes());
                     question.extend_from_slice(&1u16.to_be_bytes());
-                    if let Some(response) = precompile(snapshot, &question, &plan, &mut scratch) {
-                        let k = entry_key();
-                        bytes += response.len() + k.len();
-                        let answer = Stored::Response(response);
-                        answers.insert(
-                            k,
-                            Entry {
-                                zone: zone_index,
-                                answer,
-                            },
-                        );
+                    let Some(response) = precompile(snapshot, &question, &plan, &mut scratch)
+                    else {
+                        continue;
+                    };
+                    if !table.push(key, qtype, response, false, zone_index) {
+                        break 'zones;
                     }
                 }
             }
         }
-        Precompiled { answers }
+        table.bytes.shrink_to_fit();
+        let Table { bytes, index } = &mut table;
+        index.shrink_to_fit(|s| slot_hash(bytes, s));
+        Precompiled {
+            table: Arc::new(table),
+        }
     }
 }
 

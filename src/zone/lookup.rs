@@ -6,6 +6,7 @@
 //! onto the wire is the job of [`crate::dns::respond`].
 
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use arrayvec::ArrayVec;
 use rustc_hash::FxHashMap;
@@ -16,10 +17,11 @@ use crate::dns::wire::{rcode, rtype, WireName, MAX_NAME_LEN};
 /// Longest CNAME chain we follow inside our own zones.
 pub const MAX_CNAME_CHAIN: usize = 8;
 
-/// All zones served, found by longest suffix match.
-#[derive(Debug, Default)]
+/// All zones served, found by longest suffix match. Cloning shares the zones (a reload that
+/// changes no zone file reuses them).
+#[derive(Debug, Default, Clone)]
 pub struct ZoneSet {
-    zones: Vec<Zone>,
+    zones: Arc<[Zone]>,
     by_apex: FxHashMap<Box<[u8]>, usize>,
     max_labels: usize,
 }
@@ -33,7 +35,7 @@ impl ZoneSet {
             .collect();
         let max_labels = zones.iter().map(|z| z.apex_labels).max().unwrap_or(0);
         ZoneSet {
-            zones,
+            zones: zones.into(),
             by_apex,
             max_labels,
         }
@@ -41,10 +43,6 @@ impl ZoneSet {
 
     pub fn zones(&self) -> &[Zone] {
         &self.zones
-    }
-
-    pub fn zones_mut(&mut self) -> &mut [Zone] {
-        &mut self.zones
     }
 
     /// The zone with the longest apex that `name` is at or below, and how many labels of `name`

@@ -5,6 +5,7 @@
 //! Owns authoritative semantics (RFC 1034/2308/4592/8482). Knows nothing of sockets, and of
 //! policies only the [`lookup::Steering`] hook through which steered names get their answers.
 
+pub mod group;
 pub mod lookup;
 pub mod model;
 pub mod parse;

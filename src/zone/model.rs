@@ -6,9 +6,10 @@
 //! lets the lookup tell "no such name" from "name without this type" in one hash probe.
 
 use hickory_proto::rr::Name;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::dns::wire::{rtype, WireName};
+use super::group::{ancestors, label_count, push_wire_key, Grouped};
+use crate::dns::wire::rtype;
 
 /// One record to load: what the zone file parser hands over.
 pub struct RecordInput<'a> {
@@ -150,29 +151,32 @@ impl Zone {
     ) -> Result<Zone, ModelError> {
         let apex = name_to_wire(origin);
         let apex_labels = origin.num_labels() as usize;
-        let mut grouped: FxHashMap<Box<[u8]>, Vec<RawRecord<'a>>> = FxHashMap::default();
-        for record in records {
-            if !origin.zone_of(record.name) {
-                return Err(ModelError::OutOfZone(
-                    record.name.to_string(),
-                    origin.to_string(),
-                ));
-            }
-            grouped.entry(name_to_wire(record.name)).or_default().push((
-                record.rtype,
-                record.ttl,
-                record.rdata,
+        let records: Vec<RecordInput<'a>> = records.into_iter().collect();
+        if let Some(outside) = records.iter().find(|r| !origin.zone_of(r.name)) {
+            return Err(ModelError::OutOfZone(
+                outside.name.to_string(),
+                origin.to_string(),
             ));
         }
+        let grouped = Grouped::new(records.len(), |i, out| push_wire_key(out, records[i].name));
         let mut nodes: FxHashMap<Box<[u8]>, Node> = FxHashMap::default();
-        for (owner, mut records) in grouped {
-            records.sort_by_key(|r| r.0);
+        nodes.reserve(grouped.len());
+        let mut raw: Vec<RawRecord<'a>> = Vec::new();
+        let mut seen: Vec<&[u8]> = Vec::new();
+        for (owner, members) in grouped.iter() {
+            raw.clear();
+            raw.extend(members.iter().map(|&i| {
+                let r = &records[i as usize];
+                (r.rtype, r.ttl, r.rdata)
+            }));
+            raw.sort_by_key(|r| r.0);
             let node = Node {
-                rrsets: build_rrsets(&owner, &records)?,
+                rrsets: build_rrsets(owner, &raw, &mut seen)?,
                 ..Node::default()
             };
-            nodes.insert(owner, node);
+            nodes.insert(owner.into(), node);
         }
+        drop(grouped);
         let soa = nodes
             .get(&apex)
             .and_then(|n| n.rrset(rtype::SOA))
@@ -203,53 +207,70 @@ impl Zone {
 
     /// Adds a node for every ancestor (up to the apex) of every owner name.
     fn add_empty_non_terminals(&mut self) {
-        let owners: Vec<Box<[u8]>> = self.nodes.keys().cloned().collect();
-        for owner in owners {
-            let Some(name) = WireName::from_wire(&owner) else {
-                continue;
-            };
-            let depth = name.label_count().saturating_sub(self.apex_labels);
-            for skip in 1..=depth {
-                let ancestor = name.suffix(skip);
-                if !self.nodes.contains_key(ancestor) {
-                    self.nodes.insert(ancestor.into(), Node::default());
-                }
-            }
+        let missing = self.missing_ancestors(self.nodes.keys().map(|k| &k[..]));
+        for ancestor in missing {
+            self.nodes.insert(ancestor, Node::default());
         }
     }
 
-    fn mark_cuts_and_wildcards(&mut self) {
-        let names: Vec<Box<[u8]>> = self.nodes.keys().cloned().collect();
-        for key in &names {
-            let is_cut = key[..] != self.apex[..]
-                && self
-                    .nodes
-                    .get(key)
-                    .is_some_and(|n| n.rrset(rtype::NS).is_some());
-            if let Some(node) = self.nodes.get_mut(key) {
-                node.is_cut = is_cut;
-            }
-            if key.starts_with(b"\x01*") {
-                if let Some(parent) = self.nodes.get_mut(&key[2..]) {
-                    parent.has_wildcard_child = true;
+    /// The ancestors (up to the apex) of `owners` that have no node yet.
+    fn missing_ancestors<'k>(&self, owners: impl Iterator<Item = &'k [u8]>) -> Vec<Box<[u8]>> {
+        let mut missing: FxHashSet<&[u8]> = FxHashSet::default();
+        // Sibling names share their ancestors: once one is known to exist, so are (or were
+        // collected) all of its own ancestors.
+        let mut known: &[u8] = &[];
+        for owner in owners {
+            let depth = label_count(owner).saturating_sub(self.apex_labels);
+            for ancestor in ancestors(owner).skip(1).take(depth) {
+                if ancestor == known {
+                    break;
+                }
+                if self.nodes.contains_key(ancestor) {
+                    known = ancestor;
+                } else {
+                    missing.insert(ancestor);
                 }
             }
         }
-        for key in &names {
-            let below = self.has_cut_above(key);
-            if let Some(node) = self.nodes.get_mut(key) {
-                node.below_cut = below;
+        missing.into_iter().map(Box::from).collect()
+    }
+
+    fn mark_cuts_and_wildcards(&mut self) {
+        let mut any_cut = false;
+        let mut wildcard_parents: Vec<Box<[u8]>> = Vec::new();
+        for (key, node) in self.nodes.iter_mut() {
+            node.is_cut = key[..] != self.apex[..] && node.rrset(rtype::NS).is_some();
+            any_cut |= node.is_cut;
+            if let Some(parent) = key.strip_prefix(b"\x01*") {
+                wildcard_parents.push(parent.into());
             }
+        }
+        for parent in wildcard_parents {
+            if let Some(node) = self.nodes.get_mut(&parent) {
+                node.has_wildcard_child = true;
+            }
+        }
+        if !any_cut {
+            for node in self.nodes.values_mut() {
+                node.below_cut = false;
+            }
+            return;
+        }
+        // Computed first, then stored in the same iteration order (the map is not modified
+        // in between).
+        let below: Vec<bool> = self.nodes.keys().map(|k| self.has_cut_above(k)).collect();
+        for (node, below) in self.nodes.values_mut().zip(below) {
+            node.below_cut = below;
         }
     }
 
     /// Is there a zone cut strictly between the apex and `key`?
     fn has_cut_above(&self, key: &[u8]) -> bool {
-        let Some(name) = WireName::from_wire(key) else {
-            return false;
-        };
-        let depth = name.label_count().saturating_sub(self.apex_labels);
-        (1..depth).any(|skip| self.nodes.get(name.suffix(skip)).is_some_and(|n| n.is_cut))
+        let depth = label_count(key).saturating_sub(self.apex_labels);
+        ancestors(key)
+            .skip(1)
+            .take(depth.saturating_sub(1))
+            .any(|ancestor| self.nodes.get(ancestor).is_some_and(|n| n.is_cut))
     }
 
     pub fn node(&self, name: &[u8]) -> Option<&Node> {
@@ -267,6 +288,7 @@ impl Zone {
     /// Attaches steered-name bindings (name, binding index), creating nodes where needed.
     /// A steered name may not sit at or below a zone cut, nor beside a static CNAME.
     pub fn bind_steered(&mut self, bindings: &[(&Name, u32)]) -> Result<(), ModelError> {
+        let mut keys: Vec<Box<[u8]>> = Vec::with_capacity(bindings.len());
         for (name, binding) in bindings {
             if !self.origin.zone_of(name) {
                 return Err(ModelError::OutOfZone(
@@ -274,7 +296,8 @@ impl Zone {
                     self.origin.to_string(),
                 ));
             }
-            let node = self.nodes.entry(name_to_wire(name)).or_default();
+            let key = name_to_wire(name);
+            let node = self.nodes.entry(key.clone()).or_default();
             if node.rrset(rtype::CNAME).is_some() {
                 return Err(ModelError::SteeredConflict(
                     name.to_string(),
@@ -282,9 +305,31 @@ impl Zone {
                 ));
             }
             node.steer = Some(*binding);
+            keys.push(key);
         }
-        self.add_empty_non_terminals();
-        self.mark_cuts_and_wildcards();
+        // Only the steered names and the empty non-terminals added for them are new; none has
+        // NS records, so the cuts stay where they are and the other nodes' flags stand.
+        let added = self.missing_ancestors(keys.iter().map(|k| &k[..]));
+        for ancestor in &added {
+            self.nodes.insert(ancestor.clone(), Node::default());
+        }
+        for key in keys.iter().chain(&added) {
+            let is_cut = key[..] != self.apex[..]
+                && self
+                    .nodes
+                    .get(key)
+                    .is_some_and(|n| n.rrset(rtype::NS).is_some());
+            let below_cut = self.has_cut_above(key);
+            if let Some(node) = self.nodes.get_mut(key) {
+                node.is_cut = is_cut;
+                node.below_cut = below_cut;
+            }
+            if let Some(parent) = key.strip_prefix(b"\x01*") {
+                if let Some(node) = self.nodes.get_mut(parent) {
+                    node.has_wildcard_child = true;
+                }
+            }
+        }
         for (name, _) in bindings {
             let key = name_to_wire(name);
             if self
@@ -305,19 +350,22 @@ impl Zone {
 /// (type, TTL, RDATA) of one record while grouping by owner.
 type RawRecord<'a> = (u16, u32, &'a [u8]);
 
-fn build_rrsets(owner: &[u8], records: &[RawRecord<'_>]) -> Result<Vec<RRset>, ModelError> {
-    let mut sets: Vec<RRset> = Vec::new();
-    let mut i = 0;
-    while i < records.len() {
-        let rt = records[i].0;
-        let group: Vec<&RawRecord<'_>> = records[i..].iter().take_while(|r| r.0 == rt).collect();
-        i += group.len();
+/// The RRsets of one owner from its records sorted by type; `seen` is scratch space.
+fn build_rrsets<'r>(
+    owner: &[u8],
+    records: &[RawRecord<'r>],
+    seen: &mut Vec<&'r [u8]>,
+) -> Result<Vec<RRset>, ModelError> {
+    let mut sets: Vec<RRset> = Vec::with_capacity(1);
+    for group in records.chunk_by(|a, b| a.0 == b.0) {
+        let rt = group[0].0;
         // RFC 2181 §5.2: one TTL per RRset; the smallest is the safe choice.
         let ttl = group.iter().map(|r| r.1).min().unwrap_or(0);
-        let mut encoded = Vec::new();
+        let size: usize = group.iter().map(|r| 10 + r.2.len()).sum();
+        let mut encoded = Vec::with_capacity(size);
         let mut targets = Vec::new();
-        let mut seen: Vec<&[u8]> = Vec::new();
-        for &&(_, _, rdata) in &group {
+        seen.clear();
+        for &(_, _, rdata) in group {
             if seen.contains(&rdata) {
                 continue; // exact duplicates are merged (the validator warns)
             }
@@ -355,4 +403,86 @@ fn soa_numbers(rdata: &[u8]) -> Option<(u32, u32)> {
     let word =
         |i: usize| u32::from_be_bytes([numbers[i], numbers[i + 1], numbers[i + 2], numbers[i + 3]]);
     Some((word(0), word(16)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zone::parse::parse_zone_text;
+    use std::path::Path;
+
+    fn name(text: &str) -> Name {
+        Name::from_ascii(text).expect("test name")
+    }
+
+    fn zone(text: &str) -> Zone {
+        let origin = name("example.com.");
+        let parsed = parse_zone_text(text, Path::new("example.com.zone"), &origin)
+            .expect("test zone parses");
+        let records = parsed.records.iter().map(|r| RecordInput {
+            name: &r.name,
+            rtype: u16::from(r.rtype),
+            ttl: r.ttl,
+            rdata: &r.rdata,
+        });
+        Zone::build(&origin, records).expect("test zone builds")
+    }
+
+    fn node<'z>(zone: &'z Zone, text: &str) -> Option<&'z Node> {
+        zone.node(&name_to_wire(&name(text)))
+    }
+
+    const TEXT: &str = "$TTL 60\n@ IN SOA ns1 h 1 2 3 4 5\n@ IN NS ns1\nns1 IN A 192.0.2.1\n\
+        sub IN NS ns.sub\nns.sub IN A 192.0.2.2\na.b.c IN A 192.0.2.3\n*.wild IN A 192.0.2.4\n";
+
+    #[test]
+    fn build_adds_empty_non_terminals_and_marks_cuts_and_wildcards() {
+        let zone = zone(TEXT);
+        for ent in ["b.c.example.com.", "c.example.com."] {
+            let n = node(&zone, ent).expect("empty non-terminal");
+            assert!(
+                n.is_empty_non_terminal() && !n.is_cut && !n.below_cut,
+                "{ent}"
+            );
+        }
+        let sub = node(&zone, "sub.example.com.").expect("sub");
+        assert!(sub.is_cut && !sub.below_cut);
+        let glue = node(&zone, "ns.sub.example.com.").expect("glue");
+        assert!(glue.below_cut && !glue.is_cut);
+        assert!(
+            node(&zone, "wild.example.com.")
+                .expect("wild")
+                .has_wildcard_child
+        );
+        assert!(!node(&zone, "example.com.").expect("apex").is_cut);
+    }
+
+    #[test]
+    fn binding_steered_names_adds_their_ancestors_and_refuses_delegated_ones() {
+        let mut zone = zone(TEXT);
+        let (deep, star) = (name("x.new.c.example.com."), name("*.steered.example.com."));
+        zone.bind_steered(&[(&deep, 0), (&star, 1)]).expect("binds");
+        assert_eq!(
+            node(&zone, "x.new.c.example.com.").and_then(|n| n.steer),
+            Some(0)
+        );
+        let ent = node(&zone, "new.c.example.com.").expect("new empty non-terminal");
+        assert!(ent.is_empty_non_terminal() && !ent.below_cut && !ent.is_cut);
+        assert!(
+            node(&zone, "steered.example.com.")
+                .expect("parent")
+                .has_wildcard_child
+        );
+        assert!(node(&zone, "sub.example.com.").expect("cut").is_cut);
+        assert!(node(&zone, "ns.sub.example.com.").expect("glue").below_cut);
+        let (at_cut, below_cut) = (name("sub.example.com."), name("y.z.sub.example.com."));
+        for steered in [&at_cut, &below_cut] {
+            let mut zone = self::zone(TEXT);
+            let refused = zone.bind_steered(&[(steered, 0)]);
+            assert!(
+                matches!(refused, Err(ModelError::SteeredConflict(_, reason)) if reason.contains("delegation")),
+                "{steered}: {refused:?}"
+            );
+        }
+    }
 }

@@ -54,6 +54,9 @@ pub struct ParsedZone {
     pub origin: Name,
     pub path: PathBuf,
     pub records: Vec<SourceRecord>,
+    /// Every file read for this zone (the zone file, then each `$INCLUDE`d file) and what it
+    /// held, so that a reload can tell whether anything changed.
+    pub sources: Vec<(PathBuf, crate::files::Digest)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -203,7 +206,8 @@ pub fn load_zone_dir(dir: &Path) -> (Vec<ParsedZone>, Vec<ZoneProblem>) {
     (zones, problems)
 }
 
-fn zone_files_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
+/// The `*.zone` files in `dir`, sorted by path (the files [`load_zone_dir`] loads).
+pub fn zone_files_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let entries = std::fs::read_dir(dir)
         .map_err(|e| format!("cannot read zone directory {}: {e}", dir.display()))?;
     let mut paths = Vec::new();
@@ -238,6 +242,9 @@ fn parse_zone_bytes(
         parser.include_stack.push(canonical);
     }
     let file = Arc::new(path.to_path_buf());
+    parser
+        .sources
+        .push((path.to_path_buf(), crate::files::digest(bytes)));
     parser.parse_source(bytes, &file, origin.clone(), 0);
     if parser.problems.iter().any(ZoneProblem::is_error) {
         return Err(parser.problems);
@@ -246,6 +253,7 @@ fn parse_zone_bytes(
         origin,
         path: path.to_path_buf(),
         records: parser.records,
+        sources: parser.sources,
     })
 }
 
@@ -1115,6 +1123,8 @@ struct Parser {
     last_ttl: Option<u32>,
     /// Canonical paths of the files being parsed, to refuse include cycles.
     include_stack: Vec<PathBuf>,
+    /// Every file read and what it held (see [`ParsedZone::sources`]).
+    sources: Vec<(PathBuf, crate::files::Digest)>,
     gave_up: bool,
 }
 
@@ -1252,6 +1262,8 @@ impl Parser {
         let bytes = read_zone_bytes(&path)
             .map_err(|e| fault(line, format!("included file {}: {e}", path.display())))?;
         self.include_stack.push(canonical);
+        self.sources
+            .push((path.clone(), crate::files::digest(&bytes)));
         self.parse_source(&bytes, &Arc::new(path), origin, state.depth + 1);
         self.include_stack.pop();
         Ok(())

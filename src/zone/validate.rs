@@ -2,39 +2,69 @@
 //! (errors) or that are probably mistakes (warnings), each pointing at the record's file:line.
 //!
 //! It only reads the parsed records; it does not build lookup structures or touch the network.
+//! Owner names are compared through their lower-cased wire form (one byte arena for a whole
+//! zone), which keeps a million-name zone cheap to check.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use hickory_proto::rr::{Name, RecordType};
 
+use super::group::{ancestors, label_count, push_wire_key, Grouped};
+use super::model::name_to_wire;
 use super::parse::{type_text, ParsedZone, SourceRecord, ZoneProblem};
 
 /// All errors and warnings for `zone`, sorted by file and line.
 pub fn validate(zone: &ParsedZone) -> Vec<ZoneProblem> {
     let mut problems = Vec::new();
     let inside: Vec<&SourceRecord> = check_outside(zone, &mut problems);
-    let owners = group_by_owner(&inside);
+    let owners = Owners::group(&inside);
+    let apex = name_to_wire(&zone.origin);
     check_soa(zone, &inside, &mut problems);
-    check_cnames(zone, &owners, &mut problems);
-    check_apex_ns(zone, &owners, &mut problems);
-    check_delegations(zone, &owners, &mut problems);
-    check_rrsets(&inside, &mut problems);
+    check_cnames(zone, &apex, &owners, &mut problems);
+    check_apex_ns(zone, &apex, &owners, &mut problems);
+    check_delegations(&apex, &owners, &mut problems);
+    check_rrsets(&owners, &mut problems);
     problems.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
     problems
 }
 
-/// Records grouped by owner name, compared case-insensitively.
-type Owners<'z> = BTreeMap<Name, Vec<&'z SourceRecord>>;
+/// Records grouped by owner name, compared case-insensitively through their lower-cased wire
+/// form (owners in order of first appearance, records in file order within each owner).
+struct Owners<'z> {
+    grouped: Grouped,
+    /// The records, owner by owner.
+    records: Vec<&'z SourceRecord>,
+}
 
-fn group_by_owner<'z>(records: &[&'z SourceRecord]) -> Owners<'z> {
-    let mut owners: Owners<'z> = BTreeMap::new();
-    for record in records {
-        owners
-            .entry(record.name.to_lowercase())
-            .or_default()
-            .push(record);
+impl<'z> Owners<'z> {
+    fn group(records: &[&'z SourceRecord]) -> Owners<'z> {
+        let grouped = Grouped::new(records.len(), |i, out| {
+            push_wire_key(out, &records[i].name);
+        });
+        let mut by_owner = Vec::with_capacity(records.len());
+        for (_, members) in grouped.iter() {
+            by_owner.extend(members.iter().map(|&i| records[i as usize]));
+        }
+        Owners {
+            grouped,
+            records: by_owner,
+        }
     }
-    owners
+
+    /// Each owner's key and records.
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[&'z SourceRecord])> {
+        let mut at = 0;
+        self.grouped.iter().map(move |(key, members)| {
+            let records = self.records.get(at..at + members.len()).unwrap_or_default();
+            at += members.len();
+            (key, records)
+        })
+    }
+
+    /// The records at the owner with this key (lower-cased wire form).
+    fn get(&self, key: &[u8]) -> Option<&[&'z SourceRecord]> {
+        self.records.get(self.grouped.range(key)?)
+    }
 }
 
 fn error(record: &SourceRecord, message: String) -> ZoneProblem {
@@ -109,8 +139,13 @@ fn may_sit_beside_cname(rtype: RecordType) -> bool {
     )
 }
 
-fn check_cnames(zone: &ParsedZone, owners: &Owners<'_>, problems: &mut Vec<ZoneProblem>) {
-    for (owner, records) in owners {
+fn check_cnames(
+    zone: &ParsedZone,
+    apex: &[u8],
+    owners: &Owners<'_>,
+    problems: &mut Vec<ZoneProblem>,
+) {
+    for (owner, records) in owners.iter() {
         let cnames: Vec<&SourceRecord> = records
             .iter()
             .copied()
@@ -119,7 +154,7 @@ fn check_cnames(zone: &ParsedZone, owners: &Owners<'_>, problems: &mut Vec<ZoneP
         let Some(first) = cnames.first() else {
             continue;
         };
-        if *owner == zone.origin {
+        if owner == apex {
             problems.push(error(
                 first,
                 format!("CNAME at the zone apex {}", zone.origin),
@@ -149,9 +184,14 @@ fn check_cnames(zone: &ParsedZone, owners: &Owners<'_>, problems: &mut Vec<ZoneP
     }
 }
 
-fn check_apex_ns(zone: &ParsedZone, owners: &Owners<'_>, problems: &mut Vec<ZoneProblem>) {
+fn check_apex_ns(
+    zone: &ParsedZone,
+    apex: &[u8],
+    owners: &Owners<'_>,
+    problems: &mut Vec<ZoneProblem>,
+) {
     let has_ns = owners
-        .get(&zone.origin.to_lowercase())
+        .get(apex)
         .is_some_and(|records| records.iter().any(|r| r.rtype == RecordType::NS));
     if !has_ns {
         let message = format!("no NS records at the apex {}", zone.origin);
@@ -178,67 +218,77 @@ fn wire_name(wire: &[u8]) -> Option<Name> {
     Name::from_labels(labels).ok()
 }
 
-/// Names that are the parent side of a zone cut (NS below the apex), lowercased.
-fn delegation_points(zone: &ParsedZone, owners: &Owners<'_>) -> BTreeSet<Name> {
+/// A zone cut: the parent side of a delegation (NS below the apex).
+struct Cut<'o, 'z> {
+    key: &'o [u8],
+    /// The owner name, lower-cased (as problems name it).
+    name: Name,
+    records: &'o [&'z SourceRecord],
+    /// Lower-cased wire names of its NS targets: the names whose addresses are glue.
+    targets: BTreeSet<Vec<u8>>,
+}
+
+/// The names that are the parent side of a zone cut (NS below the apex).
+fn delegation_points<'o, 'z>(apex: &[u8], owners: &'o Owners<'z>) -> Vec<Cut<'o, 'z>> {
     owners
         .iter()
         .filter(|(owner, records)| {
-            **owner != zone.origin && records.iter().any(|r| r.rtype == RecordType::NS)
+            *owner != apex && records.iter().any(|r| r.rtype == RecordType::NS)
         })
-        .map(|(owner, _)| owner.clone())
+        .filter_map(|(key, records)| {
+            Some(Cut {
+                key,
+                name: records.first()?.name.to_lowercase(),
+                records,
+                targets: BTreeSet::new(),
+            })
+        })
         .collect()
 }
 
-/// The delegation point closest to the apex at or above `name`, if any.
-fn enclosing_cut(name: &Name, origin: &Name, cuts: &BTreeSet<Name>) -> Option<Name> {
-    let mut found = None;
-    let mut current = name.to_lowercase();
-    // Count raw labels: `Name::num_labels` does not count a leading `*`.
-    let apex_labels = origin.iter().count();
-    while current.iter().count() > apex_labels {
-        if cuts.contains(&current) {
-            found = Some(current.clone());
-        }
-        current = current.base_name();
+fn check_delegations(apex: &[u8], owners: &Owners<'_>, problems: &mut Vec<ZoneProblem>) {
+    let mut cuts = delegation_points(apex, owners);
+    if cuts.is_empty() {
+        return;
     }
-    found
-}
-
-fn check_delegations(zone: &ParsedZone, owners: &Owners<'_>, problems: &mut Vec<ZoneProblem>) {
-    let cuts = delegation_points(zone, owners);
-    // NS targets per delegation point, lowercased: the names whose addresses are glue.
-    let mut targets: HashMap<Name, BTreeSet<Name>> = HashMap::new();
-    for cut in &cuts {
-        let ns_records = owners.get(cut).map(Vec::as_slice).unwrap_or_default();
-        for ns in ns_records.iter().filter(|r| r.rtype == RecordType::NS) {
+    for cut in &mut cuts {
+        for ns in cut.records.iter().filter(|r| r.rtype == RecordType::NS) {
             let Some(target) = wire_name(&ns.rdata) else {
                 continue;
             };
             let target = target.to_lowercase();
-            if cut.zone_of(&target) && !has_address(owners, &target) {
+            let target_key = name_to_wire(&target).into_vec();
+            if cut.name.zone_of(&target) && !has_address(owners, &target_key) {
                 let message = format!(
                     "delegation {} NS {target} has no glue A/AAAA record in the zone",
                     ns.name
                 );
                 problems.push(warning(ns, message));
             }
-            targets.entry(cut.clone()).or_default().insert(target);
+            cut.targets.insert(target_key);
         }
     }
-    for (owner, records) in owners {
-        let Some(cut) = enclosing_cut(owner, &zone.origin, &cuts) else {
+    let by_key: HashMap<&[u8], &Cut<'_, '_>> = cuts.iter().map(|c| (c.key, c)).collect();
+    let apex_labels = label_count(apex);
+    for (owner, records) in owners.iter() {
+        // The delegation point closest to the apex at or above the owner, if any.
+        let Some(cut) = ancestors(owner)
+            .take(label_count(owner).saturating_sub(apex_labels))
+            .filter_map(|ancestor| by_key.get(ancestor))
+            .last()
+        else {
             continue;
         };
-        let glue_names = targets.get(&cut);
-        for record in records {
+        for record in records.iter() {
             let at_cut_ok =
-                *owner == cut && matches!(record.rtype, RecordType::NS | RecordType::DS);
+                owner == cut.key && matches!(record.rtype, RecordType::NS | RecordType::DS);
             let is_glue = matches!(record.rtype, RecordType::A | RecordType::AAAA)
-                && glue_names.is_some_and(|names| names.contains(owner));
+                && cut.targets.contains(owner);
             if !at_cut_ok && !is_glue {
                 let (rtype, name) = (type_text(record.rtype), &record.name);
                 let message = format!(
-                    "{name} {rtype} is below the delegation at {cut} and will not be served"
+                    "{name} {rtype} is below the delegation at {} and will not be served",
+                    cut.name
                 );
                 problems.push(warning(record, message));
             }
@@ -246,8 +296,8 @@ fn check_delegations(zone: &ParsedZone, owners: &Owners<'_>, problems: &mut Vec<
     }
 }
 
-fn has_address(owners: &Owners<'_>, name: &Name) -> bool {
-    owners.get(name).is_some_and(|records| {
+fn has_address(owners: &Owners<'_>, key: &[u8]) -> bool {
+    owners.get(key).is_some_and(|records| {
         records
             .iter()
             .any(|r| matches!(r.rtype, RecordType::A | RecordType::AAAA))
@@ -255,28 +305,31 @@ fn has_address(owners: &Owners<'_>, name: &Name) -> bool {
 }
 
 /// One TTL per RRset (RFC 2181 §5.2) and no exact duplicates.
-fn check_rrsets(records: &[&SourceRecord], problems: &mut Vec<ZoneProblem>) {
-    let mut rrsets: BTreeMap<(Name, u16), Vec<&SourceRecord>> = BTreeMap::new();
-    for record in records {
-        rrsets
-            .entry((record.name.to_lowercase(), u16::from(record.rtype)))
-            .or_default()
-            .push(record);
-    }
-    for members in rrsets.values() {
-        let first = members[0];
-        if let Some(odd) = members.iter().find(|r| r.ttl != first.ttl) {
-            let message = format!(
-                "RRset {} {} has different TTLs ({} at {}, {} here); RFC 2181 requires one TTL per RRset",
-                first.name,
-                type_text(first.rtype),
-                first.ttl,
-                position(first, odd),
-                odd.ttl
-            );
-            problems.push(warning(odd, message));
+fn check_rrsets(owners: &Owners<'_>, problems: &mut Vec<ZoneProblem>) {
+    let mut by_type: Vec<&SourceRecord> = Vec::new();
+    for (_, records) in owners.iter() {
+        if records.len() < 2 {
+            continue;
         }
-        report_duplicates(members, problems);
+        by_type.clear();
+        by_type.extend(records.iter().copied());
+        // Stable: each RRset keeps file order.
+        by_type.sort_by_key(|r| u16::from(r.rtype));
+        for members in by_type.chunk_by(|a, b| a.rtype == b.rtype) {
+            let first = members[0];
+            if let Some(odd) = members.iter().find(|r| r.ttl != first.ttl) {
+                let message = format!(
+                    "RRset {} {} has different TTLs ({} at {}, {} here); RFC 2181 requires one TTL per RRset",
+                    first.name,
+                    type_text(first.rtype),
+                    first.ttl,
+                    position(first, odd),
+                    odd.ttl
+                );
+                problems.push(warning(odd, message));
+            }
+            report_duplicates(members, problems);
+        }
     }
 }
 
