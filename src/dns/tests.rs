@@ -207,21 +207,45 @@ fn steered_fast_path_answers_and_counts_like_the_general_path() {
     let fast = bundled_with_address_names();
     let mut general = bundled_with_address_names();
     general.precompiled = Precompiled::default();
-    for name in ["split.example.com", "cdn.example.com", "gw.example.com"] {
+    let parsed = |name: &str| {
         let wire = query(1, name, rtype::A, None);
-        let Some((qname, _)) = WireName::parse_uncompressed(&wire, 12) else {
-            panic!("{name}: no name");
-        };
+        match WireName::parse_uncompressed(&wire, 12) {
+            Some((qname, _)) => qname,
+            None => panic!("{name}: no name"),
+        }
+    };
+    let on_fast_path = |name: &str, qtype: u16| {
+        let qname = parsed(name);
+        let hit = fast
+            .precompiled
+            .get(&qname, qtype)
+            .or_else(|| fast.precompiled.wildcard(&fast.zones, &qname, qtype));
+        matches!(hit, Some((_, Cached::Steered(_))))
+    };
+    for (name, expected) in [
+        ("split.example.com", true),
+        ("cdn.example.com", true),
+        ("gw.example.com", true),
+        // A customer hostname under the steered wildcard *.edge.example.net ...
+        ("contoso.edge.example.net", true),
+        // ... but not an existing name there, nor one two labels down.
+        ("ns1.edge.example.net", false),
+        ("a.b.edge.example.net", false),
+        // Policies that may answer with a CNAME need the general lookup.
+        ("critical.example.com", false),
+        ("warm.example.com", false),
+    ] {
         for qtype in [rtype::A, rtype::AAAA] {
-            assert!(
-                matches!(
-                    fast.precompiled.get(&qname, qtype),
-                    Some((_, Cached::Steered(_)))
-                ),
-                "{name}/{qtype} is not on the steered fast path"
-            );
+            assert_eq!(on_fast_path(name, qtype), expected, "{name}/{qtype}");
         }
     }
+    // The wildcard's own check, whatever the static table holds: an existing name is never
+    // answered by the wildcard.
+    let ns1 = parsed("ns1.edge.example.net");
+    assert!(fast
+        .precompiled
+        .wildcard(&fast.zones, &ns1, rtype::A)
+        .is_none());
     let ip = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let clients = [
         None,
@@ -241,6 +265,9 @@ fn steered_fast_path_answers_and_counts_like_the_general_path() {
         "critical.example.com",
         "warm.example.com",
         "contoso.edge.example.net",
+        "CoNtOsO.EdGe.example.net",
+        "ns1.edge.example.net",
+        "a.b.edge.example.net",
     ];
     let sources = [ip("127.0.0.1"), ip("192.0.2.77"), ip("::1")];
     let mut compared = 0;

@@ -11,12 +11,12 @@ use std::hash::Hasher;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
-use rustc_hash::FxHasher;
+use rustc_hash::{FxHashMap, FxHasher};
 
 use super::Snapshot;
 use crate::dns::respond::precompile;
 use crate::dns::wire::{rtype, WireName, MAX_NAME_LEN};
-use crate::zone::lookup::{resolve, NoSteering};
+use crate::zone::lookup::{resolve, NoSteering, ZoneSet};
 use crate::zone::model::Node;
 
 /// Past this many bytes of precompiled answers, the rest are answered by the general path.
@@ -33,6 +33,9 @@ struct Table {
     /// response.
     bytes: Vec<u8>,
     index: HashTable<Slot>,
+    /// Steered wildcards (`*.<parent>`) the fast path answers for, by parent name: the zone
+    /// and the steering binding.
+    wildcards: FxHashMap<Box<[u8]>, (u16, u32)>,
 }
 
 /// One precompiled answer: where its key and response sit in [`Table::bytes`], and the index
@@ -116,7 +119,7 @@ impl Table {
             key_len,
             zone,
         };
-        let Table { bytes, index } = self;
+        let Table { bytes, index, .. } = self;
         index.insert_unique(key_hash(key, qtype), slot, |s| slot_hash(bytes, s));
         true
     }
@@ -137,6 +140,33 @@ fn split_key(key: &[u8]) -> (&[u8], u16) {
 }
 
 impl Precompiled {
+    /// The fast-path entry for a name that does not exist but is covered by a steered
+    /// wildcard one label up (`contoso.edge.example.net` under `*.edge.example.net`: the
+    /// customer hostnames of an edge platform), with the index of its zone. `zones` must be
+    /// the snapshot's, for the check that the name does not exist.
+    pub fn wildcard(
+        &self,
+        zones: &ZoneSet,
+        qname: &WireName,
+        qtype: u16,
+    ) -> Option<(usize, Cached<'_>)> {
+        let table = &*self.table;
+        if table.wildcards.is_empty()
+            || !matches!(qtype, rtype::A | rtype::AAAA)
+            || qname.label_count() == 0
+        {
+            return None;
+        }
+        let &(zone, binding) = table.wildcards.get(qname.suffix(1))?;
+        let zone = usize::from(zone);
+        // An existing name (or empty non-terminal) is answered by its own node, never by the
+        // wildcard (RFC 4592 §2.2.1).
+        if zones.zones().get(zone)?.node(qname.as_wire()).is_some() {
+            return None;
+        }
+        Some((zone, Cached::Steered(binding)))
+    }
+
     /// The fast-path entry for (name, type), with the index of its zone.
     pub fn get(&self, qname: &WireName, qtype: u16) -> Option<(usize, Cached<'_>)> {
         let table = &*self.table;
@@ -162,6 +192,7 @@ impl Precompiled {
         let mut table = Table {
             bytes: Vec::new(),
             index: HashTable::with_capacity(nodes.saturating_mul(2)),
+            wildcards: FxHashMap::default(),
         };
         let mut scratch = Vec::new();
         let mut question = Vec::with_capacity(MAX_NAME_LEN + 4);
@@ -180,7 +211,13 @@ impl Precompiled {
         'zones: for (zi, zone) in zones.iter().enumerate() {
             let nested = nested.get(zi).copied().unwrap_or(true);
             for (key, node) in &zone.nodes {
-                if node.below_cut || key.starts_with(b"\x01*") {
+                if node.below_cut {
+                    continue;
+                }
+                if let Some(parent) = key.strip_prefix(b"\x01*") {
+                    if let Some(entry) = steered_wildcard(snapshot, zi, parent, node) {
+                        table.wildcards.insert(parent.into(), entry);
+                    }
                     continue;
                 }
                 let Some(name) = WireName::from_wire(key) else {
@@ -238,7 +275,7 @@ impl Precompiled {
             }
         }
         table.bytes.shrink_to_fit();
-        let Table { bytes, index } = &mut table;
+        let Table { bytes, index, .. } = &mut table;
         index.shrink_to_fit(|s| slot_hash(bytes, s));
         Precompiled {
             table: Arc::new(table),
@@ -258,4 +295,26 @@ fn steered_binding(snapshot: &Snapshot, node: &Node, qtype: u16) -> Option<u32> 
     let policies = snapshot.policies()?;
     let steered = policies.steered().get(binding as usize)?;
     (!policies.may_answer_cname(steered.root)).then_some(binding)
+}
+
+/// The fast-path entry for the wildcard `*.<parent>` of zone `zone`: when it is steered with
+/// addresses only, `parent` is this zone's, and no served zone's apex lies below `parent` (a
+/// name one label below `parent` would then be answered by that zone).
+fn steered_wildcard(
+    snapshot: &Snapshot,
+    zone: usize,
+    parent: &[u8],
+    node: &Node,
+) -> Option<(u16, u32)> {
+    let binding = steered_binding(snapshot, node, rtype::A)?;
+    let parent_name = WireName::from_wire(parent)?;
+    let (answering, _) = snapshot.zones.find_index(&parent_name)?;
+    let below = snapshot.zones.zones().iter().any(|z| {
+        WireName::from_wire(&z.apex)
+            .is_some_and(|apex| (1..=apex.label_count()).any(|skip| apex.suffix(skip) == parent))
+    });
+    if answering != zone || below {
+        return None;
+    }
+    Some((u16::try_from(zone).ok()?, binding))
 }
