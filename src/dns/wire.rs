@@ -91,29 +91,31 @@ impl WireName {
 
     /// [`WireName::parse_uncompressed`] into this name, replacing it (the serving path parses
     /// in place: a `WireName` is ~400 bytes, and moving it costs more than parsing it).
-    pub fn read_uncompressed(&mut self, packet: &[u8], mut pos: usize) -> Option<usize> {
+    pub fn read_uncompressed(&mut self, packet: &[u8], start: usize) -> Option<usize> {
+        // Walk the length bytes first, then copy and lower-case the whole name in one go (length
+        // bytes are below 64, so lower-casing leaves them alone).
         self.labels = 0;
+        let mut pos = start;
         let mut out = 0usize;
         loop {
             let len = *packet.get(pos)? as usize;
             if len == 0 {
-                self.buf[out] = 0;
-                self.len = (out + 1) as u8;
-                return Some(pos + 1);
+                break;
             }
             if len > 63 || out + 1 + len + 1 > MAX_NAME_LEN {
                 return None;
             }
-            let label = packet.get(pos + 1..pos + 1 + len)?;
             self.label_starts[self.labels as usize] = out as u8;
             self.labels += 1;
-            self.buf[out] = len as u8;
-            for (dst, src) in self.buf[out + 1..out + 1 + len].iter_mut().zip(label) {
-                *dst = src.to_ascii_lowercase();
-            }
             out += 1 + len;
             pos += 1 + len;
         }
+        let total = out + 1;
+        let name = &mut self.buf[..total];
+        name.copy_from_slice(packet.get(start..start + total)?);
+        name.make_ascii_lowercase();
+        self.len = total as u8;
+        Some(pos + 1)
     }
 
     /// Builds from an already valid, uncompressed wire name (e.g. one stored in a zone).

@@ -148,7 +148,7 @@ impl Snapshot {
         Some(ClientSteering::new(
             data,
             &self.counters,
-            self.shield.view(),
+            &self.shield,
             steer::locate(&data.locator, client, subnet),
         ))
     }

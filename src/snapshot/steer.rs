@@ -1,8 +1,9 @@
 //! Steering glue: turns a client (ECS or source address) into a location, asks the policy
 //! engine for a decision, and hands the lookup the records to answer with.
 
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::net::IpAddr;
+use std::sync::{Arc, OnceLock};
 
 use super::Snapshot;
 use crate::dns::respond::Client;
@@ -10,9 +11,10 @@ use crate::dns::wire::{rtype, ClientSubnet};
 use crate::geo::Locator;
 use crate::metrics::SnapshotCounters;
 use crate::policy::{
-    self, evaluate, AnycastChoice, CompiledPolicies, Decision, Destination, ShedView, Target,
+    self, evaluate, AnycastChoice, CompiledPolicies, Decision, Destination, PolicyRoot, ShedView,
+    Target,
 };
-use crate::shield::live::DemandCounters;
+use crate::shield::live::{DemandCounters, Shield};
 use crate::zone::lookup::{SteeredAnswer, Steering, Synth};
 
 /// Everything steering needs, compiled: policies, the locator, and the demand counters the
@@ -44,11 +46,17 @@ fn unmap(addr: IpAddr) -> IpAddr {
     }
 }
 
+/// What profile roots are evaluated with: they never read the shield's view.
+static NO_SHED: OnceLock<ShedView> = OnceLock::new();
+
 /// The steering hook for one query.
 pub struct ClientSteering<'s> {
     data: &'s SteeringData,
     counters: &'s SnapshotCounters,
-    shed: arc_swap::Guard<std::sync::Arc<ShedView>>,
+    shield: &'s Shield,
+    /// The shield's view, loaded when an anycast decision first needs it (profiles never do,
+    /// and the atomic load is a noticeable part of a geo or weighted answer).
+    shed: OnceCell<arc_swap::Guard<Arc<ShedView>>>,
     client: policy::Client,
     /// The first steered binding the lookup asked about (for traces).
     pub asked: Cell<Option<u32>>,
@@ -58,13 +66,14 @@ impl<'s> ClientSteering<'s> {
     pub fn new(
         data: &'s SteeringData,
         counters: &'s SnapshotCounters,
-        shed: arc_swap::Guard<std::sync::Arc<ShedView>>,
+        shield: &'s Shield,
         client: policy::Client,
     ) -> Self {
         ClientSteering {
             data,
             counters,
-            shed,
+            shield,
+            shed: OnceCell::new(),
             client,
             asked: Cell::new(None),
         }
@@ -80,7 +89,11 @@ impl<'s> ClientSteering<'s> {
     fn decide(&self, binding: u32) -> Option<Decision<'s>> {
         let policies = &self.data.policies;
         let steered = policies.steered().get(binding as usize)?;
-        Some(evaluate(policies, steered.root, &self.client, &self.shed))
+        let shed: &ShedView = match steered.root {
+            PolicyRoot::Anycast { .. } => self.shed.get_or_init(|| self.shield.view()),
+            PolicyRoot::Profile { .. } => NO_SHED.get_or_init(ShedView::default),
+        };
+        Some(evaluate(policies, steered.root, &self.client, shed))
     }
 
     /// Counts a decision that was answered: steered-answer counters and the shield's demand.
