@@ -6,6 +6,7 @@
 
 mod control_common;
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hickory_proto::rr::RecordType;
@@ -362,5 +363,39 @@ fn a_refused_weight_set_names_the_file_and_field_and_writes_nothing() {
         &critical_targets(&mut resolver, &subnets),
         &subnets,
         FRONTDOOR,
+    );
+}
+
+/// `weight show` without a reachable server shows what the files would serve, the way the
+/// server shows what it serves: weights for weighted profiles, on/off for geo endpoints.
+#[test]
+fn weight_show_without_a_server_reads_the_files_and_says_what_the_server_would() {
+    let setup = Setup::new("show-offline");
+    let server = setup.start();
+    let online = ok(&server.cli(&["weight", "show"]), "weight show");
+    server.stop();
+    // Nothing listens on the discard port of loopback: the CLI falls back to the files.
+    let output = Command::new(BIN)
+        .current_dir(setup.dir.path())
+        .args(["weight", "show", "--config"])
+        .arg(&setup.config)
+        .args(["--admin", "127.0.0.1:9"])
+        .output()
+        .expect("run steerdns");
+    let offline = ok(&output, "weight show (offline)");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("showing the files instead"),
+        "says where it reads from: {output:?}"
+    );
+    let profile_lines = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.starts_with("serving serial"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(profile_lines(&offline), profile_lines(&online));
+    assert!(
+        offline.lines().any(|l| l == "appgw: ap=on eu=on na=on"),
+        "geo endpoints are on/off, not weight 0:\n{offline}"
     );
 }

@@ -152,6 +152,29 @@ impl From<Status> for StatusFields {
     }
 }
 
+/// Per profile, per endpoint: the weight (weighted profiles only; geo and failover endpoints
+/// have none) and whether it is enabled. Shared by `/v1/status` and `steerdns weight show`.
+pub fn profile_views(
+    policies: &crate::policy::CompiledPolicies,
+) -> BTreeMap<String, BTreeMap<String, EndpointView>> {
+    let mut profiles = BTreeMap::new();
+    for (i, (profile, endpoints)) in policies.endpoint_states().into_iter().enumerate() {
+        let weighted = u16::try_from(i)
+            .ok()
+            .and_then(|i| policies.profile_kind(crate::policy::ProfileId(i)))
+            == Some(crate::policy::ProfileKindTag::Weighted);
+        let endpoints = endpoints
+            .into_iter()
+            .map(|(name, weight, enabled)| {
+                let weight = weighted.then_some(weight);
+                (name, EndpointView { weight, enabled })
+            })
+            .collect();
+        profiles.insert(profile, endpoints);
+    }
+    profiles
+}
+
 pub fn status_view(reloader: &Reloader) -> StatusView {
     let (snapshot, status) = reloader.snapshot_and_status();
     let mut profiles = BTreeMap::new();
@@ -159,18 +182,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
     let mut geo = None;
     if let Some(steering) = &snapshot.steering {
         let policies = &steering.policies;
-        for (i, (profile, endpoints)) in policies.endpoint_states().into_iter().enumerate() {
-            let weighted = policies.profile_kind(crate::policy::ProfileId(i as u16))
-                == Some(crate::policy::ProfileKindTag::Weighted);
-            let endpoints = endpoints
-                .into_iter()
-                .map(|(name, weight, enabled)| {
-                    let weight = weighted.then_some(weight);
-                    (name, EndpointView { weight, enabled })
-                })
-                .collect();
-            profiles.insert(profile, endpoints);
-        }
+        profiles = profile_views(policies);
         for (i, name) in policies.region_names().enumerate() {
             let text = match policies.region_override(i as u16) {
                 RegionOverride::None => continue,

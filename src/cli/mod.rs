@@ -184,6 +184,23 @@ fn endpoint_text(name: &str, e: &steerdns::admin::EndpointView) -> String {
     }
 }
 
+/// One line per profile (or only `only`): `name: endpoint=weight|on|off ...`.
+fn print_profiles(
+    profiles: &std::collections::BTreeMap<
+        String,
+        std::collections::BTreeMap<String, steerdns::admin::EndpointView>,
+    >,
+    only: Option<&str>,
+) {
+    for (name, endpoints) in profiles {
+        if only.is_some_and(|p| p != name) {
+            continue;
+        }
+        let list: Vec<String> = endpoints.iter().map(|(e, v)| endpoint_text(e, v)).collect();
+        println!("{name}: {}", list.join(" "));
+    }
+}
+
 fn fetch_status(addr: SocketAddr) -> Result<StatusView> {
     let response = http::request(addr, "GET", "/v1/status", None, b"")?;
     if response.status != 200 {
@@ -219,14 +236,7 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
                 "serving serial {} (server at {addr})",
                 status.control.serial
             );
-            for (name, endpoints) in &status.profiles {
-                if profile.is_some_and(|p| p != name) {
-                    continue;
-                }
-                let list: Vec<String> =
-                    endpoints.iter().map(|(e, v)| endpoint_text(e, v)).collect();
-                println!("{name}: {}", list.join(" "));
-            }
+            print_profiles(&status.profiles, profile);
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -238,22 +248,7 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
                 println!("no steered names configured");
                 return Ok(ExitCode::SUCCESS);
             };
-            for (name, endpoints) in steering.policies.endpoint_states() {
-                if profile.is_some_and(|p| p != name) {
-                    continue;
-                }
-                let list: Vec<String> = endpoints
-                    .iter()
-                    .map(|(e, w, on)| {
-                        if *on {
-                            format!("{e}={w}")
-                        } else {
-                            format!("{e}=off")
-                        }
-                    })
-                    .collect();
-                println!("{name}: {}", list.join(" "));
-            }
+            print_profiles(&steerdns::admin::profile_views(&steering.policies), profile);
             Ok(ExitCode::SUCCESS)
         }
     }
