@@ -117,10 +117,49 @@ impl<A: Copy + Ord> Answers<A> {
     }
 }
 
+/// The IPv4 table with a first-level index by /16: a full country database has ~400k ranges,
+/// and a plain binary search over them costs ~19 dependent cache misses per query; the index
+/// narrows it to the few ranges that start inside the client's /16.
+#[derive(Debug, Clone)]
+struct V4Answers {
+    table: Answers<u32>,
+    /// `by_16[p]`: the index of the first range starting at or after `p << 16`; 65,537 entries.
+    by_16: Box<[u32]>,
+}
+
+impl V4Answers {
+    fn new(table: Answers<u32>) -> Self {
+        let by_16 = (0..=1u64 << 16)
+            .map(|p| {
+                let at = table.starts.partition_point(|&s| u64::from(s) < p << 16);
+                u32::try_from(at).unwrap_or(u32::MAX)
+            })
+            .collect();
+        V4Answers { table, by_16 }
+    }
+
+    /// Same as [`Answers::find`]: every range before `by_16[p]` starts at or below `addr`,
+    /// every range from `by_16[p + 1]` on starts above it.
+    fn find(&self, addr: u32) -> Option<Located> {
+        let prefix = (addr >> 16) as usize;
+        let (Some(&low), Some(&high)) = (self.by_16.get(prefix), self.by_16.get(prefix + 1)) else {
+            return self.table.find(addr);
+        };
+        let (low, high) = (low as usize, high as usize);
+        let within = self
+            .table
+            .starts
+            .get(low..high)?
+            .partition_point(|&start| start <= addr);
+        let index = (low + within).checked_sub(1)?;
+        self.table.answers.get(index).copied()
+    }
+}
+
 /// Maps client addresses to regions; built once per config/database snapshot.
 #[derive(Debug, Clone)]
 pub struct Locator {
-    v4: Answers<u32>,
+    v4: V4Answers,
     v6: Answers<u128>,
     region_names: Vec<String>,
     default_region: u16,
@@ -251,10 +290,10 @@ impl Locator {
         let v6 = merge(128, &v6_db, &v6_spans, &answer_for);
 
         Ok(Locator {
-            v4: Answers {
+            v4: V4Answers::new(Answers {
                 starts: v4.iter().map(|(start, _)| *start as u32).collect(),
                 answers: v4.iter().map(|(_, a)| *a).collect(),
-            },
+            }),
             v6: Answers {
                 starts: v6.iter().map(|(start, _)| *start).collect(),
                 answers: v6.iter().map(|(_, a)| *a).collect(),
@@ -585,4 +624,58 @@ fn network_of(ip: IpAddr, prefix_len: u8) -> IpNet {
         IpAddr::V4(_) => IpNet::from(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
         IpAddr::V6(_) => IpNet::from(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The /16 index finds exactly what a binary search over the whole table finds: ranges
+    /// starting inside, at the edges of and across /16 boundaries, a table not starting at 0,
+    /// and an empty one.
+    #[test]
+    fn the_slash16_index_answers_like_a_plain_binary_search() {
+        let located = |region: u16| Located {
+            region,
+            prefix_len: 24,
+            source: LocationSource::Database,
+            location: None,
+        };
+        let mut x = 0x9e37_79b9u32;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let mut starts: Vec<u32> = (0..5_000).map(|_| next()).collect();
+        starts.extend([0x0001_0000, 0x0001_ffff, 0x0002_0000, 0xffff_0000, u32::MAX]);
+        starts.sort_unstable();
+        starts.dedup();
+        for table in [
+            starts.clone(),
+            starts[1..].to_vec(),
+            vec![0, 0x0a00_0000, 0x0a00_0100],
+            Vec::new(),
+        ] {
+            let answers = (0..table.len()).map(|i| located(i as u16)).collect();
+            let plain = Answers {
+                starts: table.clone(),
+                answers,
+            };
+            let indexed = V4Answers::new(plain.clone());
+            let probes = table
+                .iter()
+                .flat_map(|&s| [s.wrapping_sub(1), s, s.wrapping_add(1)])
+                .chain((0..20_000).map(|_| next()))
+                .chain([0, u32::MAX, 0x0001_0000, 0x0000_ffff]);
+            for addr in probes {
+                assert_eq!(
+                    indexed.find(addr).map(|l| l.region),
+                    plain.find(addr).map(|l| l.region),
+                    "{addr:#010x}"
+                );
+            }
+        }
+    }
 }
