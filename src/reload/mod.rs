@@ -101,6 +101,9 @@ struct State {
     last_control_hash: Option<u64>,
     /// FNV hash of the control text being served (same text on reload: same serial).
     served_control_hash: Option<u64>,
+    /// The control file of the config last accepted: what the watcher's checks read, without
+    /// parsing the config every time (a reload re-reads the config and updates it).
+    control_file: Option<PathBuf>,
 }
 
 pub struct Reloader {
@@ -196,6 +199,7 @@ impl Reloader {
                 status: Status::default(),
                 last_control_hash: None,
                 served_control_hash: None,
+                control_file: None,
             }),
         }
     }
@@ -247,9 +251,8 @@ impl Reloader {
     /// watchers, which may fire several times per write).
     pub fn reload_if_control_changed(&self) -> Option<Result<Accepted, Vec<String>>> {
         let mut state = self.lock();
-        let config = self.source.read_config().ok()?;
-        let path = config.control.file.as_ref()?;
-        let hash = crate::files::read_limited(path, crate::files::SMALL_FILE_LIMIT)
+        let path = state.control_file.clone()?;
+        let hash = crate::files::read_limited(&path, crate::files::SMALL_FILE_LIMIT)
             .ok()
             .map(|bytes| fnv(&bytes));
         if hash.is_some() && hash == state.last_control_hash {
@@ -258,6 +261,9 @@ impl Reloader {
         if hash.is_none() && state.last_control_hash == Some(MISSING_FILE_HASH) {
             return None;
         }
+        // Looked at, whatever comes of it: a reload that fails before reading the control
+        // (an unreadable config) is not retried every poll, only when the bytes change again.
+        state.last_control_hash = Some(hash.unwrap_or(MISSING_FILE_HASH));
         Some(self.reload_locked(&mut state, Trigger::ControlFile))
     }
 
@@ -335,6 +341,7 @@ impl Reloader {
         trigger: Trigger,
         started: Instant,
     ) -> Accepted {
+        state.control_file = config.control.file.clone();
         let Loaded {
             mut snapshot,
             mut warnings,
