@@ -7,7 +7,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode, Watcher};
 
 use super::Reloader;
 
@@ -26,10 +27,12 @@ pub fn spawn(reloader: Arc<Reloader>, control_file: PathBuf) -> std::io::Result<
     let name = control_file.file_name().map(|n| n.to_os_string());
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let relevant = match &event {
-            Ok(e) => e
-                .paths
-                .iter()
-                .any(|p| p.file_name().map(|n| n.to_os_string()) == name),
+            Ok(e) => {
+                changes_content(&e.kind)
+                    && e.paths
+                        .iter()
+                        .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
+            }
             Err(_) => true,
         };
         if relevant {
@@ -62,6 +65,17 @@ pub fn spawn(reloader: Arc<Reloader>, control_file: PathBuf) -> std::io::Result<
             watch_loop(&reloader, &rx, &control_file);
         })?;
     Ok(())
+}
+
+/// Whether an event can mean new content. Opening, reading and closing a file unchanged are
+/// events too; reacting to them would make the watcher's own read of the control file wake it
+/// again, 20 times a second, forever.
+fn changes_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
 }
 
 fn watch_loop(reloader: &Reloader, events: &mpsc::Receiver<()>, control_file: &Path) {
