@@ -189,6 +189,14 @@ struct ServeArgs {
     /// Address of the admin HTTP endpoint (status, reload); overrides [admin] listen.
     #[arg(long, value_name = "ADDR")]
     admin_listen: Option<SocketAddr>,
+    /// This node's NSID (`dig +nsid`); overrides [server] nsid, also across reloads. For
+    /// fleets sharing one config file, e.g. `--nsid "$NODE_NAME"` in Kubernetes.
+    #[arg(long, value_name = "TEXT")]
+    nsid: Option<String>,
+    /// This node's answer to `CH TXT id.server` / `hostname.bind`; overrides [server] identity,
+    /// also across reloads.
+    #[arg(long, value_name = "TEXT")]
+    identity: Option<String>,
     /// Log format on stderr: `text` for people, `json` (one object per line) for log shippers.
     /// The level comes from STEERDNS_LOG (default `info`); queries are logged only when
     /// `[server] query_log_sample` is set.
@@ -259,6 +267,7 @@ fn read_config(args: &SourceArgs) -> Result<Config> {
     let source = Source {
         config: args.config.clone(),
         zones: args.zones.clone(),
+        ..Source::default()
     };
     source.read_config().map_err(anyhow::Error::msg)
 }
@@ -413,6 +422,8 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     let source = Source {
         config: args.source.config.clone(),
         zones: args.source.zones.clone(),
+        nsid: args.nsid.clone(),
+        identity: args.identity.clone(),
     };
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;
     if !args.listen.is_empty() {

@@ -242,6 +242,55 @@ fn nsid_names_the_node() {
     assert!(!out.contains("NSID"), "NSID only when asked: {out}");
 }
 
+/// One config file for a whole fleet (a Kubernetes ConfigMap): `--nsid` and `--identity` name
+/// the node, over what the file says, and still do after a reload re-reads the file.
+#[test]
+fn nsid_and_identity_flags_name_the_node_across_reloads() {
+    let dir = TempDir::new("dig-node-flags");
+    let config = dir.path().join("steerdns.toml");
+    let zones: PathBuf = repo_path("zones");
+    let write_config = |version: &str| {
+        let text = format!(
+            "[server]\nzones = {:?}\nnsid = \"from-config\"\nidentity = \"config-id\"\n\
+             version = \"{version}\"\n",
+            zones.to_str().expect("utf-8 path")
+        );
+        std::fs::write(&config, text).expect("write config");
+    };
+    write_config("v1");
+    let server = Server::start(&[
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--nsid",
+        "node-7",
+        "--identity",
+        "node-7.fra1",
+    ]);
+    let chaos = |name: &str| dig(&server, &["+short", "CH", "TXT", name]);
+    let check = |when: &str| {
+        let out = dig(&server, &["example.com", "SOA", "+nsid"]);
+        assert!(out.contains("(\"node-7\")"), "{when}: {out}");
+        assert_eq!(chaos("id.server").trim(), "\"node-7.fra1\"", "{when}");
+    };
+    check("at start");
+    assert_eq!(chaos("version.bind").trim(), "\"v1\"");
+
+    // A reload (SIGHUP) re-reads the file: its new version string shows it happened.
+    write_config("v2");
+    let pid = libc::pid_t::try_from(server.pid()).expect("pid fits pid_t");
+    // SAFETY: kill(2) only sends a signal, to the server this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while chaos("version.bind").trim() != "\"v2\"" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SIGHUP did not reload the config"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    check("after a reload");
+}
+
 #[test]
 fn refused_outside_our_zones() {
     let server = example();

@@ -38,7 +38,7 @@ impl Target {
     fn config(&self) -> Result<Config> {
         let source = Source {
             config: self.config.clone(),
-            zones: None,
+            ..Source::default()
         };
         source.read_config().map_err(anyhow::Error::msg)
     }

@@ -31,6 +31,11 @@ pub struct Source {
     pub config: Option<PathBuf>,
     /// `--zones` override.
     pub zones: Option<PathBuf>,
+    /// `--nsid` override (per-node identity where the config file is shared, e.g. a
+    /// Kubernetes ConfigMap).
+    pub nsid: Option<String>,
+    /// `--identity` override (`CH TXT id.server`).
+    pub identity: Option<String>,
 }
 
 impl Source {
@@ -45,6 +50,15 @@ impl Source {
         };
         if let Some(zones) = &self.zones {
             config.server.zones = zones.clone();
+        }
+        if let Some(nsid) = &self.nsid {
+            if nsid.len() > 255 {
+                return Err(format!("--nsid: longer than 255 bytes ({})", nsid.len()));
+            }
+            config.server.nsid = Some(nsid.clone());
+        }
+        if let Some(identity) = &self.identity {
+            config.server.identity = Some(identity.clone());
         }
         Ok(config)
     }
@@ -530,6 +544,7 @@ pub fn source_for(config: Option<&Path>, zones: Option<&Path>) -> Source {
     Source {
         config: config.map(Path::to_path_buf),
         zones: zones.map(Path::to_path_buf),
+        ..Source::default()
     }
 }
 
