@@ -115,9 +115,6 @@ struct State {
     last_control_hash: Option<u64>,
     /// FNV hash of the control text being served (same text on reload: same serial).
     served_control_hash: Option<u64>,
-    /// The control file of the config last accepted: what the watcher's checks read, without
-    /// parsing the config every time (a reload re-reads the config and updates it).
-    control_file: Option<PathBuf>,
 }
 
 pub struct Reloader {
@@ -213,7 +210,6 @@ impl Reloader {
                 status: Status::default(),
                 last_control_hash: None,
                 served_control_hash: None,
-                control_file: None,
             }),
         }
     }
@@ -265,7 +261,9 @@ impl Reloader {
     /// watchers, which may fire several times per write).
     pub fn reload_if_control_changed(&self) -> Option<Result<Accepted, Vec<String>>> {
         let mut state = self.lock();
-        let path = state.control_file.clone()?;
+        // The control file of the config last accepted (a reload re-reads the config and
+        // updates it): no need to parse the whole config for every check.
+        let path = state.status.control_file.clone()?;
         let hash = crate::files::read_limited(&path, crate::files::SMALL_FILE_LIMIT)
             .ok()
             .map(|bytes| fnv(&bytes));
@@ -355,7 +353,6 @@ impl Reloader {
         trigger: Trigger,
         started: Instant,
     ) -> Accepted {
-        state.control_file = config.control.file.clone();
         let Loaded {
             mut snapshot,
             mut warnings,
