@@ -9,20 +9,17 @@
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// The flusher thread's queue; `None` if the thread could not be started (flush inline then).
-static QUEUE: OnceLock<Option<Mutex<Sender<Vec<PathBuf>>>>> = OnceLock::new();
+static QUEUE: OnceLock<Option<Sender<Vec<PathBuf>>>> = OnceLock::new();
 
 /// Flushes every path (files and directories) to disk soon, in order, on the flusher thread.
 pub(crate) fn flush_in_background(paths: impl IntoIterator<Item = PathBuf>) {
     let paths: Vec<PathBuf> = paths.into_iter().collect();
     let queue = QUEUE.get_or_init(start_flusher);
     let rejected = match queue {
-        Some(sender) => match sender.lock() {
-            Ok(sender) => sender.send(paths).err().map(|e| e.0),
-            Err(_) => Some(paths),
-        },
+        Some(sender) => sender.send(paths).err().map(|e| e.0),
         None => Some(paths),
     };
     if let Some(paths) = rejected {
@@ -30,7 +27,7 @@ pub(crate) fn flush_in_background(paths: impl IntoIterator<Item = PathBuf>) {
     }
 }
 
-fn start_flusher() -> Option<Mutex<Sender<Vec<PathBuf>>>> {
+fn start_flusher() -> Option<Sender<Vec<PathBuf>>> {
     let (sender, receiver) = channel::<Vec<PathBuf>>();
     let started = std::thread::Builder::new()
         .name("history-flush".into())
@@ -40,7 +37,7 @@ fn start_flusher() -> Option<Mutex<Sender<Vec<PathBuf>>>> {
             }
         });
     match started {
-        Ok(_) => Some(Mutex::new(sender)),
+        Ok(_) => Some(sender),
         Err(e) => {
             tracing::warn!("cannot start the history flush thread ({e}); flushing inline");
             None

@@ -206,7 +206,7 @@ pub fn write_atomically(path: &Path, text: &str) -> Result<(), EditError> {
 
 /// The byte-level atomic replacement behind [`write_atomically`]: durable when it returns.
 pub(crate) fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    replace(path, bytes, Flush::Now)
+    replace(path, bytes, Flush::Now).map(|_| ())
 }
 
 /// Like [`replace_file`], atomic for readers (they see the old or the new content) but not yet
@@ -216,10 +216,7 @@ pub(crate) fn replace_file_unflushed(
     path: &Path,
     bytes: &[u8],
 ) -> Result<[PathBuf; 2], WriteError> {
-    replace(path, bytes, Flush::Later)?;
-    let target = resolve_symlink(path)?;
-    let dir = parent_dir(&target);
-    Ok([target, dir])
+    replace(path, bytes, Flush::Later)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -235,7 +232,8 @@ fn parent_dir(target: &Path) -> PathBuf {
     }
 }
 
-fn replace(path: &Path, bytes: &[u8], flush: Flush) -> Result<(), WriteError> {
+/// Replaces the file; returns the file replaced (a symbolic link followed) and its directory.
+fn replace(path: &Path, bytes: &[u8], flush: Flush) -> Result<[PathBuf; 2], WriteError> {
     let target = resolve_symlink(path)?;
     let fail = |action: &'static str| {
         let target = target.clone();
@@ -273,14 +271,13 @@ fn replace(path: &Path, bytes: &[u8], flush: Flush) -> Result<(), WriteError> {
         let _ = fs::remove_file(&temp_path);
     }
     result?;
-    if flush == Flush::Later {
-        return Ok(());
+    if flush == Flush::Now {
+        // Makes the rename itself durable.
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(fail("flush its directory to disk"))?;
     }
-    // Makes the rename itself durable.
-    File::open(&dir)
-        .and_then(|d| d.sync_all())
-        .map_err(fail("flush its directory to disk"))?;
-    Ok(())
+    Ok([target, dir])
 }
 
 /// Follows `path` if it is a symbolic link, so the link survives the rename.
