@@ -85,14 +85,7 @@ pub fn respond(
         }
     }
     // One lookup gives both the fast-path entry (if any) and the zone for the counters.
-    let precompiled = snapshot
-        .precompiled
-        .get(&query.qname, query.qtype)
-        .or_else(|| {
-            snapshot
-                .precompiled
-                .wildcard(&snapshot.zones, &query.qname, query.qtype)
-        });
+    let precompiled = snapshot.fast_path(&query.qname, query.qtype);
     let zone = match precompiled {
         Some((zone, _)) => Some(zone),
         None => zone_index(snapshot, &query),

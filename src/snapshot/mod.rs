@@ -138,6 +138,14 @@ impl Snapshot {
         Snapshot::build(Vec::new(), ServeOptions::default(), None, Vec::new())
     }
 
+    /// The fast-path entry for (name, type) with its zone's index: a precompiled response, or
+    /// the steering binding of an exact steered name or of a steered wildcard covering it.
+    pub fn fast_path(&self, qname: &WireName, qtype: u16) -> Option<(usize, Cached<'_>)> {
+        self.precompiled
+            .get(qname, qtype)
+            .or_else(|| self.precompiled.wildcard(&self.zones, qname, qtype))
+    }
+
     /// The steering context for one query (None when no names are steered).
     pub fn steering_for(
         &self,
