@@ -20,7 +20,7 @@ use super::wire::{
 use super::writer::{Overflow, Writer};
 use crate::metrics::{querylog, serving};
 use crate::rrl::{Class, Subject, Verdict};
-use crate::snapshot::steer::ClientSteering;
+use crate::snapshot::steer::{AddressSet, ClientSteering};
 use crate::snapshot::{Cached, Snapshot};
 use crate::zone::lookup::{resolve, Data, Entry, NoSteering, Owner, Plan, Steering, Synth};
 
@@ -317,9 +317,8 @@ fn serve_steered(
 ) -> Option<usize> {
     let steered = steering.addresses(binding, query.qtype)?;
     let (count, record_len) = match steered.addresses {
-        Synth::V4(addrs) => (addrs.len(), 2 + 10 + 4),
-        Synth::V6(addrs) => (addrs.len(), 2 + 10 + 16),
-        Synth::Cname(_) => return None,
+        AddressSet::V4(addrs) => (addrs.len(), 2 + 10 + 4),
+        AddressSet::V6(addrs) => (addrs.len(), 2 + 10 + 16),
     };
     let question = query.question_bytes(packet);
     let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
@@ -339,17 +338,16 @@ fn serve_steered(
     out[HEADER_LEN..pos].copy_from_slice(question);
     let ttl = steered.decision.ttl;
     match steered.addresses {
-        Synth::V4(addrs) => {
+        AddressSet::V4(addrs) => {
             for addr in addrs {
                 pos = put_address_record(out, pos, rtype::A, ttl, &addr.octets());
             }
         }
-        Synth::V6(addrs) => {
+        AddressSet::V6(addrs) => {
             for addr in addrs {
                 pos = put_address_record(out, pos, rtype::AAAA, ttl, &addr.octets());
             }
         }
-        Synth::Cname(_) => return None,
     }
     if let Some(edns) = &query.edns {
         out[10..12].copy_from_slice(&1u16.to_be_bytes());

@@ -2,7 +2,7 @@
 //! engine for a decision, and hands the lookup the records to answer with.
 
 use std::cell::{Cell, OnceCell};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, OnceLock};
 
 use super::Snapshot;
@@ -117,8 +117,8 @@ impl<'s> ClientSteering<'s> {
     pub fn addresses(&self, binding: u32, qtype: u16) -> Option<SteeredAddresses<'s>> {
         let decision = self.decide(binding)?;
         let addresses = match (decision.target, qtype) {
-            (Target::Addresses { v4, .. }, rtype::A) if !v4.is_empty() => Synth::V4(v4),
-            (Target::Addresses { v6, .. }, rtype::AAAA) if !v6.is_empty() => Synth::V6(v6),
+            (Target::Addresses { v4, .. }, rtype::A) if !v4.is_empty() => AddressSet::V4(v4),
+            (Target::Addresses { v6, .. }, rtype::AAAA) if !v6.is_empty() => AddressSet::V6(v6),
             _ => return None,
         };
         Some(SteeredAddresses {
@@ -133,10 +133,17 @@ impl<'s> ClientSteering<'s> {
     }
 }
 
+/// The addresses of a steered answer, for an A or an AAAA query.
+#[derive(Clone, Copy, Debug)]
+pub enum AddressSet<'s> {
+    V4(&'s [Ipv4Addr]),
+    V6(&'s [Ipv6Addr]),
+}
+
 /// A steered answer made of addresses only (see [`ClientSteering::addresses`]).
 pub struct SteeredAddresses<'s> {
-    /// [`Synth::V4`] or [`Synth::V6`], never empty.
-    pub addresses: Synth<'s>,
+    /// Never empty.
+    pub addresses: AddressSet<'s>,
     pub decision: Decision<'s>,
 }
 
