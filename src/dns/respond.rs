@@ -233,25 +233,21 @@ fn answer(
         (class::IN, _) => {}
         _ => return write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
     }
-    let steering = || {
-        snapshot.steering_for(
-            client,
-            query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
-        )
-    };
-    let fast = match precompiled {
-        Some(Cached::Response(cached)) => {
-            serve_precompiled(snapshot, packet, query, cached, limit, out)
+    if let Some(Cached::Response(cached)) = precompiled {
+        if let Some(len) = serve_precompiled(snapshot, packet, query, cached, limit, out) {
+            return Some(len);
         }
-        Some(Cached::Steered(binding)) => steering().and_then(|steering| {
-            serve_steered(snapshot, packet, query, &steering, binding, limit, out)
-        }),
-        None => None,
-    };
-    if fast.is_some() {
-        return fast;
     }
-    let steering = steering();
+    // Located once, for the fast path and, if it hands over, for the general lookup.
+    let steering = snapshot.steering_for(
+        client,
+        query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
+    );
+    if let (Some(Cached::Steered(binding)), Some(steering)) = (precompiled, &steering) {
+        if let Some(len) = serve_steered(snapshot, packet, query, steering, binding, limit, out) {
+            return Some(len);
+        }
+    }
     let steering: &dyn Steering<'_> = match &steering {
         Some(s) => s,
         None => &NoSteering,
