@@ -393,14 +393,8 @@ fn every_bad_load_feed_is_refused_with_its_reason_and_the_last_good_feed_stays()
     let files = corpus("feeds");
     let rows = readme_rows();
     let setup = Setup::new("bad-feeds");
-    let text = std::fs::read_to_string(&setup.config).expect("config");
-    std::fs::write(
-        &setup.config,
-        format!(
-            "{text}\n[shield]\ntick_ms = 100\nstale_after_secs = 60\nrevert_after_secs = 120\n"
-        ),
-    )
-    .expect("write config");
+    setup
+        .extend_config("[shield]\ntick_ms = 100\nstale_after_secs = 60\nrevert_after_secs = 120\n");
     let mut server = setup.start();
     let mut resolver = Resolver::new(server.dns);
     let good = serde_json::json!({

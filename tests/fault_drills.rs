@@ -89,11 +89,6 @@ fn refused_reloads_metric(admin: SocketAddr) -> f64 {
 }
 
 /// Appends `extra` (TOML sections) to the setup's config.
-fn extend_config(setup: &Setup, extra: &str) {
-    let text = std::fs::read_to_string(&setup.config).expect("read config");
-    std::fs::write(&setup.config, format!("{text}\n{extra}")).expect("write config");
-}
-
 /// RFC 3339 UTC with milliseconds (second precision would age a feed by up to 1 s at once).
 fn rfc3339_ms(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).expect("after 1970");
@@ -107,24 +102,7 @@ fn rfc3339_ms(time: SystemTime) -> String {
 
 /// A load feed measured at `time` with eu-west at `eu_west_load` of 1000 and room elsewhere.
 fn feed(time: SystemTime, eu_west_load: f64) -> String {
-    serde_json::json!({
-        "time": rfc3339_ms(time),
-        "source": "tests/fault_drills.rs",
-        "regions": {
-            "eu-west": {"load": eu_west_load, "capacity": 1000},
-            "eu-north": {"load": 120, "capacity": 600},
-            "na-east": {"load": 100, "capacity": 1000},
-        },
-        "fallback": {"fb-eu": {"load": 200, "capacity": 2000}},
-    })
-    .to_string()
-}
-
-/// `steerdns load push` of `body` (through a file in the setup's directory).
-fn push(server: &Daemon, setup: &Setup, body: &str) -> std::process::Output {
-    let path = setup.path("push.json");
-    std::fs::write(&path, body).expect("write feed");
-    server.cli(&["load", "push", path.to_str().expect("utf-8 path")])
+    eu_west_feed(&rfc3339_ms(time), eu_west_load, "tests/fault_drills.rs")
 }
 
 fn eu_west(status: &Json) -> Json {
@@ -435,9 +413,7 @@ fn a_config_file_cut_short_by_a_power_cut_is_refused_on_sighup() {
 #[test]
 fn a_load_feed_file_cut_short_is_refused_and_the_last_good_feed_stays() {
     let setup = Setup::new("drill-powercut-feed");
-    extend_config(
-        &setup,
-        "[shield]\ntick_ms = 100\nstale_after_secs = 60\nrevert_after_secs = 120\nload_file = \"load.json\"\n",
+    setup.extend_config("[shield]\ntick_ms = 100\nstale_after_secs = 60\nrevert_after_secs = 120\nload_file = \"load.json\"\n",
     );
     let load_file = setup.path("load.json");
     let good = feed(SystemTime::now(), 990.0);
@@ -710,15 +686,12 @@ fn a_missing_geo_database_at_start_serves_everyone_from_the_default_region_and_s
 #[test]
 fn when_every_feed_goes_stale_the_shield_freezes_then_reverts_to_normal_answers() {
     let setup = Setup::new("drill-stale");
-    extend_config(
-        &setup,
-        "[shield]\ntick_ms = 100\nstale_after_secs = 2\nrevert_after_secs = 6\n",
-    );
+    setup.extend_config("[shield]\ntick_ms = 100\nstale_after_secs = 2\nrevert_after_secs = 6\n");
     let server = setup.start();
     let mut resolver = Resolver::new(server.dns);
     let subnets = eu_subnets();
     ok(
-        &push(&server, &setup, &feed(SystemTime::now(), 990.0)),
+        &server.push_load(&setup, &feed(SystemTime::now(), 990.0)),
         "load push",
     );
     wait_for("eu-west to shed a fifth of its clients", REACT, || {
@@ -790,20 +763,17 @@ fn assert_fresh(status: &Json) {
 #[test]
 fn feed_clock_jumps_ahead_are_refused_and_backwards_or_far_behind_are_seen_as_such() {
     let setup = Setup::new("drill-clock");
-    extend_config(
-        &setup,
-        "[shield]\ntick_ms = 100\nstale_after_secs = 10\nrevert_after_secs = 600\n",
-    );
+    setup
+        .extend_config("[shield]\ntick_ms = 100\nstale_after_secs = 10\nrevert_after_secs = 600\n");
     let server = setup.start();
     let first = SystemTime::now();
-    ok(&push(&server, &setup, &feed(first, 990.0)), "load push");
+    ok(&server.push_load(&setup, &feed(first, 990.0)), "load push");
     wait_for("eu-west to shed", REACT, || {
         (eu_west(&server.status())["shed_fraction"].as_f64() > Some(0.0)).then_some(())
     });
 
     // An hour ahead of our clock: refused, said why, and the feed in use stays.
-    let output = push(
-        &server,
+    let output = server.push_load(
         &setup,
         &feed(SystemTime::now() + Duration::from_secs(3600), 100.0),
     );
@@ -832,11 +802,7 @@ fn feed_clock_jumps_ahead_are_refused_and_backwards_or_far_behind_are_seen_as_su
     // Time goes backwards between two pushes (1.5 s before the first): taken (last writer
     // wins), its age shown as it is, never negative, and still fresh.
     ok(
-        &push(
-            &server,
-            &setup,
-            &feed(first - Duration::from_millis(1500), 900.0),
-        ),
+        &server.push_load(&setup, &feed(first - Duration::from_millis(1500), 900.0)),
         "load push of an earlier time",
     );
     let status = wait_for("the earlier feed in use", REACT, || {
@@ -853,8 +819,7 @@ fn feed_clock_jumps_ahead_are_refused_and_backwards_or_far_behind_are_seen_as_su
 
     // A day behind: it is stale from the start; the shield does not act on it and says so.
     ok(
-        &push(
-            &server,
+        &server.push_load(
             &setup,
             &feed(SystemTime::now() - Duration::from_secs(86_400), 990.0),
         ),
@@ -880,15 +845,11 @@ fn a_feed_stamped_ahead_within_the_allowed_skew_still_goes_stale_after_it_was_re
     // data count as fresh for 2 minutes longer: once stale_after_secs have passed since it
     // arrived, nothing newer has been heard.
     let setup = Setup::new("drill-clock-ahead");
-    extend_config(
-        &setup,
-        "[shield]\ntick_ms = 100\nstale_after_secs = 2\nrevert_after_secs = 600\n",
-    );
+    setup.extend_config("[shield]\ntick_ms = 100\nstale_after_secs = 2\nrevert_after_secs = 600\n");
     let server = setup.start();
     let pushed = Instant::now();
     ok(
-        &push(
-            &server,
+        &server.push_load(
             &setup,
             &feed(SystemTime::now() + Duration::from_secs(120), 990.0),
         ),

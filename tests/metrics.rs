@@ -329,36 +329,18 @@ fn destination_of(addr: Ipv4Addr) -> &'static str {
 }
 
 fn feed(eu_west_load: f64) -> String {
-    serde_json::json!({
-        "time": rfc3339_utc(SystemTime::now()),
-        "source": "tests/metrics.rs",
-        "regions": {
-            "eu-west": {"load": eu_west_load, "capacity": 1000},
-            "eu-north": {"load": 120, "capacity": 600},
-            "na-east": {"load": 100, "capacity": 1000},
-        },
-        "fallback": {"fb-eu": {"load": 200, "capacity": 2000}},
-    })
-    .to_string()
-}
-
-fn push(server: &Daemon, setup: &Setup, body: &str) -> std::process::Output {
-    let path = setup.path("feed.json");
-    std::fs::write(&path, body).expect("write feed");
-    server.cli(&["load", "push", path.to_str().expect("utf-8 path")])
+    eu_west_feed(
+        &rfc3339_utc(SystemTime::now()),
+        eu_west_load,
+        "tests/metrics.rs",
+    )
 }
 
 #[test]
 fn a_shedding_region_shows_its_fraction_destinations_and_utilisation() {
     let setup = Setup::new("metrics-shield");
-    let text = std::fs::read_to_string(&setup.config).expect("config");
-    std::fs::write(
-        &setup.config,
-        format!(
-            "{text}\n[shield]\ntick_ms = 100\nstale_after_secs = 60\nrevert_after_secs = 120\n"
-        ),
-    )
-    .expect("write config");
+    setup
+        .extend_config("[shield]\ntick_ms = 100\nstale_after_secs = 60\nrevert_after_secs = 120\n");
     let server = setup.start();
     let before = Metrics::scrape(server.admin);
     assert_eq!(before.gauge("steerdns_load_feed_age_seconds", &[]), None);
@@ -367,8 +349,8 @@ fn a_shedding_region_shows_its_fraction_destinations_and_utilisation() {
         Some(0.0)
     );
 
-    ok(&push(&server, &setup, &feed(990.0)), "load push");
-    let refused = push(&server, &setup, "{\"time\": \"yesterday\"}");
+    ok(&server.push_load(&setup, &feed(990.0)), "load push");
+    let refused = server.push_load(&setup, "{\"time\": \"yesterday\"}");
     assert!(!refused.status.success(), "a bad feed must be refused");
     let shedding = scrape_until(server.admin, "eu-west to shed", |m| {
         m.gauge("steerdns_shield_shed_fraction", &[("region", "eu-west")])

@@ -167,13 +167,6 @@ fn post_load(daemon: &Daemon, body: &str, token: Option<&str>) -> (u16, String) 
     http_with_body(daemon.admin, "POST", "/v1/load", token, body.as_bytes())
 }
 
-/// `steerdns load push FILE` against the daemon (the feed written to a file in `setup`).
-fn cli_push(setup: &Setup, daemon: &Daemon, body: &str) -> std::process::Output {
-    let path = setup.path("pushed-feed.json");
-    std::fs::write(&path, body).expect("write feed to push");
-    daemon.cli(&["load", "push", &path.display().to_string()])
-}
-
 // ---------------------------------------------------------------------------------------------
 // Status
 
@@ -610,7 +603,7 @@ fn overload_pushed_over_http_sheds_the_shown_share_with_short_ttl_and_scope() {
     let answers = ask(&mut resolver, &subnets);
     assert_all_global(&subnets, &answers);
 
-    let out = cli_push(&setup, &daemon, &feed(OVERLOAD));
+    let out = daemon.push_load(&setup, &feed(OVERLOAD));
     let printed = ok(&out, "steerdns load push");
     assert!(printed.contains("accepted"), "{printed}");
     // The same over raw HTTP with the token (a fresh measurement of the same overload).
@@ -934,7 +927,7 @@ fn malformed_feeds_are_refused_whole_and_the_decisions_stand() {
             "{what}: {text:?} should say {reason:?}"
         );
         // Through the CLI: a non-zero exit, the reason printed.
-        let out = cli_push(&setup, &daemon, body);
+        let out = daemon.push_load(&setup, body);
         assert!(!out.status.success(), "{what}: load push should fail");
         let printed = format!("{}{}", stdout(&out), stderr(&out));
         assert!(

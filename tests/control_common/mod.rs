@@ -111,6 +111,12 @@ impl Setup {
         write_atomically(&self.control_path(), text.as_bytes());
     }
 
+    /// Appends `extra` (TOML sections) to this copy's config file.
+    pub fn extend_config(&self, extra: &str) {
+        let text = std::fs::read_to_string(&self.config).expect("read config");
+        std::fs::write(&self.config, format!("{text}\n{extra}")).expect("write config");
+    }
+
     /// Starts `steerdns serve` on this copy: DNS on 127.0.0.1:0, admin on 127.0.0.1:0.
     pub fn start(&self) -> Daemon {
         Daemon::start(self)
@@ -254,6 +260,14 @@ impl Daemon {
 
     pub fn sighup(&self) {
         sighup(self.pid());
+    }
+
+    /// `steerdns load push FILE` against this server, the feed `body` written to a file in
+    /// `setup`'s directory first.
+    pub fn push_load(&self, setup: &Setup, body: &str) -> Output {
+        let path = setup.path("pushed-feed.json");
+        std::fs::write(&path, body).expect("write feed to push");
+        self.cli(&["load", "push", &path.display().to_string()])
     }
 
     /// `GET /v1/status`, parsed.
@@ -679,4 +693,20 @@ pub fn running_as_root() -> bool {
     std::fs::metadata("/proc/self")
         .map(|m| m.uid() == 0)
         .unwrap_or(false)
+}
+
+/// A load feed measured at `time` (RFC 3339) from `source`: eu-west at `eu_west_load` of 1000,
+/// eu-north, na-east and the fallback site fb-eu with room to spare.
+pub fn eu_west_feed(time: &str, eu_west_load: f64, source: &str) -> String {
+    serde_json::json!({
+        "time": time,
+        "source": source,
+        "regions": {
+            "eu-west": {"load": eu_west_load, "capacity": 1000},
+            "eu-north": {"load": 120, "capacity": 600},
+            "na-east": {"load": 100, "capacity": 1000},
+        },
+        "fallback": {"fb-eu": {"load": 200, "capacity": 2000}},
+    })
+    .to_string()
 }
