@@ -5,6 +5,7 @@
 mod common;
 mod hostile_common;
 
+use common::TempConfig;
 use hostile_common::*;
 
 const OVERSIZED: usize = 2 << 20;
@@ -12,7 +13,7 @@ const OVERSIZED: usize = 2 << 20;
 #[test]
 fn oversized_bodies_are_refused_with_413() {
     let config = TempConfig::new("admin-limits", "");
-    let (_server, admin) = config.start();
+    let (_server, admin) = start_with_admin(&config, &[]);
     for path in ["/v1/load", "/v1/reload"] {
         let (code, text) = http(admin, "POST", path, vec![b' '; OVERSIZED]);
         assert_eq!(code, 413, "POST {path} with 2 MiB: {text}");

@@ -107,7 +107,7 @@ fn check_reply(packet: &[u8], reply: &[u8], limit: usize) {
 /// Floods every query with and without EDNS 4096; returns the overall ratios (no EDNS, EDNS).
 fn measure(label: &str, server_payload: usize, rest: &str) -> (f64, f64) {
     let config = TempConfig::new("amplification", rest);
-    let (server, _admin) = config.start();
+    let (server, _admin) = start_with_admin(&config, &[]);
     let socket = udp_from(alias(0, 0, 1));
     socket
         .set_read_timeout(Some(Duration::from_secs(5)))

@@ -5,7 +5,6 @@
 mod common;
 
 use std::net::UdpSocket;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -259,37 +258,6 @@ fn bundled() -> Server {
     Server::start_in(&repo_path("zones"), &["--zones", "."])
 }
 
-/// A config file in a scratch directory, removed on drop.
-struct TempConfig(PathBuf);
-
-impl TempConfig {
-    fn new(server_section: &str) -> TempConfig {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "steerdns-protocol-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let zones = repo_path("zones");
-        let zones = zones.to_str().expect("utf-8 repo path");
-        let text = format!("[server]\nzones = {zones:?}\n{server_section}\n");
-        std::fs::write(dir.join("steerdns.toml"), text).expect("write config");
-        TempConfig(dir)
-    }
-
-    fn start(&self) -> Server {
-        let path = self.0.join("steerdns.toml");
-        Server::start(&["--config", path.to_str().expect("utf-8 temp path")])
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 // --- EDNS(0) ---
 
 #[test]
@@ -412,7 +380,7 @@ fn unknown_edns_options_are_ignored() {
 
 #[test]
 fn nsid_is_returned_when_configured_and_asked() {
-    let config = TempConfig::new("nsid = \"test-ns\"");
+    let config = TempConfig::new("protocol", "nsid = \"test-ns\"");
     let server = config.start();
     let nsid_query = |name: &str| {
         packet(
@@ -1055,7 +1023,7 @@ fn unknown_chaos_names_are_refused() {
 
 #[test]
 fn identity_answers_when_configured() {
-    let config = TempConfig::new("identity = \"node-7.test\"\nversion = \"\"");
+    let config = TempConfig::new("protocol", "identity = \"node-7.test\"\nversion = \"\"");
     let server = config.start();
     for name in ["id.server.", "hostname.bind."] {
         let r = server.udp(&chaos(name, RecordType::TXT));

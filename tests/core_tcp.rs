@@ -6,44 +6,15 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 
-/// A config file in a scratch directory, removed on drop.
-struct TempConfig(PathBuf);
-
-impl TempConfig {
-    /// `[server]` with the bundled zones, plus `tcp` lines under `[server.tcp]`.
-    fn new(tcp: &str) -> TempConfig {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "steerdns-tcp-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let zones = repo_path("zones");
-        let zones = zones.to_str().expect("utf-8 repo path");
-        let text = format!("[server]\nzones = {zones:?}\n\n[server.tcp]\n{tcp}\n");
-        std::fs::write(dir.join("steerdns.toml"), text).expect("write config");
-        TempConfig(dir)
-    }
-
-    fn start(&self) -> Server {
-        let path = self.0.join("steerdns.toml");
-        Server::start(&["--config", path.to_str().expect("utf-8 temp path")])
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The bundled zones, and `tcp` lines under `[server.tcp]`.
+fn tcp_config(tcp: &str) -> TempConfig {
+    TempConfig::new("tcp", &format!("\n[server.tcp]\n{tcp}"))
 }
 
 /// The bundled zones with built-in defaults, run from `zones/` (no `steerdns.toml` there).
@@ -179,7 +150,7 @@ fn queries_split_across_writes_are_reassembled() {
 
 #[test]
 fn idle_connections_are_closed_after_the_timeout() {
-    let config = TempConfig::new("idle_timeout_secs = 1");
+    let config = tcp_config("idle_timeout_secs = 1");
     let server = config.start();
 
     let started = Instant::now();
@@ -217,7 +188,7 @@ fn idle_connections_are_closed_after_the_timeout() {
 
 #[test]
 fn connection_cap_holds_further_connections_until_one_closes() {
-    let config = TempConfig::new("max_connections = 2");
+    let config = tcp_config("max_connections = 2");
     let server = config.start();
     let q = query("mail.example.com.", RecordType::A);
 
@@ -253,7 +224,7 @@ fn connection_cap_holds_further_connections_until_one_closes() {
 
 #[test]
 fn connection_is_closed_after_max_queries() {
-    let config = TempConfig::new("max_queries_per_connection = 3");
+    let config = tcp_config("max_queries_per_connection = 3");
     let server = config.start();
 
     let mut sequential = server.connect_tcp();
@@ -356,7 +327,7 @@ fn garbage_frames_do_not_break_the_server() {
 
 #[test]
 fn a_half_sent_frame_does_not_block_other_connections() {
-    let config = TempConfig::new("idle_timeout_secs = 5");
+    let config = tcp_config("idle_timeout_secs = 5");
     let server = config.start();
     let mut stalled = server.connect_tcp();
     // Promise 100 bytes, send 3.

@@ -114,7 +114,7 @@ fn modest_client(server: std::net::SocketAddr, packet: Vec<u8>) -> usize {
 #[test]
 fn a_spoofed_flood_is_limited_while_other_clients_are_answered() {
     let config = config();
-    let (server, admin) = config.start();
+    let (server, admin) = start_with_admin(&config, &[]);
     let packet = query("mail.example.com.", RecordType::A)
         .to_vec()
         .expect("encode");
@@ -204,7 +204,7 @@ fn a_spoofed_flood_is_limited_while_other_clients_are_answered() {
 #[test]
 fn an_exempt_network_is_never_limited() {
     let config = config();
-    let (server, admin) = config.start();
+    let (server, admin) = start_with_admin(&config, &[]);
     let packet = query("mail.example.com.", RecordType::A)
         .to_vec()
         .expect("encode");

@@ -74,7 +74,7 @@ fn udp_keeps_answering(server: &Server) {
 #[test]
 fn slowloris_does_not_starve_udp_or_other_tcp_clients() {
     let config = config();
-    let (server, admin) = config.start();
+    let (server, admin) = start_with_admin(&config, &[]);
     let attacker = alias(4, 4, 4);
 
     // Idle connections from one address: its share stays open, the rest are closed at once.
@@ -152,7 +152,7 @@ fn slowloris_does_not_starve_udp_or_other_tcp_clients() {
 #[test]
 fn a_query_sent_byte_by_byte_within_the_frame_timeout_is_answered() {
     let config = config();
-    let (server, _admin) = config.start();
+    let (server, _admin) = start_with_admin(&config, &[]);
     let mut stream = tcp_from(alias(8, 8, 8), server.addr);
     let (q, framed) = framed_query("mail.example.com.");
     // Slow but steady: the whole frame over ~0.5 s, inside the 1 s frame timeout.

@@ -219,3 +219,34 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A config file in a scratch directory (removed on drop): `[server]` with the bundled zones,
+/// then `rest` (more `[server]` keys first, then any sections).
+pub struct TempConfig(TempDir);
+
+impl TempConfig {
+    pub fn new(label: &str, rest: &str) -> TempConfig {
+        let dir = TempDir::new(label);
+        let zones = repo_path("zones");
+        let zones = zones.to_str().expect("utf-8 repo path");
+        let text = format!("[server]\nzones = {zones:?}\n{rest}\n");
+        std::fs::write(dir.path().join("steerdns.toml"), text).expect("write config");
+        TempConfig(dir)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// Starts the server with this config and `extra` arguments.
+    pub fn start_with(&self, extra: &[&str]) -> Server {
+        let path = self.dir().join("steerdns.toml");
+        let mut args = vec!["--config", path.to_str().expect("utf-8 temp path")];
+        args.extend_from_slice(extra);
+        Server::start(&args)
+    }
+
+    pub fn start(&self) -> Server {
+        self.start_with(&[])
+    }
+}

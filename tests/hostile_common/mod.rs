@@ -7,61 +7,18 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::common::{repo_path, Server, TIMEOUT};
+use crate::common::{Server, TempConfig, TIMEOUT};
 
-/// A config file in a scratch directory, removed on drop.
-pub struct TempConfig(PathBuf);
-
-impl TempConfig {
-    /// The bundled zones under `[server]`, then `rest` (more `[server]` keys first, then any
-    /// sections).
-    pub fn new(label: &str, rest: &str) -> TempConfig {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "steerdns-{label}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let zones = repo_path("zones");
-        let zones = zones.to_str().expect("utf-8 repo path");
-        let text = format!("[server]\nzones = {zones:?}\n{rest}\n");
-        std::fs::write(dir.join("steerdns.toml"), text).expect("write config");
-        TempConfig(dir)
-    }
-
-    pub fn dir(&self) -> &std::path::Path {
-        &self.0
-    }
-
-    /// Starts the server with this config; returns it and its admin address.
-    pub fn start(&self) -> (Server, SocketAddr) {
-        self.start_with(&[])
-    }
-
-    pub fn start_with(&self, extra: &[&str]) -> (Server, SocketAddr) {
-        let path = self.0.join("steerdns.toml");
-        let admin = free_port();
-        let admin_arg = admin.to_string();
-        let mut args = vec![
-            "--config",
-            path.to_str().expect("utf-8 temp path"),
-            "--admin-listen",
-            &admin_arg,
-        ];
-        args.extend_from_slice(extra);
-        (Server::start(&args), admin)
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// Starts the server with `config` and `extra` arguments, the admin endpoint on a free
+/// loopback port; returns it and that address.
+pub fn start_with_admin(config: &TempConfig, extra: &[&str]) -> (Server, SocketAddr) {
+    let admin = free_port();
+    let admin_arg = admin.to_string();
+    let mut args = vec!["--admin-listen", admin_arg.as_str()];
+    args.extend_from_slice(extra);
+    (config.start_with(&args), admin)
 }
 
 /// A loopback port free right now (for the admin endpoint, which reports no address).
