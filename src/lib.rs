@@ -10,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod dns;
 pub mod files;
+pub mod fleet;
 pub mod geo;
 pub mod metrics;
 pub mod policy;

@@ -197,6 +197,10 @@ struct ServeArgs {
     /// also across reloads.
     #[arg(long, value_name = "TEXT")]
     identity: Option<String>,
+    /// This node's name in the fleet (`[fleet] node`): its registry key in etcd and its line in
+    /// `steerdns fleet status`. Like `--nsid`, for fleets that share one config file.
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
     /// Log format on stderr: `text` for people, `json` (one object per line) for log shippers.
     /// The level comes from STEERDNS_LOG (default `info`); queries are logged only when
     /// `[server] query_log_sample` is set.
@@ -424,6 +428,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         zones: args.source.zones.clone(),
         nsid: args.nsid.clone(),
         identity: args.identity.clone(),
+        node: args.node.clone(),
     };
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;
     if !args.listen.is_empty() {
@@ -432,7 +437,17 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     if let Some(admin) = args.admin_listen {
         config.admin.listen = admin;
     }
-    let (reloader, warnings) = match Reloader::start(source) {
+    // Fleet mode: the control text comes from etcd (the control file is this node's cache).
+    let fleet = config.fleet.clone().map(|fleet| {
+        let name = steerdns::fleet::node_name(&config);
+        let origin = steerdns::fleet::origin::FleetOrigin::new(&name, &fleet.prefix, &fleet.etcd);
+        (fleet, name, origin)
+    });
+    let origin: Arc<dyn steerdns::reload::ControlOrigin> = match &fleet {
+        Some((_, _, origin)) => Arc::new(steerdns::fleet::origin::Origin(origin.clone())),
+        None => Arc::new(steerdns::reload::FileOrigin),
+    };
+    let (reloader, warnings) = match Reloader::start_with(source, origin) {
         Ok(started) => started,
         Err(problems) => {
             for p in &problems {
@@ -466,9 +481,11 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     let signals = install_signals(&runtime)?;
     let workers = config.udp_workers();
     let mut udp = Vec::new();
+    let mut listening = Vec::new();
     for addr in &config.server.listen {
         let bound = bind(*addr, workers)?;
         println!("listening on {} (udp x{workers}, tcp)", bound.addr);
+        listening.push(bound.addr);
         udp.push(UdpWorkers::start(bound.udp, &snapshot)?);
         let tcp = {
             let _guard = runtime.enter();
@@ -483,7 +500,8 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     let admin = runtime
         .block_on(tokio::net::TcpListener::bind(config.admin.listen))
         .with_context(|| format!("admin endpoint on {}", config.admin.listen))?;
-    println!("admin on http://{}", admin.local_addr()?);
+    let admin_addr = admin.local_addr()?;
+    println!("admin on http://{admin_addr}");
     let admin_state = AdminState {
         reloader: reloader.clone(),
         token: read_token(config.admin.token_file.as_ref()),
@@ -491,7 +509,21 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     runtime.spawn(steerdns::admin::serve(admin, admin_state));
     steerdns::shield::live::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
-    if let Some(control) = &config.control.file {
+    if let Some((fleet, name, origin)) = fleet {
+        println!(
+            "fleet node {name}: control state from etcd {} under {}",
+            fleet.etcd.join(","),
+            fleet.prefix
+        );
+        let info = steerdns::fleet::node::NodeInfo {
+            name,
+            nsid: config.server.nsid.clone(),
+            identity: config.server.identity.clone(),
+            listen: listening,
+            admin: admin_addr,
+        };
+        steerdns::fleet::node::spawn(runtime.handle(), fleet, reloader.clone(), origin, info);
+    } else if let Some(control) = &config.control.file {
         watch::spawn(reloader.clone(), control.clone())
             .context("starting the control file watcher")?;
     }

@@ -92,6 +92,9 @@ pub struct StatusView {
     pub zones: Vec<ZoneView>,
     pub geo: Option<String>,
     pub shield: crate::shield::live::ShieldStatus,
+    /// Fleet mode: this node's link to etcd and the control revision it serves.
+    #[serde(default)]
+    pub fleet: Option<crate::reload::FleetLinkStatus>,
 }
 
 /// The control-plane fields of [`Status`], in a form that also deserializes (for the CLI).
@@ -214,6 +217,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         zones,
         geo,
         shield: reloader.shield().status(),
+        fleet: reloader.origin().fleet_status(),
     }
 }
 

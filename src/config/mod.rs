@@ -12,6 +12,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
+pub mod fleet;
+
 use crate::geo::GeoConfig;
 use crate::policy::{ProfileConfig, SteeredConfig, TopologyConfig};
 
@@ -50,6 +52,9 @@ pub struct Config {
     /// Response rate limiting for UDP (off unless enabled).
     #[serde(default)]
     pub rrl: crate::rrl::RrlConfig,
+    /// Fleet mode: the control state shared by every node through etcd. Absent: single node.
+    #[serde(default)]
+    pub fleet: Option<fleet::FleetConfig>,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -263,6 +268,7 @@ impl Default for Config {
             shield: ShieldConfig::default(),
             trace: TraceConfig::default(),
             rrl: crate::rrl::RrlConfig::default(),
+            fleet: None,
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -392,6 +398,19 @@ impl Config {
         if let Some((field, message)) = self.rrl.problem() {
             return Err(invalid(field, message));
         }
+        if let Some(fleet) = &self.fleet {
+            if let Some(problem) = fleet.problems().into_iter().next() {
+                return Err(invalid("fleet", problem));
+            }
+            if self.control.file.is_none() {
+                return Err(invalid(
+                    "control.file",
+                    "fleet mode needs a control file: it is the node's cache of the fleet's \
+                     control state (served at startup when etcd is unreachable)"
+                        .into(),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -404,6 +423,14 @@ impl Config {
             &mut self.shield.load_file,
         ]
         .into_iter()
+        .chain(self.fleet.iter_mut().flat_map(|f| {
+            [
+                &mut f.password_file,
+                &mut f.ca_file,
+                &mut f.cert_file,
+                &mut f.key_file,
+            ]
+        }))
         .flatten()
         {
             if path.is_relative() {
