@@ -108,6 +108,9 @@ pub struct StatusFields {
     pub last_reload_ms: f64,
     pub last_refusal: Option<RefusalView>,
     pub warnings: Vec<String>,
+    /// The taster (absent from servers older than it).
+    #[serde(default)]
+    pub taster: crate::taster::TasterStatus,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -148,6 +151,7 @@ impl From<Status> for StatusFields {
                 reasons: r.reasons,
             }),
             warnings: s.warnings,
+            taster: s.taster,
         }
     }
 }
