@@ -215,7 +215,7 @@ fn run(
     let memory = settings.memory_mb.saturating_mul(1 << 20);
     let cpu = settings.cpu_secs;
     // SAFETY: the closure runs in the forked child before exec and only makes system calls
-    // (setrlimit, prctl), which are async-signal-safe; it allocates nothing and takes no lock.
+    // (prlimit64, prctl), which are async-signal-safe; it allocates nothing and takes no lock.
     unsafe {
         command.pre_exec(move || limit_child(memory, cpu));
     }
@@ -307,14 +307,18 @@ fn run(
 }
 
 /// In the forked child, before exec: the resource limits, no core dumps, death with the parent.
+/// (Uses only system calls in systemd's `@system-service` set minus `@resources`.)
 fn limit_child(memory: u64, cpu_secs: u64) -> std::io::Result<()> {
     let set = |resource, soft: u64, hard: u64| {
         let limit = libc::rlimit {
             rlim_cur: soft as libc::rlim_t,
             rlim_max: hard as libc::rlim_t,
         };
-        // SAFETY: setrlimit reads the struct passed by reference; no other memory is touched.
-        if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+        // prlimit64, not setrlimit: systemd's `SystemCallFilter=~@resources` (our unit) denies
+        // the old setrlimit system call but allows prlimit64 (pid 0: this process).
+        // SAFETY: prlimit reads the struct passed by reference and writes nothing (no old
+        // limit asked for); no other memory is touched.
+        if unsafe { libc::prlimit(0, resource, &limit, std::ptr::null_mut()) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
