@@ -510,7 +510,7 @@ pub fn load_push(target: &Target, file: &str) -> Result<ExitCode> {
             steerdns::shield::feed::MAX_FEED_BYTES
         );
     }
-    let token = read_token(config.admin.token_file.as_ref());
+    let token = admin_token(&config);
     let response = http::request(addr, "POST", "/v1/load", token.as_deref(), &body)?;
     println!("{}", response.body.trim());
     Ok(if response.status == 200 {
@@ -520,10 +520,22 @@ pub fn load_push(target: &Target, file: &str) -> Result<ExitCode> {
     })
 }
 
+/// The token from the file the config names (the one the server reads or created); a problem
+/// is said on stderr and the request goes without one (the server then says why it refuses).
+fn admin_token(config: &Config) -> Option<std::sync::Arc<str>> {
+    match read_token(config.admin.token_file.as_ref()) {
+        Ok(token) => Some(token),
+        Err(e) => {
+            eprintln!("warning: {e}");
+            None
+        }
+    }
+}
+
 pub fn reload(target: &Target) -> Result<ExitCode> {
     let config = target.config()?;
     let addr = target.admin_addr(&config);
-    let token = read_token(config.admin.token_file.as_ref());
+    let token = admin_token(&config);
     let response = http::request(addr, "POST", "/v1/reload", token.as_deref(), b"")?;
     println!("{}", response.body.trim());
     Ok(if response.status == 200 {
