@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-use steerdns::admin::{read_token, AdminState};
+use steerdns::admin::{AdminState, AdminToken, AllowedHosts};
 use steerdns::config::Config;
 use steerdns::reload::{watch, Reloader, Source, Trigger};
 use steerdns::server::{bind, UdpWorkers};
@@ -73,6 +73,22 @@ enum Command {
     /// Simulate the traffic shield on a scenario (same step and policy code as the server);
     /// writes timeline.csv and plot.svg into DIR and prints a summary.
     Simulate(SimulateArgs),
+    /// Internal: the taster child the server runs before it loads a change (see `[taster]`).
+    #[command(hide = true)]
+    Taste(TasteArgs),
+}
+
+#[derive(clap::Args)]
+struct TasteArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    #[arg(long)]
+    nsid: Option<String>,
+    #[arg(long)]
+    identity: Option<String>,
+    /// The candidate control text comes on standard input.
+    #[arg(long)]
+    control_stdin: bool,
 }
 
 #[derive(clap::Args)]
@@ -186,9 +202,11 @@ struct ServeArgs {
     /// Address to listen on (UDP and TCP), repeatable; overrides the config file.
     #[arg(long, value_name = "ADDR")]
     listen: Vec<SocketAddr>,
-    /// Address of the admin HTTP endpoint (status, reload); overrides [admin] listen.
-    #[arg(long, value_name = "ADDR")]
-    admin_listen: Option<SocketAddr>,
+    /// Address of the admin HTTP endpoint (status, metrics, reload, load feeds); overrides
+    /// [admin] listen. `off` runs without one (no status, metrics, reload or pushed feeds;
+    /// SIGHUP still reloads).
+    #[arg(long, value_name = "ADDR|off", value_parser = parse_admin_listen)]
+    admin_listen: Option<AdminListen>,
     /// This node's NSID (`dig +nsid`); overrides [server] nsid, also across reloads. For
     /// fleets sharing one config file, e.g. `--nsid "$NODE_NAME"` in Kubernetes.
     #[arg(long, value_name = "TEXT")]
@@ -206,6 +224,22 @@ struct ServeArgs {
     /// `[server] query_log_sample` is set.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+}
+
+/// `--admin-listen`: an address, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AdminListen {
+    Off,
+    At(SocketAddr),
+}
+
+fn parse_admin_listen(text: &str) -> Result<AdminListen, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(AdminListen::Off);
+    }
+    text.parse()
+        .map(AdminListen::At)
+        .map_err(|e| format!("{e}: expected an address such as 127.0.0.1:5380, or `off`"))
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -244,6 +278,7 @@ fn main() -> ExitCode {
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),
+        Command::Taste(args) => taste(args),
     };
     match result {
         Ok(code) => code,
@@ -274,6 +309,33 @@ fn read_config(args: &SourceArgs) -> Result<Config> {
         ..Source::default()
     };
     source.read_config().map_err(anyhow::Error::msg)
+}
+
+/// The taster child: loads the change the server is about to load and prints its verdict
+/// (one JSON line). Run by the server only.
+fn taste(args: TasteArgs) -> Result<ExitCode> {
+    use std::io::Read;
+    let source = Source {
+        config: args.source.config,
+        zones: args.source.zones,
+        nsid: args.nsid,
+        identity: args.identity,
+        node: None,
+        taster: None,
+    };
+    let control = if args.control_stdin {
+        let mut text = String::new();
+        std::io::stdin()
+            .take(steerdns::files::SMALL_FILE_LIMIT)
+            .read_to_string(&mut text)
+            .context("reading the control text from standard input")?;
+        Some(text)
+    } else {
+        None
+    };
+    let verdict = steerdns::taster::child::taste(source.read_config(), control.as_deref());
+    println!("{}", serde_json::to_string(&verdict)?);
+    Ok(ExitCode::from(verdict.exit_code()))
 }
 
 fn geoip(command: GeoipCommand) -> Result<ExitCode> {
@@ -360,8 +422,12 @@ fn check(args: SourceArgs) -> Result<ExitCode> {
 }
 
 /// Serves until SIGINT/SIGTERM; SIGHUP reloads everything through the reloader (a reload with
-/// any problem is refused and the previous snapshot keeps serving).
-async fn wait_for_signals(reloader: Arc<Reloader>, signals: Signals) -> Result<()> {
+/// any problem is refused and the previous snapshot keeps serving) and re-reads the admin token.
+async fn wait_for_signals(
+    reloader: Arc<Reloader>,
+    token: Option<Arc<AdminToken>>,
+    signals: Signals,
+) -> Result<()> {
     let Signals {
         mut hangup,
         mut terminate,
@@ -373,7 +439,14 @@ async fn wait_for_signals(reloader: Arc<Reloader>, signals: Signals) -> Result<(
             _ = terminate.recv() => return Ok(()),
             _ = hangup.recv() => {
                 let reloader = reloader.clone();
-                let _ = tokio::task::spawn_blocking(move || reloader.reload(Trigger::Signal)).await;
+                let token = token.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    let _ = reloader.reload(Trigger::Signal);
+                    if let Some(token) = token {
+                        token.reread();
+                    }
+                })
+                .await;
             }
         }
     }
@@ -429,12 +502,13 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         nsid: args.nsid.clone(),
         identity: args.identity.clone(),
         node: args.node.clone(),
+        taster: steerdns::taster::this_program(),
     };
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;
     if !args.listen.is_empty() {
         config.server.listen = args.listen.clone();
     }
-    if let Some(admin) = args.admin_listen {
+    if let Some(AdminListen::At(admin)) = args.admin_listen {
         config.admin.listen = admin;
     }
     // Fleet mode: the control text comes from etcd (the control file is this node's cache).
@@ -481,10 +555,12 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     let signals = install_signals(&runtime)?;
     let workers = config.udp_workers();
     let mut udp = Vec::new();
+    let mut ports = Vec::new();
     let mut listening = Vec::new();
     for addr in &config.server.listen {
         let bound = bind(*addr, workers)?;
         println!("listening on {} (udp x{workers}, tcp)", bound.addr);
+        ports.push(bound.addr.port());
         listening.push(bound.addr);
         udp.push(UdpWorkers::start(bound.udp, &snapshot)?);
         let tcp = {
@@ -497,16 +573,27 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             config.tcp_limits(),
         ));
     }
-    let admin = runtime
-        .block_on(tokio::net::TcpListener::bind(config.admin.listen))
-        .with_context(|| format!("admin endpoint on {}", config.admin.listen))?;
-    let admin_addr = admin.local_addr()?;
-    println!("admin on http://{admin_addr}");
-    let admin_state = AdminState {
-        reloader: reloader.clone(),
-        token: read_token(config.admin.token_file.as_ref()),
-    };
-    runtime.spawn(steerdns::admin::serve(admin, admin_state));
+    let xdp = start_xdp(&config, ports, &snapshot);
+    let mut token = None;
+    let mut admin_addr = None;
+    if args.admin_listen == Some(AdminListen::Off) {
+        println!("admin endpoint off (--admin-listen off)");
+    } else {
+        let admin = runtime
+            .block_on(tokio::net::TcpListener::bind(config.admin.listen))
+            .with_context(|| format!("admin endpoint on {}", config.admin.listen))?;
+        let local = admin.local_addr()?;
+        println!("admin on http://{local}");
+        admin_addr = Some(local);
+        let admin_token = Arc::new(AdminToken::open(config.admin.token_file.clone()));
+        token = Some(admin_token.clone());
+        let admin_state = AdminState {
+            reloader: reloader.clone(),
+            token: admin_token,
+            hosts: Arc::new(AllowedHosts::new(local, &config.admin.allowed_hosts)),
+        };
+        runtime.spawn(steerdns::admin::serve(admin, admin_state));
+    }
     steerdns::shield::live::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
     if let Some((fleet, name, origin)) = fleet {
@@ -529,9 +616,43 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     println!("ready");
     notify_systemd_ready();
-    runtime.block_on(wait_for_signals(reloader, signals))?;
+    runtime.block_on(wait_for_signals(reloader, token, signals))?;
+    if let Some(xdp) = xdp {
+        xdp.stop();
+    }
     for workers in udp {
         workers.stop();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the AF_XDP path if `[server.xdp]` asks for it; the sockets serve whatever it does
+/// not take, and everything if it cannot attach (the reason is logged and in status).
+fn start_xdp(
+    config: &Config,
+    mut listen_ports: Vec<u16>,
+    snapshot: &steerdns::snapshot::SharedSnapshot,
+) -> Option<steerdns::server::xdp::XdpPath> {
+    let xdp = config.server.xdp.as_ref()?;
+    listen_ports.sort_unstable();
+    listen_ports.dedup();
+    let ports = if xdp.ports.is_empty() {
+        listen_ports
+    } else {
+        xdp.ports.clone()
+    };
+    let path = steerdns::server::xdp::XdpPath::start_or_report(xdp, ports, snapshot);
+    if let Some(view) = steerdns::metrics::xdp::view() {
+        match (&view.attach, &view.error) {
+            (Some(attach), _) => println!(
+                "xdp on {} ({attach}, {}; {} queue(s))",
+                view.interface,
+                view.copy_mode.as_deref().unwrap_or("?"),
+                view.queues.len()
+            ),
+            (None, Some(error)) => println!("xdp not serving: {error}"),
+            (None, None) => {}
+        }
+    }
+    path
 }

@@ -381,6 +381,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         }
         None => println!("no refused changes"),
     }
+    print_taster(&c.taster);
     for (profile, endpoints) in &status.profiles {
         let list: Vec<String> = endpoints.iter().map(|(e, v)| endpoint_text(e, v)).collect();
         println!("profile {profile}: {}", list.join(" "));
@@ -392,7 +393,45 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         println!("warning: {w}");
     }
     print_shield(&status.shield);
+    if let Some(xdp) = &status.xdp {
+        print_xdp(xdp);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_taster(t: &steerdns::taster::TasterStatus) {
+    if t.mode.is_empty() {
+        return;
+    }
+    println!(
+        "taster: {} (limits {} ms, {} MiB, {} s CPU): {} ok, {} invalid, {} crashed, {} timed out",
+        t.mode, t.timeout_ms, t.memory_mb, t.cpu_secs, t.ok, t.problems, t.crashed, t.timed_out
+    );
+    if let Some(last) = &t.last_result {
+        println!("  last taste {:.1} ms: {last}", t.last_ms);
+    }
+}
+
+fn print_xdp(xdp: &steerdns::metrics::xdp::XdpView) {
+    match (&xdp.attach, &xdp.error) {
+        (Some(attach), _) => println!(
+            "xdp on {} ({attach}, {}), UDP ports {:?}",
+            xdp.interface,
+            xdp.copy_mode.as_deref().unwrap_or("?"),
+            xdp.ports
+        ),
+        (None, error) => println!(
+            "xdp NOT serving on {} (UDP on sockets): {}",
+            xdp.interface,
+            error.as_deref().unwrap_or("unknown reason")
+        ),
+    }
+    for q in &xdp.queues {
+        println!(
+            "  queue {}: rx {} tx {} dropped {} tx-ring-full {} rx-ring-full {} fill-empty {}",
+            q.queue, q.rx, q.tx, q.dropped, q.tx_ring_full, q.rx_ring_full, q.fill_ring_empty
+        );
+    }
 }
 
 fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {
@@ -471,7 +510,7 @@ pub fn load_push(target: &Target, file: &str) -> Result<ExitCode> {
             steerdns::shield::feed::MAX_FEED_BYTES
         );
     }
-    let token = read_token(config.admin.token_file.as_ref());
+    let token = admin_token(&config);
     let response = http::request(addr, "POST", "/v1/load", token.as_deref(), &body)?;
     println!("{}", response.body.trim());
     Ok(if response.status == 200 {
@@ -481,10 +520,22 @@ pub fn load_push(target: &Target, file: &str) -> Result<ExitCode> {
     })
 }
 
+/// The token from the file the config names (the one the server reads or created); a problem
+/// is said on stderr and the request goes without one (the server then says why it refuses).
+fn admin_token(config: &Config) -> Option<std::sync::Arc<str>> {
+    match read_token(config.admin.token_file.as_ref()) {
+        Ok(token) => Some(token),
+        Err(e) => {
+            eprintln!("warning: {e}");
+            None
+        }
+    }
+}
+
 pub fn reload(target: &Target) -> Result<ExitCode> {
     let config = target.config()?;
     let addr = target.admin_addr(&config);
-    let token = read_token(config.admin.token_file.as_ref());
+    let token = admin_token(&config);
     let response = http::request(addr, "POST", "/v1/reload", token.as_deref(), b"")?;
     println!("{}", response.body.trim());
     Ok(if response.status == 200 {

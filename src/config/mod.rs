@@ -55,6 +55,9 @@ pub struct Config {
     /// Fleet mode: the control state shared by every node through etcd. Absent: single node.
     #[serde(default)]
     pub fleet: Option<fleet::FleetConfig>,
+    /// The taster: a child process that loads every change before the server does.
+    #[serde(default)]
+    pub taster: TasterConfig,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -144,6 +147,36 @@ impl ShieldConfig {
     }
 }
 
+/// The taster ("food taster"): before the server builds a snapshot from a change (control
+/// version, config, zones, geo database), a child process loads the very same change under
+/// these limits. A crash, abort, timeout or out-of-memory in the child refuses the change and
+/// the server keeps serving what it served.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TasterConfig {
+    /// Taste every change in a child process first (default true). Off: changes are loaded
+    /// in the serving process directly, as validated as ever but without the isolation.
+    pub enabled: bool,
+    /// Wall-clock limit (ms) for one taste; the child is killed when it runs longer.
+    pub timeout_ms: u64,
+    /// Address-space limit of the child (MiB, RLIMIT_AS). Loading a million names takes
+    /// about 600 MiB.
+    pub memory_mb: u64,
+    /// CPU-time limit of the child (s, RLIMIT_CPU).
+    pub cpu_secs: u64,
+}
+
+impl Default for TasterConfig {
+    fn default() -> Self {
+        TasterConfig {
+            enabled: true,
+            timeout_ms: 30_000,
+            memory_mb: 4096,
+            cpu_secs: 60,
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TraceConfig {
@@ -183,6 +216,42 @@ pub struct ServerConfig {
     /// Log one query in this many at info (client, name, type, rcode); 0 (default) = none.
     pub query_log_sample: u32,
     pub tcp: TcpConfig,
+    /// The optional AF_XDP path for UDP queries (Linux; needs CAP_NET_ADMIN and CAP_BPF).
+    pub xdp: Option<XdpConfig>,
+}
+
+/// `[server.xdp]`: take UDP queries to our ports off an interface before the kernel's stack.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XdpConfig {
+    /// The interface queries arrive on, e.g. "eth0".
+    pub interface: String,
+    /// Receive queues to serve (one worker thread each); default: all of the interface's.
+    #[serde(default)]
+    pub queues: Option<Vec<u32>>,
+    /// UDP destination ports to take; default: the ports of `listen`.
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    /// "auto" (driver mode, else generic), "native" or "generic".
+    #[serde(default)]
+    pub attach: XdpAttach,
+    /// Try zero-copy first where the driver supports it (else copy mode).
+    #[serde(default = "default_true")]
+    pub zero_copy: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Where the XDP program runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpAttach {
+    #[default]
+    Auto,
+    Native,
+    Generic,
 }
 
 impl Default for ServerConfig {
@@ -200,6 +269,7 @@ impl Default for ServerConfig {
             version: None,
             query_log_sample: 0,
             tcp: TcpConfig::default(),
+            xdp: None,
         }
     }
 }
@@ -269,6 +339,7 @@ impl Default for Config {
             trace: TraceConfig::default(),
             rrl: crate::rrl::RrlConfig::default(),
             fleet: None,
+            taster: TasterConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -393,6 +464,16 @@ impl Config {
                 "max_connections, max_connections_per_client and max_queries_per_connection \
                  must be at least 1"
                     .into(),
+            ));
+        }
+        let taster = &self.taster;
+        if taster.timeout_ms < 100 || taster.memory_mb < 64 || taster.cpu_secs == 0 {
+            return Err(invalid(
+                "taster",
+                format!(
+                    "need timeout_ms >= 100, memory_mb >= 64 and cpu_secs >= 1 (got {}, {}, {})",
+                    taster.timeout_ms, taster.memory_mb, taster.cpu_secs
+                ),
             ));
         }
         if let Some((field, message)) = self.rrl.problem() {

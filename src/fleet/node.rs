@@ -24,7 +24,8 @@ pub struct NodeInfo {
     pub nsid: Option<String>,
     pub identity: Option<String>,
     pub listen: Vec<SocketAddr>,
-    pub admin: SocketAddr,
+    /// Admin endpoint (`None`: `--admin-listen off`).
+    pub admin: Option<SocketAddr>,
 }
 
 /// Longest wait between reconnection attempts.
@@ -304,7 +305,7 @@ pub fn record(
         nsid: info.nsid.clone(),
         identity: info.identity.clone(),
         listen: info.listen.iter().map(ToString::to_string).collect(),
-        admin: info.admin.to_string(),
+        admin: info.admin.map_or("off".to_string(), |a| a.to_string()),
         serial: status.serial,
         revision,
         config_hash: status.config_hash.clone(),

@@ -36,6 +36,7 @@ pub struct Scrape {
     endpoints: Vec<(String, String, Option<u32>, bool)>,
     /// Fleet mode: the link to etcd.
     fleet: Option<crate::reload::FleetLinkStatus>,
+    xdp: Option<super::xdp::XdpView>,
 }
 
 /// Reads the state to report.
@@ -70,6 +71,7 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         feeds: shield.feed.stats(),
         endpoints,
         fleet: reloader.origin().fleet_status(),
+        xdp: super::xdp::view(),
     }
 }
 
@@ -341,6 +343,26 @@ impl Scrape {
             "How long the last accepted reload took, from reading files to the swap.",
             st.last_reload_ms / 1000.0,
         )?;
+        let taster = &st.taster;
+        counters(
+            encoder,
+            "steerdns_taster_runs",
+            "Changes tasted by the taster child process, by outcome (ok; problems: the change \
+             is invalid; crashed: killed by a signal, out of memory, CPU limit; timeout).",
+            [
+                ("ok", taster.ok),
+                ("problems", taster.problems),
+                ("crashed", taster.crashed),
+                ("timeout", taster.timed_out),
+            ]
+            .map(|(result, n)| (vec![("result", result.to_string())], n)),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_taster_last_duration_seconds",
+            "How long the last taste took, from starting the child to its verdict.",
+            taster.last_ms / 1000.0,
+        )?;
         let endpoint =
             |(p, e): (&String, &String)| vec![("profile", p.clone()), ("endpoint", e.clone())];
         gauges(
@@ -454,6 +476,66 @@ impl Scrape {
 }
 
 impl Scrape {
+    fn encode_xdp(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(xdp) = &self.xdp else {
+            return Ok(());
+        };
+        gauge(
+            encoder,
+            "steerdns_xdp_attached",
+            "1 when the AF_XDP path serves UDP queries; 0 when it could not attach (see /v1/status).",
+            bool_value(xdp.attach.is_some()),
+        )?;
+        type Field = fn(&super::xdp::QueueView) -> u64;
+        let families: [(&str, &str, Field); 7] = [
+            (
+                "steerdns_xdp_rx_frames",
+                "Frames taken from an AF_XDP RX ring, per queue.",
+                |q| q.rx,
+            ),
+            (
+                "steerdns_xdp_tx_frames",
+                "Replies put on an AF_XDP TX ring, per queue.",
+                |q| q.tx,
+            ),
+            (
+                "steerdns_xdp_dropped_frames",
+                "Received frames not answered (malformed, silent, no TX room), per queue.",
+                |q| q.dropped,
+            ),
+            (
+                "steerdns_xdp_tx_ring_full",
+                "Replies dropped because the TX ring was full, per queue.",
+                |q| q.tx_ring_full,
+            ),
+            (
+                "steerdns_xdp_rx_ring_full",
+                "Frames the kernel dropped because the RX ring was full, per queue.",
+                |q| q.rx_ring_full,
+            ),
+            (
+                "steerdns_xdp_fill_ring_empty",
+                "Frames the kernel dropped for want of a fill-ring frame, per queue.",
+                |q| q.fill_ring_empty,
+            ),
+            (
+                "steerdns_xdp_kernel_rx_dropped",
+                "Other receive drops the kernel counted on the AF_XDP socket, per queue.",
+                |q| q.kernel_rx_dropped,
+            ),
+        ];
+        for (name, help, field) in families {
+            let rows = xdp
+                .queues
+                .iter()
+                .map(|q| (vec![("queue", q.queue.to_string())], field(q)));
+            counters(encoder, name, help, rows)?;
+        }
+        Ok(())
+    }
+}
+
+impl Scrape {
     /// Fleet mode only: nothing is exported for a single node.
     fn encode_fleet(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
         let Some(fleet) = &self.fleet else {
@@ -510,6 +592,7 @@ impl Collector for Scrape {
         self.encode_series(&mut encoder)?;
         self.encode_control(&mut encoder)?;
         self.encode_shield(&mut encoder)?;
+        self.encode_xdp(&mut encoder)?;
         self.encode_fleet(&mut encoder)
     }
 }
