@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod config;
 pub mod control;
+pub mod dnssec;
 pub mod dns;
 pub mod files;
 pub mod geo;

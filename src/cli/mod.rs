@@ -3,6 +3,7 @@
 //! loader the server uses before it is written (atomically), then the command reports what the
 //! server serves.
 
+pub mod dnssec;
 mod http;
 
 use std::net::SocketAddr;

@@ -50,6 +50,9 @@ pub struct Config {
     /// Response rate limiting for UDP (off unless enabled).
     #[serde(default)]
     pub rrl: crate::rrl::RrlConfig,
+    /// DNSSEC: zones to sign, key directory, algorithm, signature validity, rollover.
+    #[serde(default)]
+    pub dnssec: crate::dnssec::DnssecConfig,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -263,6 +266,7 @@ impl Default for Config {
             shield: ShieldConfig::default(),
             trace: TraceConfig::default(),
             rrl: crate::rrl::RrlConfig::default(),
+            dnssec: crate::dnssec::DnssecConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -392,6 +396,9 @@ impl Config {
         if let Some((field, message)) = self.rrl.problem() {
             return Err(invalid(field, message));
         }
+        if let Some((field, message)) = self.dnssec.problem() {
+            return Err(invalid(field, message));
+        }
         Ok(())
     }
 
@@ -412,6 +419,9 @@ impl Config {
         }
         if self.server.zones.is_relative() {
             self.server.zones = base.join(&self.server.zones);
+        }
+        if self.dnssec.keys.is_relative() {
+            self.dnssec.keys = base.join(&self.dnssec.keys);
         }
     }
 
