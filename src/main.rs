@@ -524,9 +524,11 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     let signals = install_signals(&runtime)?;
     let workers = config.udp_workers();
     let mut udp = Vec::new();
+    let mut ports = Vec::new();
     for addr in &config.server.listen {
         let bound = bind(*addr, workers)?;
         println!("listening on {} (udp x{workers}, tcp)", bound.addr);
+        ports.push(bound.addr.port());
         udp.push(UdpWorkers::start(bound.udp, &snapshot)?);
         let tcp = {
             let _guard = runtime.enter();
@@ -542,6 +544,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         .block_on(tokio::net::TcpListener::bind(config.admin.listen))
         .with_context(|| format!("admin endpoint on {}", config.admin.listen))?;
     println!("admin on http://{}", admin.local_addr()?);
+    let xdp = start_xdp(&config, ports, &snapshot);
     let admin_state = AdminState {
         reloader: reloader.clone(),
         token: read_token(config.admin.token_file.as_ref()),
@@ -556,8 +559,42 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     println!("ready");
     notify_systemd_ready();
     runtime.block_on(wait_for_signals(reloader, signals))?;
+    if let Some(xdp) = xdp {
+        xdp.stop();
+    }
     for workers in udp {
         workers.stop();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the AF_XDP path if `[server.xdp]` asks for it; the sockets serve whatever it does
+/// not take, and everything if it cannot attach (the reason is logged and in status).
+fn start_xdp(
+    config: &Config,
+    mut listen_ports: Vec<u16>,
+    snapshot: &steerdns::snapshot::SharedSnapshot,
+) -> Option<steerdns::server::xdp::XdpPath> {
+    let xdp = config.server.xdp.as_ref()?;
+    listen_ports.sort_unstable();
+    listen_ports.dedup();
+    let ports = if xdp.ports.is_empty() {
+        listen_ports
+    } else {
+        xdp.ports.clone()
+    };
+    let path = steerdns::server::xdp::XdpPath::start_or_report(xdp, ports, snapshot);
+    if let Some(view) = steerdns::metrics::xdp::view() {
+        match (&view.attach, &view.error) {
+            (Some(attach), _) => println!(
+                "xdp on {} ({attach}, {}; {} queue(s))",
+                view.interface,
+                view.copy_mode.as_deref().unwrap_or("?"),
+                view.queues.len()
+            ),
+            (None, Some(error)) => println!("xdp not serving: {error}"),
+            (None, None) => {}
+        }
+    }
+    path
 }

@@ -92,6 +92,9 @@ pub struct StatusView {
     pub zones: Vec<ZoneView>,
     pub geo: Option<String>,
     pub shield: crate::shield::live::ShieldStatus,
+    /// The AF_XDP path, when `[server.xdp]` is configured: attached or why not, per queue.
+    #[serde(default)]
+    pub xdp: Option<crate::metrics::xdp::XdpView>,
 }
 
 /// The control-plane fields of [`Status`], in a form that also deserializes (for the CLI).
@@ -214,6 +217,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         zones,
         geo,
         shield: reloader.shield().status(),
+        xdp: crate::metrics::xdp::view(),
     }
 }
 

@@ -393,7 +393,32 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         println!("warning: {w}");
     }
     print_shield(&status.shield);
+    if let Some(xdp) = &status.xdp {
+        print_xdp(xdp);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_xdp(xdp: &steerdns::metrics::xdp::XdpView) {
+    match (&xdp.attach, &xdp.error) {
+        (Some(attach), _) => println!(
+            "xdp on {} ({attach}, {}), UDP ports {:?}",
+            xdp.interface,
+            xdp.copy_mode.as_deref().unwrap_or("?"),
+            xdp.ports
+        ),
+        (None, error) => println!(
+            "xdp NOT serving on {} (UDP on sockets): {}",
+            xdp.interface,
+            error.as_deref().unwrap_or("unknown reason")
+        ),
+    }
+    for q in &xdp.queues {
+        println!(
+            "  queue {}: rx {} tx {} dropped {} tx-ring-full {} rx-ring-full {} fill-empty {}",
+            q.queue, q.rx, q.tx, q.dropped, q.tx_ring_full, q.rx_ring_full, q.fill_ring_empty
+        );
+    }
 }
 
 fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {

@@ -181,6 +181,42 @@ pub struct ServerConfig {
     /// Log one query in this many at info (client, name, type, rcode); 0 (default) = none.
     pub query_log_sample: u32,
     pub tcp: TcpConfig,
+    /// The optional AF_XDP path for UDP queries (Linux; needs CAP_NET_ADMIN and CAP_BPF).
+    pub xdp: Option<XdpConfig>,
+}
+
+/// `[server.xdp]`: take UDP queries to our ports off an interface before the kernel's stack.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XdpConfig {
+    /// The interface queries arrive on, e.g. "eth0".
+    pub interface: String,
+    /// Receive queues to serve (one worker thread each); default: all of the interface's.
+    #[serde(default)]
+    pub queues: Option<Vec<u32>>,
+    /// UDP destination ports to take; default: the ports of `listen`.
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    /// "auto" (driver mode, else generic), "native" or "generic".
+    #[serde(default)]
+    pub attach: XdpAttach,
+    /// Try zero-copy first where the driver supports it (else copy mode).
+    #[serde(default = "default_true")]
+    pub zero_copy: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Where the XDP program runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpAttach {
+    #[default]
+    Auto,
+    Native,
+    Generic,
 }
 
 impl Default for ServerConfig {
@@ -198,6 +234,7 @@ impl Default for ServerConfig {
             version: None,
             query_log_sample: 0,
             tcp: TcpConfig::default(),
+            xdp: None,
         }
     }
 }

@@ -34,6 +34,7 @@ pub struct Scrape {
     feeds: FeedStats,
     /// (profile, endpoint, weight if the profile is weighted, enabled).
     endpoints: Vec<(String, String, Option<u32>, bool)>,
+    xdp: Option<super::xdp::XdpView>,
 }
 
 /// Reads the state to report.
@@ -67,6 +68,7 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         feed_age_secs,
         feeds: shield.feed.stats(),
         endpoints,
+        xdp: super::xdp::view(),
     }
 }
 
@@ -450,11 +452,72 @@ impl Scrape {
     }
 }
 
+impl Scrape {
+    fn encode_xdp(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(xdp) = &self.xdp else {
+            return Ok(());
+        };
+        gauge(
+            encoder,
+            "steerdns_xdp_attached",
+            "1 when the AF_XDP path serves UDP queries; 0 when it could not attach (see /v1/status).",
+            bool_value(xdp.attach.is_some()),
+        )?;
+        type Field = fn(&super::xdp::QueueView) -> u64;
+        let families: [(&str, &str, Field); 7] = [
+            (
+                "steerdns_xdp_rx_frames",
+                "Frames taken from an AF_XDP RX ring, per queue.",
+                |q| q.rx,
+            ),
+            (
+                "steerdns_xdp_tx_frames",
+                "Replies put on an AF_XDP TX ring, per queue.",
+                |q| q.tx,
+            ),
+            (
+                "steerdns_xdp_dropped_frames",
+                "Received frames not answered (malformed, silent, no TX room), per queue.",
+                |q| q.dropped,
+            ),
+            (
+                "steerdns_xdp_tx_ring_full",
+                "Replies dropped because the TX ring was full, per queue.",
+                |q| q.tx_ring_full,
+            ),
+            (
+                "steerdns_xdp_rx_ring_full",
+                "Frames the kernel dropped because the RX ring was full, per queue.",
+                |q| q.rx_ring_full,
+            ),
+            (
+                "steerdns_xdp_fill_ring_empty",
+                "Frames the kernel dropped for want of a fill-ring frame, per queue.",
+                |q| q.fill_ring_empty,
+            ),
+            (
+                "steerdns_xdp_kernel_rx_dropped",
+                "Other receive drops the kernel counted on the AF_XDP socket, per queue.",
+                |q| q.kernel_rx_dropped,
+            ),
+        ];
+        for (name, help, field) in families {
+            let rows = xdp
+                .queues
+                .iter()
+                .map(|q| (vec![("queue", q.queue.to_string())], field(q)));
+            counters(encoder, name, help, rows)?;
+        }
+        Ok(())
+    }
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         self.encode_serving(&mut encoder)?;
         self.encode_series(&mut encoder)?;
         self.encode_control(&mut encoder)?;
-        self.encode_shield(&mut encoder)
+        self.encode_shield(&mut encoder)?;
+        self.encode_xdp(&mut encoder)
     }
 }

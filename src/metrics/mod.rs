@@ -21,6 +21,7 @@ pub mod export;
 pub mod per_snapshot;
 pub mod querylog;
 pub mod serving;
+pub mod xdp;
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@
 
 pub mod tcp;
 pub mod udp;
+pub mod xdp;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
