@@ -8,8 +8,8 @@
 pub mod admin;
 pub mod config;
 pub mod control;
-pub mod dnssec;
 pub mod dns;
+pub mod dnssec;
 pub mod files;
 pub mod geo;
 pub mod metrics;

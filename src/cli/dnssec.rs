@@ -70,7 +70,9 @@ pub fn ds(config: &Config, zone: &str) -> Result<ExitCode> {
         printed += 1;
     }
     if printed == 0 {
-        bail!("{zone}: no published key-signing key (make one with `steerdns dnssec keygen {zone}`)");
+        bail!(
+            "{zone}: no published key-signing key (make one with `steerdns dnssec keygen {zone}`)"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -78,10 +78,17 @@ mod tests {
             [&[1u8, 0x80][..], &wire("z.example")].concat(),
         ];
         for pair in names.windows(2) {
-            assert_eq!(canonical_cmp(&pair[0], &pair[1]), Ordering::Less, "{pair:?}");
+            assert_eq!(
+                canonical_cmp(&pair[0], &pair[1]),
+                Ordering::Less,
+                "{pair:?}"
+            );
             assert_eq!(canonical_cmp(&pair[1], &pair[0]), Ordering::Greater);
         }
-        assert_eq!(canonical_cmp(&wire("A.Example"), &wire("a.example")), Ordering::Equal);
+        assert_eq!(
+            canonical_cmp(&wire("A.Example"), &wire("a.example")),
+            Ordering::Equal
+        );
         assert_eq!(label_count(&wire("a.b.c")), 3);
         assert_eq!(label_count(&[0]), 0);
     }

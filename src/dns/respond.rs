@@ -320,9 +320,12 @@ fn serve_steered(
         AddressSet::V6(addrs) => (addrs.len(), 2 + 10 + 16),
     };
     // With DO, the answer's signatures follow (each owned by a pointer to the question).
-    let (sig_count, sig_len) = steered
-        .sig
-        .map_or((0, 0), |sig| (usize::from(sig.count), sig.encoded.len() + 2 * usize::from(sig.count)));
+    let (sig_count, sig_len) = steered.sig.map_or((0, 0), |sig| {
+        (
+            usize::from(sig.count),
+            sig.encoded.len() + 2 * usize::from(sig.count),
+        )
+    });
     let count = count + sig_count;
     let question = query.question_bytes(packet);
     let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));

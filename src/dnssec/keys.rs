@@ -12,9 +12,7 @@ use std::path::{Path, PathBuf};
 
 use data_encoding::BASE64;
 use ring::rand::SystemRandom;
-use ring::signature::{
-    EcdsaKeyPair, Ed25519KeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING,
-};
+use ring::signature::{EcdsaKeyPair, Ed25519KeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
 use serde::{Deserialize, Serialize};
 
 /// DNSSEC algorithm numbers we sign with.
@@ -210,7 +208,12 @@ impl Key {
                 )
                 .map_err(|e| format!("not an ECDSA P-256 private key: {e}"))?;
                 // Uncompressed point 0x04 || X || Y; DNSKEY carries X || Y (RFC 6605 §4).
-                let public = pair.public_key().as_ref().get(1..).unwrap_or_default().to_vec();
+                let public = pair
+                    .public_key()
+                    .as_ref()
+                    .get(1..)
+                    .unwrap_or_default()
+                    .to_vec();
                 (Pair::Ecdsa(pair), public)
             }
             Algorithm::Ed25519 => {
@@ -478,7 +481,9 @@ pub fn load_zone_keys(dir: &Path, zone: &str) -> Result<Vec<Key>, KeyError> {
         })?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if !(name.to_ascii_lowercase().starts_with(&prefix.to_ascii_lowercase())
+        if !(name
+            .to_ascii_lowercase()
+            .starts_with(&prefix.to_ascii_lowercase())
             && name.ends_with(".toml"))
         {
             continue;
@@ -544,12 +549,18 @@ mod tests {
             (Algorithm::EcdsaP256Sha256, Role::Csk),
             (Algorithm::Ed25519, Role::Zsk),
         ] {
-            let key = generate(&dir, "Example.COM", algorithm, role, Timing::default())
-                .expect("keygen");
-            let mode = std::fs::metadata(&key.path).expect("file").permissions().mode();
+            let key =
+                generate(&dir, "Example.COM", algorithm, role, Timing::default()).expect("keygen");
+            let mode = std::fs::metadata(&key.path)
+                .expect("file")
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600, "{:?}", key.path);
             let again = read_key(&key.path).expect("read back");
-            assert_eq!((again.tag, again.role, again.zone.as_str()), (key.tag, role, "example.com."));
+            assert_eq!(
+                (again.tag, again.role, again.zone.as_str()),
+                (key.tag, role, "example.com.")
+            );
             assert_eq!(again.dnskey_rdata(), key.dnskey_rdata());
         }
         let keys = load_zone_keys(&dir, "example.com.").expect("both keys");

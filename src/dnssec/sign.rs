@@ -199,7 +199,8 @@ mod tests {
     fn bitmap_matches_rfc4034_example() {
         // RFC 4034 §4.3: A MX RRSIG NSEC TYPE1234.
         let bitmap = type_bitmap(&[1, 15, 46, 47, 1234]);
-        let mut expected: Vec<u8> = vec![0x00, 0x06, 0x40, 0x01, 0x00, 0x00, 0x00, 0x03, 0x04, 0x1b];
+        let mut expected: Vec<u8> =
+            vec![0x00, 0x06, 0x40, 0x01, 0x00, 0x00, 0x00, 0x03, 0x04, 0x1b];
         expected.extend([0u8; 26]);
         expected.push(0x20);
         assert_eq!(bitmap, expected);
@@ -217,7 +218,10 @@ mod tests {
     #[test]
     fn canonical_rdata_lower_cases_names_only() {
         let mx = b"\x00\x0a\x04MAIL\x07Example\x00";
-        assert_eq!(&canonical_rdata(rtype::MX, mx)[..], b"\x00\x0a\x04mail\x07example\x00");
+        assert_eq!(
+            &canonical_rdata(rtype::MX, mx)[..],
+            b"\x00\x0a\x04mail\x07example\x00"
+        );
         let txt = b"\x03ABC";
         assert_eq!(&canonical_rdata(rtype::TXT, txt)[..], txt);
         assert_eq!(rrsig_labels(b"\x01*\x04edge\x07example\x03net\x00"), 3);

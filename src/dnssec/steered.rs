@@ -51,28 +51,26 @@ impl SteeredSigs {
             let mut variants: Vec<(Variant, RRset)> = Vec::new();
             if let Some(owner) = owner {
                 let ttl = policies.ttl_bound(steered.root);
-                let mut sign = |variant: Variant,
-                                rt: u16,
-                                rdatas: Vec<Vec<u8>>|
-                 -> Result<(), KeyError> {
-                    let exists = variants.iter().any(|(v, _)| match (v, &variant) {
-                        (Variant::V4(a), Variant::V4(b)) => a == b,
-                        (Variant::V6(a), Variant::V6(b)) => a == b,
-                        (Variant::Cname(a), Variant::Cname(b)) => a == b,
-                        _ => false,
-                    });
-                    if exists {
-                        return Ok(());
-                    }
-                    let slices: Vec<&[u8]> = rdatas.iter().map(Vec::as_slice).collect();
-                    let set = rrset(rt, ttl, &slices);
-                    if let Some(sig) =
-                        sign_set(&rng, &owner.keys, &owner.apex, &owner.owner, &set, window)?
-                    {
-                        variants.push((variant, sig));
-                    }
-                    Ok(())
-                };
+                let mut sign =
+                    |variant: Variant, rt: u16, rdatas: Vec<Vec<u8>>| -> Result<(), KeyError> {
+                        let exists = variants.iter().any(|(v, _)| match (v, &variant) {
+                            (Variant::V4(a), Variant::V4(b)) => a == b,
+                            (Variant::V6(a), Variant::V6(b)) => a == b,
+                            (Variant::Cname(a), Variant::Cname(b)) => a == b,
+                            _ => false,
+                        });
+                        if exists {
+                            return Ok(());
+                        }
+                        let slices: Vec<&[u8]> = rdatas.iter().map(Vec::as_slice).collect();
+                        let set = rrset(rt, ttl, &slices);
+                        if let Some(sig) =
+                            sign_set(&rng, &owner.keys, &owner.apex, &owner.owner, &set, window)?
+                        {
+                            variants.push((variant, sig));
+                        }
+                        Ok(())
+                    };
                 for target in policies.possible_targets(steered.root) {
                     match target {
                         Target::Addresses { v4, v6 } => {
@@ -86,7 +84,11 @@ impl SteeredSigs {
                             }
                         }
                         Target::Cname { wire, .. } => {
-                            sign(Variant::Cname(wire.into()), rtype::CNAME, vec![wire.to_vec()])?;
+                            sign(
+                                Variant::Cname(wire.into()),
+                                rtype::CNAME,
+                                vec![wire.to_vec()],
+                            )?;
                         }
                     }
                 }

@@ -128,9 +128,13 @@ pub fn sign_zone(
         let steered_types = node.steer.map(steered);
         if let Some(st) = steered_types {
             types.extend(
-                [(st.a, rtype::A), (st.aaaa, rtype::AAAA), (st.cname, rtype::CNAME)]
-                    .into_iter()
-                    .filter_map(|(on, t)| on.then_some(t)),
+                [
+                    (st.a, rtype::A),
+                    (st.aaaa, rtype::AAAA),
+                    (st.cname, rtype::CNAME),
+                ]
+                .into_iter()
+                .filter_map(|(on, t)| on.then_some(t)),
             );
         }
         types.extend([rtype::RRSIG, rtype::NSEC]);
@@ -146,7 +150,8 @@ pub fn sign_zone(
             for without in [rtype::A, rtype::AAAA] {
                 let fewer: Vec<u16> = types.iter().copied().filter(|&t| t != without).collect();
                 let mut set = nsec(&fewer);
-                set.rrsig = sign_set(&rng, &zone_signing, &apex, owner, &set, window)?.map(Box::new);
+                set.rrsig =
+                    sign_set(&rng, &zone_signing, &apex, owner, &set, window)?.map(Box::new);
                 variants.push(set);
             }
             if let Ok(pair) = <[RRset; 2]>::try_from(variants) {

@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::control::ControlFile;
+use crate::dns::wire::WireName;
 use crate::files::Digest;
 use crate::geo::Locator;
 use crate::policy::{ControlKnobs, PolicyError};
 use crate::shield::live::DemandCounters;
-use crate::dns::wire::WireName;
 use crate::zone::lookup::ZoneSet;
 use crate::zone::model::{name_to_wire, RecordInput, Zone};
 use crate::zone::parse::{load_zone_dir, zone_files_in, ZoneProblem, MAX_ZONE_FILE_BYTES};
@@ -71,7 +71,10 @@ pub fn load_after(
         let steering = compile_steering(config, &control, &mut warnings)?;
         if steered_names(steering.as_ref()) == sources.steered {
             tracing::debug!("config and zone files unchanged: sharing the zones");
-            let signing = previous.dnssec.as_ref().map(|d| (d.zones.clone(), d.window));
+            let signing = previous
+                .dnssec
+                .as_ref()
+                .map(|d| (d.zones.clone(), d.window));
             shared = Some((
                 previous.zones.clone(),
                 Some(previous.precompiled.clone()),
@@ -101,7 +104,13 @@ pub fn load_after(
                 steered: steered_names(steering.as_ref()),
                 zone_warnings: built.warnings,
             };
-            (ZoneSet::new(zones), None, Arc::new(sources), steering, signed)
+            (
+                ZoneSet::new(zones),
+                None,
+                Arc::new(sources),
+                steering,
+                signed,
+            )
         }
     };
     let signing = keys.sign_steered(&zones, steering.as_ref(), signed)?;
@@ -133,6 +142,13 @@ pub fn load_after(
     })
 }
 
+/// What signing the zones did, and the window it signed for (shared with the snapshots that
+/// share the zones).
+type ZonesSigned = (
+    Vec<(String, crate::dnssec::zone::Signed)>,
+    Option<crate::dnssec::Window>,
+);
+
 /// The DNSSEC keys of every zone to sign, as read for one load, and the signing window.
 struct DnssecKeys {
     zones: Vec<(String, Vec<crate::dnssec::Key>)>,
@@ -154,7 +170,10 @@ impl DnssecKeys {
             let zone = crate::dnssec::keys::normalize_zone(zone);
             match crate::dnssec::keys::load_zone_keys(&settings.keys, &zone) {
                 Ok(keys) => zones.push((zone, keys)),
-                Err(e) => errors.push(format!("{}: dnssec.zones: {e}", config_location(config, "dnssec"))),
+                Err(e) => errors.push(format!(
+                    "{}: dnssec.zones: {e}",
+                    config_location(config, "dnssec")
+                )),
             }
         }
         if !errors.is_empty() {
@@ -192,7 +211,7 @@ impl DnssecKeys {
         config: &Config,
         zones: &mut [Zone],
         steering: Option<&SteeringData>,
-    ) -> Result<Option<(Vec<(String, crate::dnssec::zone::Signed)>, Option<crate::dnssec::Window>)>, Vec<String>> {
+    ) -> Result<Option<ZonesSigned>, Vec<String>> {
         if self.zones.is_empty() {
             return Ok(None);
         }
@@ -213,7 +232,14 @@ impl DnssecKeys {
                 Some(s) => crate::dnssec::steered::steered_types(&s.policies, binding),
                 None => crate::dnssec::zone::SteeredTypes::default(),
             };
-            match crate::dnssec::zone::sign_zone(zone, keys, &config.dnssec, &self.window, self.now, &types) {
+            match crate::dnssec::zone::sign_zone(
+                zone,
+                keys,
+                &config.dnssec,
+                &self.window,
+                self.now,
+                &types,
+            ) {
                 Ok(signed) => report.push((name.clone(), signed)),
                 Err(e) => errors.push(e.to_string()),
             }
@@ -229,7 +255,7 @@ impl DnssecKeys {
         &self,
         zones: &ZoneSet,
         steering: Option<&SteeringData>,
-        signed: Option<(Vec<(String, crate::dnssec::zone::Signed)>, Option<crate::dnssec::Window>)>,
+        signed: Option<ZonesSigned>,
     ) -> Result<Option<crate::dnssec::Signing>, Vec<String>> {
         let Some((report, window)) = signed else {
             return Ok(None);
@@ -250,7 +276,9 @@ impl DnssecKeys {
                     let keys = keys
                         .iter()
                         .filter(|k| {
-                            k.role.signs_zone() && k.timing.published(self.now) && k.timing.active(self.now)
+                            k.role.signs_zone()
+                                && k.timing.published(self.now)
+                                && k.timing.active(self.now)
                         })
                         .collect();
                     Some(crate::dnssec::steered::SteeredOwner {

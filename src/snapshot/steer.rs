@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use super::Snapshot;
 use crate::dns::respond::Client;
 use crate::dns::wire::{rtype, ClientSubnet};
+use crate::dnssec::SteeredSigs;
 use crate::geo::Locator;
 use crate::metrics::SnapshotCounters;
 use crate::policy::{
@@ -15,7 +16,6 @@ use crate::policy::{
     Target,
 };
 use crate::shield::live::{DemandCounters, Shield};
-use crate::dnssec::SteeredSigs;
 use crate::zone::lookup::{SteeredAnswer, Steering, Synth};
 use crate::zone::model::RRset;
 

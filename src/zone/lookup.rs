@@ -262,7 +262,8 @@ fn answer_missing<'z>(
         key[..2].copy_from_slice(b"\x01*");
         if let Some(dst) = key.get_mut(2..2 + encloser.len()) {
             dst.copy_from_slice(encloser);
-            if let Some((source_key, source)) = zone.nodes.get_key_value(&key[..2 + encloser.len()]) {
+            if let Some((source_key, source)) = zone.nodes.get_key_value(&key[..2 + encloser.len()])
+            {
                 // The proof that the name itself does not exist (RFC 4035 §3.1.3.3).
                 push_covering(zone, name.as_wire(), plan);
                 return answer_node(zone, source_key, source, qtype, owner, steering, plan);
