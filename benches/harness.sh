@@ -173,7 +173,7 @@ start() { # server
         cp "$CONF/zone.base" "$d/zones/steer.example.zone"
         render "$CONF/steerdns/steerdns.toml.in" "$d" "$p" > "$d/steerdns.toml"
         cp "$CONF/steerdns/control.toml" "$d/"
-        head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$d/admin.token"
+        head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$d/admin.token"; chmod 600 "$d/admin.token"
         cmd=("$BIN" serve --config "$d/steerdns.toml") ;;
     gdnsd)
         mkdir -p "$d/etc/zones" "$d/run" "$d/state"

@@ -86,7 +86,7 @@ make_case() { # dir names steered -> a config dir serving big.example (+ steer.e
             printf "\n[[steered]]\nname = \"s%d.big.example.\"\n%s\n", i, how[i % 3 + 1]
     }' >> "$d/steerdns.toml"
     cp "$CONF/steerdns/control.toml" "$d/"
-    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$d/admin.token"
+    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$d/admin.token"; chmod 600 "$d/admin.token"
 }
 
 # ------------------------------------------------------------------ serving

@@ -19,6 +19,7 @@ pub mod rrl;
 pub mod server;
 pub mod shield;
 pub mod snapshot;
+pub mod taster;
 pub mod zone;
 
 #[cfg(test)]

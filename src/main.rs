@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-use steerdns::admin::{read_token, AdminState};
+use steerdns::admin::{AdminState, AdminToken, AllowedHosts};
 use steerdns::config::Config;
 use steerdns::reload::{watch, Reloader, Source, Trigger};
 use steerdns::server::{bind, UdpWorkers};
@@ -77,6 +77,22 @@ enum Command {
     /// Simulate the traffic shield on a scenario (same step and policy code as the server);
     /// writes timeline.csv and plot.svg into DIR and prints a summary.
     Simulate(SimulateArgs),
+    /// Internal: the taster child the server runs before it loads a change (see `[taster]`).
+    #[command(hide = true)]
+    Taste(TasteArgs),
+}
+
+#[derive(clap::Args)]
+struct TasteArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    #[arg(long)]
+    nsid: Option<String>,
+    #[arg(long)]
+    identity: Option<String>,
+    /// The candidate control text comes on standard input.
+    #[arg(long)]
+    control_stdin: bool,
 }
 
 #[derive(clap::Args)]
@@ -229,9 +245,11 @@ struct ServeArgs {
     /// Address to listen on (UDP and TCP), repeatable; overrides the config file.
     #[arg(long, value_name = "ADDR")]
     listen: Vec<SocketAddr>,
-    /// Address of the admin HTTP endpoint (status, reload); overrides [admin] listen.
-    #[arg(long, value_name = "ADDR")]
-    admin_listen: Option<SocketAddr>,
+    /// Address of the admin HTTP endpoint (status, metrics, reload, load feeds); overrides
+    /// [admin] listen. `off` runs without one (no status, metrics, reload or pushed feeds;
+    /// SIGHUP still reloads).
+    #[arg(long, value_name = "ADDR|off", value_parser = parse_admin_listen)]
+    admin_listen: Option<AdminListen>,
     /// This node's NSID (`dig +nsid`); overrides [server] nsid, also across reloads. For
     /// fleets sharing one config file, e.g. `--nsid "$NODE_NAME"` in Kubernetes.
     #[arg(long, value_name = "TEXT")]
@@ -245,6 +263,22 @@ struct ServeArgs {
     /// `[server] query_log_sample` is set.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+}
+
+/// `--admin-listen`: an address, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AdminListen {
+    Off,
+    At(SocketAddr),
+}
+
+fn parse_admin_listen(text: &str) -> Result<AdminListen, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(AdminListen::Off);
+    }
+    text.parse()
+        .map(AdminListen::At)
+        .map_err(|e| format!("{e}: expected an address such as 127.0.0.1:5380, or `off`"))
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -284,6 +318,7 @@ fn main() -> ExitCode {
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),
         Command::Dnssec(command) => dnssec(command),
+        Command::Taste(args) => taste(args),
     };
     match result {
         Ok(code) => code,
@@ -314,6 +349,32 @@ fn read_config(args: &SourceArgs) -> Result<Config> {
         ..Source::default()
     };
     source.read_config().map_err(anyhow::Error::msg)
+}
+
+/// The taster child: loads the change the server is about to load and prints its verdict
+/// (one JSON line). Run by the server only.
+fn taste(args: TasteArgs) -> Result<ExitCode> {
+    use std::io::Read;
+    let source = Source {
+        config: args.source.config,
+        zones: args.source.zones,
+        nsid: args.nsid,
+        identity: args.identity,
+        taster: None,
+    };
+    let control = if args.control_stdin {
+        let mut text = String::new();
+        std::io::stdin()
+            .take(steerdns::files::SMALL_FILE_LIMIT)
+            .read_to_string(&mut text)
+            .context("reading the control text from standard input")?;
+        Some(text)
+    } else {
+        None
+    };
+    let verdict = steerdns::taster::child::taste(source.read_config(), control.as_deref());
+    println!("{}", serde_json::to_string(&verdict)?);
+    Ok(ExitCode::from(verdict.exit_code()))
 }
 
 fn geoip(command: GeoipCommand) -> Result<ExitCode> {
@@ -414,8 +475,12 @@ fn check(args: SourceArgs) -> Result<ExitCode> {
 }
 
 /// Serves until SIGINT/SIGTERM; SIGHUP reloads everything through the reloader (a reload with
-/// any problem is refused and the previous snapshot keeps serving).
-async fn wait_for_signals(reloader: Arc<Reloader>, signals: Signals) -> Result<()> {
+/// any problem is refused and the previous snapshot keeps serving) and re-reads the admin token.
+async fn wait_for_signals(
+    reloader: Arc<Reloader>,
+    token: Option<Arc<AdminToken>>,
+    signals: Signals,
+) -> Result<()> {
     let Signals {
         mut hangup,
         mut terminate,
@@ -427,7 +492,14 @@ async fn wait_for_signals(reloader: Arc<Reloader>, signals: Signals) -> Result<(
             _ = terminate.recv() => return Ok(()),
             _ = hangup.recv() => {
                 let reloader = reloader.clone();
-                let _ = tokio::task::spawn_blocking(move || reloader.reload(Trigger::Signal)).await;
+                let token = token.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    let _ = reloader.reload(Trigger::Signal);
+                    if let Some(token) = token {
+                        token.reread();
+                    }
+                })
+                .await;
             }
         }
     }
@@ -482,12 +554,13 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         zones: args.source.zones.clone(),
         nsid: args.nsid.clone(),
         identity: args.identity.clone(),
+        taster: steerdns::taster::this_program(),
     };
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;
     if !args.listen.is_empty() {
         config.server.listen = args.listen.clone();
     }
-    if let Some(admin) = args.admin_listen {
+    if let Some(AdminListen::At(admin)) = args.admin_listen {
         config.admin.listen = admin;
     }
     let (reloader, warnings) = match Reloader::start(source) {
@@ -540,16 +613,25 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             config.tcp_limits(),
         ));
     }
-    let admin = runtime
-        .block_on(tokio::net::TcpListener::bind(config.admin.listen))
-        .with_context(|| format!("admin endpoint on {}", config.admin.listen))?;
-    println!("admin on http://{}", admin.local_addr()?);
     let xdp = start_xdp(&config, ports, &snapshot);
-    let admin_state = AdminState {
-        reloader: reloader.clone(),
-        token: read_token(config.admin.token_file.as_ref()),
-    };
-    runtime.spawn(steerdns::admin::serve(admin, admin_state));
+    let mut token = None;
+    if args.admin_listen == Some(AdminListen::Off) {
+        println!("admin endpoint off (--admin-listen off)");
+    } else {
+        let admin = runtime
+            .block_on(tokio::net::TcpListener::bind(config.admin.listen))
+            .with_context(|| format!("admin endpoint on {}", config.admin.listen))?;
+        let local = admin.local_addr()?;
+        println!("admin on http://{local}");
+        let admin_token = Arc::new(AdminToken::open(config.admin.token_file.clone()));
+        token = Some(admin_token.clone());
+        let admin_state = AdminState {
+            reloader: reloader.clone(),
+            token: admin_token,
+            hosts: Arc::new(AllowedHosts::new(local, &config.admin.allowed_hosts)),
+        };
+        runtime.spawn(steerdns::admin::serve(admin, admin_state));
+    }
     steerdns::shield::live::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
     if let Some(control) = &config.control.file {
@@ -558,7 +640,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     println!("ready");
     notify_systemd_ready();
-    runtime.block_on(wait_for_signals(reloader, signals))?;
+    runtime.block_on(wait_for_signals(reloader, token, signals))?;
     if let Some(xdp) = xdp {
         xdp.stop();
     }

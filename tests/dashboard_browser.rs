@@ -325,8 +325,11 @@ fn the_page_and_its_assets_are_served_with_a_strict_policy() {
         page.contains("Read-only"),
         "the page should say it is read-only"
     );
-    // The page is read-only: the dashboard adds no write route, and writes still need the token.
+    // The page is read-only: the dashboard adds no write route (even with the token, which
+    // every write is checked for first), and writes still need the token.
     let reply = request(daemon.admin, "POST", "/", None, "");
+    assert_eq!(reply.code, 401, "POST / without token: {}", reply.body);
+    let reply = request(daemon.admin, "POST", "/", Some(TOKEN), "");
     assert_eq!(
         reply.code, 405,
         "POST / should not be allowed: {}",

@@ -1,6 +1,12 @@
 //! The admin HTTP endpoint (loopback by default): `GET /v1/status` for operators and the CLI,
 //! `POST /v1/reload` (token required) to taste and swap in the current files.
 //!
+//! Every request passes [`guard`] first: a `Host` that is not a loopback literal, `localhost`,
+//! the listen address or a name in `[admin] allowed_hosts` is refused (DNS rebinding: a hostile
+//! page whose name now points at 127.0.0.1); a write whose `Origin`/`Referer` names another
+//! site is refused (a browser form posting here); and a write is authorized before its body is
+//! read.
+//!
 //! Owns HTTP, authentication and the JSON shape of status. Reads the reloader and the snapshot;
 //! changes nothing except by asking the reloader, the one path for changes.
 
@@ -22,6 +28,9 @@ use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
 mod dashboard;
+pub mod token;
+
+pub use token::{read_token, AdminToken};
 
 /// Largest request body accepted (the load feed, later, is the biggest legitimate one).
 pub const MAX_BODY: usize = 1 << 20;
@@ -32,8 +41,12 @@ pub struct AdminConfig {
     /// Where the admin endpoint listens; loopback by default. Port 0 picks a free port.
     pub listen: SocketAddr,
     /// File holding the token that writes (`POST`) must present as `Authorization: Bearer`.
-    /// Unset or unreadable: writes are refused.
+    /// Missing: `serve` creates it (random, mode 0600). Unset, unreadable, shorter than 32
+    /// characters or readable by every user: writes are refused.
     pub token_file: Option<PathBuf>,
+    /// Names (or addresses) besides loopback literals, `localhost` and the listen address that
+    /// requests may carry in `Host`, e.g. the name a reverse proxy uses.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for AdminConfig {
@@ -41,6 +54,7 @@ impl Default for AdminConfig {
         AdminConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 5380)),
             token_file: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -48,14 +62,92 @@ impl Default for AdminConfig {
 #[derive(Clone)]
 pub struct AdminState {
     pub reloader: Arc<Reloader>,
-    pub token: Option<Arc<str>>,
+    pub token: Arc<AdminToken>,
+    pub hosts: Arc<AllowedHosts>,
 }
 
-/// Reads the token file: its first line, trimmed; `None` if unset, unreadable or empty.
-pub fn read_token(path: Option<&PathBuf>) -> Option<Arc<str>> {
-    let text = std::fs::read_to_string(path?).ok()?;
-    let token = text.lines().next()?.trim();
-    (!token.is_empty()).then(|| Arc::from(token))
+/// What `Host` (and the host of a write's `Origin`/`Referer`) may name.
+#[derive(Debug, Clone, Default)]
+pub struct AllowedHosts {
+    /// Lower-case names and address literals (IPv6 without brackets), no trailing dot.
+    names: Vec<String>,
+}
+
+impl AllowedHosts {
+    /// Loopback literals and `localhost` always; the listen address unless it is unspecified;
+    /// and the configured names.
+    pub fn new(listen: SocketAddr, configured: &[String]) -> AllowedHosts {
+        let mut names = vec!["localhost".to_string()];
+        if !listen.ip().is_unspecified() {
+            names.push(listen.ip().to_string());
+        }
+        names.extend(configured.iter().map(|n| normalize_host(n)));
+        AllowedHosts { names }
+    }
+
+    /// `host` as written in a `Host` header: name or literal, optional port.
+    pub fn allows(&self, host: &str) -> bool {
+        let Some(name) = host_without_port(host) else {
+            return false;
+        };
+        let name = normalize_host(name);
+        if let Ok(ip) = name.parse::<std::net::IpAddr>() {
+            let ip = match ip {
+                std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+                v4 => v4,
+            };
+            if ip.is_loopback() {
+                return true;
+            }
+            return self.names.iter().any(|n| n.parse() == Ok(ip));
+        }
+        self.names.contains(&name)
+    }
+
+    /// An `Origin` or `Referer` value: allowed when it is an http(s) URL whose host is.
+    pub fn allows_url(&self, url: &str) -> bool {
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"));
+        let Some(rest) = rest else {
+            return false; // "null", file:, other schemes
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        if authority.contains('@') {
+            return false;
+        }
+        self.allows(authority)
+    }
+}
+
+fn normalize_host(name: &str) -> String {
+    let name = name.trim().trim_end_matches('.');
+    let name = name
+        .strip_prefix('[')
+        .and_then(|n| n.strip_suffix(']'))
+        .unwrap_or(name);
+    name.to_ascii_lowercase()
+}
+
+/// The host part of `host[:port]`, `[v6]:port` or a bare IPv6 literal.
+fn host_without_port(value: &str) -> Option<&str> {
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    if let Some(rest) = value.strip_prefix('[') {
+        let end = rest.find(']')?;
+        let after = &rest[end + 1..];
+        if !(after.is_empty() || after.starts_with(':')) {
+            return None;
+        }
+        return Some(&rest[..end]);
+    }
+    match value.matches(':').count() {
+        0 => Some(value),
+        1 => value.split(':').next(),
+        _ => Some(value),
+    }
 }
 
 pub fn router(state: AdminState) -> Router {
@@ -71,7 +163,54 @@ pub fn router(state: AdminState) -> Router {
             post(push_load).layer(axum::extract::DefaultBodyLimit::max(4 * MAX_FEED_BYTES)),
         )
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// Runs before every handler, so before any body is read: checks `Host`, and for a write the
+/// `Origin`/`Referer` and the token.
+async fn guard(
+    State(state): State<AdminState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use axum::http::{header, Method};
+    let headers = request.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    if !host.is_some_and(|h| state.hosts.allows(h)) {
+        return (
+            StatusCode::FORBIDDEN,
+            format!(
+                "Host {:?} is not allowed: use a loopback address, or add the name to \
+                 [admin] allowed_hosts\n",
+                host.unwrap_or("")
+            ),
+        )
+            .into_response();
+    }
+    let write = !matches!(*request.method(), Method::GET | Method::HEAD);
+    if write {
+        for name in [header::ORIGIN, header::REFERER] {
+            let Some(value) = headers.get(&name) else {
+                continue;
+            };
+            let allowed = value.to_str().is_ok_and(|v| state.hosts.allows_url(v));
+            if !allowed {
+                return (
+                    StatusCode::FORBIDDEN,
+                    format!("cross-site write refused ({name} {value:?})\n"),
+                )
+                    .into_response();
+            }
+        }
+        if let Err(refused) = authorize(&state, headers) {
+            return *refused;
+        }
+    }
+    next.run(request).await
 }
 
 pub async fn serve(listener: tokio::net::TcpListener, state: AdminState) {
@@ -111,6 +250,9 @@ pub struct StatusFields {
     pub last_reload_ms: f64,
     pub last_refusal: Option<RefusalView>,
     pub warnings: Vec<String>,
+    /// The taster (absent from servers older than it).
+    #[serde(default)]
+    pub taster: crate::taster::TasterStatus,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -151,6 +293,7 @@ impl From<Status> for StatusFields {
                 reasons: r.reasons,
             }),
             warnings: s.warnings,
+            taster: s.taster,
         }
     }
 }
@@ -258,18 +401,18 @@ async fn metrics(State(state): State<AdminState>) -> Response {
     }
 }
 
-/// `POST /v1/reload`. The body is ignored, but taken (as [`axum::body::Bytes`]) so that
-/// [`MAX_BODY`] applies: an oversized one is refused with 413 before anything else.
-async fn reload(
-    State(state): State<AdminState>,
-    headers: HeaderMap,
-    _body: axum::body::Bytes,
-) -> Response {
-    if let Err(refused) = authorize(&state, &headers) {
-        return *refused;
-    }
+/// `POST /v1/reload` (authorized by [`guard`]). The body is ignored, but taken (as
+/// [`axum::body::Bytes`]) so that [`MAX_BODY`] applies: an oversized one is refused with 413.
+/// The token file is re-read too (a replaced file rotates the token).
+async fn reload(State(state): State<AdminState>, _body: axum::body::Bytes) -> Response {
     let reloader = state.reloader.clone();
-    let result = tokio::task::spawn_blocking(move || reloader.reload(Trigger::Api)).await;
+    let token = state.token.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let result = reloader.reload(Trigger::Api);
+        token.reread();
+        result
+    })
+    .await;
     match result {
         Ok(Ok(accepted)) => (
             StatusCode::OK,
@@ -289,29 +432,19 @@ async fn reload(
     }
 }
 
-/// A load feed pushed over HTTP: validated whole (refused with the reason, 400), then it is
-/// the latest feed the shield decides on.
-async fn push_load(
-    State(state): State<AdminState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let authorized = authorize(&state, &headers);
+/// A load feed pushed over HTTP (authorized by [`guard`]): validated whole (refused with the
+/// reason, 400), then it is the latest feed the shield decides on.
+async fn push_load(State(state): State<AdminState>, body: axum::body::Bytes) -> Response {
     if body.len() > MAX_FEED_BYTES {
         let error = FeedError::TooLarge {
             size: body.len() as u64,
             limit: MAX_FEED_BYTES,
         };
-        if authorized.is_ok() {
-            let shield = state.reloader.shield();
-            shield
-                .feed
-                .refuse(FeedOrigin::Http, &error, std::time::SystemTime::now());
-        }
+        let shield = state.reloader.shield();
+        shield
+            .feed
+            .refuse(FeedOrigin::Http, &error, std::time::SystemTime::now());
         return (StatusCode::PAYLOAD_TOO_LARGE, format!("refused: {error}\n")).into_response();
-    }
-    if let Err(refused) = authorized {
-        return *refused;
     }
     let snapshot = state.reloader.snapshot().load();
     let Some(steering) = &snapshot.steering else {
@@ -343,26 +476,23 @@ async fn push_load(
 
 /// Checks `Authorization: Bearer <token>` in constant time; `Err` is the refusal to send.
 fn authorize(state: &AdminState, headers: &HeaderMap) -> Result<(), Box<Response>> {
-    let Some(expected) = &state.token else {
-        return Err(Box::new(
-            (
-                StatusCode::FORBIDDEN,
-                "writes are disabled: no admin token configured ([admin] token_file)\n",
-            )
-                .into_response(),
-        ));
-    };
     let presented = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
-        Ok(())
-    } else {
-        Err(Box::new(
+    match state.token.check(presented) {
+        Ok(()) => Ok(()),
+        Err(token::TokenCheck::Disabled(reason)) => Err(Box::new(
+            (
+                StatusCode::FORBIDDEN,
+                format!("writes are disabled: {reason}\n"),
+            )
+                .into_response(),
+        )),
+        Err(token::TokenCheck::Wrong) => Err(Box::new(
             (StatusCode::UNAUTHORIZED, "missing or wrong admin token\n").into_response(),
-        ))
+        )),
     }
 }
 
@@ -386,5 +516,53 @@ mod tests {
         assert!(!constant_time_eq(b"secret", b"secret2"));
         assert!(!constant_time_eq(b"", b"x"));
         assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn hosts_allowed_are_loopback_localhost_listen_and_configured() {
+        let hosts = AllowedHosts::new(
+            "127.0.0.1:5380".parse().unwrap(),
+            &["Admin.Example.NET.".to_string()],
+        );
+        for ok in [
+            "127.0.0.1:5380",
+            "127.0.0.1",
+            "127.1.2.3:80",
+            "[::1]:5380",
+            "::1",
+            "[::ffff:127.0.0.1]:5380",
+            "localhost:5380",
+            "LOCALHOST",
+            "admin.example.net:5380",
+            "admin.example.net.",
+        ] {
+            assert!(hosts.allows(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.example",
+            "evil.example:5380",
+            "localhost.evil.example",
+            "192.0.2.1:5380",
+            "[::1",
+            "[::1]x",
+            "127.0.0.1.evil.example",
+        ] {
+            assert!(!hosts.allows(bad), "{bad}");
+        }
+        assert!(hosts.allows_url("http://127.0.0.1:5380"));
+        assert!(hosts.allows_url("http://localhost:5380/dashboard?x=1"));
+        for bad in [
+            "null",
+            "http://evil.example",
+            "https://evil.example/http://127.0.0.1",
+            "http://127.0.0.1@evil.example/",
+            "file:///etc",
+        ] {
+            assert!(!hosts.allows_url(bad), "{bad}");
+        }
+        let public = AllowedHosts::new("192.0.2.7:5380".parse().unwrap(), &[]);
+        assert!(public.allows("192.0.2.7:5380"));
+        assert!(!public.allows("192.0.2.8:5380"));
     }
 }

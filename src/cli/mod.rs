@@ -382,6 +382,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         }
         None => println!("no refused changes"),
     }
+    print_taster(&c.taster);
     for (profile, endpoints) in &status.profiles {
         let list: Vec<String> = endpoints.iter().map(|(e, v)| endpoint_text(e, v)).collect();
         println!("profile {profile}: {}", list.join(" "));
@@ -397,6 +398,19 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         print_xdp(xdp);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_taster(t: &steerdns::taster::TasterStatus) {
+    if t.mode.is_empty() {
+        return;
+    }
+    println!(
+        "taster: {} (limits {} ms, {} MiB, {} s CPU): {} ok, {} invalid, {} crashed, {} timed out",
+        t.mode, t.timeout_ms, t.memory_mb, t.cpu_secs, t.ok, t.problems, t.crashed, t.timed_out
+    );
+    if let Some(last) = &t.last_result {
+        println!("  last taste {:.1} ms: {last}", t.last_ms);
+    }
 }
 
 fn print_xdp(xdp: &steerdns::metrics::xdp::XdpView) {
@@ -497,7 +511,7 @@ pub fn load_push(target: &Target, file: &str) -> Result<ExitCode> {
             steerdns::shield::feed::MAX_FEED_BYTES
         );
     }
-    let token = read_token(config.admin.token_file.as_ref());
+    let token = admin_token(&config);
     let response = http::request(addr, "POST", "/v1/load", token.as_deref(), &body)?;
     println!("{}", response.body.trim());
     Ok(if response.status == 200 {
@@ -507,10 +521,22 @@ pub fn load_push(target: &Target, file: &str) -> Result<ExitCode> {
     })
 }
 
+/// The token from the file the config names (the one the server reads or created); a problem
+/// is said on stderr and the request goes without one (the server then says why it refuses).
+fn admin_token(config: &Config) -> Option<std::sync::Arc<str>> {
+    match read_token(config.admin.token_file.as_ref()) {
+        Ok(token) => Some(token),
+        Err(e) => {
+            eprintln!("warning: {e}");
+            None
+        }
+    }
+}
+
 pub fn reload(target: &Target) -> Result<ExitCode> {
     let config = target.config()?;
     let addr = target.admin_addr(&config);
-    let token = read_token(config.admin.token_file.as_ref());
+    let token = admin_token(&config);
     let response = http::request(addr, "POST", "/v1/reload", token.as_deref(), b"")?;
     println!("{}", response.body.trim());
     Ok(if response.status == 200 {

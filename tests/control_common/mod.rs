@@ -23,7 +23,8 @@ use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_steerdns");
-pub const TOKEN: &str = "s3cret-admin-token-for-tests";
+/// The admin token the copies use: at least 32 characters (shorter ones are refused).
+pub const TOKEN: &str = "s3cret-admin-token-for-the-control-tests";
 
 /// The CNAME targets of the `critical` profile's endpoints in the bundled example.
 pub const FRONTDOOR: &str = "critical.edge.example.net.";
@@ -85,7 +86,7 @@ impl Setup {
         // Its [admin] token_file is relative too: the copy reads the test's own token.
         let config = root.join("steerdns.toml");
         std::fs::write(&config, &original).expect("write config");
-        std::fs::write(root.join("admin.token"), format!("{TOKEN}\n")).expect("write token");
+        write_token(&root.join("admin.token"), TOKEN);
         Setup { dir, config }
     }
 
@@ -121,6 +122,14 @@ impl Setup {
     pub fn start(&self) -> Daemon {
         Daemon::start(self)
     }
+}
+
+/// Writes a token file the way the runbook says: readable by its owner only (a token every
+/// user can read is refused).
+pub fn write_token(path: &Path, token: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("{token}\n")).expect("write token");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod token");
 }
 
 static TMP_COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -448,10 +457,6 @@ pub fn try_http(
     path: &str,
     token: Option<&str>,
 ) -> Result<(u16, String), String> {
-    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(HTTP_TIMEOUT))
-        .map_err(|e| e.to_string())?;
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n"
     );
@@ -459,9 +464,17 @@ pub fn try_http(
         head.push_str(&format!("Authorization: Bearer {token}\r\n"));
     }
     head.push_str("\r\n");
+    send_http(addr, head.as_bytes())
+}
+
+/// Sends `request` (head and whatever body, as given) and reads the reply until the server
+/// closes the connection or [`HTTP_TIMEOUT`] passes without a byte; returns (code, body).
+pub fn send_http(addr: SocketAddr, request: &[u8]) -> Result<(u16, String), String> {
+    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).map_err(|e| e.to_string())?;
     stream
-        .write_all(head.as_bytes())
+        .set_read_timeout(Some(HTTP_TIMEOUT))
         .map_err(|e| e.to_string())?;
+    stream.write_all(request).map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
     stream
         .take(1 << 22)

@@ -93,11 +93,22 @@ pub fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
 /// One HTTP/1.1 request with `body`; returns (status code, response text). The body is written
 /// from another thread, so a server that answers before reading it all does not deadlock us.
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: Vec<u8>) -> (u16, String) {
+    http_with(addr, method, path, "", body)
+}
+
+/// Like [`http`], with `headers` (each line ending in `\r\n`) added to the head.
+pub fn http_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: Vec<u8>,
+) -> (u16, String) {
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connect to admin");
     stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+         Content-Type: application/json\r\nContent-Length: {}\r\n{headers}\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).expect("write head");
