@@ -18,6 +18,7 @@ pub mod rrl;
 pub mod server;
 pub mod shield;
 pub mod snapshot;
+pub mod taster;
 pub mod zone;
 
 #[cfg(test)]

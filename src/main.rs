@@ -73,6 +73,22 @@ enum Command {
     /// Simulate the traffic shield on a scenario (same step and policy code as the server);
     /// writes timeline.csv and plot.svg into DIR and prints a summary.
     Simulate(SimulateArgs),
+    /// Internal: the taster child the server runs before it loads a change (see `[taster]`).
+    #[command(hide = true)]
+    Taste(TasteArgs),
+}
+
+#[derive(clap::Args)]
+struct TasteArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    #[arg(long)]
+    nsid: Option<String>,
+    #[arg(long)]
+    identity: Option<String>,
+    /// The candidate control text comes on standard input.
+    #[arg(long)]
+    control_stdin: bool,
 }
 
 #[derive(clap::Args)]
@@ -258,6 +274,7 @@ fn main() -> ExitCode {
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),
+        Command::Taste(args) => taste(args),
     };
     match result {
         Ok(code) => code,
@@ -288,6 +305,32 @@ fn read_config(args: &SourceArgs) -> Result<Config> {
         ..Source::default()
     };
     source.read_config().map_err(anyhow::Error::msg)
+}
+
+/// The taster child: loads the change the server is about to load and prints its verdict
+/// (one JSON line). Run by the server only.
+fn taste(args: TasteArgs) -> Result<ExitCode> {
+    use std::io::Read;
+    let source = Source {
+        config: args.source.config,
+        zones: args.source.zones,
+        nsid: args.nsid,
+        identity: args.identity,
+        taster: None,
+    };
+    let control = if args.control_stdin {
+        let mut text = String::new();
+        std::io::stdin()
+            .take(steerdns::files::SMALL_FILE_LIMIT)
+            .read_to_string(&mut text)
+            .context("reading the control text from standard input")?;
+        Some(text)
+    } else {
+        None
+    };
+    let verdict = steerdns::taster::child::taste(source.read_config(), control.as_deref());
+    println!("{}", serde_json::to_string(&verdict)?);
+    Ok(ExitCode::from(verdict.exit_code()))
 }
 
 fn geoip(command: GeoipCommand) -> Result<ExitCode> {
@@ -453,6 +496,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         zones: args.source.zones.clone(),
         nsid: args.nsid.clone(),
         identity: args.identity.clone(),
+        taster: steerdns::taster::this_program(),
     };
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;
     if !args.listen.is_empty() {

@@ -250,6 +250,9 @@ pub struct StatusFields {
     pub last_reload_ms: f64,
     pub last_refusal: Option<RefusalView>,
     pub warnings: Vec<String>,
+    /// The taster (absent from servers older than it).
+    #[serde(default)]
+    pub taster: crate::taster::TasterStatus,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -290,6 +293,7 @@ impl From<Status> for StatusFields {
                 reasons: r.reasons,
             }),
             warnings: s.warnings,
+            taster: s.taster,
         }
     }
 }

@@ -460,6 +460,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         }
         None => println!("no refused changes"),
     }
+    print_taster(&c.taster);
     for (profile, endpoints) in &status.profiles {
         let list: Vec<String> = endpoints.iter().map(|(e, v)| endpoint_text(e, v)).collect();
         println!("profile {profile}: {}", list.join(" "));
@@ -475,6 +476,19 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         print_xdp(xdp);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_taster(t: &steerdns::taster::TasterStatus) {
+    if t.mode.is_empty() {
+        return;
+    }
+    println!(
+        "taster: {} (limits {} ms, {} MiB, {} s CPU): {} ok, {} invalid, {} crashed, {} timed out",
+        t.mode, t.timeout_ms, t.memory_mb, t.cpu_secs, t.ok, t.problems, t.crashed, t.timed_out
+    );
+    if let Some(last) = &t.last_result {
+        println!("  last taste {:.1} ms: {last}", t.last_ms);
+    }
 }
 
 fn print_xdp(xdp: &steerdns::metrics::xdp::XdpView) {

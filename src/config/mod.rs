@@ -50,6 +50,9 @@ pub struct Config {
     /// Response rate limiting for UDP (off unless enabled).
     #[serde(default)]
     pub rrl: crate::rrl::RrlConfig,
+    /// The taster: a child process that loads every change before the server does.
+    #[serde(default)]
+    pub taster: TasterConfig,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -135,6 +138,36 @@ impl ShieldConfig {
             stale_after_ms: self.stale_after_secs.saturating_mul(1000),
             revert_after_ms: self.revert_after_secs.saturating_mul(1000),
             allow_cross_continent: self.allow_cross_continent,
+        }
+    }
+}
+
+/// The taster ("food taster"): before the server builds a snapshot from a change (control
+/// version, config, zones, geo database), a child process loads the very same change under
+/// these limits. A crash, abort, timeout or out-of-memory in the child refuses the change and
+/// the server keeps serving what it served.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TasterConfig {
+    /// Taste every change in a child process first (default true). Off: changes are loaded
+    /// in the serving process directly, as validated as ever but without the isolation.
+    pub enabled: bool,
+    /// Wall-clock limit (ms) for one taste; the child is killed when it runs longer.
+    pub timeout_ms: u64,
+    /// Address-space limit of the child (MiB, RLIMIT_AS). Loading a million names takes
+    /// about 600 MiB.
+    pub memory_mb: u64,
+    /// CPU-time limit of the child (s, RLIMIT_CPU).
+    pub cpu_secs: u64,
+}
+
+impl Default for TasterConfig {
+    fn default() -> Self {
+        TasterConfig {
+            enabled: true,
+            timeout_ms: 30_000,
+            memory_mb: 4096,
+            cpu_secs: 60,
         }
     }
 }
@@ -300,6 +333,7 @@ impl Default for Config {
             shield: ShieldConfig::default(),
             trace: TraceConfig::default(),
             rrl: crate::rrl::RrlConfig::default(),
+            taster: TasterConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -424,6 +458,16 @@ impl Config {
                 "max_connections, max_connections_per_client and max_queries_per_connection \
                  must be at least 1"
                     .into(),
+            ));
+        }
+        let taster = &self.taster;
+        if taster.timeout_ms < 100 || taster.memory_mb < 64 || taster.cpu_secs == 0 {
+            return Err(invalid(
+                "taster",
+                format!(
+                    "need timeout_ms >= 100, memory_mb >= 64 and cpu_secs >= 1 (got {}, {}, {})",
+                    taster.timeout_ms, taster.memory_mb, taster.cpu_secs
+                ),
             ));
         }
         if let Some((field, message)) = self.rrl.problem() {

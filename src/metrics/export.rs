@@ -340,6 +340,26 @@ impl Scrape {
             "How long the last accepted reload took, from reading files to the swap.",
             st.last_reload_ms / 1000.0,
         )?;
+        let taster = &st.taster;
+        counters(
+            encoder,
+            "steerdns_taster_runs",
+            "Changes tasted by the taster child process, by outcome (ok; problems: the change \
+             is invalid; crashed: killed by a signal, out of memory, CPU limit; timeout).",
+            [
+                ("ok", taster.ok),
+                ("problems", taster.problems),
+                ("crashed", taster.crashed),
+                ("timeout", taster.timed_out),
+            ]
+            .map(|(result, n)| (vec![("result", result.to_string())], n)),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_taster_last_duration_seconds",
+            "How long the last taste took, from starting the child to its verdict.",
+            taster.last_ms / 1000.0,
+        )?;
         let endpoint =
             |(p, e): (&String, &String)| vec![("profile", p.clone()), ("endpoint", e.clone())];
         gauges(

@@ -3,11 +3,16 @@
 //! compile a complete snapshot, and only then swap it in. A refused change leaves the last
 //! known good snapshot serving, is logged as one line per problem, counted, and shown in status.
 //!
+//! Before anything is loaded here, the change goes to the taster (`crate::taster`): a child
+//! process loads the same bytes first, and a crash, timeout or out-of-memory there refuses the
+//! change without touching this process.
+//!
 //! Owns the status of the control plane (serial, last refusal, counters) and recording accepted
 //! control versions in the history. Never touches the serving path beyond the atomic store.
 
 pub mod watch;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -21,8 +26,9 @@ use crate::control::history::{
 };
 use crate::control::ControlFile;
 use crate::shield::live::Shield;
-use crate::snapshot::load::{load_after, load_with, ControlSource, Loaded};
+use crate::snapshot::load::{load_after, ControlSource, Loaded};
 use crate::snapshot::{SharedSnapshot, Snapshot};
+use crate::taster::TasterStatus;
 
 /// Where the configuration comes from (the command line, re-read on every reload).
 #[derive(Debug, Clone, Default)]
@@ -36,6 +42,9 @@ pub struct Source {
     pub nsid: Option<String>,
     /// `--identity` override (`CH TXT id.server`).
     pub identity: Option<String>,
+    /// The program that tastes changes in a child process (the server's own binary, see
+    /// [`crate::taster::this_program`]). `None`: changes are loaded in this process only.
+    pub taster: Option<PathBuf>,
 }
 
 impl Source {
@@ -61,6 +70,28 @@ impl Source {
             config.server.identity = Some(identity.clone());
         }
         Ok(config)
+    }
+
+    /// The arguments that make `steerdns taste` read the config exactly as this source does.
+    pub fn taste_args(&self) -> Vec<OsString> {
+        let mut args = Vec::new();
+        let mut push = |flag: &str, value: OsString| {
+            args.push(OsString::from(flag));
+            args.push(value);
+        };
+        if let Some(config) = &self.config {
+            push("--config", config.clone().into_os_string());
+        }
+        if let Some(zones) = &self.zones {
+            push("--zones", zones.clone().into_os_string());
+        }
+        if let Some(nsid) = &self.nsid {
+            push("--nsid", nsid.into());
+        }
+        if let Some(identity) = &self.identity {
+            push("--identity", identity.into());
+        }
+        args
     }
 }
 
@@ -106,6 +137,8 @@ pub struct Status {
     pub last_refusal: Option<Refusal>,
     /// Problems that did not stop serving (history not writable, geo database unusable, zone warnings).
     pub warnings: Vec<String>,
+    /// The taster: mode, limits, tastes by outcome, the last one.
+    pub taster: TasterStatus,
 }
 
 struct State {
@@ -153,16 +186,17 @@ impl Reloader {
         let config = source.read_config().map_err(|e| vec![e])?;
         let history = open_history(&config);
         let control = read_control_text(&config).map_err(|e| vec![e]);
-        let first = control
-            .clone()
-            .and_then(|text| load_control(&config, text.as_ref(), None).map(|l| (l, text)));
+        let mut taster = TasterStatus::default();
+        let first = control.clone().and_then(|text| {
+            taste_then_load(&source, &config, text.as_ref(), None, &mut taster).map(|l| (l, text))
+        });
         let (loaded, text, refusal) = match first {
             Ok((loaded, text)) => (loaded, text, None),
             Err(reasons) => {
                 let fallback = history
                     .as_ref()
                     .ok()
-                    .and_then(|h| newest_valid_version(h, &config));
+                    .and_then(|h| newest_valid_version(h, &source, &config, &mut taster));
                 match fallback {
                     Some((loaded, text, serial)) => {
                         let mut reasons = reasons;
@@ -179,6 +213,7 @@ impl Reloader {
         let warnings = loaded.warnings.clone();
         {
             let mut state = reloader.lock();
+            state.status.taster = taster;
             if let Some(reasons) = refusal {
                 state.status.reloads_refused += 1;
                 state.status.last_refusal = Some(Refusal {
@@ -293,7 +328,13 @@ impl Reloader {
                 });
                 let control = control.map_err(|e| vec![e])?;
                 let previous = self.snapshot.load_full();
-                let loaded = load_control(&config, control.as_ref(), Some(&previous))?;
+                let loaded = taste_then_load(
+                    &self.source,
+                    &config,
+                    control.as_ref(),
+                    Some(&previous),
+                    &mut state.status.taster,
+                )?;
                 self.keep_good_geo_database(&loaded)?;
                 Ok((config, loaded, control))
             });
@@ -450,6 +491,42 @@ fn read_control_text(config: &Config) -> Result<Option<(PathBuf, String)>, Strin
     }
 }
 
+/// The taster first (when enabled and there is a program to run), then the load in this
+/// process, which must have read what the taster read. Counts the taste in `taster`.
+fn taste_then_load(
+    source: &Source,
+    config: &Config,
+    control: Option<&(PathBuf, String)>,
+    previous: Option<&Snapshot>,
+    taster: &mut TasterStatus,
+) -> Result<Loaded, Vec<String>> {
+    taster.configure(&config.taster, source.taster.as_deref());
+    let text = control.map(|(_, text)| text.as_str());
+    let tasted = match &source.taster {
+        Some(program) if config.taster.enabled => {
+            let started = Instant::now();
+            let result = crate::taster::taste(program, &config.taster, &source.taste_args(), text);
+            taster.count(&result, started.elapsed());
+            match result {
+                Ok(tasted) => Some(tasted),
+                Err(refused) => return Err(refused.reasons()),
+            }
+        }
+        _ => None,
+    };
+    let loaded = load_control(config, control, previous)?;
+    if let Some(tasted) = tasted {
+        if crate::taster::fingerprint(config, &loaded.snapshot, text) != tasted.fingerprint {
+            return Err(vec![
+                "config, zone or geo database files changed while the taster was loading \
+                 them: not serving what was not tasted (reload again)"
+                    .to_string(),
+            ]);
+        }
+    }
+    Ok(loaded)
+}
+
 /// Loads with `control`; `previous` (the snapshot being served) lends its zones when no zone
 /// or config file changed.
 fn load_control(
@@ -502,21 +579,21 @@ fn record_version(
     Ok(serial)
 }
 
-/// Newest history version that loads cleanly with the current config and zones.
-fn newest_valid_version(history: &History, config: &Config) -> Option<(Loaded, String, u64)> {
+/// Newest history version that the taster and this process load cleanly with the current
+/// config and zones.
+fn newest_valid_version(
+    history: &History,
+    source: &Source,
+    config: &Config,
+    taster: &mut TasterStatus,
+) -> Option<(Loaded, String, u64)> {
     let versions = history.list().ok()?;
     let path = control_path(config);
     versions.iter().rev().find_map(|meta| {
         let (_, text) = history.get(meta.serial).ok()??;
-        let loaded = load_with(
-            config,
-            ControlSource::Text {
-                path: &path,
-                text: &text,
-            },
-        )
-        .ok()?;
-        Some((loaded, text, meta.serial))
+        let candidate = (path.clone(), text);
+        let loaded = taste_then_load(source, config, Some(&candidate), None, taster).ok()?;
+        Some((loaded, candidate.1, meta.serial))
     })
 }
 

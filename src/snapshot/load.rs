@@ -143,6 +143,20 @@ pub struct Sources {
 }
 
 impl Sources {
+    /// One number for every input file as it was read (the config file, the zone directory's
+    /// files and their includes): equal for two loads — the taster's and the server's — that
+    /// read the same bytes. Comparable between processes of the same binary only.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        self.config_path.hash(&mut hasher);
+        self.config.hash(&mut hasher);
+        self.zones_dir.hash(&mut hasher);
+        self.zone_files.hash(&mut hasher);
+        self.files.hash(&mut hasher);
+        hasher.finish()
+    }
+
     /// Does the config still name the same files, and does every file still hold the same
     /// bytes? Reads them all again; any doubt (an unreadable file) answers no.
     fn unchanged(&self, config: &Config, config_digest: Option<&Digest>) -> bool {

@@ -1,0 +1,169 @@
+//! The taster's side of the process boundary (`steerdns taste`, run by the server only): load
+//! the change completely — config, zones, geo database, policies with the candidate control
+//! text — and print one JSON [`Verdict`] line. Whatever goes wrong in here kills only this
+//! process. This is also the only place that reads the fault drill's environment variable.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::snapshot::load::{load_with, ControlSource};
+
+use super::FAULT_ENV;
+
+/// The child's answer, one JSON line on stdout (exit status 0 for ok, 1 for problems).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "verdict", rename_all = "lowercase")]
+pub enum Verdict {
+    /// Loaded completely; `fingerprint` (hex) names what was read, `ms` how long it took.
+    Ok { fingerprint: String, ms: f64 },
+    /// The change is invalid: one line per problem, as an in-process load reports them.
+    Problems { problems: Vec<String> },
+}
+
+impl Verdict {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Verdict::Ok { .. } => 0,
+            Verdict::Problems { .. } => 1,
+        }
+    }
+}
+
+/// A drill: what the taster does when the candidate control text contains a marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// `abort:<text>`: abort (SIGABRT), as a crashing compiler would.
+    Abort(String),
+    /// `spin:<text>`: busy-loop forever (trips the wall-clock or CPU limit).
+    Spin(String),
+    /// `oom:<text>`: allocate without end (trips the memory limit).
+    Oom(String),
+}
+
+impl Fault {
+    /// `kind:<text>` with a non-empty text; anything else is no fault.
+    pub fn parse(spec: &str) -> Option<Fault> {
+        let (kind, text) = spec.split_once(':')?;
+        if text.is_empty() {
+            return None;
+        }
+        let text = text.to_string();
+        match kind {
+            "abort" => Some(Fault::Abort(text)),
+            "spin" => Some(Fault::Spin(text)),
+            "oom" => Some(Fault::Oom(text)),
+            _ => None,
+        }
+    }
+
+    fn marker(&self) -> &str {
+        match self {
+            Fault::Abort(t) | Fault::Spin(t) | Fault::Oom(t) => t,
+        }
+    }
+
+    /// Acts if `control` contains the marker; returns otherwise.
+    fn strike(&self, control: &str) {
+        if !control.contains(self.marker()) {
+            return;
+        }
+        eprintln!("taster fault drill ({FAULT_ENV}): {self:?}");
+        match self {
+            Fault::Abort(_) => std::process::abort(),
+            Fault::Spin(_) => loop {
+                std::hint::spin_loop();
+            },
+            Fault::Oom(_) => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 64 << 20]);
+                }
+            }
+        }
+    }
+}
+
+/// Tastes one change: `config` as the server read it (same file, same overrides) and the
+/// candidate control text (`None`: the config names no control file).
+pub fn taste(config: Result<Config, String>, control: Option<&str>) -> Verdict {
+    if let (Some(fault), Some(text)) = (
+        std::env::var(FAULT_ENV).ok().and_then(|s| Fault::parse(&s)),
+        control,
+    ) {
+        fault.strike(text);
+    }
+    let started = std::time::Instant::now();
+    let config = match config {
+        Ok(config) => config,
+        Err(problem) => {
+            return Verdict::Problems {
+                problems: vec![problem],
+            }
+        }
+    };
+    let path = config.control.file.clone().unwrap_or_default();
+    let loaded = match control {
+        Some(text) => load_with(&config, ControlSource::Text { path: &path, text }),
+        None => load_with(&config, ControlSource::FromConfig),
+    };
+    match loaded {
+        Ok(loaded) => {
+            let fingerprint = super::fingerprint(&config, &loaded.snapshot, control);
+            // The process ends right after: freeing the snapshot piece by piece would only
+            // delay the verdict.
+            std::mem::forget(loaded);
+            Verdict::Ok {
+                fingerprint: format!("{fingerprint:x}"),
+                ms: started.elapsed().as_secs_f64() * 1000.0,
+            }
+        }
+        Err(problems) => Verdict::Problems { problems },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_specs() {
+        assert_eq!(
+            Fault::parse("abort:BOOM"),
+            Some(Fault::Abort("BOOM".into()))
+        );
+        assert_eq!(Fault::parse("spin:a:b"), Some(Fault::Spin("a:b".into())));
+        assert_eq!(Fault::parse("oom:x"), Some(Fault::Oom("x".into())));
+        assert_eq!(Fault::parse("abort:"), None);
+        assert_eq!(Fault::parse("explode:x"), None);
+        assert_eq!(Fault::parse("abort"), None);
+        // No marker in the text: nothing happens.
+        Fault::Abort("BOOM".into()).strike("weights = 1");
+    }
+
+    #[test]
+    fn verdict_lines() {
+        let ok = Verdict::Ok {
+            fingerprint: "ff".into(),
+            ms: 1.5,
+        };
+        let line = serde_json::to_string(&ok).expect("json");
+        assert_eq!(line, r#"{"verdict":"ok","fingerprint":"ff","ms":1.5}"#);
+        assert_eq!(serde_json::from_str::<Verdict>(&line).expect("parse"), ok);
+        assert_eq!(ok.exit_code(), 0);
+        let problems = Verdict::Problems {
+            problems: vec!["a".into()],
+        };
+        assert_eq!(problems.exit_code(), 1);
+    }
+
+    #[test]
+    fn an_unreadable_config_is_a_problem_not_a_crash() {
+        let verdict = taste(Err("steerdns.toml: cannot read".into()), None);
+        assert_eq!(
+            verdict,
+            Verdict::Problems {
+                problems: vec!["steerdns.toml: cannot read".into()]
+            }
+        );
+    }
+}
