@@ -15,6 +15,7 @@ pub mod geo;
 pub mod metrics;
 pub mod policy;
 pub mod reload;
+pub mod rollout;
 pub mod rrl;
 pub mod server;
 pub mod shield;
