@@ -70,6 +70,10 @@ enum Command {
         #[command(flatten)]
         target: cli::Target,
     },
+    /// DNSSEC: make keys, print DS records for the parent or a validator, show key states,
+    /// dump a signed zone.
+    #[command(subcommand)]
+    Dnssec(DnssecCommand),
     /// Simulate the traffic shield on a scenario (same step and policy code as the server);
     /// writes timeline.csv and plot.svg into DIR and prints a summary.
     Simulate(SimulateArgs),
@@ -104,6 +108,45 @@ struct SimulateArgs {
     /// `off` runs the baseline: the same scenario with the shield off.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     shield: String,
+}
+
+#[derive(Subcommand)]
+enum DnssecCommand {
+    /// Make a key for ZONE in the key directory ([dnssec] keys), mode 0600: a combined
+    /// signing key (CSK) by default, or a KSK and a ZSK with --split. Published and active at
+    /// once; the server uses it on its next reload.
+    Keygen {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The zone, e.g. example.com.
+        zone: String,
+        /// Make a KSK and a ZSK instead of one CSK.
+        #[arg(long)]
+        split: bool,
+        /// 13 (ECDSA P-256, default from [dnssec] algorithm) or 15 (Ed25519).
+        #[arg(long)]
+        algorithm: Option<u8>,
+    },
+    /// Print ZONE's DS records in zone-file form (for the parent, or as a validator's trust
+    /// anchor).
+    Ds {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The zone, e.g. example.com.
+        zone: String,
+    },
+    /// Every signed zone's keys, their states and next events.
+    Status {
+        #[command(flatten)]
+        source: SourceArgs,
+    },
+    /// Print the signed ZONE in zone-file form as it is served (for `ldns-verify-zone`).
+    Dump {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The zone, e.g. example.com.
+        zone: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -278,6 +321,7 @@ fn main() -> ExitCode {
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),
+        Command::Dnssec(command) => dnssec(command),
         Command::Taste(args) => taste(args),
     };
     match result {
@@ -374,6 +418,20 @@ fn geoip(command: GeoipCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn dnssec(command: DnssecCommand) -> Result<ExitCode> {
+    match command {
+        DnssecCommand::Keygen {
+            source,
+            zone,
+            split,
+            algorithm,
+        } => cli::dnssec::keygen(&read_config(&source)?, &zone, split, algorithm),
+        DnssecCommand::Ds { source, zone } => cli::dnssec::ds(&read_config(&source)?, &zone),
+        DnssecCommand::Status { source } => cli::dnssec::status(&read_config(&source)?),
+        DnssecCommand::Dump { source, zone } => cli::dnssec::dump(&read_config(&source)?, &zone),
+    }
 }
 
 fn simulate(args: SimulateArgs) -> Result<ExitCode> {

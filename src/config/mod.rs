@@ -55,6 +55,9 @@ pub struct Config {
     /// Fleet mode: the control state shared by every node through etcd. Absent: single node.
     #[serde(default)]
     pub fleet: Option<fleet::FleetConfig>,
+    /// DNSSEC: zones to sign, key directory, algorithm, signature validity, rollover.
+    #[serde(default)]
+    pub dnssec: crate::dnssec::DnssecConfig,
     /// The taster: a child process that loads every change before the server does.
     #[serde(default)]
     pub taster: TasterConfig,
@@ -339,6 +342,7 @@ impl Default for Config {
             trace: TraceConfig::default(),
             rrl: crate::rrl::RrlConfig::default(),
             fleet: None,
+            dnssec: crate::dnssec::DnssecConfig::default(),
             taster: TasterConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
@@ -492,6 +496,9 @@ impl Config {
                 ));
             }
         }
+        if let Some((field, message)) = self.dnssec.problem() {
+            return Err(invalid(field, message));
+        }
         Ok(())
     }
 
@@ -520,6 +527,9 @@ impl Config {
         }
         if self.server.zones.is_relative() {
             self.server.zones = base.join(&self.server.zones);
+        }
+        if self.dnssec.keys.is_relative() {
+            self.dnssec.keys = base.join(&self.dnssec.keys);
         }
     }
 

@@ -170,6 +170,17 @@ impl ControlOrigin for Origin {
     }
 
     fn accepted(&self, config: &Config, text: &str) -> Option<String> {
+        // The cache first (the last accepted version, for a restart without etcd), so that
+        // once status says a revision is served, the cache holds it too.
+        let problem = config.control.file.as_ref().and_then(|path| {
+            let cached = crate::files::read_text_limited(path, crate::files::SMALL_FILE_LIMIT).ok();
+            if cached.as_deref() == Some(text) {
+                return None;
+            }
+            crate::control::edit::write_atomically(path, text)
+                .err()
+                .map(|e| format!("fleet control cache not updated: {e}"))
+        });
         let hash = fnv1a64(text.as_bytes());
         {
             let mut inner = self.0.lock();
@@ -184,15 +195,7 @@ impl ControlOrigin for Origin {
             }
         }
         self.0.changed.notify_one();
-        // The cache: the last accepted version, for a restart without etcd.
-        let path = config.control.file.as_ref()?;
-        let cached = crate::files::read_text_limited(path, crate::files::SMALL_FILE_LIMIT).ok();
-        if cached.as_deref() == Some(text) {
-            return None;
-        }
-        crate::control::edit::write_atomically(path, text)
-            .err()
-            .map(|e| format!("fleet control cache not updated: {e}"))
+        problem
     }
 
     fn refused(&self, text: &str) {
