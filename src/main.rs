@@ -51,6 +51,9 @@ enum Command {
         /// Region name, e.g. eu-west.
         region: String,
     },
+    /// Fleet mode (`[fleet]`): every node's state, seeding, forgetting retired nodes.
+    #[command(subcommand)]
+    Fleet(FleetCommand),
     /// Accepted control versions: list, roll back, compare.
     #[command(subcommand)]
     Control(ControlCommand),
@@ -181,6 +184,35 @@ enum WeightCommand {
         target: cli::Target,
         /// Only this profile.
         profile: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum FleetCommand {
+    /// Every live node (what it serves, whether it is on the current revision), the missing
+    /// ones and the last change's convergence time, read from etcd.
+    Status {
+        #[command(flatten)]
+        target: cli::Target,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Seed an empty fleet's control state from FILE (tasted first; refused if the fleet
+    /// already has one). The first node started against an empty prefix does this by itself.
+    Init {
+        #[command(flatten)]
+        target: cli::Target,
+        /// The control file to seed from.
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+    },
+    /// Stop reporting a retired node as missing.
+    Forget {
+        #[command(flatten)]
+        target: cli::Target,
+        /// Node name.
+        name: String,
     },
 }
 
@@ -318,6 +350,15 @@ fn main() -> ExitCode {
         }
         Command::Control(ControlCommand::Diff { target, a, b }) => cli::diff(&target, a, b),
         Command::Status { target, json } => cli::status(&target, json),
+        Command::Fleet(FleetCommand::Status { target, json }) => {
+            target.config().and_then(|c| cli::fleet::status(&c, json))
+        }
+        Command::Fleet(FleetCommand::Init { target, from }) => {
+            target.config().and_then(|c| cli::fleet::init(&c, &from))
+        }
+        Command::Fleet(FleetCommand::Forget { target, name }) => {
+            target.config().and_then(|c| cli::fleet::forget(&c, &name))
+        }
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),

@@ -4,6 +4,7 @@
 //! server serves.
 
 pub mod dnssec;
+pub mod fleet;
 mod http;
 
 use std::net::SocketAddr;
@@ -39,7 +40,7 @@ pub struct Target {
 }
 
 impl Target {
-    fn config(&self) -> Result<Config> {
+    pub fn config(&self) -> Result<Config> {
         let source = Source {
             config: self.config.clone(),
             ..Source::default()
@@ -292,6 +293,11 @@ pub fn weight_set(target: &Target, profile: &str, assignments: &[String]) -> Res
         .iter()
         .map(|a| parse_assignment(a).map_err(|e| anyhow::anyhow!("{e}")))
         .collect::<Result<Vec<_>>>()?;
+    if config.fleet.is_some() {
+        return fleet::edit(&config, &format!("weight set {profile}"), |text| {
+            set_weights(text, profile, &pairs).map_err(|e| e.to_string())
+        });
+    }
     edit_control(target, &config, &format!("weights of {profile}"), |text| {
         set_weights(text, profile, &pairs).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     })
@@ -332,6 +338,11 @@ pub fn drain(target: &Target, region: &str, on: bool) -> Result<ExitCode> {
     } else {
         format!("undrain {region}")
     };
+    if config.fleet.is_some() {
+        return fleet::edit(&config, &what, |text| {
+            set_drain(text, region, on).map_err(|e| e.to_string())
+        });
+    }
     edit_control(target, &config, &what, |text| {
         set_drain(text, region, on).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     })
@@ -339,6 +350,9 @@ pub fn drain(target: &Target, region: &str, on: bool) -> Result<ExitCode> {
 
 pub fn history_list(target: &Target) -> Result<ExitCode> {
     let config = target.config()?;
+    if config.fleet.is_some() {
+        return fleet::history(&config);
+    }
     let history = history(&config)?;
     let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
     if versions.is_empty() {
@@ -358,6 +372,9 @@ pub fn history_list(target: &Target) -> Result<ExitCode> {
 
 pub fn rollback(target: &Target, version: Option<u64>) -> Result<ExitCode> {
     let config = target.config()?;
+    if config.fleet.is_some() {
+        return fleet::rollback(&config, version);
+    }
     let history = history(&config)?;
     let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
     let serial = match version {
@@ -395,6 +412,9 @@ pub fn rollback(target: &Target, version: Option<u64>) -> Result<ExitCode> {
 
 pub fn diff(target: &Target, a: u64, b: u64) -> Result<ExitCode> {
     let config = target.config()?;
+    if config.fleet.is_some() {
+        return fleet::diff(&config, a, b);
+    }
     let history = history(&config)?;
     let get = |serial: u64| -> Result<String> {
         let (_, text) = history
@@ -471,6 +491,25 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     }
     for w in &c.warnings {
         println!("warning: {w}");
+    }
+    if let Some(f) = &status.fleet {
+        println!(
+            "fleet node {} ({} under {}): etcd link {} for {:.0} s; serving revision {} (newest seen {}){}{}",
+            f.node,
+            f.endpoints.join(","),
+            f.prefix,
+            if f.connected { "up" } else { "DOWN" },
+            f.since_secs,
+            f.revision_served,
+            f.revision_latest,
+            f.refused_revision
+                .map(|r| format!("; REFUSED revision {r}"))
+                .unwrap_or_default(),
+            match (&f.last_error, f.connected) {
+                (Some(e), false) => format!("; {e}"),
+                _ => String::new(),
+            }
+        );
     }
     print_shield(&status.shield);
     if let Some(xdp) = &status.xdp {
