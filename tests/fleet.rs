@@ -80,6 +80,14 @@ fn first_node_seeds_the_fleet_and_versions_put_in_etcd_reach_every_node() {
     fleet.wait_all_target(&subnets, ALT_CDN, LIMIT);
 }
 
+/// The value of an unlabelled gauge in a /metrics text.
+fn gauge(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| {
+        let rest = l.strip_prefix(name)?.strip_prefix(' ')?;
+        rest.trim().parse().ok()
+    })
+}
+
 /// Runs `steerdns fleet status --json` with `node`'s config.
 fn fleet_status(node: &Node) -> serde_json::Value {
     let output = node.cli(&["fleet", "status", "--json"]);
@@ -183,8 +191,14 @@ fn etcd_down_nodes_keep_serving_and_writes_fail_then_a_rollback_reaches_all_thre
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    // Fail static: every node keeps answering with what it has.
+    // Fail static: every node keeps answering with what it has, and says the link is down.
     fleet.wait_all_target(&subnets, ALT_CDN, LIMIT);
+    let (code, metrics) = http(fleet.nodes[0].daemon().admin, "GET", "/metrics", None);
+    assert_eq!(code, 200);
+    assert!(
+        gauge(&metrics, "steerdns_fleet_link_up") == Some(0.0),
+        "{metrics}"
+    );
     let output = fleet.nodes[1].cli(&["weight", "set", "critical", "frontdoor=100", "alt-cdn=0"]);
     assert!(!output.status.success(), "a write without etcd must fail");
     let err = stderr(&output);
@@ -203,6 +217,11 @@ fn etcd_down_nodes_keep_serving_and_writes_fail_then_a_rollback_reaches_all_thre
     // etcd back: every node reconnects by itself, and a rollback reaches all three.
     fleet.etcd.restart();
     fleet.wait_connected(LIMIT * 2);
+    let (_, metrics) = http(fleet.nodes[0].daemon().admin, "GET", "/metrics", None);
+    assert!(
+        gauge(&metrics, "steerdns_fleet_link_up") == Some(1.0),
+        "{metrics}"
+    );
     let output = fleet.nodes[2].cli(&["control", "rollback"]);
     let text = ok(&output, "control rollback");
     assert!(text.contains("all 3 live nodes serve serial"), "{text}");
