@@ -28,7 +28,7 @@ WORK=$(mktemp -d /tmp/steerdns-fleet-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
 python3 - "$ROOT" "$BIN" "$WORK" "$SIZES" "$FLIPS" <<'PY'
-import os, shutil, socket, statistics, struct, subprocess, sys, time
+import json, os, shutil, socket, statistics, struct, subprocess, sys, time
 
 root, binary, work, sizes, flips = sys.argv[1], sys.argv[2], sys.argv[3], [int(s) for s in sys.argv[4].split()], int(sys.argv[5])
 procs = []
@@ -132,6 +132,15 @@ try:
         os.makedirs(d)
         endpoint = start_etcd(d)
         nodes = [start_node(os.path.join(d, f"ns{i}"), f"ns{i}", endpoint) for i in range(1, n + 1)]
+        deadline = time.time() + 30
+        while True:
+            out = subprocess.run([binary, "fleet", "status", "--json", "--config", nodes[0][2]],
+                capture_output=True, text=True)
+            if out.returncode == 0 and len(json.loads(out.stdout)["nodes"]) == n:
+                break
+            if time.time() > deadline:
+                sys.exit(f"{n} nodes did not all register:\n{out.stdout}{out.stderr}")
+            time.sleep(0.1)
         total = run(f"{n} nodes, etcd", nodes, endpoint)
         print(f"{'':<22} whole flip = {total / baseline:.2f}x the single node's")
         stop_all()
