@@ -51,6 +51,9 @@ enum Command {
         /// Region name, e.g. eu-west.
         region: String,
     },
+    /// Fleet mode (`[fleet]`): every node's state, seeding, forgetting retired nodes.
+    #[command(subcommand)]
+    Fleet(FleetCommand),
     /// Accepted control versions: list, roll back, compare.
     #[command(subcommand)]
     Control(ControlCommand),
@@ -70,6 +73,10 @@ enum Command {
         #[command(flatten)]
         target: cli::Target,
     },
+    /// DNSSEC: make keys, print DS records for the parent or a validator, show key states,
+    /// dump a signed zone.
+    #[command(subcommand)]
+    Dnssec(DnssecCommand),
     /// Simulate the traffic shield on a scenario (same step and policy code as the server);
     /// writes timeline.csv and plot.svg into DIR and prints a summary.
     Simulate(SimulateArgs),
@@ -110,6 +117,45 @@ struct SimulateArgs {
 }
 
 #[derive(Subcommand)]
+enum DnssecCommand {
+    /// Make a key for ZONE in the key directory ([dnssec] keys), mode 0600: a combined
+    /// signing key (CSK) by default, or a KSK and a ZSK with --split. Published and active at
+    /// once; the server uses it on its next reload.
+    Keygen {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The zone, e.g. example.com.
+        zone: String,
+        /// Make a KSK and a ZSK instead of one CSK.
+        #[arg(long)]
+        split: bool,
+        /// 13 (ECDSA P-256, default from [dnssec] algorithm) or 15 (Ed25519).
+        #[arg(long)]
+        algorithm: Option<u8>,
+    },
+    /// Print ZONE's DS records in zone-file form (for the parent, or as a validator's trust
+    /// anchor).
+    Ds {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The zone, e.g. example.com.
+        zone: String,
+    },
+    /// Every signed zone's keys, their states and next events.
+    Status {
+        #[command(flatten)]
+        source: SourceArgs,
+    },
+    /// Print the signed ZONE in zone-file form as it is served (for `ldns-verify-zone`).
+    Dump {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The zone, e.g. example.com.
+        zone: String,
+    },
+}
+
+#[derive(Subcommand)]
 enum LoadCommand {
     /// Send a load feed (JSON: {"time": ..., "regions": {...}, "fallback": {...}}) to the
     /// running server; it is validated whole and refused with the reason if anything is wrong.
@@ -141,6 +187,35 @@ enum WeightCommand {
         target: cli::Target,
         /// Only this profile.
         profile: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum FleetCommand {
+    /// Every live node (what it serves, whether it is on the current revision), the missing
+    /// ones and the last change's convergence time, read from etcd.
+    Status {
+        #[command(flatten)]
+        target: cli::Target,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Seed an empty fleet's control state from FILE (tasted first; refused if the fleet
+    /// already has one). The first node started against an empty prefix does this by itself.
+    Init {
+        #[command(flatten)]
+        target: cli::Target,
+        /// The control file to seed from.
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+    },
+    /// Stop reporting a retired node as missing.
+    Forget {
+        #[command(flatten)]
+        target: cli::Target,
+        /// Node name.
+        name: String,
     },
 }
 
@@ -218,6 +293,10 @@ struct ServeArgs {
     /// also across reloads.
     #[arg(long, value_name = "TEXT")]
     identity: Option<String>,
+    /// This node's name in the fleet (`[fleet] node`): its registry key in etcd and its line in
+    /// `steerdns fleet status`. Like `--nsid`, for fleets that share one config file.
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
     /// Log format on stderr: `text` for people, `json` (one object per line) for log shippers.
     /// The level comes from STEERDNS_LOG (default `info`); queries are logged only when
     /// `[server] query_log_sample` is set.
@@ -274,9 +353,19 @@ fn main() -> ExitCode {
         }
         Command::Control(ControlCommand::Diff { target, a, b }) => cli::diff(&target, a, b),
         Command::Status { target, json } => cli::status(&target, json),
+        Command::Fleet(FleetCommand::Status { target, json }) => {
+            target.config().and_then(|c| cli::fleet::status(&c, json))
+        }
+        Command::Fleet(FleetCommand::Init { target, from }) => {
+            target.config().and_then(|c| cli::fleet::init(&c, &from))
+        }
+        Command::Fleet(FleetCommand::Forget { target, name }) => {
+            target.config().and_then(|c| cli::fleet::forget(&c, &name))
+        }
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),
+        Command::Dnssec(command) => dnssec(command),
         Command::Taste(args) => taste(args),
     };
     match result {
@@ -319,6 +408,7 @@ fn taste(args: TasteArgs) -> Result<ExitCode> {
         zones: args.source.zones,
         nsid: args.nsid,
         identity: args.identity,
+        node: None,
         taster: None,
     };
     let control = if args.control_stdin {
@@ -376,6 +466,20 @@ fn geoip(command: GeoipCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn dnssec(command: DnssecCommand) -> Result<ExitCode> {
+    match command {
+        DnssecCommand::Keygen {
+            source,
+            zone,
+            split,
+            algorithm,
+        } => cli::dnssec::keygen(&read_config(&source)?, &zone, split, algorithm),
+        DnssecCommand::Ds { source, zone } => cli::dnssec::ds(&read_config(&source)?, &zone),
+        DnssecCommand::Status { source } => cli::dnssec::status(&read_config(&source)?),
+        DnssecCommand::Dump { source, zone } => cli::dnssec::dump(&read_config(&source)?, &zone),
+    }
 }
 
 fn simulate(args: SimulateArgs) -> Result<ExitCode> {
@@ -503,6 +607,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         zones: args.source.zones.clone(),
         nsid: args.nsid.clone(),
         identity: args.identity.clone(),
+        node: args.node.clone(),
         taster: steerdns::taster::this_program(),
     };
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;
@@ -512,7 +617,17 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     if let Some(AdminListen::At(admin)) = args.admin_listen {
         config.admin.listen = admin;
     }
-    let (reloader, warnings) = match Reloader::start(source) {
+    // Fleet mode: the control text comes from etcd (the control file is this node's cache).
+    let fleet = config.fleet.clone().map(|fleet| {
+        let name = steerdns::fleet::node_name(&config);
+        let origin = steerdns::fleet::origin::FleetOrigin::new(&name, &fleet.prefix, &fleet.etcd);
+        (fleet, name, origin)
+    });
+    let origin: Arc<dyn steerdns::reload::ControlOrigin> = match &fleet {
+        Some((_, _, origin)) => Arc::new(steerdns::fleet::origin::Origin(origin.clone())),
+        None => Arc::new(steerdns::reload::FileOrigin),
+    };
+    let (reloader, warnings) = match Reloader::start_with(source, origin) {
         Ok(started) => started,
         Err(problems) => {
             for p in &problems {
@@ -547,10 +662,12 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     let workers = config.udp_workers();
     let mut udp = Vec::new();
     let mut ports = Vec::new();
+    let mut listening = Vec::new();
     for addr in &config.server.listen {
         let bound = bind(*addr, workers)?;
         println!("listening on {} (udp x{workers}, tcp)", bound.addr);
         ports.push(bound.addr.port());
+        listening.push(bound.addr);
         udp.push(UdpWorkers::start(bound.udp, &snapshot)?);
         let tcp = {
             let _guard = runtime.enter();
@@ -564,6 +681,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     let xdp = start_xdp(&config, ports, &snapshot);
     let mut token = None;
+    let mut admin_addr = None;
     if args.admin_listen == Some(AdminListen::Off) {
         println!("admin endpoint off (--admin-listen off)");
     } else {
@@ -572,6 +690,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             .with_context(|| format!("admin endpoint on {}", config.admin.listen))?;
         let local = admin.local_addr()?;
         println!("admin on http://{local}");
+        admin_addr = Some(local);
         let admin_token = Arc::new(AdminToken::open(config.admin.token_file.clone()));
         token = Some(admin_token.clone());
         let admin_state = AdminState {
@@ -583,7 +702,21 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     steerdns::shield::live::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
-    if let Some(control) = &config.control.file {
+    if let Some((fleet, name, origin)) = fleet {
+        println!(
+            "fleet node {name}: control state from etcd {} under {}",
+            fleet.etcd.join(","),
+            fleet.prefix
+        );
+        let info = steerdns::fleet::node::NodeInfo {
+            name,
+            nsid: config.server.nsid.clone(),
+            identity: config.server.identity.clone(),
+            listen: listening,
+            admin: admin_addr,
+        };
+        steerdns::fleet::node::spawn(runtime.handle(), fleet, reloader.clone(), origin, info);
+    } else if let Some(control) = &config.control.file {
         watch::spawn(reloader.clone(), control.clone())
             .context("starting the control file watcher")?;
     }

@@ -231,6 +231,9 @@ pub struct StatusView {
     pub zones: Vec<ZoneView>,
     pub geo: Option<String>,
     pub shield: crate::shield::live::ShieldStatus,
+    /// Fleet mode: this node's link to etcd and the control revision it serves.
+    #[serde(default)]
+    pub fleet: Option<crate::reload::FleetLinkStatus>,
     /// The AF_XDP path, when `[server.xdp]` is configured: attached or why not, per queue.
     #[serde(default)]
     pub xdp: Option<crate::metrics::xdp::XdpView>,
@@ -360,6 +363,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         zones,
         geo,
         shield: reloader.shield().status(),
+        fleet: reloader.origin().fleet_status(),
         xdp: crate::metrics::xdp::view(),
     }
 }

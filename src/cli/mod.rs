@@ -3,6 +3,8 @@
 //! loader the server uses before it is written (atomically), then the command reports what the
 //! server serves.
 
+pub mod dnssec;
+pub mod fleet;
 mod http;
 
 use std::net::SocketAddr;
@@ -14,7 +16,10 @@ use anyhow::{bail, Context, Result};
 
 use steerdns::admin::{read_token, StatusView};
 use steerdns::config::Config;
-use steerdns::control::edit::{parse_assignment, set_drain, set_weights, write_atomically};
+use steerdns::control::edit::{
+    explicit_serial, parse_assignment, replace_if_unchanged, set_drain, set_serial, set_weights,
+    ControlLock, EditError,
+};
 use steerdns::control::history::{summarize, History};
 use steerdns::control::ControlFile;
 use steerdns::reload::Source;
@@ -35,7 +40,7 @@ pub struct Target {
 }
 
 impl Target {
-    fn config(&self) -> Result<Config> {
+    pub fn config(&self) -> Result<Config> {
         let source = Source {
             config: self.config.clone(),
             ..Source::default()
@@ -67,35 +72,103 @@ fn history(config: &Config) -> Result<History> {
         .map_err(|e| anyhow::anyhow!("control history: {e}"))
 }
 
-/// Tastes `new_text` as the control file with the same loader the server uses, writes it
-/// atomically if (and only if) it is good, then reports what the server serves.
-fn apply_control(target: &Target, config: &Config, new_text: &str, what: &str) -> Result<ExitCode> {
+/// How long an edit waits for another one to finish.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// How often an edit starts over when the file changed underneath it (a writer that does not
+/// take the lock) before giving up.
+const EDIT_ATTEMPTS: usize = 3;
+
+/// One CLI edit of the control file, serialized with every other: takes the control file's
+/// lock, reads the file, applies `edit`, bumps an explicit `serial` above everything recorded
+/// or served, tastes the result with the same loader the server uses, and replaces the file
+/// only if it is good and did not change since it was read (else starts over). Then reports
+/// what the server serves.
+fn edit_control(
+    target: &Target,
+    config: &Config,
+    what: &str,
+    edit: impl Fn(&str) -> Result<String>,
+) -> Result<ExitCode> {
     let path = control_path(config)?;
-    if let Err(problems) = load_with(
-        config,
-        ControlSource::Text {
-            path: &path,
-            text: new_text,
-        },
-    ) {
-        println!("refused, nothing written ({what}):");
-        for p in &problems {
-            println!("  {p}");
+    let _lock = ControlLock::acquire(&path, LOCK_WAIT).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let floor = serial_floor(target, config);
+    for _ in 0..EDIT_ATTEMPTS {
+        let old = match steerdns::files::read_text_limited(&path, steerdns::files::SMALL_FILE_LIMIT)
+        {
+            Ok(text) => Some(text),
+            Err(e) if path.exists() => {
+                return Err(anyhow::anyhow!("{}: cannot read: {e}", path.display()))
+            }
+            Err(_) => None,
+        };
+        let current = old.as_deref().unwrap_or("");
+        let edited = edit(current)?;
+        let new_text = bump_serial(current, &edited, floor)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        if let Err(problems) = load_with(
+            config,
+            ControlSource::Text {
+                path: &path,
+                text: &new_text,
+            },
+        ) {
+            println!("refused, nothing written ({what}):");
+            for p in &problems {
+                println!("  {p}");
+            }
+            return Ok(ExitCode::FAILURE);
         }
-        return Ok(ExitCode::FAILURE);
+        match replace_if_unchanged(&path, old.as_deref(), &new_text) {
+            Ok(()) => {}
+            Err(EditError::ChangedUnderneath { .. }) => continue,
+            Err(e) => return Err(anyhow::anyhow!("{e}")),
+        }
+        let summary = match (
+            ControlFile::parse(current, &path),
+            ControlFile::parse(&new_text, &path),
+        ) {
+            (Ok(before), Ok(after)) if old.is_some() => summarize(&before, &after),
+            _ => "control file replaced".to_string(),
+        };
+        println!("wrote {}: {summary}", path.display());
+        report_convergence(target, config, &new_text);
+        return Ok(ExitCode::SUCCESS);
     }
-    let old = steerdns::files::read_text_limited(&path, steerdns::files::SMALL_FILE_LIMIT).ok();
-    write_atomically(&path, new_text).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let summary = match (
-        old.as_deref().map(|t| ControlFile::parse(t, &path)),
-        ControlFile::parse(new_text, &path),
-    ) {
-        (Some(Ok(before)), Ok(after)) => summarize(&before, &after),
-        _ => "control file replaced".to_string(),
-    };
-    println!("wrote {}: {summary}", path.display());
-    report_convergence(target, config, new_text);
-    Ok(ExitCode::SUCCESS)
+    bail!(
+        "{}: changed by someone else during each of {EDIT_ATTEMPTS} attempts; nothing written",
+        path.display()
+    )
+}
+
+/// The serial every new version must be above: the newest recorded in the history and the one
+/// the server serves (either may be ahead: the history is written after serving).
+fn serial_floor(target: &Target, config: &Config) -> u64 {
+    let recorded = history(config)
+        .ok()
+        .and_then(|h| h.list().ok())
+        .and_then(|v| v.last().map(|m| m.serial))
+        .unwrap_or(0);
+    let served = fetch_status(target.admin_addr(config))
+        .map(|s| s.control.serial)
+        .unwrap_or(0);
+    recorded.max(served)
+}
+
+/// An edit that keeps, adds or restores an explicit `serial` gets one above the file's, the
+/// restored text's and `floor`: a version that is not newer would be refused by the history.
+/// Without a serial on either side, the server numbers the version.
+fn bump_serial(current: &str, edited: &str, floor: u64) -> Result<String, EditError> {
+    let before = explicit_serial(current).unwrap_or(None);
+    let after = explicit_serial(edited)?;
+    if before.is_none() && after.is_none() {
+        return Ok(edited.to_owned());
+    }
+    let next = before
+        .unwrap_or(0)
+        .max(after.unwrap_or(0))
+        .max(floor)
+        .saturating_add(1);
+    set_serial(edited, next)
 }
 
 /// Waits (bounded) until the server serves what the control file now says, and prints it.
@@ -220,11 +293,14 @@ pub fn weight_set(target: &Target, profile: &str, assignments: &[String]) -> Res
         .iter()
         .map(|a| parse_assignment(a).map_err(|e| anyhow::anyhow!("{e}")))
         .collect::<Result<Vec<_>>>()?;
-    let text = steerdns::files::read_text_limited(&path, steerdns::files::SMALL_FILE_LIMIT)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let new_text = set_weights(&text, profile, &pairs)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    apply_control(target, &config, &new_text, &format!("weights of {profile}"))
+    if config.fleet.is_some() {
+        return fleet::edit(&config, &format!("weight set {profile}"), |text| {
+            set_weights(text, profile, &pairs).map_err(|e| e.to_string())
+        });
+    }
+    edit_control(target, &config, &format!("weights of {profile}"), |text| {
+        set_weights(text, profile, &pairs).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    })
 }
 
 pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
@@ -257,20 +333,26 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
 pub fn drain(target: &Target, region: &str, on: bool) -> Result<ExitCode> {
     let config = target.config()?;
     let path = control_path(&config)?;
-    let text = steerdns::files::read_text_limited(&path, steerdns::files::SMALL_FILE_LIMIT)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let new_text =
-        set_drain(&text, region, on).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let what = if on {
         format!("drain {region}")
     } else {
         format!("undrain {region}")
     };
-    apply_control(target, &config, &new_text, &what)
+    if config.fleet.is_some() {
+        return fleet::edit(&config, &what, |text| {
+            set_drain(text, region, on).map_err(|e| e.to_string())
+        });
+    }
+    edit_control(target, &config, &what, |text| {
+        set_drain(text, region, on).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    })
 }
 
 pub fn history_list(target: &Target) -> Result<ExitCode> {
     let config = target.config()?;
+    if config.fleet.is_some() {
+        return fleet::history(&config);
+    }
     let history = history(&config)?;
     let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
     if versions.is_empty() {
@@ -290,14 +372,29 @@ pub fn history_list(target: &Target) -> Result<ExitCode> {
 
 pub fn rollback(target: &Target, version: Option<u64>) -> Result<ExitCode> {
     let config = target.config()?;
+    if config.fleet.is_some() {
+        return fleet::rollback(&config, version);
+    }
     let history = history(&config)?;
     let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
     let serial = match version {
         Some(v) => v,
-        None => match versions.len() {
-            0 | 1 => bail!("no previous version to roll back to (see `steerdns control history`)"),
-            n => versions[n - 2].serial,
-        },
+        // The version before the one being served (the history is written just after a
+        // version is served, so its newest entry may not be the served one yet); without a
+        // server, the one before the newest recorded.
+        None => {
+            let served = fetch_status(target.admin_addr(&config)).map(|s| s.control.serial);
+            let before = match served {
+                Ok(served) => versions.iter().rev().find(|v| v.serial < served),
+                Err(_) => versions.iter().rev().nth(1),
+            };
+            match before {
+                Some(v) => v.serial,
+                None => {
+                    bail!("no previous version to roll back to (see `steerdns control history`)")
+                }
+            }
+        }
     };
     let (_, text) = history
         .get(serial)
@@ -305,16 +402,19 @@ pub fn rollback(target: &Target, version: Option<u64>) -> Result<ExitCode> {
         .with_context(|| {
             format!("version {serial} is not in the history (see `steerdns control history`)")
         })?;
-    apply_control(
+    edit_control(
         target,
         &config,
-        &text,
         &format!("rollback to version {serial}"),
+        |_| Ok(text.clone()),
     )
 }
 
 pub fn diff(target: &Target, a: u64, b: u64) -> Result<ExitCode> {
     let config = target.config()?;
+    if config.fleet.is_some() {
+        return fleet::diff(&config, a, b);
+    }
     let history = history(&config)?;
     let get = |serial: u64| -> Result<String> {
         let (_, text) = history
@@ -391,6 +491,25 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     }
     for w in &c.warnings {
         println!("warning: {w}");
+    }
+    if let Some(f) = &status.fleet {
+        println!(
+            "fleet node {} ({} under {}): etcd link {} for {:.0} s; serving revision {} (newest seen {}){}{}",
+            f.node,
+            f.endpoints.join(","),
+            f.prefix,
+            if f.connected { "up" } else { "DOWN" },
+            f.since_secs,
+            f.revision_served,
+            f.revision_latest,
+            f.refused_revision
+                .map(|r| format!("; REFUSED revision {r}"))
+                .unwrap_or_default(),
+            match (&f.last_error, f.connected) {
+                (Some(e), false) => format!("; {e}"),
+                _ => String::new(),
+            }
+        );
     }
     print_shield(&status.shield);
     if let Some(xdp) = &status.xdp {

@@ -12,6 +12,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
+pub mod fleet;
+
 use crate::geo::GeoConfig;
 use crate::policy::{ProfileConfig, SteeredConfig, TopologyConfig};
 
@@ -50,6 +52,12 @@ pub struct Config {
     /// Response rate limiting for UDP (off unless enabled).
     #[serde(default)]
     pub rrl: crate::rrl::RrlConfig,
+    /// Fleet mode: the control state shared by every node through etcd. Absent: single node.
+    #[serde(default)]
+    pub fleet: Option<fleet::FleetConfig>,
+    /// DNSSEC: zones to sign, key directory, algorithm, signature validity, rollover.
+    #[serde(default)]
+    pub dnssec: crate::dnssec::DnssecConfig,
     /// The taster: a child process that loads every change before the server does.
     #[serde(default)]
     pub taster: TasterConfig,
@@ -333,6 +341,8 @@ impl Default for Config {
             shield: ShieldConfig::default(),
             trace: TraceConfig::default(),
             rrl: crate::rrl::RrlConfig::default(),
+            fleet: None,
+            dnssec: crate::dnssec::DnssecConfig::default(),
             taster: TasterConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
@@ -473,6 +483,22 @@ impl Config {
         if let Some((field, message)) = self.rrl.problem() {
             return Err(invalid(field, message));
         }
+        if let Some(fleet) = &self.fleet {
+            if let Some(problem) = fleet.problems().into_iter().next() {
+                return Err(invalid("fleet", problem));
+            }
+            if self.control.file.is_none() {
+                return Err(invalid(
+                    "control.file",
+                    "fleet mode needs a control file: it is the node's cache of the fleet's \
+                     control state (served at startup when etcd is unreachable)"
+                        .into(),
+                ));
+            }
+        }
+        if let Some((field, message)) = self.dnssec.problem() {
+            return Err(invalid(field, message));
+        }
         Ok(())
     }
 
@@ -485,6 +511,14 @@ impl Config {
             &mut self.shield.load_file,
         ]
         .into_iter()
+        .chain(self.fleet.iter_mut().flat_map(|f| {
+            [
+                &mut f.password_file,
+                &mut f.ca_file,
+                &mut f.cert_file,
+                &mut f.key_file,
+            ]
+        }))
         .flatten()
         {
             if path.is_relative() {
@@ -493,6 +527,9 @@ impl Config {
         }
         if self.server.zones.is_relative() {
             self.server.zones = base.join(&self.server.zones);
+        }
+        if self.dnssec.keys.is_relative() {
+            self.dnssec.keys = base.join(&self.dnssec.keys);
         }
     }
 

@@ -55,6 +55,103 @@ pub enum EditError {
     /// Writing the file failed.
     #[error(transparent)]
     Write(#[from] WriteError),
+    /// Another edit held the lock for longer than we wait.
+    #[error(
+        "{path}: another edit of the control file holds the lock (waited {waited_ms} ms); \
+         nothing written, try again"
+    )]
+    Locked { path: PathBuf, waited_ms: u64 },
+    /// Taking the lock failed.
+    #[error("{path}: cannot lock: {source}")]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The file changed between reading it and replacing it (a writer that does not lock,
+    /// e.g. an editor or config management).
+    #[error("{path}: changed by someone else while this edit was being made")]
+    ChangedUnderneath { path: PathBuf },
+}
+
+/// An exclusive lock serializing edits of one control file, held until dropped: `flock(2)` on
+/// `<file>.lock` beside it (never on the file itself, which each edit replaces by a rename).
+/// Every CLI edit takes it across read, edit, validate and write, so two operators' commands
+/// run one after the other and neither loses the other's change.
+pub struct ControlLock {
+    _file: File,
+}
+
+impl ControlLock {
+    /// Where the lock of `control` lives.
+    pub fn path_for(control: &Path) -> PathBuf {
+        let mut name = control.file_name().unwrap_or_default().to_os_string();
+        name.push(".lock");
+        parent_dir(control).join(name)
+    }
+
+    /// Waits (polling, at most `wait`) for the lock of `control`.
+    pub fn acquire(control: &Path, wait: std::time::Duration) -> Result<ControlLock, EditError> {
+        use std::os::fd::AsRawFd;
+        let path = Self::path_for(&resolve_symlink(control)?);
+        let lock_error = |source| EditError::Lock {
+            path: path.clone(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(lock_error)?;
+        let started = std::time::Instant::now();
+        loop {
+            // SAFETY: flock(2) on a descriptor this function owns; no memory is passed.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                return Ok(ControlLock { _file: file });
+            }
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(lock_error(error));
+            }
+            if started.elapsed() >= wait {
+                return Err(EditError::Locked {
+                    path,
+                    waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+/// Replaces `path` with `text` if its content is still `expected` (what the edit started
+/// from; `None`: the file did not exist). Call with the [`ControlLock`] held: the lock keeps
+/// out other CLI edits, this check catches writers that do not take it.
+pub fn replace_if_unchanged(
+    path: &Path,
+    expected: Option<&str>,
+    text: &str,
+) -> Result<(), EditError> {
+    let now = match fs::read(path) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(source) => {
+            return Err(EditError::Write(WriteError {
+                path: path.to_path_buf(),
+                action: "read it again before replacing it",
+                source,
+            }))
+        }
+    };
+    if now.as_deref() != expected.map(str::as_bytes) {
+        return Err(EditError::ChangedUnderneath {
+            path: path.to_path_buf(),
+        });
+    }
+    write_atomically(path, text)
 }
 
 /// A failed step of an atomic file replacement; names the file being replaced.
@@ -151,15 +248,29 @@ pub fn set_serial(text: &str, serial: u64) -> Result<String, EditError> {
 /// If the text has an integer `serial`, replaces it with serial + 1 and returns the new text
 /// and serial; otherwise returns the text unchanged and `None` (steerdns numbers it).
 pub fn bump_serial_if_present(text: &str) -> Result<(String, Option<u64>), EditError> {
+    bump_serial_above(text, 0)
+}
+
+/// The text's integer top-level `serial`, if it has one.
+pub fn explicit_serial(text: &str) -> Result<Option<u64>, EditError> {
     let doc = parse(text)?;
     let Some(item) = doc.get("serial") else {
+        return Ok(None);
+    };
+    item.as_integer()
+        .and_then(|n| u64::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| EditError::SerialNotANumber(item.to_string().trim().to_owned()))
+}
+
+/// If the text has an integer `serial`, sets it to one above both it and `floor` (the newest
+/// serial recorded or served), so that every edit is a newer version; returns the new text and
+/// serial. Without a `serial` the text is returned unchanged with `None` (steerdns numbers it).
+pub fn bump_serial_above(text: &str, floor: u64) -> Result<(String, Option<u64>), EditError> {
+    let Some(current) = explicit_serial(text)? else {
         return Ok((text.to_owned(), None));
     };
-    let current = item
-        .as_integer()
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| EditError::SerialNotANumber(item.to_string().trim().to_owned()))?;
-    let next = current.saturating_add(1);
+    let next = current.max(floor).saturating_add(1);
     Ok((set_serial(text, next)?, Some(next)))
 }
 
@@ -676,6 +787,46 @@ alt-cdn = { weight = 10 }
             out,
             "[regions]\neu-west = { force = \"regional\", drain = true }\n"
         );
+    }
+
+    #[test]
+    fn the_lock_is_exclusive_and_a_changed_file_is_not_replaced() {
+        let dir = std::env::temp_dir().join(format!("steerdns-edit-lock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let control = dir.join("control.toml");
+        fs::write(&control, "serial = 1\n").unwrap();
+        let held = ControlLock::acquire(&control, std::time::Duration::ZERO).unwrap();
+        assert_eq!(
+            ControlLock::path_for(&control),
+            dir.join("control.toml.lock")
+        );
+        assert!(matches!(
+            ControlLock::acquire(&control, std::time::Duration::from_millis(50)),
+            Err(EditError::Locked { .. })
+        ));
+        drop(held);
+        let _again = ControlLock::acquire(&control, std::time::Duration::ZERO).unwrap();
+        // Someone wrote the file after the edit read it: refused, their change kept.
+        fs::write(&control, "serial = 2\n").unwrap();
+        assert!(matches!(
+            replace_if_unchanged(&control, Some("serial = 1\n"), "serial = 3\n"),
+            Err(EditError::ChangedUnderneath { .. })
+        ));
+        assert_eq!(fs::read_to_string(&control).unwrap(), "serial = 2\n");
+        replace_if_unchanged(&control, Some("serial = 2\n"), "serial = 3\n").unwrap();
+        assert_eq!(fs::read_to_string(&control).unwrap(), "serial = 3\n");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bumped_serials_are_above_the_floor() {
+        assert_eq!(
+            bump_serial_above("serial = 5\n", 9).unwrap(),
+            ("serial = 10\n".to_string(), Some(10))
+        );
+        assert_eq!(bump_serial_above("serial = 12\n", 9).unwrap().1, Some(13));
+        assert_eq!(bump_serial_above("[regions]\n", 9).unwrap().1, None);
     }
 
     #[test]

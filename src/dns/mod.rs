@@ -4,6 +4,7 @@
 //! Owns byte-level correctness (header flags, EDNS, ECS, truncation, letter case). It reads the
 //! snapshot but never changes it, and knows nothing about sockets.
 
+pub mod canonical;
 pub mod chaos;
 pub mod respond;
 pub mod wire;

@@ -85,7 +85,8 @@ pub fn respond(
         }
     }
     // One lookup gives both the fast-path entry (if any) and the zone for the counters.
-    let precompiled = snapshot.fast_path(&query.qname, query.qtype);
+    let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
+    let precompiled = snapshot.fast_path(&query.qname, query.qtype, dnssec);
     let zone = match precompiled {
         Some((zone, _)) => Some(zone),
         None => zone_index(snapshot, &query),
@@ -243,6 +244,7 @@ fn answer(
         client,
         query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
     );
+    let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
     if let (Some(Cached::Steered(binding)), Some(steering)) = (precompiled, &steering) {
         if let Some(len) = serve_steered(snapshot, packet, query, steering, binding, limit, out) {
             return Some(len);
@@ -252,7 +254,7 @@ fn answer(
         Some(s) => s,
         None => &NoSteering,
     };
-    match resolve(&snapshot.zones, &query.qname, query.qtype, steering) {
+    match resolve(&snapshot.zones, &query.qname, query.qtype, steering, dnssec) {
         Some(plan) => write_plan(snapshot, packet, query, &plan, limit, out).ok(),
         None => write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
     }
@@ -311,14 +313,23 @@ fn serve_steered(
     limit: usize,
     out: &mut [u8],
 ) -> Option<usize> {
-    let steered = steering.addresses(binding, query.qtype)?;
+    let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
+    let steered = steering.addresses(binding, query.qtype, dnssec)?;
     let (count, record_len) = match steered.addresses {
         AddressSet::V4(addrs) => (addrs.len(), 2 + 10 + 4),
         AddressSet::V6(addrs) => (addrs.len(), 2 + 10 + 16),
     };
+    // With DO, the answer's signatures follow (each owned by a pointer to the question).
+    let (sig_count, sig_len) = steered.sig.map_or((0, 0), |sig| {
+        (
+            usize::from(sig.count),
+            sig.encoded.len() + 2 * usize::from(sig.count),
+        )
+    });
+    let count = count + sig_count;
     let question = query.question_bytes(packet);
     let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
-    let body = HEADER_LEN + question.len() + count * record_len;
+    let body = HEADER_LEN + question.len() + (count - sig_count) * record_len + sig_len;
     if body + opt_len > limit || body + opt_len > out.len() {
         return None;
     }
@@ -345,6 +356,12 @@ fn serve_steered(
             }
         }
     }
+    if let Some(sig) = steered.sig {
+        for record in sig.records() {
+            let rdata = record.get(10..).unwrap_or_default();
+            pos = put_address_record(out, pos, rtype::RRSIG, ttl, rdata);
+        }
+    }
     if let Some(edns) = &query.edns {
         out[10..12].copy_from_slice(&1u16.to_be_bytes());
         pos += write_opt_raw(
@@ -359,7 +376,8 @@ fn serve_steered(
     Some(pos)
 }
 
-/// One A/AAAA record owned by the question name (a pointer to offset 12); returns the end.
+/// One record (A, AAAA, RRSIG) owned by the question name (a pointer to offset 12); returns
+/// the end.
 fn put_address_record(out: &mut [u8], pos: usize, rt: u16, ttl: u32, rdata: &[u8]) -> usize {
     let record = &mut out[pos..pos + 12 + rdata.len()];
     record[0..2].copy_from_slice(&(0xC000u16 | HEADER_LEN as u16).to_be_bytes());
@@ -456,17 +474,17 @@ pub(crate) fn write_plan(
     let mut counts = [0u16; 3];
     let fits = (|| -> Result<bool, Overflow> {
         for entry in &plan.answer {
-            counts[0] += put_entry(&mut w, entry)?;
+            counts[0] += put_entry(&mut w, entry, plan.dnssec)?;
         }
         for entry in &plan.authority {
-            counts[1] += put_entry(&mut w, entry)?;
+            counts[1] += put_entry(&mut w, entry, plan.dnssec)?;
         }
         if w.len() > room {
             return Ok(false);
         }
         for entry in &plan.additional {
             let before = w.len();
-            let added = put_entry(&mut w, entry)?;
+            let added = put_entry(&mut w, entry, plan.dnssec)?;
             if w.len() > room {
                 // Additional data is optional, except glue a referral cannot work without.
                 w.truncate(before);
@@ -514,12 +532,31 @@ fn write_truncated(
     Ok(w.len())
 }
 
-/// Writes one plan entry; returns how many records it wrote.
-fn put_entry(w: &mut Writer<'_>, entry: &Entry<'_>) -> Result<u16, Overflow> {
+/// Writes one plan entry, and with `dnssec` its signatures; returns how many records it wrote.
+fn put_entry(w: &mut Writer<'_>, entry: &Entry<'_>, dnssec: bool) -> Result<u16, Overflow> {
     let put_owner = |w: &mut Writer<'_>| match entry.owner {
         Owner::Question => w.put_question_pointer(),
         Owner::Name(name) => w.put_name(name),
     };
+    let data = put_data(w, entry, &put_owner)?;
+    let Some(sig) = entry.sig.filter(|_| dnssec) else {
+        return Ok(data);
+    };
+    for record in sig.records() {
+        put_owner(w)?;
+        w.put(&record[..4])?; // type, class
+        w.put_u32(entry.ttl)?;
+        w.put(&record[8..])?; // rdlength, rdata (the signer name is never compressed)
+    }
+    Ok(data + sig.count)
+}
+
+/// Writes an entry's own records.
+fn put_data(
+    w: &mut Writer<'_>,
+    entry: &Entry<'_>,
+    put_owner: &dyn Fn(&mut Writer<'_>) -> Result<(), Overflow>,
+) -> Result<u16, Overflow> {
     match entry.data {
         Data::Static(set) => {
             for record in set.records() {
@@ -532,14 +569,14 @@ fn put_entry(w: &mut Writer<'_>, entry: &Entry<'_>) -> Result<u16, Overflow> {
         }
         Data::Synth(Synth::V4(addrs)) => put_addresses(
             w,
-            &put_owner,
+            put_owner,
             rtype::A,
             entry.ttl,
             addrs.iter().map(|a| a.octets()),
         ),
         Data::Synth(Synth::V6(addrs)) => put_addresses(
             w,
-            &put_owner,
+            put_owner,
             rtype::AAAA,
             entry.ttl,
             addrs.iter().map(|a| a.octets()),

@@ -216,7 +216,10 @@ fn steered_fast_path_answers_and_counts_like_the_general_path() {
     };
     let on_fast_path = |name: &str, qtype: u16| {
         let qname = parsed(name);
-        matches!(fast.fast_path(&qname, qtype), Some((_, Cached::Steered(_))))
+        matches!(
+            fast.fast_path(&qname, qtype, false),
+            Some((_, Cached::Steered(_)))
+        )
     };
     for (name, expected) in [
         ("split.example.com", true),

@@ -22,6 +22,13 @@ pub mod rtype {
     pub const SRV: u16 = 33;
     pub const OPT: u16 = 41;
     pub const DS: u16 = 43;
+    pub const RRSIG: u16 = 46;
+    pub const NSEC: u16 = 47;
+    pub const DNSKEY: u16 = 48;
+    pub const NSEC3: u16 = 50;
+    pub const NSEC3PARAM: u16 = 51;
+    pub const CDS: u16 = 59;
+    pub const CDNSKEY: u16 = 60;
     pub const IXFR: u16 = 251;
     pub const AXFR: u16 = 252;
     pub const MAILB: u16 = 253;

@@ -34,6 +34,8 @@ pub struct Scrape {
     feeds: FeedStats,
     /// (profile, endpoint, weight if the profile is weighted, enabled).
     endpoints: Vec<(String, String, Option<u32>, bool)>,
+    /// Fleet mode: the link to etcd.
+    fleet: Option<crate::reload::FleetLinkStatus>,
     xdp: Option<super::xdp::XdpView>,
 }
 
@@ -68,6 +70,7 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         feed_age_secs,
         feeds: shield.feed.stats(),
         endpoints,
+        fleet: reloader.origin().fleet_status(),
         xdp: super::xdp::view(),
     }
 }
@@ -532,12 +535,64 @@ impl Scrape {
     }
 }
 
+impl Scrape {
+    /// Fleet mode only: nothing is exported for a single node.
+    fn encode_fleet(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(fleet) = &self.fleet else {
+            return Ok(());
+        };
+        gauge(
+            encoder,
+            "steerdns_fleet_link_up",
+            "1 while connected to etcd and watching the fleet's control state; 0 while serving what this node has.",
+            bool_value(fleet.connected),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_link_state_seconds",
+            "Seconds since the etcd link last went up or down (with link_up: down for how long).",
+            fleet.since_secs,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_control_revision",
+            "etcd revision of the fleet control version this node serves.",
+            fleet.revision_served as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_watch_lag_revisions",
+            "Newest control revision seen in etcd minus the one served (0 when caught up; a refused version keeps it above 0).",
+            fleet.revision_latest.saturating_sub(fleet.revision_served).max(0) as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_apply_seconds",
+            "Seconds from receiving the last control change from etcd to serving it on this node.",
+            fleet.last_apply_ms.unwrap_or(0.0) / 1000.0,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_convergence_seconds",
+            "Seconds from the last control change's write until every live node served it, as measured by the command that wrote it.",
+            fleet.last_convergence_ms.unwrap_or(0.0) / 1000.0,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_refused",
+            "1 while the fleet's newest control version is refused here (the last good one serves).",
+            bool_value(fleet.refused_revision.is_some()),
+        )
+    }
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         self.encode_serving(&mut encoder)?;
         self.encode_series(&mut encoder)?;
         self.encode_control(&mut encoder)?;
         self.encode_shield(&mut encoder)?;
-        self.encode_xdp(&mut encoder)
+        self.encode_xdp(&mut encoder)?;
+        self.encode_fleet(&mut encoder)
     }
 }

@@ -308,6 +308,77 @@ impl CompiledPolicies {
     }
 }
 
+impl CompiledPolicies {
+    /// Every answer a steered name with this root can give, whatever the client, the knobs or
+    /// the shield: global anycast, each region's and fallback site's addresses (anycast), or
+    /// every endpoint's addresses and CNAME target, nested profiles included, enabled or not.
+    /// DNSSEC signs each of them ahead of time. Allocates (off the serving path).
+    pub fn possible_targets(&self, root: PolicyRoot) -> Vec<super::Target<'_>> {
+        use super::Target;
+        let mut out = Vec::new();
+        match root {
+            PolicyRoot::Anycast { .. } => {
+                out.push(Target::Addresses {
+                    v4: &self.global_v4,
+                    v6: &self.global_v6,
+                });
+                for region in &self.regions {
+                    out.push(Target::Addresses {
+                        v4: &region.v4,
+                        v6: &region.v6,
+                    });
+                }
+                for site in &self.sites {
+                    out.push(Target::Addresses {
+                        v4: &site.v4,
+                        v6: &site.v6,
+                    });
+                }
+            }
+            PolicyRoot::Profile { profile, .. } => {
+                let mut pending = vec![(profile, 0usize)];
+                let mut seen = Vec::new();
+                while let Some((id, depth)) = pending.pop() {
+                    if seen.contains(&id) {
+                        continue;
+                    }
+                    seen.push(id);
+                    let Some(profile) = self.profile(id) else {
+                        continue;
+                    };
+                    for endpoint in &profile.endpoints {
+                        match &endpoint.target {
+                            EndpointTarget::Addresses { v4, v6 } => {
+                                out.push(Target::Addresses { v4, v6 })
+                            }
+                            EndpointTarget::Cname { name, wire } => {
+                                out.push(Target::Cname { name, wire })
+                            }
+                            EndpointTarget::Profile(next) if depth < MAX_PROFILE_DEPTH => {
+                                pending.push((*next, depth + 1));
+                            }
+                            EndpointTarget::Profile(_) => {}
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The largest TTL an answer from this root can carry (profiles: the root profile's TTL
+    /// under the steered entry's cap; nested profiles only shorten it).
+    pub fn ttl_bound(&self, root: PolicyRoot) -> u32 {
+        match root {
+            PolicyRoot::Anycast { ttl } => ttl,
+            PolicyRoot::Profile { profile, ttl_cap } => self
+                .profile(profile)
+                .map_or(0, |p| p.ttl)
+                .min(ttl_cap.unwrap_or(u32::MAX)),
+        }
+    }
+}
+
 fn position_u16<'a>(mut names: impl Iterator<Item = &'a str>, wanted: &str) -> Option<u16> {
     names
         .position(|n| n == wanted)

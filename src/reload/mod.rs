@@ -10,7 +10,10 @@
 //! Owns the status of the control plane (serial, last refusal, counters) and recording accepted
 //! control versions in the history. Never touches the serving path beyond the atomic store.
 
+mod origin;
 pub mod watch;
+
+pub use origin::{ControlOrigin, FileOrigin, FleetLinkStatus};
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -42,6 +45,8 @@ pub struct Source {
     pub nsid: Option<String>,
     /// `--identity` override (`CH TXT id.server`).
     pub identity: Option<String>,
+    /// `--node` override (`[fleet] node`, this node's name in the fleet registry).
+    pub node: Option<String>,
     /// The program that tastes changes in a child process (the server's own binary, see
     /// [`crate::taster::this_program`]). `None`: changes are loaded in this process only.
     pub taster: Option<PathBuf>,
@@ -68,6 +73,15 @@ impl Source {
         }
         if let Some(identity) = &self.identity {
             config.server.identity = Some(identity.clone());
+        }
+        if let Some(node) = &self.node {
+            let Some(fleet) = &mut config.fleet else {
+                return Err("--node: the config has no [fleet] section".to_string());
+            };
+            if let Some(problem) = crate::config::fleet::node_name_problem(node) {
+                return Err(format!("--node: {problem}"));
+            }
+            fleet.node = Some(node.clone());
         }
         Ok(config)
     }
@@ -102,6 +116,8 @@ pub enum Trigger {
     ControlFile,
     Signal,
     Api,
+    /// A new version of the fleet's control state (etcd).
+    Fleet,
 }
 
 impl Trigger {
@@ -111,6 +127,7 @@ impl Trigger {
             Trigger::ControlFile => "control file change",
             Trigger::Signal => "SIGHUP",
             Trigger::Api => "reload command",
+            Trigger::Fleet => "fleet control change",
         }
     }
 }
@@ -152,6 +169,7 @@ struct State {
 
 pub struct Reloader {
     source: Source,
+    origin: Arc<dyn ControlOrigin>,
     snapshot: SharedSnapshot,
     shield: Arc<Shield>,
     /// Held for a whole reload, history writes (and their fsyncs) included: reloads run one
@@ -182,10 +200,18 @@ impl Reloader {
     /// The first load. If the control file is bad, the newest valid version from the history
     /// serves instead (and the refusal is reported); if nothing valid exists, `Err`.
     pub fn start(source: Source) -> Result<(Arc<Reloader>, Vec<String>), Vec<String>> {
+        Reloader::start_with(source, Arc::new(FileOrigin))
+    }
+
+    /// [`Reloader::start`] with the control text from `origin`.
+    pub fn start_with(
+        source: Source,
+        origin: Arc<dyn ControlOrigin>,
+    ) -> Result<(Arc<Reloader>, Vec<String>), Vec<String>> {
         let started = Instant::now();
         let config = source.read_config().map_err(|e| vec![e])?;
         let history = open_history(&config);
-        let control = read_control_text(&config).map_err(|e| vec![e]);
+        let control = origin.current(&config).map_err(|e| vec![e]);
         let mut taster = TasterStatus::default();
         let first = control.clone().and_then(|text| {
             taste_then_load(&source, &config, text.as_ref(), None, &mut taster).map(|l| (l, text))
@@ -209,7 +235,9 @@ impl Reloader {
                 }
             }
         };
-        let reloader = Arc::new(Reloader::serving_nothing(source));
+        let mut reloader = Reloader::serving_nothing(source);
+        reloader.origin = origin;
+        let reloader = Arc::new(reloader);
         let warnings = loaded.warnings.clone();
         {
             let mut state = reloader.lock();
@@ -235,6 +263,7 @@ impl Reloader {
         let empty = Arc::new(Snapshot::empty());
         Reloader {
             source,
+            origin: Arc::new(FileOrigin),
             snapshot: Arc::new(ArcSwap::new(empty.clone())),
             published: ArcSwap::from_pointee(Published {
                 snapshot: empty,
@@ -251,6 +280,16 @@ impl Reloader {
 
     pub fn snapshot(&self) -> &SharedSnapshot {
         &self.snapshot
+    }
+
+    /// Where the configuration comes from (command line and config file).
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// Where the control text comes from.
+    pub fn origin(&self) -> &Arc<dyn ControlOrigin> {
+        &self.origin
     }
 
     pub fn shield(&self) -> &Arc<Shield> {
@@ -316,16 +355,20 @@ impl Reloader {
 
     fn reload_locked(&self, state: &mut State, trigger: Trigger) -> Result<Accepted, Vec<String>> {
         let started = Instant::now();
+        let mut tasted = None;
         let result = self
             .source
             .read_config()
             .map_err(|e| vec![e])
             .and_then(|config| {
-                let control = read_control_text(&config);
+                let control = self.origin.current(&config);
                 state.last_control_hash = Some(match &control {
                     Ok(Some((_, text))) => fnv(text.as_bytes()),
                     _ => MISSING_FILE_HASH,
                 });
+                if let Ok(Some((_, text))) = &control {
+                    tasted = Some(text.clone());
+                }
                 let control = control.map_err(|e| vec![e])?;
                 let previous = self.snapshot.load_full();
                 let loaded = taste_then_load(
@@ -343,6 +386,9 @@ impl Reloader {
                 Ok(self.accept(state, &config, loaded, control, trigger, started))
             }
             Err(reasons) => {
+                if let Some(text) = &tasted {
+                    self.origin.refused(text);
+                }
                 for reason in &reasons {
                     tracing::error!(
                         "{} refused, still serving serial {}: {reason}",
@@ -456,6 +502,13 @@ impl Reloader {
             state.served_control_hash = Some(fnv(text.as_bytes()));
         }
         self.publish(state);
+        // After publishing: what the origin tells others (a fleet's registry) matches status.
+        if let Some((_, text)) = &control {
+            if let Some(problem) = self.origin.accepted(config, text) {
+                state.status.warnings.push(problem);
+                self.publish(state);
+            }
+        }
         tracing::info!(
             "{}: serving serial {serial} ({summary}) after {:.1} ms",
             trigger.as_str(),

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::control::ControlFile;
+use crate::dns::wire::WireName;
 use crate::files::Digest;
 use crate::geo::Locator;
 use crate::policy::{ControlKnobs, PolicyError};
@@ -58,9 +59,11 @@ pub fn load_after(
     let started = Instant::now();
     let control = read_control(config, control)?;
     let config_digest = config_digest(config);
+    let keys = DnssecKeys::load(config)?;
     let reusable = previous
         .and_then(|p| Some((p, p.sources.as_ref()?)))
-        .filter(|(_, sources)| sources.unchanged(config, config_digest.as_ref()));
+        .filter(|(_, sources)| sources.unchanged(config, config_digest.as_ref()))
+        .filter(|(p, _)| keys.signed_alike(p.dnssec.as_deref()));
     let mut warnings = Vec::new();
     let mut shared = None;
     if let Some((previous, sources)) = reusable {
@@ -68,17 +71,22 @@ pub fn load_after(
         let steering = compile_steering(config, &control, &mut warnings)?;
         if steered_names(steering.as_ref()) == sources.steered {
             tracing::debug!("config and zone files unchanged: sharing the zones");
+            let signing = previous
+                .dnssec
+                .as_ref()
+                .map(|d| (d.zones.clone(), d.window));
             shared = Some((
                 previous.zones.clone(),
                 Some(previous.precompiled.clone()),
                 sources.clone(),
                 steering,
+                signing,
             ));
         } else {
             warnings.clear();
         }
     }
-    let (zones, precompiled, sources, steering) = match shared {
+    let (zones, precompiled, sources, steering, signed) = match shared {
         Some(shared) => shared,
         None => {
             let built = build_zones(config)?;
@@ -86,6 +94,7 @@ pub fn load_after(
             let mut zones = built.zones;
             let steering = compile_steering(config, &control, &mut warnings)?;
             bind(config, steering.as_ref(), &mut zones)?;
+            let signed = keys.sign_zones(config, &mut zones, steering.as_ref())?;
             let sources = Sources {
                 config_path: config.source_path.clone(),
                 config: config_digest,
@@ -95,9 +104,16 @@ pub fn load_after(
                 steered: steered_names(steering.as_ref()),
                 zone_warnings: built.warnings,
             };
-            (ZoneSet::new(zones), None, Arc::new(sources), steering)
+            (
+                ZoneSet::new(zones),
+                None,
+                Arc::new(sources),
+                steering,
+                signed,
+            )
         }
     };
+    let signing = keys.sign_steered(&zones, steering.as_ref(), signed)?;
     let mut snapshot = Snapshot::assemble(
         zones,
         precompiled,
@@ -106,6 +122,7 @@ pub fn load_after(
         config.trace.allow.clone(),
     );
     snapshot.sources = Some(sources);
+    snapshot.dnssec = signing.map(Arc::new);
     snapshot.control = control.map(|(file, _)| file).unwrap_or_default();
     snapshot.shield_settings = config.shield.settings();
     if let Some(ttl) = snapshot
@@ -151,12 +168,174 @@ pub fn load_steering(
 
 /// The sources of `previous` if a load with `config` could share its zones: the same config
 /// and zone files, byte for byte (re-read now). Whether the steered names also stay the same
-/// depends on the control knobs.
+/// depends on the control knobs. `None` with DNSSEC zones: sharing them still signs the
+/// steered answers again, which needs the zones ([`load_steering`] does not cover it).
 pub fn shareable_sources(config: &Config, previous: &Snapshot) -> Option<Arc<Sources>> {
+    if !config.dnssec.zones.is_empty() {
+        return None;
+    }
     let sources = previous.sources.as_ref()?;
     sources
         .unchanged(config, config_digest(config).as_ref())
         .then(|| sources.clone())
+}
+
+/// What signing the zones did, and the window it signed for (shared with the snapshots that
+/// share the zones).
+type ZonesSigned = (
+    Vec<(String, crate::dnssec::zone::Signed)>,
+    Option<crate::dnssec::Window>,
+);
+
+/// The DNSSEC keys of every zone to sign, as read for one load, and the signing window.
+struct DnssecKeys {
+    zones: Vec<(String, Vec<crate::dnssec::Key>)>,
+    window: crate::dnssec::Window,
+    now: u64,
+}
+
+impl DnssecKeys {
+    /// Reads the keys of every zone `[dnssec] zones` names; a missing or unreadable key
+    /// refuses the load.
+    fn load(config: &Config) -> Result<DnssecKeys, Vec<String>> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let settings = &config.dnssec;
+        let mut zones = Vec::new();
+        let mut errors = Vec::new();
+        for zone in &settings.zones {
+            let zone = crate::dnssec::keys::normalize_zone(zone);
+            match crate::dnssec::keys::load_zone_keys(&settings.keys, &zone) {
+                Ok(keys) => zones.push((zone, keys)),
+                Err(e) => errors.push(format!(
+                    "{}: dnssec.zones: {e}",
+                    config_location(config, "dnssec")
+                )),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(DnssecKeys {
+            zones,
+            window: crate::dnssec::Window::at(
+                now,
+                settings.signature_validity_secs,
+                settings.refresh_secs,
+            ),
+            now,
+        })
+    }
+
+    fn fingerprint(&self) -> Vec<(String, u16, crate::dnssec::keys::Timing)> {
+        self.zones
+            .iter()
+            .flat_map(|(zone, keys)| keys.iter().map(move |k| (zone.clone(), k.tag, k.timing)))
+            .collect()
+    }
+
+    /// Would the zones of `previous` be signed the same way now (same keys and window)?
+    fn signed_alike(&self, previous: Option<&crate::dnssec::Signing>) -> bool {
+        match previous {
+            None => self.zones.is_empty(),
+            Some(p) => p.window == Some(self.window) && p.keys == self.fingerprint(),
+        }
+    }
+
+    /// Signs the zones to sign, in place, before they are compiled into a snapshot.
+    fn sign_zones(
+        &self,
+        config: &Config,
+        zones: &mut [Zone],
+        steering: Option<&SteeringData>,
+    ) -> Result<Option<ZonesSigned>, Vec<String>> {
+        if self.zones.is_empty() {
+            return Ok(None);
+        }
+        let mut report = Vec::new();
+        let mut errors = Vec::new();
+        for (name, keys) in &self.zones {
+            let Some(zone) = zones
+                .iter_mut()
+                .find(|z| z.origin.to_string().eq_ignore_ascii_case(name))
+            else {
+                errors.push(format!(
+                    "{}: dnssec.zones: {name} is not a served zone",
+                    config_location(config, "dnssec")
+                ));
+                continue;
+            };
+            let types = |binding: u32| match steering {
+                Some(s) => crate::dnssec::steered::steered_types(&s.policies, binding),
+                None => crate::dnssec::zone::SteeredTypes::default(),
+            };
+            match crate::dnssec::zone::sign_zone(
+                zone,
+                keys,
+                &config.dnssec,
+                &self.window,
+                self.now,
+                &types,
+            ) {
+                Ok(signed) => report.push((name.clone(), signed)),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Some((report, Some(self.window))))
+    }
+
+    /// Pre-signs every steered answer in a signed zone; the snapshot's DNSSEC state.
+    fn sign_steered(
+        &self,
+        zones: &ZoneSet,
+        steering: Option<&SteeringData>,
+        signed: Option<ZonesSigned>,
+    ) -> Result<Option<crate::dnssec::Signing>, Vec<String>> {
+        let Some((report, window)) = signed else {
+            return Ok(None);
+        };
+        let mut steered = crate::dnssec::SteeredSigs::default();
+        if let Some(steering) = steering {
+            let owners: Vec<Option<crate::dnssec::steered::SteeredOwner<'_>>> = steering
+                .policies
+                .steered()
+                .iter()
+                .map(|s| {
+                    let owner = name_to_wire(&s.name);
+                    let name = WireName::from_wire(&owner)?;
+                    let (zone, _) = zones.find(&name)?;
+                    zone.denial.as_ref()?;
+                    let origin = zone.origin.to_string().to_ascii_lowercase();
+                    let (_, keys) = self.zones.iter().find(|(z, _)| *z == origin)?;
+                    let keys = keys
+                        .iter()
+                        .filter(|k| {
+                            k.role.signs_zone()
+                                && k.timing.published(self.now)
+                                && k.timing.active(self.now)
+                        })
+                        .collect();
+                    Some(crate::dnssec::steered::SteeredOwner {
+                        owner,
+                        apex: zone.apex.clone(),
+                        keys,
+                    })
+                })
+                .collect();
+            steered = crate::dnssec::SteeredSigs::build(&steering.policies, &owners, &self.window)
+                .map_err(|e| vec![e.to_string()])?;
+        }
+        Ok(Some(crate::dnssec::Signing {
+            steered,
+            window,
+            zones: report,
+            keys: self.fingerprint(),
+        }))
+    }
 }
 
 /// The inputs a snapshot's zones and precompiled answers were built from: the config file,
@@ -532,7 +711,7 @@ mod tests {
         let name = crate::dns::wire::WireName::from_wire(&wire).expect("wire name");
         snapshot
             .precompiled
-            .get(&name, qtype)
+            .get(&name, qtype, false)
             .and_then(|(_, cached)| match cached {
                 crate::snapshot::Cached::Response(response) => Some(response.as_ptr()),
                 crate::snapshot::Cached::Steered(_) => None,

@@ -85,6 +85,8 @@ pub struct Snapshot {
     /// The files the zones and precompiled answers were built from, so that the next load can
     /// share them when none of those files changed; `None` when not built from files.
     pub sources: Option<Arc<load::Sources>>,
+    /// DNSSEC: pre-signed steered answers and what was signed; `None` when nothing is signed.
+    pub dnssec: Option<Arc<crate::dnssec::Signing>>,
 }
 
 impl Snapshot {
@@ -127,6 +129,7 @@ impl Snapshot {
             counters,
             rrl: None,
             sources: None,
+            dnssec: None,
         };
         if !shared {
             snapshot.precompiled = Precompiled::build(&snapshot);
@@ -141,10 +144,28 @@ impl Snapshot {
 
     /// The fast-path entry for (name, type) with its zone's index: a precompiled response, or
     /// the steering binding of an exact steered name or of a steered wildcard covering it.
-    pub fn fast_path(&self, qname: &WireName, qtype: u16) -> Option<(usize, Cached<'_>)> {
-        self.precompiled
-            .get(qname, qtype)
-            .or_else(|| self.precompiled.wildcard(&self.zones, qname, qtype))
+    /// With `dnssec` (the query set DO), a signed zone's answers come with their signatures
+    /// and proofs; a steered wildcard then takes the general path, which adds the proof that
+    /// the name itself does not exist.
+    pub fn fast_path(
+        &self,
+        qname: &WireName,
+        qtype: u16,
+        dnssec: bool,
+    ) -> Option<(usize, Cached<'_>)> {
+        self.precompiled.get(qname, qtype, dnssec).or_else(|| {
+            self.precompiled
+                .wildcard(&self.zones, qname, qtype)
+                .filter(|&(zone, _)| !(dnssec && self.zone_signed(zone)))
+        })
+    }
+
+    /// Is the zone at this index signed?
+    pub fn zone_signed(&self, zone: usize) -> bool {
+        self.zones
+            .zones()
+            .get(zone)
+            .is_some_and(|z| z.denial.is_some())
     }
 
     /// The steering context for one query (None when no names are steered).
@@ -159,6 +180,7 @@ impl Snapshot {
             &self.counters,
             &self.shield,
             steer::locate(&data.locator, client, subnet),
+            self.dnssec.as_deref().map(|d| &d.steered),
         ))
     }
 
@@ -180,7 +202,7 @@ impl Snapshot {
         let data = self.steering.as_ref()?;
         let steering = self.steering_for(client, subnet)?;
         for qtype in [crate::dns::wire::rtype::A, crate::dns::wire::rtype::AAAA] {
-            resolve(&self.zones, qname, qtype, &steering)?;
+            resolve(&self.zones, qname, qtype, &steering, false)?;
             if steering.asked.get().is_some() {
                 break;
             }

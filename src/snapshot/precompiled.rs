@@ -25,6 +25,8 @@ const MAX_PRECOMPILED_BYTES: usize = 256 << 20;
 #[derive(Default, Clone)]
 pub struct Precompiled {
     table: Arc<Table>,
+    /// The DO variants of the answers of signed zones: with signatures and proofs.
+    signed: Arc<Table>,
 }
 
 #[derive(Default)]
@@ -36,6 +38,8 @@ struct Table {
     /// Steered wildcards (`*.<parent>`) the fast path answers for, by parent name: the zone
     /// and the steering binding.
     wildcards: FxHashMap<Box<[u8]>, (u16, u32)>,
+    /// By zone index: is the zone signed (its DO answers are in the signed table only)?
+    signed_zones: Vec<bool>,
 }
 
 /// One precompiled answer: where its key and response sit in [`Table::bytes`], and the index
@@ -167,14 +171,24 @@ impl Precompiled {
         Some((zone, Cached::Steered(binding)))
     }
 
-    /// The fast-path entry for (name, type), with the index of its zone.
-    pub fn get(&self, qname: &WireName, qtype: u16) -> Option<(usize, Cached<'_>)> {
+    /// The fast-path entry for (name, type), with the index of its zone; with `dnssec` (the
+    /// query set DO), a signed zone's entry with signatures and proofs.
+    pub fn get(&self, qname: &WireName, qtype: u16, dnssec: bool) -> Option<(usize, Cached<'_>)> {
+        if dnssec && !self.signed.index.is_empty() {
+            if let Some(slot) = self.signed.find(qname.as_wire(), qtype) {
+                return Some((usize::from(slot.zone), self.signed.cached(slot)?));
+            }
+        }
         let table = &*self.table;
         if table.index.is_empty() {
             return None;
         }
         let slot = table.find(qname.as_wire(), qtype)?;
-        Some((usize::from(slot.zone), table.cached(slot)?))
+        let zone = usize::from(slot.zone);
+        if dnssec && table.signed_zones.get(zone).copied().unwrap_or(false) {
+            return None;
+        }
+        Some((zone, table.cached(slot)?))
     }
 
     pub fn len(&self) -> usize {
@@ -189,11 +203,14 @@ impl Precompiled {
         let zones = snapshot.zones.zones();
         let nodes: usize = zones.iter().map(|z| z.nodes.len()).sum();
         // Most names answer A and AAAA (one of them NODATA) and little else.
+        let signed_zones: Vec<bool> = zones.iter().map(|z| z.denial.is_some()).collect();
         let mut table = Table {
             bytes: Vec::new(),
             index: HashTable::with_capacity(nodes.saturating_mul(2)),
             wildcards: FxHashMap::default(),
+            signed_zones: signed_zones.clone(),
         };
+        let mut signed = Table::default();
         let mut scratch = Vec::new();
         let mut question = Vec::with_capacity(MAX_NAME_LEN + 4);
         let mut types: Vec<u16> = Vec::new();
@@ -236,7 +253,7 @@ impl Precompiled {
                 types.sort_unstable();
                 types.dedup();
                 for &qtype in &types {
-                    if table.bytes.len() > MAX_PRECOMPILED_BYTES {
+                    if table.bytes.len() + signed.bytes.len() > MAX_PRECOMPILED_BYTES {
                         break 'zones;
                     }
                     // The same name can be a node of two nested zones (a delegation and the
@@ -245,25 +262,51 @@ impl Precompiled {
                     if nested && table.find(key, qtype).is_some() {
                         continue;
                     }
+                    let is_signed = signed_zones
+                        .get(usize::from(zone_index))
+                        .copied()
+                        .unwrap_or(false);
                     if let Some(binding) = steered_binding(snapshot, node, qtype) {
                         // Only where this zone is the one that answers the name.
+                        let binding = binding.to_be_bytes();
                         if usize::from(zone_index) == zi
-                            && !table.push(key, qtype, &binding.to_be_bytes(), true, zone_index)
+                            && (!table.push(key, qtype, &binding, true, zone_index)
+                                || (is_signed
+                                    && !signed.push(key, qtype, &binding, true, zone_index)))
                         {
                             break 'zones;
                         }
-                        continue;
-                    }
-                    let Some(plan) = resolve(&snapshot.zones, &name, qtype, &NoSteering) else {
-                        continue;
-                    };
-                    if !plan.client_independent {
                         continue;
                     }
                     question.clear();
                     question.extend_from_slice(key);
                     question.extend_from_slice(&qtype.to_be_bytes());
                     question.extend_from_slice(&1u16.to_be_bytes());
+                    if is_signed {
+                        // The DO variant first: without it, the plain one must not answer DO
+                        // queries either (see `get`), so neither is stored.
+                        let Some(plan) = resolve(&snapshot.zones, &name, qtype, &NoSteering, true)
+                        else {
+                            continue;
+                        };
+                        if !plan.client_independent {
+                            continue;
+                        }
+                        let Some(response) = precompile(snapshot, &question, &plan, &mut scratch)
+                        else {
+                            continue;
+                        };
+                        if !signed.push(key, qtype, response, false, zone_index) {
+                            break 'zones;
+                        }
+                    }
+                    let Some(plan) = resolve(&snapshot.zones, &name, qtype, &NoSteering, false)
+                    else {
+                        continue;
+                    };
+                    if !plan.client_independent {
+                        continue;
+                    }
                     let Some(response) = precompile(snapshot, &question, &plan, &mut scratch)
                     else {
                         continue;
@@ -274,11 +317,14 @@ impl Precompiled {
                 }
             }
         }
-        table.bytes.shrink_to_fit();
-        let Table { bytes, index, .. } = &mut table;
-        index.shrink_to_fit(|s| slot_hash(bytes, s));
+        for table in [&mut table, &mut signed] {
+            table.bytes.shrink_to_fit();
+            let Table { bytes, index, .. } = table;
+            index.shrink_to_fit(|s| slot_hash(bytes, s));
+        }
         Precompiled {
             table: Arc::new(table),
+            signed: Arc::new(signed),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use super::Snapshot;
 use crate::dns::respond::Client;
 use crate::dns::wire::{rtype, ClientSubnet};
+use crate::dnssec::SteeredSigs;
 use crate::geo::Locator;
 use crate::metrics::SnapshotCounters;
 use crate::policy::{
@@ -16,6 +17,7 @@ use crate::policy::{
 };
 use crate::shield::live::{DemandCounters, Shield};
 use crate::zone::lookup::{SteeredAnswer, Steering, Synth};
+use crate::zone::model::RRset;
 
 /// Everything steering needs, compiled: policies, the locator, and the demand counters the
 /// shield reads. (The shield's decisions live outside the snapshot: they change every tick.)
@@ -58,6 +60,8 @@ pub struct ClientSteering<'s> {
     /// and the atomic load is a noticeable part of a geo or weighted answer).
     shed: OnceCell<arc_swap::Guard<Arc<ShedView>>>,
     client: policy::Client,
+    /// Pre-signed answers (signed zones), for queries that set DO.
+    sigs: Option<&'s SteeredSigs>,
     /// The first steered binding the lookup asked about (for traces).
     pub asked: Cell<Option<u32>>,
 }
@@ -68,6 +72,7 @@ impl<'s> ClientSteering<'s> {
         counters: &'s SnapshotCounters,
         shield: &'s Shield,
         client: policy::Client,
+        sigs: Option<&'s SteeredSigs>,
     ) -> Self {
         ClientSteering {
             data,
@@ -75,7 +80,17 @@ impl<'s> ClientSteering<'s> {
             shield,
             shed: OnceCell::new(),
             client,
+            sigs,
             asked: Cell::new(None),
+        }
+    }
+
+    /// The signature of `data` at `binding`, with the TTL to serve under it (never above the
+    /// TTL it was signed with).
+    fn signed(&self, binding: u32, data: &Synth<'_>, ttl: u32) -> (Option<&'s RRset>, u32) {
+        match self.sigs.and_then(|s| s.find(binding, data)) {
+            Some(sig) => (Some(sig), ttl.min(sig.ttl)),
+            None => (None, ttl),
         }
     }
 
@@ -114,16 +129,31 @@ impl<'s> ClientSteering<'s> {
     /// the policy answers with, if that is what it decided (not a CNAME, not NODATA). The
     /// decision is counted only when the caller reports it answered ([`Self::answered`]), so a
     /// fallback to the general path does not count it twice.
-    pub fn addresses(&self, binding: u32, qtype: u16) -> Option<SteeredAddresses<'s>> {
-        let decision = self.decide(binding)?;
+    /// With `dnssec`, the answer's signature too (and its TTL kept within the signed one).
+    pub fn addresses(
+        &self,
+        binding: u32,
+        qtype: u16,
+        dnssec: bool,
+    ) -> Option<SteeredAddresses<'s>> {
+        let mut decision = self.decide(binding)?;
         let addresses = match (decision.target, qtype) {
             (Target::Addresses { v4, .. }, rtype::A) if !v4.is_empty() => AddressSet::V4(v4),
             (Target::Addresses { v6, .. }, rtype::AAAA) if !v6.is_empty() => AddressSet::V6(v6),
             _ => return None,
         };
+        let mut sig = None;
+        if dnssec {
+            let data = match addresses {
+                AddressSet::V4(a) => Synth::V4(a),
+                AddressSet::V6(a) => Synth::V6(a),
+            };
+            (sig, decision.ttl) = self.signed(binding, &data, decision.ttl);
+        }
         Some(SteeredAddresses {
             addresses,
             decision,
+            sig,
         })
     }
 
@@ -145,6 +175,8 @@ pub struct SteeredAddresses<'s> {
     /// Never empty.
     pub addresses: AddressSet<'s>,
     pub decision: Decision<'s>,
+    /// Its signature, when asked for and the zone is signed.
+    pub sig: Option<&'s RRset>,
 }
 
 impl<'s> Steering<'s> for ClientSteering<'s> {
@@ -164,10 +196,12 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
             // A CNAME query at a name answered with addresses: the static data answers.
             (Target::Addresses { .. }, _) => return None,
         };
+        let (sig, ttl) = self.signed(binding, &data, decision.ttl);
         Some(SteeredAnswer {
             data,
-            ttl: decision.ttl,
+            ttl,
             scope: decision.scope,
+            sig,
         })
     }
 }

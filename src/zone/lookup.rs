@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrayvec::ArrayVec;
 use rustc_hash::FxHashMap;
 
-use super::model::{Node, RRset, Zone};
+use super::model::{Denial, Node, RRset, Zone};
 use crate::dns::wire::{rcode, rtype, WireName, MAX_NAME_LEN};
 
 /// Longest CNAME chain we follow inside our own zones.
@@ -89,6 +89,9 @@ pub struct Entry<'z> {
     pub owner: Owner<'z>,
     pub data: Data<'z>,
     pub ttl: u32,
+    /// The RRSIG records covering `data` (signed zones), written after it when the query
+    /// set DO.
+    pub sig: Option<&'z RRset>,
 }
 
 impl<'z> Entry<'z> {
@@ -97,6 +100,7 @@ impl<'z> Entry<'z> {
             owner,
             data: Data::Static(set),
             ttl: set.ttl,
+            sig: set.rrsig.as_deref(),
         }
     }
 }
@@ -108,6 +112,8 @@ pub struct SteeredAnswer<'z> {
     pub ttl: u32,
     /// ECS scope prefix length that covers what decided this answer.
     pub scope: u8,
+    /// The pre-computed signature of exactly this answer (signed zones; `None` otherwise).
+    pub sig: Option<&'z RRset>,
 }
 
 /// The hook through which the lookup asks policies for steered names' answers. The
@@ -134,26 +140,32 @@ pub struct Plan<'z> {
     pub authoritative: bool,
     pub referral: bool,
     pub answer: ArrayVec<Entry<'z>, 24>,
-    pub authority: ArrayVec<Entry<'z>, 4>,
+    pub authority: ArrayVec<Entry<'z>, 8>,
     pub additional: ArrayVec<Entry<'z>, 32>,
     /// False when any part came from a steering policy (the answer depends on the client).
     pub client_independent: bool,
     /// Widest ECS scope any steering decision in this answer needed.
     pub scope: u8,
+    /// The query set DO: signed zones add their proofs of non-existence, and the writer adds
+    /// each entry's signatures.
+    pub dnssec: bool,
 }
 
 /// Answers `qtype` for `qname`, following CNAMEs inside our zones. `None` when no zone of ours
-/// contains the name (the caller answers REFUSED).
+/// contains the name (the caller answers REFUSED). With `dnssec` (the query set DO), signed
+/// zones add the NSEC records that prove what does not exist.
 pub fn resolve<'z>(
     zones: &'z ZoneSet,
     qname: &WireName,
     qtype: u16,
     steering: &dyn Steering<'z>,
+    dnssec: bool,
 ) -> Option<Plan<'z>> {
     let (zone, depth) = zones.find(qname)?;
     let mut plan = Plan {
         authoritative: true,
         client_independent: true,
+        dnssec,
         ..Plan::default()
     };
     // The name being answered: the question, then each CNAME target followed (built only
@@ -229,8 +241,8 @@ fn answer_in_zone<'z>(
             return None;
         }
     }
-    let node = zone.node(name.suffix(0))?;
-    answer_node(zone, node, qtype, owner, steering, plan)
+    let (key, node) = zone.nodes.get_key_value(name.suffix(0))?;
+    answer_node(zone, key, node, qtype, owner, steering, plan)
 }
 
 /// The name does not exist; its closest existing ancestor drops `encloser_skip` labels.
@@ -250,19 +262,33 @@ fn answer_missing<'z>(
         key[..2].copy_from_slice(b"\x01*");
         if let Some(dst) = key.get_mut(2..2 + encloser.len()) {
             dst.copy_from_slice(encloser);
-            if let Some(source) = zone.node(&key[..2 + encloser.len()]) {
-                return answer_node(zone, source, qtype, owner, steering, plan);
+            if let Some((source_key, source)) = zone.nodes.get_key_value(&key[..2 + encloser.len()])
+            {
+                // The proof that the name itself does not exist (RFC 4035 §3.1.3.3).
+                push_covering(zone, name.as_wire(), plan);
+                return answer_node(zone, source_key, source, qtype, owner, steering, plan);
             }
         }
     }
     plan.rcode = rcode::NXDOMAIN;
     negative(zone, plan);
+    // RFC 4035 §3.1.3.2: no such name, and no wildcard at the closest encloser.
+    push_covering(zone, name.as_wire(), plan);
+    let mut wildcard = [0u8; MAX_NAME_LEN + 2];
+    wildcard[..2].copy_from_slice(b"\x01*");
+    if let Some(dst) = wildcard.get_mut(2..2 + encloser.len()) {
+        dst.copy_from_slice(encloser);
+        push_covering(zone, &wildcard[..2 + encloser.len()], plan);
+    }
     None
 }
 
-/// Answers from an existing node (exact match or wildcard source); returns a CNAME to follow.
+/// Answers from an existing node (exact match or wildcard source, `key` its name); returns a
+/// CNAME to follow.
+#[allow(clippy::too_many_arguments)]
 fn answer_node<'z>(
     zone: &'z Zone,
+    key: &'z [u8],
     node: &'z Node,
     qtype: u16,
     owner: Owner<'z>,
@@ -274,7 +300,7 @@ fn answer_node<'z>(
         if let Some(steered) = steering.steer(binding, steer_type) {
             plan.client_independent = false;
             plan.scope = plan.scope.max(steered.scope);
-            return push_steered(zone, owner, qtype, steered, plan);
+            return push_steered(zone, key, owner, qtype, steered, plan);
         }
         if matches!(qtype, rtype::A | rtype::AAAA | rtype::CNAME | rtype::ANY) {
             // Static precompilation cannot answer for a policy: mark and answer nothing.
@@ -294,7 +320,7 @@ fn answer_node<'z>(
                 let _ = plan.answer.try_push(Entry::stored(owner, set));
                 add_additional(zone, set, plan);
             }
-            None => negative(zone, plan),
+            None => nodata(zone, key, node, plan),
         }
         return None;
     }
@@ -303,13 +329,60 @@ fn answer_node<'z>(
             let _ = plan.answer.try_push(Entry::stored(owner, set));
             add_additional(zone, set, plan);
         }
-        None => negative(zone, plan),
+        None => nodata(zone, key, node, plan),
     }
     None
 }
 
+/// NODATA: the SOA, and (signed, DO) the name's NSEC, whose bitmap lacks the type; an empty
+/// non-terminal has none, and the NSEC that covers it proves it has no data.
+fn nodata<'z>(zone: &'z Zone, key: &'z [u8], node: &'z Node, plan: &mut Plan<'z>) {
+    negative(zone, plan);
+    if denial(zone, plan).is_none() {
+        return;
+    }
+    if node.rrset(rtype::NSEC).is_some() {
+        push_nsec(zone, key, plan);
+    } else {
+        push_covering(zone, key, plan);
+    }
+}
+
+/// The zone's denial chain, when the zone is signed and the query asked for proofs.
+fn denial<'z>(zone: &'z Zone, plan: &Plan<'z>) -> Option<&'z Denial> {
+    zone.denial.as_ref().filter(|_| plan.dnssec)
+}
+
+/// Adds the NSEC owned by `owner` (a chain owner) to the authority section, once.
+fn push_nsec<'z>(zone: &'z Zone, owner: &[u8], plan: &mut Plan<'z>) {
+    let Some((key, node)) = zone.nodes.get_key_value(owner) else {
+        return;
+    };
+    let Some(nsec) = node.rrset(rtype::NSEC) else {
+        return;
+    };
+    if plan
+        .authority
+        .iter()
+        .any(|e| matches!(e.data, Data::Static(s) if std::ptr::eq(s, nsec)))
+    {
+        return;
+    }
+    let _ = plan
+        .authority
+        .try_push(Entry::stored(Owner::Name(key), nsec));
+}
+
+/// Adds the NSEC that covers (or matches) `name`, when signed and asked for.
+fn push_covering<'z>(zone: &'z Zone, name: &[u8], plan: &mut Plan<'z>) {
+    if let Some(owner) = denial(zone, plan).and_then(|d| d.covering(name)) {
+        push_nsec(zone, owner, plan);
+    }
+}
+
 fn push_steered<'z>(
     zone: &'z Zone,
+    key: &'z [u8],
     owner: Owner<'z>,
     qtype: u16,
     steered: SteeredAnswer<'z>,
@@ -319,6 +392,7 @@ fn push_steered<'z>(
         owner,
         data: Data::Synth(steered.data),
         ttl: steered.ttl,
+        sig: steered.sig,
     };
     match steered.data {
         Synth::Cname(target) => {
@@ -335,6 +409,22 @@ fn push_steered<'z>(
         }
         _ => {
             negative(zone, plan);
+            // This address set has no records of the type: the NSEC variant without it.
+            let variant = denial(zone, plan)
+                .and_then(|d| d.steered_nodata.get_key_value(key))
+                .and_then(|(owner, sets)| match qtype {
+                    rtype::A => Some((owner, &sets[0])),
+                    rtype::AAAA => Some((owner, &sets[1])),
+                    _ => None,
+                });
+            match variant {
+                Some((owner, nsec)) => {
+                    let _ = plan
+                        .authority
+                        .try_push(Entry::stored(Owner::Name(owner), nsec));
+                }
+                None => push_nsec(zone, key, plan),
+            }
             None
         }
     }
@@ -347,6 +437,7 @@ fn negative<'z>(zone: &'z Zone, plan: &mut Plan<'z>) {
             owner: Owner::Name(&zone.apex),
             data: Data::Static(soa),
             ttl: zone.negative_ttl,
+            sig: soa.rrsig.as_deref(),
         });
     }
 }
@@ -365,6 +456,17 @@ fn refer<'z>(zone: &'z Zone, cut: &'z Node, cut_name: &[u8], plan: &mut Plan<'z>
     let _ = plan
         .authority
         .try_push(Entry::stored(Owner::Name(owner), ns));
+    if denial(zone, plan).is_some() {
+        // RFC 4035 §3.1.4: the signed DS, or the NSEC proving there is none.
+        match cut.rrset(rtype::DS) {
+            Some(ds) => {
+                let _ = plan
+                    .authority
+                    .try_push(Entry::stored(Owner::Name(owner), ds));
+            }
+            None => push_nsec(zone, owner, plan),
+        }
+    }
     for target in ns.targets.iter() {
         push_addresses(zone, target, true, plan);
     }

@@ -30,6 +30,8 @@ pub struct RRset {
     /// Lower-cased names this set points at (NS, MX, SRV targets) for additional processing,
     /// or the CNAME target.
     pub targets: Box<[Box<[u8]>]>,
+    /// The RRSIG records covering this set (encoded like `encoded`), when the zone is signed.
+    pub rrsig: Option<Box<RRset>>,
 }
 
 impl RRset {
@@ -88,6 +90,31 @@ pub struct Zone {
     /// TTL of negative answers: min(SOA TTL, SOA MINIMUM) per RFC 2308.
     pub negative_ttl: u32,
     pub serial: u32,
+    /// The authenticated denial chain, when the zone is signed (see `crate::dnssec`).
+    pub denial: Option<Denial>,
+}
+
+/// A signed zone's NSEC chain, for the lookup's proofs of non-existence. The NSEC RRsets
+/// themselves (signed) sit in their owners' nodes.
+#[derive(Debug, Default)]
+pub struct Denial {
+    /// The owners of the chain (every authoritative name with data, and delegation points),
+    /// in canonical order ([`crate::dns::canonical`]).
+    pub order: Box<[Box<[u8]>]>,
+    /// Steered owners: their NSEC without A (index 0) and without AAAA (index 1), signed, for
+    /// NODATA answers of address sets with only one family (the chain's NSEC lists both).
+    pub steered_nodata: FxHashMap<Box<[u8]>, [RRset; 2]>,
+}
+
+impl Denial {
+    /// The chain owner whose NSEC covers or matches `name` (the greatest owner not after it).
+    pub fn covering(&self, name: &[u8]) -> Option<&[u8]> {
+        let after = self
+            .order
+            .partition_point(|owner| crate::dns::canonical::canonical_cmp(owner, name).is_le());
+        // The apex sorts first: every name of the zone has a predecessor.
+        self.order.get(after.checked_sub(1)?).map(|o| &o[..])
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +226,7 @@ impl Zone {
             nodes,
             negative_ttl: soa_ttl.min(minimum),
             serial,
+            denial: None,
         };
         zone.add_empty_non_terminals();
         zone.mark_cuts_and_wildcards();
@@ -390,6 +418,7 @@ fn build_rrsets<'r>(
             count: seen.len() as u16,
             encoded: encoded.into_boxed_slice(),
             targets: targets.into_boxed_slice(),
+            rrsig: None,
         });
     }
     Ok(sets)

@@ -38,10 +38,12 @@ pub fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
-// The shared test harness (tests/common), for its TempDir; control tests do not declare
-// `mod common` themselves.
+// The shared test harness (tests/common), for its TempDir and Etcd; control tests do not
+// declare `mod common` themselves.
 #[path = "../common/mod.rs"]
 mod common;
+#[allow(unused_imports)]
+pub use common::etcd::Etcd;
 pub use common::TempDir;
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
@@ -122,6 +124,11 @@ impl Setup {
     pub fn start(&self) -> Daemon {
         Daemon::start(self)
     }
+
+    /// Like [`Setup::start`], with more `serve` arguments (e.g. `--node ns2`).
+    pub fn start_with(&self, extra: &[&str]) -> Daemon {
+        Daemon::start_full(self, &[], extra)
+    }
 }
 
 /// Writes a token file the way the runbook says: readable by its owner only (a token every
@@ -173,6 +180,10 @@ impl Daemon {
     /// or directly when `wrapper` is empty. Dropping the daemon kills the wrapper's children
     /// (the server) before the wrapper itself.
     pub fn start_under(setup: &Setup, wrapper: &[&str]) -> Daemon {
+        Daemon::start_full(setup, wrapper, &[])
+    }
+
+    fn start_full(setup: &Setup, wrapper: &[&str], extra: &[&str]) -> Daemon {
         let mut command = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut command = Command::new(program);
@@ -187,6 +198,7 @@ impl Daemon {
             .arg("--config")
             .arg(&setup.config)
             .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .args(extra)
             .env("STEERDNS_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

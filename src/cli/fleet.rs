@@ -1,0 +1,449 @@
+//! The operator commands in fleet mode (a config with `[fleet]`): they read and write the
+//! fleet's control state in etcd instead of the local control file. Every write is tasted with
+//! the server's loader, then written by compare-and-swap on the revision it read (redone on a
+//! conflict, so concurrent edits all land); then the command waits until every live node
+//! serves it and says how long that took, or which nodes did not.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use etcd_client::Client;
+
+use steerdns::config::fleet::FleetConfig;
+use steerdns::config::Config;
+use steerdns::control::history::{rfc3339_utc, summarize};
+use steerdns::control::ControlFile;
+use steerdns::fleet::store::{self, Convergence, NodeRecord, WriteError};
+use steerdns::fleet::{client, Keys};
+use steerdns::snapshot::load::{load_with, ControlSource};
+
+fn fleet_of(config: &Config) -> Result<&FleetConfig> {
+    config
+        .fleet
+        .as_ref()
+        .context("no [fleet] section in the config")
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// A connection whose first request is bounded: an unreachable etcd is a clear error.
+async fn connect(fleet: &FleetConfig) -> Result<(Client, Keys)> {
+    let mut client = client::connect(fleet).await.map_err(|e| down(fleet, &e))?;
+    let keys = Keys::new(&fleet.prefix);
+    let limit = steerdns::fleet::request_timeout(fleet);
+    match tokio::time::timeout(limit, client.status()).await {
+        Ok(Ok(_)) => Ok((client, keys)),
+        Ok(Err(e)) => Err(down(fleet, &e)),
+        Err(_) => Err(down(fleet, &format!("no answer within {limit:?}"))),
+    }
+}
+
+fn down(fleet: &FleetConfig, e: &dyn std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot reach etcd at {} ({e}); nothing was changed. The nodes keep serving what they have \
+         and pick up changes when etcd is back.",
+        fleet.etcd.join(",")
+    )
+}
+
+/// Tastes `text` as the control file with the loader the server uses.
+fn taste(config: &Config, text: &str) -> Result<(), Vec<String>> {
+    let path = config.control.file.clone().unwrap_or_default();
+    load_with(config, ControlSource::Text { path: &path, text })
+        .map(|_| ())
+        .map_err(|problems| problems.iter().map(ToString::to_string).collect())
+}
+
+/// Applies `edit` to the fleet's control state (CAS, retried on conflict), then waits for the
+/// live nodes to serve it.
+pub fn edit(
+    config: &Config,
+    what: &str,
+    edit: impl Fn(&str) -> Result<String, String>,
+) -> Result<ExitCode> {
+    let fleet = fleet_of(config)?;
+    runtime()?.block_on(async {
+        let (mut client, keys) = connect(fleet).await?;
+        let keep = fleet.history_keep.unwrap_or(config.control.history_keep);
+        let source = format!("{what} by {}", store::who());
+        let written = match store::update(&mut client, &keys, keep, &source, edit, |text| {
+            taste(config, text)
+        })
+        .await
+        {
+            Ok(written) => written,
+            Err(WriteError::Refused(problems)) => {
+                println!("refused, nothing written ({what}):");
+                for p in &problems {
+                    println!("  {p}");
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+            Err(WriteError::Fleet(e)) => return Err(down(fleet, &e)),
+            Err(e) => bail!("{e}"),
+        };
+        if written.unchanged {
+            println!(
+                "no change: the fleet already serves this (serial {}, revision {})",
+                written.serial, written.revision
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        let retried = match written.conflicts {
+            0 => String::new(),
+            n => format!(" (redone after {n} concurrent write(s))"),
+        };
+        println!(
+            "wrote fleet control {} revision {} serial {}: {}{retried}",
+            keys.prefix(),
+            written.revision,
+            written.serial,
+            written.summary
+        );
+        wait_for_nodes(fleet, &mut client, &keys, written.revision, written.serial).await
+    })
+}
+
+/// Waits until every live node serves `revision`, prints the convergence time (or the nodes
+/// that did not follow) and records it in etcd for the nodes' metrics.
+async fn wait_for_nodes(
+    fleet: &FleetConfig,
+    client: &mut Client,
+    keys: &Keys,
+    revision: i64,
+    serial: u64,
+) -> Result<ExitCode> {
+    let started = Instant::now();
+    let limit = Duration::from_secs(fleet.converge_timeout_secs);
+    let mut nodes = Vec::new();
+    loop {
+        if let Ok(now) = store::nodes(client, keys).await {
+            nodes = now;
+        }
+        let waiting = nodes
+            .iter()
+            .filter(|n| n.revision < revision && refused(n, revision).is_none())
+            .count();
+        if waiting == 0 || started.elapsed() >= limit {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let millis = started.elapsed().as_secs_f64() * 1000.0;
+    let converged: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.revision >= revision)
+        .map(|n| n.name.clone())
+        .collect();
+    let lagging: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.revision < revision)
+        .map(|n| n.name.clone())
+        .collect();
+    let record = Convergence {
+        revision,
+        serial,
+        millis,
+        converged: converged.clone(),
+        lagging: lagging.clone(),
+        at: rfc3339_utc(SystemTime::now()),
+    };
+    let _ = store::put_json(client, keys.convergence(), &record, None).await;
+    if nodes.is_empty() {
+        println!("no live nodes registered under {}", keys.prefix());
+        return Ok(ExitCode::SUCCESS);
+    }
+    if lagging.is_empty() {
+        println!(
+            "all {} live nodes serve serial {serial} (revision {revision}): converged in {millis:.0} ms [{}]",
+            nodes.len(),
+            converged.join(" ")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "warning: {} of {} live nodes do not serve revision {revision} after {millis:.0} ms (the change is written; they keep serving their last good version):",
+        lagging.len(),
+        nodes.len()
+    );
+    for node in nodes.iter().filter(|n| n.revision < revision) {
+        match refused(node, revision) {
+            Some(reasons) => println!("  {} refused it: {}", node.name, reasons.join("; ")),
+            None => println!(
+                "  {} still serves serial {} (revision {})",
+                node.name, node.serial, node.revision
+            ),
+        }
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+fn refused(node: &NodeRecord, revision: i64) -> Option<Vec<String>> {
+    node.last_refusal
+        .as_ref()
+        .filter(|r| r.revision == Some(revision))
+        .map(|r| r.reasons.clone())
+}
+
+pub fn history(config: &Config) -> Result<ExitCode> {
+    let fleet = fleet_of(config)?;
+    runtime()?.block_on(async {
+        let (mut client, keys) = connect(fleet).await?;
+        let current = store::get_control(&mut client, &keys)
+            .await
+            .map_err(|e| down(fleet, &e))?;
+        let versions = store::history(&mut client, &keys)
+            .await
+            .map_err(|e| down(fleet, &e))?;
+        if versions.is_empty() {
+            println!("no fleet versions recorded yet under {}", keys.prefix());
+        }
+        for v in versions {
+            let mark = if current.as_ref().map(|c| c.serial) == Some(v.serial) {
+                "*"
+            } else {
+                " "
+            };
+            println!(
+                "{mark}{:>6}  {}  rev {:<6}  {:<28}  {}",
+                v.serial, v.time, v.revision, v.source, v.summary
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn rollback(config: &Config, version: Option<u64>) -> Result<ExitCode> {
+    let fleet = fleet_of(config)?;
+    let text = runtime()?.block_on(async {
+        let (mut client, keys) = connect(fleet).await?;
+        let current = store::get_control(&mut client, &keys)
+            .await
+            .map_err(|e| down(fleet, &e))?
+            .with_context(|| format!("the fleet has no control state under {}", keys.prefix()))?;
+        let versions = store::history(&mut client, &keys)
+            .await
+            .map_err(|e| down(fleet, &e))?;
+        let chosen = match version {
+            Some(serial) => versions.into_iter().find(|v| v.serial == serial).with_context(
+                || format!("version {serial} is not in the fleet history (see `steerdns control history`)"),
+            )?,
+            None => versions
+                .into_iter()
+                .rev()
+                .find(|v| v.serial < current.serial && v.text != current.text)
+                .context("no previous fleet version to roll back to (see `steerdns control history`)")?,
+        };
+        Ok::<_, anyhow::Error>((chosen.serial, chosen.text))
+    })?;
+    let (serial, text) = text;
+    edit(config, &format!("rollback to {serial}"), move |_| {
+        Ok(text.clone())
+    })
+}
+
+pub fn diff(config: &Config, a: u64, b: u64) -> Result<ExitCode> {
+    let fleet = fleet_of(config)?;
+    let (ta, tb) = runtime()?.block_on(async {
+        let (mut client, keys) = connect(fleet).await?;
+        let mut texts = Vec::new();
+        for serial in [a, b] {
+            let version = store::version(&mut client, &keys, serial)
+                .await
+                .map_err(|e| down(fleet, &e))?
+                .with_context(|| format!("version {serial} is not in the fleet history"))?;
+            texts.push(version.text);
+        }
+        let tb = texts.pop().unwrap_or_default();
+        let ta = texts.pop().unwrap_or_default();
+        Ok::<_, anyhow::Error>((ta, tb))
+    })?;
+    let path = std::path::Path::new("control");
+    let (pa, pb) = (
+        ControlFile::parse(&ta, path).map_err(|e| anyhow::anyhow!("version {a}: {e}"))?,
+        ControlFile::parse(&tb, path).map_err(|e| anyhow::anyhow!("version {b}: {e}"))?,
+    );
+    println!("{a} -> {b}: {}", summarize(&pa, &pb));
+    for line in super::line_diff(&ta, &tb) {
+        println!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `steerdns fleet init --from FILE`: seeds an empty fleet (create-if-absent).
+pub fn init(config: &Config, from: &std::path::Path) -> Result<ExitCode> {
+    let fleet = fleet_of(config)?;
+    let text = steerdns::files::read_text_limited(from, steerdns::files::SMALL_FILE_LIMIT)
+        .with_context(|| format!("reading {}", from.display()))?;
+    if let Err(problems) = taste(config, &text) {
+        println!("refused, nothing written ({}):", from.display());
+        for p in &problems {
+            println!("  {p}");
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    runtime()?.block_on(async {
+        let (mut client, keys) = connect(fleet).await?;
+        let source = format!("fleet init from {} by {}", from.display(), store::who());
+        match store::seed(&mut client, &keys, &text, &source, 0)
+            .await
+            .map_err(|e| down(fleet, &e))?
+        {
+            Ok(control) => {
+                println!(
+                    "seeded {} from {}: serial {}, revision {}",
+                    keys.prefix(),
+                    from.display(),
+                    control.serial,
+                    control.revision
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(existing) => bail!(
+                "{} already holds control state (serial {}, revision {}); nothing written. \
+                 Change it with `weight set`, `drain` or `control rollback`.",
+                keys.prefix(),
+                existing.serial,
+                existing.revision
+            ),
+        }
+    })
+}
+
+/// `steerdns fleet forget NAME`: a node retired on purpose is no longer reported missing.
+pub fn forget(config: &Config, name: &str) -> Result<ExitCode> {
+    let fleet = fleet_of(config)?;
+    runtime()?.block_on(async {
+        let (mut client, keys) = connect(fleet).await?;
+        let response = client
+            .delete(keys.member(name), None)
+            .await
+            .map_err(|e| down(fleet, &e))?;
+        if response.deleted() == 0 {
+            bail!("no member {name:?} under {}", keys.prefix());
+        }
+        println!("forgot {name}: no longer reported missing");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// What `fleet status --json` prints.
+#[derive(serde::Serialize)]
+struct FleetStatusView {
+    prefix: String,
+    endpoints: Vec<String>,
+    control_revision: i64,
+    control_serial: u64,
+    /// Live nodes, each with whether it serves the current revision.
+    nodes: Vec<NodeView>,
+    /// Members without a live registry entry (dead, stopped or partitioned from etcd).
+    missing: Vec<String>,
+    /// Live nodes not on the current revision.
+    lagging: Vec<String>,
+    last_convergence: Option<Convergence>,
+}
+
+#[derive(serde::Serialize)]
+struct NodeView {
+    #[serde(flatten)]
+    record: NodeRecord,
+    current: bool,
+}
+
+pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
+    let fleet = fleet_of(config)?;
+    let view = runtime()?.block_on(async {
+        let (mut client, keys) = connect(fleet).await?;
+        let fail = |e: steerdns::fleet::FleetError| down(fleet, &e);
+        let control = store::get_control(&mut client, &keys).await.map_err(fail)?;
+        let nodes = store::nodes(&mut client, &keys).await.map_err(fail)?;
+        let members = store::members(&mut client, &keys).await.map_err(fail)?;
+        let convergence = store::convergence(&mut client, &keys).await.map_err(fail)?;
+        let (revision, serial) = control.map_or((0, 0), |c| (c.revision, c.serial));
+        let missing = members
+            .iter()
+            .filter(|m| !nodes.iter().any(|n| n.name == m.name))
+            .map(|m| m.name.clone())
+            .collect();
+        let lagging = nodes
+            .iter()
+            .filter(|n| n.revision < revision)
+            .map(|n| n.name.clone())
+            .collect();
+        Ok::<_, anyhow::Error>(FleetStatusView {
+            prefix: keys.prefix().to_string(),
+            endpoints: fleet.etcd.clone(),
+            control_revision: revision,
+            control_serial: serial,
+            nodes: nodes
+                .into_iter()
+                .map(|record| NodeView {
+                    current: record.revision >= revision,
+                    record,
+                })
+                .collect(),
+            missing,
+            lagging,
+            last_convergence: convergence,
+        })
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "fleet {} (etcd {}): control serial {} revision {}",
+        view.prefix,
+        view.endpoints.join(","),
+        view.control_serial,
+        view.control_revision
+    );
+    println!(
+        "{} live node(s), {} lagging, {} missing",
+        view.nodes.len(),
+        view.lagging.len(),
+        view.missing.len()
+    );
+    for node in &view.nodes {
+        let r = &node.record;
+        let state = if node.current { "current" } else { "LAGGING" };
+        println!(
+            "  {:<12} {:<8} serial {:<6} rev {:<6} nsid {:<10} dns {} admin {} up {}s",
+            r.name,
+            state,
+            r.serial,
+            r.revision,
+            r.nsid.as_deref().unwrap_or("-"),
+            r.listen.join(","),
+            r.admin,
+            r.uptime_secs
+        );
+        if let Some(refusal) = r.last_refusal.as_ref().filter(|f| f.revision.is_some()) {
+            println!("    refused {}: {}", refusal.at, refusal.reasons.join("; "));
+        }
+    }
+    for name in &view.missing {
+        println!("  {name:<12} MISSING (no live registry entry; `steerdns fleet forget {name}` if retired)");
+    }
+    if let Some(c) = &view.last_convergence {
+        println!(
+            "last change: serial {} (revision {}) reached {} node(s) in {:.0} ms{}",
+            c.serial,
+            c.revision,
+            c.converged.len(),
+            c.millis,
+            if c.lagging.is_empty() {
+                String::new()
+            } else {
+                format!("; not: {}", c.lagging.join(" "))
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

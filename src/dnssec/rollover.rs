@@ -1,0 +1,1 @@
+//! Automatic key rollover (placeholder until the rollover lands).

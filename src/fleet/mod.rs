@@ -1,0 +1,174 @@
+//! Fleet mode: every nameserver of a fleet serves one control state, kept in **etcd** (v3 API).
+//!
+//! Owns the etcd side of the control plane: connecting (endpoints, TLS, user/password), the key
+//! layout under the fleet's prefix, compare-and-swap writes of new control versions with their
+//! bounded history, the node's watch (with reconnect) that feeds each new version to the
+//! reloader, and the node registry (one key per live node, on a lease). It never touches the
+//! serving path: a version from etcd takes the same reload path as a control-file edit (tasted
+//! whole, swapped in, or refused with the last known good still serving), through
+//! [`origin::FleetOrigin`], this mode's [`crate::reload::ControlOrigin`].
+//!
+//! # Key layout (all under `[fleet] prefix`, e.g. `/steerdns/prod`)
+//!
+//! | key | value | written by |
+//! | --- | --- | --- |
+//! | `<prefix>/control` | the control file's TOML text; its etcd `mod_revision` is the fleet's **control revision** | CLI (CAS on the revision it read), first node (create-if-absent) |
+//! | `<prefix>/convergence` | JSON [`store::Convergence`]: how long the last change took to reach every live node | the CLI that wrote the change |
+//! | `<prefix>/history/<serial, 20 digits>` | JSON [`store::FleetVersion`]: text, serial, time, source, summary; written in the same transaction as `control`, so its `mod_revision` is that version's control revision; the oldest beyond `history_keep` are deleted | CLI, seeding |
+//! | `<prefix>/nodes/<name>` | JSON [`store::NodeRecord`]: what the node serves; attached to the node's lease, so it vanishes `lease_ttl_secs` after the node dies | each node |
+//! | `<prefix>/members/<name>` | JSON [`store::Member`]: every node that ever registered (no lease), so that `fleet status` can name the missing ones | each node; `fleet forget` deletes |
+//!
+//! Serials: a fleet write sets `serial = N` in the text (one above the newest in etcd), so every
+//! node serves, and `dig CH TXT serial.steerdns` shows, the same serial for the same version.
+//!
+//! When etcd is unreachable a node keeps serving what it has (its local control file is the
+//! cache of the last version it accepted, so a restart serves it too), status and metrics say
+//! the link is down and since when, and the node reconnects, re-reads and re-registers by itself.
+
+pub mod client;
+pub mod node;
+pub mod origin;
+pub mod store;
+
+use std::time::Duration;
+
+use crate::config::fleet::FleetConfig;
+
+/// Errors talking to etcd or reading what is there.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("etcd at {endpoints}: {message}")]
+    Unreachable { endpoints: String, message: String },
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[error("etcd key {key}: {message}")]
+    BadValue { key: String, message: String },
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The keys of one fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.trim_end_matches('/').to_string(),
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn control(&self) -> String {
+        format!("{}/control", self.prefix)
+    }
+
+    pub fn convergence(&self) -> String {
+        format!("{}/convergence", self.prefix)
+    }
+
+    /// The end (exclusive) of the range a node watches: `control` and `convergence`, nothing
+    /// else (`control` < `control/…` < `convergence` in byte order; no other key lives there).
+    pub fn watch_range_end(&self) -> String {
+        format!("{}/convergence\0", self.prefix)
+    }
+
+    pub fn history_dir(&self) -> String {
+        format!("{}/history/", self.prefix)
+    }
+
+    pub fn history(&self, serial: u64) -> String {
+        format!("{}/history/{serial:020}", self.prefix)
+    }
+
+    pub fn nodes_dir(&self) -> String {
+        format!("{}/nodes/", self.prefix)
+    }
+
+    pub fn node(&self, name: &str) -> String {
+        format!("{}/nodes/{name}", self.prefix)
+    }
+
+    pub fn members_dir(&self) -> String {
+        format!("{}/members/", self.prefix)
+    }
+
+    pub fn member(&self, name: &str) -> String {
+        format!("{}/members/{name}", self.prefix)
+    }
+}
+
+/// Timeouts and sizes derived from `[fleet]`.
+pub fn request_timeout(config: &FleetConfig) -> Duration {
+    Duration::from_millis(config.timeout_ms.max(1))
+}
+
+/// This node's name: `[fleet] node` (or `--node`), else the NSID, else the host name.
+pub fn node_name(config: &crate::config::Config) -> String {
+    if let Some(name) = config.fleet.as_ref().and_then(|f| f.node.clone()) {
+        return name;
+    }
+    if let Some(nsid) = &config.server.nsid {
+        if crate::config::fleet::node_name_problem(nsid).is_none() {
+            return nsid.clone();
+        }
+    }
+    host_name()
+}
+
+pub(crate) fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer we own.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let name = if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let cleaned: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(63)
+        .collect();
+    if cleaned.is_empty() {
+        "node".to_string()
+    } else {
+        cleaned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watched_range_holds_control_and_convergence_only() {
+        let keys = Keys::new("/steerdns/prod/");
+        let (start, end) = (keys.control(), keys.watch_range_end());
+        assert_eq!(start, "/steerdns/prod/control");
+        for inside in [keys.control(), keys.convergence()] {
+            assert!(inside >= start && inside < end, "{inside}");
+        }
+        for outside in [
+            keys.history(7),
+            keys.node("ns1"),
+            keys.member("ns1"),
+            "/steerdns/prod-eu/control".to_string(),
+            "/steerdns/prod/coz".to_string(),
+        ] {
+            assert!(!(outside >= start && outside < end), "{outside}");
+        }
+        assert_eq!(
+            keys.history(42),
+            "/steerdns/prod/history/00000000000000000042"
+        );
+    }
+}

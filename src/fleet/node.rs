@@ -1,0 +1,362 @@
+//! A fleet node's link to etcd, for the life of the process: read (or seed) the control state,
+//! register the node on a lease, watch for new versions and hand each to the reloader; when
+//! etcd goes away, keep serving, say so, and start over (with backoff) until it is back.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use etcd_client::{Client, EventType, WatchOptions};
+
+use super::client::connect;
+use super::origin::{FleetOrigin, Remote};
+use super::store::{self, Member, NodeRecord, NodeRefusal};
+use super::{request_timeout, FleetError, Keys};
+use crate::config::fleet::FleetConfig;
+use crate::control::history::rfc3339_utc;
+use crate::reload::{Reloader, Trigger};
+
+/// Who this node is, as its registry entry says.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub name: String,
+    pub nsid: Option<String>,
+    pub identity: Option<String>,
+    pub listen: Vec<SocketAddr>,
+    /// Admin endpoint (`None`: `--admin-listen off`).
+    pub admin: Option<SocketAddr>,
+}
+
+/// Longest wait between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The registry entry is rewritten at least this often (uptime), besides every change.
+const REFRESH: Duration = Duration::from_secs(30);
+
+struct Ctx {
+    config: FleetConfig,
+    keys: Keys,
+    reloader: Arc<Reloader>,
+    origin: Arc<FleetOrigin>,
+    info: NodeInfo,
+    started: SystemTime,
+    started_at: String,
+}
+
+/// Starts the node's etcd task on `runtime`.
+pub fn spawn(
+    runtime: &tokio::runtime::Handle,
+    config: FleetConfig,
+    reloader: Arc<Reloader>,
+    origin: Arc<FleetOrigin>,
+    info: NodeInfo,
+) {
+    let ctx = Ctx {
+        keys: Keys::new(&config.prefix),
+        config,
+        reloader,
+        origin,
+        info,
+        started: SystemTime::now(),
+        started_at: rfc3339_utc(SystemTime::now()),
+    };
+    runtime.spawn(run(ctx));
+}
+
+async fn run(ctx: Ctx) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut connected = false;
+        let error = session(&ctx, &mut connected).await;
+        ctx.origin.set_link(false, Some(error.to_string()));
+        if connected {
+            backoff = Duration::from_millis(100);
+        }
+        tracing::debug!("fleet: retrying in {backoff:?}");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Bounds a request: a partitioned etcd must not hang the task.
+async fn timed<T>(
+    ctx: &Ctx,
+    what: &str,
+    future: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, FleetError> {
+    let limit = request_timeout(&ctx.config);
+    match tokio::time::timeout(limit, future).await {
+        Ok(result) => result.map_err(FleetError::from),
+        Err(_) => Err(FleetError::Other(format!(
+            "{what}: no answer from etcd within {limit:?}"
+        ))),
+    }
+}
+
+/// One connection's life; returns why it ended.
+async fn session(ctx: &Ctx, connected: &mut bool) -> FleetError {
+    match session_inner(ctx, connected).await {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+enum Never {}
+
+async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetError> {
+    let keys = &ctx.keys;
+    let mut client = connect(&ctx.config).await?;
+    let response = timed(
+        ctx,
+        "reading the control state",
+        client.get(keys.control(), None),
+    )
+    .await?;
+    let header = response.header().map_or(0, |h| h.revision());
+    let control = match response.kvs().first() {
+        Some(kv) => store::control_of(kv)?,
+        None => seed(ctx, &mut client).await?,
+    };
+    let watch_from = header.max(control.revision) + 1;
+    offer(ctx, control.text, control.revision).await;
+    if let Ok(Some(convergence)) = store::convergence(&mut client, keys).await {
+        ctx.origin.set_convergence(convergence.millis);
+    }
+
+    let ttl = ctx.config.lease_ttl_secs as i64;
+    let lease = timed(ctx, "granting a lease", client.lease_grant(ttl, None))
+        .await?
+        .id();
+    let (mut keeper, mut keepalives) =
+        timed(ctx, "keeping the lease", client.lease_keep_alive(lease)).await?;
+    register_member(ctx, &mut client).await?;
+    let mut last_record = put_record(ctx, &mut client, lease, None).await?;
+    let mut last_put = Instant::now();
+
+    let options = WatchOptions::new()
+        .with_range(keys.watch_range_end())
+        .with_start_revision(watch_from);
+    let mut watch = timed(ctx, "watching", client.watch(keys.control(), Some(options))).await?;
+    ctx.origin.set_link(true, None);
+    *connected = true;
+
+    let period = Duration::from_secs(ctx.config.lease_ttl_secs)
+        .div_f64(3.0)
+        .clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            message = watch.message() => {
+                let Some(response) = message? else {
+                    return Err(FleetError::Other("etcd closed the watch".into()));
+                };
+                if response.canceled() {
+                    return Err(FleetError::Other(format!(
+                        "etcd cancelled the watch: {}",
+                        response.cancel_reason()
+                    )));
+                }
+                for event in response.events() {
+                    let Some(kv) = event.kv() else { continue };
+                    let key = kv.key_str().unwrap_or("");
+                    match (event.event_type(), key == keys.control()) {
+                        (EventType::Put, true) => match store::control_of(kv) {
+                            Ok(control) => offer(ctx, control.text, control.revision).await,
+                            Err(e) => tracing::error!("fleet: {e}; still serving what this node has"),
+                        },
+                        (EventType::Delete, true) => tracing::error!(
+                            "fleet: {} was deleted; still serving what this node has",
+                            keys.control()
+                        ),
+                        (EventType::Put, false) => {
+                            match serde_json::from_slice::<store::Convergence>(kv.value()) {
+                                Ok(c) => ctx.origin.set_convergence(c.millis),
+                                Err(e) => tracing::warn!("fleet: {key}: {e}"),
+                            }
+                        }
+                        (EventType::Delete, false) => {}
+                    }
+                }
+            }
+            _ = tick.tick() => {
+                timed(ctx, "keeping the lease", keeper.keep_alive()).await?;
+                let answer = timed(ctx, "keeping the lease", keepalives.message()).await?;
+                match answer {
+                    Some(a) if a.ttl() > 0 => {}
+                    _ => return Err(FleetError::Other("the node's lease expired".into())),
+                }
+                if last_put.elapsed() >= REFRESH {
+                    last_record = put_record(ctx, &mut client, lease, None).await?;
+                    last_put = Instant::now();
+                }
+            }
+            _ = ctx.origin.changed.notified() => {
+                last_record = put_record(ctx, &mut client, lease, Some(&last_record)).await?;
+                last_put = Instant::now();
+            }
+        }
+    }
+}
+
+/// Seeds an empty fleet from the control text this node serves (create-if-absent: when two
+/// nodes start together, one seeds and the other reads what it wrote).
+async fn seed(ctx: &Ctx, client: &mut Client) -> Result<store::Control, FleetError> {
+    let config = ctx
+        .reloader
+        .source()
+        .read_config()
+        .map_err(FleetError::Other)?;
+    let path = config
+        .control
+        .file
+        .ok_or_else(|| FleetError::Other("no control file to seed the fleet from".into()))?;
+    let text =
+        crate::files::read_text_limited(&path, crate::files::SMALL_FILE_LIMIT).map_err(|e| {
+            FleetError::File {
+                path: path.display().to_string(),
+                message: format!("cannot read: {e}"),
+            }
+        })?;
+    let source = format!("seeded by node {}", ctx.info.name);
+    let floor = ctx.reloader.status().serial;
+    match store::seed(client, &ctx.keys, &text, &source, floor).await? {
+        Ok(control) => {
+            tracing::info!(
+                "fleet: {} was empty; seeded it from {} (serial {}, revision {})",
+                ctx.keys.prefix(),
+                path.display(),
+                control.serial,
+                control.revision
+            );
+            Ok(control)
+        }
+        Err(existing) => Ok(existing),
+    }
+}
+
+/// Hands a version from etcd to the reloader (the one reload path) unless it is already served
+/// or already refused.
+async fn offer(ctx: &Ctx, text: String, revision: i64) {
+    let remote = Remote {
+        text,
+        revision,
+        received: Instant::now(),
+    };
+    if !ctx.origin.offer(remote) {
+        ctx.origin.changed.notify_one();
+        return;
+    }
+    let reloader = ctx.reloader.clone();
+    match tokio::task::spawn_blocking(move || reloader.reload(Trigger::Fleet)).await {
+        Ok(Ok(accepted)) => tracing::info!(
+            "fleet: serving revision {revision} as serial {} ({})",
+            accepted.serial,
+            accepted.summary
+        ),
+        Ok(Err(reasons)) => tracing::error!(
+            "fleet: revision {revision} refused, still serving the last good version: {}",
+            reasons.join("; ")
+        ),
+        Err(e) => tracing::error!("fleet: reload task failed: {e}"),
+    }
+}
+
+async fn register_member(ctx: &Ctx, client: &mut Client) -> Result<(), FleetError> {
+    let key = ctx.keys.member(&ctx.info.name);
+    let response = timed(
+        ctx,
+        "reading the member list",
+        client.get(key.clone(), None),
+    )
+    .await?;
+    let now = rfc3339_utc(SystemTime::now());
+    let first_seen = response
+        .kvs()
+        .first()
+        .and_then(|kv| serde_json::from_slice::<Member>(kv.value()).ok())
+        .map_or(now.clone(), |m| m.first_seen);
+    let member = Member {
+        name: ctx.info.name.clone(),
+        first_seen,
+        last_seen: now,
+    };
+    store::put_json(client, key, &member, None).await
+}
+
+/// What this node serves now, as its registry entry.
+pub fn record(
+    reloader: &Reloader,
+    origin: &FleetOrigin,
+    info: &NodeInfo,
+    started: SystemTime,
+    started_at: &str,
+) -> NodeRecord {
+    let (snapshot, status) = reloader.snapshot_and_status();
+    let (revision, refused) = origin.served();
+    let zones: BTreeMap<String, u32> = snapshot
+        .zones
+        .zones()
+        .iter()
+        .map(|z| (z.origin.to_string(), z.serial))
+        .collect();
+    NodeRecord {
+        name: info.name.clone(),
+        nsid: info.nsid.clone(),
+        identity: info.identity.clone(),
+        listen: info.listen.iter().map(ToString::to_string).collect(),
+        admin: info.admin.map_or("off".to_string(), |a| a.to_string()),
+        serial: status.serial,
+        revision,
+        config_hash: status.config_hash.clone(),
+        zones,
+        last_refusal: status.last_refusal.map(|r| NodeRefusal {
+            at: r.at,
+            revision: refused,
+            reasons: r.reasons,
+        }),
+        started_at: started_at.to_string(),
+        uptime_secs: SystemTime::now()
+            .duration_since(started)
+            .map_or(0, |d| d.as_secs()),
+        updated_at: rfc3339_utc(SystemTime::now()),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// Writes the registry entry (on the lease) unless it equals `previous` but for the clock.
+async fn put_record(
+    ctx: &Ctx,
+    client: &mut Client,
+    lease: i64,
+    previous: Option<&NodeRecord>,
+) -> Result<NodeRecord, FleetError> {
+    let record = record(
+        &ctx.reloader,
+        &ctx.origin,
+        &ctx.info,
+        ctx.started,
+        &ctx.started_at,
+    );
+    if let Some(previous) = previous {
+        let same = NodeRecord {
+            uptime_secs: previous.uptime_secs,
+            updated_at: previous.updated_at.clone(),
+            ..record.clone()
+        };
+        if &same == previous {
+            return Ok(record);
+        }
+    }
+    let key = ctx.keys.node(&ctx.info.name);
+    let json = serde_json::to_string(&record)
+        .map_err(|e| FleetError::Other(format!("encoding {key}: {e}")))?;
+    let options = etcd_client::PutOptions::new().with_lease(lease);
+    timed(
+        ctx,
+        "registering the node",
+        client.put(key, json, Some(options)),
+    )
+    .await?;
+    Ok(record)
+}

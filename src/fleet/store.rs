@@ -1,0 +1,453 @@
+//! Reading and writing the fleet's keys (see the layout in [`super`]): the control version and
+//! its bounded history, written together by compare-and-swap; the node registry; the last
+//! change's convergence. Values are JSON (or the control text itself); anything in etcd that
+//! does not parse is reported as a bad value naming its key, never trusted.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{FleetError, Keys};
+use crate::control::edit::set_serial;
+use crate::control::history::{rfc3339_utc, summarize};
+use crate::control::ControlFile;
+
+/// How many times a write re-reads and re-applies its edit when another write got in first.
+pub const MAX_WRITE_ATTEMPTS: u32 = 20;
+
+/// The fleet's current control version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Control {
+    pub text: String,
+    /// etcd `mod_revision` of `<prefix>/control`.
+    pub revision: i64,
+    /// The text's `serial` (0 if it has none).
+    pub serial: u64,
+}
+
+/// One version in `<prefix>/history/`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FleetVersion {
+    pub serial: u64,
+    /// When it was written (RFC 3339, the writer's clock).
+    pub time: String,
+    /// What wrote it: `weight set`, `rollback to 7`, `seeded by ns1`, with user and host.
+    pub source: String,
+    /// What changed, e.g. `critical.frontdoor weight 100->0`.
+    pub summary: String,
+    pub text: String,
+    /// The control revision it was written at (filled in from etcd on reading).
+    #[serde(default)]
+    pub revision: i64,
+}
+
+/// A node's registry entry (`<prefix>/nodes/<name>`, on the node's lease).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NodeRecord {
+    pub name: String,
+    pub nsid: Option<String>,
+    pub identity: Option<String>,
+    /// DNS listen addresses.
+    pub listen: Vec<String>,
+    /// Admin endpoint (status, metrics, dashboard).
+    pub admin: String,
+    /// Control serial served (`dig CH TXT serial.steerdns`).
+    pub serial: u64,
+    /// Control revision served (0: not yet a version from etcd).
+    pub revision: i64,
+    pub config_hash: String,
+    /// Zone origin -> SOA serial served.
+    pub zones: BTreeMap<String, u32>,
+    pub last_refusal: Option<NodeRefusal>,
+    pub started_at: String,
+    pub uptime_secs: u64,
+    pub updated_at: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NodeRefusal {
+    pub at: String,
+    /// The control revision refused, if the refusal was of a version from etcd.
+    pub revision: Option<i64>,
+    pub reasons: Vec<String>,
+}
+
+/// `<prefix>/members/<name>`: a node that registered at least once.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    pub first_seen: String,
+    pub last_seen: String,
+}
+
+/// `<prefix>/convergence`: how the last change spread, as measured by the command that wrote it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Convergence {
+    pub revision: i64,
+    pub serial: u64,
+    /// Milliseconds from the write to the last live node serving it (or to giving up).
+    pub millis: f64,
+    /// Live nodes that served it in time, and those that did not.
+    pub converged: Vec<String>,
+    pub lagging: Vec<String>,
+    pub at: String,
+}
+
+/// A written control version.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub revision: i64,
+    pub serial: u64,
+    pub text: String,
+    pub summary: String,
+    /// Writes that lost the compare-and-swap to another writer and were redone.
+    pub conflicts: u32,
+    /// The text was unchanged: nothing was written.
+    pub unchanged: bool,
+}
+
+/// Why a fleet write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    #[error("the change does not apply: {0}")]
+    Edit(String),
+    #[error("refused, nothing written:\n  {}", .0.join("\n  "))]
+    Refused(Vec<String>),
+    #[error("the fleet has no control state yet under {0}: start a node (it seeds the fleet from its control file) or run `steerdns fleet init --from FILE`")]
+    NotSeeded(String),
+    #[error("gave up after {0} attempts: other writers kept changing the control state")]
+    Contended(u32),
+}
+
+fn text_of(kv: &KeyValue) -> Result<String, FleetError> {
+    kv.value_str()
+        .map(str::to_string)
+        .map_err(|e| FleetError::BadValue {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            message: format!("not UTF-8: {e}"),
+        })
+}
+
+fn json_of<T: for<'de> Deserialize<'de>>(kv: &KeyValue) -> Result<T, FleetError> {
+    serde_json::from_slice(kv.value()).map_err(|e| FleetError::BadValue {
+        key: String::from_utf8_lossy(kv.key()).into_owned(),
+        message: format!("not the expected JSON: {e}"),
+    })
+}
+
+/// The serial a control text carries (0 if none or unparsable).
+pub fn serial_of(text: &str) -> u64 {
+    ControlFile::parse(text, Path::new("control"))
+        .ok()
+        .and_then(|c| c.serial)
+        .unwrap_or(0)
+}
+
+/// The control version from a `<prefix>/control` key-value.
+pub fn control_of(kv: &KeyValue) -> Result<Control, FleetError> {
+    let text = text_of(kv)?;
+    Ok(Control {
+        serial: serial_of(&text),
+        revision: kv.mod_revision(),
+        text,
+    })
+}
+
+/// The fleet's current control version, if it has one.
+pub async fn get_control(client: &mut Client, keys: &Keys) -> Result<Option<Control>, FleetError> {
+    let response = client.get(keys.control(), None).await?;
+    response.kvs().first().map(control_of).transpose()
+}
+
+/// The highest serial in the history (0 if empty).
+pub async fn newest_history_serial(client: &mut Client, keys: &Keys) -> Result<u64, FleetError> {
+    let options = GetOptions::new()
+        .with_prefix()
+        .with_keys_only()
+        .with_sort(SortTarget::Key, SortOrder::Descend)
+        .with_limit(1);
+    let response = client.get(keys.history_dir(), Some(options)).await?;
+    Ok(response
+        .kvs()
+        .first()
+        .and_then(|kv| kv.key_str().ok())
+        .and_then(|k| k.rsplit('/').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0))
+}
+
+/// The fleet's versions, oldest first.
+pub async fn history(client: &mut Client, keys: &Keys) -> Result<Vec<FleetVersion>, FleetError> {
+    let options = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Key, SortOrder::Ascend);
+    let response = client.get(keys.history_dir(), Some(options)).await?;
+    response
+        .kvs()
+        .iter()
+        .map(|kv| {
+            let mut version: FleetVersion = json_of(kv)?;
+            version.revision = kv.mod_revision();
+            Ok(version)
+        })
+        .collect()
+}
+
+/// One version of the history.
+pub async fn version(
+    client: &mut Client,
+    keys: &Keys,
+    serial: u64,
+) -> Result<Option<FleetVersion>, FleetError> {
+    let response = client.get(keys.history(serial), None).await?;
+    response
+        .kvs()
+        .first()
+        .map(|kv| {
+            let mut version: FleetVersion = json_of(kv)?;
+            version.revision = kv.mod_revision();
+            Ok(version)
+        })
+        .transpose()
+}
+
+/// Deletes the oldest versions beyond `keep` (best effort: a failure leaves a longer history).
+pub async fn prune_history(
+    client: &mut Client,
+    keys: &Keys,
+    keep: usize,
+) -> Result<(), FleetError> {
+    let options = GetOptions::new()
+        .with_prefix()
+        .with_keys_only()
+        .with_sort(SortTarget::Key, SortOrder::Descend);
+    let response = client.get(keys.history_dir(), Some(options)).await?;
+    let doomed: Vec<TxnOp> = response
+        .kvs()
+        .iter()
+        .skip(keep.max(1))
+        .map(|kv| TxnOp::delete(kv.key().to_vec(), None))
+        .collect();
+    for chunk in doomed.chunks(64) {
+        client.txn(Txn::new().and_then(chunk.to_vec())).await?;
+    }
+    Ok(())
+}
+
+fn version_json(
+    serial: u64,
+    source: &str,
+    summary: &str,
+    text: &str,
+) -> Result<String, FleetError> {
+    serde_json::to_string(&FleetVersion {
+        serial,
+        time: rfc3339_utc(SystemTime::now()),
+        source: source.to_string(),
+        summary: summary.to_string(),
+        text: text.to_string(),
+        revision: 0,
+    })
+    .map_err(|e| FleetError::Other(format!("encoding a history entry: {e}")))
+}
+
+/// Writes `text` as the fleet's control state only if there is none yet (create-if-absent, so
+/// two nodes starting together cannot both seed). Returns `Ok(written)` or `Err(existing)`.
+///
+/// The text gets a serial above `floor` (the seeding node's serial) and the history's newest.
+pub async fn seed(
+    client: &mut Client,
+    keys: &Keys,
+    text: &str,
+    source: &str,
+    floor: u64,
+) -> Result<Result<Control, Control>, FleetError> {
+    let floor = floor.max(newest_history_serial(client, keys).await?);
+    let mut serial = serial_of(text);
+    let mut text = text.to_string();
+    if serial <= floor {
+        serial = floor + 1;
+        text = set_serial(&text, serial).map_err(|e| FleetError::Other(e.to_string()))?;
+    }
+    let summary = summarize(
+        &ControlFile::default(),
+        &ControlFile::parse(&text, Path::new("control")).unwrap_or_default(),
+    );
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            keys.control(),
+            CompareOp::Equal,
+            0,
+        )])
+        .and_then([
+            TxnOp::put(keys.control(), text.clone(), None),
+            TxnOp::put(
+                keys.history(serial),
+                version_json(serial, source, &summary, &text)?,
+                None,
+            ),
+        ])
+        .or_else([TxnOp::get(keys.control(), None)]);
+    let response = client.txn(txn).await?;
+    if response.succeeded() {
+        let revision = response.header().map_or(0, |h| h.revision());
+        return Ok(Ok(Control {
+            text,
+            revision,
+            serial,
+        }));
+    }
+    match get_control(client, keys).await? {
+        Some(existing) => Ok(Err(existing)),
+        None => Err(FleetError::Other(
+            "the control key vanished while seeding; try again".into(),
+        )),
+    }
+}
+
+/// Applies `edit` to the fleet's current control text and writes the result with a
+/// compare-and-swap on the revision it read, after `taste` accepted it; on a conflict (another
+/// writer got in first) re-reads and re-applies the edit, so concurrent edits all land. The
+/// written text carries `serial` one above the newest in etcd.
+pub async fn update(
+    client: &mut Client,
+    keys: &Keys,
+    keep: usize,
+    source: &str,
+    edit: impl Fn(&str) -> Result<String, String>,
+    taste: impl Fn(&str) -> Result<(), Vec<String>>,
+) -> Result<Written, WriteError> {
+    for attempt in 0..MAX_WRITE_ATTEMPTS {
+        // Every earlier attempt lost the compare-and-swap.
+        let conflicts = attempt;
+        if attempt > 0 {
+            // Spread retries of writers that collided, so they do not collide again.
+            let jitter = (std::process::id() as u64 * 7919 + attempt as u64 * 104_729) % 40;
+            tokio::time::sleep(Duration::from_millis(5 + jitter)).await;
+        }
+        let current = get_control(client, keys)
+            .await?
+            .ok_or_else(|| WriteError::NotSeeded(keys.prefix().to_string()))?;
+        let edited = edit(&current.text).map_err(WriteError::Edit)?;
+        if edited == current.text {
+            return Ok(Written {
+                revision: current.revision,
+                serial: current.serial,
+                summary: "no change".into(),
+                text: current.text,
+                conflicts,
+                unchanged: true,
+            });
+        }
+        // Above every serial in etcd and every serial a live node serves (a node whose local
+        // history ran ahead numbers a version above it), so that after this write every node
+        // serves, and `CH TXT serial.steerdns` shows, this very serial.
+        let serial = current
+            .serial
+            .max(newest_history_serial(client, keys).await?)
+            .max(nodes_floor(client, keys).await)
+            .saturating_add(1);
+        let text = set_serial(&edited, serial).map_err(|e| WriteError::Edit(e.to_string()))?;
+        taste(&text).map_err(WriteError::Refused)?;
+        let path = Path::new("control");
+        let summary = match (
+            ControlFile::parse(&current.text, path),
+            ControlFile::parse(&text, path),
+        ) {
+            (Ok(before), Ok(after)) => summarize(&before, &after),
+            _ => "control replaced".to_string(),
+        };
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                keys.control(),
+                CompareOp::Equal,
+                current.revision,
+            )])
+            .and_then([
+                TxnOp::put(keys.control(), text.clone(), None),
+                TxnOp::put(
+                    keys.history(serial),
+                    version_json(serial, source, &summary, &text)?,
+                    None,
+                ),
+            ]);
+        let response = client.txn(txn).await.map_err(FleetError::from)?;
+        if response.succeeded() {
+            let revision = response.header().map_or(0, |h| h.revision());
+            if let Err(e) = prune_history(client, keys, keep).await {
+                tracing::warn!("fleet history not pruned: {e}");
+            }
+            return Ok(Written {
+                revision,
+                serial,
+                text,
+                summary,
+                conflicts,
+                unchanged: false,
+            });
+        }
+    }
+    Err(WriteError::Contended(MAX_WRITE_ATTEMPTS))
+}
+
+/// The highest serial a live node serves (0 if none or unreadable).
+async fn nodes_floor(client: &mut Client, keys: &Keys) -> u64 {
+    nodes(client, keys)
+        .await
+        .map(|nodes| nodes.iter().map(|n| n.serial).max().unwrap_or(0))
+        .unwrap_or(0)
+}
+
+/// Live nodes (those whose lease holds), by name.
+pub async fn nodes(client: &mut Client, keys: &Keys) -> Result<Vec<NodeRecord>, FleetError> {
+    let response = client
+        .get(keys.nodes_dir(), Some(GetOptions::new().with_prefix()))
+        .await?;
+    response.kvs().iter().map(json_of).collect()
+}
+
+/// Every node that ever registered, by name.
+pub async fn members(client: &mut Client, keys: &Keys) -> Result<Vec<Member>, FleetError> {
+    let response = client
+        .get(keys.members_dir(), Some(GetOptions::new().with_prefix()))
+        .await?;
+    response.kvs().iter().map(json_of).collect()
+}
+
+/// The last change's convergence, if recorded.
+pub async fn convergence(
+    client: &mut Client,
+    keys: &Keys,
+) -> Result<Option<Convergence>, FleetError> {
+    let response = client.get(keys.convergence(), None).await?;
+    response.kvs().first().map(json_of).transpose()
+}
+
+pub async fn put_json<T: Serialize>(
+    client: &mut Client,
+    key: String,
+    value: &T,
+    lease: Option<i64>,
+) -> Result<(), FleetError> {
+    let json = serde_json::to_string(value)
+        .map_err(|e| FleetError::Other(format!("encoding {key}: {e}")))?;
+    let options = lease.map(|id| etcd_client::PutOptions::new().with_lease(id));
+    client.put(key, json, options).await?;
+    Ok(())
+}
+
+/// `user@host` of whoever runs this command, for history entries.
+pub fn who() -> String {
+    let user = std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| "?".to_string());
+    format!("{user}@{}", super::host_name())
+}

@@ -1,0 +1,76 @@
+//! Where the control text comes from, behind one small trait: the local control file (one
+//! node) or a store shared by a fleet of nodes (`crate::fleet`, etcd). The reloader asks its
+//! origin for the text on every reload and tells it what became of it; it knows nothing else
+//! about where the text lives.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+
+/// Where the control text comes from: the local control file (one node, the default:
+/// [`FileOrigin`]) or a store shared by a fleet (`crate::fleet`), whose newest version the
+/// origin hands to every reload. Whatever the origin, the text takes the one reload path: tasted
+/// whole, swapped in or refused with the last known good still serving.
+pub trait ControlOrigin: Send + Sync {
+    /// The control text to taste now and the path that names it in errors; `None` when the
+    /// config names no control file.
+    fn current(&self, config: &Config) -> Result<Option<(PathBuf, String)>, String>;
+    /// `text` was accepted and is being served (called under the reload lock, after the swap).
+    /// Returns a problem worth a warning in status (e.g. the local cache is not writable).
+    fn accepted(&self, config: &Config, text: &str) -> Option<String> {
+        let _ = (config, text);
+        None
+    }
+    /// `text` was refused (the reasons are in status already).
+    fn refused(&self, text: &str) {
+        let _ = text;
+    }
+    /// Whether operators edit the control file directly (so it is watched). In fleet mode the
+    /// file is only the node's cache and is not watched.
+    fn watches_file(&self) -> bool {
+        true
+    }
+    /// The link to the shared store, for status and metrics (`None`: no fleet).
+    fn fleet_status(&self) -> Option<FleetLinkStatus> {
+        None
+    }
+}
+
+/// The control file named by the config: read on every reload.
+pub struct FileOrigin;
+
+impl ControlOrigin for FileOrigin {
+    fn current(&self, config: &Config) -> Result<Option<(PathBuf, String)>, String> {
+        super::read_control_text(config)
+    }
+}
+
+/// The state of a node's link to its fleet's shared store, as status and metrics show it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FleetLinkStatus {
+    /// This node's name in the fleet.
+    pub node: String,
+    /// The fleet's key prefix in etcd.
+    pub prefix: String,
+    pub endpoints: Vec<String>,
+    /// Whether the node is connected to etcd and watching (false: serving what it has).
+    pub connected: bool,
+    /// When the link last went up or down (RFC 3339), and how long ago in seconds.
+    pub since: String,
+    pub since_secs: f64,
+    /// Why the link is down (or the last error it had).
+    pub last_error: Option<String>,
+    /// etcd revision of the control version this node serves (0: none from etcd yet).
+    pub revision_served: i64,
+    /// Newest control revision this node has seen in etcd.
+    pub revision_latest: i64,
+    /// A revision this node refused (the reasons are in `last_refusal`).
+    pub refused_revision: Option<i64>,
+    /// Milliseconds from receiving the last change from etcd to serving it.
+    pub last_apply_ms: Option<f64>,
+    /// Milliseconds from the last change's write until every live node served it, as measured
+    /// by the command that wrote it.
+    pub last_convergence_ms: Option<f64>,
+}

@@ -1,0 +1,487 @@
+//! DNSSEC end to end: the bundled example signed (example.com. with a KSK/ZSK pair and ECDSA
+//! P-256, edge.example.net. with an Ed25519 CSK), served by the real binary, and validated by
+//! a real validating resolver — Debian's `unbound`, started here on a loopback port with the
+//! DS records `steerdns dnssec ds` prints as its trust anchors, stub zones pointing at
+//! steerdns and client-subnet forwarding on. Every answer must come back with AD and never
+//! SERVFAIL: static names, the SOA, a CNAME chain into the steered wildcard, geo answers for
+//! three regions chosen by ECS, a weighted profile, NXDOMAIN, NODATA, after a break-glass
+//! weight change and while the shield sheds. The zone dump verifies with `ldns-verify-zone`.
+//!
+//! A test whose tool (unbound, dig, ldns-verify-zone) is missing fails.
+
+mod control_common;
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use control_common::*;
+use serde_json::json;
+use steerdns::control::history::rfc3339_utc;
+
+/// The most any wait may take.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A port free for UDP and TCP on 127.0.0.1 (unbound needs an explicit one).
+fn free_port() -> u16 {
+    for _ in 0..50 {
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+        let port = udp.local_addr().expect("addr").port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no port free for both UDP and TCP");
+}
+
+fn run(args: &[&str], config: &Path) -> String {
+    let output = Command::new(BIN)
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env("STEERDNS_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run steerdns");
+    assert!(
+        output.status.success(),
+        "steerdns {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The bundled example with `[dnssec]` (and `extra` config) and fresh keys for both zones.
+fn signed_setup(label: &str, extra: &str) -> Setup {
+    let setup = Setup::new(label);
+    setup.extend_config(&format!(
+        "[dnssec]\nkeys = \"keys\"\nzones = [\"example.com.\", \"edge.example.net.\"]\n{extra}\n"
+    ));
+    run(
+        &["dnssec", "keygen", "example.com.", "--split"],
+        &setup.config,
+    );
+    run(
+        &["dnssec", "keygen", "edge.example.net.", "--algorithm", "15"],
+        &setup.config,
+    );
+    setup
+}
+
+/// A running unbound, killed on drop.
+struct Unbound {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Unbound {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Unbound {
+    /// Starts unbound in `dir` validating with `anchors` (DS lines), with stub zones for both
+    /// example zones at `auth`; waits until it answers.
+    fn start(dir: &Path, auth: SocketAddr, anchors: &str) -> Unbound {
+        Unbound::start_expecting(dir, auth, anchors, "NOERROR")
+    }
+
+    /// Like [`Unbound::start`]; ready once `example.com SOA` gets `status`.
+    fn start_expecting(dir: &Path, auth: SocketAddr, anchors: &str, status: &str) -> Unbound {
+        let port = free_port();
+        let dir = dir.join(format!("unbound-{port}"));
+        std::fs::create_dir_all(&dir).expect("unbound dir");
+        let dir = dir.as_path();
+        let log = dir.join("unbound.log");
+        let anchors: String = anchors
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| format!("    trust-anchor: \"{l}\"\n"))
+            .collect();
+        let stub = |zone: &str| {
+            format!(
+                "stub-zone:\n    name: \"{zone}\"\n    stub-addr: {}@{}\n",
+                auth.ip(),
+                auth.port()
+            )
+        };
+        let conf = format!(
+            "server:\n    interface: 127.0.0.1\n    port: {port}\n    do-daemonize: no\n\
+             \x20   use-syslog: no\n    logfile: \"{}\"\n    chroot: \"\"\n    username: \"\"\n\
+             \x20   directory: \"{}\"\n    pidfile: \"\"\n    do-ip6: no\n\
+             \x20   do-not-query-localhost: no\n    access-control: 127.0.0.0/8 allow\n\
+             \x20   module-config: \"subnetcache validator iterator\"\n\
+             \x20   send-client-subnet: {}\n    client-subnet-always-forward: yes\n\
+             \x20   max-client-subnet-ipv6: 56\n    cache-max-ttl: 1\n\
+             \x20   cache-max-negative-ttl: 1\n    val-log-level: 2\n    verbosity: 1\n\
+             \x20   qname-minimisation: no\n    harden-referral-path: no\n{anchors}\
+             {}{}remote-control:\n    control-enable: no\n",
+            log.display(),
+            dir.display(),
+            auth.ip(),
+            stub("example.com."),
+            stub("edge.example.net."),
+        );
+        let conf_path = dir.join("unbound.conf");
+        std::fs::write(&conf_path, conf).expect("write unbound.conf");
+        let child = Command::new("unbound")
+            .arg("-d")
+            .arg("-c")
+            .arg(&conf_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("unbound must be installed (apt-get install unbound); .ci/run installs it");
+        let unbound = Unbound { child, port, log };
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(answer) = unbound.try_ask(&["example.com", "SOA"]) {
+                if answer.status == status {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "unbound did not answer within {WAIT:?}; log:\n{}",
+                unbound.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        unbound
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn try_ask(&self, args: &[&str]) -> Option<Answer> {
+        let output = Command::new("dig")
+            .arg("@127.0.0.1")
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(["+time=3", "+tries=1", "+dnssec", "+adflag"])
+            .args(args)
+            .output()
+            .expect("dig must be installed (apt-get install bind9-dnsutils)");
+        if !output.status.success() {
+            return None;
+        }
+        Some(Answer::parse(&String::from_utf8_lossy(&output.stdout)))
+    }
+
+    /// Asks through unbound; the answer must be validated (AD) and not SERVFAIL.
+    fn validated(&self, args: &[&str]) -> Answer {
+        let answer = self
+            .try_ask(args)
+            .unwrap_or_else(|| panic!("dig {args:?} through unbound got no answer"));
+        assert!(
+            answer.ad && answer.status != "SERVFAIL",
+            "dig {args:?}: not validated (status {}, flags {:?}):\n{}\nunbound log:\n{}",
+            answer.status,
+            answer.flags,
+            answer.text,
+            self.log_text()
+        );
+        answer
+    }
+}
+
+/// What dig printed: status, header flags, the answer section's records.
+struct Answer {
+    status: String,
+    flags: Vec<String>,
+    ad: bool,
+    /// (owner, type, rdata) of each answer record.
+    records: Vec<(String, String, String)>,
+    text: String,
+}
+
+impl Answer {
+    fn parse(text: &str) -> Answer {
+        let status = text
+            .lines()
+            .find_map(|l| l.split("status: ").nth(1))
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or("")
+            .to_string();
+        let flags: Vec<String> = text
+            .lines()
+            .find_map(|l| l.strip_prefix(";; flags: "))
+            .and_then(|rest| rest.split(';').next())
+            .map(|f| f.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        let mut records = Vec::new();
+        let mut in_answer = false;
+        for line in text.lines() {
+            if line.starts_with(";; ANSWER SECTION:") {
+                in_answer = true;
+                continue;
+            }
+            if in_answer {
+                if line.trim().is_empty() {
+                    break;
+                }
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                if fields.len() >= 5 {
+                    records.push((
+                        fields[0].to_ascii_lowercase(),
+                        fields[3].to_string(),
+                        fields[4..].join(" "),
+                    ));
+                }
+            }
+        }
+        Answer {
+            status,
+            ad: flags.iter().any(|f| f == "ad"),
+            flags,
+            records,
+            text: text.to_string(),
+        }
+    }
+
+    /// The RDATA of the answer records of `rtype`.
+    fn of(&self, rtype: &str) -> Vec<String> {
+        self.records
+            .iter()
+            .filter(|(_, t, _)| t == rtype)
+            .map(|(_, _, r)| r.clone())
+            .collect()
+    }
+}
+
+/// A load feed measured now: eu-west at `eu_west`/1000, the rest with room.
+fn feed(eu_west: f64) -> String {
+    json!({
+        "time": rfc3339_utc(SystemTime::now()),
+        "source": "dnssec test",
+        "regions": {
+            "na-east": {"load": 500, "capacity": 1000},
+            "na-west": {"load": 400, "capacity": 800},
+            "sa-east": {"load": 150, "capacity": 300},
+            "eu-west": {"load": eu_west, "capacity": 1000},
+            "eu-north": {"load": 200, "capacity": 600},
+            "af-south": {"load": 100, "capacity": 200},
+            "ap-east": {"load": 450, "capacity": 900},
+            "ap-south": {"load": 250, "capacity": 500},
+        },
+        "fallback": {
+            "fb-na": {"load": 1000, "capacity": 2000},
+            "fb-eu": {"load": 100, "capacity": 2000},
+            "fb-ap": {"load": 1000, "capacity": 2000},
+        }
+    })
+    .to_string()
+}
+
+#[test]
+fn unbound_validates_every_kind_of_answer_through_breakglass_and_shed() {
+    let setup = signed_setup(
+        "dnssec-unbound",
+        "\n[shield]\ntick_ms = 100\nhold_down_secs = 1\nshort_ttl = 5\n\
+         stale_after_secs = 60\nrevert_after_secs = 120\n",
+    );
+    let anchors = run(&["dnssec", "ds", "example.com."], &setup.config)
+        + &run(&["dnssec", "ds", "edge.example.net."], &setup.config);
+    assert_eq!(anchors.lines().count(), 2, "one KSK each: {anchors}");
+    assert!(
+        anchors.contains(" IN DS ") && anchors.contains(" 13 2 ") && anchors.contains(" 15 2 ")
+    );
+    let daemon = setup.start();
+    let unbound = Unbound::start(setup.dir.path(), daemon.dns, &anchors);
+
+    let soa = unbound.validated(&["example.com", "SOA"]);
+    assert_eq!(soa.of("SOA").len(), 1, "{}", soa.text);
+    let stat = unbound.validated(&["mail.example.com", "A"]);
+    assert_eq!(stat.of("A"), ["192.0.2.25"]);
+    let dnskey = unbound.validated(&["example.com", "DNSKEY"]);
+    assert_eq!(dnskey.of("DNSKEY").len(), 2, "KSK and ZSK: {}", dnskey.text);
+    let wild = unbound.validated(&["foo.wild.example.com", "A"]);
+    assert_eq!(wild.of("A"), ["192.0.2.100"]);
+    // A CNAME chain into the steered wildcard (Ed25519-signed zone, anycast policy).
+    let chain = unbound.validated(&["www.example.com", "A", "+subnet=81.2.69.0/24"]);
+    assert_eq!(chain.of("CNAME"), ["contoso.edge.example.net."]);
+    assert_eq!(chain.of("A"), ["192.0.2.1"]);
+    let v6 = unbound.validated(&["other.edge.example.net", "AAAA"]);
+    assert_eq!(v6.of("AAAA"), ["2001:db8::1"]);
+    // Geo answers for three regions, chosen by the client subnet unbound forwards.
+    for (subnet, expected) in [
+        ("81.2.69.0/24", "203.0.113.10"),
+        ("216.160.83.0/24", "203.0.113.20"),
+        ("2001:218::/32", "203.0.113.30"),
+    ] {
+        let arg = format!("+subnet={subnet}");
+        let geo = unbound.validated(&["gw.example.com", "A", &arg]);
+        assert_eq!(geo.of("A"), [expected], "{subnet}: {}", geo.text);
+    }
+    // The geo endpoints have no IPv6: NODATA with the NSEC variant that lacks AAAA.
+    let steered_nodata = unbound.validated(&["gw.example.com", "AAAA", "+subnet=81.2.69.0/24"]);
+    assert_eq!(steered_nodata.status, "NOERROR");
+    assert!(steered_nodata.records.is_empty(), "{}", steered_nodata.text);
+    // A weighted profile (frontdoor, a CNAME into the platform zone).
+    let weighted = unbound.validated(&["critical.example.com", "A", "+subnet=81.2.69.0/24"]);
+    assert_eq!(weighted.of("CNAME"), ["critical.edge.example.net."]);
+    assert_eq!(weighted.of("A"), ["192.0.2.1"]);
+    // Denial of existence.
+    let nx = unbound.validated(&["nope.example.com", "A"]);
+    assert_eq!(nx.status, "NXDOMAIN");
+    let nx_edge = unbound.validated(&["no.such.ns1.edge.example.net", "A"]);
+    assert_eq!(nx_edge.status, "NXDOMAIN");
+    let nodata = unbound.validated(&["mail.example.com", "TXT"]);
+    assert_eq!(
+        (nodata.status.as_str(), nodata.records.len()),
+        ("NOERROR", 0)
+    );
+    let ent = unbound.validated(&["ent.example.com", "A"]);
+    assert_eq!((ent.status.as_str(), ent.records.len()), ("NOERROR", 0));
+    let ds = unbound.validated(&["sub.example.com", "DS"]);
+    assert_eq!(ds.of("DS").len(), 1, "{}", ds.text);
+
+    // Break-glass: the critical profile flipped to the regional app gateways.
+    let flipped = daemon.cli(&["weight", "set", "critical", "frontdoor=0", "appgw=100"]);
+    assert!(flipped.status.success(), "weight set: {flipped:?}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let answer = unbound.validated(&["critical.example.com", "A", "+subnet=81.2.69.0/24"]);
+        if answer.of("A") == ["203.0.113.10"] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "break-glass never seen: {}",
+            answer.text
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The shield sheds part of eu-west (the EU continent's IPv6 space maps there): shed
+    // subnets get a neighbour's regional anycast or a fallback site, signed like the rest.
+    let pushed = daemon.push_load(&setup, &feed(990.0));
+    assert!(pushed.status.success(), "load push: {pushed:?}");
+    let deadline = Instant::now() + WAIT;
+    let mut shed_seen = None;
+    while shed_seen.is_none() {
+        for n in 0..32u32 {
+            let arg = format!("+subnet=2a00:{:x}::/56", 0x100 + n);
+            let answer = unbound.validated(&["contoso.edge.example.net", "A", &arg]);
+            let a = answer.of("A");
+            assert_eq!(a.len(), 1, "{}", answer.text);
+            if a[0] != "192.0.2.1" {
+                shed_seen = Some(a[0].clone());
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "no eu-west subnet was shed");
+        let _ = daemon.push_load(&setup, &feed(990.0));
+    }
+    let shed_to = shed_seen.unwrap_or_default();
+    assert!(
+        shed_to.starts_with("198.51.100.") || shed_to.starts_with("203.0.113."),
+        "shed to {shed_to}"
+    );
+
+    // The control: a validator anchored to a DS that is not ours refuses the same answers.
+    let wrong: String = anchors
+        .lines()
+        .map(|l| {
+            let (head, digest) = l.rsplit_once(' ').expect("DS line");
+            let flipped = if digest.starts_with('0') { "1" } else { "0" };
+            format!("{head} {flipped}{}\n", &digest[1..])
+        })
+        .collect();
+    let doubting = Unbound::start_expecting(setup.dir.path(), daemon.dns, &wrong, "SERVFAIL");
+    let refused = doubting
+        .try_ask(&["mail.example.com", "A"])
+        .expect("an answer");
+    assert_eq!(refused.status, "SERVFAIL", "{}", refused.text);
+    assert!(!refused.ad);
+}
+
+#[test]
+fn zone_dump_verifies_with_ldns_and_a_broken_signature_does_not() {
+    let setup = signed_setup("dnssec-dump", "");
+    for zone in ["example.com.", "edge.example.net."] {
+        let text = run(&["dnssec", "dump", zone], &setup.config);
+        assert!(text.contains("TYPE46"), "RRSIGs in the dump of {zone}");
+        let path = setup.path(&format!("{zone}zone"));
+        std::fs::write(&path, &text).expect("write dump");
+        let verified = Command::new("ldns-verify-zone")
+            .arg(&path)
+            .output()
+            .expect("ldns-verify-zone must be installed (apt-get install ldnsutils)");
+        assert!(
+            verified.status.success(),
+            "{zone}: {}{}",
+            String::from_utf8_lossy(&verified.stdout),
+            String::from_utf8_lossy(&verified.stderr)
+        );
+        // The verifier does check: one flipped signature byte fails it.
+        let broken: String = text
+            .lines()
+            .map(|line| {
+                if line.contains(" IN TYPE6 ") {
+                    // The SOA's RDATA: change the serial, so its RRSIG no longer matches.
+                    line.replace('7', "8")
+                } else {
+                    line.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(&path, broken + "\n").expect("write broken dump");
+        let refused = Command::new("ldns-verify-zone")
+            .arg(&path)
+            .output()
+            .expect("ldns-verify-zone");
+        assert!(
+            !refused.status.success(),
+            "{zone}: a changed SOA still verified"
+        );
+    }
+}
+
+#[test]
+fn a_missing_key_refuses_the_load_and_the_reload() {
+    // At startup (`check` loads exactly what `serve` loads).
+    let setup = Setup::new("dnssec-nokey");
+    setup.extend_config("[dnssec]\nzones = [\"example.com.\"]\n");
+    let output = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&setup.config)
+        .output()
+        .expect("run steerdns check");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned()
+        + &String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "check passed without a key");
+    assert!(
+        stderr.contains("no key for zone example.com.")
+            || stderr.contains("cannot read the key directory"),
+        "{stderr}"
+    );
+    // On a reload: the keys gone, the signed zone keeps serving from the last good snapshot.
+    let setup = signed_setup("dnssec-lostkey", "");
+    let daemon = setup.start();
+    let before = daemon.refused();
+    std::fs::remove_dir_all(setup.path("keys")).expect("remove keys");
+    daemon.sighup();
+    let status = daemon.wait_for_refusal(before, WAIT);
+    let reasons = refusal_reasons(&status).join("\n");
+    assert!(reasons.contains("key directory"), "{reasons}");
+    let output = Command::new("dig")
+        .arg("@127.0.0.1")
+        .arg("-p")
+        .arg(daemon.dns.port().to_string())
+        .args(["+dnssec", "+norec", "example.com", "SOA"])
+        .output()
+        .expect("dig must be installed");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("RRSIG"),
+        "still signed after the refused reload: {text}"
+    );
+}

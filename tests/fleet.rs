@@ -1,0 +1,246 @@
+//! Fleet mode with a real etcd and three real `steerdns serve` nodes on loopback: one control
+//! state in etcd, seeded by the first node, watched by all, served through the same reload path
+//! as a control-file edit (tasted, swapped in, or refused with the last good one serving), and
+//! cached in each node's control file.
+
+mod control_common;
+mod fleet_common;
+
+use std::time::Duration;
+
+use control_common::*;
+use fleet_common::*;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn first_node_seeds_the_fleet_and_versions_put_in_etcd_reach_every_node() {
+    let fleet = Fleet::start("seed", 3, 10);
+    fleet.wait_connected(LIMIT);
+    let (revision, text) = fleet.control_in_etcd();
+    assert!(
+        text.contains("frontdoor = { weight = 100 }"),
+        "seeded from the control file:\n{text}"
+    );
+    let serials = fleet.wait_revision(revision, LIMIT);
+    assert!(
+        serials.windows(2).all(|w| w[0] == w[1]),
+        "same version, same serial: {serials:?}"
+    );
+    let subnets = distinct_subnets(SUBNETS);
+    fleet.wait_all_target(&subnets, FRONTDOOR, LIMIT);
+
+    // A new version written straight into etcd (as etcdctl or automation would).
+    let flipped = format!("serial = 500\n{}", critical_control(0, 100, 0));
+    fleet
+        .etcd
+        .etcdctl(&["put", &format!("{}/control", fleet.prefix), &flipped]);
+    let (revision, _) = fleet.control_in_etcd();
+    let serials = fleet.wait_revision(revision, LIMIT);
+    assert_eq!(serials, vec![500, 500, 500]);
+    fleet.wait_all_target(&subnets, ALT_CDN, LIMIT);
+    for node in &fleet.nodes {
+        let cached = std::fs::read_to_string(node.setup.control_path()).expect("cache");
+        assert_eq!(
+            cached, flipped,
+            "{}'s control file caches the version",
+            node.name
+        );
+        let chaos = node.daemon().chaos_serial();
+        assert!(chaos.starts_with("serial 500 "), "{}: {chaos}", node.name);
+    }
+
+    // A version that leaves the profile nothing to serve: refused everywhere, the last good
+    // version keeps serving, and the cache keeps it too.
+    let bad = format!("serial = 501\n{}", critical_control(0, 0, 0));
+    fleet
+        .etcd
+        .etcdctl(&["put", &format!("{}/control", fleet.prefix), &bad]);
+    let (bad_revision, _) = fleet.control_in_etcd();
+    for node in &fleet.nodes {
+        let deadline = std::time::Instant::now() + LIMIT;
+        loop {
+            let status = node.status();
+            if status["fleet"]["refused_revision"].as_i64() == Some(bad_revision) {
+                assert_eq!(status["serial"], 500, "{}: {status:#}", node.name);
+                assert!(!refusal_reasons(&status).is_empty());
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} did not report refusing revision {bad_revision}: {}",
+                node.name,
+                status["fleet"]
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let cached = std::fs::read_to_string(node.setup.control_path()).expect("cache");
+        assert_eq!(cached, flipped, "{} cached a refused version", node.name);
+    }
+    fleet.wait_all_target(&subnets, ALT_CDN, LIMIT);
+}
+
+/// Runs `steerdns fleet status --json` with `node`'s config.
+fn fleet_status(node: &Node) -> serde_json::Value {
+    let output = node.cli(&["fleet", "status", "--json"]);
+    let text = ok(&output, "fleet status --json");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("fleet status JSON: {e}\n{text}"))
+}
+
+fn node_names(status: &serde_json::Value) -> Vec<String> {
+    status["nodes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|n| n["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn weight_set_through_any_node_reaches_all_three_and_concurrent_edits_both_land() {
+    let fleet = Fleet::start("cli", 3, 10);
+    fleet.wait_connected(LIMIT);
+    let subnets = distinct_subnets(SUBNETS);
+    fleet.wait_all_target(&subnets, FRONTDOOR, LIMIT);
+
+    // Break glass through ns2's config: etcd, then every node.
+    let output = fleet.nodes[1].cli(&["weight", "set", "critical", "frontdoor=0", "alt-cdn=100"]);
+    let text = ok(&output, "weight set");
+    assert!(
+        text.contains("all 3 live nodes serve serial"),
+        "weight set waits for every node:\n{text}"
+    );
+    fleet.wait_all_target(&subnets, ALT_CDN, LIMIT);
+    let (revision, _) = fleet.control_in_etcd();
+    let serials = fleet.wait_revision(revision, LIMIT);
+    assert!(serials.windows(2).all(|w| w[0] == w[1]), "{serials:?}");
+
+    // Two operators at once, from two nodes' shells: both changes land, none is lost.
+    let (a, b) = std::thread::scope(|scope| {
+        let a = scope
+            .spawn(|| fleet.nodes[0].cli(&["weight", "set", "warm", "frontdoor=40", "alt-cdn=60"]));
+        let b = scope.spawn(|| fleet.nodes[2].cli(&["drain", "eu-west"]));
+        (
+            a.join().expect("first writer"),
+            b.join().expect("second writer"),
+        )
+    });
+    ok(&a, "weight set warm");
+    ok(&b, "drain eu-west");
+    let (revision, text) = fleet.control_in_etcd();
+    assert!(text.contains("frontdoor = { weight = 40 }"), "{text}");
+    assert!(text.contains("drain = true"), "{text}");
+    assert!(
+        text.contains("frontdoor = { weight = 0 }"),
+        "the break-glass survives:\n{text}"
+    );
+    fleet.wait_revision(revision, LIMIT);
+    for node in &fleet.nodes {
+        let status = node.status();
+        assert_eq!(
+            status["profiles"]["warm"]["frontdoor"]["weight"], 40,
+            "{}: {:#}",
+            node.name, status["profiles"]
+        );
+        let eu_west = status["regions"]["eu-west"].as_str().unwrap_or("");
+        assert!(eu_west.starts_with("drained"), "{}: {eu_west}", node.name);
+    }
+
+    // The fleet's history has every version, with what changed and who wrote it.
+    let history = ok(&fleet.nodes[0].cli(&["control", "history"]), "history");
+    for needle in [
+        "weight set critical",
+        "weight set warm",
+        "drain eu-west",
+        "seeded by node",
+    ] {
+        assert!(history.contains(needle), "no {needle:?} in:\n{history}");
+    }
+}
+
+#[test]
+fn etcd_down_nodes_keep_serving_and_writes_fail_then_a_rollback_reaches_all_three() {
+    let mut fleet = Fleet::start("down", 3, 10);
+    fleet.wait_connected(LIMIT);
+    let subnets = distinct_subnets(SUBNETS);
+    ok(
+        &fleet.nodes[0].cli(&["weight", "set", "critical", "frontdoor=0", "alt-cdn=100"]),
+        "weight set",
+    );
+    fleet.wait_all_target(&subnets, ALT_CDN, LIMIT);
+
+    fleet.etcd.stop();
+    for node in &fleet.nodes {
+        let deadline = std::time::Instant::now() + LIMIT;
+        while node.status()["fleet"]["connected"] != false {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} still reports the etcd link up",
+                node.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Fail static: every node keeps answering with what it has.
+    fleet.wait_all_target(&subnets, ALT_CDN, LIMIT);
+    let output = fleet.nodes[1].cli(&["weight", "set", "critical", "frontdoor=100", "alt-cdn=0"]);
+    assert!(!output.status.success(), "a write without etcd must fail");
+    let err = stderr(&output);
+    assert!(
+        err.contains("cannot reach etcd") && err.contains("nothing was changed"),
+        "clear error: {err}"
+    );
+
+    // A node restarted while etcd is down serves its cache: the last version it accepted.
+    fleet.nodes[2].kill();
+    fleet.nodes[2].start();
+    let status = fleet.nodes[2].status();
+    assert_eq!(status["fleet"]["connected"], false, "{:#}", status["fleet"]);
+    fleet.wait_all_target(&subnets, ALT_CDN, LIMIT);
+
+    // etcd back: every node reconnects by itself, and a rollback reaches all three.
+    fleet.etcd.restart();
+    fleet.wait_connected(LIMIT * 2);
+    let output = fleet.nodes[2].cli(&["control", "rollback"]);
+    let text = ok(&output, "control rollback");
+    assert!(text.contains("all 3 live nodes serve serial"), "{text}");
+    fleet.wait_all_target(&subnets, FRONTDOOR, LIMIT);
+}
+
+#[test]
+fn a_killed_node_disappears_from_fleet_status_within_its_lease_ttl() {
+    const TTL: u64 = 2;
+    let mut fleet = Fleet::start("lease", 3, TTL);
+    fleet.wait_connected(LIMIT);
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let status = fleet_status(&fleet.nodes[0]);
+        if node_names(&status).len() == 3 {
+            assert_eq!(status["missing"], serde_json::json!([]));
+            assert!(status["nodes"][0]["current"].as_bool().unwrap_or(false));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status:#}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fleet.nodes[1].kill();
+    let killed = std::time::Instant::now();
+    loop {
+        let status = fleet_status(&fleet.nodes[0]);
+        if !node_names(&status).contains(&"ns2".to_string()) {
+            assert_eq!(status["missing"], serde_json::json!(["ns2"]), "{status:#}");
+            break;
+        }
+        // The lease's TTL, plus etcd's expiry check and this poll.
+        assert!(
+            killed.elapsed() < Duration::from_secs(TTL + 3),
+            "ns2 still listed {:?} after it was killed: {status:#}",
+            killed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = ok(&fleet.nodes[0].cli(&["fleet", "status"]), "fleet status");
+    assert!(text.contains("ns2") && text.contains("MISSING"), "{text}");
+}

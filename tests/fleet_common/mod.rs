@@ -1,0 +1,188 @@
+//! A fleet for tests: a real etcd ([`Etcd`]) and N real `steerdns serve` nodes on loopback, each
+//! with its own copy of the bundled example (so each has its own control file: its cache of
+//! the fleet's control state) and `[fleet]` pointing at the etcd under a prefix of its own.
+//! Nodes can be killed and restarted; every wait polls observable state with a deadline.
+
+#![allow(dead_code)]
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use crate::control_common::*;
+
+/// The bundled control file's `critical` weights: frontdoor 100, alt-cdn 0.
+pub const SUBNETS: usize = 20;
+
+pub struct Node {
+    pub name: String,
+    pub setup: Setup,
+    pub daemon: Option<Daemon>,
+}
+
+impl Node {
+    pub fn daemon(&self) -> &Daemon {
+        self.daemon
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {} is not running", self.name))
+    }
+
+    /// Starts (or restarts) the node's server.
+    pub fn start(&mut self) {
+        self.daemon = None;
+        self.daemon = Some(self.setup.start_with(&["--node", &self.name]));
+    }
+
+    /// Kills the node's server.
+    pub fn kill(&mut self) {
+        if let Some(daemon) = self.daemon.take() {
+            daemon.stop();
+        }
+    }
+
+    /// `steerdns <args>` with this node's config (so, in fleet mode, against etcd).
+    pub fn cli(&self, args: &[&str]) -> Output {
+        match &self.daemon {
+            Some(daemon) => daemon.cli(args),
+            None => std::process::Command::new(BIN)
+                .args(args)
+                .arg("--config")
+                .arg(&self.setup.config)
+                .env("STEERDNS_LOG", "warn")
+                .output()
+                .expect("run steerdns"),
+        }
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        self.daemon().status()
+    }
+}
+
+pub struct Fleet {
+    pub etcd: Etcd,
+    pub prefix: String,
+    pub nodes: Vec<Node>,
+}
+
+/// The `[fleet]` section for a node of this fleet.
+pub fn fleet_section(endpoint: &str, prefix: &str, lease_ttl_secs: u64) -> String {
+    format!(
+        "[fleet]\netcd = [\"{endpoint}\"]\nprefix = \"{prefix}\"\nlease_ttl_secs = {lease_ttl_secs}\nconverge_timeout_secs = 10\ntimeout_ms = 1000\n"
+    )
+}
+
+impl Fleet {
+    /// etcd and `n` nodes (ns1..nsN), started one after another; ns1 seeds the fleet.
+    pub fn start(label: &str, n: usize, lease_ttl_secs: u64) -> Fleet {
+        let etcd = Etcd::start();
+        let prefix = format!("/steerdns/{label}");
+        let mut nodes = Vec::new();
+        for i in 1..=n {
+            let setup = Setup::new(&format!("{label}-ns{i}"));
+            setup.extend_config(&fleet_section(&etcd.endpoint(), &prefix, lease_ttl_secs));
+            let mut node = Node {
+                name: format!("ns{i}"),
+                setup,
+                daemon: None,
+            };
+            node.start();
+            nodes.push(node);
+        }
+        Fleet {
+            etcd,
+            prefix,
+            nodes,
+        }
+    }
+
+    /// Waits until every running node's status says it is connected to etcd and serves
+    /// control revision `revision` or later; returns the serials they serve.
+    pub fn wait_revision(&self, revision: i64, limit: Duration) -> Vec<u64> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let statuses: Vec<(String, serde_json::Value)> = self
+                .nodes
+                .iter()
+                .filter(|n| n.daemon.is_some())
+                .map(|n| (n.name.clone(), n.status()))
+                .collect();
+            let behind: Vec<String> = statuses
+                .iter()
+                .filter(|(_, s)| s["fleet"]["revision_served"].as_i64().unwrap_or(0) < revision)
+                .map(|(name, s)| format!("{name}: {}", s["fleet"]))
+                .collect();
+            if behind.is_empty() {
+                return statuses
+                    .iter()
+                    .map(|(_, s)| s["serial"].as_u64().unwrap_or(0))
+                    .collect();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not on revision {revision} within {limit:?}: {behind:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until every running node is connected to etcd.
+    pub fn wait_connected(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        for node in self.nodes.iter().filter(|n| n.daemon.is_some()) {
+            loop {
+                let status = node.status();
+                if status["fleet"]["connected"] == true {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{} not connected to etcd within {limit:?}: {}",
+                    node.name,
+                    status["fleet"]
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// Waits until every running node answers `critical.example.com` with `target` for every
+    /// one of `subnets`.
+    pub fn wait_all_target(&self, subnets: &[String], target: &str, limit: Duration) {
+        let started = Instant::now();
+        for node in self.nodes.iter().filter(|n| n.daemon.is_some()) {
+            let mut resolver = Resolver::new(node.daemon().dns);
+            let left = limit.saturating_sub(started.elapsed());
+            wait_all_target(&mut resolver, subnets, target, Instant::now(), left);
+        }
+    }
+
+    /// The fleet's control revision and text in etcd (via etcdctl).
+    pub fn control_in_etcd(&self) -> (i64, String) {
+        let key = format!("{}/control", self.prefix);
+        let json = self.etcd.etcdctl(&["get", &key, "-w", "json"]);
+        let value: serde_json::Value = serde_json::from_str(&json).expect("etcdctl json");
+        let kv = &value["kvs"][0];
+        let revision = kv["mod_revision"].as_i64().expect("mod_revision");
+        let text = kv["value"].as_str().expect("value");
+        (revision, decode_base64(text))
+    }
+}
+
+/// etcdctl's JSON output encodes values in base64.
+pub fn decode_base64(text: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut count = 0;
+    let mut out = Vec::new();
+    for b in text.bytes().filter(|&b| b != b'=') {
+        let v = ALPHABET.iter().position(|&a| a == b).expect("base64") as u32;
+        bits = (bits << 6) | v;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push((bits >> count) as u8);
+            bits &= (1 << count) - 1;
+        }
+    }
+    String::from_utf8(out).expect("utf-8 value")
+}
