@@ -121,3 +121,37 @@ pub fn node_name_problem(name: &str) -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<FleetConfig, String> {
+        toml::from_str::<FleetConfig>(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_and_problems() {
+        let ok = parse("etcd = [\"http://127.0.0.1:2379\"]\nprefix = \"/steerdns/prod\"\n")
+            .expect("minimal section");
+        assert_eq!(ok.lease_ttl_secs, 10);
+        assert!(ok.problems().is_empty(), "{:?}", ok.problems());
+        let bad = parse(
+            "etcd = [\"127.0.0.1:2379\"]\nprefix = \"steerdns/\"\nnode = \"ns 1\"\nlease_ttl_secs = 1\nuser = \"u\"\n",
+        )
+        .expect("parses");
+        let problems = bad.problems().join("\n");
+        for field in [
+            "fleet.etcd",
+            "fleet.prefix",
+            "fleet.node",
+            "fleet.lease_ttl_secs",
+            "fleet.user",
+        ] {
+            assert!(problems.contains(field), "{field} not in:\n{problems}");
+        }
+        assert!(parse("etcd = []\nprefix = \"/p\"\ncolour = 1\n")
+            .unwrap_err()
+            .contains("colour"));
+    }
+}

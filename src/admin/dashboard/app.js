@@ -231,6 +231,26 @@
     byId("alerts").replaceChildren(...list(alerts.map((a) => el("li", { className: "alert" }, a)), "No alerts."));
   }
 
+  function renderFleet(status) {
+    const f = status.fleet;
+    if (!f) {
+      definitions(byId("fleet"), [["Mode", "single node (control file; no [fleet] in the config)"]]);
+      return;
+    }
+    const since = typeof f.since_secs === "number" ? ` for ${f.since_secs.toFixed(0)} s` : "";
+    definitions(byId("fleet"), [
+      ["Node", `${f.node} under ${f.prefix}`],
+      ["etcd", (f.endpoints || []).join(", ")],
+      ["Link", f.connected ? `up${since}` : `DOWN${since}: serving what this node has (${f.last_error || "?"})`],
+      ["Revision", `serving ${f.revision_served}, newest seen ${f.revision_latest}`],
+      ["Refused revision", typeof f.refused_revision === "number" ? String(f.refused_revision) : null],
+      ["Last change applied", typeof f.last_apply_ms === "number" ? `${f.last_apply_ms.toFixed(1)} ms after it arrived` : null],
+      ["Fleet convergence", typeof f.last_convergence_ms === "number" ? `${f.last_convergence_ms.toFixed(0)} ms (last change, every live node)` : null],
+    ]);
+    if (!f.connected) serverAlerts.push(`fleet: etcd link down${since}; serving the last good control state`);
+    if (typeof f.refused_revision === "number") serverAlerts.push(`fleet: revision ${f.refused_revision} refused here`);
+  }
+
   function renderControl(status) {
     definitions(byId("control"), [
       ["Serial", String(status.serial)],
@@ -302,6 +322,7 @@
   function render(status) {
     renderRings(status);
     renderShield(status);
+    renderFleet(status);
     renderControl(status);
     renderProfiles(status);
   }
