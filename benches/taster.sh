@@ -20,6 +20,7 @@ if [ -z "${BIN:-}" ]; then
     (cd "$ROOT" && cargo build --release --quiet)
     BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/steerdns
 fi
+BIN=$(realpath "$BIN")
 WORK=$(mktemp -d /tmp/steerdns-taster-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 

@@ -96,6 +96,9 @@ struct TasteArgs {
     /// The candidate control text comes on standard input.
     #[arg(long)]
     control_stdin: bool,
+    /// Load everything but the zones (the server shares the zones it serves).
+    #[arg(long)]
+    steering_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -418,7 +421,11 @@ fn taste(args: TasteArgs) -> Result<ExitCode> {
     } else {
         None
     };
-    let verdict = steerdns::taster::child::taste(source.read_config(), control.as_deref());
+    let verdict = steerdns::taster::child::taste(
+        source.read_config(),
+        control.as_deref(),
+        args.steering_only,
+    );
     println!("{}", serde_json::to_string(&verdict)?);
     Ok(ExitCode::from(verdict.exit_code()))
 }

@@ -235,3 +235,34 @@ fn the_serving_process_never_acts_on_the_drill_variable() {
     assert_eq!(status["taster"]["mode"], "off", "{:#}", status["taster"]);
     assert_eq!(status["reloads_refused"], 0);
 }
+
+/// A control-only change is tasted without the zones (the server shares them); a zone edit
+/// makes the taster load everything again.
+#[test]
+fn the_taster_loads_the_zones_only_when_they_change() {
+    let mut scene = Scene::new("taster-scope", "", &[]);
+    let taster = &scene.server.status()["taster"];
+    assert_eq!(
+        taster["last_result"], "ok: loaded all but the zones (shared)",
+        "{taster:#}"
+    );
+    // A zone edit and a reload: loaded in full.
+    let zone = scene.setup.path("zones/example.com.zone");
+    let text = std::fs::read_to_string(&zone).expect("zone file");
+    let bumped = text.replacen("2026113001", "2026113002", 1);
+    assert_ne!(
+        text, bumped,
+        "the zone's serial is not where this test expects it"
+    );
+    write_atomically(&zone, bumped.as_bytes());
+    let serial = scene.server.accepted();
+    scene.server.sighup();
+    let deadline = Instant::now() + REFUSAL_WAIT;
+    while scene.server.accepted() == serial {
+        assert!(Instant::now() < deadline, "the reload was not accepted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let taster = &scene.server.status()["taster"];
+    assert_eq!(taster["last_result"], "ok: loaded everything", "{taster:#}");
+    scene.recovers();
+}

@@ -553,29 +553,51 @@ fn taste_then_load(
     previous: Option<&Snapshot>,
     taster: &mut TasterStatus,
 ) -> Result<Loaded, Vec<String>> {
+    use crate::taster::{steering_fingerprint, Scope};
     taster.configure(&config.taster, source.taster.as_deref());
     let text = control.map(|(_, text)| text.as_str());
-    let tasted = match &source.taster {
-        Some(program) if config.taster.enabled => {
-            let started = Instant::now();
-            let result = crate::taster::taste(program, &config.taster, &source.taste_args(), text);
-            taster.count(&result, started.elapsed());
-            match result {
-                Ok(tasted) => Some(tasted),
-                Err(refused) => return Err(refused.reasons()),
-            }
+    let program = match &source.taster {
+        Some(program) if config.taster.enabled => program,
+        _ => return load_control(config, control, previous),
+    };
+    let mut run = |scope| {
+        let started = Instant::now();
+        let result =
+            crate::taster::taste(program, &config.taster, &source.taste_args(), text, scope);
+        taster.count(&result, started.elapsed());
+        result.map_err(|refused| refused.reasons())
+    };
+    // Same config and zone files as the snapshot served: the server will share its zones
+    // if the change binds the same steered names, and then the taster need not build them.
+    let shared = previous.and_then(|p| crate::snapshot::load::shareable_sources(config, p));
+    let mut tasted = None;
+    if let Some(sources) = shared {
+        let steering = run(Scope::Steering)?;
+        let expected =
+            steering_fingerprint(sources.config_digest(), sources.steered(), config, text);
+        if steering.fingerprint == expected {
+            tasted = Some((steering, Some(sources)));
         }
-        _ => None,
+        // Else the change binds other steered names: the zones are rebuilt; taste them too.
+    }
+    let (tasted, shared) = match tasted {
+        Some(tasted) => tasted,
+        None => (run(Scope::Full)?, None),
     };
     let loaded = load_control(config, control, previous)?;
-    if let Some(tasted) = tasted {
-        if crate::taster::fingerprint(config, &loaded.snapshot, text) != tasted.fingerprint {
-            return Err(vec![
-                "config, zone or geo database files changed while the taster was loading \
-                 them: not serving what was not tasted (reload again)"
-                    .to_string(),
-            ]);
+    let same = match (&shared, &loaded.snapshot.sources) {
+        (Some(shared), Some(used)) => Arc::ptr_eq(shared, used),
+        (Some(_), None) => false,
+        (None, _) => {
+            crate::taster::fingerprint(config, &loaded.snapshot, text) == tasted.fingerprint
         }
+    };
+    if !same {
+        return Err(vec![
+            "config, zone or geo database files changed while the taster was loading them: \
+             not serving what was not tasted (reload again)"
+                .to_string(),
+        ]);
     }
     Ok(loaded)
 }

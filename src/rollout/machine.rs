@@ -448,6 +448,86 @@ impl Rollout {
         }
     }
 
+    /// `rollout status` as lines of text: the change, the phase, each wave and node.
+    pub fn describe(&self, now_ms: u64) -> Vec<String> {
+        let ago = |at: u64| format!("{:.1} s ago", now_ms.saturating_sub(at) as f64 / 1000.0);
+        let mut lines = Vec::new();
+        let emergency = if self.emergency {
+            " [emergency: no bake]"
+        } else {
+            ""
+        };
+        let summary = if self.summary.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", self.summary)
+        };
+        lines.push(format!(
+            "rollout of revision {}{summary}{emergency}, started {}",
+            self.candidate,
+            ago(self.started_at_ms)
+        ));
+        lines.push(match &self.phase {
+            Phase::Running => {
+                let baked = match self.healthy_since_ms {
+                    Some(since) => format!(
+                        "healthy for {:.1} of {} s",
+                        now_ms.saturating_sub(since) as f64 / 1000.0,
+                        self.bake_ms / 1000
+                    ),
+                    None => "waiting for every node to serve it".to_string(),
+                };
+                format!(
+                    "running: wave {} of {} released {}; {baked}",
+                    self.released,
+                    self.waves.len(),
+                    ago(self.released_at_ms)
+                )
+            }
+            Phase::Halted { reason, at_ms } => {
+                format!(
+                    "HALTED {}: {reason}; every node serves {} again",
+                    ago(*at_ms),
+                    self.lkg
+                )
+            }
+            Phase::Completed { at_ms } => format!(
+                "completed {} after {:.1} s: every node serves it; it is the last known good",
+                ago(*at_ms),
+                at_ms.saturating_sub(self.started_at_ms) as f64 / 1000.0
+            ),
+            Phase::Aborted { at_ms } => {
+                format!("aborted {}: every node serves {}", ago(*at_ms), self.lkg)
+            }
+        });
+        lines.push(format!("last known good: revision {}", self.lkg_now()));
+        for (i, wave) in self.waves.iter().enumerate() {
+            let nodes: Vec<String> = wave
+                .iter()
+                .map(|name| match self.nodes.get(name) {
+                    Some(p) => match &p.detail {
+                        Some(detail) => format!("{name} {} ({detail})", p.state.as_str()),
+                        None => format!("{name} {}", p.state.as_str()),
+                    },
+                    None => format!("{name} ?"),
+                })
+                .collect();
+            let released = if i < self.released {
+                ""
+            } else {
+                " (not released)"
+            };
+            lines.push(format!("  wave {}{released}: {}", i + 1, nodes.join(", ")));
+        }
+        if !self.absent.is_empty() {
+            lines.push(format!(
+                "  absent when it began: {}",
+                self.absent.join(", ")
+            ));
+        }
+        lines
+    }
+
     fn release_next(&mut self, reports: &BTreeMap<String, NodeReport>, now_ms: u64) {
         let wave = self.released;
         for (name, progress) in &mut self.nodes {

@@ -437,3 +437,29 @@ fn the_state_survives_a_round_trip_through_json() {
     picked_up.step(&reports, 11 * SEC);
     assert_eq!(allowed(&picked_up), [NEW, NEW, NEW]);
 }
+
+#[test]
+fn status_text_names_the_change_the_phase_and_every_node() {
+    let (mut rollout, mut reports) = begin(false);
+    reports.get_mut("ns1").unwrap().refused =
+        Some((NEW, "taster killed by signal 6 (SIGABRT)".into()));
+    rollout.step(&reports, 1500);
+    let text = rollout.describe(3000).join("\n");
+    assert!(
+        text.contains("rollout of revision 7 (critical: frontdoor 100 -> 0)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("HALTED 1.5 s ago: ns1 refused 7: taster killed by signal 6"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wave 1: ns1 refused (taster killed by signal 6 (SIGABRT))"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wave 2 (not released): ns2 waiting, ns3 waiting"),
+        "{text}"
+    );
+    assert!(text.contains("last known good: revision 6"), "{text}");
+}

@@ -142,6 +142,44 @@ pub fn load_after(
     })
 }
 
+/// What [`load_steering`] built: the config file's digest and the steered names.
+pub struct SteeringTaste {
+    pub config: Option<Digest>,
+    pub steered: Vec<Box<[u8]>>,
+}
+
+/// The control-dependent half of [`load_after`]'s sharing path, for the taster: reads the
+/// control text and compiles the steering (policies with the knobs, the geo database), and
+/// says which steered names would be bound into the zones — without building the zones. When
+/// the server will share its zones (same files, same steered names), this is all of the work
+/// the change causes, so tasting it tastes the change whole.
+pub fn load_steering(
+    config: &Config,
+    control: ControlSource<'_>,
+) -> Result<SteeringTaste, Vec<String>> {
+    let control = read_control(config, control)?;
+    let mut warnings = Vec::new();
+    let steering = compile_steering(config, &control, &mut warnings)?;
+    Ok(SteeringTaste {
+        config: config_digest(config),
+        steered: steered_names(steering.as_ref()),
+    })
+}
+
+/// The sources of `previous` if a load with `config` could share its zones: the same config
+/// and zone files, byte for byte (re-read now). Whether the steered names also stay the same
+/// depends on the control knobs. `None` with DNSSEC zones: sharing them still signs the
+/// steered answers again, which needs the zones ([`load_steering`] does not cover it).
+pub fn shareable_sources(config: &Config, previous: &Snapshot) -> Option<Arc<Sources>> {
+    if !config.dnssec.zones.is_empty() {
+        return None;
+    }
+    let sources = previous.sources.as_ref()?;
+    sources
+        .unchanged(config, config_digest(config).as_ref())
+        .then(|| sources.clone())
+}
+
 /// What signing the zones did, and the window it signed for (shared with the snapshots that
 /// share the zones).
 type ZonesSigned = (
@@ -318,6 +356,16 @@ pub struct Sources {
 }
 
 impl Sources {
+    /// The config file's digest (`None`: built-in defaults).
+    pub fn config_digest(&self) -> Option<&Digest> {
+        self.config.as_ref()
+    }
+
+    /// The steered names bound into the zones (lower-cased wire format, in binding order).
+    pub fn steered(&self) -> &[Box<[u8]>] {
+        &self.steered
+    }
+
     /// One number for every input file as it was read (the config file, the zone directory's
     /// files and their includes): equal for two loads — the taster's and the server's — that
     /// read the same bytes. Comparable between processes of the same binary only.

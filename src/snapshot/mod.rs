@@ -6,6 +6,7 @@
 
 pub mod load;
 mod precompiled;
+pub mod probe;
 pub mod steer;
 
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::snapshot::load::{load_with, ControlSource};
+use crate::snapshot::load::{load_steering, load_with, ControlSource};
 
 use super::FAULT_ENV;
 
@@ -84,8 +84,13 @@ impl Fault {
 }
 
 /// Tastes one change: `config` as the server read it (same file, same overrides) and the
-/// candidate control text (`None`: the config names no control file).
-pub fn taste(config: Result<Config, String>, control: Option<&str>) -> Verdict {
+/// candidate control text (`None`: the config names no control file); everything, or with
+/// `steering_only` all but the zones (the server shares the zones it serves).
+pub fn taste(
+    config: Result<Config, String>,
+    control: Option<&str>,
+    steering_only: bool,
+) -> Verdict {
     if let (Some(fault), Some(text)) = (
         std::env::var(FAULT_ENV).ok().and_then(|s| Fault::parse(&s)),
         control,
@@ -102,6 +107,27 @@ pub fn taste(config: Result<Config, String>, control: Option<&str>) -> Verdict {
         }
     };
     let path = config.control.file.clone().unwrap_or_default();
+    let source = || match control {
+        Some(text) => ControlSource::Text { path: &path, text },
+        None => ControlSource::FromConfig,
+    };
+    if steering_only {
+        return match load_steering(&config, source()) {
+            Ok(taste) => {
+                let fingerprint = super::steering_fingerprint(
+                    taste.config.as_ref(),
+                    &taste.steered,
+                    &config,
+                    control,
+                );
+                Verdict::Ok {
+                    fingerprint: format!("{fingerprint:x}"),
+                    ms: started.elapsed().as_secs_f64() * 1000.0,
+                }
+            }
+            Err(problems) => Verdict::Problems { problems },
+        };
+    }
     let loaded = match control {
         Some(text) => load_with(&config, ControlSource::Text { path: &path, text }),
         None => load_with(&config, ControlSource::FromConfig),
@@ -158,7 +184,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_config_is_a_problem_not_a_crash() {
-        let verdict = taste(Err("steerdns.toml: cannot read".into()), None);
+        let verdict = taste(Err("steerdns.toml: cannot read".into()), None, false);
         assert_eq!(
             verdict,
             Verdict::Problems {

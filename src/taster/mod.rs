@@ -47,6 +47,7 @@ pub struct Tasted {
     pub fingerprint: u64,
     /// Spawn to verdict, as the server saw it.
     pub elapsed: Duration,
+    pub scope: Scope,
 }
 
 /// Why the taster refused a change.
@@ -150,7 +151,10 @@ impl TasterStatus {
         }
         self.last_ms = elapsed.as_secs_f64() * 1000.0;
         self.last_result = Some(match result {
-            Ok(_) => "ok".to_string(),
+            Ok(tasted) => match tasted.scope {
+                Scope::Full => "ok: loaded everything".to_string(),
+                Scope::Steering => "ok: loaded all but the zones (shared)".to_string(),
+            },
             Err(Refused::Problems(lines)) => format!("problems: {} line(s)", lines.len()),
             Err(refused) => format!("{}: {refused}", outcome.as_str()),
         });
@@ -179,6 +183,17 @@ pub fn this_program() -> Option<PathBuf> {
     std::env::current_exe().ok()
 }
 
+/// What the child loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything: config, zones, geo database, policies, control.
+    Full,
+    /// The config, geo database, policies and control, not the zones: for a change the
+    /// server will load by sharing the zones it serves (see
+    /// [`crate::snapshot::load::load_steering`]). Its fingerprint is [`steering_fingerprint`].
+    Steering,
+}
+
 /// Runs `program taste <args>` with `control` on stdin under `settings`' limits and returns
 /// its verdict. Never panics; every failure of the child or of talking to it is a [`Refused`].
 pub fn taste(
@@ -186,13 +201,17 @@ pub fn taste(
     settings: &TasterConfig,
     args: &[OsString],
     control: Option<&str>,
+    scope: Scope,
 ) -> Result<Tasted, Refused> {
     let mut command = Command::new(program);
     command.arg0("steerdns-taster").arg("taste").args(args);
     if control.is_some() {
         command.arg("--control-stdin");
     }
-    run(command, settings, control)
+    if scope == Scope::Steering {
+        command.arg("--steering-only");
+    }
+    run(command, settings, control, scope)
 }
 
 /// Runs `command` as a taster child: limits, deadline, verdict.
@@ -200,6 +219,7 @@ fn run(
     mut command: Command,
     settings: &TasterConfig,
     control: Option<&str>,
+    scope: Scope,
 ) -> Result<Tasted, Refused> {
     let started = Instant::now();
     command
@@ -298,6 +318,7 @@ fn run(
             Ok(Tasted {
                 fingerprint,
                 elapsed: started.elapsed(),
+                scope,
             })
         }
         (Some(1), Some(child::Verdict::Problems { problems })) => Err(Refused::Problems(problems)),
@@ -417,13 +438,39 @@ pub fn fingerprint(config: &Config, snapshot: &Snapshot, control: Option<&str>) 
         .as_ref()
         .map(|s| s.fingerprint())
         .hash(&mut hasher);
-    control.hash(&mut hasher);
+    hash_control_and_geo(&mut hasher, config, control);
+    hasher.finish()
+}
+
+/// What a [`Scope::Steering`] taste read and found, as one number: the config file's digest,
+/// the steered names the change binds, the geo database and the control text. Equal to the
+/// same function of the served snapshot's sources when the server can share its zones.
+pub fn steering_fingerprint(
+    config_digest: Option<&crate::files::Digest>,
+    steered: &[Box<[u8]>],
+    config: &Config,
+    control: Option<&str>,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    config_digest.hash(&mut hasher);
+    steered.hash(&mut hasher);
+    hash_control_and_geo(&mut hasher, config, control);
+    hasher.finish()
+}
+
+fn hash_control_and_geo(
+    hasher: &mut std::hash::DefaultHasher,
+    config: &Config,
+    control: Option<&str>,
+) {
+    use std::hash::Hash;
+    control.hash(hasher);
     if let Some(database) = &config.geo.database {
         let meta = std::fs::metadata(config.base_dir.join(database)).ok();
-        meta.as_ref().map(|m| m.len()).hash(&mut hasher);
-        meta.and_then(|m| m.modified().ok()).hash(&mut hasher);
+        meta.as_ref().map(|m| m.len()).hash(hasher);
+        meta.and_then(|m| m.modified().ok()).hash(hasher);
     }
-    hasher.finish()
 }
 
 #[cfg(test)]
@@ -465,6 +512,7 @@ mod tests {
             &TasterConfig::default(),
             &[],
             Some("x"),
+            Scope::Full,
         )
         .unwrap_err();
         assert_eq!(refused.outcome(), Outcome::Crashed);
@@ -482,7 +530,7 @@ mod tests {
         let child = |script: &str| {
             let mut command = Command::new(sh);
             command.arg("-c").arg(script);
-            run(command, &settings, Some("control text"))
+            run(command, &settings, Some("control text"), Scope::Full)
         };
         let killed = child("kill -ABRT $$").unwrap_err();
         assert!(
