@@ -263,3 +263,43 @@ fn a_killed_node_disappears_from_fleet_status_within_its_lease_ttl() {
     let text = ok(&fleet.nodes[0].cli(&["fleet", "status"]), "fleet status");
     assert!(text.contains("ns2") && text.contains("MISSING"), "{text}");
 }
+
+#[test]
+fn fleet_init_seeds_an_empty_prefix_once_and_refuses_a_bad_file() {
+    let etcd = Etcd::start();
+    let setup = Setup::new("init");
+    setup.extend_config(&fleet_section(&etcd.endpoint(), "/steerdns/init", 10));
+    let node = Node {
+        name: "ns1".into(),
+        setup,
+        daemon: None,
+    };
+    let bad = node.setup.path("bad-control.toml");
+    std::fs::write(&bad, critical_control(0, 0, 0)).expect("write bad control");
+    let output = node.cli(&["fleet", "init", "--from", bad.to_str().expect("utf-8")]);
+    assert!(!output.status.success());
+    assert!(
+        stdout(&output).contains("refused, nothing written"),
+        "{}",
+        stdout(&output)
+    );
+
+    let good = node.setup.control_path();
+    let text = ok(
+        &node.cli(&["fleet", "init", "--from", good.to_str().expect("utf-8")]),
+        "fleet init",
+    );
+    assert!(text.contains("seeded /steerdns/init"), "{text}");
+    let output = node.cli(&["fleet", "init", "--from", good.to_str().expect("utf-8")]);
+    assert!(!output.status.success(), "a second init must not overwrite");
+    assert!(
+        stderr(&output).contains("already holds control state"),
+        "{}",
+        stderr(&output)
+    );
+
+    let status = ok(&node.cli(&["fleet", "status", "--json"]), "fleet status");
+    let status: serde_json::Value = serde_json::from_str(&status).expect("json");
+    assert_eq!(status["control_serial"], 1, "{status:#}");
+    assert_eq!(status["nodes"], serde_json::json!([]));
+}
