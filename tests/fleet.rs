@@ -262,6 +262,14 @@ fn a_killed_node_disappears_from_fleet_status_within_its_lease_ttl() {
     }
     let text = ok(&fleet.nodes[0].cli(&["fleet", "status"]), "fleet status");
     assert!(text.contains("ns2") && text.contains("MISSING"), "{text}");
+    // Retired on purpose: no longer reported missing.
+    ok(
+        &fleet.nodes[0].cli(&["fleet", "forget", "ns2"]),
+        "fleet forget",
+    );
+    let status = fleet_status(&fleet.nodes[0]);
+    assert_eq!(status["missing"], serde_json::json!([]), "{status:#}");
+    assert_eq!(node_names(&status), vec!["ns1", "ns3"]);
 }
 
 #[test]
