@@ -684,11 +684,12 @@ mod tests {
             text.starts_with("regions.eu-west.load: 1.7e308 is above the limit of 1e15"),
             "{text}"
         );
-        let text = refusal(&with_regions(
-            r#""eu-west": {"load": 0, "capacity": 1e16}"#,
-        ));
+        let text = refusal(&with_regions(r#""eu-west": {"load": 0, "capacity": 1e16}"#));
         assert!(text.starts_with("regions.eu-west.capacity:"), "{text}");
-        assert!(parse(&with_regions(r#""eu-west": {"load": 1e15, "capacity": 1e15}"#)).is_ok());
+        assert!(parse(&with_regions(
+            r#""eu-west": {"load": 1e15, "capacity": 1e15}"#
+        ))
+        .is_ok());
     }
 
     #[test]

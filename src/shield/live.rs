@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::source::{FeedSlot, FeedStats, LoadSource};
 use super::step::{
-    checked_step, shed_view, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings, ShieldState,
+    checked_step, shed_view, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings,
+    ShieldState,
 };
 use crate::control::history::rfc3339_utc;
 use crate::control::ShieldMode;

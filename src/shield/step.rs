@@ -385,9 +385,9 @@ pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
         }
     }
     let moves = state.moves.len();
-    state.moves.retain(|m| {
-        m.amount.is_finite() && m.fast_share.is_finite() && !reset.contains(&m.from)
-    });
+    state
+        .moves
+        .retain(|m| m.amount.is_finite() && m.fast_share.is_finite() && !reset.contains(&m.from));
     if state.moves.len() != moves {
         repairs.push(format!(
             "{} move(s) in flight dropped (not finite, or from a reset region)",
@@ -397,7 +397,9 @@ pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
     for (i, u) in state.site_utilisation.iter_mut().enumerate() {
         if !u.is_finite() {
             let site = rings.sites.get(i).map_or("?", |n| n.name.as_str());
-            repairs.push(format!("{site}: predicted utilisation not finite: reset to 0"));
+            repairs.push(format!(
+                "{site}: predicted utilisation not finite: reset to 0"
+            ));
             *u = 0.0;
         }
     }

@@ -684,8 +684,15 @@ fn non_finite_state_is_repaired_and_reported_not_kept() {
     }
     let (state, changes, repairs) = checked_step(&poisoned, &hot, &rings(), &s, 4000);
     assert!(!repairs.is_empty());
-    assert!(repairs.iter().any(|r| r.starts_with("eu-west: ")), "{repairs:?}");
-    assert!(state.regions[EU_WEST].fraction > 0.0, "{:?}", state.regions[EU_WEST]);
+    assert!(
+        repairs.iter().any(|r| r.starts_with("eu-west: ")),
+        "{repairs:?}"
+    );
+    assert!(
+        state.regions[EU_WEST].fraction > 0.0,
+        "{:?}",
+        state.regions[EU_WEST]
+    );
     assert!(!changes.is_empty());
     let (_, _, again) = checked_step(&state, &hot, &rings(), &s, 5000);
     assert!(again.is_empty(), "repaired once, clean after: {again:?}");

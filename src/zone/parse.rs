@@ -1817,7 +1817,9 @@ mod tests {
         };
         assert_eq!(found.len(), 1, "{found:#?}");
         assert!(
-            found[0].message.contains("already read 1024 included files"),
+            found[0]
+                .message
+                .contains("already read 1024 included files"),
             "{}",
             found[0].message
         );
@@ -1836,8 +1838,15 @@ mod tests {
             panic!("byte budget ignored")
         };
         assert_eq!(found.len(), 1, "{found:#?}");
-        assert_eq!((found[0].file.as_path(), found[0].line), (zone.as_path(), 4));
-        assert!(found[0].message.contains("would exceed"), "{}", found[0].message);
+        assert_eq!(
+            (found[0].file.as_path(), found[0].line),
+            (zone.as_path(), 4)
+        );
+        assert!(
+            found[0].message.contains("would exceed"),
+            "{}",
+            found[0].message
+        );
         let ok = Budget {
             bytes: text.len() as u64 + 120,
             ..budget
