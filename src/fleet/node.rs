@@ -14,8 +14,8 @@ use super::origin::{FleetOrigin, Remote};
 use super::store::{self, Member, NodeRecord, NodeRefusal};
 use super::{request_timeout, FleetError, Keys};
 use crate::config::fleet::FleetConfig;
-use crate::control::history::rfc3339_utc;
 use crate::reload::{Reloader, Trigger};
+use crate::rfc3339;
 
 /// Who this node is, as its registry entry says.
 #[derive(Debug, Clone)]
@@ -58,7 +58,7 @@ pub fn spawn(
         origin,
         info,
         started: SystemTime::now(),
-        started_at: rfc3339_utc(SystemTime::now()),
+        started_at: rfc3339::format_utc(SystemTime::now()),
     };
     runtime.spawn(run(ctx));
 }
@@ -270,7 +270,7 @@ async fn register_member(ctx: &Ctx, client: &mut Client) -> Result<(), FleetErro
         client.get(key.clone(), None),
     )
     .await?;
-    let now = rfc3339_utc(SystemTime::now());
+    let now = rfc3339::format_utc(SystemTime::now());
     let first_seen = response
         .kvs()
         .first()
@@ -319,7 +319,7 @@ pub fn record(
         uptime_secs: SystemTime::now()
             .duration_since(started)
             .map_or(0, |d| d.as_secs()),
-        updated_at: rfc3339_utc(SystemTime::now()),
+        updated_at: rfc3339::format_utc(SystemTime::now()),
         version: env!("CARGO_PKG_VERSION").to_string(),
     }
 }

@@ -33,7 +33,7 @@ pub use evaluate::{
 pub use explain::explain;
 pub use knobs::{
     BadForcedAnswer, ControlKnobs, Destination, EndpointKnobs, ForcedAnswer, ProfileKnobs,
-    RegionKnobs, RegionShed, ShedError, ShedShare, ShedView, MAX_SHED_DESTINATIONS,
+    RegionKnobs, RegionShed, ShedError, ShedShare, ShedView, ShieldMode, MAX_SHED_DESTINATIONS,
 };
 pub use model::{
     CompiledPolicies, GeoRoute, PolicyRoot, ProfileId, ProfileKindTag, RegionInfo, RegionOverride,

@@ -14,9 +14,9 @@ use super::source::{FeedSlot, FeedStats, LoadSource};
 use super::step::{
     shed_view, step, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings, ShieldState,
 };
-use crate::control::history::rfc3339_utc;
-use crate::control::ShieldMode;
+use crate::policy::ShieldMode;
 use crate::policy::{CompiledPolicies, Destination, RegionOverride, ShedView};
+use crate::rfc3339;
 use crate::snapshot::Snapshot;
 
 /// Changes kept for status.
@@ -203,7 +203,7 @@ impl Shield {
                 change.reason
             );
             status.recent_changes.push_front(ChangeRecord {
-                at: rfc3339_utc(now),
+                at: rfc3339::format_utc(now),
                 region: region.to_string(),
                 from: change.from,
                 to: change.to,
