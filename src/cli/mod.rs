@@ -525,7 +525,47 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     if let Some(xdp) = &status.xdp {
         print_xdp(xdp);
     }
+    if let Some(dnssec) = &status.dnssec {
+        print_dnssec(dnssec);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_dnssec(d: &steerdns::admin::DnssecView) {
+    println!(
+        "dnssec: signed {}; signatures valid {} .. {}; next re-sign or key event {}; {} steered answers pre-signed",
+        d.signed_at,
+        d.signatures_from,
+        d.signatures_until,
+        d.next_event.as_deref().unwrap_or("none"),
+        d.steered_variants
+    );
+    for zone in &d.zones {
+        let keys: Vec<String> = zone
+            .keys
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} {} (alg {}) {}{}",
+                    k.role,
+                    k.tag,
+                    k.algorithm,
+                    k.state,
+                    k.next_event
+                        .as_ref()
+                        .map(|e| format!(", {e}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        println!(
+            "  {}: {} RRsets, {} NSEC; keys: {}",
+            zone.zone,
+            zone.rrsets,
+            zone.nsec,
+            keys.join("; ")
+        );
+    }
 }
 
 fn print_taster(t: &steerdns::taster::TasterStatus) {
