@@ -561,7 +561,7 @@ fn first_expiration(text: &str) -> String {
 
 /// Now, in the RRSIG time format (`YYYYMMDDHHmmSS`, UTC).
 fn rrsig_time_now() -> String {
-    rfc3339_utc(SystemTime::now())
+    rfc3339::format_utc(SystemTime::now())
         .chars()
         .filter(char::is_ascii_digit)
         .take(14)

@@ -254,9 +254,7 @@ pub struct DnssecKeyView {
 }
 
 fn unix_rfc3339(secs: u64) -> String {
-    crate::control::history::rfc3339_utc(
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
-    )
+    crate::rfc3339::format_utc(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
 /// The status of what `signing` signed.
