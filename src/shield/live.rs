@@ -207,7 +207,7 @@ impl Shield {
             let what = repairs.join("; ");
             tracing::error!("shield: state repaired (non-finite numbers): {what}");
             status.state_repairs += 1;
-            status.last_state_repair = Some(format!("{}: {what}", rfc3339_utc(now)));
+            status.last_state_repair = Some(format!("{}: {what}", rfc3339::format_utc(now)));
             *lock(&self.repaired_at) = Some(now);
         }
         for change in &changes {
