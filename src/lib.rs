@@ -17,6 +17,7 @@ pub mod health;
 pub mod metrics;
 pub mod policy;
 pub mod reload;
+pub mod rfc3339;
 pub mod rollout;
 pub mod rrl;
 pub mod server;
