@@ -128,11 +128,17 @@ ask() { in_client dig +time=1 +tries=1 +short @"$SERVER_IP" "$@" 2> /dev/null; }
 
 start_server() { # mode
     local mode=$1 i
-    in_server taskset -c "$SERVER_CPU" "$BIN" serve --config "$WORK/$mode/steerdns.toml" \
+    # Started directly (not through a shell function) so that $! is steerdns itself: `ip netns
+    # exec` and taskset exec their command.
+    ip netns exec "$NS_S" taskset -c "$SERVER_CPU" "$BIN" serve --config "$WORK/$mode/steerdns.toml" \
         > "$OUT/server.$mode.log" 2>&1 &
     SERVER_PID=$!
     for i in $(seq 1 100); do
-        [ -n "$(ask steer.example SOA)" ] && return 0
+        if grep -qx ready "$OUT/server.$mode.log" && [ -n "$(ask steer.example SOA)" ]; then
+            [ "$(cat "/proc/$SERVER_PID/comm" 2> /dev/null)" = steerdns ] ||
+                die "pid $SERVER_PID is not steerdns: its CPU would not be counted"
+            return 0
+        fi
         kill -0 "$SERVER_PID" 2> /dev/null || die "steerdns ($mode) exited: $(tail -5 "$OUT/server.$mode.log")"
         sleep 0.1
     done
@@ -219,7 +225,7 @@ measure() { # round mode workload
     softirq=$(awk -v t=$((q1 - q0)) -v hz="$HZ" 'BEGIN { printf "%.2f", t / hz }')
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$mode" "$w" "${qps:-0}" "${completed:-0}" "${lost:-0}" \
         "$server" "$softirq" "$(awk -v c="${completed:-0}" -v a="$server" -v b="$softirq" \
-            'BEGIN { t = a + b; printf "%d", t > 0 ? c / t : 0 }')" >> "$ROWS"
+            'BEGIN { t = a + b; printf "%d", (t > 0) ? c / t : 0 }')" >> "$ROWS"
     log "  $mode $w: $(tail -1 "$ROWS" | cut -f4-9 | tr '\t' ' ')"
 }
 

@@ -74,25 +74,37 @@ pub fn fleet_section(endpoint: &str, prefix: &str, lease_ttl_secs: u64) -> Strin
 impl Fleet {
     /// etcd and `n` nodes (ns1..nsN), started one after another; ns1 seeds the fleet.
     pub fn start(label: &str, n: usize, lease_ttl_secs: u64) -> Fleet {
-        let etcd = Etcd::start();
+        Fleet::start_on(Etcd::start(), label, n, lease_ttl_secs, "")
+    }
+
+    /// `n` nodes on a given etcd, with `extra` lines added to each node's `[fleet]` section.
+    pub fn start_on(etcd: Etcd, label: &str, n: usize, lease_ttl_secs: u64, extra: &str) -> Fleet {
         let prefix = format!("/steerdns/{label}");
-        let mut nodes = Vec::new();
-        for i in 1..=n {
-            let setup = Setup::new(&format!("{label}-ns{i}"));
-            setup.extend_config(&fleet_section(&etcd.endpoint(), &prefix, lease_ttl_secs));
-            let mut node = Node {
-                name: format!("ns{i}"),
-                setup,
-                daemon: None,
-            };
-            node.start();
-            nodes.push(node);
-        }
-        Fleet {
+        let mut fleet = Fleet {
             etcd,
             prefix,
-            nodes,
+            nodes: Vec::new(),
+        };
+        for _ in 0..n {
+            fleet.add_node(label, lease_ttl_secs, extra);
         }
+        fleet
+    }
+
+    /// Starts one more node (ns<N+1>) with `extra` lines in its `[fleet]` section.
+    pub fn add_node(&mut self, label: &str, lease_ttl_secs: u64, extra: &str) -> &Node {
+        let i = self.nodes.len() + 1;
+        let setup = Setup::new(&format!("{label}-ns{i}"));
+        let section = fleet_section(&self.etcd.endpoint(), &self.prefix, lease_ttl_secs);
+        setup.extend_config(&format!("{section}{extra}"));
+        let mut node = Node {
+            name: format!("ns{i}"),
+            setup,
+            daemon: None,
+        };
+        node.start();
+        self.nodes.push(node);
+        &self.nodes[i - 1]
     }
 
     /// Waits until every running node's status says it is connected to etcd and serves
