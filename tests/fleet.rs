@@ -350,7 +350,10 @@ fn a_fleet_on_an_etcd_with_tls_client_certificates_and_users_serves_and_writes()
     let deadline = std::time::Instant::now() + LIMIT;
     loop {
         let fleet_status = intruder.status()["fleet"].clone();
-        let error = fleet_status["last_error"].as_str().unwrap_or("").to_lowercase();
+        let error = fleet_status["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .to_lowercase();
         if error.contains("authentication") || error.contains("password") {
             break;
         }
@@ -361,7 +364,10 @@ fn a_fleet_on_an_etcd_with_tls_client_certificates_and_users_serves_and_writes()
         std::thread::sleep(Duration::from_millis(50));
     }
     let output = intruder.cli(&["weight", "set", "critical", "frontdoor=100", "alt-cdn=0"]);
-    assert!(!output.status.success(), "a write with a wrong password must fail");
+    assert!(
+        !output.status.success(),
+        "a write with a wrong password must fail"
+    );
     let (_, control) = fleet.control_in_etcd();
     assert!(control.contains("frontdoor = { weight = 0 }"), "{control}");
 }

@@ -55,11 +55,33 @@ fn openssl(dir: &std::path::Path, args: &[&str]) {
 
 /// A CA, a server certificate for 127.0.0.1/localhost and a client certificate, in `dir`.
 fn make_pki(dir: &std::path::Path) -> Pki {
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    let ca = [ec.as_slice(), &["-x509", "-keyout", "ca.key", "-out", "ca.pem"]].concat();
-    openssl(dir, &[&["req"], ca.as_slice(), &["-days", "2", "-subj", "/CN=steerdns test CA"]].concat());
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let ca = [
+        ec.as_slice(),
+        &["-x509", "-keyout", "ca.key", "-out", "ca.pem"],
+    ]
+    .concat();
+    openssl(
+        dir,
+        &[
+            &["req"],
+            ca.as_slice(),
+            &["-days", "2", "-subj", "/CN=steerdns test CA"],
+        ]
+        .concat(),
+    );
     for (name, cn, usage) in [
-        ("server", "etcd", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"),
+        (
+            "server",
+            "etcd",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth",
+        ),
         ("client", "steerdns", "extendedKeyUsage=clientAuth"),
     ] {
         let (key, csr, pem, ext) = (
@@ -69,14 +91,31 @@ fn make_pki(dir: &std::path::Path) -> Pki {
             format!("{name}.ext"),
         );
         let subject = format!("/CN={cn}");
-        let request = [ec.as_slice(), &["-keyout", &key, "-out", &csr, "-subj", &subject]].concat();
+        let request = [
+            ec.as_slice(),
+            &["-keyout", &key, "-out", &csr, "-subj", &subject],
+        ]
+        .concat();
         openssl(dir, &[&["req"], request.as_slice()].concat());
         std::fs::write(dir.join(&ext), usage).expect("extensions file");
         openssl(
             dir,
             &[
-                "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-days", "2", "-out", &pem, "-extfile", &ext,
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &pem,
+                "-extfile",
+                &ext,
             ],
         );
     }
@@ -146,7 +185,14 @@ impl Etcd {
         self.etcdctl(&["user", "add", "root:root-secret-password"]);
         self.etcdctl(&["user", "grant-role", "root", "root"]);
         self.etcdctl(&["role", "add", "fleet"]);
-        self.etcdctl(&["role", "grant-permission", "fleet", "--prefix=true", "readwrite", prefix]);
+        self.etcdctl(&[
+            "role",
+            "grant-permission",
+            "fleet",
+            "--prefix=true",
+            "readwrite",
+            prefix,
+        ]);
         self.etcdctl(&["user", "add", &format!("{user}:{password}")]);
         self.etcdctl(&["user", "grant-role", user, "fleet"]);
         self.etcdctl(&["auth", "enable"]);
