@@ -281,6 +281,7 @@ fn fleet_init_seeds_an_empty_prefix_once_and_refuses_a_bad_file() {
         name: "ns1".into(),
         setup,
         daemon: None,
+        env: Vec::new(),
     };
     let bad = node.setup.path("bad-control.toml");
     std::fs::write(&bad, critical_control(0, 0, 0)).expect("write bad control");
@@ -329,6 +330,7 @@ fn a_fleet_on_an_etcd_with_tls_client_certificates_and_users_serves_and_writes()
         2,
         10,
         &format!("{tls}password_file = {good:?}\n"),
+        &[],
     );
     fleet.wait_connected(LIMIT);
     let subnets = distinct_subnets(SUBNETS);
@@ -344,7 +346,12 @@ fn a_fleet_on_an_etcd_with_tls_client_certificates_and_users_serves_and_writes()
     fleet.wait_all_target(&subnets, ALT_CDN, LIMIT);
 
     // A node with the wrong password is refused by etcd: it says so, and serves what it has.
-    let intruder = fleet.add_node("secure", 10, &format!("{tls}password_file = {bad:?}\n"));
+    let intruder = fleet.add_node(
+        "secure",
+        10,
+        &format!("{tls}password_file = {bad:?}\n"),
+        &[],
+    );
     let status = intruder.status();
     assert_eq!(status["fleet"]["connected"], false, "{:#}", status["fleet"]);
     let deadline = std::time::Instant::now() + LIMIT;

@@ -9,11 +9,10 @@
 //!
 //! Every node of a fleet serves the same keys (the key directory travels with the config) and
 //! signs with the same validity window: inception and expiration are aligned to the refresh
-//! period ([`sign::Window`]), so two nodes that built their snapshots in the same period send
-//! RRSIGs with identical fields. Ed25519 signatures (algorithm 15) are deterministic, so those
-//! are byte-identical; ECDSA P-256 (13) signatures differ in bytes from node to node (ring draws
-//! a fresh nonce) but every one validates under the same DNSKEY, which is what a validator
-//! that asks different nameservers needs: never a key it has not seen.
+//! period ([`sign::Window`]). Signing is deterministic — Ed25519 (15) by definition, ECDSA
+//! P-256 (13) with RFC 6979 nonces derived from the key and the data ([`keys::Key::sign`]) — so
+//! two nodes that built their snapshots in the same period send byte-identical RRSIGs: a
+//! validator asking different nameservers never sees a signature or key the others lack.
 //!
 //! May import the DNS wire helpers, the zone model and the compiled policies; nothing above.
 
@@ -30,6 +29,16 @@ pub use keys::{Algorithm, Key, KeyError, Role};
 pub use sign::Window;
 pub use steered::SteeredSigs;
 
+/// A key as the snapshot was signed with it (for status and to tell whether keys changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub zone: String,
+    pub tag: u16,
+    pub role: Role,
+    pub algorithm: u8,
+    pub timing: keys::Timing,
+}
+
 /// What the snapshot keeps of signing: the steered answers' signatures, the window, and per
 /// signed zone what was signed with which keys (for status).
 #[derive(Default)]
@@ -37,6 +46,30 @@ pub struct Signing {
     pub steered: SteeredSigs,
     pub window: Option<Window>,
     pub zones: Vec<(String, zone::Signed)>,
-    /// The keys signed with (zone, tag, timing): a reload whose keys differ signs again.
-    pub keys: Vec<(String, u16, keys::Timing)>,
+    /// The keys signed with: a reload whose keys differ signs again.
+    pub keys: Vec<KeyRecord>,
+    /// When this was signed (Unix seconds): the keys' states are those at this time.
+    pub signed_at: u64,
+}
+
+impl Signing {
+    /// When this must be signed again (Unix seconds): the next refresh of the window, or the
+    /// next key event after it was signed (a key published, activated, retired or removed),
+    /// whichever comes first.
+    pub fn next_event(&self) -> Option<u64> {
+        let key_events = self.keys.iter().flat_map(|k| k.timing.events());
+        self.window
+            .map(|w| w.refresh_at)
+            .into_iter()
+            .chain(key_events.filter(|&at| at > self.signed_at))
+            .min()
+    }
+
+    /// Would signing at `now` give the same key states as this did?
+    pub fn keys_unchanged_at(&self, now: u64) -> bool {
+        self.keys
+            .iter()
+            .flat_map(|k| k.timing.events())
+            .all(|at| at <= self.signed_at || at > now)
+    }
 }

@@ -17,6 +17,8 @@ pub struct Node {
     pub name: String,
     pub setup: Setup,
     pub daemon: Option<Daemon>,
+    /// `VAR=value` settings the node's server runs with (e.g. the taster fault drill).
+    pub env: Vec<String>,
 }
 
 impl Node {
@@ -29,7 +31,14 @@ impl Node {
     /// Starts (or restarts) the node's server.
     pub fn start(&mut self) {
         self.daemon = None;
-        self.daemon = Some(self.setup.start_with(&["--node", &self.name]));
+        let args = ["--node", self.name.as_str()];
+        self.daemon = Some(if self.env.is_empty() {
+            self.setup.start_with(&args)
+        } else {
+            let mut wrapper = vec!["env"];
+            wrapper.extend(self.env.iter().map(String::as_str));
+            self.setup.start_under_with(&wrapper, &args)
+        });
     }
 
     /// Kills the node's server.
@@ -74,33 +83,64 @@ pub fn fleet_section(endpoint: &str, prefix: &str, lease_ttl_secs: u64) -> Strin
 impl Fleet {
     /// etcd and `n` nodes (ns1..nsN), started one after another; ns1 seeds the fleet.
     pub fn start(label: &str, n: usize, lease_ttl_secs: u64) -> Fleet {
-        Fleet::start_on(Etcd::start(), label, n, lease_ttl_secs, "")
+        Fleet::start_with(label, n, lease_ttl_secs, "", &[])
     }
 
-    /// `n` nodes on a given etcd, with `extra` lines added to each node's `[fleet]` section.
-    pub fn start_on(etcd: Etcd, label: &str, n: usize, lease_ttl_secs: u64, extra: &str) -> Fleet {
-        let prefix = format!("/steerdns/{label}");
+    /// Like [`Fleet::start`], with `extra` appended to every node's `[fleet]` section (e.g. a
+    /// `[fleet.rollout]` table) and every node's server run with the `env` settings.
+    pub fn start_with(
+        label: &str,
+        n: usize,
+        lease_ttl_secs: u64,
+        extra: &str,
+        env: &[&str],
+    ) -> Fleet {
+        Fleet::start_on(Etcd::start(), label, n, lease_ttl_secs, extra, env)
+    }
+
+    /// Like [`Fleet::start_with`], on a given etcd (e.g. [`Etcd::start_secure`]).
+    pub fn start_on(
+        etcd: Etcd,
+        label: &str,
+        n: usize,
+        lease_ttl_secs: u64,
+        extra: &str,
+        env: &[&str],
+    ) -> Fleet {
         let mut fleet = Fleet {
             etcd,
-            prefix,
+            prefix: format!("/steerdns/{label}"),
             nodes: Vec::new(),
         };
         for _ in 0..n {
-            fleet.add_node(label, lease_ttl_secs, extra);
+            fleet.add_node(label, lease_ttl_secs, extra, env);
         }
         fleet
     }
 
-    /// Starts one more node (ns<N+1>) with `extra` lines in its `[fleet]` section.
-    pub fn add_node(&mut self, label: &str, lease_ttl_secs: u64, extra: &str) -> &Node {
+    /// Starts one more node (ns<N+1>), `extra` appended to its `[fleet]` section.
+    pub fn add_node(
+        &mut self,
+        label: &str,
+        lease_ttl_secs: u64,
+        extra: &str,
+        env: &[&str],
+    ) -> &Node {
         let i = self.nodes.len() + 1;
         let setup = Setup::new(&format!("{label}-ns{i}"));
-        let section = fleet_section(&self.etcd.endpoint(), &self.prefix, lease_ttl_secs);
-        setup.extend_config(&format!("{section}{extra}"));
+        setup.extend_config(&fleet_section(
+            &self.etcd.endpoint(),
+            &self.prefix,
+            lease_ttl_secs,
+        ));
+        if !extra.is_empty() {
+            setup.extend_config(extra);
+        }
         let mut node = Node {
             name: format!("ns{i}"),
             setup,
             daemon: None,
+            env: env.iter().map(|v| v.to_string()).collect(),
         };
         node.start();
         self.nodes.push(node);
