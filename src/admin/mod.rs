@@ -237,6 +237,9 @@ pub struct StatusView {
     /// The AF_XDP path, when `[server.xdp]` is configured: attached or why not, per queue.
     #[serde(default)]
     pub xdp: Option<crate::metrics::xdp::XdpView>,
+    /// The encrypted transports (`[server.tls]`): listeners, certificate, counters.
+    #[serde(default)]
+    pub encrypted: Option<crate::metrics::encrypted::EncryptedView>,
 }
 
 /// The control-plane fields of [`Status`], in a form that also deserializes (for the CLI).
@@ -365,6 +368,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         shield: reloader.shield().status(),
         fleet: reloader.origin().fleet_status(),
         xdp: crate::metrics::xdp::view(),
+        encrypted: crate::metrics::encrypted::view(snapshot.tls.as_deref()),
     }
 }
 
