@@ -43,6 +43,9 @@ enum Command {
         target: cli::Target,
         /// Region name, e.g. eu-west.
         region: String,
+        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
+        #[arg(long)]
+        emergency: bool,
     },
     /// Undo `drain`: the region's clients get their normal answers again.
     Undrain {
@@ -50,10 +53,17 @@ enum Command {
         target: cli::Target,
         /// Region name, e.g. eu-west.
         region: String,
+        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
+        #[arg(long)]
+        emergency: bool,
     },
     /// Fleet mode (`[fleet]`): every node's state, seeding, forgetting retired nodes.
     #[command(subcommand)]
     Fleet(FleetCommand),
+    /// Staged rollouts of a fleet (`[fleet.rollout]`): where the newest change is, why it
+    /// halted; resume or abort it.
+    #[command(subcommand)]
+    Rollout(RolloutCommand),
     /// Accepted control versions: list, roll back, compare.
     #[command(subcommand)]
     Control(ControlCommand),
@@ -180,6 +190,9 @@ enum WeightCommand {
         /// ENDPOINT=WEIGHT pairs (0..=1000).
         #[arg(required = true, value_name = "ENDPOINT=WEIGHT")]
         assignments: Vec<String>,
+        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
+        #[arg(long)]
+        emergency: bool,
     },
     /// Show the weights being served (from the running server, else from the files).
     Show {
@@ -220,6 +233,30 @@ enum FleetCommand {
 }
 
 #[derive(Subcommand)]
+enum RolloutCommand {
+    /// The change being rolled out (or the last one), its phase, each wave and node (waiting,
+    /// tasting, serving, refused, crashed, rolled back), why it halted; read from etcd.
+    Status {
+        #[command(flatten)]
+        target: cli::Target,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a halted rollout from the wave it halted in (its nodes are judged afresh).
+    Resume {
+        #[command(flatten)]
+        target: cli::Target,
+    },
+    /// Stop the rollout: every node serves the last known good, and the fleet's control state
+    /// is set back to it (as a new version), so the next edit starts from what is served.
+    Abort {
+        #[command(flatten)]
+        target: cli::Target,
+    },
+}
+
+#[derive(Subcommand)]
 enum ControlCommand {
     /// List accepted control versions (serial, time, source, what changed).
     History {
@@ -232,6 +269,9 @@ enum ControlCommand {
         target: cli::Target,
         /// Serial to restore.
         version: Option<u64>,
+        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
+        #[arg(long)]
+        emergency: bool,
     },
     /// Show what differs between two accepted versions.
     Diff {
@@ -341,16 +381,27 @@ fn main() -> ExitCode {
             target,
             profile,
             assignments,
-        }) => cli::weight_set(&target, &profile, &assignments),
+            emergency,
+        }) => cli::weight_set(&target, &profile, &assignments, emergency),
         Command::Weight(WeightCommand::Show { target, profile }) => {
             cli::weight_show(&target, profile.as_deref())
         }
-        Command::Drain { target, region } => cli::drain(&target, &region, true),
-        Command::Undrain { target, region } => cli::drain(&target, &region, false),
+        Command::Drain {
+            target,
+            region,
+            emergency,
+        } => cli::drain(&target, &region, true, emergency),
+        Command::Undrain {
+            target,
+            region,
+            emergency,
+        } => cli::drain(&target, &region, false, emergency),
         Command::Control(ControlCommand::History { target }) => cli::history_list(&target),
-        Command::Control(ControlCommand::Rollback { target, version }) => {
-            cli::rollback(&target, version)
-        }
+        Command::Control(ControlCommand::Rollback {
+            target,
+            version,
+            emergency,
+        }) => cli::rollback(&target, version, emergency),
         Command::Control(ControlCommand::Diff { target, a, b }) => cli::diff(&target, a, b),
         Command::Status { target, json } => cli::status(&target, json),
         Command::Fleet(FleetCommand::Status { target, json }) => {
@@ -361,6 +412,15 @@ fn main() -> ExitCode {
         }
         Command::Fleet(FleetCommand::Forget { target, name }) => {
             target.config().and_then(|c| cli::fleet::forget(&c, &name))
+        }
+        Command::Rollout(RolloutCommand::Status { target, json }) => {
+            target.config().and_then(|c| cli::rollout::status(&c, json))
+        }
+        Command::Rollout(RolloutCommand::Resume { target }) => {
+            target.config().and_then(|c| cli::rollout::resume(&c))
+        }
+        Command::Rollout(RolloutCommand::Abort { target }) => {
+            target.config().and_then(|c| cli::rollout::abort(&c))
         }
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
@@ -716,6 +776,21 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             listen: listening,
             admin: admin_addr,
         };
+        if let Some(plan) = fleet.rollout.clone() {
+            println!(
+                "fleet node {}: staged rollouts ({} wave(s) listed, bake {} s)",
+                info.name,
+                plan.waves.len(),
+                plan.bake_secs
+            );
+            steerdns::fleet::coordinator::spawn(
+                runtime.handle(),
+                fleet.clone(),
+                plan,
+                info.name.clone(),
+                origin.clone(),
+            );
+        }
         steerdns::fleet::node::spawn(runtime.handle(), fleet, reloader.clone(), origin, info);
     } else if let Some(control) = &config.control.file {
         watch::spawn(reloader.clone(), control.clone())

@@ -472,16 +472,63 @@ fn a_missing_key_refuses_the_load_and_the_reload() {
     let status = daemon.wait_for_refusal(before, WAIT);
     let reasons = refusal_reasons(&status).join("\n");
     assert!(reasons.contains("key directory"), "{reasons}");
-    let output = Command::new("dig")
-        .arg("@127.0.0.1")
-        .arg("-p")
-        .arg(daemon.dns.port().to_string())
-        .args(["+dnssec", "+norec", "example.com", "SOA"])
-        .output()
-        .expect("dig must be installed");
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = dig_direct(daemon.dns, &["example.com", "SOA"]);
     assert!(
         text.contains("RRSIG"),
         "still signed after the refused reload: {text}"
     );
+}
+
+/// Asks steerdns at `server` directly (DO set, no recursion); dig's text.
+fn dig_direct(server: SocketAddr, args: &[&str]) -> String {
+    let output = Command::new("dig")
+        .arg(format!("@{}", server.ip()))
+        .arg("-p")
+        .arg(server.port().to_string())
+        .args(["+dnssec", "+norec", "+time=3", "+tries=2"])
+        .args(args)
+        .output()
+        .expect("dig must be installed (apt-get install bind9-dnsutils)");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The RRSIG records of dig's output (every section), as text.
+fn rrsigs(text: &str) -> Vec<String> {
+    let mut sigs: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with(';'))
+        .filter(|l| l.split_whitespace().nth(3) == Some("RRSIG"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    sigs.sort();
+    sigs
+}
+
+#[test]
+fn two_nodes_with_the_same_keys_serve_identical_signatures() {
+    // ECDSA P-256 (RFC 6979 nonces) for example.com., Ed25519 for edge.example.net.
+    let setup = signed_setup("dnssec-fleet", "");
+    let questions: [&[&str]; 6] = [
+        &["mail.example.com", "A"],
+        &["example.com", "DNSKEY"],
+        &["nope.example.com", "A"],
+        &["gw.example.com", "A", "+subnet=81.2.69.0/24"],
+        &["contoso.edge.example.net", "A", "+subnet=81.2.69.0/24"],
+        &["gw.example.com", "AAAA", "+subnet=81.2.69.0/24"],
+    ];
+    // Two processes signing on their own, from the same config and key files.
+    let (first, second) = (setup.start(), setup.start());
+    for question in questions {
+        let a = rrsigs(&dig_direct(first.dns, question));
+        let b = rrsigs(&dig_direct(second.dns, question));
+        assert!(!a.is_empty(), "{question:?}: no RRSIG from the first node");
+        assert_eq!(a, b, "{question:?}: the nodes' signatures differ");
+    }
+    // The whole signed zone, as two more processes sign it.
+    for zone in ["example.com.", "edge.example.net."] {
+        let a = run(&["dnssec", "dump", zone], &setup.config);
+        let b = run(&["dnssec", "dump", zone], &setup.config);
+        assert!(a.contains("TYPE46"), "{zone}: no RRSIG in the dump");
+        assert_eq!(a, b, "{zone}: two dumps differ");
+    }
 }

@@ -18,14 +18,14 @@ use steerdns::fleet::store::{self, Convergence, NodeRecord, WriteError};
 use steerdns::fleet::{client, Keys};
 use steerdns::snapshot::load::{load_with, ControlSource};
 
-fn fleet_of(config: &Config) -> Result<&FleetConfig> {
+pub(super) fn fleet_of(config: &Config) -> Result<&FleetConfig> {
     config
         .fleet
         .as_ref()
         .context("no [fleet] section in the config")
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -33,7 +33,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// A connection whose first request is bounded: an unreachable etcd is a clear error.
-async fn connect(fleet: &FleetConfig) -> Result<(Client, Keys)> {
+pub(super) async fn connect(fleet: &FleetConfig) -> Result<(Client, Keys)> {
     let mut client = client::connect(fleet).await.map_err(|e| down(fleet, &e))?;
     let keys = Keys::new(&fleet.prefix);
     let limit = steerdns::fleet::request_timeout(fleet);
@@ -44,7 +44,7 @@ async fn connect(fleet: &FleetConfig) -> Result<(Client, Keys)> {
     }
 }
 
-fn down(fleet: &FleetConfig, e: &dyn std::fmt::Display) -> anyhow::Error {
+pub(super) fn down(fleet: &FleetConfig, e: &dyn std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!(
         "cannot reach etcd at {} ({e}); nothing was changed. The nodes keep serving what they have \
          and pick up changes when etcd is back.",
@@ -61,10 +61,12 @@ fn taste(config: &Config, text: &str) -> Result<(), Vec<String>> {
 }
 
 /// Applies `edit` to the fleet's control state (CAS, retried on conflict), then waits for the
-/// live nodes to serve it.
+/// live nodes to serve it — or, when the fleet stages its rollouts, follows the rollout
+/// (`emergency`: without bake times) until it completes or halts.
 pub fn edit(
     config: &Config,
     what: &str,
+    emergency: bool,
     edit: impl Fn(&str) -> Result<String, String>,
 ) -> Result<ExitCode> {
     let fleet = fleet_of(config)?;
@@ -72,22 +74,23 @@ pub fn edit(
         let (mut client, keys) = connect(fleet).await?;
         let keep = fleet.history_keep.unwrap_or(config.control.history_keep);
         let source = format!("{what} by {}", store::who());
-        let written = match store::update(&mut client, &keys, keep, &source, edit, |text| {
-            taste(config, text)
-        })
-        .await
-        {
-            Ok(written) => written,
-            Err(WriteError::Refused(problems)) => {
-                println!("refused, nothing written ({what}):");
-                for p in &problems {
-                    println!("  {p}");
+        let written =
+            match store::update(&mut client, &keys, keep, &source, emergency, edit, |text| {
+                taste(config, text)
+            })
+            .await
+            {
+                Ok(written) => written,
+                Err(WriteError::Refused(problems)) => {
+                    println!("refused, nothing written ({what}):");
+                    for p in &problems {
+                        println!("  {p}");
+                    }
+                    return Ok(ExitCode::FAILURE);
                 }
-                return Ok(ExitCode::FAILURE);
-            }
-            Err(WriteError::Fleet(e)) => return Err(down(fleet, &e)),
-            Err(e) => bail!("{e}"),
-        };
+                Err(WriteError::Fleet(e)) => return Err(down(fleet, &e)),
+                Err(e) => bail!("{e}"),
+            };
         if written.unchanged {
             println!(
                 "no change: the fleet already serves this (serial {}, revision {})",
@@ -106,6 +109,13 @@ pub fn edit(
             written.serial,
             written.summary
         );
+        if steerdns::fleet::rollout::get(&mut client, &keys)
+            .await
+            .map_err(|e| down(fleet, &e))?
+            .is_some()
+        {
+            return super::rollout::follow(fleet, &mut client, &keys, written.revision).await;
+        }
         wait_for_nodes(fleet, &mut client, &keys, written.revision, written.serial).await
     })
 }
@@ -219,7 +229,7 @@ pub fn history(config: &Config) -> Result<ExitCode> {
     })
 }
 
-pub fn rollback(config: &Config, version: Option<u64>) -> Result<ExitCode> {
+pub fn rollback(config: &Config, version: Option<u64>, emergency: bool) -> Result<ExitCode> {
     let fleet = fleet_of(config)?;
     let text = runtime()?.block_on(async {
         let (mut client, keys) = connect(fleet).await?;
@@ -243,9 +253,12 @@ pub fn rollback(config: &Config, version: Option<u64>) -> Result<ExitCode> {
         Ok::<_, anyhow::Error>((chosen.serial, chosen.text))
     })?;
     let (serial, text) = text;
-    edit(config, &format!("rollback to {serial}"), move |_| {
-        Ok(text.clone())
-    })
+    edit(
+        config,
+        &format!("rollback to {serial}"),
+        emergency,
+        move |_| Ok(text.clone()),
+    )
 }
 
 pub fn diff(config: &Config, a: u64, b: u64) -> Result<ExitCode> {

@@ -6,6 +6,7 @@
 pub mod dnssec;
 pub mod fleet;
 mod http;
+pub mod rollout;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -286,7 +287,13 @@ fn fetch_status(addr: SocketAddr) -> Result<StatusView> {
     serde_json::from_str(&response.body).context("status response is not the expected JSON")
 }
 
-pub fn weight_set(target: &Target, profile: &str, assignments: &[String]) -> Result<ExitCode> {
+/// `emergency` (fleet mode with `[fleet.rollout]`): the change's rollout skips the bake times.
+pub fn weight_set(
+    target: &Target,
+    profile: &str,
+    assignments: &[String],
+    emergency: bool,
+) -> Result<ExitCode> {
     let config = target.config()?;
     let path = control_path(&config)?;
     let pairs = assignments
@@ -294,9 +301,12 @@ pub fn weight_set(target: &Target, profile: &str, assignments: &[String]) -> Res
         .map(|a| parse_assignment(a).map_err(|e| anyhow::anyhow!("{e}")))
         .collect::<Result<Vec<_>>>()?;
     if config.fleet.is_some() {
-        return fleet::edit(&config, &format!("weight set {profile}"), |text| {
-            set_weights(text, profile, &pairs).map_err(|e| e.to_string())
-        });
+        return fleet::edit(
+            &config,
+            &format!("weight set {profile}"),
+            emergency,
+            |text| set_weights(text, profile, &pairs).map_err(|e| e.to_string()),
+        );
     }
     edit_control(target, &config, &format!("weights of {profile}"), |text| {
         set_weights(text, profile, &pairs).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
@@ -330,7 +340,7 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
     }
 }
 
-pub fn drain(target: &Target, region: &str, on: bool) -> Result<ExitCode> {
+pub fn drain(target: &Target, region: &str, on: bool, emergency: bool) -> Result<ExitCode> {
     let config = target.config()?;
     let path = control_path(&config)?;
     let what = if on {
@@ -339,7 +349,7 @@ pub fn drain(target: &Target, region: &str, on: bool) -> Result<ExitCode> {
         format!("undrain {region}")
     };
     if config.fleet.is_some() {
-        return fleet::edit(&config, &what, |text| {
+        return fleet::edit(&config, &what, emergency, |text| {
             set_drain(text, region, on).map_err(|e| e.to_string())
         });
     }
@@ -370,10 +380,10 @@ pub fn history_list(target: &Target) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn rollback(target: &Target, version: Option<u64>) -> Result<ExitCode> {
+pub fn rollback(target: &Target, version: Option<u64>, emergency: bool) -> Result<ExitCode> {
     let config = target.config()?;
     if config.fleet.is_some() {
-        return fleet::rollback(&config, version);
+        return fleet::rollback(&config, version, emergency);
     }
     let history = history(&config)?;
     let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;

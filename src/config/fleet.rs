@@ -1,12 +1,13 @@
 //! `[fleet]`: where a fleet of nameservers keeps its shared control state (etcd), and who this
-//! node is. Pure data; the etcd work lives in `crate::fleet`.
+//! node is, and how a change is rolled out over the fleet (`[fleet.rollout]`, a
+//! [`crate::rollout::Plan`]). Pure data; the etcd work lives in `crate::fleet`.
 
 use std::path::PathBuf;
 
 use serde::Deserialize;
 
 /// `[fleet]` in the config file. Absent: single-node mode, the control file is the only source.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FleetConfig {
     /// etcd endpoints, e.g. `["http://10.0.0.1:2379", "http://10.0.0.2:2379"]` (`https://`
@@ -48,6 +49,10 @@ pub struct FleetConfig {
     /// TLS server name to verify, when the endpoints are IP addresses not in the certificate.
     #[serde(default)]
     pub tls_server_name: Option<String>,
+    /// `[fleet.rollout]`: staged rollout of every change (waves, bake time, gates, probes).
+    /// Absent: every node serves the newest version as soon as it has tasted it.
+    #[serde(default)]
+    pub rollout: Option<crate::rollout::Plan>,
 }
 
 fn default_lease_ttl() -> u64 {
@@ -102,6 +107,9 @@ impl FleetConfig {
         if self.user.is_some() != self.password_file.is_some() {
             problems.push("fleet.user and fleet.password_file: set both or neither".to_string());
         }
+        if let Some(plan) = &self.rollout {
+            problems.extend(plan.problems().iter().map(|p| format!("fleet.rollout.{p}")));
+        }
         problems
     }
 }
@@ -150,6 +158,20 @@ mod tests {
         ] {
             assert!(problems.contains(field), "{field} not in:\n{problems}");
         }
+        let staged = parse(
+            "etcd = [\"http://127.0.0.1:2379\"]\nprefix = \"/p\"\n[rollout]\nwaves = [[\"ns1\"], [\"ns2\", \"ns1\"]]\nbake_secs = 5\nprobes = [\"critical.example.com BOGUS\"]\n",
+        )
+        .expect("parses");
+        let problems = staged.problems().join("\n");
+        assert!(
+            problems.contains("fleet.rollout.waves: node ns1"),
+            "{problems}"
+        );
+        assert!(problems.contains("fleet.rollout.probes"), "{problems}");
+        assert_eq!(staged.rollout.map(|p| p.bake_secs), Some(5));
+        assert!(parse("etcd = []\nprefix = \"/p\"\n[rollout]\nbake = 1\n")
+            .unwrap_err()
+            .contains("bake"));
         assert!(parse("etcd = []\nprefix = \"/p\"\ncolour = 1\n")
             .unwrap_err()
             .contains("colour"));

@@ -11,6 +11,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use data_encoding::BASE64;
+use p256::pkcs8::DecodePrivateKey;
 use ring::rand::SystemRandom;
 use ring::signature::{EcdsaKeyPair, Ed25519KeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
 use serde::{Deserialize, Serialize};
@@ -130,8 +131,13 @@ pub enum KeyError {
     Crypto(String),
 }
 
+/// The signing half of a key. ECDSA signs with RFC 6979 deterministic nonces (p256, RustCrypto):
+/// ring draws a random nonce, so two nodes signing the same data would send different RRSIGs.
+/// With a nonce derived from the key and the data, every node of a fleet holding the same key
+/// file sends byte-identical signatures for the same data and window. Ed25519 is deterministic
+/// by definition (RFC 8032).
 enum Pair {
-    Ecdsa(EcdsaKeyPair),
+    Ecdsa(Box<p256::ecdsa::SigningKey>),
     Ed25519(Ed25519KeyPair),
 }
 
@@ -201,20 +207,12 @@ impl Key {
     ) -> Result<Key, String> {
         let (pair, public) = match algorithm {
             Algorithm::EcdsaP256Sha256 => {
-                let pair = EcdsaKeyPair::from_pkcs8(
-                    &ECDSA_P256_SHA256_FIXED_SIGNING,
-                    &pkcs8,
-                    &SystemRandom::new(),
-                )
-                .map_err(|e| format!("not an ECDSA P-256 private key: {e}"))?;
+                let pair = p256::ecdsa::SigningKey::from_pkcs8_der(&pkcs8)
+                    .map_err(|e| format!("not an ECDSA P-256 private key: {e}"))?;
                 // Uncompressed point 0x04 || X || Y; DNSKEY carries X || Y (RFC 6605 §4).
-                let public = pair
-                    .public_key()
-                    .as_ref()
-                    .get(1..)
-                    .unwrap_or_default()
-                    .to_vec();
-                (Pair::Ecdsa(pair), public)
+                let point = pair.verifying_key().to_encoded_point(false);
+                let public = point.as_bytes().get(1..).unwrap_or_default().to_vec();
+                (Pair::Ecdsa(Box::new(pair)), public)
             }
             Algorithm::Ed25519 => {
                 let pair = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&pkcs8)
@@ -294,12 +292,16 @@ impl Key {
     }
 
     /// Signs `data`: 64 bytes for both algorithms (ECDSA r || s, RFC 6605; Ed25519, RFC 8080).
-    pub fn sign(&self, rng: &SystemRandom, data: &[u8]) -> Result<Vec<u8>, KeyError> {
+    /// Deterministic: the same key and data give the same bytes, on every node.
+    pub fn sign(&self, data: &[u8]) -> Result<Vec<u8>, KeyError> {
         match &self.pair {
-            Pair::Ecdsa(pair) => pair
-                .sign(rng, data)
-                .map(|s| s.as_ref().to_vec())
-                .map_err(|e| KeyError::Crypto(format!("ECDSA signing failed: {e}"))),
+            Pair::Ecdsa(pair) => {
+                use p256::ecdsa::signature::Signer;
+                let signature: p256::ecdsa::Signature = pair
+                    .try_sign(data)
+                    .map_err(|e| KeyError::Crypto(format!("ECDSA signing failed: {e}")))?;
+                Ok(signature.to_bytes().to_vec())
+            }
             Pair::Ed25519(pair) => Ok(pair.sign(data).as_ref().to_vec()),
         }
     }
@@ -572,6 +574,41 @@ mod tests {
         let path = &keys[0].path;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         assert!(matches!(read_key(path), Err(KeyError::Permissions { .. })));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn signatures_are_deterministic_and_verify() {
+        let dir = temp_dir("det");
+        for algorithm in [Algorithm::EcdsaP256Sha256, Algorithm::Ed25519] {
+            let key = generate(
+                &dir,
+                "example.org.",
+                algorithm,
+                Role::Csk,
+                Timing::default(),
+            )
+            .expect("keygen");
+            // A second process would read the key file: so does this.
+            let again = read_key(&key.path).expect("read back");
+            let data = b"the same RRset, the same window";
+            let sig = key.sign(data).expect("sign");
+            assert_eq!(sig.len(), 64);
+            assert_eq!(sig, again.sign(data).expect("sign again"), "{algorithm:?}");
+            assert_ne!(sig, key.sign(b"other data").expect("sign"));
+            // ring (an independent implementation) verifies what p256 signed.
+            let (verifier, public): (&dyn ring::signature::VerificationAlgorithm, Vec<u8>) =
+                match algorithm {
+                    Algorithm::EcdsaP256Sha256 => (
+                        &ring::signature::ECDSA_P256_SHA256_FIXED,
+                        [&[4u8][..], &key.public].concat(),
+                    ),
+                    Algorithm::Ed25519 => (&ring::signature::ED25519, key.public.clone()),
+                };
+            ring::signature::UnparsedPublicKey::new(verifier, &public)
+                .verify(data, &sig)
+                .expect("verifies");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

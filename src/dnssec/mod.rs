@@ -9,11 +9,10 @@
 //!
 //! Every node of a fleet serves the same keys (the key directory travels with the config) and
 //! signs with the same validity window: inception and expiration are aligned to the refresh
-//! period ([`sign::Window`]), so two nodes that built their snapshots in the same period send
-//! RRSIGs with identical fields. Ed25519 signatures (algorithm 15) are deterministic, so those
-//! are byte-identical; ECDSA P-256 (13) signatures differ in bytes from node to node (ring draws
-//! a fresh nonce) but every one validates under the same DNSKEY, which is what a validator
-//! that asks different nameservers needs: never a key it has not seen.
+//! period ([`sign::Window`]). Signing is deterministic — Ed25519 (15) by definition, ECDSA
+//! P-256 (13) with RFC 6979 nonces derived from the key and the data ([`keys::Key::sign`]) — so
+//! two nodes that built their snapshots in the same period send byte-identical RRSIGs: a
+//! validator asking different nameservers never sees a signature or key the others lack.
 //!
 //! May import the DNS wire helpers, the zone model and the compiled policies; nothing above.
 

@@ -2,8 +2,6 @@
 
 use std::borrow::Cow;
 
-use ring::rand::SystemRandom;
-
 use super::keys::{Key, KeyError};
 use crate::dns::canonical::label_count;
 use crate::dns::wire::{class, rtype};
@@ -81,7 +79,6 @@ pub fn rrsig_labels(owner: &[u8]) -> u8 {
 /// RRSIG RDATA. `owner` and `signer` are uncompressed wire names.
 #[allow(clippy::too_many_arguments)]
 pub fn sign_rrset(
-    rng: &SystemRandom,
     key: &Key,
     signer: &[u8],
     owner: &[u8],
@@ -112,7 +109,7 @@ pub fn sign_rrset(
         data.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
         data.extend_from_slice(rdata);
     }
-    rrsig.extend_from_slice(&key.sign(rng, &data)?);
+    rrsig.extend_from_slice(&key.sign(&data)?);
     Ok(rrsig)
 }
 
@@ -144,7 +141,6 @@ pub fn rrset(rt: u16, ttl: u32, rdatas: &[&[u8]]) -> RRset {
 /// Signs `set` (owned by `owner`) with every key in `keys`; the RRSIG RRset (`None` when no
 /// key signs it).
 pub fn sign_set(
-    rng: &SystemRandom,
     keys: &[&Key],
     signer: &[u8],
     owner: &[u8],
@@ -158,7 +154,7 @@ pub fn sign_set(
     let mut sigs = Vec::with_capacity(keys.len());
     for key in keys {
         sigs.push(sign_rrset(
-            rng, key, signer, owner, set.rtype, set.ttl, &rdatas, window,
+            key, signer, owner, set.rtype, set.ttl, &rdatas, window,
         )?);
     }
     let sigs: Vec<&[u8]> = sigs.iter().map(Vec::as_slice).collect();

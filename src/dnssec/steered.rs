@@ -5,8 +5,6 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ring::rand::SystemRandom;
-
 use super::keys::{Key, KeyError};
 use super::sign::{rrset, sign_set, Window};
 use super::zone::SteeredTypes;
@@ -45,7 +43,6 @@ impl SteeredSigs {
         owners: &[Option<SteeredOwner<'_>>],
         window: &Window,
     ) -> Result<SteeredSigs, KeyError> {
-        let rng = SystemRandom::new();
         let mut sigs = SteeredSigs::default();
         for (steered, owner) in policies.steered().iter().zip(owners) {
             let mut variants: Vec<(Variant, RRset)> = Vec::new();
@@ -65,7 +62,7 @@ impl SteeredSigs {
                         let slices: Vec<&[u8]> = rdatas.iter().map(Vec::as_slice).collect();
                         let set = rrset(rt, ttl, &slices);
                         if let Some(sig) =
-                            sign_set(&rng, &owner.keys, &owner.apex, &owner.owner, &set, window)?
+                            sign_set(&owner.keys, &owner.apex, &owner.owner, &set, window)?
                         {
                             variants.push((variant, sig));
                         }

@@ -2,8 +2,6 @@
 //! an RRSIG for every authoritative RRset (at a delegation only DS and NSEC are signed; glue
 //! never is).
 
-use ring::rand::SystemRandom;
-
 use super::config::DnssecConfig;
 use super::keys::{Key, KeyError};
 use super::sign::{rrset, sign_set, type_bitmap, Window};
@@ -110,7 +108,6 @@ pub fn sign_zone(
     order.sort_by(|a, b| canonical_cmp(a, b));
     let negative_ttl = zone.negative_ttl;
     let mut steered_nodata = rustc_hash::FxHashMap::default();
-    let rng = SystemRandom::new();
     for (i, owner) in order.iter().enumerate() {
         let next = &order[(i + 1) % order.len()];
         let Some(node) = zone.nodes.get_mut(owner) else {
@@ -150,8 +147,7 @@ pub fn sign_zone(
             for without in [rtype::A, rtype::AAAA] {
                 let fewer: Vec<u16> = types.iter().copied().filter(|&t| t != without).collect();
                 let mut set = nsec(&fewer);
-                set.rrsig =
-                    sign_set(&rng, &zone_signing, &apex, owner, &set, window)?.map(Box::new);
+                set.rrsig = sign_set(&zone_signing, &apex, owner, &set, window)?.map(Box::new);
                 variants.push(set);
             }
             if let Ok(pair) = <[RRset; 2]>::try_from(variants) {
@@ -181,7 +177,7 @@ pub fn sign_zone(
                 rtype::DNSKEY | rtype::CDS | rtype::CDNSKEY => &key_signing,
                 _ => &zone_signing,
             };
-            set.rrsig = sign_set(&rng, signers, &apex, owner, set, window)?.map(Box::new);
+            set.rrsig = sign_set(signers, &apex, owner, set, window)?.map(Box::new);
             signed.rrsets += 1;
         }
     }

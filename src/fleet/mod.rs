@@ -16,6 +16,8 @@
 //! | `<prefix>/convergence` | JSON [`store::Convergence`]: how long the last change took to reach every live node | the CLI that wrote the change |
 //! | `<prefix>/history/<serial, 20 digits>` | JSON [`store::FleetVersion`]: text, serial, time, source, summary; written in the same transaction as `control`, so its `mod_revision` is that version's control revision; the oldest beyond `history_keep` are deleted | CLI, seeding |
 //! | `<prefix>/nodes/<name>` | JSON [`store::NodeRecord`]: what the node serves; attached to the node's lease, so it vanishes `lease_ttl_secs` after the node dies | each node |
+//! | `<prefix>/rollout/state` | JSON [`rollout::RolloutRecord`]: the staged rollout of the newest version (waves, gates, phase) with the candidate's and the last known good's texts; what each node may serve | the coordinator (CAS), `rollout resume/abort` |
+//! | `<prefix>/rollout/coordinator` | the name of the node driving rollouts; attached to its lease, so another node takes over when it dies | the coordinator (create-if-absent) |
 //! | `<prefix>/members/<name>` | JSON [`store::Member`]: every node that ever registered (no lease), so that `fleet status` can name the missing ones | each node; `fleet forget` deletes |
 //!
 //! Serials: a fleet write sets `serial = N` in the text (one above the newest in etcd), so every
@@ -26,8 +28,10 @@
 //! the link is down and since when, and the node reconnects, re-reads and re-registers by itself.
 
 pub mod client;
+pub mod coordinator;
 pub mod node;
 pub mod origin;
+pub mod rollout;
 pub mod store;
 
 use std::time::Duration;
@@ -78,6 +82,16 @@ impl Keys {
     /// else (`control` < `control/…` < `convergence` in byte order; no other key lives there).
     pub fn watch_range_end(&self) -> String {
         format!("{}/convergence\0", self.prefix)
+    }
+
+    /// The rollout state (see [`rollout::RolloutRecord`]).
+    pub fn rollout(&self) -> String {
+        format!("{}/rollout/state", self.prefix)
+    }
+
+    /// Who drives rollouts (on the coordinator's lease).
+    pub fn coordinator(&self) -> String {
+        format!("{}/rollout/coordinator", self.prefix)
     }
 
     pub fn history_dir(&self) -> String {
@@ -161,6 +175,8 @@ mod tests {
             keys.history(7),
             keys.node("ns1"),
             keys.member("ns1"),
+            keys.rollout(),
+            keys.coordinator(),
             "/steerdns/prod-eu/control".to_string(),
             "/steerdns/prod/coz".to_string(),
         ] {

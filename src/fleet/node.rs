@@ -1,6 +1,11 @@
 //! A fleet node's link to etcd, for the life of the process: read (or seed) the control state,
 //! register the node on a lease, watch for new versions and hand each to the reloader; when
 //! etcd goes away, keep serving, say so, and start over (with backoff) until it is back.
+//!
+//! With `[fleet.rollout]`, the node also watches the rollout state and serves only what the
+//! rollout released to its wave (else the last known good), and its registry entry carries
+//! what the rollout's gates judge it by: boot id, revision served, refusal, query and SERVFAIL
+//! counters, and the answers to the sanity probes.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,11 +16,13 @@ use etcd_client::{Client, EventType, WatchOptions};
 
 use super::client::connect;
 use super::origin::{FleetOrigin, Remote};
+use super::rollout::{self as staged, RolloutRecord, Target};
 use super::store::{self, Member, NodeRecord, NodeRefusal};
 use super::{request_timeout, FleetError, Keys};
 use crate::config::fleet::FleetConfig;
 use crate::control::history::rfc3339_utc;
-use crate::reload::{Reloader, Trigger};
+use crate::reload::{Reloader, RolloutView, Trigger};
+use crate::rollout::{parse_probe, NodeReport, Phase, ProbeResult};
 
 /// Who this node is, as its registry entry says.
 #[derive(Debug, Clone)]
@@ -41,6 +48,8 @@ struct Ctx {
     info: NodeInfo,
     started: SystemTime,
     started_at: String,
+    /// Different for every start of this process (a restart shows in the rollout's gates).
+    boot: String,
 }
 
 /// Starts the node's etcd task on `runtime`.
@@ -59,6 +68,7 @@ pub fn spawn(
         info,
         started: SystemTime::now(),
         started_at: rfc3339_utc(SystemTime::now()),
+        boot: boot_id(),
     };
     runtime.spawn(run(ctx));
 }
@@ -118,7 +128,15 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
         None => seed(ctx, &mut client).await?,
     };
     let watch_from = header.max(control.revision) + 1;
-    offer(ctx, control.text, control.revision).await;
+    let mut rollout = match staged::get(&mut client, keys).await {
+        Ok(found) => found.map(|(record, _)| record),
+        Err(e) => {
+            tracing::error!("fleet: {e}; holding at what this node serves");
+            None
+        }
+    };
+    apply(ctx, &control, rollout.as_ref()).await;
+    let mut control = control;
     if let Ok(Some(convergence)) = store::convergence(&mut client, keys).await {
         ctx.origin.set_convergence(convergence.millis);
     }
@@ -137,6 +155,13 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
         .with_range(keys.watch_range_end())
         .with_start_revision(watch_from);
     let mut watch = timed(ctx, "watching", client.watch(keys.control(), Some(options))).await?;
+    let options = WatchOptions::new().with_start_revision(watch_from);
+    let mut rollout_watch = timed(
+        ctx,
+        "watching the rollout",
+        client.watch(keys.rollout(), Some(options)),
+    )
+    .await?;
     ctx.origin.set_link(true, None);
     *connected = true;
 
@@ -162,7 +187,10 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
                     let key = kv.key_str().unwrap_or("");
                     match (event.event_type(), key == keys.control()) {
                         (EventType::Put, true) => match store::control_of(kv) {
-                            Ok(control) => offer(ctx, control.text, control.revision).await,
+                            Ok(newest) => {
+                                control = newest;
+                                apply(ctx, &control, rollout.as_ref()).await;
+                            }
                             Err(e) => tracing::error!("fleet: {e}; still serving what this node has"),
                         },
                         (EventType::Delete, true) => tracing::error!(
@@ -179,6 +207,28 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
                     }
                 }
             }
+            message = rollout_watch.message() => {
+                let Some(response) = message? else {
+                    return Err(FleetError::Other("etcd closed the rollout watch".into()));
+                };
+                if response.canceled() {
+                    return Err(FleetError::Other(format!(
+                        "etcd cancelled the rollout watch: {}",
+                        response.cancel_reason()
+                    )));
+                }
+                for event in response.events() {
+                    match (event.event_type(), event.kv()) {
+                        (EventType::Put, Some(kv)) => match staged::decode(keys, kv.value()) {
+                            Ok(record) => rollout = Some(record),
+                            Err(e) => tracing::error!("fleet: {e}; holding at what this node serves"),
+                        },
+                        (EventType::Delete, _) => rollout = None,
+                        _ => {}
+                    }
+                }
+                apply(ctx, &control, rollout.as_ref()).await;
+            }
             _ = tick.tick() => {
                 timed(ctx, "keeping the lease", keeper.keep_alive()).await?;
                 let answer = timed(ctx, "keeping the lease", keepalives.message()).await?;
@@ -186,7 +236,8 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
                     Some(a) if a.ttl() > 0 => {}
                     _ => return Err(FleetError::Other("the node's lease expired".into())),
                 }
-                if last_put.elapsed() >= REFRESH {
+                // A rollout judges the query and SERVFAIL counters: keep them fresh.
+                if last_put.elapsed() >= REFRESH || ctx.config.rollout.is_some() {
                     last_record = put_record(ctx, &mut client, lease, None).await?;
                     last_put = Instant::now();
                 }
@@ -196,6 +247,120 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
                 last_put = Instant::now();
             }
         }
+    }
+}
+
+/// Serves what the rollout allows this node (with `[fleet.rollout]`), else the newest version.
+async fn apply(ctx: &Ctx, control: &store::Control, rollout: Option<&RolloutRecord>) {
+    let newest = || Target {
+        text: control.text.clone(),
+        revision: control.revision,
+        serial: control.serial,
+        held: false,
+    };
+    let target = match (&ctx.config.rollout, rollout) {
+        (None, _) => newest(),
+        (Some(_), None) => {
+            // No rollout state yet (a new fleet): the coordinator settles the newest version.
+            ctx.origin.set_rollout(Some(RolloutView {
+                phase: "none".into(),
+                candidate: control.revision,
+                lkg: control.revision,
+                allowed: control.revision,
+                ..RolloutView::default()
+            }));
+            newest()
+        }
+        (Some(_), Some(record)) => {
+            let target = record.target(&ctx.info.name, control);
+            ctx.origin
+                .set_rollout(Some(view(record, &ctx.info.name, &target)));
+            if target.held {
+                tracing::debug!(
+                    "fleet: revision {} not released to this node; serving revision {}",
+                    control.revision,
+                    target.revision
+                );
+            }
+            target
+        }
+    };
+    offer(ctx, target.text, target.revision).await;
+}
+
+/// The rollout as status shows it on this node.
+fn view(record: &RolloutRecord, node: &str, target: &Target) -> RolloutView {
+    let rollout = &record.rollout;
+    let (phase, halted) = match &rollout.phase {
+        Phase::Running => ("running", None),
+        Phase::Halted { reason, .. } => ("halted", Some(reason.clone())),
+        Phase::Completed { .. } => ("completed", None),
+        Phase::Aborted { .. } => ("aborted", None),
+    };
+    RolloutView {
+        phase: phase.into(),
+        candidate: rollout.candidate as i64,
+        lkg: rollout.lkg as i64,
+        released: rollout.released,
+        waves: rollout.waves.len(),
+        wave: rollout.nodes.get(node).map(|p| p.wave + 1),
+        allowed: target.revision,
+        held: target.held,
+        emergency: rollout.emergency,
+        halted,
+        coordinator: false,
+    }
+}
+
+/// A boot id: the process id and the start time in nanoseconds.
+fn boot_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{nanos:x}", std::process::id())
+}
+
+/// What the rollout's gates judge this node by.
+fn report(reloader: &Reloader, origin: &FleetOrigin, boot: &str, probes: &[String]) -> NodeReport {
+    let (snapshot, status) = reloader.snapshot_and_status();
+    let (revision, refused) = origin.served();
+    let totals = crate::metrics::serving::serving().totals();
+    let servfail_index = crate::metrics::serving::rcode_bucket(crate::dns::wire::rcode::SERVFAIL);
+    let results = probes
+        .iter()
+        .map(|text| {
+            let (ok, detail) = match parse_probe(text) {
+                Some((name, rtype)) => {
+                    let answer = crate::snapshot::probe::probe(&snapshot, &name, &rtype);
+                    (answer.ok, answer.detail)
+                }
+                None => (false, "not a probe (\"NAME TYPE\")".to_string()),
+            };
+            ProbeResult {
+                probe: text.clone(),
+                ok,
+                detail,
+            }
+        })
+        .collect();
+    let revision = u64::try_from(revision).unwrap_or(0);
+    NodeReport {
+        boot: boot.to_string(),
+        serving: (revision > 0).then_some(revision),
+        tasting: origin.tasting().and_then(|r| u64::try_from(r).ok()),
+        refused: refused.and_then(|r| {
+            let reasons = status
+                .last_refusal
+                .as_ref()
+                .map_or(String::new(), |f| f.reasons.join("; "));
+            u64::try_from(r).ok().map(|r| (r, reasons))
+        }),
+        queries: totals.queries.iter().fold(0, |a, b| a.wrapping_add(*b)),
+        servfail: totals
+            .responses
+            .iter()
+            .fold(0, |a, r| a.wrapping_add(r[servfail_index])),
+        probes: (!probes.is_empty()).then_some((revision, results)),
     }
 }
 
@@ -285,12 +450,14 @@ async fn register_member(ctx: &Ctx, client: &mut Client) -> Result<(), FleetErro
 }
 
 /// What this node serves now, as its registry entry.
+/// With `rollout` (boot id, probes), the entry carries the rollout's report.
 pub fn record(
     reloader: &Reloader,
     origin: &FleetOrigin,
     info: &NodeInfo,
     started: SystemTime,
     started_at: &str,
+    rollout: Option<(&str, &[String])>,
 ) -> NodeRecord {
     let (snapshot, status) = reloader.snapshot_and_status();
     let (revision, refused) = origin.served();
@@ -321,6 +488,7 @@ pub fn record(
             .map_or(0, |d| d.as_secs()),
         updated_at: rfc3339_utc(SystemTime::now()),
         version: env!("CARGO_PKG_VERSION").to_string(),
+        rollout: rollout.map(|(boot, probes)| report(reloader, origin, boot, probes)),
     }
 }
 
@@ -337,6 +505,10 @@ async fn put_record(
         &ctx.info,
         ctx.started,
         &ctx.started_at,
+        ctx.config
+            .rollout
+            .as_ref()
+            .map(|plan| (ctx.boot.as_str(), plan.probes.as_slice())),
     );
     if let Some(previous) = previous {
         let same = NodeRecord {

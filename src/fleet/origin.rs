@@ -8,7 +8,7 @@ use std::time::{Instant, SystemTime};
 
 use crate::config::Config;
 use crate::control::history::{fnv1a64, rfc3339_utc};
-use crate::reload::{ControlOrigin, FleetLinkStatus};
+use crate::reload::{ControlOrigin, FleetLinkStatus, RolloutView};
 
 /// A version received from etcd.
 #[derive(Debug, Clone)]
@@ -32,6 +32,10 @@ struct Inner {
     /// so that a SIGHUP for new zones is not refused for the fleet's bad version).
     served_text: Option<String>,
     refused_hash: Option<u64>,
+    /// The fleet's rollout as the node task last saw it, and whether this node's coordinator
+    /// task holds the coordinator key.
+    rollout: Option<RolloutView>,
+    coordinator: bool,
 }
 
 /// Shared by the node's etcd task (which offers new versions and reports the link) and the
@@ -119,6 +123,29 @@ impl FleetOrigin {
         (inner.link.revision_served, inner.link.refused_revision)
     }
 
+    /// The revision a reload is tasting right now, if any.
+    pub fn tasting(&self) -> Option<i64> {
+        self.lock().tasting.map(|(_, revision, _)| revision)
+    }
+
+    /// The rollout as the node task sees it (status, metrics).
+    pub fn set_rollout(&self, view: Option<RolloutView>) {
+        self.lock().rollout = view;
+    }
+
+    /// This node's coordinator task holds (or lost) the coordinator key.
+    pub fn set_coordinator(&self, coordinator: bool) {
+        let mut inner = self.lock();
+        if inner.coordinator != coordinator {
+            if coordinator {
+                tracing::info!("fleet: this node now coordinates the fleet's rollouts");
+            } else {
+                tracing::info!("fleet: this node no longer coordinates rollouts");
+            }
+        }
+        inner.coordinator = coordinator;
+    }
+
     /// The text this node last accepted, if any version from etcd was.
     pub fn latest(&self) -> Option<Remote> {
         self.lock().latest.clone()
@@ -127,6 +154,10 @@ impl FleetOrigin {
     pub fn link(&self) -> FleetLinkStatus {
         let inner = self.lock();
         let mut link = inner.link.clone();
+        link.rollout = inner.rollout.clone().map(|view| RolloutView {
+            coordinator: inner.coordinator,
+            ..view
+        });
         link.since_secs = inner
             .link_changed
             .and_then(|t| SystemTime::now().duration_since(t).ok())

@@ -44,6 +44,10 @@ pub struct FleetVersion {
     /// The control revision it was written at (filled in from etcd on reading).
     #[serde(default)]
     pub revision: i64,
+    /// Written with `--emergency`: its rollout skips the bake times (never the taster or the
+    /// gates).
+    #[serde(default)]
+    pub emergency: bool,
 }
 
 /// A node's registry entry (`<prefix>/nodes/<name>`, on the node's lease).
@@ -68,6 +72,9 @@ pub struct NodeRecord {
     pub uptime_secs: u64,
     pub updated_at: String,
     pub version: String,
+    /// What the staged rollout judges this node by (nodes with `[fleet.rollout]` only).
+    #[serde(default)]
+    pub rollout: Option<crate::rollout::NodeReport>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -242,11 +249,13 @@ pub async fn prune_history(
     Ok(())
 }
 
-fn version_json(
+/// A `<prefix>/history/` entry.
+pub fn version_json(
     serial: u64,
     source: &str,
     summary: &str,
     text: &str,
+    emergency: bool,
 ) -> Result<String, FleetError> {
     serde_json::to_string(&FleetVersion {
         serial,
@@ -255,6 +264,7 @@ fn version_json(
         summary: summary.to_string(),
         text: text.to_string(),
         revision: 0,
+        emergency,
     })
     .map_err(|e| FleetError::Other(format!("encoding a history entry: {e}")))
 }
@@ -291,7 +301,7 @@ pub async fn seed(
             TxnOp::put(keys.control(), text.clone(), None),
             TxnOp::put(
                 keys.history(serial),
-                version_json(serial, source, &summary, &text)?,
+                version_json(serial, source, &summary, &text, false)?,
                 None,
             ),
         ])
@@ -316,12 +326,15 @@ pub async fn seed(
 /// Applies `edit` to the fleet's current control text and writes the result with a
 /// compare-and-swap on the revision it read, after `taste` accepted it; on a conflict (another
 /// writer got in first) re-reads and re-applies the edit, so concurrent edits all land. The
-/// written text carries `serial` one above the newest in etcd.
+/// written text carries `serial` one above the newest in etcd. `emergency` is recorded in
+/// the history entry (the staged rollout then skips its bake times).
+#[allow(clippy::too_many_arguments)]
 pub async fn update(
     client: &mut Client,
     keys: &Keys,
     keep: usize,
     source: &str,
+    emergency: bool,
     edit: impl Fn(&str) -> Result<String, String>,
     taste: impl Fn(&str) -> Result<(), Vec<String>>,
 ) -> Result<Written, WriteError> {
@@ -375,7 +388,7 @@ pub async fn update(
                 TxnOp::put(keys.control(), text.clone(), None),
                 TxnOp::put(
                     keys.history(serial),
-                    version_json(serial, source, &summary, &text)?,
+                    version_json(serial, source, &summary, &text, emergency)?,
                     None,
                 ),
             ]);

@@ -13,7 +13,7 @@
 mod origin;
 pub mod watch;
 
-pub use origin::{ControlOrigin, FileOrigin, FleetLinkStatus};
+pub use origin::{ControlOrigin, FileOrigin, FleetLinkStatus, RolloutView};
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

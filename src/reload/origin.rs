@@ -73,4 +73,30 @@ pub struct FleetLinkStatus {
     /// Milliseconds from the last change's write until every live node served it, as measured
     /// by the command that wrote it.
     pub last_convergence_ms: Option<f64>,
+    /// The fleet's staged rollout as this node sees it (`None`: no `[fleet.rollout]` here).
+    pub rollout: Option<RolloutView>,
+}
+
+/// A node's view of the fleet's staged rollout, for status, metrics and the dashboard.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RolloutView {
+    /// `none` (no rollout state in etcd yet), `running`, `halted`, `completed`, `aborted`.
+    pub phase: String,
+    /// The control revision being rolled out, and the last known good.
+    pub candidate: i64,
+    pub lkg: i64,
+    /// Waves released so far, of how many; this node's wave (1 = the canary), if it has one.
+    pub released: usize,
+    pub waves: usize,
+    pub wave: Option<usize>,
+    /// The revision this node may serve now.
+    pub allowed: i64,
+    /// The fleet's newest control version is not released to this node yet.
+    pub held: bool,
+    /// `--emergency`: no bake time.
+    pub emergency: bool,
+    /// Why the rollout halted.
+    pub halted: Option<String>,
+    /// This node drives the fleet's rollouts now (it holds the coordinator key).
+    pub coordinator: bool,
 }

@@ -26,6 +26,6 @@ mod machine;
 mod tests;
 
 pub use machine::{
-    Health, NodeProgress, NodeReport, NodeState, Phase, Plan, PlanError, ProbeResult, Revision,
-    Rollout,
+    parse_probe, Health, NodeProgress, NodeReport, NodeState, Phase, Plan, PlanError, ProbeResult,
+    Revision, Rollout,
 };

@@ -1,0 +1,263 @@
+//! The rollout coordinator: the one node of a fleet that drives staged rollouts. Every node with
+//! `[fleet.rollout]` runs this task; the first to create `<prefix>/rollout/coordinator` on its
+//! own lease drives, the others try again every second, so when the coordinator dies its lease
+//! expires (`lease_ttl_secs`) and another node takes over from the state in etcd — nothing of a
+//! rollout lives only in a process.
+//!
+//! Driving is a loop: read the newest control version, the rollout state and the node
+//! registry; begin a rollout when a new version was written (a version with the last known
+//! good's content is settled at once: every node serves it already), else step the pure state
+//! machine (`crate::rollout`) with the nodes' reports; write the result back by
+//! compare-and-swap on the state's revision, so a coordinator that lost its key cannot
+//! overwrite its successor's decisions.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+
+use super::client::connect;
+use super::origin::FleetOrigin;
+use super::rollout::{self as staged, RolloutRecord};
+use super::store::{self, Control};
+use super::{request_timeout, FleetError, Keys};
+use crate::config::fleet::FleetConfig;
+use crate::rollout::Plan;
+
+/// How often the coordinator steps a rollout (the halt latency beyond the nodes' reports).
+const STEP: Duration = Duration::from_millis(200);
+/// How often a node that does not coordinate tries to become the coordinator.
+const CAMPAIGN: Duration = Duration::from_secs(1);
+/// Longest wait between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+struct Ctx {
+    config: FleetConfig,
+    plan: Plan,
+    keys: Keys,
+    name: String,
+    origin: Arc<FleetOrigin>,
+}
+
+/// Starts the coordinator task of node `name` on `runtime`.
+pub fn spawn(
+    runtime: &tokio::runtime::Handle,
+    config: FleetConfig,
+    plan: Plan,
+    name: String,
+    origin: Arc<FleetOrigin>,
+) {
+    let ctx = Ctx {
+        keys: Keys::new(&config.prefix),
+        config,
+        plan,
+        name,
+        origin,
+    };
+    runtime.spawn(run(ctx));
+}
+
+async fn run(ctx: Ctx) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let error = session(&ctx).await;
+        ctx.origin.set_coordinator(false);
+        tracing::debug!("fleet: rollout coordinator: {error}; retrying in {backoff:?}");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Bounds a request: a partitioned etcd must not hang the coordinator.
+async fn timed<T, E: Into<FleetError>>(
+    ctx: &Ctx,
+    what: &str,
+    future: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, FleetError> {
+    let limit = request_timeout(&ctx.config);
+    match tokio::time::timeout(limit, future).await {
+        Ok(result) => result.map_err(Into::into),
+        Err(_) => Err(FleetError::Other(format!(
+            "{what}: no answer from etcd within {limit:?}"
+        ))),
+    }
+}
+
+async fn session(ctx: &Ctx) -> FleetError {
+    match session_inner(ctx).await {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+enum Never {}
+
+async fn session_inner(ctx: &Ctx) -> Result<Never, FleetError> {
+    let mut client = connect(&ctx.config).await?;
+    let ttl = ctx.config.lease_ttl_secs as i64;
+    let lease = timed(ctx, "granting a lease", client.lease_grant(ttl, None))
+        .await?
+        .id();
+    let (mut keeper, mut keepalives) =
+        timed(ctx, "keeping the lease", client.lease_keep_alive(lease)).await?;
+    let keep_every = Duration::from_secs(ctx.config.lease_ttl_secs)
+        .div_f64(3.0)
+        .clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let mut kept = Instant::now();
+    let mut leader = false;
+    let mut campaigned: Option<Instant> = None;
+    let mut tick = tokio::time::interval(STEP);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if kept.elapsed() >= keep_every {
+            timed(ctx, "keeping the lease", keeper.keep_alive()).await?;
+            match timed(ctx, "keeping the lease", keepalives.message()).await? {
+                Some(answer) if answer.ttl() > 0 => kept = Instant::now(),
+                _ => return Err(FleetError::Other("the coordinator's lease expired".into())),
+            }
+        }
+        if !leader {
+            if campaigned.is_some_and(|at| at.elapsed() < CAMPAIGN) {
+                continue;
+            }
+            campaigned = Some(Instant::now());
+            leader = campaign(ctx, &mut client, lease).await?;
+            ctx.origin.set_coordinator(leader);
+            if !leader {
+                continue;
+            }
+        }
+        step(ctx, &mut client).await?;
+    }
+}
+
+/// Takes the coordinator key if nobody holds it (or this node held it before a reconnect).
+async fn campaign(ctx: &Ctx, client: &mut Client, lease: i64) -> Result<bool, FleetError> {
+    let key = ctx.keys.coordinator();
+    let put = || {
+        TxnOp::put(
+            key.clone(),
+            ctx.name.clone(),
+            Some(PutOptions::new().with_lease(lease)),
+        )
+    };
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([put()]);
+    if timed(ctx, "campaigning", client.txn(txn))
+        .await?
+        .succeeded()
+    {
+        return Ok(true);
+    }
+    // Held under this node's name by the lease of an earlier connection: take it over.
+    let txn = Txn::new()
+        .when([Compare::value(
+            key.clone(),
+            CompareOp::Equal,
+            ctx.name.clone(),
+        )])
+        .and_then([put()]);
+    Ok(timed(ctx, "campaigning", client.txn(txn))
+        .await?
+        .succeeded())
+}
+
+/// One decision: begin, settle or step the rollout, and write it back if anything changed.
+async fn step(ctx: &Ctx, client: &mut Client) -> Result<(), FleetError> {
+    let keys = &ctx.keys;
+    let Some(control) = timed(
+        ctx,
+        "reading the control state",
+        store::get_control(client, keys),
+    )
+    .await?
+    else {
+        return Ok(());
+    };
+    let state = timed(ctx, "reading the rollout", staged::get(client, keys)).await?;
+    let nodes = timed(ctx, "reading the registry", store::nodes(client, keys)).await?;
+    let reports = staged::reports(&nodes);
+    let now = staged::now_ms();
+    let (next, expected, log) = match state {
+        None => (
+            RolloutRecord::settled(&control, now),
+            0,
+            vec![format!(
+                "rollout state created: revision {} (serial {}) is the last known good",
+                control.revision, control.serial
+            )],
+        ),
+        Some((record, revision)) if !record.is_about(&control) => {
+            let (lkg_text, lkg_revision, _) = record.last_known_good();
+            if staged::same_content(&control.text, &lkg_text) {
+                let mut settled = RolloutRecord::settled(&control, now);
+                settled.rollout.summary = format!("the content of revision {lkg_revision}");
+                let line = format!(
+                    "revision {} holds the last known good's content (revision {lkg_revision}): every node may serve it",
+                    control.revision
+                );
+                (settled, revision, vec![line])
+            } else {
+                let (summary, emergency) = written(ctx, client, &control).await;
+                let begun = record.begin(&control, &summary, emergency, &ctx.plan, &reports, now);
+                let waves: Vec<String> = begun
+                    .rollout
+                    .waves
+                    .iter()
+                    .map(|wave| format!("[{}]", wave.join(", ")))
+                    .collect();
+                let line = format!(
+                    "rollout of revision {} (serial {}, {summary}){} begun from revision {}: waves {}",
+                    control.revision,
+                    control.serial,
+                    if emergency { ", emergency: no bake" } else { "" },
+                    begun.rollout.lkg,
+                    waves.join(" ")
+                );
+                (begun, revision, vec![line])
+            }
+        }
+        Some((record, revision)) => {
+            let mut next = record.clone();
+            let log = next.rollout.step(&reports, now);
+            if next == record {
+                return Ok(());
+            }
+            (next, revision, log)
+        }
+    };
+    if timed(
+        ctx,
+        "writing the rollout",
+        staged::put(client, keys, &next, expected),
+    )
+    .await?
+    {
+        for line in log {
+            if line.contains("halted") {
+                tracing::error!("fleet: {line}");
+            } else {
+                tracing::info!("fleet: {line}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The summary and `--emergency` flag the writer of `control` recorded in the history.
+async fn written(ctx: &Ctx, client: &mut Client, control: &Control) -> (String, bool) {
+    let found = timed(
+        ctx,
+        "reading the history",
+        store::version(client, &ctx.keys, control.serial),
+    )
+    .await;
+    match found {
+        Ok(Some(version)) if version.revision == control.revision => {
+            (version.summary, version.emergency)
+        }
+        _ => ("written to etcd directly".to_string(), false),
+    }
+}

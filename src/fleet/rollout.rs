@@ -1,0 +1,297 @@
+//! A fleet's staged rollout in etcd: the [`RolloutRecord`] under `<prefix>/rollout/state` (the
+//! pure [`Rollout`] plus the texts of the candidate and of the last known good, so that a node
+//! can serve either without another read), reading it, writing it by compare-and-swap, the
+//! nodes' reports from the registry, and which version a node may serve ([`RolloutRecord::target`]).
+//!
+//! The decisions are the pure core's (`crate::rollout`); the coordinator (`super::coordinator`)
+//! drives it, the CLI resumes and aborts it. Versions are identified by their etcd control
+//! revision (the `mod_revision` of `<prefix>/control` when they were written).
+
+use std::collections::BTreeMap;
+
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+
+use super::store::{self, Control, NodeRecord};
+use super::{FleetError, Keys};
+use crate::rollout::{NodeReport, Phase, Plan, Revision, Rollout};
+
+/// `<prefix>/rollout/state`: the rollout in progress (or the last one) and the texts it serves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutRecord {
+    pub rollout: Rollout,
+    /// The candidate's control text and serial (its revision is `rollout.candidate`).
+    pub candidate_text: String,
+    pub candidate_serial: u64,
+    /// The last known good's control text and serial (its revision is `rollout.lkg`).
+    pub lkg_text: String,
+    pub lkg_serial: u64,
+}
+
+/// A version a node is to serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub text: String,
+    pub revision: i64,
+    pub serial: u64,
+    /// The fleet's newest control version is not released to this node yet (it serves the
+    /// last known good meanwhile).
+    pub held: bool,
+}
+
+fn revision_of(control: &Control) -> Revision {
+    control.revision.max(0) as Revision
+}
+
+impl RolloutRecord {
+    /// The fleet's first rollout state: the current control version is the last known good.
+    pub fn settled(control: &Control, now_ms: u64) -> RolloutRecord {
+        RolloutRecord {
+            rollout: Rollout::settled(revision_of(control), now_ms),
+            candidate_text: control.text.clone(),
+            candidate_serial: control.serial,
+            lkg_text: control.text.clone(),
+            lkg_serial: control.serial,
+        }
+    }
+
+    /// A rollout of `control` from this record's last known good.
+    pub fn begin(
+        &self,
+        control: &Control,
+        summary: &str,
+        emergency: bool,
+        plan: &Plan,
+        reports: &BTreeMap<String, NodeReport>,
+        now_ms: u64,
+    ) -> RolloutRecord {
+        let (lkg_text, lkg_revision, lkg_serial) = self.last_known_good();
+        RolloutRecord {
+            rollout: Rollout::begin(
+                revision_of(control),
+                lkg_revision as Revision,
+                summary,
+                emergency,
+                plan,
+                reports,
+                now_ms,
+            ),
+            candidate_text: control.text.clone(),
+            candidate_serial: control.serial,
+            lkg_text,
+            lkg_serial,
+        }
+    }
+
+    /// The last known good as this record stands: the candidate once it completed.
+    pub fn last_known_good(&self) -> (String, i64, u64) {
+        match self.rollout.phase {
+            Phase::Completed { .. } => (
+                self.candidate_text.clone(),
+                self.rollout.candidate as i64,
+                self.candidate_serial,
+            ),
+            _ => (
+                self.lkg_text.clone(),
+                self.rollout.lkg as i64,
+                self.lkg_serial,
+            ),
+        }
+    }
+
+    /// Whether this record is about `control` (else a newer version waits for its rollout).
+    pub fn is_about(&self, control: &Control) -> bool {
+        self.rollout.candidate == revision_of(control)
+    }
+
+    /// What `node` may serve while the fleet's newest control version is `control`: the
+    /// candidate if the rollout released it to the node's wave, else the last known good. A
+    /// version the coordinator has not begun rolling out yet is held back everywhere.
+    pub fn target(&self, node: &str, control: &Control) -> Target {
+        if self.is_about(control) && self.rollout.allowed(node) == self.rollout.candidate {
+            return Target {
+                text: self.candidate_text.clone(),
+                revision: self.rollout.candidate as i64,
+                serial: self.candidate_serial,
+                held: false,
+            };
+        }
+        let (text, revision, serial) = if self.is_about(control) {
+            (
+                self.lkg_text.clone(),
+                self.rollout.lkg as i64,
+                self.lkg_serial,
+            )
+        } else {
+            self.last_known_good()
+        };
+        Target {
+            held: revision != control.revision,
+            text,
+            revision,
+            serial,
+        }
+    }
+}
+
+/// The rollout state and its `mod_revision` (for a compare-and-swap), if there is one.
+pub async fn get(
+    client: &mut Client,
+    keys: &Keys,
+) -> Result<Option<(RolloutRecord, i64)>, FleetError> {
+    let response = client.get(keys.rollout(), None).await?;
+    let Some(kv) = response.kvs().first() else {
+        return Ok(None);
+    };
+    let record = serde_json::from_slice(kv.value()).map_err(|e| FleetError::BadValue {
+        key: keys.rollout(),
+        message: format!("not a rollout state: {e}"),
+    })?;
+    Ok(Some((record, kv.mod_revision())))
+}
+
+/// Decodes the rollout state from a watched value.
+pub fn decode(keys: &Keys, value: &[u8]) -> Result<RolloutRecord, FleetError> {
+    serde_json::from_slice(value).map_err(|e| FleetError::BadValue {
+        key: keys.rollout(),
+        message: format!("not a rollout state: {e}"),
+    })
+}
+
+fn encode(record: &RolloutRecord) -> Result<String, FleetError> {
+    serde_json::to_string(record)
+        .map_err(|e| FleetError::Other(format!("encoding the rollout state: {e}")))
+}
+
+/// Writes `record` if the state is still at `expected` (`0`: if there is none yet). Returns
+/// whether it was written (false: someone else wrote first; read again).
+pub async fn put(
+    client: &mut Client,
+    keys: &Keys,
+    record: &RolloutRecord,
+    expected: i64,
+) -> Result<bool, FleetError> {
+    let compare = if expected == 0 {
+        Compare::create_revision(keys.rollout(), CompareOp::Equal, 0)
+    } else {
+        Compare::mod_revision(keys.rollout(), CompareOp::Equal, expected)
+    };
+    let txn =
+        Txn::new()
+            .when([compare])
+            .and_then([TxnOp::put(keys.rollout(), encode(record)?, None)]);
+    Ok(client.txn(txn).await?.succeeded())
+}
+
+/// Puts the fleet's control state back to the last known good of an aborted rollout: the
+/// aborted `record` and the last known good's text as a new control version (serial above
+/// every other), in one transaction that holds only if neither key moved since they were read
+/// (`None` then: read again). The coordinator settles that version at once: its content is
+/// what every node serves (see [`same_content`]).
+pub async fn write_back(
+    client: &mut Client,
+    keys: &Keys,
+    record: &RolloutRecord,
+    state_revision: i64,
+    source: &str,
+) -> Result<Option<Control>, FleetError> {
+    let Some(current) = store::get_control(client, keys).await? else {
+        return Err(FleetError::Other("the fleet has no control state".into()));
+    };
+    let (lkg_text, lkg_revision, _) = record.last_known_good();
+    let serial = current
+        .serial
+        .max(store::newest_history_serial(client, keys).await?)
+        .max(record.candidate_serial)
+        .saturating_add(1);
+    let text = crate::control::edit::set_serial(&lkg_text, serial)
+        .map_err(|e| FleetError::Other(e.to_string()))?;
+    let summary = format!(
+        "rollout of revision {} aborted: back to revision {lkg_revision}",
+        record.rollout.candidate
+    );
+    let history = store::version_json(serial, source, &summary, &text, false)?;
+    let txn = Txn::new()
+        .when([
+            Compare::mod_revision(keys.control(), CompareOp::Equal, current.revision),
+            Compare::mod_revision(keys.rollout(), CompareOp::Equal, state_revision),
+        ])
+        .and_then([
+            TxnOp::put(keys.control(), text.clone(), None),
+            TxnOp::put(keys.history(serial), history, None),
+            TxnOp::put(keys.rollout(), encode(record)?, None),
+        ]);
+    let response = client.txn(txn).await?;
+    if !response.succeeded() {
+        return Ok(None);
+    }
+    Ok(Some(Control {
+        text,
+        revision: response.header().map_or(0, |h| h.revision()),
+        serial,
+    }))
+}
+
+/// Whether two control texts differ in their serial at most (a version written back, or a
+/// rollback to what every node serves, needs no staged rollout).
+pub fn same_content(a: &str, b: &str) -> bool {
+    let strip = |text: &str| crate::control::edit::set_serial(text, 1).ok();
+    a == b || (strip(a).is_some() && strip(a) == strip(b))
+}
+
+/// The reports of the nodes that take part in rollouts (those with `[fleet.rollout]`), by name.
+pub fn reports(nodes: &[NodeRecord]) -> BTreeMap<String, NodeReport> {
+    nodes
+        .iter()
+        .filter_map(|n| n.rollout.clone().map(|r| (n.name.clone(), r)))
+        .collect()
+}
+
+/// Milliseconds since the Unix epoch (the rollout's clock: the coordinator's and the CLI's).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn control(revision: i64, serial: u64) -> Control {
+        Control {
+            text: format!("serial = {serial}\n"),
+            revision,
+            serial,
+        }
+    }
+
+    #[test]
+    fn targets_follow_the_waves_and_hold_unbegun_versions() {
+        let plan = Plan {
+            waves: vec![vec!["ns1".into()], vec!["ns2".into()]],
+            ..Plan::default()
+        };
+        let reports: BTreeMap<String, NodeReport> = ["ns1", "ns2"]
+            .iter()
+            .map(|n| (n.to_string(), NodeReport::default()))
+            .collect();
+        let first = RolloutRecord::settled(&control(5, 1), 0);
+        let next = control(9, 2);
+        // Written, not begun yet: everyone holds at the last known good.
+        let held = first.target("ns1", &next);
+        assert_eq!((held.revision, held.serial, held.held), (5, 1, true));
+        let record = first.begin(&next, "x", false, &plan, &reports, 0);
+        let canary = record.target("ns1", &next);
+        assert_eq!((canary.revision, canary.held), (9, false));
+        assert_eq!(canary.text, next.text);
+        let waiting = record.target("ns2", &next);
+        assert_eq!((waiting.revision, waiting.held), (5, true));
+        // Completed: the candidate is the last known good for the next change.
+        let mut done = record.clone();
+        done.rollout.phase = Phase::Completed { at_ms: 1 };
+        let after = done.begin(&control(12, 3), "y", false, &plan, &reports, 2);
+        assert_eq!((after.rollout.lkg, after.lkg_serial), (9, 2));
+        assert_eq!(after.lkg_text, next.text);
+    }
+}
