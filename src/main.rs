@@ -763,6 +763,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     steerdns::shield::live::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
+    steerdns::reload::resign::spawn(reloader.clone()).context("starting DNSSEC re-signing")?;
     if let Some((fleet, name, origin)) = fleet {
         println!(
             "fleet node {name}: control state from etcd {} under {}",

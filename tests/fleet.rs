@@ -281,6 +281,7 @@ fn fleet_init_seeds_an_empty_prefix_once_and_refuses_a_bad_file() {
         name: "ns1".into(),
         setup,
         daemon: None,
+        env: Vec::new(),
     };
     let bad = node.setup.path("bad-control.toml");
     std::fs::write(&bad, critical_control(0, 0, 0)).expect("write bad control");

@@ -240,6 +240,91 @@ pub struct StatusView {
     /// The encrypted transports (`[server.tls]`): listeners, certificate, counters.
     #[serde(default)]
     pub encrypted: Option<crate::metrics::encrypted::EncryptedView>,
+    /// DNSSEC, when zones are signed: the signatures' window, the next re-sign or key event,
+    /// and every key's state.
+    #[serde(default)]
+    pub dnssec: Option<DnssecView>,
+}
+
+/// The DNSSEC state of the snapshot being served.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DnssecView {
+    pub signed_at: String,
+    /// The signatures' inception and expiration (RFC 3339).
+    pub signatures_from: String,
+    pub signatures_until: String,
+    /// When the server signs again by itself: the next refresh or key event.
+    pub next_event: Option<String>,
+    /// Pre-signed steered answers.
+    pub steered_variants: usize,
+    pub zones: Vec<DnssecZoneView>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DnssecZoneView {
+    pub zone: String,
+    /// RRsets signed and NSEC records in the chain.
+    pub rrsets: usize,
+    pub nsec: usize,
+    pub keys: Vec<DnssecKeyView>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DnssecKeyView {
+    pub tag: u16,
+    pub role: String,
+    pub algorithm: u8,
+    /// created, published, active, retired or removed (at the time it was signed).
+    pub state: String,
+    /// The key's next event ("activate at 2026-…").
+    pub next_event: Option<String>,
+}
+
+fn unix_rfc3339(secs: u64) -> String {
+    crate::control::history::rfc3339_utc(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+    )
+}
+
+/// The status of what `signing` signed.
+pub fn dnssec_view(signing: &crate::dnssec::Signing) -> DnssecView {
+    let at = signing.signed_at;
+    let zones = signing
+        .zones
+        .iter()
+        .map(|(zone, signed)| DnssecZoneView {
+            zone: zone.clone(),
+            rrsets: signed.rrsets,
+            nsec: signed.nsec,
+            keys: signing
+                .keys
+                .iter()
+                .filter(|k| k.zone == *zone)
+                .map(|k| DnssecKeyView {
+                    tag: k.tag,
+                    role: k.role.as_str().to_string(),
+                    algorithm: k.algorithm,
+                    state: k.timing.state(at).to_string(),
+                    next_event: k
+                        .timing
+                        .next_event(at)
+                        .map(|(when, what)| format!("{what} at {}", unix_rfc3339(when))),
+                })
+                .collect(),
+        })
+        .collect();
+    DnssecView {
+        signed_at: unix_rfc3339(at),
+        signatures_from: signing
+            .window
+            .map_or_else(String::new, |w| unix_rfc3339(u64::from(w.inception))),
+        signatures_until: signing
+            .window
+            .map_or_else(String::new, |w| unix_rfc3339(u64::from(w.expiration))),
+        next_event: signing.next_event().map(unix_rfc3339),
+        steered_variants: signing.steered.variants,
+        zones,
+    }
 }
 
 /// The control-plane fields of [`Status`], in a form that also deserializes (for the CLI).
@@ -369,6 +454,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         fleet: reloader.origin().fleet_status(),
         xdp: crate::metrics::xdp::view(),
         encrypted: crate::metrics::encrypted::view(snapshot.tls.as_deref()),
+        dnssec: snapshot.dnssec.as_deref().map(dnssec_view),
     }
 }
 

@@ -528,6 +528,9 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     if let Some(encrypted) = &status.encrypted {
         print_encrypted(encrypted);
     }
+    if let Some(dnssec) = &status.dnssec {
+        print_dnssec(dnssec);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -564,6 +567,43 @@ fn print_encrypted(view: &steerdns::metrics::encrypted::EncryptedView) {
             t.handshake_timeout,
             t.frame_timeout,
             t.bad_request
+        );
+    }
+}
+
+fn print_dnssec(d: &steerdns::admin::DnssecView) {
+    println!(
+        "dnssec: signed {}; signatures valid {} .. {}; next re-sign or key event {}; {} steered answers pre-signed",
+        d.signed_at,
+        d.signatures_from,
+        d.signatures_until,
+        d.next_event.as_deref().unwrap_or("none"),
+        d.steered_variants
+    );
+    for zone in &d.zones {
+        let keys: Vec<String> = zone
+            .keys
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} {} (alg {}) {}{}",
+                    k.role,
+                    k.tag,
+                    k.algorithm,
+                    k.state,
+                    k.next_event
+                        .as_ref()
+                        .map(|e| format!(", {e}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        println!(
+            "  {}: {} RRsets, {} NSEC; keys: {}",
+            zone.zone,
+            zone.rrsets,
+            zone.nsec,
+            keys.join("; ")
         );
     }
 }

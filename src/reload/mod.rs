@@ -11,6 +11,7 @@
 //! control versions in the history. Never touches the serving path beyond the atomic store.
 
 mod origin;
+pub mod resign;
 pub mod watch;
 
 pub use origin::{ControlOrigin, FileOrigin, FleetLinkStatus, RolloutView};
@@ -118,6 +119,8 @@ pub enum Trigger {
     Api,
     /// A new version of the fleet's control state (etcd).
     Fleet,
+    /// DNSSEC signatures due for renewal, or a key event (see [`resign`]).
+    Resign,
 }
 
 impl Trigger {
@@ -128,6 +131,7 @@ impl Trigger {
             Trigger::Signal => "SIGHUP",
             Trigger::Api => "reload command",
             Trigger::Fleet => "fleet control change",
+            Trigger::Resign => "DNSSEC re-sign",
         }
     }
 }

@@ -243,18 +243,31 @@ impl DnssecKeys {
         })
     }
 
-    fn fingerprint(&self) -> Vec<(String, u16, crate::dnssec::keys::Timing)> {
+    fn fingerprint(&self) -> Vec<crate::dnssec::KeyRecord> {
         self.zones
             .iter()
-            .flat_map(|(zone, keys)| keys.iter().map(move |k| (zone.clone(), k.tag, k.timing)))
+            .flat_map(|(zone, keys)| {
+                keys.iter().map(move |k| crate::dnssec::KeyRecord {
+                    zone: zone.clone(),
+                    tag: k.tag,
+                    role: k.role,
+                    algorithm: k.algorithm.number(),
+                    timing: k.timing,
+                })
+            })
             .collect()
     }
 
-    /// Would the zones of `previous` be signed the same way now (same keys and window)?
+    /// Would the zones of `previous` be signed the same way now (same keys, key states and
+    /// window)?
     fn signed_alike(&self, previous: Option<&crate::dnssec::Signing>) -> bool {
         match previous {
             None => self.zones.is_empty(),
-            Some(p) => p.window == Some(self.window) && p.keys == self.fingerprint(),
+            Some(p) => {
+                p.window == Some(self.window)
+                    && p.keys == self.fingerprint()
+                    && p.keys_unchanged_at(self.now)
+            }
         }
     }
 
@@ -349,6 +362,7 @@ impl DnssecKeys {
             window,
             zones: report,
             keys: self.fingerprint(),
+            signed_at: self.now,
         }))
     }
 }

@@ -131,6 +131,11 @@ impl Setup {
     pub fn start_with(&self, extra: &[&str]) -> Daemon {
         Daemon::start_full(self, &[], extra)
     }
+
+    /// Like [`Setup::start_with`], run under `wrapper` (e.g. `env VAR=value`).
+    pub fn start_under_with(&self, wrapper: &[&str], extra: &[&str]) -> Daemon {
+        Daemon::start_full(self, wrapper, extra)
+    }
 }
 
 /// Writes a token file the way the runbook says: readable by its owner only (a token every

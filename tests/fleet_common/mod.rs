@@ -17,6 +17,8 @@ pub struct Node {
     pub name: String,
     pub setup: Setup,
     pub daemon: Option<Daemon>,
+    /// `VAR=value` settings the node's server runs with (e.g. the taster fault drill).
+    pub env: Vec<String>,
 }
 
 impl Node {
@@ -29,7 +31,14 @@ impl Node {
     /// Starts (or restarts) the node's server.
     pub fn start(&mut self) {
         self.daemon = None;
-        self.daemon = Some(self.setup.start_with(&["--node", &self.name]));
+        let args = ["--node", self.name.as_str()];
+        self.daemon = Some(if self.env.is_empty() {
+            self.setup.start_with(&args)
+        } else {
+            let mut wrapper = vec!["env"];
+            wrapper.extend(self.env.iter().map(String::as_str));
+            self.setup.start_under_with(&wrapper, &args)
+        });
     }
 
     /// Kills the node's server.
@@ -74,16 +83,32 @@ pub fn fleet_section(endpoint: &str, prefix: &str, lease_ttl_secs: u64) -> Strin
 impl Fleet {
     /// etcd and `n` nodes (ns1..nsN), started one after another; ns1 seeds the fleet.
     pub fn start(label: &str, n: usize, lease_ttl_secs: u64) -> Fleet {
+        Fleet::start_with(label, n, lease_ttl_secs, "", &[])
+    }
+
+    /// Like [`Fleet::start`], with `extra` appended to every node's `[fleet]` section (e.g. a
+    /// `[fleet.rollout]` table) and every node's server run with the `env` settings.
+    pub fn start_with(
+        label: &str,
+        n: usize,
+        lease_ttl_secs: u64,
+        extra: &str,
+        env: &[&str],
+    ) -> Fleet {
         let etcd = Etcd::start();
         let prefix = format!("/steerdns/{label}");
         let mut nodes = Vec::new();
         for i in 1..=n {
             let setup = Setup::new(&format!("{label}-ns{i}"));
             setup.extend_config(&fleet_section(&etcd.endpoint(), &prefix, lease_ttl_secs));
+            if !extra.is_empty() {
+                setup.extend_config(extra);
+            }
             let mut node = Node {
                 name: format!("ns{i}"),
                 setup,
                 daemon: None,
+                env: env.iter().map(|v| v.to_string()).collect(),
             };
             node.start();
             nodes.push(node);
