@@ -736,7 +736,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         runtime.spawn(steerdns::server::tcp::serve(
             tcp,
             snapshot.clone(),
-            config.tcp_limits(),
+            steerdns::server::tcp::TcpLimits::from_config(&config.server.tcp),
         ));
     }
     start_encrypted(&config, &runtime, &snapshot)?;
@@ -818,15 +818,10 @@ fn start_encrypted(
 ) -> Result<()> {
     use steerdns::dns::respond::Transport;
     use steerdns::server::encrypted::{self, Limits};
-    let (Some(tls), Some((connection, handshake_timeout))) =
-        (&config.server.tls, config.tls_limits())
-    else {
+    let Some(tls) = &config.server.tls else {
         return Ok(());
     };
-    let limits = Limits {
-        connection,
-        handshake_timeout,
-    };
+    let limits = Limits::from_config(tls);
     let _guard = runtime.enter();
     let report = |transport: Transport, name: &str, addr: SocketAddr| {
         println!("{name} on {addr}");

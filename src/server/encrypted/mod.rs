@@ -30,6 +30,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use super::tcp::{accept, serve_stream, ClientConnections, TcpLimits};
+use crate::config::TlsConfig;
 use crate::dns::respond::{respond, Client, Transport, MAX_MESSAGE};
 use crate::metrics::serving::{serving, EncryptedEvent};
 use crate::snapshot::SharedSnapshot;
@@ -39,6 +40,23 @@ use crate::snapshot::SharedSnapshot;
 pub struct Limits {
     pub connection: TcpLimits,
     pub handshake_timeout: Duration,
+}
+
+impl Limits {
+    /// The limits of `[server.tls]` (timeouts of at least a second).
+    pub fn from_config(tls: &TlsConfig) -> Limits {
+        let secs = |s: u64| Duration::from_secs(s.max(1));
+        Limits {
+            connection: TcpLimits {
+                idle_timeout: secs(tls.idle_timeout_secs),
+                max_connections: tls.max_connections,
+                max_connections_per_client: tls.max_connections_per_client,
+                frame_timeout: secs(tls.frame_timeout_secs),
+                max_queries_per_connection: tls.max_queries_per_connection,
+            },
+            handshake_timeout: secs(tls.handshake_timeout_secs),
+        }
+    }
 }
 
 /// Hands rustls the certificate of the snapshot in service, at every handshake.
