@@ -4,6 +4,7 @@
 //! after a restart, one probe per interval however many profiles use a target).
 
 mod common;
+mod control_common;
 mod steering_common;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -101,6 +102,7 @@ fn failover_moves_within_fall_times_interval_and_comes_back_after_rise_checks() 
     );
     let why = trace(&server, "hc.example.com.");
     assert!(why.contains("skipped for health: primary down"), "{why}");
+    assert_status_and_metrics_say_primary_down(&server, &primary.url());
 
     let back = Backend::start_on(primary.addr);
     wait_answer(&server, "hc.example.com.", PRIMARY);
@@ -111,6 +113,41 @@ fn failover_moves_within_fall_times_interval_and_comes_back_after_rise_checks() 
     );
     let why = trace(&server, "hc.example.com.");
     assert!(!why.contains("skipped for health"), "{why}");
+}
+
+/// `/v1/status` and `/metrics` show the down target and the skipped endpoint.
+fn assert_status_and_metrics_say_primary_down(server: &Server, url: &str) {
+    let admin = server.admin.expect("the admin endpoint is on");
+    let (code, body) = control_common::http(admin, "GET", "/v1/status", None);
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
+    let health = &status["health"];
+    let target = health["targets"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["target"] == url))
+        .unwrap_or_else(|| panic!("no target {url} in {health}"));
+    assert_eq!(target["state"], "down", "{target}");
+    assert!(
+        target["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Connection refused")),
+        "{target}"
+    );
+    assert!(target["last_change"].is_string(), "{target}");
+    assert!(target["last_latency_ms"].is_number(), "{target}");
+    let endpoint = health["endpoints"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["endpoint"] == "primary"))
+        .unwrap_or_else(|| panic!("no endpoint primary in {health}"));
+    assert_eq!(endpoint["served"], false, "{endpoint}");
+    let (code, metrics) = control_common::http(admin, "GET", "/metrics", None);
+    assert_eq!(code, 200);
+    let line = format!("steerdns_health_target_up{{target=\"{url}\"}} 0");
+    assert!(metrics.contains(&line), "no {line:?} in /metrics");
+    let line = format!(
+        "steerdns_endpoint_healthy{{profile=\"hc\",endpoint=\"primary\",target=\"{url}\"}} 0"
+    );
+    assert!(metrics.contains(&line), "no {line:?} in /metrics");
 }
 
 #[test]

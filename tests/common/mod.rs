@@ -26,6 +26,8 @@ pub fn repo_path(relative: &str) -> PathBuf {
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// The admin endpoint's address, when it is on.
+    pub admin: Option<SocketAddr>,
     pub stdout_lines: mpsc::Receiver<String>,
 }
 
@@ -63,6 +65,7 @@ impl Server {
             }
         });
         let mut addr = None;
+        let mut admin = None;
         loop {
             let line = match rx.recv_timeout(TIMEOUT * 2) {
                 Ok(line) => line,
@@ -75,6 +78,9 @@ impl Server {
                 let a = rest.split_whitespace().next().expect("address");
                 addr.get_or_insert(a.parse::<SocketAddr>().expect("socket address"));
             }
+            if let Some(rest) = line.strip_prefix("admin on http://") {
+                admin = rest.trim().parse::<SocketAddr>().ok();
+            }
             if line.starts_with("ready") {
                 break;
             }
@@ -82,6 +88,7 @@ impl Server {
         Server {
             child,
             addr: addr.expect("a listen address"),
+            admin,
             stdout_lines: rx,
         }
     }
