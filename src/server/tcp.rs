@@ -17,8 +17,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWrit
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::answer::respond;
 use crate::config::TcpConfig;
-use crate::dns::respond::{respond, Client, Transport, MAX_MESSAGE};
+use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
 use crate::snapshot::SharedSnapshot;
 
 #[derive(Debug, Clone)]
