@@ -14,6 +14,7 @@ pub mod dnssec;
 pub mod files;
 pub mod fleet;
 pub mod geo;
+pub mod health;
 pub mod metrics;
 pub mod policy;
 pub mod reload;
@@ -24,6 +25,7 @@ pub mod server;
 pub mod shield;
 pub mod snapshot;
 pub mod taster;
+pub mod tls;
 pub mod zone;
 
 #[cfg(test)]

@@ -247,7 +247,7 @@ fn answer(
 /// The largest response this client can take over this transport.
 fn response_limit(snapshot: &Snapshot, query: &Query, client: &Client) -> usize {
     match (client.transport, &query.edns) {
-        (Transport::Tcp, _) => MAX_MESSAGE,
+        (Transport::Tcp | Transport::Tls | Transport::Https | Transport::Quic, _) => MAX_MESSAGE,
         (Transport::Udp, None) => CLASSIC_UDP_LIMIT,
         (Transport::Udp, Some(edns)) => (edns.udp_payload as usize)
             .clamp(CLASSIC_UDP_LIMIT, snapshot.options.edns_payload as usize),

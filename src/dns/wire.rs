@@ -470,6 +470,12 @@ pub const MAX_MESSAGE: usize = 65535;
 pub enum Transport {
     Udp,
     Tcp,
+    /// DNS over TLS (RFC 7858).
+    Tls,
+    /// DNS over HTTPS (RFC 8484).
+    Https,
+    /// DNS over QUIC (RFC 9250).
+    Quic,
 }
 
 /// Who asked, as the socket saw it.
