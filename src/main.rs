@@ -819,7 +819,7 @@ fn start_encrypted(
     runtime: &tokio::runtime::Runtime,
     snapshot: &steerdns::snapshot::SharedSnapshot,
 ) -> Result<()> {
-    use steerdns::dns::respond::Transport;
+    use steerdns::dns::wire::Transport;
     use steerdns::server::encrypted::{self, Limits};
     let Some(tls) = &config.server.tls else {
         return Ok(());
