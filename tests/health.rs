@@ -4,7 +4,6 @@
 //! after a restart, one probe per interval however many profiles use a target).
 
 mod common;
-mod control_common;
 mod steering_common;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -102,7 +101,7 @@ fn failover_moves_within_fall_times_interval_and_comes_back_after_rise_checks() 
     );
     let why = trace(&server, "hc.example.com.");
     assert!(why.contains("skipped for health: primary down"), "{why}");
-    assert_status_and_metrics_say_primary_down(&server, &primary.url());
+    assert_status_says_primary_down(&setup, &server, &primary.url());
 
     let back = Backend::start_on(primary.addr);
     wait_answer(&server, "hc.example.com.", PRIMARY);
@@ -115,13 +114,25 @@ fn failover_moves_within_fall_times_interval_and_comes_back_after_rise_checks() 
     assert!(!why.contains("skipped for health"), "{why}");
 }
 
-/// `/v1/status` and `/metrics` show the down target and the skipped endpoint.
-fn assert_status_and_metrics_say_primary_down(server: &Server, url: &str) {
-    let admin = server.admin.expect("the admin endpoint is on");
-    let (code, body) = control_common::http(admin, "GET", "/v1/status", None);
-    assert_eq!(code, 200, "{body}");
-    let status: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
-    let health = &status["health"];
+/// `steerdns status` (JSON and text, from `/v1/status`) shows the down target and the
+/// skipped endpoint.
+fn assert_status_says_primary_down(setup: &Setup, server: &Server, url: &str) {
+    let admin = server.admin.expect("the admin endpoint is on").to_string();
+    let config = setup.config.display().to_string();
+    let status = |json: bool| {
+        let mut args = vec!["status", "--config", &config, "--admin", &admin];
+        if json {
+            args.push("--json");
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_steerdns"))
+            .args(&args)
+            .output()
+            .expect("run steerdns status");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let status_json: serde_json::Value = serde_json::from_str(&status(true)).expect("status JSON");
+    let health = &status_json["health"];
     let target = health["targets"]
         .as_array()
         .and_then(|t| t.iter().find(|t| t["target"] == url))
@@ -140,14 +151,12 @@ fn assert_status_and_metrics_say_primary_down(server: &Server, url: &str) {
         .and_then(|e| e.iter().find(|e| e["endpoint"] == "primary"))
         .unwrap_or_else(|| panic!("no endpoint primary in {health}"));
     assert_eq!(endpoint["served"], false, "{endpoint}");
-    let (code, metrics) = control_common::http(admin, "GET", "/metrics", None);
-    assert_eq!(code, 200);
-    let line = format!("steerdns_health_target_up{{target=\"{url}\"}} 0");
-    assert!(metrics.contains(&line), "no {line:?} in /metrics");
-    let line = format!(
-        "steerdns_endpoint_healthy{{profile=\"hc\",endpoint=\"primary\",target=\"{url}\"}} 0"
+    let text = status(false);
+    assert!(text.contains(&format!("health {url}: down")), "{text}");
+    assert!(
+        text.contains("endpoint hc/primary: SKIPPED (down"),
+        "{text}"
     );
-    assert!(metrics.contains(&line), "no {line:?} in /metrics");
 }
 
 #[test]
