@@ -736,7 +736,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         runtime.spawn(steerdns::server::tcp::serve(
             tcp,
             snapshot.clone(),
-            config.tcp_limits(),
+            steerdns::server::tcp::TcpLimits::from_config(&config.server.tcp),
         ));
     }
     let xdp = start_xdp(&config, ports, &snapshot);
@@ -760,8 +760,10 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         };
         runtime.spawn(steerdns::admin::serve(admin, admin_state));
     }
+    reloader.health().start(runtime.handle());
     steerdns::shield::live::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
+    steerdns::reload::resign::spawn(reloader.clone()).context("starting DNSSEC re-signing")?;
     if let Some((fleet, name, origin)) = fleet {
         println!(
             "fleet node {name}: control state from etcd {} under {}",

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use control_common::*;
 use serde_json::json;
-use steerdns::control::history::rfc3339_utc;
+use steerdns::rfc3339;
 
 /// The most any wait may take.
 const WAIT: Duration = Duration::from_secs(20);
@@ -92,6 +92,24 @@ impl Unbound {
 
     /// Like [`Unbound::start`]; ready once `example.com SOA` gets `status`.
     fn start_expecting(dir: &Path, auth: SocketAddr, anchors: &str, status: &str) -> Unbound {
+        Unbound::start_full(dir, auth, anchors, status, "")
+    }
+
+    /// Like [`Unbound::start`], with no tolerance for signature times: unbound normally
+    /// accepts a signature up to an hour (at least) after it expired; this one does not.
+    fn start_strict(dir: &Path, auth: SocketAddr, anchors: &str) -> Unbound {
+        let strict = "    val-sig-skew-min: 0\n    val-sig-skew-max: 0\n";
+        Unbound::start_full(dir, auth, anchors, "NOERROR", strict)
+    }
+
+    /// Starts unbound with `extra` lines in its `server:` section.
+    fn start_full(
+        dir: &Path,
+        auth: SocketAddr,
+        anchors: &str,
+        status: &str,
+        extra: &str,
+    ) -> Unbound {
         let port = free_port();
         let dir = dir.join(format!("unbound-{port}"));
         std::fs::create_dir_all(&dir).expect("unbound dir");
@@ -118,7 +136,7 @@ impl Unbound {
              \x20   send-client-subnet: {}\n    client-subnet-always-forward: yes\n\
              \x20   max-client-subnet-ipv6: 56\n    cache-max-ttl: 1\n\
              \x20   cache-max-negative-ttl: 1\n    val-log-level: 2\n    verbosity: 1\n\
-             \x20   qname-minimisation: no\n    harden-referral-path: no\n{anchors}\
+             \x20   qname-minimisation: no\n    harden-referral-path: no\n{extra}{anchors}\
              {}{}remote-control:\n    control-enable: no\n",
             log.display(),
             dir.display(),
@@ -258,7 +276,7 @@ impl Answer {
 /// A load feed measured now: eu-west at `eu_west`/1000, the rest with room.
 fn feed(eu_west: f64) -> String {
     json!({
-        "time": rfc3339_utc(SystemTime::now()),
+        "time": rfc3339::format_utc(SystemTime::now()),
         "source": "dnssec test",
         "regions": {
             "na-east": {"load": 500, "capacity": 1000},
@@ -531,4 +549,72 @@ fn two_nodes_with_the_same_keys_serve_identical_signatures() {
         assert!(a.contains("TYPE46"), "{zone}: no RRSIG in the dump");
         assert_eq!(a, b, "{zone}: two dumps differ");
     }
+}
+
+/// The expiration field of the first RRSIG in dig's output (`YYYYMMDDHHmmSS`).
+fn first_expiration(text: &str) -> String {
+    rrsigs(text)
+        .first()
+        .and_then(|sig| sig.split_whitespace().nth(8).map(str::to_string))
+        .unwrap_or_else(|| panic!("no RRSIG in:\n{text}"))
+}
+
+/// Now, in the RRSIG time format (`YYYYMMDDHHmmSS`, UTC).
+fn rrsig_time_now() -> String {
+    rfc3339::format_utc(SystemTime::now())
+        .chars()
+        .filter(char::is_ascii_digit)
+        .take(14)
+        .collect()
+}
+
+#[test]
+fn signatures_are_renewed_before_they_expire_and_validation_never_breaks() {
+    // Signatures valid 16 s, renewed every 4 s; unbound accepts no signature past its time.
+    let setup = signed_setup(
+        "dnssec-resign",
+        "refresh_secs = 4\nsignature_validity_secs = 16\n",
+    );
+    let anchors = run(&["dnssec", "ds", "example.com."], &setup.config)
+        + &run(&["dnssec", "ds", "edge.example.net."], &setup.config);
+    let daemon = setup.start();
+    let unbound = Unbound::start_strict(setup.dir.path(), daemon.dns, &anchors);
+    let first = first_expiration(&dig_direct(daemon.dns, &["example.com", "SOA"]));
+    let questions: [&[&str]; 5] = [
+        &["example.com", "SOA"],
+        &["mail.example.com", "A"],
+        &["nope.example.com", "A"],
+        &["gw.example.com", "A", "+subnet=81.2.69.0/24"],
+        &["contoso.edge.example.net", "A", "+subnet=81.2.69.0/24"],
+    ];
+    // The expirations served for a static and for a steered answer.
+    let mut expirations = [
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeSet::new(),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    // Until the first signatures have expired and both answers have been renewed twice.
+    while rrsig_time_now() <= first || expirations.iter().any(|e| e.len() < 3) {
+        for question in questions {
+            unbound.validated(question);
+        }
+        let soa = dig_direct(daemon.dns, &["example.com", "SOA"]);
+        let steered = dig_direct(daemon.dns, &["gw.example.com", "A", "+subnet=81.2.69.0/24"]);
+        expirations[0].insert(first_expiration(&soa));
+        expirations[1].insert(first_expiration(&steered));
+        assert!(
+            Instant::now() < deadline,
+            "signatures not renewed twice within 90 s (expirations served {expirations:?})"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let status = daemon.status();
+    let dnssec = &status["dnssec"];
+    assert!(
+        dnssec["signatures_until"].as_str() > Some(""),
+        "status shows the window: {dnssec}"
+    );
+    assert!(dnssec["next_event"].is_string(), "{dnssec}");
+    assert_eq!(status["loaded_by"], "DNSSEC re-sign", "{status}");
+    assert_eq!(status["reloads_refused"], 0, "{status}");
 }

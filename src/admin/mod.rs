@@ -35,30 +35,6 @@ pub use token::{read_token, AdminToken};
 /// Largest request body accepted (the load feed, later, is the biggest legitimate one).
 pub const MAX_BODY: usize = 1 << 20;
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AdminConfig {
-    /// Where the admin endpoint listens; loopback by default. Port 0 picks a free port.
-    pub listen: SocketAddr,
-    /// File holding the token that writes (`POST`) must present as `Authorization: Bearer`.
-    /// Missing: `serve` creates it (random, mode 0600). Unset, unreadable, shorter than 32
-    /// characters or readable by every user: writes are refused.
-    pub token_file: Option<PathBuf>,
-    /// Names (or addresses) besides loopback literals, `localhost` and the listen address that
-    /// requests may carry in `Host`, e.g. the name a reverse proxy uses.
-    pub allowed_hosts: Vec<String>,
-}
-
-impl Default for AdminConfig {
-    fn default() -> Self {
-        AdminConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 5380)),
-            token_file: None,
-            allowed_hosts: Vec::new(),
-        }
-    }
-}
-
 #[derive(Clone)]
 pub struct AdminState {
     pub reloader: Arc<Reloader>,
@@ -237,6 +213,89 @@ pub struct StatusView {
     /// The AF_XDP path, when `[server.xdp]` is configured: attached or why not, per queue.
     #[serde(default)]
     pub xdp: Option<crate::metrics::xdp::XdpView>,
+    /// DNSSEC, when zones are signed: the signatures' window, the next re-sign or key event,
+    /// and every key's state.
+    #[serde(default)]
+    pub dnssec: Option<DnssecView>,
+}
+
+/// The DNSSEC state of the snapshot being served.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DnssecView {
+    pub signed_at: String,
+    /// The signatures' inception and expiration (RFC 3339).
+    pub signatures_from: String,
+    pub signatures_until: String,
+    /// When the server signs again by itself: the next refresh or key event.
+    pub next_event: Option<String>,
+    /// Pre-signed steered answers.
+    pub steered_variants: usize,
+    pub zones: Vec<DnssecZoneView>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DnssecZoneView {
+    pub zone: String,
+    /// RRsets signed and NSEC records in the chain.
+    pub rrsets: usize,
+    pub nsec: usize,
+    pub keys: Vec<DnssecKeyView>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DnssecKeyView {
+    pub tag: u16,
+    pub role: String,
+    pub algorithm: u8,
+    /// created, published, active, retired or removed (at the time it was signed).
+    pub state: String,
+    /// The key's next event ("activate at 2026-…").
+    pub next_event: Option<String>,
+}
+
+fn unix_rfc3339(secs: u64) -> String {
+    crate::rfc3339::format_utc(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
+/// The status of what `signing` signed.
+pub fn dnssec_view(signing: &crate::dnssec::Signing) -> DnssecView {
+    let at = signing.signed_at;
+    let zones = signing
+        .zones
+        .iter()
+        .map(|(zone, signed)| DnssecZoneView {
+            zone: zone.clone(),
+            rrsets: signed.rrsets,
+            nsec: signed.nsec,
+            keys: signing
+                .keys
+                .iter()
+                .filter(|k| k.zone == *zone)
+                .map(|k| DnssecKeyView {
+                    tag: k.tag,
+                    role: k.role.as_str().to_string(),
+                    algorithm: k.algorithm,
+                    state: k.timing.state(at).to_string(),
+                    next_event: k
+                        .timing
+                        .next_event(at)
+                        .map(|(when, what)| format!("{what} at {}", unix_rfc3339(when))),
+                })
+                .collect(),
+        })
+        .collect();
+    DnssecView {
+        signed_at: unix_rfc3339(at),
+        signatures_from: signing
+            .window
+            .map_or_else(String::new, |w| unix_rfc3339(u64::from(w.inception))),
+        signatures_until: signing
+            .window
+            .map_or_else(String::new, |w| unix_rfc3339(u64::from(w.expiration))),
+        next_event: signing.next_event().map(unix_rfc3339),
+        steered_variants: signing.steered.variants,
+        zones,
+    }
 }
 
 /// The control-plane fields of [`Status`], in a form that also deserializes (for the CLI).
@@ -365,6 +424,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         shield: reloader.shield().status(),
         fleet: reloader.origin().fleet_status(),
         xdp: crate::metrics::xdp::view(),
+        dnssec: snapshot.dnssec.as_deref().map(dnssec_view),
     }
 }
 

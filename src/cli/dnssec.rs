@@ -109,25 +109,12 @@ pub fn status(config: &Config) -> Result<ExitCode> {
                 println!("{zone}:");
                 for key in &keys {
                     let t = &key.timing;
-                    let state = match (t.published(now), t.active(now)) {
-                        (true, true) => "active",
-                        (true, false) if t.activate > now => "published",
-                        (true, false) => "retired",
-                        (false, _) if t.publish > now => "created",
-                        (false, _) => "removed",
-                    };
-                    let next = [
-                        (t.publish, "publish"),
-                        (t.activate, "activate"),
-                        (t.retire.unwrap_or(0), "retire"),
-                        (t.remove.unwrap_or(0), "remove"),
-                    ]
-                    .into_iter()
-                    .filter(|(at, _)| *at > now)
-                    .min_by_key(|(at, _)| *at)
-                    .map_or("no event scheduled".to_string(), |(at, what)| {
-                        format!("{what} at {}", rfc3339(at))
-                    });
+                    let state = t.state(now);
+                    let next = t
+                        .next_event(now)
+                        .map_or("no event scheduled".to_string(), |(at, what)| {
+                            format!("{what} at {}", rfc3339(at))
+                        });
                     println!(
                         "  {} tag {:5} alg {} {:9} next: {next}  ({})",
                         key.role.as_str(),
@@ -148,9 +135,7 @@ pub fn status(config: &Config) -> Result<ExitCode> {
 }
 
 fn rfc3339(secs: u64) -> String {
-    steerdns::control::history::rfc3339_utc(
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
-    )
+    steerdns::rfc3339::format_utc(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
 /// `dnssec dump ZONE`: the signed zone as the server serves it, in zone-file form (each

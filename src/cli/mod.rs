@@ -520,12 +520,87 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
                 _ => String::new(),
             }
         );
+        if let Some(r) = &f.rollout {
+            print_rollout(r);
+        }
     }
     print_shield(&status.shield);
     if let Some(xdp) = &status.xdp {
         print_xdp(xdp);
     }
+    if let Some(dnssec) = &status.dnssec {
+        print_dnssec(dnssec);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_rollout(r: &steerdns::reload::RolloutView) {
+    let wave = r
+        .wave
+        .map_or("no wave".to_string(), |w| format!("wave {w}"));
+    let held = if r.held {
+        format!(
+            "; the newest revision is not released to {wave} yet: serving {}",
+            r.allowed
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "rollout of revision {} from {}: {} ({} of {} wave(s) released; this node: {wave}){}{}{}",
+        r.candidate,
+        r.lkg,
+        r.phase,
+        r.released,
+        r.waves,
+        if r.emergency { " [emergency]" } else { "" },
+        held,
+        if r.coordinator {
+            "; this node coordinates"
+        } else {
+            ""
+        }
+    );
+    if let Some(reason) = &r.halted {
+        println!("  HALTED: {reason}");
+    }
+}
+
+fn print_dnssec(d: &steerdns::admin::DnssecView) {
+    println!(
+        "dnssec: signed {}; signatures valid {} .. {}; next re-sign or key event {}; {} steered answers pre-signed",
+        d.signed_at,
+        d.signatures_from,
+        d.signatures_until,
+        d.next_event.as_deref().unwrap_or("none"),
+        d.steered_variants
+    );
+    for zone in &d.zones {
+        let keys: Vec<String> = zone
+            .keys
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} {} (alg {}) {}{}",
+                    k.role,
+                    k.tag,
+                    k.algorithm,
+                    k.state,
+                    k.next_event
+                        .as_ref()
+                        .map(|e| format!(", {e}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        println!(
+            "  {}: {} RRsets, {} NSEC; keys: {}",
+            zone.zone,
+            zone.rrsets,
+            zone.nsec,
+            keys.join("; ")
+        );
+    }
 }
 
 fn print_taster(t: &steerdns::taster::TasterStatus) {

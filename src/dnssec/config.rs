@@ -4,6 +4,10 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+/// The shortest refresh period accepted. Every refresh rebuilds the signed snapshot (a
+/// reload); seconds are for tests and demonstrations, a day is usual.
+pub const MIN_REFRESH_SECS: u64 = 2;
+
 /// `[dnssec]`: which zones to sign, with which keys and how.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -22,8 +26,9 @@ pub struct DnssecConfig {
     pub nsec3_salt: String,
     /// How long a signature is valid (seconds; default 14 days).
     pub signature_validity_secs: u64,
-    /// Signatures are renewed every this many seconds (default 1 day); their inception and
-    /// expiration are aligned to it, so every node of a fleet signs with the same window.
+    /// Signatures are renewed every this many seconds (default 1 day), by a reload the server
+    /// starts itself; their inception and expiration are aligned to it, so every node of a
+    /// fleet signs with the same window.
     pub refresh_secs: u64,
     /// TTL of the DNSKEY, CDS and CDNSKEY RRsets.
     pub dnskey_ttl: u32,
@@ -96,11 +101,18 @@ impl DnssecConfig {
                 "must be empty (RFC 9276: a salt adds nothing)".into(),
             ));
         }
-        if self.refresh_secs < 60 || self.signature_validity_secs < 3 * self.refresh_secs {
+        if self.refresh_secs < MIN_REFRESH_SECS {
+            return Some((
+                "dnssec.refresh_secs",
+                format!("must be at least {MIN_REFRESH_SECS} (a day is usual)"),
+            ));
+        }
+        if self.signature_validity_secs < 3 * self.refresh_secs {
             return Some((
                 "dnssec.signature_validity_secs",
                 format!(
-                    "must be at least 3 × refresh_secs ({}), and refresh_secs at least 60",
+                    "must be at least 3 × refresh_secs ({}): a re-sign that is late, or a \
+                     reload refused, must not let signatures expire",
                     self.refresh_secs
                 ),
             ));

@@ -96,6 +96,44 @@ impl Timing {
     pub fn active(&self, now: u64) -> bool {
         self.activate <= now && self.retire.is_none_or(|r| now < r)
     }
+
+    /// The key's state at `now`: created (not yet published), published (not yet signing),
+    /// active, retired (published, no longer signing) or removed.
+    pub fn state(&self, now: u64) -> &'static str {
+        match (self.published(now), self.active(now)) {
+            (true, true) => "active",
+            (true, false) if self.activate > now => "published",
+            (true, false) => "retired",
+            (false, _) if self.publish > now => "created",
+            (false, _) => "removed",
+        }
+    }
+
+    /// The key's next event after `now`: (when, what).
+    pub fn next_event(&self, now: u64) -> Option<(u64, &'static str)> {
+        [
+            (Some(self.publish), "publish"),
+            (Some(self.activate), "activate"),
+            (self.retire, "retire"),
+            (self.remove, "remove"),
+        ]
+        .into_iter()
+        .filter_map(|(at, what)| Some((at?, what)))
+        .filter(|(at, _)| *at > now)
+        .min_by_key(|(at, _)| *at)
+    }
+
+    /// The times at which this key changes state.
+    pub fn events(&self) -> impl Iterator<Item = u64> {
+        [
+            Some(self.publish),
+            Some(self.activate),
+            self.retire,
+            self.remove,
+        ]
+        .into_iter()
+        .flatten()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -29,6 +29,16 @@ pub use keys::{Algorithm, Key, KeyError, Role};
 pub use sign::Window;
 pub use steered::SteeredSigs;
 
+/// A key as the snapshot was signed with it (for status and to tell whether keys changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub zone: String,
+    pub tag: u16,
+    pub role: Role,
+    pub algorithm: u8,
+    pub timing: keys::Timing,
+}
+
 /// What the snapshot keeps of signing: the steered answers' signatures, the window, and per
 /// signed zone what was signed with which keys (for status).
 #[derive(Default)]
@@ -36,6 +46,30 @@ pub struct Signing {
     pub steered: SteeredSigs,
     pub window: Option<Window>,
     pub zones: Vec<(String, zone::Signed)>,
-    /// The keys signed with (zone, tag, timing): a reload whose keys differ signs again.
-    pub keys: Vec<(String, u16, keys::Timing)>,
+    /// The keys signed with: a reload whose keys differ signs again.
+    pub keys: Vec<KeyRecord>,
+    /// When this was signed (Unix seconds): the keys' states are those at this time.
+    pub signed_at: u64,
+}
+
+impl Signing {
+    /// When this must be signed again (Unix seconds): the next refresh of the window, or the
+    /// next key event after it was signed (a key published, activated, retired or removed),
+    /// whichever comes first.
+    pub fn next_event(&self) -> Option<u64> {
+        let key_events = self.keys.iter().flat_map(|k| k.timing.events());
+        self.window
+            .map(|w| w.refresh_at)
+            .into_iter()
+            .chain(key_events.filter(|&at| at > self.signed_at))
+            .min()
+    }
+
+    /// Would signing at `now` give the same key states as this did?
+    pub fn keys_unchanged_at(&self, now: u64) -> bool {
+        self.keys
+            .iter()
+            .flat_map(|k| k.timing.events())
+            .all(|at| at <= self.signed_at || at > now)
+    }
 }

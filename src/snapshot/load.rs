@@ -117,14 +117,14 @@ pub fn load_after(
     let mut snapshot = Snapshot::assemble(
         zones,
         precompiled,
-        config.serve_options(),
+        super::ServeOptions::from_config(&config.server),
         steering,
         config.trace.allow.clone(),
     );
     snapshot.sources = Some(sources);
     snapshot.dnssec = signing.map(Arc::new);
     snapshot.control = control.map(|(file, _)| file).unwrap_or_default();
-    snapshot.shield_settings = config.shield.settings();
+    snapshot.shield_settings = crate::shield::step::ShieldSettings::from_config(&config.shield);
     if let Some(ttl) = snapshot
         .policies()
         .and_then(crate::shield::live::steady_ttl)
@@ -229,18 +229,31 @@ impl DnssecKeys {
         })
     }
 
-    fn fingerprint(&self) -> Vec<(String, u16, crate::dnssec::keys::Timing)> {
+    fn fingerprint(&self) -> Vec<crate::dnssec::KeyRecord> {
         self.zones
             .iter()
-            .flat_map(|(zone, keys)| keys.iter().map(move |k| (zone.clone(), k.tag, k.timing)))
+            .flat_map(|(zone, keys)| {
+                keys.iter().map(move |k| crate::dnssec::KeyRecord {
+                    zone: zone.clone(),
+                    tag: k.tag,
+                    role: k.role,
+                    algorithm: k.algorithm.number(),
+                    timing: k.timing,
+                })
+            })
             .collect()
     }
 
-    /// Would the zones of `previous` be signed the same way now (same keys and window)?
+    /// Would the zones of `previous` be signed the same way now (same keys, key states and
+    /// window)?
     fn signed_alike(&self, previous: Option<&crate::dnssec::Signing>) -> bool {
         match previous {
             None => self.zones.is_empty(),
-            Some(p) => p.window == Some(self.window) && p.keys == self.fingerprint(),
+            Some(p) => {
+                p.window == Some(self.window)
+                    && p.keys == self.fingerprint()
+                    && p.keys_unchanged_at(self.now)
+            }
         }
     }
 
@@ -335,6 +348,7 @@ impl DnssecKeys {
             window,
             zones: report,
             keys: self.fingerprint(),
+            signed_at: self.now,
         }))
     }
 }

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod backend;
 pub mod etcd;
 pub mod prometheus;
 
