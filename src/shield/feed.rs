@@ -176,7 +176,7 @@ pub fn check_entries(
     }
     check_skew(
         entries.time,
-        || crate::control::history::rfc3339_utc(entries.time),
+        || crate::rfc3339::format_utc(entries.time),
         now,
     )?;
     let raw = |section: &'static str, list: Vec<(String, f64, f64)>| {
