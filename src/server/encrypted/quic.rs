@@ -18,7 +18,7 @@ use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use tokio::task::JoinSet;
 
 use super::{answer_bytes, server_config, Admission, Limits};
-use crate::dns::respond::{Client, Transport};
+use crate::dns::wire::{Client, Transport};
 use crate::metrics::serving::{serving, EncryptedEvent};
 use crate::snapshot::SharedSnapshot;
 
