@@ -334,12 +334,50 @@
     );
   }
 
+  function renderHealth(status) {
+    const h = status.health;
+    if (!h) {
+      byId("health").replaceChildren(el("p", { className: "none" }, "No monitored endpoints."));
+      return;
+    }
+    const head = el(
+      "tr",
+      {},
+      ...["Target", "State", "Last check", "Last change", "Last error"].map((t) => el("th", { scope: "col" }, t))
+    );
+    const rows = (h.targets || []).map((t) => {
+      const took = typeof t.last_latency_ms === "number" ? `${t.last_latency_ms.toFixed(1)} ms` : "none yet";
+      if (t.state === "down") serverAlerts.push(`health: ${t.target} down (${t.last_error || "?"})`);
+      return el(
+        "tr",
+        { className: t.state === "down" ? "disabled" : "", dataset: { target: t.target } },
+        el("th", { scope: "row" }, t.target),
+        el("td", {}, `${t.state} (${t.checks} checks, ${t.failures} failed)`),
+        el("td", {}, took),
+        el("td", {}, t.last_change || "never"),
+        el("td", {}, t.last_error || "")
+      );
+    });
+    const endpoints = (h.endpoints || []).map((e) =>
+      el(
+        "li",
+        { dataset: { endpoint: `${e.profile}/${e.endpoint}` } },
+        `${e.profile}/${e.endpoint}: ${e.served ? "served" : "SKIPPED"} (${e.state}${e.forced_up ? ", forced up" : ""})`
+      )
+    );
+    byId("health").replaceChildren(
+      el("table", { className: "health" }, el("thead", {}, head), el("tbody", {}, rows)),
+      el("ul", {}, endpoints)
+    );
+  }
+
   function render(status) {
     renderRings(status);
     renderShield(status);
     renderFleet(status);
     renderControl(status);
     renderProfiles(status);
+    renderHealth(status);
   }
 
   function setConnection(ok, detail) {
