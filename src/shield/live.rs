@@ -18,7 +18,6 @@ use super::step::{
 use crate::policy::ShieldMode;
 use crate::policy::{CompiledPolicies, Destination, RegionOverride, ShedView};
 use crate::rfc3339;
-use crate::snapshot::Snapshot;
 
 /// Changes kept for status.
 const RECENT_CHANGES: usize = 50;
@@ -112,6 +111,20 @@ pub struct ShieldStatus {
     pub state_repairs: u64,
     #[serde(default)]
     pub last_state_repair: Option<String>,
+    /// Ticks run since the server started (tests and operators wait for "N more ticks").
+    #[serde(default)]
+    pub ticks: u64,
+}
+
+/// What one tick reads from the served state (the snapshot builds it; the shield does not
+/// know the snapshot).
+pub struct TickInputs<'a> {
+    /// The compiled policies and the demand counters the serving path fills; `None` when no
+    /// names are steered (the shield then publishes an empty view).
+    pub steering: Option<(&'a CompiledPolicies, &'a DemandCounters)>,
+    pub settings: &'a ShieldSettings,
+    /// The operator's shield mode (control file).
+    pub mode: ShieldMode,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -175,16 +188,16 @@ impl Shield {
     /// One tick: poll sources, decide, publish. `now_ms` is a monotonic clock in ms.
     pub fn tick(
         &self,
-        snapshot: &Snapshot,
+        served: TickInputs<'_>,
         sources: &mut [Box<dyn LoadSource>],
         now: SystemTime,
         now_ms: u64,
     ) {
-        let Some(steering) = &snapshot.steering else {
+        let Some((policies, demand)) = served.steering else {
             self.view.store(Arc::new(ShedView::default()));
+            lock(&self.status).ticks += 1;
             return;
         };
-        let policies = &steering.policies;
         let region_names: Vec<&str> = policies.region_names().collect();
         let site_names: Vec<&str> = policies
             .fallback_sites()
@@ -194,9 +207,9 @@ impl Shield {
         for source in sources.iter_mut() {
             source.poll(&self.feed, &region_names, &site_names, now);
         }
-        let settings = &snapshot.shield_settings;
+        let settings = served.settings;
         let rings = rings_of(policies);
-        let inputs = self.inputs(policies, snapshot, steering.demand.take(), now);
+        let inputs = self.inputs(policies, served.mode, demand.take(), now);
         let (next, changes, repairs) = {
             let previous = lock(&self.state);
             checked_step(&previous, &inputs, &rings, settings, now_ms)
@@ -232,12 +245,14 @@ impl Shield {
         status.recent_changes.truncate(RECENT_CHANGES);
         self.fill_status(&mut status, &next, &inputs, policies, settings, now);
         *lock(&self.state) = next;
+        // Counted last: a reader that sees N ticks sees the state and status of the N-th.
+        status.ticks += 1;
     }
 
     fn inputs(
         &self,
         policies: &CompiledPolicies,
-        snapshot: &Snapshot,
+        mode: ShieldMode,
         demand: Vec<Demand>,
         now: SystemTime,
     ) -> Inputs {
@@ -267,7 +282,7 @@ impl Shield {
                 .map(|s| read(&s.name, false))
                 .collect(),
             demand,
-            mode: snapshot.control.shield,
+            mode,
             operator_held: (0..policies.regions().len())
                 .map(|r| policies.region_override(r as u16) != RegionOverride::None)
                 .collect(),
@@ -424,40 +439,6 @@ pub fn rings_of(policies: &CompiledPolicies) -> Rings {
             })
             .collect(),
     }
-}
-
-/// Runs the shield every tick for the life of the process, on its own thread, against whatever
-/// snapshot is current (so reloads change topology, settings and the load file in place).
-pub fn spawn(
-    shield: Arc<Shield>,
-    snapshot: crate::snapshot::SharedSnapshot,
-) -> std::io::Result<()> {
-    let started = std::time::Instant::now();
-    let mut sources: Vec<Box<dyn LoadSource>> = Vec::new();
-    let mut watched: Option<std::path::PathBuf> = None;
-    let mut tick = move |shield: &Shield| {
-        let current = snapshot.load_full();
-        if current.load_file != watched {
-            watched = current.load_file.clone();
-            sources = watched
-                .iter()
-                .map(|p| Box::new(super::source::FileSource::new(p.clone())) as Box<dyn LoadSource>)
-                .collect();
-        }
-        let now_ms = started.elapsed().as_millis() as u64;
-        shield.tick(&current, &mut sources, SystemTime::now(), now_ms);
-        Duration::from_millis(current.shield_tick_ms.max(100))
-    };
-    // The first tick runs before the server says it is ready, so status and the dashboard
-    // show every region and fallback site from the start.
-    let mut pause = tick(&shield);
-    std::thread::Builder::new()
-        .name("shield".into())
-        .spawn(move || loop {
-            std::thread::sleep(pause);
-            pause = tick(&shield);
-        })?;
-    Ok(())
 }
 
 /// The TTL of normal anycast answers (the longest, to be safe), which the step needs to know

@@ -116,6 +116,15 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// What a shield tick reads from this snapshot.
+    pub fn shield_inputs(&self) -> crate::shield::live::TickInputs<'_> {
+        crate::shield::live::TickInputs {
+            steering: self.steering.as_ref().map(|s| (&s.policies, &s.demand)),
+            settings: &self.shield_settings,
+            mode: self.control.shield,
+        }
+    }
+
     /// Compiles zones and options into a servable snapshot, precompiling static answers.
     pub fn build(
         zones: Vec<Zone>,
