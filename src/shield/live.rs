@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use super::prometheus::Capacities;
 use super::source::{FeedSlot, FeedStats, LoadSource};
 use super::step::{
     checked_step, shed_view, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings,
@@ -96,6 +97,9 @@ pub struct ShieldStatus {
     pub mode: String,
     pub feed_age_secs: Option<f64>,
     pub feed_origin: Option<String>,
+    /// The load sources polled (`file …`, `prometheus …`); pushes need none.
+    #[serde(default)]
+    pub sources: Vec<String>,
     pub feeds_accepted: u64,
     pub feeds_refused: u64,
     pub last_feed_refusal: Option<String>,
@@ -243,6 +247,7 @@ impl Shield {
             });
         }
         status.recent_changes.truncate(RECENT_CHANGES);
+        status.sources = sources.iter().map(|s| s.name()).collect();
         self.fill_status(&mut status, &next, &inputs, policies, settings, now);
         *lock(&self.state) = next;
         // Counted last: a reader that sees N ticks sees the state and status of the N-th.
@@ -437,6 +442,22 @@ pub fn rings_of(policies: &CompiledPolicies) -> Rings {
                 continent: s.continent.clone(),
                 neighbours: Vec::new(),
             })
+            .collect(),
+    }
+}
+
+/// The topology's capacities, for load sources that give load only.
+pub fn capacities_of(policies: &CompiledPolicies) -> Capacities {
+    Capacities {
+        regions: policies
+            .regions()
+            .iter()
+            .map(|r| (r.name.clone(), r.capacity.map(|c| c as f64)))
+            .collect(),
+        sites: policies
+            .fallback_sites()
+            .iter()
+            .map(|s| (s.name.clone(), s.capacity.map(|c| c as f64)))
             .collect(),
     }
 }
