@@ -13,15 +13,18 @@ pub mod dnssec;
 pub mod files;
 pub mod fleet;
 pub mod geo;
+pub mod health;
 pub mod metrics;
 pub mod policy;
 pub mod reload;
+pub mod rfc3339;
 pub mod rollout;
 pub mod rrl;
 pub mod server;
 pub mod shield;
 pub mod snapshot;
 pub mod taster;
+pub mod tls;
 pub mod zone;
 
 #[cfg(test)]

@@ -736,9 +736,10 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         runtime.spawn(steerdns::server::tcp::serve(
             tcp,
             snapshot.clone(),
-            config.tcp_limits(),
+            steerdns::server::tcp::TcpLimits::from_config(&config.server.tcp),
         ));
     }
+    start_encrypted(&config, &runtime, &snapshot)?;
     let xdp = start_xdp(&config, ports, &snapshot);
     let mut token = None;
     let mut admin_addr = None;
@@ -760,6 +761,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         };
         runtime.spawn(steerdns::admin::serve(admin, admin_state));
     }
+    reloader.health().start(runtime.handle());
     steerdns::shield::live::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
     steerdns::reload::resign::spawn(reloader.clone()).context("starting DNSSEC re-signing")?;
@@ -806,6 +808,47 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         workers.stop();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Binds and starts the encrypted transports of `[server.tls]` (each address is printed as
+/// "dot on ADDR", "doh on ADDR", "doq on ADDR").
+fn start_encrypted(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+    snapshot: &steerdns::snapshot::SharedSnapshot,
+) -> Result<()> {
+    use steerdns::dns::respond::Transport;
+    use steerdns::server::encrypted::{self, Limits};
+    let Some(tls) = &config.server.tls else {
+        return Ok(());
+    };
+    let limits = Limits::from_config(tls);
+    let _guard = runtime.enter();
+    let report = |transport: Transport, name: &str, addr: SocketAddr| {
+        println!("{name} on {addr}");
+        steerdns::metrics::encrypted::add_listener(transport, addr);
+    };
+    for addr in &tls.dot {
+        let listener = tokio::net::TcpListener::from_std(steerdns::server::bind_stream(*addr)?)?;
+        report(Transport::Tls, "dot", listener.local_addr()?);
+        let serving = encrypted::serve_dot(listener, snapshot.clone(), limits.clone());
+        runtime.spawn(async move {
+            if let Err(e) = serving.await {
+                tracing::error!("dot stopped: {e}");
+            }
+        });
+    }
+    for addr in &tls.doh {
+        let listener = tokio::net::TcpListener::from_std(steerdns::server::bind_stream(*addr)?)?;
+        report(Transport::Https, "doh", listener.local_addr()?);
+        let serving = encrypted::https::serve_doh(listener, snapshot.clone(), limits.clone());
+        runtime.spawn(async move {
+            if let Err(e) = serving.await {
+                tracing::error!("doh stopped: {e}");
+            }
+        });
+    }
+    Ok(())
 }
 
 /// Starts the AF_XDP path if `[server.xdp]` asks for it; the sockets serve whatever it does

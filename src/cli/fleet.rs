@@ -12,10 +12,11 @@ use etcd_client::Client;
 
 use steerdns::config::fleet::FleetConfig;
 use steerdns::config::Config;
-use steerdns::control::history::{rfc3339_utc, summarize};
+use steerdns::control::history::summarize;
 use steerdns::control::ControlFile;
 use steerdns::fleet::store::{self, Convergence, NodeRecord, WriteError};
 use steerdns::fleet::{client, Keys};
+use steerdns::rfc3339;
 use steerdns::snapshot::load::{load_with, ControlSource};
 
 pub(super) fn fleet_of(config: &Config) -> Result<&FleetConfig> {
@@ -162,7 +163,7 @@ async fn wait_for_nodes(
         millis,
         converged: converged.clone(),
         lagging: lagging.clone(),
-        at: rfc3339_utc(SystemTime::now()),
+        at: rfc3339::format_utc(SystemTime::now()),
     };
     let _ = store::put_json(client, keys.convergence(), &record, None).await;
     if nodes.is_empty() {

@@ -17,6 +17,7 @@ pub use precompiled::{Cached, Precompiled};
 
 use ipnet::IpNet;
 
+use crate::config::ServerConfig;
 use crate::control::ControlFile;
 use crate::dns::respond::Client;
 use crate::dns::wire::{ClientSubnet, WireName};
@@ -57,6 +58,25 @@ impl Default for ServeOptions {
     }
 }
 
+impl ServeOptions {
+    /// The options `[server]` asks for: `version = ""` refuses `version.bind`, unset answers
+    /// the default.
+    pub fn from_config(server: &ServerConfig) -> ServeOptions {
+        let defaults = ServeOptions::default();
+        ServeOptions {
+            edns_payload: server.edns_payload,
+            nsid: server.nsid.as_ref().map(|n| n.as_bytes().into()),
+            version: match &server.version {
+                None => defaults.version,
+                Some(v) if v.is_empty() => None,
+                Some(v) => Some(v.clone()),
+            },
+            identity: server.identity.clone(),
+            query_log_sample: server.query_log_sample,
+        }
+    }
+}
+
 pub struct Snapshot {
     pub zones: ZoneSet,
     pub precompiled: Precompiled,
@@ -73,6 +93,9 @@ pub struct Snapshot {
     pub config_hash: u64,
     /// The traffic shield (shared by every snapshot: its decisions outlive reloads).
     pub shield: Arc<Shield>,
+    /// The monitors' health view for these policies (from [`crate::health::Health::attach`];
+    /// empty, everything up, until the reloader attaches it).
+    pub health: Arc<crate::health::Board>,
     pub shield_settings: ShieldSettings,
     /// The load file the shield polls, if any.
     pub load_file: Option<std::path::PathBuf>,
@@ -87,6 +110,9 @@ pub struct Snapshot {
     pub sources: Option<Arc<load::Sources>>,
     /// DNSSEC: pre-signed steered answers and what was signed; `None` when nothing is signed.
     pub dnssec: Option<Arc<crate::dnssec::Signing>>,
+    /// The certificate and key of the encrypted transports (`[server.tls]`), re-read on
+    /// every load; TLS handshakes use the one of the snapshot in service.
+    pub tls: Option<Arc<crate::tls::Material>>,
 }
 
 impl Snapshot {
@@ -123,6 +149,7 @@ impl Snapshot {
             serial: 0,
             config_hash: 0,
             shield: Arc::new(Shield::default()),
+            health: Arc::new(crate::health::Board::default()),
             shield_settings: ShieldSettings::default(),
             load_file: None,
             shield_tick_ms: 1000,
@@ -130,6 +157,7 @@ impl Snapshot {
             rrl: None,
             sources: None,
             dnssec: None,
+            tls: None,
         };
         if !shared {
             snapshot.precompiled = Precompiled::build(&snapshot);
@@ -179,6 +207,7 @@ impl Snapshot {
             data,
             &self.counters,
             &self.shield,
+            &self.health,
             steer::locate(&data.locator, client, subnet),
             self.dnssec.as_deref().map(|d| &d.steered),
         ))
@@ -215,6 +244,7 @@ impl Snapshot {
         steer::trace(
             data,
             &self.shield.view(),
+            &self.health.view(),
             binding,
             steering.client(),
             &source,
