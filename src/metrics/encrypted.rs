@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -75,7 +76,9 @@ pub fn certificate_view(material: &crate::tls::Material, now: i64) -> Certificat
     CertificateView {
         cert: material.cert_path.display().to_string(),
         key: material.key_path.display().to_string(),
-        not_after: crate::tls::rfc3339(material.not_after),
+        not_after: crate::rfc3339::format_utc(
+            UNIX_EPOCH + Duration::from_secs(u64::try_from(material.not_after).unwrap_or(0)),
+        ),
         not_after_unix: material.not_after,
         days_left: material.days_left(now),
         warning: material.warning(now),

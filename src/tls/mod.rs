@@ -8,8 +8,6 @@
 
 mod der;
 
-pub use der::rfc3339;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
