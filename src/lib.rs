@@ -6,6 +6,7 @@
 //! steered names, [`geo`] (where is the client) and [`policy`] (which endpoint answers).
 
 pub mod admin;
+pub mod answer;
 pub mod config;
 pub mod control;
 pub mod dns;

@@ -638,7 +638,8 @@ fn overload_pushed_over_http_sheds_the_shown_share_with_short_ttl_and_scope() {
         changes.iter().any(|c| c["region"] == "eu-west"
             && c["reason"]
                 .as_str()
-                .is_some_and(|r| r.contains("above high watermark"))),
+                .is_some_and(|r| r.starts_with("measured utilisation 0.99, predicted ")
+                    && r.contains("above high watermark 0.85"))),
         "the change is logged with its reason: {changes:?}"
     );
 

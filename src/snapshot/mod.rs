@@ -4,9 +4,9 @@
 //! Everything that can fail happens while building a snapshot, off the serving path; a snapshot
 //! that exists is servable. Swapping one in is a single atomic store ([`SharedSnapshot`]).
 
+pub mod compose;
 pub mod load;
 mod precompiled;
-pub mod probe;
 pub mod steer;
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use ipnet::IpNet;
 
 use crate::config::ServerConfig;
 use crate::control::ControlFile;
-use crate::dns::respond::Client;
+use crate::dns::wire::Client;
 use crate::dns::wire::{ClientSubnet, WireName};
 use crate::metrics::SnapshotCounters;
 use crate::shield::live::Shield;

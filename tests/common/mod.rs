@@ -27,6 +27,8 @@ pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     pub stdout_lines: mpsc::Receiver<String>,
+    /// What the server printed on stdout up to and including its `ready` line.
+    pub startup: Vec<String>,
 }
 
 impl Server {
@@ -63,14 +65,17 @@ impl Server {
             }
         });
         let mut addr = None;
+        let mut startup = Vec::new();
         loop {
             let line = match rx.recv_timeout(TIMEOUT * 2) {
                 Ok(line) => line,
                 Err(_) => {
                     let _ = child.kill();
-                    panic!("steerdns did not become ready");
+                    let _ = child.wait();
+                    panic!("steerdns did not become ready; stdout so far: {startup:#?}");
                 }
             };
+            startup.push(line.clone());
             if let Some(rest) = line.strip_prefix("listening on ") {
                 let a = rest.split_whitespace().next().expect("address");
                 addr.get_or_insert(a.parse::<SocketAddr>().expect("socket address"));
@@ -83,6 +88,7 @@ impl Server {
             child,
             addr: addr.expect("a listen address"),
             stdout_lines: rx,
+            startup,
         }
     }
 
