@@ -15,6 +15,7 @@ pub mod files;
 pub mod fleet;
 pub mod geo;
 pub mod health;
+pub mod http_client;
 pub mod metrics;
 pub mod policy;
 pub mod reload;

@@ -265,23 +265,6 @@ fn wait_shedding(daemon: &Daemon) -> Decision {
 // ---------------------------------------------------------------------------------------------
 // Queries
 
-/// `n` distinct /24s in RIPE /8s the example database places in Europe (continent EU, no
-/// country: region eu-west), located by their /8. 2/8, 81/8 and 89/8 are left out: they hold
-/// the database's GB and SE networks, which make it locate their neighbours by longer prefixes.
-fn eu_west_subnets(n: usize) -> Vec<String> {
-    const RIPE: [u8; 20] = [
-        5, 31, 37, 46, 62, 77, 78, 79, 80, 82, 83, 84, 85, 86, 87, 88, 90, 91, 92, 93,
-    ];
-    (0..n)
-        .map(|i| {
-            let a = RIPE[i % RIPE.len()];
-            let b = (i / RIPE.len()) % 256;
-            let c = (i * 37 + 11) % 256;
-            format!("{a}.{b}.{c}.0/24")
-        })
-        .collect()
-}
-
 /// What one A answer for the steered name said.
 #[derive(Debug, Clone, PartialEq)]
 struct Answer {

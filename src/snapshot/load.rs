@@ -133,6 +133,7 @@ pub fn load_after(
         snapshot.shield_settings.steady_ttl = ttl;
     }
     snapshot.load_file = config.shield.load_file.clone();
+    snapshot.prometheus = config.shield.prometheus.clone();
     snapshot.shield_tick_ms = config.shield.tick_ms;
     snapshot.rrl = crate::rrl::RateLimiter::from_config(&config.rrl);
     snapshot.serial = snapshot.control.serial.unwrap_or(0);
