@@ -247,6 +247,40 @@ fn every_bad_zone_file_is_refused_by_check_with_its_file_and_line() {
     failures.finish("zones", files.len());
 }
 
+/// `$INCLUDE` fan-out (issue 12 item 10): six includes per file, five levels deep, is 7776
+/// file reads while the depth stays legal. `check` refuses it quickly, once, at the include
+/// that crossed the zone's budget of included files, naming that file and line.
+#[test]
+fn an_include_fan_out_is_refused_by_the_zone_budget() {
+    let dir = TempDir::new("fan-out");
+    let zones = dir.path().join("zones");
+    std::fs::create_dir_all(&zones).expect("mkdir zones");
+    for level in 1..=5 {
+        let body = if level == 5 {
+            "x 60 IN TXT \"leaf\"\n".to_string()
+        } else {
+            format!("$INCLUDE l{}.inc\n", level + 1).repeat(6)
+        };
+        std::fs::write(zones.join(format!("l{level}.inc")), body).expect("write include");
+    }
+    let soa = "@ 60 IN SOA ns1 hostmaster 1 60 60 60 60\n@ 60 IN NS ns1\nns1 60 IN A 192.0.2.1\n";
+    std::fs::write(
+        zones.join("fan.example.zone"),
+        format!("{soa}{}", "$INCLUDE l1.inc\n".repeat(6)),
+    )
+    .expect("write zone");
+    let (code, output) =
+        run_bounded(dir.path(), &["check", "--zones", "zones"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code, 1, "{output}");
+    let budget = "the zone already read 1024 included files";
+    assert_eq!(output.matches(budget).count(), 1, "{output}");
+    let line = output
+        .lines()
+        .find(|l| l.contains(budget))
+        .unwrap_or_default();
+    assert!(line.contains(".inc:") || line.contains(".zone:"), "{line}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // configs/
 

@@ -908,7 +908,11 @@ fn malformed_feeds_are_refused_whole_and_the_decisions_stand() {
     negative["regions"]["eu-west"]["load"] = json!(-5.0);
     let negative = negative.to_string();
     let bad_json = format!("{}{{", &feed(RELIEF)[..40]);
-    let cases: [(&str, &str, &str); 3] = [
+    // Finite, in a sane ratio, but so large that the shield's sums overflow (issue 12 item 7).
+    let mut huge = feed_value(RELIEF);
+    huge["regions"]["eu-west"] = json!({"load": 1.7e308, "capacity": 1.7e308});
+    let huge = huge.to_string();
+    let cases: [(&str, &str, &str); 4] = [
         ("unknown region", &typo, "regions.eu-wset: unknown region"),
         (
             "negative load",
@@ -916,6 +920,11 @@ fn malformed_feeds_are_refused_whole_and_the_decisions_stand() {
             "regions.eu-west.load: must be ≥ 0",
         ),
         ("bad JSON", &bad_json, "does not parse"),
+        (
+            "magnitude near f64::MAX",
+            &huge,
+            "regions.eu-west.load: 1.7e308 is above the limit of 1e15",
+        ),
     ];
     for (i, (what, body, reason)) in cases.iter().enumerate() {
         let refused_before = counter(&daemon.status(), "feeds_refused");

@@ -466,10 +466,18 @@ impl Scrape {
                 (vec![("result", "refused".to_string())], self.feeds.refused),
             ],
         )?;
+        counter(
+            encoder,
+            "steerdns_shield_state_repairs",
+            "Shield ticks whose state held a non-finite number and was repaired (a bug; see \
+             shield.last_state_repair in /v1/status).",
+            sh.state_repairs,
+        )?;
         gauge(
             encoder,
             "steerdns_shield_alerts",
-            "Shield alerts standing now (no headroom, stale or missing feed); see /v1/status.",
+            "Shield alerts standing now (no headroom, stale or missing feed, state repaired); \
+             see /v1/status.",
             sh.alerts.len() as f64,
         )
     }

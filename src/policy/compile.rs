@@ -60,7 +60,7 @@ pub fn compile(
     let regions = compile_regions(&topology.regions, families, &mut errors);
     let sites = compile_sites(&topology.fallback, families, &regions, &mut errors);
     let overrides = compile_region_knobs(knobs, &regions, &sites, &mut errors);
-    let compiled_profiles = compile_profiles(profiles, &regions, knobs, &mut errors);
+    let (compiled_profiles, monitors) = compile_profiles(profiles, &regions, knobs, &mut errors);
     let steered = compile_steered(steered, profiles, families, &mut errors);
     if !errors.0.is_empty() {
         return Err(errors.0);
@@ -75,6 +75,7 @@ pub fn compile(
         any_override,
         profiles: compiled_profiles,
         steered,
+        monitors,
     })
 }
 

@@ -94,6 +94,12 @@ pub struct ProfileConfig {
     pub hash_prefix_v6: u8,
     /// The endpoints, in priority order (which matters for failover profiles only).
     pub endpoints: Vec<EndpointConfig>,
+    /// What the profile answers when every endpoint it could serve is down by its monitor:
+    /// `"serve-all"` (the default: as if every one were up), `"serve-last-healthy"` (the
+    /// endpoints that were up last), or `"fallback:NAME"` (an endpoint of this profile, else a
+    /// profile, served whatever its health). Never an empty answer.
+    #[serde(default)]
+    pub all_down: Option<String>,
 }
 
 fn default_hash_prefix_v4() -> u8 {
@@ -124,9 +130,14 @@ pub struct EndpointConfig {
     #[serde(default)]
     pub weight: Option<u32>,
     /// Always-serve: the endpoint is never health-checked and is eligible whenever its weight
-    /// is above 0. steerdns has no health checks, so this must be `true` (the default).
-    #[serde(default = "default_true")]
-    pub always_serve: bool,
+    /// is above 0. The default is `true` without a `monitor` and `false` with one; `true`
+    /// together with a `monitor` is refused (a break-glass endpoint must not drop out on a
+    /// failed check), and `false` without one is refused (nothing would say it is up).
+    #[serde(default)]
+    pub always_serve: Option<bool>,
+    /// A health check: the endpoint is served only while it passes (see [`MonitorConfig`]).
+    #[serde(default)]
+    pub monitor: Option<MonitorConfig>,
     /// Geo profiles only: the regions this endpoint serves.
     #[serde(default)]
     pub regions: Vec<String>,
@@ -141,6 +152,59 @@ pub struct EndpointConfig {
 
 fn default_true() -> bool {
     true
+}
+
+/// `monitor = { ... }` on an endpoint: how and how often to check it. Exactly one of `url`,
+/// `tcp` and `dns` names what is checked. One target (the same URL, TCP address or DNS
+/// server and name) is probed once per interval however many endpoints use it, so every
+/// endpoint that names it must give it the same settings.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorConfig {
+    /// HTTP(S) check: `http://host:port/path` or `https://...`; GET, HTTP/1.0.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// TCP check: `host:port` accepts a connection.
+    #[serde(default)]
+    pub tcp: Option<String>,
+    /// DNS check: `host:port` of a DNS server that must answer `dns_name` (`dns_type`) with
+    /// NOERROR over UDP.
+    #[serde(default)]
+    pub dns: Option<String>,
+    /// DNS checks: the name asked (absolute, with the trailing dot).
+    #[serde(default)]
+    pub dns_name: Option<String>,
+    /// DNS checks: the type asked, `A`, `AAAA`, `SOA`, `NS` or `TXT` (default `SOA`).
+    #[serde(default)]
+    pub dns_type: Option<String>,
+    /// Milliseconds between checks (100..=3600000, default 5000).
+    #[serde(default)]
+    pub interval_ms: Option<u64>,
+    /// Milliseconds a check may take before it counts as failed (default 1000, below
+    /// `interval_ms`).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Consecutive failures that take an up endpoint down (1..=100, default 3).
+    #[serde(default)]
+    pub fall: Option<u32>,
+    /// Consecutive successes that bring a down endpoint up (1..=100, default 2).
+    #[serde(default)]
+    pub rise: Option<u32>,
+    /// State before the first check: `"up"`, `"down"` or `"unknown"` (the default: answered
+    /// as up, and the first result decides).
+    #[serde(default)]
+    pub startup: Option<String>,
+    /// HTTP checks: accepted status codes, `[low, high]` inclusive (default `[200, 399]`).
+    #[serde(default)]
+    pub expect_status: Option<[u16; 2]>,
+    /// HTTP checks: a substring the body (first 64 KiB) must contain.
+    #[serde(default)]
+    pub expect_body: Option<String>,
+    /// HTTPS checks: `"verify"` (default: the system's CA bundle and the URL's host name),
+    /// `"skip"` (no certificate check; labs only), or `"sha256:HEX"` (the server's leaf
+    /// certificate must have this SHA-256 digest; names and CAs are not checked).
+    #[serde(default)]
+    pub tls: Option<String>,
 }
 
 /// What a steered name answers with.

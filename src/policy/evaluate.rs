@@ -19,10 +19,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use hickory_proto::rr::Name;
 
 use super::hash::{permille_bucket, subnet_hash, Purpose, RendezvousScore, SubnetHasher};
+use super::health::HealthView;
 use super::knobs::{Destination, RegionShed, ShedView};
 use super::model::{
-    CompiledPolicies, EndpointTarget, GeoRoute, PolicyRoot, Profile, ProfileId, RegionOverride,
-    Rule, MAX_PROFILE_DEPTH,
+    AllDown, CompiledPolicies, EndpointTarget, GeoRoute, PolicyRoot, Profile, ProfileId,
+    RegionOverride, Rule, MAX_PROFILE_DEPTH,
 };
 
 /// IPv4 prefix hashed to decide per-subnet shedding.
@@ -111,8 +112,20 @@ pub enum StepChoice {
     },
     /// Geo, via the given route (for the client's region).
     Geo(GeoRoute),
-    /// Failover: the first enabled endpoint.
+    /// Failover: the first enabled endpoint (that is up).
     Failover,
+}
+
+/// What health did to one profile's choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepHealth {
+    /// Health changed nothing: the endpoint chosen is the one chosen with every endpoint up.
+    #[default]
+    Unchanged,
+    /// That endpoint was down, so another was chosen.
+    Skipped,
+    /// Every candidate was down: the profile's `all_down` rule chose.
+    AllDown(AllDown),
 }
 
 /// One profile on the evaluation path.
@@ -124,6 +137,8 @@ pub struct TraceStep {
     pub endpoint: u16,
     /// How it was chosen.
     pub choice: StepChoice,
+    /// What health did to the choice.
+    pub health: StepHealth,
 }
 
 /// A small, copyable record of the decision (for logs, metrics and `CH TXT` traces).
@@ -137,17 +152,34 @@ pub struct Trace {
     pub hot: bool,
 }
 
-/// Computes the answer for `client` under `root`. Never panics and never allocates.
+/// Computes the answer for `client` under `root` with every monitored endpoint up. Never
+/// panics and never allocates.
 pub fn evaluate<'a>(
     p: &'a CompiledPolicies,
     root: PolicyRoot,
     client: &Client,
     shed: &ShedView,
 ) -> Decision<'a> {
+    evaluate_with_health(p, root, client, shed, &ALL_UP)
+}
+
+/// The view in which every target is up.
+static ALL_UP: HealthView = HealthView::all_up();
+
+/// Computes the answer for `client` under `root`, skipping endpoints that `health` says are
+/// down. Never panics and never allocates.
+pub fn evaluate_with_health<'a>(
+    p: &'a CompiledPolicies,
+    root: PolicyRoot,
+    client: &Client,
+    shed: &ShedView,
+    health: &HealthView,
+) -> Decision<'a> {
     match root {
         PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed),
         PolicyRoot::Profile { profile, ttl_cap } => {
-            evaluate_profile(p, profile, ttl_cap.unwrap_or(u32::MAX), client)
+            let health = Health { p, view: health };
+            evaluate_profile(p, profile, ttl_cap.unwrap_or(u32::MAX), client, &health)
         }
     }
 }
@@ -307,6 +339,7 @@ fn evaluate_profile<'a>(
     root: ProfileId,
     ttl_cap: u32,
     client: &Client,
+    health: &Health<'_>,
 ) -> Decision<'a> {
     let mut trace = Trace::default();
     let mut ttl = ttl_cap;
@@ -314,17 +347,19 @@ fn evaluate_profile<'a>(
     let mut current = root;
     // Compilation guarantees an acyclic path of at most MAX_PROFILE_DEPTH profiles; the loop
     // bound only keeps a broken table from looping.
-    for slot in trace.steps.iter_mut() {
+    for (depth, slot) in trace.steps.iter_mut().enumerate() {
         let Some(profile) = p.profile(current) else {
             break;
         };
         ttl = ttl.min(profile.ttl);
-        let (index, choice, step_scope) = choose_endpoint(profile, client);
+        let (index, choice, step_scope, step_health) =
+            choose_with_health(profile, client, health, depth);
         scope = scope.max(step_scope);
         *slot = Some(TraceStep {
             profile: current,
             endpoint: index,
             choice,
+            health: step_health,
         });
         let Some(endpoint) = profile.endpoints.get(usize::from(index)) else {
             break;
@@ -352,14 +387,119 @@ fn evaluate_profile<'a>(
     }
 }
 
-/// Picks an endpoint of one profile: (endpoint index, how, ECS scope contribution).
-fn choose_endpoint(profile: &Profile, client: &Client) -> (u16, StepChoice, u8) {
-    match &profile.rule {
-        Rule::Weighted { servable } => {
-            if let [only] = servable.as_slice() {
-                return (*only, StepChoice::Weighted { hashed: false }, 0);
+/// Reads the health view for one evaluation: whether an endpoint is up (a nested profile is
+/// up while it has a candidate that is up) and when it was last up.
+pub(crate) struct Health<'h> {
+    pub(crate) p: &'h CompiledPolicies,
+    pub(crate) view: &'h HealthView,
+}
+
+impl Health<'_> {
+    /// Whether endpoint `index` of `profile` (at nesting `depth`) is up.
+    pub(crate) fn endpoint_up(&self, profile: &Profile, index: u16, depth: usize) -> bool {
+        let Some(endpoint) = profile.endpoints.get(usize::from(index)) else {
+            return false;
+        };
+        if endpoint.forced_up {
+            return true;
+        }
+        if let Some(slot) = endpoint.monitor {
+            return self.view.up(slot);
+        }
+        match endpoint.target {
+            EndpointTarget::Profile(next) if depth + 1 < MAX_PROFILE_DEPTH => {
+                self.profile_up(next, depth + 1)
             }
-            let chosen = rendezvous(profile, servable, client.addr);
+            _ => true,
+        }
+    }
+
+    /// Whether a profile has a candidate that is up.
+    pub(crate) fn profile_up(&self, id: ProfileId, depth: usize) -> bool {
+        match self.p.profile(id) {
+            Some(profile) if profile.monitored => profile
+                .candidates
+                .iter()
+                .any(|&i| self.endpoint_up(profile, i, depth)),
+            _ => true,
+        }
+    }
+
+    /// The health generation in which the endpoint was last up (`u64::MAX`: up now).
+    fn endpoint_last_up(&self, profile: &Profile, index: u16, depth: usize) -> u64 {
+        let Some(endpoint) = profile.endpoints.get(usize::from(index)) else {
+            return 0;
+        };
+        if endpoint.forced_up {
+            return u64::MAX;
+        }
+        if let Some(slot) = endpoint.monitor {
+            return self.view.last_up(slot);
+        }
+        match endpoint.target {
+            EndpointTarget::Profile(next) if depth + 1 < MAX_PROFILE_DEPTH => {
+                match self.p.profile(next) {
+                    Some(nested) if nested.monitored => nested
+                        .candidates
+                        .iter()
+                        .map(|&i| self.endpoint_last_up(nested, i, depth + 1))
+                        .max()
+                        .unwrap_or(0),
+                    _ => u64::MAX,
+                }
+            }
+            _ => u64::MAX,
+        }
+    }
+}
+
+/// Picks an endpoint of one profile with health applied: the health-blind choice while it is
+/// up (so health never moves a client whose endpoint is up), else the choice among the
+/// candidates that are up, else the profile's `all_down` rule.
+fn choose_with_health(
+    profile: &Profile,
+    client: &Client,
+    health: &Health<'_>,
+    depth: usize,
+) -> (u16, StepChoice, u8, StepHealth) {
+    let (index, choice, scope) = choose_endpoint(profile, client, |_| true);
+    if !profile.monitored || health.endpoint_up(profile, index, depth) {
+        return (index, choice, scope, StepHealth::Unchanged);
+    }
+    let up = |i: u16| health.endpoint_up(profile, i, depth);
+    if profile.candidates.iter().any(|&i| up(i)) {
+        let (index, choice, scope) = choose_endpoint(profile, client, up);
+        return (index, choice, scope, StepHealth::Skipped);
+    }
+    let all_down = StepHealth::AllDown(profile.all_down);
+    match profile.all_down {
+        AllDown::ServeAll => (index, choice, scope, all_down),
+        AllDown::ServeLastHealthy => {
+            let last = |i: u16| health.endpoint_last_up(profile, i, depth);
+            let newest = profile.candidates.iter().map(|&i| last(i)).max();
+            let (index, choice, scope) =
+                choose_endpoint(profile, client, |i| Some(last(i)) == newest);
+            (index, choice, scope, all_down)
+        }
+        AllDown::Fallback(index) => (index, choice, 0, all_down),
+    }
+}
+
+/// Picks an endpoint of one profile among the candidates that `eligible` accepts (at least
+/// one must be): (endpoint index, how, ECS scope contribution).
+fn choose_endpoint(
+    profile: &Profile,
+    client: &Client,
+    eligible: impl Fn(u16) -> bool,
+) -> (u16, StepChoice, u8) {
+    match &profile.rule {
+        Rule::Weighted => {
+            let mut eligible_ones = profile.candidates.iter().filter(|&&i| eligible(i));
+            let first = eligible_ones.next().copied().unwrap_or(0);
+            if eligible_ones.next().is_none() {
+                return (first, StepChoice::Weighted { hashed: false }, 0);
+            }
+            let chosen = rendezvous(profile, &eligible, client.addr);
             let prefix = match client.addr {
                 IpAddr::V4(_) => profile.hash_prefix_v4,
                 IpAddr::V6(_) => profile.hash_prefix_v6,
@@ -371,23 +511,43 @@ fn choose_endpoint(profile: &Profile, client: &Client) -> (u16, StepChoice, u8) 
             unknown,
             uniform,
         } => {
+            let fallback = (0, GeoRoute::Default);
+            let first = |chain: &[(u16, GeoRoute)]| {
+                chain
+                    .iter()
+                    .copied()
+                    .find(|&(e, _)| eligible(e))
+                    .or(chain.first().copied())
+                    .unwrap_or(fallback)
+            };
             if *uniform {
-                return (unknown.0, StepChoice::Geo(unknown.1), 0);
+                if let Some(&(index, route)) = unknown.first().filter(|(e, _)| eligible(*e)) {
+                    return (index, StepChoice::Geo(route), 0);
+                }
             }
-            let (index, route) = by_region
+            let chain = by_region
                 .get(usize::from(client.region))
-                .copied()
-                .unwrap_or(*unknown);
+                .map_or(unknown.as_slice(), Vec::as_slice);
+            let (index, route) = first(chain);
             (index, StepChoice::Geo(route), client.prefix_len)
         }
-        Rule::Failover { chosen } => (*chosen, StepChoice::Failover, 0),
+        Rule::Failover => {
+            let chosen = profile
+                .candidates
+                .iter()
+                .copied()
+                .find(|&i| eligible(i))
+                .or(profile.candidates.first().copied())
+                .unwrap_or(0);
+            (chosen, StepChoice::Failover, 0)
+        }
     }
 }
 
-/// Weighted rendezvous hashing: each servable endpoint scores the subnet, the best wins. An
-/// endpoint wins with probability weight / total, and changing one endpoint's weight only
-/// moves subnets to or from that endpoint.
-fn rendezvous(profile: &Profile, servable: &[u16], addr: IpAddr) -> u16 {
+/// Weighted rendezvous hashing: each eligible candidate scores the subnet, the best wins. An
+/// endpoint wins with probability weight / total, and changing one endpoint's weight (or
+/// taking it out) only moves subnets to or from that endpoint.
+fn rendezvous(profile: &Profile, eligible: &impl Fn(u16) -> bool, addr: IpAddr) -> u16 {
     let mut best: Option<(RendezvousScore, u16)> = None;
     let hasher = SubnetHasher::new(
         addr,
@@ -395,7 +555,7 @@ fn rendezvous(profile: &Profile, servable: &[u16], addr: IpAddr) -> u16 {
         profile.hash_prefix_v6,
         Purpose::Weighted,
     );
-    for &index in servable {
+    for &index in profile.candidates.iter().filter(|&&i| eligible(i)) {
         let Some(endpoint) = profile.endpoints.get(usize::from(index)) else {
             continue;
         };

@@ -3,16 +3,31 @@
 
 use std::fmt::Write as _;
 
-use super::evaluate::{evaluate, AnycastChoice, Client, StepChoice, Target};
+use super::evaluate::{
+    evaluate_with_health, AnycastChoice, Client, StepChoice, StepHealth, Target,
+};
+use super::health::HealthView;
 use super::knobs::{Destination, ShedView};
-use super::model::{CompiledPolicies, GeoRoute, PolicyRoot};
+use super::model::{AllDown, CompiledPolicies, GeoRoute, PolicyRoot};
 
 /// Explains how `root` answers `client`: profile path, chosen endpoints, shed state, hash
 /// bucket, TTL and ECS scope, e.g.
 /// `profile critical[weighted] -> endpoint frontdoor (single servable); answer CNAME
 /// critical.edge.example.net.; ttl 60; scope 0`.
 pub fn explain(p: &CompiledPolicies, root: PolicyRoot, client: &Client, shed: &ShedView) -> String {
-    let decision = evaluate(p, root, client, shed);
+    explain_with_health(p, root, client, shed, &HealthView::all_up())
+}
+
+/// [`explain`] with the monitors' view: endpoints skipped because they are down are named
+/// (`skipped for health: primary down`), and an all-down profile says which rule answered.
+pub fn explain_with_health(
+    p: &CompiledPolicies,
+    root: PolicyRoot,
+    client: &Client,
+    shed: &ShedView,
+    health: &HealthView,
+) -> String {
+    let decision = evaluate_with_health(p, root, client, shed, health);
     let mut out = String::new();
     if let Some((region, choice)) = decision.trace.anycast {
         let _ = write!(out, "anycast; region {}", region_label(p, region));
@@ -29,11 +44,20 @@ pub fn explain(p: &CompiledPolicies, root: PolicyRoot, client: &Client, shed: &S
             StepChoice::Failover => "failover",
         };
         let endpoint = p.endpoint_name(step.profile, step.endpoint).unwrap_or("?");
+        let reason = match step.health {
+            StepHealth::AllDown(rule) => format!("every endpoint down: {}", all_down_text(rule)),
+            _ => step_reason(p, step.choice, client.region),
+        };
         let _ = write!(
             out,
-            "profile {profile}[{kind}] -> endpoint {endpoint} ({})",
-            { step_reason(p, step.choice, client.region) }
+            "profile {profile}[{kind}] -> endpoint {endpoint} ({reason})"
         );
+        if step.health != StepHealth::Unchanged {
+            let down = down_endpoints(p, step.profile, health);
+            if !down.is_empty() {
+                let _ = write!(out, "; skipped for health: {} down", down.join(", "));
+            }
+        }
     }
     if decision.trace.hot {
         out.push_str("; region hot (short TTL)");
@@ -102,9 +126,37 @@ fn step_reason(p: &CompiledPolicies, choice: StepChoice, client_region: u16) -> 
                     format!("{region} via same-continent {}", region_label(p, c))
                 }
                 GeoRoute::Default => format!("{region} via default"),
+                GeoRoute::Elsewhere => format!("{region} via another endpoint"),
             }
         }
     }
+}
+
+fn all_down_text(rule: AllDown) -> &'static str {
+    match rule {
+        AllDown::ServeAll => "all_down serve-all",
+        AllDown::ServeLastHealthy => "all_down serve-last-healthy",
+        AllDown::Fallback(_) => "all_down fallback",
+    }
+}
+
+/// The candidates of a profile that are down (monitored or nesting a profile with nothing up).
+fn down_endpoints(
+    p: &CompiledPolicies,
+    id: super::model::ProfileId,
+    view: &HealthView,
+) -> Vec<String> {
+    let health = super::evaluate::Health { p, view };
+    let Some(profile) = p.profile(id) else {
+        return Vec::new();
+    };
+    profile
+        .candidates
+        .iter()
+        .filter(|&&i| !health.endpoint_up(profile, i, 0))
+        .filter_map(|&i| profile.endpoints.get(usize::from(i)))
+        .map(|e| e.name.clone())
+        .collect()
 }
 
 fn target_text(target: Target<'_>) -> String {

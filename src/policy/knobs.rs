@@ -39,6 +39,10 @@ pub struct EndpointKnobs {
     /// endpoint back.
     #[serde(default)]
     pub enabled: Option<bool>,
+    /// `true` serves a monitored endpoint as up whatever its monitor says (it is still probed,
+    /// and status shows both). `enabled = false` wins over it.
+    #[serde(default)]
+    pub force_up: Option<bool>,
 }
 
 /// Operator knobs for one region (they take precedence over the traffic shield).

@@ -3,7 +3,9 @@
 //! Owns the `[topology]`, `[profiles]` and `[[steered]]` config types, their validation and
 //! compilation (with the operator's control knobs applied) into [`CompiledPolicies`], the
 //! traffic shield's read-side [`ShedView`] type, and the per-query [`evaluate`] function
-//! (pure, lock-free, allocation-free) plus [`explain`] for traces.
+//! (pure, lock-free, allocation-free) plus [`explain`] for traces. Endpoint monitors are
+//! compiled here too ([`monitor`]); their results come in as a [`HealthView`], read per query
+//! like the shield's view.
 //!
 //! It may not touch sockets, files, clocks or global state: callers hand it parsed config,
 //! knobs and the client's location (from `geo`), and the DNS code turns a [`Decision`] into
@@ -14,8 +16,10 @@ pub mod config;
 mod evaluate;
 mod explain;
 mod hash;
+mod health;
 mod knobs;
 mod model;
+pub mod monitor;
 mod profiles;
 
 #[cfg(test)]
@@ -23,20 +27,21 @@ mod tests;
 
 pub use compile::{compile, PolicyError, MAX_TTL};
 pub use config::{
-    EndpointConfig, FallbackSiteConfig, ProfileConfig, ProfileKind, RegionConfig, SteeredConfig,
-    SteeredPolicyKind, TopologyConfig,
+    EndpointConfig, FallbackSiteConfig, MonitorConfig, ProfileConfig, ProfileKind, RegionConfig,
+    SteeredConfig, SteeredPolicyKind, TopologyConfig,
 };
 pub use evaluate::{
-    evaluate, AnycastChoice, Client, Decision, StepChoice, Target, Trace, TraceStep,
-    SHED_HASH_PREFIX_V4, SHED_HASH_PREFIX_V6,
+    evaluate, evaluate_with_health, AnycastChoice, Client, Decision, StepChoice, StepHealth,
+    Target, Trace, TraceStep, SHED_HASH_PREFIX_V4, SHED_HASH_PREFIX_V6,
 };
-pub use explain::explain;
+pub use explain::{explain, explain_with_health};
+pub use health::{HealthView, SlotHealth};
 pub use knobs::{
     BadForcedAnswer, ControlKnobs, Destination, EndpointKnobs, ForcedAnswer, ProfileKnobs,
     RegionKnobs, RegionShed, ShedError, ShedShare, ShedView, MAX_SHED_DESTINATIONS,
 };
 pub use model::{
-    CompiledPolicies, GeoRoute, PolicyRoot, ProfileId, ProfileKindTag, RegionInfo, RegionOverride,
-    SiteInfo, SteeredName, MAX_PROFILE_DEPTH,
+    AllDown, CompiledPolicies, GeoRoute, PolicyRoot, ProfileId, ProfileKindTag, RegionInfo,
+    RegionOverride, SiteInfo, SteeredName, MAX_PROFILE_DEPTH,
 };
 pub use profiles::MAX_WEIGHT;

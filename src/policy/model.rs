@@ -5,6 +5,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use hickory_proto::rr::Name;
 
 use super::knobs::Destination;
+#[cfg(doc)]
+use super::HealthView;
 
 /// Most profiles on one evaluation path (a root profile plus three nested levels).
 pub const MAX_PROFILE_DEPTH: usize = 4;
@@ -108,6 +110,13 @@ pub(crate) struct Endpoint {
     pub(crate) weight: u32,
     pub(crate) enabled: bool,
     pub(crate) target: EndpointTarget,
+    /// Its health slot (index into [`CompiledPolicies::monitors`] and the [`HealthView`]).
+    pub(crate) monitor: Option<u16>,
+    /// The control file's `force_up`: served as up whatever its monitor says.
+    pub(crate) forced_up: bool,
+    /// Not written by the operator: the target of `all_down = "fallback:PROFILE"`, served only
+    /// when every candidate is down.
+    pub(crate) hidden: bool,
 }
 
 /// How a geo profile reached the endpoint for a region.
@@ -121,21 +130,37 @@ pub enum GeoRoute {
     Continent(u16),
     /// The profile's `default = true` endpoint.
     Default,
+    /// Any other endpoint of the profile (in the order written): the ones above were down.
+    Elsewhere,
 }
 
-/// The compiled choice rule of a profile.
+/// The compiled choice rule of a profile (over [`Profile::candidates`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Rule {
-    /// Servable endpoints (weight > 0) in order; one entry = no hash needed.
-    Weighted { servable: Vec<u16> },
-    /// Per region: endpoint index and how it was found; `unknown` serves an out-of-range region.
+    /// Sticky per subnet by weight, among the candidates; one candidate = no hash needed.
+    Weighted,
+    /// Per region: endpoints in order of preference with how each was found (the first is the
+    /// answer while it is up; the chain ends with every other candidate); `unknown` serves an
+    /// out-of-range region; `uniform`: every region's first choice is the same endpoint.
     Geo {
-        by_region: Vec<(u16, GeoRoute)>,
-        unknown: (u16, GeoRoute),
+        by_region: Vec<Vec<(u16, GeoRoute)>>,
+        unknown: Vec<(u16, GeoRoute)>,
         uniform: bool,
     },
-    /// The first enabled endpoint.
-    Failover { chosen: u16 },
+    /// The first candidate (enabled endpoints in the order written) that is up.
+    Failover,
+}
+
+/// What a profile answers when every candidate is down by its monitor (`all_down`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AllDown {
+    /// As if every candidate were up (Route 53, Traffic Manager).
+    #[default]
+    ServeAll,
+    /// The candidates that were up last.
+    ServeLastHealthy,
+    /// This endpoint (index in the profile), whatever its health.
+    Fallback(u16),
 }
 
 /// One compiled profile.
@@ -147,7 +172,14 @@ pub(crate) struct Profile {
     pub(crate) hash_prefix_v4: u8,
     pub(crate) hash_prefix_v6: u8,
     pub(crate) endpoints: Vec<Endpoint>,
+    /// Endpoints it may serve, in the order written: enabled, not hidden, and (weighted) with
+    /// a weight above 0.
+    pub(crate) candidates: Vec<u16>,
     pub(crate) rule: Rule,
+    pub(crate) all_down: AllDown,
+    /// Whether health can change its answer (a candidate has a monitor that is not forced up,
+    /// or nests a profile that is monitored). Unmonitored profiles never read the health view.
+    pub(crate) monitored: bool,
 }
 
 /// The anycast answer for one region's clients after the operator's knobs.
@@ -176,6 +208,8 @@ pub struct CompiledPolicies {
     pub(crate) any_override: bool,
     pub(crate) profiles: Vec<Profile>,
     pub(crate) steered: Vec<SteeredName>,
+    /// Distinct monitor targets; an endpoint's `monitor` is an index here.
+    pub(crate) monitors: Vec<super::monitor::MonitorSpec>,
 }
 
 impl CompiledPolicies {
@@ -193,6 +227,30 @@ impl CompiledPolicies {
                 (p.name.clone(), endpoints)
             })
             .collect()
+    }
+
+    /// The distinct monitor targets, by health slot (what the prober checks and the
+    /// [`HealthView`] is indexed by).
+    pub fn monitors(&self) -> &[super::monitor::MonitorSpec] {
+        &self.monitors
+    }
+
+    /// Every monitored endpoint: `(profile, endpoint, slot, forced up)`. Allocates.
+    pub fn monitored_endpoints(&self) -> Vec<(&str, &str, u16, bool)> {
+        self.profiles
+            .iter()
+            .flat_map(|p| {
+                p.endpoints.iter().filter_map(move |e| {
+                    e.monitor
+                        .map(|slot| (p.name.as_str(), e.name.as_str(), slot, e.forced_up))
+                })
+            })
+            .collect()
+    }
+
+    /// A profile's `all_down` rule.
+    pub fn profile_all_down(&self, id: ProfileId) -> Option<AllDown> {
+        self.profile(id).map(|p| p.all_down)
     }
 
     /// The steered names, in config order.

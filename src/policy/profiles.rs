@@ -10,27 +10,30 @@ use super::config::{EndpointConfig, ProfileConfig, ProfileKind};
 use super::hash::name_salt;
 use super::knobs::{ControlKnobs, EndpointKnobs, ProfileKnobs};
 use super::model::{
-    Endpoint, EndpointTarget, GeoRoute, Profile, ProfileId, ProfileKindTag, RegionInfo, Rule,
-    MAX_PROFILE_DEPTH,
+    AllDown, Endpoint, EndpointTarget, GeoRoute, Profile, ProfileId, ProfileKindTag, RegionInfo,
+    Rule, MAX_PROFILE_DEPTH,
 };
+use super::monitor::{MonitorSpec, MonitorTable};
 
 /// Largest endpoint weight.
 pub const MAX_WEIGHT: u32 = 1000;
 
-/// Compiles every profile (in name order, which defines [`ProfileId`]s).
+/// Compiles every profile (in name order, which defines [`ProfileId`]s), with the distinct
+/// monitor targets their endpoints use.
 pub(crate) fn compile_profiles(
     configs: &BTreeMap<String, ProfileConfig>,
     regions: &[RegionInfo],
     knobs: &ControlKnobs,
     errors: &mut Errors,
-) -> Vec<Profile> {
+) -> (Vec<Profile>, Vec<MonitorSpec>) {
     if configs.len() > usize::from(u16::MAX) {
         errors.push(
             "profiles",
             format!("{} profiles, at most {}", configs.len(), u16::MAX),
         );
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
+    let mut monitors = MonitorTable::default();
     for (name, profile_knobs) in &knobs.profiles {
         match configs.get(name) {
             None => errors.push(
@@ -40,16 +43,56 @@ pub(crate) fn compile_profiles(
             Some(config) => check_endpoint_knobs(name, config, profile_knobs, errors),
         }
     }
-    let compiled: Vec<Profile> = configs
+    let mut compiled: Vec<Profile> = configs
         .iter()
         .map(|(name, config)| {
             let no_knobs = ProfileKnobs::default();
             let profile_knobs = knobs.profiles.get(name).unwrap_or(&no_knobs);
-            compile_profile(name, config, configs, regions, profile_knobs, errors)
+            let context = Context {
+                all: configs,
+                regions,
+                knobs: profile_knobs,
+            };
+            compile_profile(name, config, &context, &mut monitors, errors)
         })
         .collect();
     check_nesting(&compiled, errors);
-    compiled
+    mark_monitored(&mut compiled);
+    (compiled, monitors.specs)
+}
+
+/// What compiling one profile reads besides its own config.
+struct Context<'a> {
+    all: &'a BTreeMap<String, ProfileConfig>,
+    regions: &'a [RegionInfo],
+    knobs: &'a ProfileKnobs,
+}
+
+/// Sets [`Profile::monitored`]: a candidate with a monitor that is not forced up, or a
+/// candidate nesting a monitored profile (nesting is at most [`MAX_PROFILE_DEPTH`] deep).
+fn mark_monitored(profiles: &mut [Profile]) {
+    for _ in 0..=MAX_PROFILE_DEPTH {
+        let now: Vec<bool> = profiles
+            .iter()
+            .map(|p| {
+                p.candidates.iter().any(|&i| {
+                    p.endpoints.get(usize::from(i)).is_some_and(|e| {
+                        (e.monitor.is_some() && !e.forced_up)
+                            || matches!(e.target, EndpointTarget::Profile(next)
+                                if profiles.get(usize::from(next.0)).is_some_and(|n| n.monitored))
+                    })
+                })
+            })
+            .collect();
+        let mut changed = false;
+        for (profile, monitored) in profiles.iter_mut().zip(now) {
+            changed |= profile.monitored != monitored;
+            profile.monitored = monitored;
+        }
+        if !changed {
+            break;
+        }
+    }
 }
 
 fn check_endpoint_knobs(
@@ -78,22 +121,40 @@ fn check_endpoint_knobs(
             ),
             _ => {}
         }
+        let monitored = config
+            .endpoints
+            .iter()
+            .any(|e| &e.name == endpoint && e.monitor.is_some());
+        if knob.force_up.is_some() && !monitored {
+            errors.push(
+                format!("{path}.force_up"),
+                "only endpoints with a monitor can be forced up (the others are always up)",
+            );
+        }
     }
 }
 
 fn compile_profile(
     name: &str,
     config: &ProfileConfig,
-    all: &BTreeMap<String, ProfileConfig>,
-    regions: &[RegionInfo],
-    knobs: &ProfileKnobs,
+    context: &Context<'_>,
+    monitors: &mut MonitorTable,
     errors: &mut Errors,
 ) -> Profile {
+    let Context {
+        all,
+        regions,
+        knobs,
+    } = *context;
     let path = format!("profiles.{name}");
     check_identifier(name, &path, errors);
     check_profile_fields(config, &path, errors);
+    let fallback = config
+        .all_down
+        .as_deref()
+        .and_then(|a| a.strip_prefix("fallback:"));
     let mut seen = HashSet::new();
-    let endpoints: Vec<Endpoint> = config
+    let mut endpoints: Vec<Endpoint> = config
         .endpoints
         .iter()
         .enumerate()
@@ -108,22 +169,49 @@ fn compile_profile(
                 );
             }
             let knob = knobs.endpoints.get(&endpoint.name);
-            compile_endpoint(
-                name,
-                config.kind,
-                endpoint,
+            let spec = EndpointSpec {
+                profile: name,
+                kind: config.kind,
+                config: endpoint,
                 knob,
-                all,
-                &endpoint_path,
-                errors,
-            )
+                is_fallback: fallback == Some(endpoint.name.as_str()),
+            };
+            compile_endpoint(&spec, all, monitors, &endpoint_path, errors)
         })
         .collect();
     let adjusted = !knobs.endpoints.is_empty();
+    let all_down = compile_all_down(name, config, all, &mut endpoints, &path, adjusted, errors);
+    let candidates: Vec<u16> = endpoints
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| {
+            // A geo endpoint that serves no region is only the all_down fallback.
+            let serves = config
+                .endpoints
+                .get(*i)
+                .is_some_and(|c| !c.regions.is_empty() || c.default);
+            e.enabled
+                && !e.hidden
+                && match config.kind {
+                    ProfileKind::Weighted => e.weight > 0,
+                    ProfileKind::Geo => serves,
+                    ProfileKind::Failover => true,
+                }
+        })
+        .map(|(i, _)| to_u16(i))
+        .collect();
     let rule = match config.kind {
-        ProfileKind::Weighted => weighted_rule(&endpoints, &path, adjusted, errors),
-        ProfileKind::Geo => geo_rule(config, &endpoints, regions, &path, adjusted, errors),
-        ProfileKind::Failover => failover_rule(&endpoints, &path, adjusted, errors),
+        ProfileKind::Weighted => weighted_rule(&endpoints, &candidates, &path, adjusted, errors),
+        ProfileKind::Geo => geo_rule(
+            config,
+            &endpoints,
+            &candidates,
+            regions,
+            &path,
+            adjusted,
+            errors,
+        ),
+        ProfileKind::Failover => failover_rule(&endpoints, &candidates, &path, adjusted, errors),
     };
     Profile {
         name: name.to_owned(),
@@ -136,8 +224,72 @@ fn compile_profile(
         hash_prefix_v4: config.hash_prefix_v4,
         hash_prefix_v6: config.hash_prefix_v6,
         endpoints,
+        candidates,
         rule,
+        all_down,
+        monitored: false,
     }
+}
+
+/// Parses `all_down`; `fallback:PROFILE` adds a hidden endpoint nesting that profile.
+fn compile_all_down(
+    profile: &str,
+    config: &ProfileConfig,
+    all: &BTreeMap<String, ProfileConfig>,
+    endpoints: &mut Vec<Endpoint>,
+    path: &str,
+    adjusted: bool,
+    errors: &mut Errors,
+) -> AllDown {
+    let field = format!("{path}.all_down");
+    let Some(text) = config.all_down.as_deref() else {
+        return AllDown::ServeAll;
+    };
+    match text {
+        "serve-all" => return AllDown::ServeAll,
+        "serve-last-healthy" => return AllDown::ServeLastHealthy,
+        _ => {}
+    }
+    let Some(target) = text.strip_prefix("fallback:").filter(|t| !t.is_empty()) else {
+        errors.push(
+            field,
+            format!(
+                "{text:?} is not one of \"serve-all\", \"serve-last-healthy\", \"fallback:NAME\""
+            ),
+        );
+        return AllDown::ServeAll;
+    };
+    if let Some(i) = endpoints.iter().position(|e| e.name == target) {
+        if !endpoints[i].enabled {
+            errors.push(
+                field,
+                format!(
+                    "falls back to endpoint {target:?}, which is disabled{}: every endpoint down would leave nothing to serve",
+                    after_knobs(adjusted)
+                ),
+            );
+        }
+        return AllDown::Fallback(to_u16(i));
+    }
+    let Some(index) = all.keys().position(|p| p == target) else {
+        errors.push(
+            field,
+            format!("{target:?} is neither an endpoint of this profile nor a profile"),
+        );
+        return AllDown::ServeAll;
+    };
+    let name = format!("fallback:{target}");
+    endpoints.push(Endpoint {
+        salt: name_salt(profile, &name),
+        name,
+        weight: 0,
+        enabled: true,
+        target: EndpointTarget::Profile(ProfileId(to_u16(index))),
+        monitor: None,
+        forced_up: false,
+        hidden: true,
+    });
+    AllDown::Fallback(to_u16(endpoints.len() - 1))
 }
 
 fn check_profile_fields(config: &ProfileConfig, path: &str, errors: &mut Errors) {
@@ -167,22 +319,58 @@ fn check_profile_fields(config: &ProfileConfig, path: &str, errors: &mut Errors)
     }
 }
 
-fn compile_endpoint(
-    profile: &str,
+/// One endpoint to compile, with what decides how.
+struct EndpointSpec<'a> {
+    profile: &'a str,
     kind: ProfileKind,
-    config: &EndpointConfig,
-    knob: Option<&EndpointKnobs>,
+    config: &'a EndpointConfig,
+    knob: Option<&'a EndpointKnobs>,
+    /// Named by the profile's `all_down = "fallback:..."`.
+    is_fallback: bool,
+}
+
+fn compile_endpoint(
+    spec: &EndpointSpec<'_>,
     all: &BTreeMap<String, ProfileConfig>,
+    monitors: &mut MonitorTable,
     path: &str,
     errors: &mut Errors,
 ) -> Endpoint {
-    check_kind_fields(kind, config, path, errors);
-    if !config.always_serve {
-        errors.push(
-            format!("{path}.always_serve"),
-            "false is not supported: steerdns has no health checks, every endpoint is always-serve",
-        );
-    }
+    let EndpointSpec {
+        profile,
+        kind,
+        config,
+        knob,
+        is_fallback,
+    } = *spec;
+    check_kind_fields(kind, config, is_fallback, path, errors);
+    let monitor = match (&config.monitor, config.always_serve) {
+        (Some(_), Some(true)) => {
+            errors.push(
+                format!("{path}.always_serve"),
+                "true together with a monitor: an always-serve endpoint is never health-checked \
+                 (it must not drop out on a failed check); remove the monitor or always_serve",
+            );
+            None
+        }
+        (Some(_), _) if config.profile.is_some() => {
+            errors.push(
+                format!("{path}.monitor"),
+                "an endpoint nesting a profile has no monitor of its own: it is down when \
+                 every endpoint of that profile is down",
+            );
+            None
+        }
+        (Some(monitor), _) => monitors.add(monitor, &format!("{path}.monitor"), errors),
+        (None, Some(false)) => {
+            errors.push(
+                format!("{path}.always_serve"),
+                "false needs a monitor: without one nothing says whether the endpoint is up",
+            );
+            None
+        }
+        (None, _) => None,
+    };
     let configured_weight = match (kind, config.weight) {
         (_, Some(w)) if w > MAX_WEIGHT => {
             errors.push(
@@ -211,11 +399,20 @@ fn compile_endpoint(
         weight: if enabled { weight } else { 0 },
         enabled,
         target: endpoint_target(config, all, path, errors),
+        monitor,
+        forced_up: monitor.is_some() && knob.and_then(|k| k.force_up) == Some(true),
+        hidden: false,
     }
 }
 
 /// Refuses fields that mean nothing for the profile's kind (likely a mistake).
-fn check_kind_fields(kind: ProfileKind, config: &EndpointConfig, path: &str, errors: &mut Errors) {
+fn check_kind_fields(
+    kind: ProfileKind,
+    config: &EndpointConfig,
+    is_fallback: bool,
+    path: &str,
+    errors: &mut Errors,
+) {
     if kind != ProfileKind::Weighted && config.weight.is_some() {
         errors.push(
             format!("{path}.weight"),
@@ -234,10 +431,10 @@ fn check_kind_fields(kind: ProfileKind, config: &EndpointConfig, path: &str, err
             "only endpoints of geo profiles can be the default",
         );
     }
-    if kind == ProfileKind::Geo && config.regions.is_empty() && !config.default {
+    if kind == ProfileKind::Geo && config.regions.is_empty() && !config.default && !is_fallback {
         errors.push(
             format!("{path}.regions"),
-            "serves no region; list regions or set default = true",
+            "serves no region; list regions, set default = true, or name it in all_down = \"fallback:...\"",
         );
     }
 }
@@ -300,14 +497,14 @@ fn after_knobs(adjusted: bool) -> &'static str {
     }
 }
 
-fn weighted_rule(endpoints: &[Endpoint], path: &str, adjusted: bool, errors: &mut Errors) -> Rule {
-    let servable: Vec<u16> = endpoints
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.weight > 0)
-        .map(|(i, _)| to_u16(i))
-        .collect();
-    if servable.is_empty() && !endpoints.is_empty() {
+fn weighted_rule(
+    endpoints: &[Endpoint],
+    candidates: &[u16],
+    path: &str,
+    adjusted: bool,
+    errors: &mut Errors,
+) -> Rule {
+    if candidates.is_empty() && !endpoints.is_empty() {
         errors.push(
             path,
             format!(
@@ -316,34 +513,35 @@ fn weighted_rule(endpoints: &[Endpoint], path: &str, adjusted: bool, errors: &mu
             ),
         );
     }
-    Rule::Weighted { servable }
+    Rule::Weighted
 }
 
-fn failover_rule(endpoints: &[Endpoint], path: &str, adjusted: bool, errors: &mut Errors) -> Rule {
-    match endpoints.iter().position(|e| e.enabled) {
-        Some(chosen) => Rule::Failover {
-            chosen: to_u16(chosen),
-        },
-        None => {
-            if !endpoints.is_empty() {
-                errors.push(
-                    path,
-                    format!(
-                        "no servable endpoint: every endpoint is disabled{}",
-                        after_knobs(adjusted)
-                    ),
-                );
-            }
-            Rule::Failover { chosen: 0 }
-        }
+fn failover_rule(
+    endpoints: &[Endpoint],
+    candidates: &[u16],
+    path: &str,
+    adjusted: bool,
+    errors: &mut Errors,
+) -> Rule {
+    if candidates.is_empty() && !endpoints.is_empty() {
+        errors.push(
+            path,
+            format!(
+                "no servable endpoint: every endpoint is disabled{}",
+                after_knobs(adjusted)
+            ),
+        );
     }
+    Rule::Failover
 }
 
-/// Builds the region → endpoint table: the region's own endpoint, else its neighbours' in
-/// order, else another region's on the same continent (topology order), else the default.
+/// Builds the region → endpoints table: the region's own endpoint, else its neighbours' in
+/// order, else another region's on the same continent (topology order), else the default,
+/// else (only when all of those are down) any other candidate in the order written.
 fn geo_rule(
     config: &ProfileConfig,
     endpoints: &[Endpoint],
+    candidates: &[u16],
     regions: &[RegionInfo],
     path: &str,
     adjusted: bool,
@@ -370,9 +568,13 @@ fn geo_rule(
         .map(|i| (to_u16(i), GeoRoute::Default));
     let mut by_region = Vec::with_capacity(regions.len());
     for (r, region) in regions.iter().enumerate() {
-        match geo_route(r, regions, &direct).or(default) {
-            Some(entry) => by_region.push(entry),
-            None => {
+        let mut chain = geo_chain(r, regions, &direct);
+        chain.extend(default);
+        if !chain.is_empty() {
+            finish_chain(&mut chain, candidates);
+            by_region.push(chain);
+        } else {
+            {
                 errors.push(
                     path,
                     format!(
@@ -381,14 +583,25 @@ fn geo_rule(
                         after_knobs(adjusted)
                     ),
                 );
-                by_region.push((0, GeoRoute::Default));
+                by_region.push(vec![(0, GeoRoute::Default)]);
             }
         }
     }
-    let unknown = default
-        .or_else(|| by_region.first().copied())
-        .unwrap_or((0, GeoRoute::Default));
-    let uniform = by_region.iter().all(|&(e, _)| e == unknown.0);
+    let unknown = match default {
+        Some(entry) => {
+            let mut chain = vec![entry];
+            finish_chain(&mut chain, candidates);
+            chain
+        }
+        None => by_region
+            .first()
+            .cloned()
+            .unwrap_or_else(|| vec![(0, GeoRoute::Default)]),
+    };
+    let first = unknown.first().map(|&(e, _)| e);
+    let uniform = by_region
+        .iter()
+        .all(|chain| chain.first().map(|&(e, _)| e) == first);
     Rule::Geo {
         by_region,
         unknown,
@@ -429,22 +642,37 @@ fn direct_geo_table(
     direct
 }
 
-fn geo_route(r: usize, regions: &[RegionInfo], direct: &[Option<u16>]) -> Option<(u16, GeoRoute)> {
+/// Region `r`'s endpoints in order of preference: its own, its neighbours' (in order), then
+/// other regions' on its continent (topology order).
+fn geo_chain(r: usize, regions: &[RegionInfo], direct: &[Option<u16>]) -> Vec<(u16, GeoRoute)> {
+    let mut chain = Vec::new();
     if let Some(e) = direct.get(r).copied().flatten() {
-        return Some((e, GeoRoute::Direct));
+        chain.push((e, GeoRoute::Direct));
     }
-    let region = regions.get(r)?;
-    let via_neighbour = region.neighbours.iter().find_map(|&n| {
-        let e = direct.get(usize::from(n)).copied().flatten()?;
-        Some((e, GeoRoute::Neighbour(n)))
-    });
-    via_neighbour.or_else(|| {
-        regions.iter().enumerate().find_map(|(c, other)| {
-            let e = direct.get(c).copied().flatten()?;
-            (c != r && other.continent == region.continent)
-                .then_some((e, GeoRoute::Continent(to_u16(c))))
-        })
-    })
+    let Some(region) = regions.get(r) else {
+        return chain;
+    };
+    for &n in &region.neighbours {
+        if let Some(e) = direct.get(usize::from(n)).copied().flatten() {
+            chain.push((e, GeoRoute::Neighbour(n)));
+        }
+    }
+    for (c, other) in regions.iter().enumerate() {
+        if c == r || other.continent != region.continent {
+            continue;
+        }
+        if let Some(e) = direct.get(c).copied().flatten() {
+            chain.push((e, GeoRoute::Continent(to_u16(c))));
+        }
+    }
+    chain
+}
+
+/// Appends every other candidate (in the order written) and keeps each endpoint's first place.
+fn finish_chain(chain: &mut Vec<(u16, GeoRoute)>, candidates: &[u16]) {
+    chain.extend(candidates.iter().map(|&c| (c, GeoRoute::Elsewhere)));
+    let mut seen = HashSet::new();
+    chain.retain(|&(e, _)| seen.insert(e));
 }
 
 /// Refuses cycles and paths of more than [`MAX_PROFILE_DEPTH`] profiles, following every

@@ -11,8 +11,9 @@
 //! - `time` (required): when the numbers were measured, RFC 3339 (`Z` or a `±HH:MM` offset,
 //!   optional fraction). At most [`MAX_FUTURE_SKEW`] ahead of this server's clock.
 //! - `regions`, `fallback` (each optional, not both empty): name → `{load, capacity}`, in the
-//!   same units (requests/s, Gbit/s, … as long as both agree). Names must be configured regions
-//!   and fallback sites; one left out of a feed means "no fresh data" for it.
+//!   same units (requests/s, Gbit/s, … as long as both agree), each at most
+//!   [`MAX_FEED_VALUE`]. Names must be configured regions and fallback sites; one left out of a
+//!   feed means "no fresh data" for it.
 //! - `source` (optional): a free-text label of the sender, for operators; the shield ignores it.
 //!
 //! Anything else is refused, and a feed with any fault is refused whole: the shield never acts
@@ -36,6 +37,10 @@ pub const MAX_FEED_ENTRIES: usize = 10_000;
 pub const MAX_FUTURE_SKEW: Duration = Duration::from_secs(300);
 /// Largest load/capacity ratio believed; above it the two are surely in different units.
 pub const MAX_LOAD_RATIO: f64 = 100.0;
+/// Largest load or capacity accepted (10^15 of any unit: requests/s, bit/s, …). The step adds,
+/// subtracts and divides these over every region and site; values near `f64::MAX` pass the
+/// other checks yet overflow to infinity (then NaN) there.
+pub const MAX_FEED_VALUE: f64 = 1e15;
 /// Longest `source` label.
 const MAX_SOURCE_LABEL: usize = 256;
 /// How much of an unknown name is echoed back in an error.
@@ -269,6 +274,14 @@ fn check_sample(field: &str, raw: RawSample) -> Result<Sample, FeedError> {
             "capacity",
             format!("must be > 0 (got {})", raw.capacity),
         ));
+    }
+    for (which, value) in [("load", raw.load), ("capacity", raw.capacity)] {
+        if value > MAX_FEED_VALUE {
+            return Err(bad(
+                which,
+                format!("{value:e} is above the limit of {MAX_FEED_VALUE:e} (use a larger unit)"),
+            ));
+        }
     }
     let ratio = raw.load / raw.capacity;
     if !ratio.is_finite() || ratio > MAX_LOAD_RATIO {
@@ -661,6 +674,24 @@ mod tests {
         assert!(text.starts_with("regions.eu-west.load:"), "{text}");
     }
 
+    /// Finite values near `f64::MAX` in a sane ratio overflow the step's sums: refused.
+    #[test]
+    fn refuses_magnitudes_the_step_cannot_add_up() {
+        let text = refusal(&with_regions(
+            r#""eu-west": {"load": 1.7e308, "capacity": 1.7e308}"#,
+        ));
+        assert!(
+            text.starts_with("regions.eu-west.load: 1.7e308 is above the limit of 1e15"),
+            "{text}"
+        );
+        let text = refusal(&with_regions(r#""eu-west": {"load": 0, "capacity": 1e16}"#));
+        assert!(text.starts_with("regions.eu-west.capacity:"), "{text}");
+        assert!(parse(&with_regions(
+            r#""eu-west": {"load": 1e15, "capacity": 1e15}"#
+        ))
+        .is_ok());
+    }
+
     #[test]
     fn refuses_feeds_from_the_future_beyond_the_skew_allowance() {
         let feed = with_regions(r#""eu-west": {"load": 1, "capacity": 2}"#);
@@ -906,6 +937,7 @@ mod tests {
                     assert!(s.load.is_finite() && s.load >= 0.0, "{name} {s:?}");
                     assert!(s.capacity.is_finite() && s.capacity > 0.0, "{name} {s:?}");
                     assert!(s.utilisation() <= MAX_LOAD_RATIO, "{name} {s:?}");
+                    assert!(s.load.max(s.capacity) <= MAX_FEED_VALUE, "{name} {s:?}");
                 }
             }
         }

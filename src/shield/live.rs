@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::source::{FeedSlot, FeedStats, LoadSource};
 use super::step::{
-    shed_view, step, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings, ShieldState,
+    checked_step, shed_view, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings,
+    ShieldState,
 };
 use crate::control::history::rfc3339_utc;
 use crate::control::ShieldMode;
@@ -21,6 +22,8 @@ use crate::snapshot::Snapshot;
 
 /// Changes kept for status.
 const RECENT_CHANGES: usize = 50;
+/// How long a state repair stays an alert.
+const REPAIR_ALERT: Duration = Duration::from_secs(600);
 
 /// DNS answers per client region and destination since the last tick, weighted by their TTL
 /// (answers × TTL ≈ clients holding that answer, by Little's law; a hot region's clients ask
@@ -103,6 +106,12 @@ pub struct ShieldStatus {
     pub sites: Vec<RingStatus>,
     pub alerts: Vec<String>,
     pub recent_changes: VecDeque<ChangeRecord>,
+    /// Ticks whose state held a non-finite number that had to be repaired (a bug: inputs are
+    /// bounded), and the latest repair (time: what).
+    #[serde(default)]
+    pub state_repairs: u64,
+    #[serde(default)]
+    pub last_state_repair: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -133,6 +142,8 @@ pub struct Shield {
     pub feed: FeedSlot,
     state: Mutex<ShieldState>,
     status: Mutex<ShieldStatus>,
+    /// When the state was last repaired (for the alert's lifetime).
+    repaired_at: Mutex<Option<SystemTime>>,
 }
 
 impl Default for Shield {
@@ -142,6 +153,7 @@ impl Default for Shield {
             feed: FeedSlot::new(),
             state: Mutex::new(ShieldState::default()),
             status: Mutex::new(ShieldStatus::default()),
+            repaired_at: Mutex::new(None),
         }
     }
 }
@@ -185,12 +197,19 @@ impl Shield {
         let settings = &snapshot.shield_settings;
         let rings = rings_of(policies);
         let inputs = self.inputs(policies, snapshot, steering.demand.take(), now);
-        let (next, changes) = {
+        let (next, changes, repairs) = {
             let previous = lock(&self.state);
-            step(&previous, &inputs, &rings, settings, now_ms)
+            checked_step(&previous, &inputs, &rings, settings, now_ms)
         };
         self.view.store(Arc::new(shed_view(&next, settings)));
         let mut status = lock(&self.status);
+        if !repairs.is_empty() {
+            let what = repairs.join("; ");
+            tracing::error!("shield: state repaired (non-finite numbers): {what}");
+            status.state_repairs += 1;
+            status.last_state_repair = Some(format!("{}: {what}", rfc3339_utc(now)));
+            *lock(&self.repaired_at) = Some(now);
+        }
         for change in &changes {
             let region = region_names
                 .get(change.region as usize)
@@ -338,6 +357,17 @@ impl Shield {
             .filter(|r| r.state == note_text(Note::NoHeadroom))
             .map(|r| format!("{}: overloaded and no destination has headroom", r.name))
             .collect();
+        let repaired_at = *lock(&self.repaired_at);
+        let recent = repaired_at.is_some_and(|at| {
+            now.duration_since(at)
+                .map_or(true, |since| since < REPAIR_ALERT)
+        });
+        if let (true, Some(last)) = (recent, &status.last_state_repair) {
+            status.alerts.push(format!(
+                "shield state was repaired ({} time(s) since start; latest {last})",
+                status.state_repairs
+            ));
+        }
         if latest.is_none() {
             status.alerts.push("no load feed received yet".into());
         } else if let Some(age_ms) = status.feed_age_secs.map(|a| a * 1000.0) {

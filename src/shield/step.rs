@@ -327,6 +327,94 @@ pub fn step(
     (state, changes)
 }
 
+/// [`step`] with the state checked on the way in and out: any non-finite number (which would
+/// make every comparison false and silently stop shedding for good) is repaired — the region
+/// it belongs to starts over from normal answers, a bad move or demand figure is dropped — and
+/// each repair is described, for an alert. Inputs are bounded by the feed checks, so a repair
+/// means a bug; the live loop must still never stay broken until a restart.
+pub fn checked_step(
+    previous: &ShieldState,
+    inputs: &Inputs,
+    rings: &Rings,
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> (ShieldState, Vec<Change>, Vec<String>) {
+    let mut repaired = previous.clone();
+    let mut repairs = repair(&mut repaired, rings);
+    let (mut next, changes) = step(&repaired, inputs, rings, settings, now_ms);
+    repairs.extend(repair(&mut next, rings));
+    (next, changes, repairs)
+}
+
+/// Replaces every non-finite number in `state` (see [`checked_step`]); returns what it fixed.
+pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
+    let mut repairs = Vec::new();
+    let name = |r: usize| rings.regions.get(r).map_or("?", |n| n.name.as_str());
+    let mut reset = Vec::new();
+    for (r, region) in state.regions.iter_mut().enumerate() {
+        let numbers = [
+            ("fraction", region.fraction),
+            ("natural load", region.natural),
+            ("trend", region.trend),
+            ("predicted utilisation", region.predicted_utilisation),
+        ];
+        let bad: Vec<&str> = numbers
+            .iter()
+            .filter(|(_, v)| !v.is_finite())
+            .map(|(what, _)| *what)
+            .chain(
+                region
+                    .shares
+                    .values()
+                    .any(|v| !v.is_finite())
+                    .then_some("destination shares"),
+            )
+            .collect();
+        if !bad.is_empty() {
+            repairs.push(format!(
+                "{}: {} not finite: reset to normal answers",
+                name(r),
+                bad.join(", ")
+            ));
+            *region = RegionState {
+                hot: region.hot,
+                hot_since: region.hot_since,
+                ..RegionState::default()
+            };
+            reset.push(r as u16);
+        }
+    }
+    let moves = state.moves.len();
+    state
+        .moves
+        .retain(|m| m.amount.is_finite() && m.fast_share.is_finite() && !reset.contains(&m.from));
+    if state.moves.len() != moves {
+        repairs.push(format!(
+            "{} move(s) in flight dropped (not finite, or from a reset region)",
+            moves - state.moves.len()
+        ));
+    }
+    for (i, u) in state.site_utilisation.iter_mut().enumerate() {
+        if !u.is_finite() {
+            let site = rings.sites.get(i).map_or("?", |n| n.name.as_str());
+            repairs.push(format!(
+                "{site}: predicted utilisation not finite: reset to 0"
+            ));
+            *u = 0.0;
+        }
+    }
+    let demand_ok = state
+        .demand
+        .iter()
+        .all(|d| d.kept.is_finite() && d.sent.values().all(|v| v.is_finite()));
+    if !demand_ok {
+        repairs.push("demand estimate not finite: started over".to_string());
+        state.demand.clear();
+        state.demand_age_ms = 0;
+    }
+    repairs
+}
+
 /// Loads as they will be once the moves in flight have landed.
 struct Prediction {
     region_load: Vec<Option<f64>>,

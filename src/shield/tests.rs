@@ -647,3 +647,85 @@ fn giving_back_in_steps_returns_exactly_to_zero() {
     assert!(!west.hot);
     assert!(shed_view(&state, &s).region(EU_WEST as u16).is_none());
 }
+
+/// Readings near `f64::MAX` (which the feed now refuses) overflowed the step's sums into
+/// infinity and NaN, and the state kept them: shedding stayed off for good. The checked step
+/// the live loop runs repairs the state, says so, and sheds again once the readings are sane.
+#[test]
+fn non_finite_state_is_repaired_and_reported_not_kept() {
+    let huge = inputs(
+        &[
+            (1.7e308, 1.7e308),
+            (1.0e308, 1.7e308),
+            (1.7e308, 1.7e308),
+            (1.0e308, 1.7e308),
+        ],
+        &[(1.0e308, 1.7e308), (1.0e308, 1.7e308)],
+    );
+    let hot = inputs(
+        &[
+            (1000.0, 1000.0),
+            (100.0, 600.0),
+            (500.0, 1000.0),
+            (100.0, 800.0),
+        ],
+        &[(0.0, 2000.0), (0.0, 2000.0)],
+    );
+    let s = settings();
+    let mut poisoned = ShieldState::default();
+    for t in 1..=3 {
+        poisoned = step(&poisoned, &huge, &rings(), &s, t * 1000).0;
+    }
+    // Unchecked, eu-west never sheds again however long it stays overloaded.
+    let mut state = poisoned.clone();
+    for t in 4..=40 {
+        state = step(&state, &hot, &rings(), &s, t * 1000).0;
+        assert_eq!(state.regions[EU_WEST].fraction, 0.0, "tick {t}: {state:?}");
+    }
+    let (state, changes, repairs) = checked_step(&poisoned, &hot, &rings(), &s, 4000);
+    assert!(!repairs.is_empty());
+    assert!(
+        repairs.iter().any(|r| r.starts_with("eu-west: ")),
+        "{repairs:?}"
+    );
+    assert!(
+        state.regions[EU_WEST].fraction > 0.0,
+        "{:?}",
+        state.regions[EU_WEST]
+    );
+    assert!(!changes.is_empty());
+    let (_, _, again) = checked_step(&state, &hot, &rings(), &s, 5000);
+    assert!(again.is_empty(), "repaired once, clean after: {again:?}");
+}
+
+#[test]
+fn repair_names_what_it_fixed() {
+    let mut broken = ShieldState {
+        regions: vec![RegionState {
+            natural: f64::INFINITY,
+            hot: true,
+            fraction: 0.3,
+            ..RegionState::default()
+        }],
+        moves: vec![Move {
+            from: 1,
+            to: Destination::Region(0),
+            amount: f64::NAN,
+            at: 0,
+            fast_share: 1.0,
+            slow_until: 0,
+        }],
+        ..ShieldState::default()
+    };
+    let repairs = repair(&mut broken, &rings());
+    assert_eq!(
+        repairs,
+        vec![
+            "eu-west: natural load not finite: reset to normal answers",
+            "1 move(s) in flight dropped (not finite, or from a reset region)",
+        ]
+    );
+    assert_eq!(broken.regions[EU_WEST].fraction, 0.0);
+    assert!(broken.regions[EU_WEST].hot, "keeps the short TTL");
+    assert!(broken.moves.is_empty());
+}

@@ -23,6 +23,11 @@ use hickory_proto::serialize::binary::{
 pub const MAX_PROBLEMS: usize = 100;
 /// How deep `$INCLUDE` may nest.
 pub const MAX_INCLUDE_DEPTH: usize = 8;
+/// How many `$INCLUDE`s one zone may read in all (each time a file is included counts): depth
+/// alone lets ten includes per file read 10^8 files.
+pub const MAX_INCLUDED_FILES: usize = 1024;
+/// How many bytes one zone may read in all, its own file and every included one together.
+pub const MAX_ZONE_TOTAL_BYTES: u64 = MAX_ZONE_FILE_BYTES;
 /// RFC 2181 §8: a TTL is an unsigned number from 0 to 2^31-1.
 pub const MAX_TTL: u32 = 0x7fff_ffff;
 /// Refuse absurd files before reading them into memory.
@@ -235,9 +240,24 @@ fn parse_zone_bytes(
     path: &Path,
     origin: &Name,
 ) -> Result<ParsedZone, Vec<ZoneProblem>> {
+    parse_zone_bytes_within(bytes, path, origin, Budget::default())
+}
+
+fn parse_zone_bytes_within(
+    bytes: &[u8],
+    path: &Path,
+    origin: &Name,
+    budget: Budget,
+) -> Result<ParsedZone, Vec<ZoneProblem>> {
     let mut origin = origin.clone();
     origin.set_fqdn(true);
-    let mut parser = Parser::default();
+    let mut parser = Parser {
+        budget: Budget {
+            bytes: budget.bytes.saturating_sub(bytes.len() as u64),
+            ..budget
+        },
+        ..Parser::default()
+    };
     if let Ok(canonical) = std::fs::canonicalize(path) {
         parser.include_stack.push(canonical);
     }
@@ -1126,6 +1146,27 @@ struct Parser {
     /// Every file read and what it held (see [`ParsedZone::sources`]).
     sources: Vec<(PathBuf, crate::files::Digest)>,
     gave_up: bool,
+    /// What is left of the zone's budget ([`MAX_INCLUDED_FILES`], [`MAX_ZONE_TOTAL_BYTES`]).
+    budget: Budget,
+}
+
+/// What a zone may still read through `$INCLUDE`.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    files: usize,
+    bytes: u64,
+    /// Exhausted (and said so): later includes are skipped.
+    spent: bool,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            files: MAX_INCLUDED_FILES,
+            bytes: MAX_ZONE_TOTAL_BYTES,
+            spent: false,
+        }
+    }
 }
 
 /// State that belongs to one file: `$ORIGIN` and the previous owner do not leak out of an
@@ -1259,8 +1300,38 @@ impl Parser {
                 format!("$INCLUDE cycle: {} is already being read", path.display()),
             ));
         }
-        let bytes = read_zone_bytes(&path)
-            .map_err(|e| fault(line, format!("included file {}: {e}", path.display())))?;
+        if self.budget.spent {
+            // Said once; the zone is refused, the includes after it are not even tried.
+            return Ok(());
+        }
+        if self.budget.files == 0 {
+            self.budget.spent = true;
+            return Err(fault(
+                line,
+                format!(
+                    "$INCLUDE of {}: the zone already read {MAX_INCLUDED_FILES} included files, \
+                     the most one zone may (count each time a file is included)",
+                    path.display()
+                ),
+            ));
+        }
+        self.budget.files -= 1;
+        let bytes = crate::files::read_limited(&path, self.budget.bytes).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                self.budget.spent = true;
+                fault(
+                    line,
+                    format!(
+                        "$INCLUDE of {}: the zone and its included files would exceed \
+                         {MAX_ZONE_TOTAL_BYTES} bytes in all",
+                        path.display()
+                    ),
+                )
+            } else {
+                fault(line, format!("included file {}: {e}", path.display()))
+            }
+        })?;
+        self.budget.bytes -= bytes.len() as u64;
         self.include_stack.push(canonical);
         self.sources
             .push((path.clone(), crate::files::digest(&bytes)));
@@ -1721,6 +1792,66 @@ mod tests {
             found.iter().any(|p| p.message.contains("nested deeper")),
             "{found:#?}"
         );
+    }
+
+    /// Depth alone bounds nothing: six includes per level, five levels deep, is 7776 reads.
+    /// The zone's budget of included files and of bytes stops it, said once at the include
+    /// that crossed it.
+    #[test]
+    fn include_fan_out_is_bounded_by_files_and_bytes() {
+        let dir = TempDir::new("fanout");
+        for level in 1..=5 {
+            let next = if level == 5 {
+                "x IN TXT \"leaf\"\n".to_string()
+            } else {
+                format!("$INCLUDE l{}.inc\n", level + 1).repeat(6)
+            };
+            dir.write(&format!("l{level}.inc"), &next);
+        }
+        let zone = dir.write(
+            "fan.zone",
+            &format!("$TTL 60\n{}", "$INCLUDE l1.inc\n".repeat(6)),
+        );
+        let Err(found) = load_zone_file(&zone, &origin()) else {
+            panic!("fan-out accepted")
+        };
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0]
+                .message
+                .contains("already read 1024 included files"),
+            "{}",
+            found[0].message
+        );
+        assert!(found[0].line > 0, "{found:#?}");
+
+        // Bytes: a small budget is crossed by the third include of a 40-byte file.
+        dir.write("forty.inc", &format!("a IN TXT \"{}\"\n", "x".repeat(28)));
+        let text = "$TTL 60\n$INCLUDE forty.inc\n$INCLUDE forty.inc\n$INCLUDE forty.inc\n";
+        let zone = dir.write("bytes.zone", text);
+        let budget = Budget {
+            files: 10,
+            bytes: text.len() as u64 + 100,
+            spent: false,
+        };
+        let Err(found) = parse_zone_bytes_within(text.as_bytes(), &zone, &origin(), budget) else {
+            panic!("byte budget ignored")
+        };
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(
+            (found[0].file.as_path(), found[0].line),
+            (zone.as_path(), 4)
+        );
+        assert!(
+            found[0].message.contains("would exceed"),
+            "{}",
+            found[0].message
+        );
+        let ok = Budget {
+            bytes: text.len() as u64 + 120,
+            ..budget
+        };
+        assert!(parse_zone_bytes_within(text.as_bytes(), &zone, &origin(), ok).is_ok());
     }
 
     #[test]

@@ -16,6 +16,7 @@ fn evaluate_does_not_allocate() {
             EndpointKnobs {
                 weight: Some(50),
                 enabled: None,
+                force_up: None,
             },
         );
     knobs.regions.insert(

@@ -4,6 +4,7 @@ mod alloc;
 mod anycast;
 mod errors;
 mod example;
+mod health;
 mod profiles;
 
 use std::collections::BTreeMap;

@@ -156,6 +156,7 @@ fn changing_one_weight_moves_only_that_endpoints_share() {
                 EndpointKnobs {
                     weight: Some(weight),
                     enabled: None,
+                    force_up: None,
                 },
             );
     }
@@ -298,6 +299,7 @@ fn geo_fallback_order_is_neighbour_then_continent_then_default() {
             EndpointKnobs {
                 weight: None,
                 enabled: Some(false),
+                force_up: None,
             },
         );
     let p2 = compile_ok(&format!("{TOPOLOGY}\n{NESTED}"), &knobs);
@@ -368,6 +370,7 @@ fn failover_takes_the_first_enabled_endpoint() {
             EndpointKnobs {
                 weight: None,
                 enabled: Some(false),
+                force_up: None,
             },
         );
     let p = compile_ok(&format!("{TOPOLOGY}\n{NESTED}"), &knobs);
