@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use steerdns::config::Config;
-use steerdns::control::history::rfc3339_utc;
 use steerdns::dns::respond::{respond, Client, Transport, MAX_MESSAGE};
+use steerdns::rfc3339;
 use steerdns::shield::live::Shield;
 use steerdns::shield::source::{FeedOrigin, LoadSource};
 use steerdns::snapshot::Snapshot;
@@ -118,7 +118,7 @@ fn shed_eu_west(snapshot: &Snapshot) -> f64 {
         r#"{{"time": "{}", "regions": {{"eu-west": {{"load": 900, "capacity": 1000}},
             "eu-north": {{"load": 100, "capacity": 600}}, "na-east": {{"load": 100, "capacity": 1000}}}},
             "fallback": {{"fb-eu": {{"load": 100, "capacity": 2000}}}}}}"#,
-        rfc3339_utc(start)
+        rfc3339::format_utc(start)
     );
     shield
         .feed

@@ -5,6 +5,13 @@
 #
 #   benches/fleet_convergence.sh                  # 3 and 10 nodes; builds --release if BIN unset
 #   SIZES="3 10 20" FLIPS=20 benches/fleet_convergence.sh
+#   SIZES="" ROLLOUT_BAKE=2 benches/fleet_convergence.sh   # staged rollouts only (issue 15)
+#
+# With ROLLOUT_BAKE=B, also three nodes with `[fleet.rollout]` (waves [ns1], [ns2, ns3], bake
+# B s; every node's taster under the fault drill STEERDNS_TASTER_FAULT=abort:TASTER-BOOM):
+# the same flips staged (command start -> every node answers: two bakes plus the gates), with
+# `--emergency` (no bake), and the drill: a marked text put into etcd, timed from the put until
+# the canary's /v1/status says the rollout halted (then `rollout abort` resets the fleet).
 #
 # Per flip: `steerdns weight set critical ...` through node 1's config (it writes etcd by CAS,
 # then waits until every live node's registry entry says it serves the new revision), then
@@ -17,8 +24,9 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SIZES=${SIZES:-"3 10"}
+SIZES=${SIZES-"3 10"}
 FLIPS=${FLIPS:-10}
+ROLLOUT_BAKE=${ROLLOUT_BAKE:-}
 command -v etcd >/dev/null || { echo "etcd is needed: apt-get install etcd-server" >&2; exit 1; }
 if [ -z "${BIN:-}" ]; then
     (cd "$ROOT" && cargo build --release --quiet)
@@ -27,10 +35,11 @@ fi
 WORK=$(mktemp -d /tmp/steerdns-fleet-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-python3 - "$ROOT" "$BIN" "$WORK" "$SIZES" "$FLIPS" <<'PY'
-import json, os, shutil, socket, statistics, struct, subprocess, sys, time
+python3 - "$ROOT" "$BIN" "$WORK" "$SIZES" "$FLIPS" "$ROLLOUT_BAKE" <<'PY'
+import base64, json, os, shutil, socket, statistics, struct, subprocess, sys, time, urllib.request
 
 root, binary, work, sizes, flips = sys.argv[1], sys.argv[2], sys.argv[3], [int(s) for s in sys.argv[4].split()], int(sys.argv[5])
+bake = int(sys.argv[6]) if sys.argv[6] else None
 procs = []
 
 def free_port():
@@ -70,7 +79,7 @@ def start_etcd(d):
             time.sleep(0.05)
     sys.exit("etcd did not start")
 
-def start_node(d, name, fleet):
+def start_node(d, name, fleet, extra="", env=None):
     os.makedirs(os.path.join(d, "geoip"))
     shutil.copytree(os.path.join(root, "zones"), os.path.join(d, "zones"))
     shutil.copy(os.path.join(root, "geoip/example.mmdb"), os.path.join(d, "geoip"))
@@ -78,12 +87,12 @@ def start_node(d, name, fleet):
         shutil.copy(os.path.join(root, f), d)
     if fleet:
         with open(os.path.join(d, "steerdns.toml"), "a") as f:
-            f.write(f'\n[fleet]\netcd = ["{fleet}"]\nprefix = "/bench"\nconverge_timeout_secs = 10\n')
+            f.write(f'\n[fleet]\netcd = ["{fleet}"]\nprefix = "/bench"\nconverge_timeout_secs = 60\n{extra}')
     proc = subprocess.Popen([binary, "serve", "--config", os.path.join(d, "steerdns.toml"),
         "--node", name, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"] if fleet else
         [binary, "serve", "--config", os.path.join(d, "steerdns.toml"),
         "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "STEERDNS_LOG": "error"})
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "STEERDNS_LOG": "error", **(env or {})})
     procs.append(proc)
     dns = admin = None
     for line in proc.stdout:
@@ -93,14 +102,14 @@ def start_node(d, name, fleet):
     host, port = dns.rsplit(":", 1)
     return (host, int(port)), admin, os.path.join(d, "steerdns.toml")
 
-def run(label, nodes, fleet):
+def run(label, nodes, fleet, extra_args=()):
     config, admin0 = nodes[0][2], nodes[0][1]
     cmds, gaps, totals = [], [], []
     for i in range(flips):
         want = "alt" if i % 2 == 0 else "front"
         weights = ["frontdoor=0", "alt-cdn=100"] if want == "alt" else ["frontdoor=100", "alt-cdn=0"]
         t0 = time.perf_counter()
-        out = subprocess.run([binary, "weight", "set", "critical", *weights, "--config", config]
+        out = subprocess.run([binary, "weight", "set", *extra_args, "critical", *weights, "--config", config]
             + ([] if fleet else ["--admin", admin0]), capture_output=True, text=True)
         t1 = time.perf_counter()
         if out.returncode != 0:
@@ -108,7 +117,7 @@ def run(label, nodes, fleet):
         pending = [n[0] for n in nodes]
         while pending:
             pending = [a for a in pending if answer(a) != want]
-            if time.perf_counter() - t1 > 10:
+            if time.perf_counter() - t1 > 60:
                 sys.exit(f"{label}: {len(pending)} node(s) never answered {want}")
         t2 = time.perf_counter()
         cmds.append((t1 - t0) * 1000); gaps.append((t2 - t1) * 1000); totals.append((t2 - t0) * 1000)
@@ -116,6 +125,60 @@ def run(label, nodes, fleet):
     print(f"{label:<22} command {med(cmds):7.1f} ms (max {max(cmds):7.1f})   return->all answer "
           f"{med(gaps):6.1f} ms (max {max(gaps):6.1f})   whole flip {med(totals):7.1f} ms (max {max(totals):7.1f})")
     return med(totals)
+
+def wait_registered(config, n):
+    deadline = time.time() + 30
+    while True:
+        out = subprocess.run([binary, "fleet", "status", "--json", "--config", config],
+            capture_output=True, text=True)
+        if out.returncode == 0 and len(json.loads(out.stdout)["nodes"]) == n:
+            return
+        if time.time() > deadline:
+            sys.exit(f"{n} nodes did not all register:\n{out.stdout}{out.stderr}")
+        time.sleep(0.1)
+
+def rollout_view(admin):
+    with urllib.request.urlopen(f"http://{admin}/v1/status", timeout=5) as r:
+        return json.load(r)["fleet"]["rollout"] or {}
+
+def etcdctl(endpoint, *args):
+    out = subprocess.run(["etcdctl", "--endpoints", endpoint, *args], capture_output=True,
+        text=True, env={**os.environ, "ETCDCTL_API": "3"})
+    if out.returncode != 0:
+        sys.exit(f"etcdctl {args}: {out.stderr}")
+    return out.stdout
+
+def wait_settled(nodes, what):
+    deadline = time.time() + 60
+    while not all(rollout_view(n[1]).get("phase") == "completed" for n in nodes):
+        if time.time() > deadline:
+            sys.exit(f"the fleet did not settle ({what})")
+        time.sleep(0.05)
+
+def drill(nodes, endpoint):
+    halts = []
+    for i in range(flips):
+        current = json.loads(etcdctl(endpoint, "get", "/bench/control", "-w", "json"))["kvs"][0]
+        text = base64.b64decode(current["value"]).decode()
+        bad = f"{text}\n# TASTER-BOOM drill {i}\n"
+        t0 = time.perf_counter()
+        put = json.loads(etcdctl(endpoint, "put", "/bench/control", bad, "-w", "json"))
+        revision = put["header"]["revision"]
+        while True:
+            view = rollout_view(nodes[0][1])
+            if view.get("phase") == "halted" and view.get("candidate") == revision:
+                break
+            if time.perf_counter() - t0 > 30:
+                sys.exit(f"drill {i}: no halt within 30 s: {view}")
+            time.sleep(0.005)
+        halts.append((time.perf_counter() - t0) * 1000)
+        out = subprocess.run([binary, "rollout", "abort", "--config", nodes[0][2]],
+            capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"rollout abort failed:\n{out.stdout}{out.stderr}")
+        wait_settled(nodes, "after the abort")
+    med = statistics.median
+    print(f"{'drill: put -> halted':<34} {med(halts):7.1f} ms (max {max(halts):7.1f})")
 
 def stop_all():
     for p in procs:
@@ -143,6 +206,23 @@ try:
             time.sleep(0.1)
         total = run(f"{n} nodes, etcd", nodes, endpoint)
         print(f"{'':<22} whole flip = {total / baseline:.2f}x the single node's")
+        stop_all()
+    if bake is not None:
+        d = os.path.join(work, "staged")
+        os.makedirs(d)
+        endpoint = start_etcd(d)
+        plan = f'[fleet.rollout]\nwaves = [["ns1"], ["ns2", "ns3"]]\nbake_secs = {bake}\n'
+        drill_env = {"STEERDNS_TASTER_FAULT": "abort:TASTER-BOOM"}
+        nodes = [start_node(os.path.join(d, f"ns{i}"), f"ns{i}", endpoint, plan, drill_env)
+            for i in range(1, 4)]
+        wait_registered(nodes[0][2], 3)
+        wait_settled(nodes, "seeded")
+        staged = run(f"3 nodes, staged, bake {bake} s", nodes, endpoint)
+        print(f"{'':<22} whole flip = {staged / baseline:.2f}x the single node's; "
+              f"{staged - 2000 * bake:.1f} ms beyond the two bakes")
+        emergency = run("3 nodes, --emergency", nodes, endpoint, ["--emergency"])
+        print(f"{'':<22} whole flip = {emergency / baseline:.2f}x the single node's")
+        drill(nodes, endpoint)
         stop_all()
 finally:
     stop_all()

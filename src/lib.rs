@@ -16,6 +16,7 @@ pub mod geo;
 pub mod metrics;
 pub mod policy;
 pub mod reload;
+pub mod rfc3339;
 pub mod rollout;
 pub mod rrl;
 pub mod server;

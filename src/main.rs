@@ -736,7 +736,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         runtime.spawn(steerdns::server::tcp::serve(
             tcp,
             snapshot.clone(),
-            config.tcp_limits(),
+            steerdns::server::tcp::TcpLimits::from_config(&config.server.tcp),
         ));
     }
     let xdp = start_xdp(&config, ports, &snapshot);

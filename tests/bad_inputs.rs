@@ -432,7 +432,7 @@ fn every_bad_load_feed_is_refused_with_its_reason_and_the_last_good_feed_stays()
     let mut server = setup.start();
     let mut resolver = Resolver::new(server.dns);
     let good = serde_json::json!({
-        "time": steerdns::control::history::rfc3339_utc(SystemTime::now()),
+        "time": steerdns::rfc3339::format_utc(SystemTime::now()),
         "regions": {"eu-west": {"load": 500, "capacity": 1000}},
     })
     .to_string();

@@ -31,7 +31,7 @@ const PIPE_LIMIT: Duration = Duration::from_secs(5);
 /// eu-west at 99% (above the 85% high watermark); its neighbour eu-north and the fallback site
 /// fb-eu have room. Time is now, so the feed is fresh.
 fn overload_feed() -> String {
-    let now = steerdns::control::history::rfc3339_utc(SystemTime::now());
+    let now = steerdns::rfc3339::format_utc(SystemTime::now());
     format!(
         r#"{{"time": "{now}", "source": "dashboard-browser-test",
             "regions": {{"eu-west": {{"load": 990, "capacity": 1000}},

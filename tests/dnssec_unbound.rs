@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use control_common::*;
 use serde_json::json;
-use steerdns::control::history::rfc3339_utc;
+use steerdns::rfc3339;
 
 /// The most any wait may take.
 const WAIT: Duration = Duration::from_secs(20);
@@ -276,7 +276,7 @@ impl Answer {
 /// A load feed measured now: eu-west at `eu_west`/1000, the rest with room.
 fn feed(eu_west: f64) -> String {
     json!({
-        "time": rfc3339_utc(SystemTime::now()),
+        "time": rfc3339::format_utc(SystemTime::now()),
         "source": "dnssec test",
         "regions": {
             "na-east": {"load": 500, "capacity": 1000},
@@ -561,7 +561,7 @@ fn first_expiration(text: &str) -> String {
 
 /// Now, in the RRSIG time format (`YYYYMMDDHHmmSS`, UTC).
 fn rrsig_time_now() -> String {
-    rfc3339_utc(SystemTime::now())
+    rfc3339::format_utc(SystemTime::now())
         .chars()
         .filter(char::is_ascii_digit)
         .take(14)

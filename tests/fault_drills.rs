@@ -32,8 +32,8 @@ use hickory_proto::rr::RecordType;
 use prometheus_parse::{Scrape, Value};
 use serde_json::Value as Json;
 use steerdns::control::edit::set_weights;
-use steerdns::control::history::rfc3339_utc;
 use steerdns::control::ControlFile;
+use steerdns::rfc3339;
 
 use control_common::load::Load;
 use control_common::*;
@@ -92,7 +92,7 @@ fn refused_reloads_metric(admin: SocketAddr) -> f64 {
 /// RFC 3339 UTC with milliseconds (second precision would age a feed by up to 1 s at once).
 fn rfc3339_ms(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).expect("after 1970");
-    let whole = rfc3339_utc(UNIX_EPOCH + Duration::from_secs(since.as_secs()));
+    let whole = rfc3339::format_utc(UNIX_EPOCH + Duration::from_secs(since.as_secs()));
     format!(
         "{}.{:03}Z",
         whole.trim_end_matches('Z'),

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::RecordType;
 use prometheus_parse::{Scrape, Value};
-use steerdns::control::history::rfc3339_utc;
+use steerdns::rfc3339;
 
 use control_common::*;
 
@@ -330,7 +330,7 @@ fn destination_of(addr: Ipv4Addr) -> &'static str {
 
 fn feed(eu_west_load: f64) -> String {
     eu_west_feed(
-        &rfc3339_utc(SystemTime::now()),
+        &rfc3339::format_utc(SystemTime::now()),
         eu_west_load,
         "tests/metrics.rs",
     )

@@ -16,10 +16,10 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 
 use steerdns::config::Config;
-use steerdns::control::ShieldMode;
 use steerdns::dns::respond::{respond, Client as DnsClient, Transport, MAX_MESSAGE};
 use steerdns::dns::wire::{parse_query, Reject, WireName, MAX_NAME_LEN};
 use steerdns::dns::writer::Writer;
+use steerdns::policy::ShieldMode;
 use steerdns::policy::{
     compile, evaluate, AnycastChoice, Client, CompiledPolicies, ControlKnobs, Destination,
     PolicyRoot, RegionShed, ShedShare, ShedView, StepChoice,

@@ -139,6 +139,36 @@ fn a_change_the_canarys_taster_crashes_on_halts_at_the_canary() {
         );
     }
     fleet.wait_all_target(&subnets, FRONTDOOR, LIMIT);
+    // Status, metrics and the CLI show the halt on every node.
+    let view = rollout_of(&fleet.nodes[1]);
+    assert_eq!(view["held"], true, "{view:#}");
+    assert!(
+        view["halted"]
+            .as_str()
+            .is_some_and(|r| r.contains("taster killed by signal 6")),
+        "{view:#}"
+    );
+    let (code, metrics) = http(fleet.nodes[0].daemon().admin, "GET", "/metrics", None);
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("steerdns_fleet_rollout_phase{phase=\"halted\"} 1"),
+        "{metrics}"
+    );
+    let text = ok(&fleet.nodes[0].cli(&["status"]), "status");
+    assert!(
+        text.contains(&format!(
+            "rollout of revision {bad_revision} from {lkg}: halted"
+        )),
+        "{text}"
+    );
+    let output = fleet.nodes[0].cli(&["fleet", "status", "--json"]);
+    let fleet_status: serde_json::Value =
+        serde_json::from_str(&ok(&output, "fleet status --json")).expect("JSON");
+    assert_eq!(
+        fleet_status["lagging"],
+        serde_json::json!([]),
+        "held at the last known good is not lagging: {fleet_status:#}"
+    );
     let status = rollout_json(&fleet.nodes[2]);
     assert_eq!(node_state(&status, "ns1"), "refused", "{status:#}");
     for name in ["ns2", "ns3"] {

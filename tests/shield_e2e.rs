@@ -21,7 +21,7 @@ use hickory_proto::op::Message;
 use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
 use hickory_proto::rr::{DNSClass, RData, RecordType};
 use serde_json::{json, Value};
-use steerdns::control::history::rfc3339_utc;
+use steerdns::rfc3339;
 
 use control_common::*;
 
@@ -101,7 +101,7 @@ fn feed(eu_west_load: f64) -> String {
 
 fn feed_value(eu_west_load: f64) -> Value {
     json!({
-        "time": rfc3339_utc(SystemTime::now()),
+        "time": rfc3339::format_utc(SystemTime::now()),
         "source": "shield-e2e test",
         "regions": {
             "na-east": {"load": 500, "capacity": 1000},

@@ -93,7 +93,7 @@ fn bundled_shedding() -> &'static Snapshot {
             Err(problems) => panic!("bundled example does not load: {problems:?}"),
         };
         let now = SystemTime::now();
-        let stamp = steerdns::control::history::rfc3339_utc(now);
+        let stamp = steerdns::rfc3339::format_utc(now);
         let feed = format!(
             r#"{{"time": "{stamp}", "regions": {{
                 "eu-west": {{"load": 990, "capacity": 1000}},
@@ -573,9 +573,9 @@ pub fn config_taster(data: &[u8]) {
         }
     };
     let _ = (
-        config.serve_options(),
-        config.tcp_limits(),
-        config.shield.settings(),
+        ServeOptions::from_config(&config.server),
+        steerdns::server::tcp::TcpLimits::from_config(&config.server.tcp),
+        steerdns::shield::step::ShieldSettings::from_config(&config.shield),
     );
     let knobs = control
         .as_ref()

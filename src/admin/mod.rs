@@ -35,30 +35,6 @@ pub use token::{read_token, AdminToken};
 /// Largest request body accepted (the load feed, later, is the biggest legitimate one).
 pub const MAX_BODY: usize = 1 << 20;
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AdminConfig {
-    /// Where the admin endpoint listens; loopback by default. Port 0 picks a free port.
-    pub listen: SocketAddr,
-    /// File holding the token that writes (`POST`) must present as `Authorization: Bearer`.
-    /// Missing: `serve` creates it (random, mode 0600). Unset, unreadable, shorter than 32
-    /// characters or readable by every user: writes are refused.
-    pub token_file: Option<PathBuf>,
-    /// Names (or addresses) besides loopback literals, `localhost` and the listen address that
-    /// requests may carry in `Host`, e.g. the name a reverse proxy uses.
-    pub allowed_hosts: Vec<String>,
-}
-
-impl Default for AdminConfig {
-    fn default() -> Self {
-        AdminConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 5380)),
-            token_file: None,
-            allowed_hosts: Vec::new(),
-        }
-    }
-}
-
 #[derive(Clone)]
 pub struct AdminState {
     pub reloader: Arc<Reloader>,
@@ -278,9 +254,7 @@ pub struct DnssecKeyView {
 }
 
 fn unix_rfc3339(secs: u64) -> String {
-    crate::control::history::rfc3339_utc(
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
-    )
+    crate::rfc3339::format_utc(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
 /// The status of what `signing` signed.

@@ -141,9 +141,7 @@ pub fn status(config: &Config) -> Result<ExitCode> {
 }
 
 fn rfc3339(secs: u64) -> String {
-    steerdns::control::history::rfc3339_utc(
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
-    )
+    steerdns::rfc3339::format_utc(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
 /// `dnssec dump ZONE`: the signed zone as the server serves it, in zone-file form (each

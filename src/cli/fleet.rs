@@ -12,10 +12,11 @@ use etcd_client::Client;
 
 use steerdns::config::fleet::FleetConfig;
 use steerdns::config::Config;
-use steerdns::control::history::{rfc3339_utc, summarize};
+use steerdns::control::history::summarize;
 use steerdns::control::ControlFile;
 use steerdns::fleet::store::{self, Convergence, NodeRecord, WriteError};
 use steerdns::fleet::{client, Keys};
+use steerdns::rfc3339;
 use steerdns::snapshot::load::{load_with, ControlSource};
 
 pub(super) fn fleet_of(config: &Config) -> Result<&FleetConfig> {
@@ -162,7 +163,7 @@ async fn wait_for_nodes(
         millis,
         converged: converged.clone(),
         lagging: lagging.clone(),
-        at: rfc3339_utc(SystemTime::now()),
+        at: rfc3339::format_utc(SystemTime::now()),
     };
     let _ = store::put_json(client, keys.convergence(), &record, None).await;
     if nodes.is_empty() {
@@ -357,9 +358,12 @@ struct FleetStatusView {
     nodes: Vec<NodeView>,
     /// Members without a live registry entry (dead, stopped or partitioned from etcd).
     missing: Vec<String>,
-    /// Live nodes not on the current revision.
+    /// Live nodes not on the current revision (nor held back at the last known good by a
+    /// staged rollout).
     lagging: Vec<String>,
     last_convergence: Option<Convergence>,
+    /// The staged rollout (`rollout status` has the details), if the fleet stages changes.
+    rollout: Option<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -367,6 +371,9 @@ struct NodeView {
     #[serde(flatten)]
     record: NodeRecord,
     current: bool,
+    /// Serves the last known good because the rollout has not released the newest version to
+    /// its wave.
+    held: bool,
 }
 
 pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
@@ -378,7 +385,23 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
         let nodes = store::nodes(&mut client, &keys).await.map_err(fail)?;
         let members = store::members(&mut client, &keys).await.map_err(fail)?;
         let convergence = store::convergence(&mut client, &keys).await.map_err(fail)?;
-        let (revision, serial) = control.map_or((0, 0), |c| (c.revision, c.serial));
+        let staged = steerdns::fleet::rollout::get(&mut client, &keys)
+            .await
+            .map_err(fail)?
+            .map(|(record, _)| record);
+        // A node the rollout holds at the last known good is where it should be.
+        let held = |node: &NodeRecord| match (&staged, &control) {
+            (Some(record), Some(control)) if node.rollout.is_some() => {
+                let target = record.target(&node.name, control);
+                target.held && node.revision == target.revision
+            }
+            _ => false,
+        };
+        let rollout = staged.as_ref().map(|record| {
+            let lines = record.rollout.describe(steerdns::fleet::rollout::now_ms());
+            lines.get(..2).unwrap_or(&lines).join("; ")
+        });
+        let (revision, serial) = control.as_ref().map_or((0, 0), |c| (c.revision, c.serial));
         let missing = members
             .iter()
             .filter(|m| !nodes.iter().any(|n| n.name == m.name))
@@ -386,7 +409,7 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             .collect();
         let lagging = nodes
             .iter()
-            .filter(|n| n.revision < revision)
+            .filter(|n| n.revision < revision && !held(n))
             .map(|n| n.name.clone())
             .collect();
         Ok::<_, anyhow::Error>(FleetStatusView {
@@ -398,12 +421,14 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
                 .into_iter()
                 .map(|record| NodeView {
                     current: record.revision >= revision,
+                    held: held(&record),
                     record,
                 })
                 .collect(),
             missing,
             lagging,
             last_convergence: convergence,
+            rollout,
         })
     })?;
     if json {
@@ -425,7 +450,11 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
     );
     for node in &view.nodes {
         let r = &node.record;
-        let state = if node.current { "current" } else { "LAGGING" };
+        let state = match (node.current, node.held) {
+            (true, _) => "current",
+            (false, true) => "held",
+            (false, false) => "LAGGING",
+        };
         println!(
             "  {:<12} {:<8} serial {:<6} rev {:<6} nsid {:<10} dns {} admin {} up {}s",
             r.name,
@@ -443,6 +472,9 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
     }
     for name in &view.missing {
         println!("  {name:<12} MISSING (no live registry entry; `steerdns fleet forget {name}` if retired)");
+    }
+    if let Some(rollout) = &view.rollout {
+        println!("{rollout} (`steerdns rollout status`)");
     }
     if let Some(c) = &view.last_convergence {
         println!(

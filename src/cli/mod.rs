@@ -520,6 +520,9 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
                 _ => String::new(),
             }
         );
+        if let Some(r) = &f.rollout {
+            print_rollout(r);
+        }
     }
     print_shield(&status.shield);
     if let Some(xdp) = &status.xdp {
@@ -529,6 +532,38 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         print_dnssec(dnssec);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_rollout(r: &steerdns::reload::RolloutView) {
+    let wave = r
+        .wave
+        .map_or("no wave".to_string(), |w| format!("wave {w}"));
+    let held = if r.held {
+        format!(
+            "; the newest revision is not released to {wave} yet: serving {}",
+            r.allowed
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "rollout of revision {} from {}: {} ({} of {} wave(s) released; this node: {wave}){}{}{}",
+        r.candidate,
+        r.lkg,
+        r.phase,
+        r.released,
+        r.waves,
+        if r.emergency { " [emergency]" } else { "" },
+        held,
+        if r.coordinator {
+            "; this node coordinates"
+        } else {
+            ""
+        }
+    );
+    if let Some(reason) = &r.halted {
+        println!("  HALTED: {reason}");
+    }
 }
 
 fn print_dnssec(d: &steerdns::admin::DnssecView) {

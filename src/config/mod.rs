@@ -3,22 +3,25 @@
 //!
 //! Owns parsing and checking the file; relative paths resolve against the file's directory.
 //! Knows nothing of sockets or zones beyond their paths.
+//!
+//! Plain data, low in the layers: it imports only the pure cores' own section types
+//! (`geo`, `policy`, `dnssec` settings) and `files`. Turning a section into what a part runs
+//! with is that part's job (`ShieldSettings::from_config`, `TcpLimits::from_config`,
+//! `ServeOptions::from_config`, `RateLimiter::from_config`), so nothing here points upward.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::Deserialize;
 
+pub mod admin;
 pub mod fleet;
+pub mod rrl;
 
 use crate::geo::GeoConfig;
 use crate::policy::{ProfileConfig, SteeredConfig, TopologyConfig};
-
-use crate::server::tcp::TcpLimits;
-use crate::snapshot::ServeOptions;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,13 +48,13 @@ pub struct Config {
     pub shield: ShieldConfig,
     /// The admin HTTP endpoint (status, reload; later metrics and load feeds).
     #[serde(default)]
-    pub admin: crate::admin::AdminConfig,
+    pub admin: admin::AdminConfig,
     /// Who may see decision traces (`dig CH TXT <steered name>`).
     #[serde(default)]
     pub trace: TraceConfig,
     /// Response rate limiting for UDP (off unless enabled).
     #[serde(default)]
-    pub rrl: crate::rrl::RrlConfig,
+    pub rrl: rrl::RrlConfig,
     /// Fleet mode: the control state shared by every node through etcd. Absent: single node.
     #[serde(default)]
     pub fleet: Option<fleet::FleetConfig>,
@@ -117,35 +120,17 @@ pub struct ShieldConfig {
 
 impl Default for ShieldConfig {
     fn default() -> Self {
-        let d = crate::shield::step::ShieldSettings::default();
         ShieldConfig {
-            high_watermark: d.high_watermark,
-            low_watermark: d.low_watermark,
-            max_step: d.slew,
-            hold_down_secs: d.hold_down_ms / 1000,
-            short_ttl: d.short_ttl,
-            stale_after_secs: d.stale_after_ms / 1000,
-            revert_after_secs: d.revert_after_ms / 1000,
-            allow_cross_continent: d.allow_cross_continent,
+            high_watermark: 0.85,
+            low_watermark: 0.70,
+            max_step: 0.1,
+            hold_down_secs: 30,
+            short_ttl: 30,
+            stale_after_secs: 30,
+            revert_after_secs: 300,
+            allow_cross_continent: true,
             tick_ms: 1000,
             load_file: None,
-        }
-    }
-}
-
-impl ShieldConfig {
-    pub fn settings(&self) -> crate::shield::step::ShieldSettings {
-        crate::shield::step::ShieldSettings {
-            high_watermark: self.high_watermark,
-            low_watermark: self.low_watermark,
-            slew: self.max_step,
-            hold_down_ms: self.hold_down_secs.saturating_mul(1000),
-            short_ttl: self.short_ttl,
-            // Set from the anycast policies' TTL when the snapshot is built.
-            steady_ttl: crate::shield::step::ShieldSettings::default().steady_ttl,
-            stale_after_ms: self.stale_after_secs.saturating_mul(1000),
-            revert_after_ms: self.revert_after_secs.saturating_mul(1000),
-            allow_cross_continent: self.allow_cross_continent,
         }
     }
 }
@@ -295,13 +280,12 @@ pub struct TcpConfig {
 
 impl Default for TcpConfig {
     fn default() -> Self {
-        let limits = TcpLimits::default();
         TcpConfig {
-            idle_timeout_secs: limits.idle_timeout.as_secs(),
-            max_connections: limits.max_connections,
-            max_connections_per_client: limits.max_connections_per_client,
-            frame_timeout_secs: limits.frame_timeout.as_secs(),
-            max_queries_per_connection: limits.max_queries_per_connection,
+            idle_timeout_secs: 10,
+            max_connections: 1024,
+            max_connections_per_client: 32,
+            frame_timeout_secs: 3,
+            max_queries_per_connection: 10_000,
         }
     }
 }
@@ -337,10 +321,10 @@ impl Default for Config {
             profiles: BTreeMap::new(),
             steered: Vec::new(),
             control: ControlConfig::default(),
-            admin: crate::admin::AdminConfig::default(),
+            admin: admin::AdminConfig::default(),
             shield: ShieldConfig::default(),
             trace: TraceConfig::default(),
-            rrl: crate::rrl::RrlConfig::default(),
+            rrl: rrl::RrlConfig::default(),
             fleet: None,
             dnssec: crate::dnssec::DnssecConfig::default(),
             taster: TasterConfig::default(),
@@ -387,7 +371,7 @@ impl Config {
         let config: Config = toml::from_str(text).map_err(|e| {
             let (line, column) = e
                 .span()
-                .map(|span| line_column(text, span.start))
+                .map(|span| crate::files::line_column(text, span.start))
                 .unwrap_or((0, 0));
             ConfigError::Syntax {
                 path: path.to_path_buf(),
@@ -533,50 +517,12 @@ impl Config {
         }
     }
 
-    pub fn serve_options(&self) -> ServeOptions {
-        let server = &self.server;
-        let defaults = ServeOptions::default();
-        ServeOptions {
-            edns_payload: server.edns_payload,
-            nsid: server.nsid.as_ref().map(|n| n.as_bytes().into()),
-            version: match &server.version {
-                None => defaults.version,
-                Some(v) if v.is_empty() => None,
-                Some(v) => Some(v.clone()),
-            },
-            identity: server.identity.clone(),
-            query_log_sample: server.query_log_sample,
-        }
-    }
-
-    pub fn tcp_limits(&self) -> TcpLimits {
-        let tcp = &self.server.tcp;
-        TcpLimits {
-            idle_timeout: Duration::from_secs(tcp.idle_timeout_secs.max(1)),
-            max_connections: tcp.max_connections,
-            max_connections_per_client: tcp.max_connections_per_client,
-            frame_timeout: Duration::from_secs(tcp.frame_timeout_secs.max(1)),
-            max_queries_per_connection: tcp.max_queries_per_connection,
-        }
-    }
-
     pub fn udp_workers(&self) -> usize {
         match self.server.udp_workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         }
     }
-}
-
-/// 1-based line and column of a byte offset.
-pub(crate) fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before
-        .rfind('\n')
-        .map_or(before.len(), |nl| before.len() - nl - 1)
-        + 1;
-    (line, column)
 }
 
 #[cfg(test)]
@@ -614,9 +560,8 @@ mod tests {
             Path::new("s.toml"),
         )
         .unwrap();
-        let limits = c.tcp_limits();
-        assert_eq!(limits.max_connections_per_client, 3);
-        assert_eq!(limits.frame_timeout, Duration::from_secs(2));
+        assert_eq!(c.server.tcp.max_connections_per_client, 3);
+        assert_eq!(c.server.tcp.frame_timeout_secs, 2);
         assert!(c.rrl.enabled);
         assert_eq!((c.rrl.responses_per_second, c.rrl.slip), (7, 3));
         let err = Config::parse("[rrl]\nipv6_prefix = 200\n", Path::new("s.toml"))

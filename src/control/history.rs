@@ -24,8 +24,8 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::edit::{replace_file_unflushed, WriteError};
-use super::{ControlFile, ShieldMode};
-use crate::policy::{EndpointKnobs, ForcedAnswer, RegionKnobs};
+use super::ControlFile;
+use crate::policy::{EndpointKnobs, ForcedAnswer, RegionKnobs, ShieldMode};
 
 /// One accepted control version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -258,7 +258,7 @@ impl History {
         }
         let meta = VersionMeta {
             serial,
-            time: rfc3339_utc(now),
+            time: crate::rfc3339::format_utc(now),
             source: source.to_owned(),
             summary: summary.to_owned(),
         };
@@ -268,7 +268,7 @@ impl History {
             source: meta.source.clone(),
             summary: meta.summary.clone(),
             text_bytes: text.len() as u64,
-            text_fnv1a64: format!("{:016x}", fnv1a64(text.as_bytes())),
+            text_fnv1a64: format!("{:016x}", crate::files::fnv1a64(text.as_bytes())),
         };
         // Serializing a struct of strings and integers cannot fail; mapped anyway, not unwrapped.
         let json = serde_json::to_vec_pretty(&stored).map_err(|e| HistoryError::Corrupt {
@@ -362,7 +362,7 @@ impl History {
         let Some(bytes) = read_if_present(&text_path)? else {
             return Err(corrupt(format!("{} is missing", text_path.display())));
         };
-        let hash = format!("{:016x}", fnv1a64(&bytes));
+        let hash = format!("{:016x}", crate::files::fnv1a64(&bytes));
         if bytes.len() as u64 != stored.text_bytes || hash != stored.text_fnv1a64 {
             return Err(corrupt(format!(
                 "{} does not match its metadata ({} bytes, expected {})",
@@ -538,51 +538,6 @@ fn shield_name(mode: ShieldMode) -> &'static str {
         ShieldMode::Frozen => "frozen",
         ShieldMode::Off => "off",
     }
-}
-
-/// FNV-1a, 64 bit: stable across builds and platforms (std's hasher is not guaranteed to be).
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// RFC 3339 UTC with second precision, e.g. `2024-03-01T12:00:00Z` (times before 1970 read
-/// as 1970-01-01T00:00:00Z).
-pub fn rfc3339_utc(time: SystemTime) -> String {
-    let secs = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_date(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-/// Year, month, day of a count of days since 1970-01-01 (proleptic Gregorian calendar).
-/// Counts in 400-year eras starting on 1 March, where leap days fall at the end of a year.
-fn civil_date(days_since_epoch: u64) -> (u64, u64, u64) {
-    const DAYS_PER_ERA: u64 = 146_097;
-    // 1970-01-01 is day 719_468 counted from 0000-03-01.
-    let z = days_since_epoch + 719_468;
-    let era = z / DAYS_PER_ERA;
-    let day_of_era = z % DAYS_PER_ERA;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = era * 400 + year_of_era + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
@@ -861,17 +816,5 @@ mod tests {
         let line = summarize(&ControlFile::default(), &control(&text));
         assert_eq!(line.matches("weight default->").count(), MAX_SUMMARY_ITEMS);
         assert!(line.ends_with("; and 8 more"), "{line}");
-    }
-
-    #[test]
-    fn dates_are_gregorian() {
-        assert_eq!(rfc3339_utc(at(0)), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339_utc(at(951_782_400)), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339_utc(at(4_107_542_399)), "2100-02-28T23:59:59Z");
-        assert_eq!(rfc3339_utc(at(4_107_542_400)), "2100-03-01T00:00:00Z");
-        assert_eq!(
-            rfc3339_utc(SystemTime::UNIX_EPOCH - Duration::from_secs(5)),
-            "1970-01-01T00:00:00Z"
-        );
     }
 }

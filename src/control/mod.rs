@@ -15,20 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::policy::{ControlKnobs, ProfileKnobs, RegionKnobs};
-
-/// What the traffic shield may do.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ShieldMode {
-    /// Decide from the load feed every tick.
-    #[default]
-    Auto,
-    /// Hold the current decisions.
-    Frozen,
-    /// Normal answers only.
-    Off,
-}
+use crate::policy::{ControlKnobs, ProfileKnobs, RegionKnobs, ShieldMode};
 
 /// The control file as written by operators (and by `steerdns weight set`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -90,7 +77,7 @@ impl ControlFile {
         toml::from_str(text).map_err(|e| {
             let (line, column) = e
                 .span()
-                .map(|span| crate::config::line_column(text, span.start))
+                .map(|span| crate::files::line_column(text, span.start))
                 .unwrap_or((0, 0));
             ControlError::Syntax {
                 path: path.to_path_buf(),
@@ -132,7 +119,7 @@ pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
                         span = t.span().or(span);
                         next_table = Some(t);
                     }
-                    None => return span.map(|s| crate::config::line_column(text, s.start).0),
+                    None => return span.map(|s| crate::files::line_column(text, s.start).0),
                 },
                 toml_edit::Item::Value(toml_edit::Value::Array(values)) => {
                     match values.get(index) {
@@ -141,10 +128,10 @@ pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
                             next_table =
                                 v.as_inline_table().map(|t| t as &dyn toml_edit::TableLike);
                         }
-                        None => return span.map(|s| crate::config::line_column(text, s.start).0),
+                        None => return span.map(|s| crate::files::line_column(text, s.start).0),
                     }
                 }
-                _ => return span.map(|s| crate::config::line_column(text, s.start).0),
+                _ => return span.map(|s| crate::files::line_column(text, s.start).0),
             }
             // Nested indexes on array elements are not used by our paths.
             item = &toml_edit::Item::None;
@@ -154,7 +141,7 @@ pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
             None => break,
         }
     }
-    span.map(|s| crate::config::line_column(text, s.start).0)
+    span.map(|s| crate::files::line_column(text, s.start).0)
 }
 
 /// `"endpoints[1]"` -> `("endpoints", [1])`.

@@ -55,11 +55,11 @@ fn query(id: u16, name: &str, qtype: u16, ecs: Option<(IpAddr, u8)>) -> Vec<u8> 
 /// The bundled snapshot with response rate limiting on: `rate` per second, slip 2.
 fn rate_limited(rate: u32) -> Snapshot {
     let mut snapshot = bundled();
-    snapshot.rrl = crate::rrl::RateLimiter::from_config(&crate::rrl::RrlConfig {
+    snapshot.rrl = crate::rrl::RateLimiter::from_config(&crate::config::rrl::RrlConfig {
         enabled: true,
         responses_per_second: rate,
         slip: 2,
-        ..crate::rrl::RrlConfig::default()
+        ..crate::config::rrl::RrlConfig::default()
     });
     assert!(snapshot.rrl.is_some());
     snapshot

@@ -20,8 +20,8 @@ use super::rollout::{self as staged, RolloutRecord, Target};
 use super::store::{self, Member, NodeRecord, NodeRefusal};
 use super::{request_timeout, FleetError, Keys};
 use crate::config::fleet::FleetConfig;
-use crate::control::history::rfc3339_utc;
 use crate::reload::{Reloader, RolloutView, Trigger};
+use crate::rfc3339;
 use crate::rollout::{parse_probe, NodeReport, Phase, ProbeResult};
 
 /// Who this node is, as its registry entry says.
@@ -67,7 +67,7 @@ pub fn spawn(
         origin,
         info,
         started: SystemTime::now(),
-        started_at: rfc3339_utc(SystemTime::now()),
+        started_at: rfc3339::format_utc(SystemTime::now()),
         boot: boot_id(),
     };
     runtime.spawn(run(ctx));
@@ -435,7 +435,7 @@ async fn register_member(ctx: &Ctx, client: &mut Client) -> Result<(), FleetErro
         client.get(key.clone(), None),
     )
     .await?;
-    let now = rfc3339_utc(SystemTime::now());
+    let now = rfc3339::format_utc(SystemTime::now());
     let first_seen = response
         .kvs()
         .first()
@@ -486,7 +486,7 @@ pub fn record(
         uptime_secs: SystemTime::now()
             .duration_since(started)
             .map_or(0, |d| d.as_secs()),
-        updated_at: rfc3339_utc(SystemTime::now()),
+        updated_at: rfc3339::format_utc(SystemTime::now()),
         version: env!("CARGO_PKG_VERSION").to_string(),
         rollout: rollout.map(|(boot, probes)| report(reloader, origin, boot, probes)),
     }

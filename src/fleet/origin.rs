@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
 use crate::config::Config;
-use crate::control::history::{fnv1a64, rfc3339_utc};
+use crate::files::fnv1a64;
 use crate::reload::{ControlOrigin, FleetLinkStatus, RolloutView};
+use crate::rfc3339;
 
 /// A version received from etcd.
 #[derive(Debug, Clone)]
@@ -56,7 +57,7 @@ impl FleetOrigin {
                     prefix: prefix.to_string(),
                     endpoints: endpoints.to_vec(),
                     connected: false,
-                    since: rfc3339_utc(SystemTime::now()),
+                    since: rfc3339::format_utc(SystemTime::now()),
                     last_error: Some("not connected yet".into()),
                     ..FleetLinkStatus::default()
                 },
@@ -97,7 +98,7 @@ impl FleetOrigin {
         let mut inner = self.lock();
         if inner.link.connected != connected {
             inner.link_changed = Some(SystemTime::now());
-            inner.link.since = rfc3339_utc(SystemTime::now());
+            inner.link.since = rfc3339::format_utc(SystemTime::now());
             if connected {
                 tracing::info!("fleet: connected to etcd");
             } else {

@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{FleetError, Keys};
 use crate::control::edit::set_serial;
-use crate::control::history::{rfc3339_utc, summarize};
+use crate::control::history::summarize;
 use crate::control::ControlFile;
+use crate::rfc3339;
 
 /// How many times a write re-reads and re-applies its edit when another write got in first.
 pub const MAX_WRITE_ATTEMPTS: u32 = 20;
@@ -259,7 +260,7 @@ pub fn version_json(
 ) -> Result<String, FleetError> {
     serde_json::to_string(&FleetVersion {
         serial,
-        time: rfc3339_utc(SystemTime::now()),
+        time: rfc3339::format_utc(SystemTime::now()),
         source: source.to_string(),
         summary: summary.to_string(),
         text: text.to_string(),

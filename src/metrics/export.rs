@@ -590,6 +590,51 @@ impl Scrape {
             "steerdns_fleet_refused",
             "1 while the fleet's newest control version is refused here (the last good one serves).",
             bool_value(fleet.refused_revision.is_some()),
+        )?;
+        let Some(rollout) = &fleet.rollout else {
+            return Ok(());
+        };
+        const PHASES: [&str; 5] = ["none", "running", "halted", "completed", "aborted"];
+        gauges(
+            encoder,
+            "steerdns_fleet_rollout_phase",
+            "1 for the phase of the fleet's staged rollout as this node sees it (halted: a gate failed and every node serves the last known good).",
+            PHASES.iter().map(|phase| {
+                (
+                    vec![("phase", phase.to_string())],
+                    bool_value(rollout.phase == *phase),
+                )
+            }),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_rollout_candidate_revision",
+            "Control revision being rolled out (or the last one rolled out).",
+            rollout.candidate as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_rollout_lkg_revision",
+            "Control revision of the fleet's last known good.",
+            rollout.lkg as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_rollout_waves_released",
+            "Waves of the rollout released so far (1: the canary).",
+            rollout.released as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_rollout_held",
+            "1 while the fleet's newest control version is not released to this node's wave (it serves the last known good).",
+            bool_value(rollout.held),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_rollout_coordinator",
+            "1 while this node drives the fleet's rollouts (holds the coordinator key).",
+            bool_value(rollout.coordinator),
         )
     }
 }

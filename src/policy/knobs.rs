@@ -7,6 +7,19 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+/// What the traffic shield may do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShieldMode {
+    /// Decide from the load feed every tick.
+    #[default]
+    Auto,
+    /// Hold the current decisions.
+    Frozen,
+    /// Normal answers only.
+    Off,
+}
+
 /// Operator control state (from the control file). `ControlKnobs::default()` changes nothing.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

@@ -38,7 +38,7 @@ pub use explain::{explain, explain_with_health};
 pub use health::{HealthView, SlotHealth};
 pub use knobs::{
     BadForcedAnswer, ControlKnobs, Destination, EndpointKnobs, ForcedAnswer, ProfileKnobs,
-    RegionKnobs, RegionShed, ShedError, ShedShare, ShedView, MAX_SHED_DESTINATIONS,
+    RegionKnobs, RegionShed, ShedError, ShedShare, ShedView, ShieldMode, MAX_SHED_DESTINATIONS,
 };
 pub use model::{
     AllDown, CompiledPolicies, GeoRoute, PolicyRoot, ProfileId, ProfileKindTag, RegionInfo,

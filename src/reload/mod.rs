@@ -25,10 +25,10 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::control::history::{
-    fnv1a64 as fnv, next_serial, rfc3339_utc as rfc3339, summarize, History,
-};
+use crate::control::history::{next_serial, summarize, History};
 use crate::control::ControlFile;
+use crate::files::fnv1a64;
+use crate::rfc3339;
 use crate::shield::live::Shield;
 use crate::snapshot::load::{load_after, ControlSource, Loaded};
 use crate::snapshot::{SharedSnapshot, Snapshot};
@@ -249,12 +249,12 @@ impl Reloader {
             if let Some(reasons) = refusal {
                 state.status.reloads_refused += 1;
                 state.status.last_refusal = Some(Refusal {
-                    at: rfc3339(SystemTime::now()),
+                    at: rfc3339::format_utc(SystemTime::now()),
                     trigger: Trigger::Startup.as_str(),
                     reasons,
                 });
                 if let Ok(Some(bad)) = control {
-                    state.last_control_hash = Some(fnv(bad.1.as_bytes()));
+                    state.last_control_hash = Some(fnv1a64(bad.1.as_bytes()));
                 }
             }
             reloader.accept(&mut state, &config, loaded, text, Trigger::Startup, started);
@@ -344,7 +344,7 @@ impl Reloader {
         let path = state.status.control_file.clone()?;
         let hash = crate::files::read_limited(&path, crate::files::SMALL_FILE_LIMIT)
             .ok()
-            .map(|bytes| fnv(&bytes));
+            .map(|bytes| fnv1a64(&bytes));
         if hash.is_some() && hash == state.last_control_hash {
             return None;
         }
@@ -367,7 +367,7 @@ impl Reloader {
             .and_then(|config| {
                 let control = self.origin.current(&config);
                 state.last_control_hash = Some(match &control {
-                    Ok(Some((_, text))) => fnv(text.as_bytes()),
+                    Ok(Some((_, text))) => fnv1a64(text.as_bytes()),
                     _ => MISSING_FILE_HASH,
                 });
                 if let Ok(Some((_, text))) = &control {
@@ -402,7 +402,7 @@ impl Reloader {
                 }
                 state.status.reloads_refused += 1;
                 state.status.last_refusal = Some(Refusal {
-                    at: rfc3339(SystemTime::now()),
+                    at: rfc3339::format_utc(SystemTime::now()),
                     trigger: trigger.as_str(),
                     reasons: reasons.clone(),
                 });
@@ -454,7 +454,7 @@ impl Reloader {
         let mut history_dir = None;
         let unchanged = control
             .as_ref()
-            .is_some_and(|(_, text)| state.served_control_hash == Some(fnv(text.as_bytes())));
+            .is_some_and(|(_, text)| state.served_control_hash == Some(fnv1a64(text.as_bytes())));
         // A new version is numbered above both the history and what is served now (serving
         // may have gone on while the history could not be written).
         let next = snapshot
@@ -494,7 +494,7 @@ impl Reloader {
         let status = &mut state.status;
         status.serial = serial;
         status.config_hash = config_hash;
-        status.loaded_at = rfc3339(SystemTime::now());
+        status.loaded_at = rfc3339::format_utc(SystemTime::now());
         status.loaded_by = trigger.as_str();
         status.control_file = config.control.file.clone();
         status.history_dir = history_dir;
@@ -502,8 +502,8 @@ impl Reloader {
         status.last_reload_ms = ms(elapsed);
         status.warnings = warnings;
         if let Some((_, text)) = &control {
-            state.last_control_hash = Some(fnv(text.as_bytes()));
-            state.served_control_hash = Some(fnv(text.as_bytes()));
+            state.last_control_hash = Some(fnv1a64(text.as_bytes()));
+            state.served_control_hash = Some(fnv1a64(text.as_bytes()));
         }
         self.publish(state);
         // After publishing: what the origin tells others (a fleet's registry) matches status.
@@ -689,7 +689,7 @@ fn config_hash(config: &Config, control: Option<&str>, snapshot: &Snapshot) -> u
         bytes.extend(&zone.apex[..]);
         bytes.extend(zone.serial.to_be_bytes());
     }
-    fnv(&bytes)
+    fnv1a64(&bytes)
 }
 
 /// Convenience for callers that only have a path.

@@ -17,6 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWrit
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::config::TcpConfig;
 use crate::dns::respond::{respond, Client, Transport, MAX_MESSAGE};
 use crate::snapshot::SharedSnapshot;
 
@@ -35,15 +36,23 @@ pub struct TcpLimits {
     pub max_queries_per_connection: usize,
 }
 
-impl Default for TcpLimits {
-    fn default() -> Self {
+impl TcpLimits {
+    /// The limits of `[server.tcp]` (timeouts of at least a second).
+    pub fn from_config(tcp: &TcpConfig) -> TcpLimits {
         TcpLimits {
-            idle_timeout: Duration::from_secs(10),
-            max_connections: 1024,
-            max_connections_per_client: 32,
-            frame_timeout: Duration::from_secs(3),
-            max_queries_per_connection: 10_000,
+            idle_timeout: Duration::from_secs(tcp.idle_timeout_secs.max(1)),
+            max_connections: tcp.max_connections,
+            max_connections_per_client: tcp.max_connections_per_client,
+            frame_timeout: Duration::from_secs(tcp.frame_timeout_secs.max(1)),
+            max_queries_per_connection: tcp.max_queries_per_connection,
         }
+    }
+}
+
+impl Default for TcpLimits {
+    /// The limits of a config without `[server.tcp]`.
+    fn default() -> Self {
+        TcpLimits::from_config(&TcpConfig::default())
     }
 }
 

@@ -15,9 +15,9 @@ use super::step::{
     checked_step, shed_view, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings,
     ShieldState,
 };
-use crate::control::history::rfc3339_utc;
-use crate::control::ShieldMode;
+use crate::policy::ShieldMode;
 use crate::policy::{CompiledPolicies, Destination, RegionOverride, ShedView};
+use crate::rfc3339;
 use crate::snapshot::Snapshot;
 
 /// Changes kept for status.
@@ -207,7 +207,7 @@ impl Shield {
             let what = repairs.join("; ");
             tracing::error!("shield: state repaired (non-finite numbers): {what}");
             status.state_repairs += 1;
-            status.last_state_repair = Some(format!("{}: {what}", rfc3339_utc(now)));
+            status.last_state_repair = Some(format!("{}: {what}", rfc3339::format_utc(now)));
             *lock(&self.repaired_at) = Some(now);
         }
         for change in &changes {
@@ -222,7 +222,7 @@ impl Shield {
                 change.reason
             );
             status.recent_changes.push_front(ChangeRecord {
-                at: rfc3339_utc(now),
+                at: rfc3339::format_utc(now),
                 region: region.to_string(),
                 from: change.from,
                 to: change.to,

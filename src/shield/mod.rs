@@ -7,6 +7,7 @@
 //! Owns the decisions and their bookkeeping. Never touches the serving path except by
 //! publishing a new view; never reads clocks or files inside the step.
 
+pub mod config;
 pub mod feed;
 pub mod live;
 pub mod sim;

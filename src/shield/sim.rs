@@ -69,7 +69,7 @@ pub fn compile_topology(config: &Config) -> Result<(CompiledPolicies, ShieldSett
             let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
             SimError::Topology(lines.join("; "))
         })?;
-    let mut settings = config.shield.settings();
+    let mut settings = crate::shield::step::ShieldSettings::from_config(&config.shield);
     if let Some(ttl) = super::live::steady_ttl(&policies) {
         settings.steady_ttl = ttl;
     }

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use crate::control::history::{fnv1a64, rfc3339_utc};
+use crate::files::fnv1a64;
+use crate::rfc3339;
 use crate::shield::feed::{parse_feed, FeedError, LoadFeed, MAX_FEED_BYTES};
 
 /// How a feed arrived.
@@ -92,7 +93,7 @@ impl FeedSlot {
             Ok(feed) => {
                 let mut state = self.lock();
                 state.stats.accepted += 1;
-                state.stats.last_accepted_at = Some(rfc3339_utc(now));
+                state.stats.last_accepted_at = Some(rfc3339::format_utc(now));
                 state.latest = Some((feed, now, origin));
                 Ok(())
             }
@@ -111,7 +112,7 @@ impl FeedSlot {
         let mut state = self.lock();
         state.stats.refused += 1;
         state.stats.last_refusal = Some(FeedRefusal {
-            at: rfc3339_utc(now),
+            at: rfc3339::format_utc(now),
             origin,
             reason: error.to_string(),
         });

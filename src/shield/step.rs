@@ -20,10 +20,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::control::ShieldMode;
+use crate::policy::ShieldMode;
 use crate::policy::{Destination, RegionShed, ShedShare, ShedView, MAX_SHED_DESTINATIONS};
 
-/// Knobs of the decision step (config `[shield]`).
+/// Knobs of the decision step (config `[shield]`, converted in [`super::config`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShieldSettings {
     pub high_watermark: f64,
@@ -42,22 +42,6 @@ pub struct ShieldSettings {
     /// Data older than this (ms) decays a region's shedding back to normal answers.
     pub revert_after_ms: u64,
     pub allow_cross_continent: bool,
-}
-
-impl Default for ShieldSettings {
-    fn default() -> Self {
-        ShieldSettings {
-            high_watermark: 0.85,
-            low_watermark: 0.70,
-            slew: 0.1,
-            hold_down_ms: 30_000,
-            short_ttl: 30,
-            steady_ttl: 300,
-            stale_after_ms: 30_000,
-            revert_after_ms: 300_000,
-            allow_cross_continent: true,
-        }
-    }
 }
 
 impl ShieldSettings {

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::step::*;
-use crate::control::ShieldMode;
 use crate::policy::Destination;
+use crate::policy::ShieldMode;
 
 const EU_WEST: usize = 0;
 const EU_NORTH: usize = 1;

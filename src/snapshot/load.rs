@@ -135,14 +135,14 @@ pub fn load_after(
     let mut snapshot = Snapshot::assemble(
         zones,
         precompiled,
-        config.serve_options(),
+        super::ServeOptions::from_config(&config.server),
         steering,
         config.trace.allow.clone(),
     );
     snapshot.sources = Some(sources);
     snapshot.dnssec = signing.map(Arc::new);
     snapshot.control = control.map(|(file, _)| file).unwrap_or_default();
-    snapshot.shield_settings = config.shield.settings();
+    snapshot.shield_settings = crate::shield::step::ShieldSettings::from_config(&config.shield);
     if let Some(ttl) = snapshot
         .policies()
         .and_then(crate::shield::live::steady_ttl)

@@ -17,6 +17,7 @@ pub use precompiled::{Cached, Precompiled};
 
 use ipnet::IpNet;
 
+use crate::config::ServerConfig;
 use crate::control::ControlFile;
 use crate::dns::respond::Client;
 use crate::dns::wire::{ClientSubnet, WireName};
@@ -53,6 +54,25 @@ impl Default for ServeOptions {
             version: Some(format!("steerdns {}", env!("CARGO_PKG_VERSION"))),
             identity: None,
             query_log_sample: 0,
+        }
+    }
+}
+
+impl ServeOptions {
+    /// The options `[server]` asks for: `version = ""` refuses `version.bind`, unset answers
+    /// the default.
+    pub fn from_config(server: &ServerConfig) -> ServeOptions {
+        let defaults = ServeOptions::default();
+        ServeOptions {
+            edns_payload: server.edns_payload,
+            nsid: server.nsid.as_ref().map(|n| n.as_bytes().into()),
+            version: match &server.version {
+                None => defaults.version,
+                Some(v) if v.is_empty() => None,
+                Some(v) => Some(v.clone()),
+            },
+            identity: server.identity.clone(),
+            query_log_sample: server.query_log_sample,
         }
     }
 }

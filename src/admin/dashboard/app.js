@@ -246,9 +246,23 @@
       ["Refused revision", typeof f.refused_revision === "number" ? String(f.refused_revision) : null],
       ["Last change applied", typeof f.last_apply_ms === "number" ? `${f.last_apply_ms.toFixed(1)} ms after it arrived` : null],
       ["Fleet convergence", typeof f.last_convergence_ms === "number" ? `${f.last_convergence_ms.toFixed(0)} ms (last change, every live node)` : null],
+      ["Rollout", rolloutText(f.rollout)],
     ]);
     if (!f.connected) serverAlerts.push(`fleet: etcd link down${since}; serving the last good control state`);
     if (typeof f.refused_revision === "number") serverAlerts.push(`fleet: revision ${f.refused_revision} refused here`);
+    if (f.rollout && f.rollout.phase === "halted") {
+      serverAlerts.push(`fleet: rollout of revision ${f.rollout.candidate} HALTED, every node back on ${f.rollout.lkg}: ${f.rollout.halted || "?"}`);
+    }
+  }
+
+  function rolloutText(r) {
+    if (!r) return null;
+    const wave = typeof r.wave === "number" ? `wave ${r.wave}` : "no wave";
+    const parts = [`${r.phase}: revision ${r.candidate} from ${r.lkg}, ${r.released} of ${r.waves} wave(s) released; this node ${wave}`];
+    if (r.emergency) parts.push("emergency (no bake)");
+    if (r.held) parts.push(`held: serving ${r.allowed} until its wave is released`);
+    if (r.coordinator) parts.push("this node coordinates");
+    return parts.join("; ");
   }
 
   function renderControl(status) {

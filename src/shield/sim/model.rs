@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use super::scenario::{Node, Resolved, Scenario};
 use super::{NodeSample, NodeSummary, SimError, SimResult, Summary, Tick};
-use crate::control::ShieldMode;
+use crate::policy::ShieldMode;
 use crate::policy::{
     evaluate, Client, CompiledPolicies, Destination, PolicyRoot, ShedView, Target,
 };
