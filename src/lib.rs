@@ -13,6 +13,7 @@ pub mod dnssec;
 pub mod files;
 pub mod fleet;
 pub mod geo;
+pub mod health;
 pub mod metrics;
 pub mod policy;
 pub mod reload;

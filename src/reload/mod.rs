@@ -176,6 +176,8 @@ pub struct Reloader {
     origin: Arc<dyn ControlOrigin>,
     snapshot: SharedSnapshot,
     shield: Arc<Shield>,
+    /// Endpoint monitors (their states outlive reloads).
+    health: Arc<crate::health::Health>,
     /// Held for a whole reload, history writes (and their fsyncs) included: reloads run one
     /// at a time. Readers never take it; they read [`Reloader::published`].
     state: Mutex<State>,
@@ -274,6 +276,7 @@ impl Reloader {
                 status: Status::default(),
             }),
             shield: Arc::new(Shield::default()),
+            health: Arc::new(crate::health::Health::default()),
             state: Mutex::new(State {
                 status: Status::default(),
                 last_control_hash: None,
@@ -298,6 +301,11 @@ impl Reloader {
 
     pub fn shield(&self) -> &Arc<Shield> {
         &self.shield
+    }
+
+    /// The endpoint monitors.
+    pub fn health(&self) -> &Arc<crate::health::Health> {
+        &self.health
     }
 
     /// The control plane's status. Never waits for a reload in progress.
@@ -483,6 +491,7 @@ impl Reloader {
         };
         snapshot.serial = serial;
         snapshot.shield = self.shield.clone();
+        snapshot.health = self.health.attach(snapshot.policies());
         if let (Some(rrl), Some(previous)) = (&mut snapshot.rrl, &previous.rrl) {
             rrl.keep_buckets_of(previous);
         }

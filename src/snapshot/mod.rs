@@ -93,6 +93,9 @@ pub struct Snapshot {
     pub config_hash: u64,
     /// The traffic shield (shared by every snapshot: its decisions outlive reloads).
     pub shield: Arc<Shield>,
+    /// The monitors' health view for these policies (from [`crate::health::Health::attach`];
+    /// empty, everything up, until the reloader attaches it).
+    pub health: Arc<crate::health::Board>,
     pub shield_settings: ShieldSettings,
     /// The load file the shield polls, if any.
     pub load_file: Option<std::path::PathBuf>,
@@ -143,6 +146,7 @@ impl Snapshot {
             serial: 0,
             config_hash: 0,
             shield: Arc::new(Shield::default()),
+            health: Arc::new(crate::health::Board::default()),
             shield_settings: ShieldSettings::default(),
             load_file: None,
             shield_tick_ms: 1000,
@@ -199,6 +203,7 @@ impl Snapshot {
             data,
             &self.counters,
             &self.shield,
+            &self.health,
             steer::locate(&data.locator, client, subnet),
             self.dnssec.as_deref().map(|d| &d.steered),
         ))
@@ -235,6 +240,7 @@ impl Snapshot {
         steer::trace(
             data,
             &self.shield.view(),
+            &self.health.view(),
             binding,
             steering.client(),
             &source,

@@ -10,10 +10,11 @@ use crate::dns::respond::Client;
 use crate::dns::wire::{rtype, ClientSubnet};
 use crate::dnssec::SteeredSigs;
 use crate::geo::Locator;
+use crate::health::Board;
 use crate::metrics::SnapshotCounters;
 use crate::policy::{
-    self, evaluate, AnycastChoice, CompiledPolicies, Decision, Destination, PolicyRoot, ShedView,
-    Target,
+    self, evaluate, evaluate_with_health, AnycastChoice, CompiledPolicies, Decision, Destination,
+    HealthView, PolicyRoot, ShedView, Target,
 };
 use crate::shield::live::{DemandCounters, Shield};
 use crate::zone::lookup::{SteeredAnswer, Steering, Synth};
@@ -59,6 +60,10 @@ pub struct ClientSteering<'s> {
     /// The shield's view, loaded when an anycast decision first needs it (profiles never do,
     /// and the atomic load is a noticeable part of a geo or weighted answer).
     shed: OnceCell<arc_swap::Guard<Arc<ShedView>>>,
+    /// The monitors' view, loaded when a profile decision first needs it (never when nothing
+    /// is monitored).
+    health: &'s Board,
+    health_view: OnceCell<arc_swap::Guard<Arc<HealthView>>>,
     client: policy::Client,
     /// Pre-signed answers (signed zones), for queries that set DO.
     sigs: Option<&'s SteeredSigs>,
@@ -71,6 +76,7 @@ impl<'s> ClientSteering<'s> {
         data: &'s SteeringData,
         counters: &'s SnapshotCounters,
         shield: &'s Shield,
+        health: &'s Board,
         client: policy::Client,
         sigs: Option<&'s SteeredSigs>,
     ) -> Self {
@@ -79,6 +85,8 @@ impl<'s> ClientSteering<'s> {
             counters,
             shield,
             shed: OnceCell::new(),
+            health,
+            health_view: OnceCell::new(),
             client,
             sigs,
             asked: Cell::new(None),
@@ -104,11 +112,22 @@ impl<'s> ClientSteering<'s> {
     fn decide(&self, binding: u32) -> Option<Decision<'s>> {
         let policies = &self.data.policies;
         let steered = policies.steered().get(binding as usize)?;
-        let shed: &ShedView = match steered.root {
-            PolicyRoot::Anycast { .. } => self.shed.get_or_init(|| self.shield.view()),
-            PolicyRoot::Profile { .. } => NO_SHED.get_or_init(ShedView::default),
+        let decision = match steered.root {
+            PolicyRoot::Anycast { .. } => {
+                let shed = self.shed.get_or_init(|| self.shield.view());
+                evaluate(policies, steered.root, &self.client, shed)
+            }
+            PolicyRoot::Profile { .. } if self.health.is_empty() => {
+                let shed = NO_SHED.get_or_init(ShedView::default);
+                evaluate(policies, steered.root, &self.client, shed)
+            }
+            PolicyRoot::Profile { .. } => {
+                let shed = NO_SHED.get_or_init(ShedView::default);
+                let health = self.health_view.get_or_init(|| self.health.view());
+                evaluate_with_health(policies, steered.root, &self.client, shed, health)
+            }
         };
-        Some(evaluate(policies, steered.root, &self.client, shed))
+        Some(decision)
     }
 
     /// Counts a decision that was answered: steered-answer counters and the shield's demand.
@@ -210,13 +229,14 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
 pub fn trace(
     data: &SteeringData,
     shed: &ShedView,
+    health: &HealthView,
     binding: u32,
     client: &policy::Client,
     source: &str,
 ) -> Option<String> {
     let steered = data.policies.steered().get(binding as usize)?;
     let location = data.locator.describe(client.addr);
-    let decision = policy::explain(&data.policies, steered.root, client, shed);
+    let decision = policy::explain_with_health(&data.policies, steered.root, client, shed, health);
     let database = match data.locator.degraded() {
         Some(reason) => format!("; geo database degraded: {reason}"),
         None => String::new(),

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod backend;
 pub mod etcd;
 
 use std::io::{BufRead, BufReader, Read, Write};

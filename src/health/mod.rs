@@ -1,0 +1,327 @@
+//! Health probing: owns the monitored targets' states and the tasks that check them, and
+//! publishes what they say as a [`HealthView`] that the policy reads per query.
+//!
+//! - Every distinct target (one [`MonitorSpec`]) has one task that checks it once per interval,
+//!   at a random phase (so targets do not probe in lockstep), with at most
+//!   [`MAX_CONCURRENT_CHECKS`] checks in flight; however many endpoints or profiles name a
+//!   target, it is probed once per interval.
+//! - Each result goes through the target's rise/fall [`machine`]; when a target changes state,
+//!   a new view is built whole and swapped into the current [`Board`] (one atomic store).
+//! - A snapshot gets a board from [`Health::attach`] before it is swapped in: targets that stay
+//!   keep their state across reloads, new ones start in their `startup` state, and the tasks of
+//!   targets no longer used stop.
+//!
+//! Nothing here runs on the serving path; the serving path only loads the board's view.
+
+pub mod machine;
+pub mod probe;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+
+use crate::policy::monitor::MonitorSpec;
+use crate::policy::{CompiledPolicies, HealthView, SlotHealth};
+use machine::Machine;
+
+/// Most checks in flight at once (across all targets).
+pub const MAX_CONCURRENT_CHECKS: usize = 32;
+
+/// The health view one snapshot reads, indexed by its policies' monitor slots.
+#[derive(Default)]
+pub struct Board {
+    /// Target of each slot.
+    targets: Vec<String>,
+    view: ArcSwap<HealthView>,
+}
+
+impl Board {
+    /// The current view (lock-free).
+    pub fn view(&self) -> arc_swap::Guard<Arc<HealthView>> {
+        self.view.load()
+    }
+
+    /// Whether any target is monitored (else the view never needs loading).
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+}
+
+/// One target's state and what status shows about it.
+struct Target {
+    spec: MonitorSpec,
+    machine: Machine,
+    /// Health generation in which it was last up (0: never).
+    last_up: u64,
+    last_change: Option<SystemTime>,
+    last_error: Option<String>,
+    last_latency: Option<Duration>,
+    last_check: Option<SystemTime>,
+    checks: u64,
+    failures: u64,
+    /// Identifies the task probing it (a replaced target's old task finds a new id and stops).
+    task: u64,
+    abort: Option<tokio::task::AbortHandle>,
+}
+
+struct Inner {
+    targets: HashMap<String, Target>,
+    board: Arc<Board>,
+    /// Bumped at every state change.
+    generation: u64,
+    next_task: u64,
+}
+
+/// The health service: targets, their states and tasks, and the board being served.
+pub struct Health {
+    inner: Mutex<Inner>,
+    runtime: OnceLock<tokio::runtime::Handle>,
+    permits: Arc<tokio::sync::Semaphore>,
+    started: Instant,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            inner: Mutex::new(Inner {
+                targets: HashMap::new(),
+                board: Arc::new(Board::default()),
+                generation: 1,
+                next_task: 1,
+            }),
+            runtime: OnceLock::new(),
+            permits: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_CHECKS)),
+            started: Instant::now(),
+        }
+    }
+}
+
+/// A target as status shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TargetStatus {
+    pub target: String,
+    /// "unknown" (no result yet, served as up), "up" or "down".
+    pub state: &'static str,
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+    pub fall: u32,
+    pub rise: u32,
+    pub startup: &'static str,
+    /// Consecutive results against the current state (towards fall or rise).
+    pub streak: u32,
+    pub last_change: Option<String>,
+    pub last_check: Option<String>,
+    pub last_error: Option<String>,
+    pub last_latency_ms: Option<f64>,
+    pub checks: u64,
+    pub failures: u64,
+}
+
+impl Health {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The board for a snapshot with these policies, made current: the targets it monitors
+    /// keep their state (or start in their startup state), the others stop being probed.
+    pub fn attach(self: &Arc<Self>, policies: Option<&CompiledPolicies>) -> Arc<Board> {
+        let specs = policies.map_or(&[][..], |p| p.monitors());
+        let mut inner = self.lock();
+        let mut keep: HashMap<String, Target> = HashMap::new();
+        for spec in specs {
+            let existing = inner.targets.remove(&spec.target);
+            let target = match existing {
+                Some(t) if t.spec == *spec => t,
+                other => {
+                    if let Some(abort) = other.and_then(|t| t.abort) {
+                        abort.abort();
+                    }
+                    Target {
+                        spec: spec.clone(),
+                        machine: Machine::new(spec.startup, spec.fall, spec.rise),
+                        last_up: 0,
+                        last_change: None,
+                        last_error: None,
+                        last_latency: None,
+                        last_check: None,
+                        checks: 0,
+                        failures: 0,
+                        task: 0,
+                        abort: None,
+                    }
+                }
+            };
+            keep.insert(spec.target.clone(), target);
+        }
+        for (_, gone) in inner.targets.drain() {
+            if let Some(abort) = gone.abort {
+                abort.abort();
+            }
+        }
+        inner.targets = keep;
+        let board = Arc::new(Board {
+            targets: specs.iter().map(|s| s.target.clone()).collect(),
+            view: ArcSwap::from_pointee(HealthView::default()),
+        });
+        board.view.store(Arc::new(view_of(&inner, &board)));
+        inner.board = board.clone();
+        if let Some(runtime) = self.runtime.get() {
+            self.spawn_missing(&mut inner, runtime);
+        }
+        board
+    }
+
+    /// Starts probing (the targets attached so far and every one attached later).
+    pub fn start(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
+        let runtime = self.runtime.get_or_init(|| runtime.clone());
+        let mut inner = self.lock();
+        self.spawn_missing(&mut inner, runtime);
+    }
+
+    fn spawn_missing(self: &Arc<Self>, inner: &mut Inner, runtime: &tokio::runtime::Handle) {
+        let mut next_task = inner.next_task;
+        for target in inner.targets.values_mut().filter(|t| t.abort.is_none()) {
+            next_task += 1;
+            target.task = next_task;
+            let task = run_target(
+                self.clone(),
+                target.spec.clone(),
+                next_task,
+                phase(&target.spec, self.started.elapsed()),
+            );
+            target.abort = Some(runtime.spawn(task).abort_handle());
+        }
+        inner.next_task = next_task;
+    }
+
+    /// Records one check result; publishes a new view if the target changed state.
+    fn record(&self, key: &str, task: u64, result: Result<(), String>, latency: Duration) -> bool {
+        let mut inner = self.lock();
+        let generation = inner.generation;
+        let Some(target) = inner.targets.get_mut(key).filter(|t| t.task == task) else {
+            return false;
+        };
+        let now = SystemTime::now();
+        target.checks += 1;
+        target.last_check = Some(now);
+        target.last_latency = Some(latency);
+        let ok = result.is_ok();
+        if let Err(e) = result {
+            target.failures += 1;
+            target.last_error = Some(e);
+        }
+        let was = target.machine.state();
+        let Some(state) = target.machine.observe(ok) else {
+            return true;
+        };
+        target.last_change = Some(now);
+        if was.serves() && !state.serves() {
+            target.last_up = generation;
+        }
+        let level = if state.serves() {
+            tracing::Level::INFO
+        } else {
+            tracing::Level::WARN
+        };
+        let reason = target.last_error.clone().unwrap_or_default();
+        if level == tracing::Level::WARN {
+            tracing::warn!(
+                "health: {key} {} -> {} ({reason})",
+                was.as_str(),
+                state.as_str()
+            );
+        } else {
+            tracing::info!("health: {key} {} -> {}", was.as_str(), state.as_str());
+        }
+        if state.serves() != was.serves() {
+            inner.generation += 1;
+            let board = inner.board.clone();
+            board.view.store(Arc::new(view_of(&inner, &board)));
+        }
+        true
+    }
+
+    /// Every target, by target name.
+    pub fn status(&self) -> Vec<TargetStatus> {
+        let inner = self.lock();
+        let mut out: Vec<TargetStatus> = inner
+            .targets
+            .values()
+            .map(|t| TargetStatus {
+                target: t.spec.target.clone(),
+                state: t.machine.state().as_str(),
+                interval_ms: t.spec.interval_ms,
+                timeout_ms: t.spec.timeout_ms,
+                fall: t.spec.fall,
+                rise: t.spec.rise,
+                startup: t.spec.startup.as_str(),
+                streak: t.machine.streak(),
+                last_change: t.last_change.map(crate::control::history::rfc3339_utc),
+                last_check: t.last_check.map(crate::control::history::rfc3339_utc),
+                last_error: t.last_error.clone(),
+                last_latency_ms: t.last_latency.map(|d| d.as_secs_f64() * 1000.0),
+                checks: t.checks,
+                failures: t.failures,
+            })
+            .collect();
+        out.sort_by(|a, b| a.target.cmp(&b.target));
+        out
+    }
+}
+
+/// The view of `board`'s slots from the targets' states.
+fn view_of(inner: &Inner, board: &Board) -> HealthView {
+    HealthView::new(
+        board
+            .targets
+            .iter()
+            .map(|key| match inner.targets.get(key) {
+                Some(t) => SlotHealth {
+                    up: t.machine.state().serves(),
+                    last_up: t.last_up,
+                },
+                None => SlotHealth::default(),
+            })
+            .collect(),
+    )
+}
+
+/// When a target's first check runs: soon (at most a quarter interval, at most 500 ms, after
+/// it is attached) and spread over targets by a hash of the target and the time.
+fn phase(spec: &MonitorSpec, now: Duration) -> Duration {
+    let spread = (spec.interval_ms / 4).min(500);
+    if spread == 0 {
+        return Duration::ZERO;
+    }
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ now.as_nanos() as u64;
+    for &b in spec.target.as_bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    Duration::from_millis(h % spread)
+}
+
+/// Checks one target once per interval until aborted (or replaced).
+async fn run_target(health: Arc<Health>, spec: MonitorSpec, task: u64, phase: Duration) {
+    let interval = Duration::from_millis(spec.interval_ms);
+    let timeout = Duration::from_millis(spec.timeout_ms);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + phase, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Ok(permit) = health.permits.clone().acquire_owned().await else {
+            return;
+        };
+        let started = Instant::now();
+        let result = match tokio::time::timeout(timeout, probe::check(&spec.check)).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("no answer within {} ms", spec.timeout_ms)),
+        };
+        drop(permit);
+        if !health.record(&spec.target, task, result, started.elapsed()) {
+            return;
+        }
+    }
+}

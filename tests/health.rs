@@ -1,0 +1,239 @@
+//! Health checks end to end: the real server probes real HTTP and TCP backends on loopback that
+//! the test starts and stops, and its DNS answers follow (failover within fall × interval plus
+//! a second, back after rise checks, no flip on one slow reply, all_down rules, startup state
+//! after a restart, one probe per interval however many profiles use a target).
+
+mod common;
+mod steering_common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use common::backend::{closed_port, Backend, Reply};
+use common::{dig, query, Server};
+use hickory_proto::rr::RecordType;
+use steering_common::{a_records, Setup};
+
+const PRIMARY: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 101);
+const SECONDARY: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 102);
+const STATIC: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 109);
+
+/// Generous bound for anything the test waits for (a busy machine).
+const WAIT: Duration = Duration::from_secs(20);
+
+fn monitor(target: &str, interval_ms: u64, extra: &str) -> String {
+    format!(
+        "monitor = {{ {target}, interval_ms = {interval_ms}, timeout_ms = 300, fall = 2, rise = 2{extra} }}"
+    )
+}
+
+/// A failover profile `name` (primary, secondary) steering `name.example.com.`.
+fn failover(name: &str, primary: &str, secondary: &str, all_down: &str) -> String {
+    format!(
+        "
+[profiles.{name}]
+type = \"failover\"
+ttl = 5
+all_down = \"{all_down}\"
+[[profiles.{name}.endpoints]]
+name = \"primary\"
+addresses = [\"{PRIMARY}\"]
+{primary}
+[[profiles.{name}.endpoints]]
+name = \"secondary\"
+addresses = [\"{SECONDARY}\"]
+{secondary}
+
+[[steered]]
+name = \"{name}.example.com.\"
+profile = \"{name}\"
+"
+    )
+}
+
+fn answer(server: &Server, name: &str) -> Vec<Ipv4Addr> {
+    a_records(&server.udp(&query(name, RecordType::A)))
+}
+
+/// Polls until `name` answers `want`; returns how long it took.
+fn wait_answer(server: &Server, name: &str, want: Ipv4Addr) -> Duration {
+    let started = Instant::now();
+    loop {
+        let got = answer(server, name);
+        if got == [want] {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "{name} still answers {got:?}, expected {want}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn trace(server: &Server, name: &str) -> String {
+    // TXT strings are at most 255 bytes: a long trace comes in several.
+    dig(server, &["+short", "CH", "TXT", name]).replace("\" \"", "")
+}
+
+#[test]
+fn failover_moves_within_fall_times_interval_and_comes_back_after_rise_checks() {
+    let interval = 500;
+    let mut primary = Backend::start();
+    let secondary = Backend::start();
+    let config = failover(
+        "hc",
+        &monitor(&format!("url = \"{}\"", primary.url()), interval, ""),
+        &monitor(&format!("url = \"{}\"", secondary.url()), interval, ""),
+        "serve-all",
+    );
+    let setup = Setup::new(&config, "");
+    let server = setup.start(&[]);
+    wait_answer(&server, "hc.example.com.", PRIMARY);
+    assert!(primary.wait_hits(2, WAIT), "the primary is probed");
+
+    primary.stop();
+    let took = wait_answer(&server, "hc.example.com.", SECONDARY);
+    let bound = Duration::from_millis(2 * interval) + Duration::from_secs(1);
+    assert!(
+        took <= bound,
+        "failover took {took:?}, more than fall x interval + 1 s = {bound:?}"
+    );
+    let why = trace(&server, "hc.example.com.");
+    assert!(why.contains("skipped for health: primary down"), "{why}");
+
+    let back = Backend::start_on(primary.addr);
+    wait_answer(&server, "hc.example.com.", PRIMARY);
+    assert!(
+        back.hits() >= 2,
+        "back after {} check(s), rise is 2",
+        back.hits()
+    );
+    let why = trace(&server, "hc.example.com.");
+    assert!(!why.contains("skipped for health"), "{why}");
+}
+
+#[test]
+fn one_slow_reply_does_not_flip_the_answer() {
+    let interval = 400;
+    let primary = Backend::start();
+    let secondary = Backend::start();
+    let config = failover(
+        "slow",
+        &monitor(&format!("url = \"{}\"", primary.url()), interval, ""),
+        &monitor(&format!("url = \"{}\"", secondary.url()), interval, ""),
+        "serve-all",
+    );
+    let setup = Setup::new(&config, "");
+    let server = setup.start(&[]);
+    assert!(primary.wait_hits(1, WAIT));
+    wait_answer(&server, "slow.example.com.", PRIMARY);
+    let before = primary.hits();
+    primary.set(Reply::SlowOnce);
+    // The slow reply (a timeout, one failure), then healthy replies: never fall = 2 in a row.
+    let enough = before + 5;
+    while primary.hits() < enough {
+        assert_eq!(
+            answer(&server, "slow.example.com."),
+            [PRIMARY],
+            "flipped after {} probe(s) since the slow one",
+            primary.hits() - before
+        );
+        assert!(primary.wait_hits(primary.hits(), WAIT));
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn all_down_rules_and_two_profiles_on_one_target_probe_it_once_per_interval() {
+    let interval = 400u64;
+    let mut primary = Backend::start();
+    let mut secondary = Backend::start();
+    let p = monitor(&format!("url = \"{}\"", primary.url()), interval, "");
+    let s = monitor(&format!("url = \"{}\"", secondary.url()), interval, "");
+    let mut config = failover("last", &p, &s, "serve-last-healthy");
+    config.push_str(&format!(
+        "
+[profiles.fb]
+type = \"weighted\"
+ttl = 5
+all_down = \"fallback:static\"
+[[profiles.fb.endpoints]]
+name = \"primary\"
+addresses = [\"{PRIMARY}\"]
+weight = 1
+{p}
+[[profiles.fb.endpoints]]
+name = \"secondary\"
+addresses = [\"{SECONDARY}\"]
+weight = 1
+{s}
+[[profiles.fb.endpoints]]
+name = \"static\"
+addresses = [\"{STATIC}\"]
+weight = 0
+
+[[steered]]
+name = \"fb.example.com.\"
+profile = \"fb\"
+"
+    ));
+    let setup = Setup::new(&config, "");
+    let server = setup.start(&[]);
+    wait_answer(&server, "last.example.com.", PRIMARY);
+    assert_ne!(answer(&server, "fb.example.com."), [STATIC]);
+
+    // Two profiles name the primary: it still gets one probe per interval.
+    assert!(primary.wait_hits(2, WAIT));
+    let first = primary.hits();
+    assert!(primary.wait_hits(first + 10, WAIT));
+    let times = primary.hit_times();
+    let span = times[first + 9] - times[first - 1];
+    assert!(
+        span >= Duration::from_millis(interval * 8),
+        "10 probes in {span:?}: more than one probe per {interval} ms interval"
+    );
+
+    primary.stop();
+    wait_answer(&server, "last.example.com.", SECONDARY);
+    secondary.stop();
+    // Every endpoint down: the secondary was up last; the weighted profile falls back.
+    wait_answer(&server, "fb.example.com.", STATIC);
+    assert_eq!(answer(&server, "last.example.com."), [SECONDARY]);
+    let why = trace(&server, "last.example.com.");
+    assert!(
+        why.contains("every endpoint down: all_down serve-last-healthy"),
+        "{why}"
+    );
+    assert!(
+        why.contains("skipped for health: primary, secondary down"),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_restart_with_the_primary_down_follows_the_startup_state() {
+    let down: SocketAddr = closed_port();
+    let up: SocketAddr = closed_port();
+    let mut config = failover(
+        "cold",
+        &monitor(&format!("tcp = \"{down}\""), 2000, ", startup = \"down\""),
+        "",
+        "serve-all",
+    );
+    config.push_str(&failover(
+        "hot",
+        &monitor(&format!("tcp = \"{up}\""), 2000, ", startup = \"up\""),
+        "",
+        "serve-all",
+    ));
+    let setup = Setup::new(&config, "");
+    for _ in 0..2 {
+        let server = setup.start(&[]);
+        // Right after the start, before two checks can have failed.
+        assert_eq!(answer(&server, "cold.example.com."), [SECONDARY]);
+        assert_eq!(answer(&server, "hot.example.com."), [PRIMARY]);
+        wait_answer(&server, "hot.example.com.", SECONDARY);
+        assert_eq!(answer(&server, "cold.example.com."), [SECONDARY]);
+    }
+}
