@@ -312,3 +312,69 @@ fn fleet_init_seeds_an_empty_prefix_once_and_refuses_a_bad_file() {
     assert_eq!(status["control_serial"], 1, "{status:#}");
     assert_eq!(status["nodes"], serde_json::json!([]));
 }
+
+#[test]
+fn a_fleet_on_an_etcd_with_tls_client_certificates_and_users_serves_and_writes() {
+    let mut etcd = Etcd::start_secure();
+    etcd.enable_auth("steerdns", "fleet-password-1", "/steerdns/secure");
+    let pki = etcd.pki().expect("a TLS etcd").clone();
+    let good = etcd.write_file("password", "fleet-password-1\n");
+    let bad = etcd.write_file("wrong-password", "not-the-password\n");
+    let tls = format!(
+        "ca_file = {:?}\ncert_file = {:?}\nkey_file = {:?}\nuser = \"steerdns\"\n",
+        pki.ca, pki.client_cert, pki.client_key
+    );
+    let mut fleet = Fleet::start_on(
+        etcd,
+        "secure",
+        2,
+        10,
+        &format!("{tls}password_file = {good:?}\n"),
+        &[],
+    );
+    fleet.wait_connected(LIMIT);
+    let subnets = distinct_subnets(SUBNETS);
+    fleet.wait_all_target(&subnets, FRONTDOOR, LIMIT);
+    let (revision, _) = fleet.control_in_etcd();
+    assert!(revision > 0, "the first node seeded the fleet over TLS");
+
+    let text = ok(
+        &fleet.nodes[1].cli(&["weight", "set", "critical", "frontdoor=0", "alt-cdn=100"]),
+        "weight set over TLS with a password",
+    );
+    assert!(text.contains("all 2 live nodes serve serial"), "{text}");
+    fleet.wait_all_target(&subnets, ALT_CDN, LIMIT);
+
+    // A node with the wrong password is refused by etcd: it says so, and serves what it has.
+    let intruder = fleet.add_node(
+        "secure",
+        10,
+        &format!("{tls}password_file = {bad:?}\n"),
+        &[],
+    );
+    let status = intruder.status();
+    assert_eq!(status["fleet"]["connected"], false, "{:#}", status["fleet"]);
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let fleet_status = intruder.status()["fleet"].clone();
+        let error = fleet_status["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .to_lowercase();
+        if error.contains("authentication") || error.contains("password") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no authentication error in {fleet_status:#}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = intruder.cli(&["weight", "set", "critical", "frontdoor=100", "alt-cdn=0"]);
+    assert!(
+        !output.status.success(),
+        "a write with a wrong password must fail"
+    );
+    let (_, control) = fleet.control_in_etcd();
+    assert!(control.contains("frontdoor = { weight = 0 }"), "{control}");
+}

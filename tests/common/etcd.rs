@@ -3,6 +3,10 @@
 //! healthy; [`Etcd::stop`] kills it (a crash, as far as clients can tell); [`Etcd::restart`]
 //! brings it back on the same ports with the same data; dropping it stops it and removes the
 //! data. A machine without etcd fails the test (CI installs it: `.ci/run`).
+//!
+//! [`Etcd::start_secure`] runs it as production clusters do: TLS with client certificates
+//! (a CA, server and client certificates made with the `openssl` command), and
+//! [`Etcd::enable_auth`] turns on etcd's users and roles.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -20,6 +24,108 @@ pub struct Etcd {
     pub client_port: u16,
     pub peer_port: u16,
     dir: TempDir,
+    /// Set for a TLS etcd: the certificates clients need.
+    pki: Option<Pki>,
+    /// Set once auth is on: `root:PASSWORD` for etcdctl.
+    root: Option<String>,
+}
+
+/// PEM files of a TLS etcd: the CA that signed everything, and a client certificate and key.
+#[derive(Clone)]
+pub struct Pki {
+    pub ca: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+}
+
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let output = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl must be installed (apt-get install openssl); .ci/run installs it");
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1/localhost and a client certificate, in `dir`.
+fn make_pki(dir: &std::path::Path) -> Pki {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let ca = [
+        ec.as_slice(),
+        &["-x509", "-keyout", "ca.key", "-out", "ca.pem"],
+    ]
+    .concat();
+    openssl(
+        dir,
+        &[
+            &["req"],
+            ca.as_slice(),
+            &["-days", "2", "-subj", "/CN=steerdns test CA"],
+        ]
+        .concat(),
+    );
+    for (name, cn, usage) in [
+        (
+            "server",
+            "etcd",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth",
+        ),
+        ("client", "steerdns", "extendedKeyUsage=clientAuth"),
+    ] {
+        let (key, csr, pem, ext) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("{name}.ext"),
+        );
+        let subject = format!("/CN={cn}");
+        let request = [
+            ec.as_slice(),
+            &["-keyout", &key, "-out", &csr, "-subj", &subject],
+        ]
+        .concat();
+        openssl(dir, &[&["req"], request.as_slice()].concat());
+        std::fs::write(dir.join(&ext), usage).expect("extensions file");
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &pem,
+                "-extfile",
+                &ext,
+            ],
+        );
+    }
+    Pki {
+        ca: dir.join("ca.pem"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client.key"),
+        server_cert: dir.join("server.pem"),
+        server_key: dir.join("server.key"),
+    }
 }
 
 /// A TCP port on 127.0.0.1 that is free right now.
@@ -38,14 +144,65 @@ impl Etcd {
             client_port: free_tcp_port(),
             peer_port: free_tcp_port(),
             dir: TempDir::new("etcd"),
+            pki: None,
+            root: None,
         };
         etcd.spawn();
         etcd
     }
 
-    /// `http://127.0.0.1:PORT`, for `[fleet] etcd`.
+    /// Starts etcd serving TLS only and requiring a client certificate signed by its CA.
+    pub fn start_secure() -> Etcd {
+        let dir = TempDir::new("etcd-tls");
+        let pki = make_pki(dir.path());
+        let mut etcd = Etcd {
+            child: None,
+            client_port: free_tcp_port(),
+            peer_port: free_tcp_port(),
+            dir,
+            pki: Some(pki),
+            root: None,
+        };
+        etcd.spawn();
+        etcd
+    }
+
+    /// The certificates a client of a TLS etcd needs.
+    pub fn pki(&self) -> Option<&Pki> {
+        self.pki.as_ref()
+    }
+
+    /// A file in etcd's scratch directory (e.g. a password file for a client).
+    pub fn write_file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("write file");
+        path
+    }
+
+    /// Turns on etcd's authentication with `user`/`password` allowed to read and write only
+    /// the keys under `prefix` (and a root user for etcdctl).
+    pub fn enable_auth(&mut self, user: &str, password: &str, prefix: &str) {
+        self.etcdctl(&["user", "add", "root:root-secret-password"]);
+        self.etcdctl(&["user", "grant-role", "root", "root"]);
+        self.etcdctl(&["role", "add", "fleet"]);
+        self.etcdctl(&[
+            "role",
+            "grant-permission",
+            "fleet",
+            "--prefix=true",
+            "readwrite",
+            prefix,
+        ]);
+        self.etcdctl(&["user", "add", &format!("{user}:{password}")]);
+        self.etcdctl(&["user", "grant-role", user, "fleet"]);
+        self.etcdctl(&["auth", "enable"]);
+        self.root = Some("root:root-secret-password".into());
+    }
+
+    /// `http://127.0.0.1:PORT` (`https://` for a TLS etcd), for `[fleet] etcd`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.pki.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -53,7 +210,7 @@ impl Etcd {
     }
 
     fn spawn(&mut self) {
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -70,6 +227,17 @@ impl Etcd {
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("test={peer}")])
             .args(["--initial-cluster-state", "new"])
+            .args(self.pki.iter().flat_map(|pki| {
+                [
+                    "--client-cert-auth".into(),
+                    "--cert-file".into(),
+                    pki.server_cert.clone().into_os_string(),
+                    "--key-file".into(),
+                    pki.server_key.clone().into_os_string(),
+                    "--trusted-ca-file".into(),
+                    pki.ca.clone().into_os_string(),
+                ]
+            }))
             .args([
                 "--logger",
                 "zap",
@@ -112,8 +280,14 @@ impl Etcd {
         }
     }
 
-    /// One `GET /health`.
+    /// One `GET /health` (for a TLS etcd: `etcdctl endpoint health`).
     pub fn healthy(&self) -> bool {
+        if self.pki.is_some() {
+            return self
+                .etcdctl_command(&["endpoint", "health"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+        }
         let addr = SocketAddr::from(([127, 0, 0, 1], self.client_port));
         let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
             return false;
@@ -156,11 +330,8 @@ impl Etcd {
     /// Runs `etcdctl` (Debian's etcd-client) against this etcd, returning stdout; panics on
     /// failure.
     pub fn etcdctl(&self, args: &[&str]) -> String {
-        let output = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg("--endpoints")
-            .arg(self.endpoint())
-            .args(args)
+        let output = self
+            .etcdctl_command(args)
             .output()
             .expect("etcdctl must be installed (apt-get install etcd-client)");
         assert!(
@@ -169,6 +340,30 @@ impl Etcd {
             String::from_utf8_lossy(&output.stderr)
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+impl Etcd {
+    fn etcdctl_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("etcdctl");
+        command
+            .env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(self.endpoint());
+        if let Some(pki) = &self.pki {
+            command
+                .arg("--cacert")
+                .arg(&pki.ca)
+                .arg("--cert")
+                .arg(&pki.client_cert)
+                .arg("--key")
+                .arg(&pki.client_key);
+        }
+        if let Some(root) = &self.root {
+            command.args(["--user", root]);
+        }
+        command.args(args);
+        command
     }
 }
 

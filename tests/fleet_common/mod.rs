@@ -95,29 +95,56 @@ impl Fleet {
         extra: &str,
         env: &[&str],
     ) -> Fleet {
-        let etcd = Etcd::start();
-        let prefix = format!("/steerdns/{label}");
-        let mut nodes = Vec::new();
-        for i in 1..=n {
-            let setup = Setup::new(&format!("{label}-ns{i}"));
-            setup.extend_config(&fleet_section(&etcd.endpoint(), &prefix, lease_ttl_secs));
-            if !extra.is_empty() {
-                setup.extend_config(extra);
-            }
-            let mut node = Node {
-                name: format!("ns{i}"),
-                setup,
-                daemon: None,
-                env: env.iter().map(|v| v.to_string()).collect(),
-            };
-            node.start();
-            nodes.push(node);
-        }
-        Fleet {
+        Fleet::start_on(Etcd::start(), label, n, lease_ttl_secs, extra, env)
+    }
+
+    /// Like [`Fleet::start_with`], on a given etcd (e.g. [`Etcd::start_secure`]).
+    pub fn start_on(
+        etcd: Etcd,
+        label: &str,
+        n: usize,
+        lease_ttl_secs: u64,
+        extra: &str,
+        env: &[&str],
+    ) -> Fleet {
+        let mut fleet = Fleet {
             etcd,
-            prefix,
-            nodes,
+            prefix: format!("/steerdns/{label}"),
+            nodes: Vec::new(),
+        };
+        for _ in 0..n {
+            fleet.add_node(label, lease_ttl_secs, extra, env);
         }
+        fleet
+    }
+
+    /// Starts one more node (ns<N+1>), `extra` appended to its `[fleet]` section.
+    pub fn add_node(
+        &mut self,
+        label: &str,
+        lease_ttl_secs: u64,
+        extra: &str,
+        env: &[&str],
+    ) -> &Node {
+        let i = self.nodes.len() + 1;
+        let setup = Setup::new(&format!("{label}-ns{i}"));
+        setup.extend_config(&fleet_section(
+            &self.etcd.endpoint(),
+            &self.prefix,
+            lease_ttl_secs,
+        ));
+        if !extra.is_empty() {
+            setup.extend_config(extra);
+        }
+        let mut node = Node {
+            name: format!("ns{i}"),
+            setup,
+            daemon: None,
+            env: env.iter().map(|v| v.to_string()).collect(),
+        };
+        node.start();
+        self.nodes.push(node);
+        &self.nodes[i - 1]
     }
 
     /// Waits until every running node's status says it is connected to etcd and serves

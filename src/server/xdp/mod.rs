@@ -21,6 +21,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::config::{XdpAttach, XdpConfig};
 use crate::dns::respond::{respond, Client, Transport};
@@ -36,8 +37,8 @@ const BATCH: u32 = 64;
 const IDLE_POLL_MS: i32 = 250;
 /// Largest DNS response the responder may write (its UDP maximum).
 const MAX_RESPONSE: usize = 4096;
-/// Rounds between copies of the kernel's socket statistics into our counters.
-const KERNEL_STATS_EVERY: u32 = 4096;
+/// How often the kernel's socket statistics are copied into our counters.
+const KERNEL_STATS_EVERY: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum XdpError {
@@ -287,23 +288,23 @@ impl Worker {
         crate::metrics::claim_worker_slot();
         let mtu = self.mtu;
         let mut response = vec![0u8; MAX_RESPONSE].into_boxed_slice();
-        let mut rounds = 0u32;
+        let mut stats_copied = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
             self.socket.reclaim();
             self.socket.refill();
             let n = self.socket.received(BATCH);
             if n == 0 {
-                self.copy_kernel_stats();
                 self.socket.flush_tx(0);
                 self.socket.wait(IDLE_POLL_MS);
-                continue;
+            } else {
+                let sent = self.answer_batch(n, mtu, &mut response);
+                self.socket.release_rx(n);
+                self.socket.flush_tx(sent);
             }
-            let sent = self.answer_batch(n, mtu, &mut response);
-            self.socket.release_rx(n);
-            self.socket.flush_tx(sent);
-            rounds = rounds.wrapping_add(1);
-            if rounds.is_multiple_of(KERNEL_STATS_EVERY) {
+            // The kernel's counters cost a getsockopt: copied on a clock, not per round.
+            if stats_copied.elapsed() >= KERNEL_STATS_EVERY {
                 self.copy_kernel_stats();
+                stats_copied = Instant::now();
             }
         }
         self.copy_kernel_stats();

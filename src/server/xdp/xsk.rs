@@ -36,6 +36,9 @@ pub const FRAME_SIZE: usize = 4096;
 pub const FRAMES: usize = 4096;
 /// Entries per ring.
 pub const RING_SIZE: u32 = 2048;
+/// Kicks per flush at most: a full batch takes two in copy mode; more means the kernel is
+/// backed up, and the next round retries.
+const MAX_TX_KICKS: u32 = 4;
 
 #[repr(C)]
 #[derive(Default, Clone, Copy)]
@@ -215,6 +218,11 @@ impl<T: Copy> Ring<T> {
         // SAFETY: `consumer` points into our live mapping.
         self.other = unsafe { (*self.consumer).load(Ordering::Acquire) };
         RING_SIZE - self.local.wrapping_sub(self.other)
+    }
+
+    /// Entries published but not yet taken by the kernel (as of the last refresh).
+    fn outstanding(&self) -> u32 {
+        self.local.wrapping_sub(self.other)
     }
 
     fn refresh_consumer(&mut self) {
@@ -485,16 +493,27 @@ impl XskSocket {
         self.spare.push(addr & !(FRAME_SIZE as u64 - 1));
     }
 
-    /// Publishes queued transmissions and kicks the kernel when it asks for it (copy mode
-    /// always sends inside the kick).
+    /// Publishes queued transmissions and kicks the kernel while it has not taken them all.
+    ///
+    /// In copy mode the kernel sends only inside the kick, and at most a small budget of
+    /// descriptors per kick (32 on current kernels), so one kick may leave part of a batch on
+    /// the ring; kicking again until the consumer index catches up sends the rest now instead
+    /// of after the next poll. With nothing outstanding no syscall is made at all, which keeps
+    /// the idle path to a single poll.
     pub fn flush_tx(&mut self, queued: u32) {
         if queued > 0 {
             self.tx.publish();
         }
-        if queued > 0 || self.tx.needs_wakeup() {
+        for _ in 0..MAX_TX_KICKS {
             self.tx.refresh_consumer();
+            if self.tx.outstanding() == 0 {
+                return;
+            }
+            if queued == 0 && !self.tx.needs_wakeup() {
+                return; // zero-copy driver without need-wakeup: it is sending already
+            }
             // SAFETY: sendto with no data is the documented TX kick for AF_XDP.
-            unsafe {
+            let rc = unsafe {
                 libc::sendto(
                     self.fd.as_raw_fd(),
                     std::ptr::null(),
@@ -504,6 +523,9 @@ impl XskSocket {
                     0,
                 )
             };
+            if rc < 0 {
+                return; // EAGAIN/ENOBUFS: the completion ring is full; retried next round
+            }
         }
     }
 
