@@ -24,6 +24,7 @@ pub mod server;
 pub mod shield;
 pub mod snapshot;
 pub mod taster;
+pub mod tls;
 pub mod zone;
 
 #[cfg(test)]

@@ -739,6 +739,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             steerdns::server::tcp::TcpLimits::from_config(&config.server.tcp),
         ));
     }
+    start_encrypted(&config, &runtime, &snapshot)?;
     let xdp = start_xdp(&config, ports, &snapshot);
     let mut token = None;
     let mut admin_addr = None;
@@ -807,6 +808,47 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         workers.stop();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Binds and starts the encrypted transports of `[server.tls]` (each address is printed as
+/// "dot on ADDR", "doh on ADDR", "doq on ADDR").
+fn start_encrypted(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+    snapshot: &steerdns::snapshot::SharedSnapshot,
+) -> Result<()> {
+    use steerdns::dns::respond::Transport;
+    use steerdns::server::encrypted::{self, Limits};
+    let Some(tls) = &config.server.tls else {
+        return Ok(());
+    };
+    let limits = Limits::from_config(tls);
+    let _guard = runtime.enter();
+    let report = |transport: Transport, name: &str, addr: SocketAddr| {
+        println!("{name} on {addr}");
+        steerdns::metrics::encrypted::add_listener(transport, addr);
+    };
+    for addr in &tls.dot {
+        let listener = tokio::net::TcpListener::from_std(steerdns::server::bind_stream(*addr)?)?;
+        report(Transport::Tls, "dot", listener.local_addr()?);
+        let serving = encrypted::serve_dot(listener, snapshot.clone(), limits.clone());
+        runtime.spawn(async move {
+            if let Err(e) = serving.await {
+                tracing::error!("dot stopped: {e}");
+            }
+        });
+    }
+    for addr in &tls.doh {
+        let listener = tokio::net::TcpListener::from_std(steerdns::server::bind_stream(*addr)?)?;
+        report(Transport::Https, "doh", listener.local_addr()?);
+        let serving = encrypted::https::serve_doh(listener, snapshot.clone(), limits.clone());
+        runtime.spawn(async move {
+            if let Err(e) = serving.await {
+                tracing::error!("doh stopped: {e}");
+            }
+        });
+    }
+    Ok(())
 }
 
 /// Starts the AF_XDP path if `[server.xdp]` asks for it; the sockets serve whatever it does

@@ -196,7 +196,7 @@ pub fn check_answer(
     let response = &out[..len];
     let limit = match client.transport {
         Transport::Udp => udp_limit(snapshot, query),
-        Transport::Tcp => MAX_MESSAGE,
+        Transport::Tcp | Transport::Tls | Transport::Https | Transport::Quic => MAX_MESSAGE,
     };
     let context = || format!("query {query:02x?}\nclient {client:?}\nresponse {response:02x?}");
     assert!(

@@ -213,6 +213,9 @@ pub struct StatusView {
     /// The AF_XDP path, when `[server.xdp]` is configured: attached or why not, per queue.
     #[serde(default)]
     pub xdp: Option<crate::metrics::xdp::XdpView>,
+    /// The encrypted transports (`[server.tls]`): listeners, certificate, counters.
+    #[serde(default)]
+    pub encrypted: Option<crate::metrics::encrypted::EncryptedView>,
     /// DNSSEC, when zones are signed: the signatures' window, the next re-sign or key event,
     /// and every key's state.
     #[serde(default)]
@@ -424,6 +427,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         shield: reloader.shield().status(),
         fleet: reloader.origin().fleet_status(),
         xdp: crate::metrics::xdp::view(),
+        encrypted: crate::metrics::encrypted::view(snapshot.tls.as_deref()),
         dnssec: snapshot.dnssec.as_deref().map(dnssec_view),
     }
 }

@@ -528,10 +528,50 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     if let Some(xdp) = &status.xdp {
         print_xdp(xdp);
     }
+    if let Some(encrypted) = &status.encrypted {
+        print_encrypted(encrypted);
+    }
     if let Some(dnssec) = &status.dnssec {
         print_dnssec(dnssec);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_encrypted(view: &steerdns::metrics::encrypted::EncryptedView) {
+    let listeners: Vec<String> = view
+        .listeners
+        .iter()
+        .map(|l| format!("{} {}", l.transport, l.addr))
+        .collect();
+    println!("encrypted transports: {}", listeners.join(", "));
+    if let Some(cert) = &view.certificate {
+        println!(
+            "  certificate {} (key {}): valid until {}, {} day(s) left{}",
+            cert.cert,
+            cert.key,
+            cert.not_after,
+            cert.days_left,
+            cert.warning
+                .as_ref()
+                .map(|w| format!(" -- WARNING: {w}"))
+                .unwrap_or_default()
+        );
+    }
+    for t in &view.transports {
+        println!(
+            "  {}: {} queries, {} connections open, {} accepted; refused per client {}, \
+             handshakes failed {} timed out {}, frame timeouts {}, bad requests {}",
+            t.transport,
+            t.queries,
+            t.connections_open,
+            t.connections_accepted,
+            t.refused_per_client,
+            t.handshake_failed,
+            t.handshake_timeout,
+            t.frame_timeout,
+            t.bad_request
+        );
+    }
 }
 
 fn print_rollout(r: &steerdns::reload::RolloutView) {

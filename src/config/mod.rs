@@ -206,6 +206,56 @@ pub struct ServerConfig {
     pub tcp: TcpConfig,
     /// The optional AF_XDP path for UDP queries (Linux; needs CAP_NET_ADMIN and CAP_BPF).
     pub xdp: Option<XdpConfig>,
+    /// DNS over TLS, HTTPS and QUIC (optional).
+    pub tls: Option<TlsConfig>,
+}
+
+/// `[server.tls]`: the encrypted transports -- DNS over TLS (RFC 7858), over HTTPS (RFC 8484,
+/// path `/dns-query`, GET and POST) and over QUIC (RFC 9250) -- with one certificate. Each
+/// list of addresses is optional; the limits work like `[server.tcp]`'s, per transport.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain, leaf first. Re-read on every reload.
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the leaf certificate.
+    pub key: PathBuf,
+    /// DNS over TLS listen addresses (TCP), e.g. ["192.0.2.1:853"].
+    pub dot: Vec<SocketAddr>,
+    /// DNS over HTTPS (HTTP/2) listen addresses (TCP), e.g. ["192.0.2.1:443"].
+    pub doh: Vec<SocketAddr>,
+    /// DNS over QUIC listen addresses (UDP), e.g. ["192.0.2.1:853"].
+    pub doq: Vec<SocketAddr>,
+    /// Seconds a client has to complete the TLS (or QUIC) handshake.
+    pub handshake_timeout_secs: u64,
+    /// Seconds a connection may stay without a query before we close it.
+    pub idle_timeout_secs: u64,
+    /// Seconds a client has to finish a query once it started sending it.
+    pub frame_timeout_secs: u64,
+    /// Connections served at once, per transport.
+    pub max_connections: usize,
+    /// Connections one client may hold open per transport (an IPv4 address, an IPv6 /64).
+    pub max_connections_per_client: usize,
+    /// Queries answered on one connection before it is closed.
+    pub max_queries_per_connection: usize,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+            dot: Vec::new(),
+            doh: Vec::new(),
+            doq: Vec::new(),
+            handshake_timeout_secs: 5,
+            idle_timeout_secs: 30,
+            frame_timeout_secs: 3,
+            max_connections: 1024,
+            max_connections_per_client: 32,
+            max_queries_per_connection: 10_000,
+        }
+    }
 }
 
 /// `[server.xdp]`: take UDP queries to our ports off an interface before the kernel's stack.
@@ -258,6 +308,7 @@ impl Default for ServerConfig {
             query_log_sample: 0,
             tcp: TcpConfig::default(),
             xdp: None,
+            tls: None,
         }
     }
 }
@@ -454,6 +505,47 @@ impl Config {
                     .into(),
             ));
         }
+        if let Some(tls) = &server.tls {
+            if tls.cert.as_os_str().is_empty() || tls.key.as_os_str().is_empty() {
+                return Err(invalid(
+                    "server.tls",
+                    "cert and key are required (PEM files)".into(),
+                ));
+            }
+            if tls.max_connections == 0
+                || tls.max_queries_per_connection == 0
+                || tls.max_connections_per_client == 0
+                || tls.handshake_timeout_secs == 0
+            {
+                return Err(invalid(
+                    "server.tls",
+                    "max_connections, max_connections_per_client, max_queries_per_connection \
+                     and handshake_timeout_secs must be at least 1"
+                        .into(),
+                ));
+            }
+            // TCP ports: listen, dot, doh; UDP ports: listen, doq. Port 0 picks a free one.
+            let tcp: Vec<_> = server
+                .listen
+                .iter()
+                .chain(&tls.dot)
+                .chain(&tls.doh)
+                .collect();
+            let udp: Vec<_> = server.listen.iter().chain(&tls.doq).collect();
+            let twice = |addrs: &[&SocketAddr]| {
+                addrs
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, a)| (a.port() != 0 && addrs[i + 1..].contains(a)).then_some(**a))
+            };
+            let clash = twice(&tcp).or_else(|| twice(&udp));
+            if let Some(addr) = clash {
+                return Err(invalid(
+                    "server.tls",
+                    format!("{addr} is used twice (by another transport or server.listen)"),
+                ));
+            }
+        }
         let taster = &self.taster;
         if taster.timeout_ms < 100 || taster.memory_mb < 64 || taster.cpu_secs == 0 {
             return Err(invalid(
@@ -511,6 +603,13 @@ impl Config {
         }
         if self.server.zones.is_relative() {
             self.server.zones = base.join(&self.server.zones);
+        }
+        if let Some(tls) = &mut self.server.tls {
+            for path in [&mut tls.cert, &mut tls.key] {
+                if path.is_relative() {
+                    *path = base.join(&*path);
+                }
+            }
         }
         if self.dnssec.keys.is_relative() {
             self.dnssec.keys = base.join(&self.dnssec.keys);

@@ -33,6 +33,12 @@ pub const MAX_MESSAGE: usize = 65535;
 pub enum Transport {
     Udp,
     Tcp,
+    /// DNS over TLS (RFC 7858).
+    Tls,
+    /// DNS over HTTPS (RFC 8484).
+    Https,
+    /// DNS over QUIC (RFC 9250).
+    Quic,
 }
 
 /// Who asked, as the socket saw it.
@@ -263,7 +269,7 @@ fn answer(
 /// The largest response this client can take over this transport.
 fn response_limit(snapshot: &Snapshot, query: &Query, client: &Client) -> usize {
     match (client.transport, &query.edns) {
-        (Transport::Tcp, _) => MAX_MESSAGE,
+        (Transport::Tcp | Transport::Tls | Transport::Https | Transport::Quic, _) => MAX_MESSAGE,
         (Transport::Udp, None) => CLASSIC_UDP_LIMIT,
         (Transport::Udp, Some(edns)) => (edns.udp_payload as usize)
             .clamp(CLASSIC_UDP_LIMIT, snapshot.options.edns_payload as usize),

@@ -37,6 +37,7 @@ pub struct Scrape {
     /// Fleet mode: the link to etcd.
     fleet: Option<crate::reload::FleetLinkStatus>,
     xdp: Option<super::xdp::XdpView>,
+    encrypted: Option<super::encrypted::EncryptedView>,
 }
 
 /// Reads the state to report.
@@ -72,6 +73,7 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         endpoints,
         fleet: reloader.origin().fleet_status(),
         xdp: super::xdp::view(),
+        encrypted: super::encrypted::view(snapshot.tls.as_deref()),
     }
 }
 
@@ -224,7 +226,70 @@ impl Scrape {
             "TCP accept() failures (e.g. out of file descriptors); UDP keeps serving.",
             s.tcp_accept_errors,
         )?;
+        self.encode_encrypted(encoder)?;
         self.encode_rrl(encoder)
+    }
+
+    fn encode_encrypted(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(view) = &self.encrypted else {
+            return Ok(());
+        };
+        let by = |value: fn(&super::encrypted::TransportView) -> u64| {
+            view.transports
+                .iter()
+                .map(move |t| (vec![("transport", t.transport.clone())], value(t)))
+        };
+        counters(
+            encoder,
+            "steerdns_encrypted_connections",
+            "Connections accepted by the encrypted transports ([server.tls]), by transport \
+             (tls = DoT, https = DoH, quic = DoQ).",
+            by(|t| t.connections_accepted),
+        )?;
+        gauges(
+            encoder,
+            "steerdns_encrypted_connections_open",
+            "Connections of the encrypted transports open now (handshaking or serving).",
+            view.transports.iter().map(|t| {
+                (
+                    vec![("transport", t.transport.clone())],
+                    t.connections_open as f64,
+                )
+            }),
+        )?;
+        let events = view.transports.iter().flat_map(|t| {
+            [
+                ("refused_per_client", t.refused_per_client),
+                ("handshake_failed", t.handshake_failed),
+                ("handshake_timeout", t.handshake_timeout),
+                ("frame_timeout", t.frame_timeout),
+                ("bad_request", t.bad_request),
+            ]
+            .map(|(event, n)| {
+                let labels = vec![
+                    ("transport", t.transport.clone()),
+                    ("event", event.to_string()),
+                ];
+                (labels, n)
+            })
+        });
+        counters(
+            encoder,
+            "steerdns_encrypted_connection_events",
+            "Encrypted connections or requests turned away: over the per-client share, failed or \
+             timed-out handshakes, queries not completed in time, DoH requests that carry no \
+             DNS query.",
+            events,
+        )?;
+        if let Some(cert) = &view.certificate {
+            gauge(
+                encoder,
+                "steerdns_tls_certificate_expiry_timestamp_seconds",
+                "notAfter of the [server.tls] certificate in service, Unix seconds.",
+                cert.not_after_unix as f64,
+            )?;
+        }
+        Ok(())
     }
 
     fn encode_rrl(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {

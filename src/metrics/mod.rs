@@ -17,6 +17,7 @@
 //! served.
 
 pub mod cells;
+pub mod encrypted;
 pub mod export;
 pub mod per_snapshot;
 pub mod querylog;

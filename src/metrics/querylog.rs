@@ -38,6 +38,9 @@ pub fn log(client: &Client, query: &Query, rcode: u16) {
     let transport = match client.transport {
         Transport::Udp => "udp",
         Transport::Tcp => "tcp",
+        Transport::Tls => "tls",
+        Transport::Https => "https",
+        Transport::Quic => "quic",
     };
     let rcode = RCODES[rcode_bucket(rcode)];
     tracing::info!(

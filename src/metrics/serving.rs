@@ -14,7 +14,9 @@ use crate::rrl::{Class, Verdict};
 pub const RRL_CLASSES: usize = Class::ALL.len();
 
 /// Transport label values, indexed by [`transport_index`].
-pub const TRANSPORTS: [&str; 2] = ["udp", "tcp"];
+pub const TRANSPORTS: [&str; 5] = ["udp", "tcp", "tls", "https", "quic"];
+/// The encrypted transports' label values, indexed by [`encrypted_index`].
+pub const ENCRYPTED: [&str; 3] = ["tls", "https", "quic"];
 /// Rcode label values, indexed by [`rcode_bucket`]; the last collects anything unexpected.
 pub const RCODES: [&str; 8] = [
     "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "other",
@@ -24,6 +26,53 @@ pub fn transport_index(transport: Transport) -> usize {
     match transport {
         Transport::Udp => 0,
         Transport::Tcp => 1,
+        Transport::Tls => 2,
+        Transport::Https => 3,
+        Transport::Quic => 4,
+    }
+}
+
+/// The [`ENCRYPTED`] index of an encrypted transport (UDP and TCP count as TLS: never used).
+pub fn encrypted_index(transport: Transport) -> usize {
+    match transport {
+        Transport::Https => 1,
+        Transport::Quic => 2,
+        _ => 0,
+    }
+}
+
+/// Per-connection events of the encrypted transports, counted by [`ServingCounters::record_encrypted`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncryptedEvent {
+    /// Closed at once: the client already held its share of connections.
+    RefusedPerClient,
+    /// The TLS or QUIC handshake failed (not TLS, no shared protocol, bad ALPN, ...).
+    HandshakeFailed,
+    /// The handshake did not complete within the handshake timeout.
+    HandshakeTimeout,
+    /// A query was started but not completed within the frame timeout.
+    FrameTimeout,
+    /// DoH: a request that is not a DNS query (path, method, media type, encoding, size).
+    BadRequest,
+}
+
+impl EncryptedEvent {
+    pub const ALL: [EncryptedEvent; 5] = [
+        EncryptedEvent::RefusedPerClient,
+        EncryptedEvent::HandshakeFailed,
+        EncryptedEvent::HandshakeTimeout,
+        EncryptedEvent::FrameTimeout,
+        EncryptedEvent::BadRequest,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            EncryptedEvent::RefusedPerClient => "refused_per_client",
+            EncryptedEvent::HandshakeFailed => "handshake_failed",
+            EncryptedEvent::HandshakeTimeout => "handshake_timeout",
+            EncryptedEvent::FrameTimeout => "frame_timeout",
+            EncryptedEvent::BadRequest => "bad_request",
+        }
     }
 }
 
@@ -62,7 +111,7 @@ impl Slot {
     const fn new() -> Slot {
         Slot {
             queries: zeros(),
-            responses: [zeros(), zeros()],
+            responses: [const { zeros() }; TRANSPORTS.len()],
             truncated: zeros(),
             dropped: zeros(),
             udp_send_errors: AtomicU64::new(0),
@@ -86,9 +135,18 @@ struct Connections {
     accept_errors: AtomicU64,
 }
 
+/// One encrypted transport's connection counters (per connection, not per query).
+#[repr(align(128))]
+struct EncryptedConnections {
+    open: AtomicI64,
+    accepted: AtomicU64,
+    events: [AtomicU64; EncryptedEvent::ALL.len()],
+}
+
 pub struct ServingCounters {
     slots: [Slot; SLOTS],
     connections: Connections,
+    encrypted: [EncryptedConnections; ENCRYPTED.len()],
 }
 
 static SERVING: ServingCounters = ServingCounters::new();
@@ -119,6 +177,11 @@ pub struct ServingTotals {
     pub tcp_refused_per_client: u64,
     pub tcp_frame_timeouts: u64,
     pub tcp_accept_errors: u64,
+    /// Per encrypted transport ([`ENCRYPTED`]): open connections, accepted connections, and
+    /// each [`EncryptedEvent`]'s count.
+    pub encrypted_open: [i64; ENCRYPTED.len()],
+    pub encrypted_accepted: [u64; ENCRYPTED.len()],
+    pub encrypted_events: [[u64; EncryptedEvent::ALL.len()]; ENCRYPTED.len()],
     /// Responses over their rate, by class ([`Class::index`]).
     pub rrl_limited: [u64; RRL_CLASSES],
     /// Limited responses sent truncated.
@@ -138,7 +201,33 @@ impl ServingCounters {
                 frame_timeouts: AtomicU64::new(0),
                 accept_errors: AtomicU64::new(0),
             },
+            encrypted: [const {
+                EncryptedConnections {
+                    open: AtomicI64::new(0),
+                    accepted: AtomicU64::new(0),
+                    events: zeros(),
+                }
+            }; ENCRYPTED.len()],
         }
+    }
+
+    /// A connection event of an encrypted transport.
+    pub fn record_encrypted(&self, transport: Transport, event: EncryptedEvent) {
+        let c = &self.encrypted[encrypted_index(transport)];
+        let i = EncryptedEvent::ALL
+            .iter()
+            .position(|e| *e == event)
+            .unwrap_or(0);
+        bump(&c.events[i]);
+    }
+
+    /// A connection of an encrypted transport was accepted (its handshake is next); the guard
+    /// counts it closed when dropped.
+    pub fn encrypted_connection(&self, transport: Transport) -> EncryptedConnection<'_> {
+        let c = &self.encrypted[encrypted_index(transport)];
+        c.accepted.fetch_add(1, Ordering::Relaxed);
+        c.open.fetch_add(1, Ordering::Relaxed);
+        EncryptedConnection { counters: c }
     }
 
     fn slot(&self) -> &Slot {
@@ -223,6 +312,13 @@ impl ServingCounters {
             rrl_dropped: sum(&|s| &s.rrl_dropped),
             ..ServingTotals::default()
         };
+        for (t, c) in self.encrypted.iter().enumerate() {
+            totals.encrypted_open[t] = c.open.load(Ordering::Relaxed);
+            totals.encrypted_accepted[t] = c.accepted.load(Ordering::Relaxed);
+            for (e, cell) in c.events.iter().enumerate() {
+                totals.encrypted_events[t][e] = cell.load(Ordering::Relaxed);
+            }
+        }
         for c in 0..RRL_CLASSES {
             totals.rrl_limited[c] = sum(&|s| &s.rrl_limited[c]);
         }
@@ -249,6 +345,17 @@ pub struct TcpConnection<'a> {
     counters: &'a ServingCounters,
 }
 
+/// An open connection of an encrypted transport, counted closed on drop.
+pub struct EncryptedConnection<'a> {
+    counters: &'a EncryptedConnections,
+}
+
+impl Drop for EncryptedConnection<'_> {
+    fn drop(&mut self) {
+        self.counters.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Drop for TcpConnection<'_> {
     fn drop(&mut self) {
         self.counters
@@ -272,12 +379,12 @@ mod tests {
         counters.record(Transport::Tcp, Some((99, false)));
         counters.record_udp_send_error();
         let t = counters.totals();
-        assert_eq!(t.queries, [3, 2]);
+        assert_eq!(t.queries, [3, 2, 0, 0, 0]);
         assert_eq!(t.responses[0][rcode_bucket(rcode::NOERROR)], 2);
         assert_eq!(t.responses[1][rcode_bucket(rcode::BADVERS)], 1);
         assert_eq!(t.responses[1][RCODES.len() - 1], 1);
-        assert_eq!(t.truncated, [1, 0]);
-        assert_eq!(t.dropped, [1, 0]);
+        assert_eq!(t.truncated, [1, 0, 0, 0, 0]);
+        assert_eq!(t.dropped, [1, 0, 0, 0, 0]);
         assert_eq!(t.udp_send_errors, 1);
     }
 

@@ -5,6 +5,7 @@
 //! Owns no DNS logic: every packet goes to [`crate::dns::respond::respond`] with the snapshot
 //! loaded at that moment.
 
+pub mod encrypted;
 pub mod tcp;
 pub mod udp;
 pub mod xdp;
@@ -52,6 +53,20 @@ fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     let _ = socket.set_recv_buffer_size(UDP_RECV_BUFFER);
     socket.bind(&addr.into())?;
     Ok(socket.into())
+}
+
+/// A TCP listener of its own on `addr` (DoT, DoH), non-blocking for tokio.
+pub fn bind_stream(addr: SocketAddr) -> Result<TcpListener, BindError> {
+    bind_tcp(addr).map_err(|source| BindError::Io { addr, source })
+}
+
+/// A UDP socket of its own on `addr` (DoQ), non-blocking for tokio.
+pub fn bind_datagram(addr: SocketAddr) -> Result<UdpSocket, BindError> {
+    let socket = bind_udp(addr).map_err(|source| BindError::Io { addr, source })?;
+    socket
+        .set_nonblocking(true)
+        .map_err(|source| BindError::Io { addr, source })?;
+    Ok(socket)
 }
 
 fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {

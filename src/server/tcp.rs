@@ -8,17 +8,21 @@
 //! `idle_timeout`. TCP answers are never rate limited: the handshake proves the source.
 
 use std::hash::BuildHasher;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+    BufWriter,
+};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::config::TcpConfig;
 use crate::dns::respond::{respond, Client, Transport, MAX_MESSAGE};
+use crate::metrics::serving::EncryptedEvent;
 use crate::snapshot::SharedSnapshot;
 
 #[derive(Debug, Clone)]
@@ -117,19 +121,7 @@ pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpL
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning, keep serving what we have,
-                // count every failure and log the first and then one in a hundred.
-                let failures = crate::metrics::serving().record_tcp_accept_error();
-                if failures == 1 || failures.is_multiple_of(100) {
-                    tracing::warn!("tcp accept failed ({failures} so far): {e}");
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+        let (stream, peer) = accept(&listener).await;
         let client = Client::new(peer.ip(), Transport::Tcp);
         let Some(share) = per_client.open(client.addr) else {
             // Closed at once, freeing the slot: this client already holds its share.
@@ -151,6 +143,23 @@ pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpL
     }
 }
 
+/// Accepts the next connection. On failure (EMFILE and friends) it backs off instead of
+/// spinning, counts every failure and logs the first and then one in a hundred.
+pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(e) => {
+                let failures = crate::metrics::serving().record_tcp_accept_error();
+                if failures == 1 || failures.is_multiple_of(100) {
+                    tracing::warn!("tcp accept failed ({failures} so far): {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 async fn serve_connection(
     stream: TcpStream,
     client: Client,
@@ -158,9 +167,20 @@ async fn serve_connection(
     limits: &TcpLimits,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
-    let (read_half, write_half) = stream.into_split();
-    let mut reader = BufReader::new(read_half);
-    let mut writer = BufWriter::new(write_half);
+    serve_stream(stream, client, snapshot, limits).await
+}
+
+/// Serves RFC 7766 framed queries on a byte stream -- a TCP connection, or a TLS session on
+/// one (DoT): answered in order, flushed when the client has nothing more queued.
+pub(crate) async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    client: Client,
+    snapshot: &SharedSnapshot,
+    limits: &TcpLimits,
+) -> std::io::Result<()> {
+    // Reads and writes both buffered, on one stream (a TLS session cannot be split without a
+    // lock); the reader's buffer says whether the client has more queued.
+    let mut reader = BufReader::new(BufWriter::new(stream));
     let mut query = vec![0u8; MAX_MESSAGE];
     let mut response = vec![0u8; MAX_MESSAGE + 2];
     let idle = limits.idle_timeout;
@@ -172,7 +192,12 @@ async fn serve_connection(
         let len = match tokio::time::timeout(limits.frame_timeout, frame).await {
             Ok(read) => read?,
             Err(_) => {
-                crate::metrics::serving().record_tcp_frame_timeout();
+                match client.transport {
+                    Transport::Tcp => crate::metrics::serving().record_tcp_frame_timeout(),
+                    t => {
+                        crate::metrics::serving().record_encrypted(t, EncryptedEvent::FrameTimeout)
+                    }
+                }
                 return Err(std::io::ErrorKind::TimedOut.into());
             }
         };
@@ -182,22 +207,24 @@ async fn serve_connection(
         };
         if let Some(n) = answered {
             response[..2].copy_from_slice(&(n as u16).to_be_bytes());
-            within(idle, writer.write_all(&response[..n + 2])).await?;
+            within(idle, reader.write_all(&response[..n + 2])).await?;
         }
         // Flush when the client has nothing more queued, so pipelined answers go out together.
         if reader.buffer().is_empty() {
-            within(idle, writer.flush()).await?;
+            within(idle, reader.flush()).await?;
         }
     }
-    within(idle, writer.flush()).await?;
+    // Flushes, then closes our side (for TLS: close_notify first).
+    within(idle, reader.shutdown()).await?;
     Ok(())
 }
 
-type Reader = BufReader<tokio::net::tcp::OwnedReadHalf>;
-
 /// Waits (up to `idle`) until the client sends something; `false` on a clean close or when it
 /// stayed silent.
-async fn wait_for_first_byte(reader: &mut Reader, idle: Duration) -> std::io::Result<bool> {
+async fn wait_for_first_byte<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    idle: Duration,
+) -> std::io::Result<bool> {
     match tokio::time::timeout(idle, reader.fill_buf()).await {
         Err(_) => Ok(false),
         Ok(Ok(buffered)) => Ok(!buffered.is_empty()),
@@ -206,7 +233,10 @@ async fn wait_for_first_byte(reader: &mut Reader, idle: Duration) -> std::io::Re
 }
 
 /// Reads one length-prefixed message into `query`; returns its length.
-async fn read_frame(reader: &mut Reader, query: &mut [u8]) -> std::io::Result<usize> {
+async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    query: &mut [u8],
+) -> std::io::Result<usize> {
     let mut len = [0u8; 2];
     reader.read_exact(&mut len).await?;
     let len = usize::from(u16::from_be_bytes(len));

@@ -60,6 +60,7 @@ pub fn load_after(
     let control = read_control(config, control)?;
     let config_digest = config_digest(config);
     let keys = DnssecKeys::load(config)?;
+    let tls = load_tls(config)?;
     let reusable = previous
         .and_then(|p| Some((p, p.sources.as_ref()?)))
         .filter(|(_, sources)| sources.unchanged(config, config_digest.as_ref()))
@@ -153,11 +154,25 @@ pub fn load_after(
     snapshot.shield_tick_ms = config.shield.tick_ms;
     snapshot.rrl = crate::rrl::RateLimiter::from_config(&config.rrl);
     snapshot.serial = snapshot.control.serial.unwrap_or(0);
+    if let Some(material) = &tls {
+        warnings.extend(material.warning(crate::tls::unix_now()));
+    }
+    snapshot.tls = tls;
     Ok(Loaded {
         snapshot,
         warnings,
         elapsed: started.elapsed(),
     })
+}
+
+/// The certificate and key of `[server.tls]`, read and checked; `None` without it.
+fn load_tls(config: &Config) -> Result<Option<Arc<crate::tls::Material>>, Vec<String>> {
+    let Some(tls) = &config.server.tls else {
+        return Ok(None);
+    };
+    crate::tls::Material::load(&tls.cert, &tls.key)
+        .map(|m| Some(Arc::new(m)))
+        .map_err(|e| vec![format!("server.tls: {e}")])
 }
 
 /// What [`load_steering`] built: the config file's digest and the steered names.

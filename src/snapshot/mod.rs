@@ -110,6 +110,9 @@ pub struct Snapshot {
     pub sources: Option<Arc<load::Sources>>,
     /// DNSSEC: pre-signed steered answers and what was signed; `None` when nothing is signed.
     pub dnssec: Option<Arc<crate::dnssec::Signing>>,
+    /// The certificate and key of the encrypted transports (`[server.tls]`), re-read on
+    /// every load; TLS handshakes use the one of the snapshot in service.
+    pub tls: Option<Arc<crate::tls::Material>>,
 }
 
 impl Snapshot {
@@ -154,6 +157,7 @@ impl Snapshot {
             rrl: None,
             sources: None,
             dnssec: None,
+            tls: None,
         };
         if !shared {
             snapshot.precompiled = Precompiled::build(&snapshot);

@@ -253,3 +253,66 @@ impl TempConfig {
         self.start_with(&[])
     }
 }
+
+/// Makes a self-signed certificate (ECDSA P-256, for "ns1.example.net" and 127.0.0.1) valid
+/// for `days` days with `openssl`, as `dir/NAME.pem` and `dir/NAME.key`; fails the test if
+/// openssl is missing.
+pub fn self_signed_cert(dir: &Path, name: &str, days: u32) -> (PathBuf, PathBuf) {
+    let cert = dir.join(format!("{name}.pem"));
+    let key = dir.join(format!("{name}.key"));
+    let output = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-subj", "/CN=ns1.example.net"])
+        .args(["-addext", "subjectAltName=DNS:ns1.example.net,IP:127.0.0.1"])
+        .arg("-days")
+        .arg(days.to_string())
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl must be installed (apt-get install openssl); .ci/run installs it");
+    assert!(output.status.success(), "openssl req failed: {output:?}");
+    (cert, key)
+}
+
+/// The base64 SHA-256 of a certificate's SubjectPublicKeyInfo (what `kdig +tls-pin=` takes).
+pub fn spki_pin(cert: &Path) -> String {
+    let script = format!(
+        "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der \
+         | openssl dgst -sha256 -binary | base64",
+        cert.display()
+    );
+    let output = Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("run openssl");
+    assert!(
+        output.status.success(),
+        "pin of {}: {output:?}",
+        cert.display()
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// Runs `kdig @addr -p port ARGS` (time-outs short, one try); returns (success, stdout). Fails
+/// the test if kdig is missing.
+pub fn kdig(server: SocketAddr, args: &[&str]) -> (bool, String) {
+    let output = Command::new("kdig")
+        .arg(format!("@{}", server.ip()))
+        .arg("-p")
+        .arg(server.port().to_string())
+        .args(["+time=5", "+retry=0"])
+        .args(args)
+        .output()
+        .expect("kdig must be installed (apt-get install knot-dnsutils); .ci/run installs it");
+    let ok = output.status.success();
+    (ok, String::from_utf8_lossy(&output.stdout).into_owned())
+}

@@ -45,6 +45,8 @@ mod common;
 #[allow(unused_imports)]
 pub use common::etcd::Etcd;
 pub use common::TempDir;
+#[allow(unused_imports)]
+pub use common::{kdig, self_signed_cert, spki_pin};
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
 /// token file), `zones/`, `geoip/example.mmdb`, `control.toml`. The repo's own files are never
@@ -171,6 +173,8 @@ pub struct Daemon {
     pub dns: SocketAddr,
     pub admin: SocketAddr,
     pub config: PathBuf,
+    /// What the server printed on stdout up to "ready" (zones, listeners, ...).
+    pub startup: Vec<String>,
     stderr: Arc<Mutex<Vec<String>>>,
 }
 
@@ -232,6 +236,7 @@ impl Daemon {
             }
         });
         let (mut dns, mut admin) = (None, None);
+        let mut startup = Vec::new();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -252,6 +257,7 @@ impl Daemon {
             if line.starts_with("ready") {
                 break;
             }
+            startup.push(line);
         }
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || while rx.recv().is_ok() {});
@@ -260,6 +266,7 @@ impl Daemon {
             dns: dns.expect("a DNS listen address"),
             admin: admin.expect("an admin address"),
             config: setup.config.clone(),
+            startup,
             stderr,
         }
     }
@@ -286,6 +293,32 @@ impl Daemon {
 
     pub fn sighup(&self) {
         sighup(self.pid());
+    }
+
+    /// The address the server printed as "`label` on ADDR" at startup (e.g. "dot").
+    pub fn listener(&self, label: &str) -> SocketAddr {
+        let prefix = format!("{label} on ");
+        self.startup
+            .iter()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|addr| addr.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no '{prefix}ADDR' line in {:?}", self.startup))
+    }
+
+    /// Waits (at most `limit`) until the status shows more accepted reloads than `before`.
+    pub fn wait_for_accepted(&self, before: u64, limit: Duration) -> serde_json::Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let status = self.status();
+            if status["reloads_accepted"].as_u64().unwrap_or(0) > before {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no accepted reload within {limit:?}; status: {status:#}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `steerdns load push FILE` against this server, the feed `body` written to a file in

@@ -1,0 +1,129 @@
+//! The encrypted transports (`[server.tls]`) as `/v1/status` and `/metrics` show them: the
+//! listeners this process serves (recorded once at startup), the certificate in service (from
+//! the snapshot) and each transport's connection counters (from [`super::serving`]).
+
+use std::net::SocketAddr;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::serving::{
+    serving, transport_index, EncryptedEvent, ServingTotals, ENCRYPTED, TRANSPORTS,
+};
+use crate::dns::respond::Transport;
+
+/// The encrypted transports, in [`ENCRYPTED`] order.
+pub const TRANSPORTS_ENCRYPTED: [Transport; 3] =
+    [Transport::Tls, Transport::Https, Transport::Quic];
+
+static LISTENERS: Mutex<Vec<ListenerView>> = Mutex::new(Vec::new());
+
+/// Records a listener that serves (called at startup, once per bound address).
+pub fn add_listener(transport: Transport, addr: SocketAddr) {
+    let name = TRANSPORTS[transport_index(transport)].to_string();
+    LISTENERS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(ListenerView {
+            transport: name,
+            addr,
+        });
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ListenerView {
+    /// "tls" (DoT), "https" (DoH) or "quic" (DoQ).
+    pub transport: String,
+    pub addr: SocketAddr,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CertificateView {
+    pub cert: String,
+    pub key: String,
+    /// The leaf's notAfter, RFC 3339 UTC.
+    pub not_after: String,
+    pub not_after_unix: i64,
+    pub days_left: i64,
+    /// Expired, not yet valid, or expiring within 30 days.
+    pub warning: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TransportView {
+    pub transport: String,
+    pub queries: u64,
+    pub connections_open: i64,
+    pub connections_accepted: u64,
+    pub refused_per_client: u64,
+    pub handshake_failed: u64,
+    pub handshake_timeout: u64,
+    pub frame_timeout: u64,
+    pub bad_request: u64,
+}
+
+/// `/v1/status`'s `encrypted` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EncryptedView {
+    pub listeners: Vec<ListenerView>,
+    pub certificate: Option<CertificateView>,
+    pub transports: Vec<TransportView>,
+}
+
+/// The certificate as status shows it.
+pub fn certificate_view(material: &crate::tls::Material, now: i64) -> CertificateView {
+    CertificateView {
+        cert: material.cert_path.display().to_string(),
+        key: material.key_path.display().to_string(),
+        not_after: crate::rfc3339::format_utc(
+            UNIX_EPOCH + Duration::from_secs(u64::try_from(material.not_after).unwrap_or(0)),
+        ),
+        not_after_unix: material.not_after,
+        days_left: material.days_left(now),
+        warning: material.warning(now),
+    }
+}
+
+/// Each encrypted transport's counters from a set of totals.
+pub fn transport_views(totals: &ServingTotals) -> Vec<TransportView> {
+    let event = |t: usize, e: EncryptedEvent| {
+        let i = EncryptedEvent::ALL
+            .iter()
+            .position(|x| *x == e)
+            .unwrap_or(0);
+        totals.encrypted_events[t][i]
+    };
+    TRANSPORTS_ENCRYPTED
+        .iter()
+        .enumerate()
+        .map(|(t, transport)| TransportView {
+            transport: ENCRYPTED[t].to_string(),
+            queries: totals.queries[transport_index(*transport)],
+            connections_open: totals.encrypted_open[t],
+            connections_accepted: totals.encrypted_accepted[t],
+            refused_per_client: event(t, EncryptedEvent::RefusedPerClient),
+            handshake_failed: event(t, EncryptedEvent::HandshakeFailed),
+            handshake_timeout: event(t, EncryptedEvent::HandshakeTimeout),
+            frame_timeout: event(t, EncryptedEvent::FrameTimeout),
+            bad_request: event(t, EncryptedEvent::BadRequest),
+        })
+        .collect()
+}
+
+/// The encrypted transports' status; `None` when none is configured.
+pub fn view(material: Option<&crate::tls::Material>) -> Option<EncryptedView> {
+    let listeners = LISTENERS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    if listeners.is_empty() && material.is_none() {
+        return None;
+    }
+    let now = crate::tls::unix_now();
+    Some(EncryptedView {
+        listeners,
+        certificate: material.map(|m| certificate_view(m, now)),
+        transports: transport_views(&serving().totals()),
+    })
+}
