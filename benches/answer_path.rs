@@ -1,4 +1,4 @@
-//! The answer path, query bytes to response bytes (`steerdns::dns::respond::respond`), on a
+//! The answer path, query bytes to response bytes (`steerdns::answer::respond`), on a
 //! snapshot built from the bundled example (`steerdns.toml`, `zones/`, `geoip/example.mmdb`):
 //! no sockets, so a regression in parsing, lookup, steering or writing shows up here without
 //! the whole harness (`benches/harness.sh`).
@@ -18,8 +18,9 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use steerdns::answer::respond;
 use steerdns::config::Config;
-use steerdns::dns::respond::{respond, Client, Transport, MAX_MESSAGE};
+use steerdns::dns::wire::{Client, Transport, MAX_MESSAGE};
 use steerdns::rfc3339;
 use steerdns::shield::live::Shield;
 use steerdns::shield::source::{FeedOrigin, LoadSource};

@@ -6,6 +6,7 @@
 //! steered names, [`geo`] (where is the client) and [`policy`] (which endpoint answers).
 
 pub mod admin;
+pub mod answer;
 pub mod config;
 pub mod control;
 pub mod dns;
@@ -14,6 +15,7 @@ pub mod files;
 pub mod fleet;
 pub mod geo;
 pub mod health;
+pub mod http_client;
 pub mod metrics;
 pub mod policy;
 pub mod reload;

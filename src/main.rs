@@ -305,7 +305,8 @@ enum GeoipCommand {
 
 #[derive(clap::Args, Default)]
 struct SourceArgs {
-    /// Config file (TOML). Default: ./steerdns.toml if it exists, else built-in defaults.
+    /// Config file (TOML). Default: ./steerdns.toml if it exists, else built-in defaults; with
+    /// --zones and no --config, always built-in defaults (./steerdns.toml is not read).
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// Directory of zone files (<origin>.zone); overrides the config file.
@@ -670,6 +671,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         node: args.node.clone(),
         taster: steerdns::taster::this_program(),
     };
+    println!("{}", source.config_description());
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;
     if !args.listen.is_empty() {
         config.server.listen = args.listen.clone();
@@ -817,7 +819,7 @@ fn start_encrypted(
     runtime: &tokio::runtime::Runtime,
     snapshot: &steerdns::snapshot::SharedSnapshot,
 ) -> Result<()> {
-    use steerdns::dns::respond::Transport;
+    use steerdns::dns::wire::Transport;
     use steerdns::server::encrypted::{self, Limits};
     let Some(tls) = &config.server.tls else {
         return Ok(());
@@ -847,6 +849,16 @@ fn start_encrypted(
                 tracing::error!("doh stopped: {e}");
             }
         });
+    }
+    for addr in &tls.doq {
+        let socket = steerdns::server::bind_datagram(*addr)?;
+        let endpoint = encrypted::quic::endpoint(socket, snapshot, &limits)?;
+        report(Transport::Quic, "doq", endpoint.local_addr()?);
+        runtime.spawn(encrypted::quic::serve_doq(
+            endpoint,
+            snapshot.clone(),
+            limits.clone(),
+        ));
     }
     Ok(())
 }

@@ -281,6 +281,106 @@ fn an_include_fan_out_is_refused_by_the_zone_budget() {
     assert!(line.contains(".inc:") || line.contains(".zone:"), "{line}");
 }
 
+/// The 1-based line of the `nth` (0-based) line of `text` that equals `wanted` after trimming.
+fn line_number(text: &str, wanted: &str, nth: usize) -> usize {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim() == wanted)
+        .nth(nth)
+        .map(|(i, _)| i + 1)
+        .unwrap_or_else(|| panic!("no line {wanted:?} (#{nth}) in:\n{text}"))
+}
+
+/// Issue 12 item 12: a refusal points at the file and line where the bad value is written,
+/// not at the control file that also mentions the same endpoint; `steerdns check` and a
+/// running server's refused reload alike.
+#[test]
+fn a_refusal_points_at_the_file_and_line_that_holds_the_bad_value() {
+    let setup = Setup::new("where-bad");
+    let config_text = std::fs::read_to_string(&setup.config).expect("read config");
+    let good_config = config_text.clone();
+    let good_control = String::from_utf8(setup.control_bytes()).expect("control is UTF-8");
+    // 1. `weight = 1001` on critical's first endpoint in the config; control.toml overrides
+    //    that endpoint (frontdoor = { weight = 100 }) on its own line 6.
+    let header = line_number(&config_text, "[[profiles.critical.endpoints]]", 0);
+    let weight_line = header + 3;
+    let mut lines: Vec<&str> = config_text.lines().collect();
+    assert_eq!(
+        lines[weight_line - 1],
+        "weight = 100",
+        "the example changed"
+    );
+    lines[weight_line - 1] = "weight = 1001";
+    std::fs::write(&setup.config, lines.join("\n")).expect("write config");
+    let expected = format!(
+        "steerdns.toml:{weight_line}: profiles.critical.endpoints[0].weight: 1001 is above 1000"
+    );
+    let (code, output) = run_bounded(setup.dir.path(), &["check", "--config", "steerdns.toml"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code, 1, "{output}");
+    assert!(
+        output.contains(&expected),
+        "want {expected:?} in:\n{output}"
+    );
+    assert!(!output.contains("control.toml:"), "{output}");
+
+    // 2. The same bad value in the control file: the control file's line.
+    std::fs::write(&setup.config, &good_config).expect("restore config");
+    let frontdoor = line_number(&good_control, "frontdoor = { weight = 100 }", 0);
+    setup.write_control_atomically(&good_control.replacen(
+        "frontdoor = { weight = 100 }",
+        "frontdoor = { weight = 1001 }",
+        1,
+    ));
+    let expected = format!(
+        "control.toml:{frontdoor}: profiles.critical.endpoints.frontdoor.weight: 1001 is above 1000"
+    );
+    let (code, output) = run_bounded(setup.dir.path(), &["check", "--config", "steerdns.toml"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code, 1, "{output}");
+    assert!(
+        output.contains(&expected),
+        "want {expected:?} in:\n{output}"
+    );
+
+    // 3. A profile the control file leaves with no servable endpoint: the control file, and
+    //    where the profile is configured.
+    setup.write_control_atomically(&good_control.replacen(
+        "frontdoor = { weight = 100 }",
+        "frontdoor = { weight = 0 }",
+        1,
+    ));
+    let section = line_number(&good_control, "[profiles.critical.endpoints]", 0);
+    let profile = line_number(&good_config, "[profiles.critical]", 0);
+    let (code, output) = run_bounded(setup.dir.path(), &["check", "--config", "steerdns.toml"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code, 1, "{output}");
+    let expected = format!("control.toml:{section}: profiles.critical: no servable endpoint");
+    assert!(
+        output.contains(&expected),
+        "want {expected:?} in:\n{output}"
+    );
+    assert!(
+        output.contains(&format!("(the profile: steerdns.toml:{profile})")),
+        "{output}"
+    );
+
+    // 4. A running server refusing the bad config on SIGHUP says the same, and keeps serving.
+    setup.write_control_atomically(&good_control);
+    let server = setup.start();
+    let before = server.refused();
+    std::fs::write(&setup.config, lines.join("\n")).expect("write bad config");
+    server.sighup();
+    let status = server.wait_for_refusal(before, REACT);
+    let reasons = refusal_reasons(&status).join("\n");
+    let expected = format!("steerdns.toml:{weight_line}: profiles.critical.endpoints[0].weight");
+    assert!(
+        reasons.contains(&expected),
+        "want {expected:?} in:\n{reasons}"
+    );
+    assert!(!reasons.contains("control.toml:"), "{reasons}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // configs/
 

@@ -15,9 +15,10 @@ use hickory_proto::rr::Name;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 
+use steerdns::answer::respond;
 use steerdns::config::Config;
-use steerdns::dns::respond::{respond, Client as DnsClient, Transport, MAX_MESSAGE};
 use steerdns::dns::wire::{parse_query, Reject, WireName, MAX_NAME_LEN};
+use steerdns::dns::wire::{Client as DnsClient, Transport, MAX_MESSAGE};
 use steerdns::dns::writer::Writer;
 use steerdns::policy::ShieldMode;
 use steerdns::policy::{

@@ -25,10 +25,11 @@ use hickory_proto::op::{Message, MessageType};
 use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
 use hickory_proto::rr::Name;
 
+use steerdns::answer::respond;
 use steerdns::config::Config;
 use steerdns::control::ControlFile;
-use steerdns::dns::respond::{respond, Client, Transport, CLASSIC_UDP_LIMIT, MAX_MESSAGE};
 use steerdns::dns::wire::{parse_query, ClientSubnet, Edns, Reject};
+use steerdns::dns::wire::{Client, Transport, CLASSIC_UDP_LIMIT, MAX_MESSAGE};
 use steerdns::policy::{compile, ControlKnobs};
 use steerdns::shield::feed::{parse_feed, MAX_FUTURE_SKEW, MAX_LOAD_RATIO};
 use steerdns::snapshot::{ServeOptions, Snapshot};

@@ -693,6 +693,9 @@ fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {
         shield.feeds_accepted,
         shield.feeds_refused
     );
+    if !shield.sources.is_empty() {
+        println!("  load sources: {}", shield.sources.join(", "));
+    }
     if let Some(refusal) = &shield.last_feed_refusal {
         println!("  last refused feed: {refusal}");
     }

@@ -116,6 +116,8 @@ pub struct ShieldConfig {
     /// A load-feed JSON file to watch (relative to the config file). Feeds can also be pushed
     /// with `POST /v1/load` or `steerdns load push`.
     pub load_file: Option<PathBuf>,
+    /// A Prometheus server to query for load (`[shield.prometheus]`).
+    pub prometheus: Option<crate::shield::prometheus::PrometheusConfig>,
 }
 
 impl Default for ShieldConfig {
@@ -131,6 +133,7 @@ impl Default for ShieldConfig {
             allow_cross_continent: true,
             tick_ms: 1000,
             load_file: None,
+            prometheus: None,
         }
     }
 }
@@ -490,6 +493,9 @@ impl Config {
                 "shield",
                 "short_ttl must be >= 1 s and tick_ms >= 100".into(),
             ));
+        }
+        if let Some((field, message)) = shield.prometheus.as_ref().and_then(|p| p.problem()) {
+            return Err(invalid(field, message));
         }
         if self.control.history_keep == 0 {
             return Err(invalid("control.history_keep", "must be at least 1".into()));

@@ -1,14 +1,10 @@
-//! The DNS wire protocol: reading queries in place ([`wire`]), writing responses with
-//! compression ([`writer`]), and the transport-agnostic per-packet path ([`respond`]).
+//! The DNS wire protocol: reading queries in place ([`wire`]), writing messages with
+//! compression ([`writer`]), DNSSEC's canonical order ([`canonical`]), and who asked
+//! ([`wire::Client`]).
 //!
-//! Owns byte-level correctness (header flags, EDNS, ECS, truncation, letter case). It reads the
-//! snapshot but never changes it, and knows nothing about sockets.
+//! Owns byte-level correctness (header flags, EDNS, ECS, truncation, letter case). The lowest
+//! layer: it imports nothing else of steerdns. Answering a query is [`crate::answer`].
 
 pub mod canonical;
-pub mod chaos;
-pub mod respond;
 pub mod wire;
 pub mod writer;
-
-#[cfg(test)]
-mod tests;

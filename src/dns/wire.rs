@@ -461,6 +461,41 @@ fn parse_client_subnet(data: &[u8]) -> Option<ClientSubnet> {
     })
 }
 
+/// UDP payload size assumed for a query without EDNS (RFC 1035 §4.2.1).
+pub const CLASSIC_UDP_LIMIT: usize = 512;
+/// Largest DNS message (TCP).
+pub const MAX_MESSAGE: usize = 65535;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Tcp,
+    /// DNS over TLS (RFC 7858).
+    Tls,
+    /// DNS over HTTPS (RFC 8484).
+    Https,
+    /// DNS over QUIC (RFC 9250).
+    Quic,
+}
+
+/// Who asked, as the socket saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct Client {
+    pub addr: IpAddr,
+    pub transport: Transport,
+}
+
+impl Client {
+    pub fn new(addr: IpAddr, transport: Transport) -> Self {
+        // An IPv4 client on a dual-stack socket shows up as ::ffff:a.b.c.d.
+        let addr = match addr {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+            v4 => v4,
+        };
+        Client { addr, transport }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -331,7 +331,7 @@ fn report(reloader: &Reloader, origin: &FleetOrigin, boot: &str, probes: &[Strin
         .map(|text| {
             let (ok, detail) = match parse_probe(text) {
                 Some((name, rtype)) => {
-                    let answer = crate::snapshot::probe::probe(&snapshot, &name, &rtype);
+                    let answer = crate::answer::probe::probe(&snapshot, &name, &rtype);
                     (answer.ok, answer.detail)
                 }
                 None => (false, "not a probe (\"NAME TYPE\")".to_string()),

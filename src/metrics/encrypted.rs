@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::serving::{
     serving, transport_index, EncryptedEvent, ServingTotals, ENCRYPTED, TRANSPORTS,
 };
-use crate::dns::respond::Transport;
+use crate::dns::wire::Transport;
 
 /// The encrypted transports, in [`ENCRYPTED`] order.
 pub const TRANSPORTS_ENCRYPTED: [Transport; 3] =

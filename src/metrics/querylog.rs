@@ -5,8 +5,8 @@
 use std::cell::Cell;
 
 use super::serving::{rcode_bucket, RCODES};
-use crate::dns::respond::{Client, Transport};
 use crate::dns::wire::{display_wire_name, Query};
+use crate::dns::wire::{Client, Transport};
 
 thread_local! {
     static COUNTDOWN: Cell<u32> = const { Cell::new(0) };

@@ -6,8 +6,8 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use super::cells::{current_slot, SLOTS};
-use crate::dns::respond::Transport;
 use crate::dns::wire::rcode;
+use crate::dns::wire::Transport;
 use crate::rrl::{Class, Verdict};
 
 /// Rate-limiting class label values, indexed by [`Class::index`].

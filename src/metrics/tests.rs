@@ -7,8 +7,9 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use super::per_snapshot::Series;
+use crate::answer::respond;
 use crate::config::Config;
-use crate::dns::respond::{respond, Client, Transport};
+use crate::dns::wire::{Client, Transport};
 use crate::snapshot::load::load;
 use crate::snapshot::Snapshot;
 use crate::test_alloc::allocations;

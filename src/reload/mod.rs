@@ -37,7 +37,8 @@ use crate::taster::TasterStatus;
 /// Where the configuration comes from (the command line, re-read on every reload).
 #[derive(Debug, Clone, Default)]
 pub struct Source {
-    /// Config file; `None` = ./steerdns.toml if it exists, else defaults.
+    /// Config file; `None` = ./steerdns.toml if it exists (and `zones` is `None`), else
+    /// defaults (see [`Source::config_path`]).
     pub config: Option<PathBuf>,
     /// `--zones` override.
     pub zones: Option<PathBuf>,
@@ -54,13 +55,34 @@ pub struct Source {
 }
 
 impl Source {
-    pub fn read_config(&self) -> Result<Config, String> {
+    /// The config file this source reads: `--config`, else `./steerdns.toml` if it exists —
+    /// unless `--zones` was given without `--config` (`serve --zones DIR` serves a directory of
+    /// zone files with built-in defaults, whatever config happens to lie in the working
+    /// directory). `None`: built-in defaults.
+    pub fn config_path(&self) -> Option<PathBuf> {
         let default_path = PathBuf::from("steerdns.toml");
-        let mut config = match &self.config {
-            Some(path) => Config::load(path).map_err(|e| e.to_string())?,
-            None if default_path.exists() => {
-                Config::load(&default_path).map_err(|e| e.to_string())?
+        match &self.config {
+            Some(path) => Some(path.clone()),
+            None if self.zones.is_none() && default_path.exists() => Some(default_path),
+            None => None,
+        }
+    }
+
+    /// One line for the log: which config this source reads.
+    pub fn config_description(&self) -> String {
+        match (self.config_path(), &self.zones) {
+            (Some(path), _) => format!("config {}", path.display()),
+            (None, Some(_)) if PathBuf::from("steerdns.toml").exists() => {
+                "config: built-in defaults (--zones without --config: ./steerdns.toml not read)"
+                    .to_string()
             }
+            (None, _) => "config: built-in defaults".to_string(),
+        }
+    }
+
+    pub fn read_config(&self) -> Result<Config, String> {
+        let mut config = match self.config_path() {
+            Some(path) => Config::load(&path).map_err(|e| e.to_string())?,
             None => Config::default(),
         };
         if let Some(zones) = &self.zones {

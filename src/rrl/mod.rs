@@ -24,8 +24,8 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use crate::config::rrl::{RrlConfig, MAX_RATE, MAX_TABLE};
-use crate::dns::respond::{Client, Transport};
 use crate::dns::wire::rcode;
+use crate::dns::wire::{Client, Transport};
 use table::{hash_bytes, hash_value, Rate, Table};
 
 /// What kind of response is being limited; each has buckets of its own.
@@ -148,18 +148,23 @@ impl RateLimiter {
         }
     }
 
-    /// The verdict on one response to `client`, counted in the serving metrics.
-    pub fn check(&self, client: &Client, class: Class, subject: Option<&Subject<'_>>) -> Verdict {
+    /// The verdict on one response to `client`; `None` for TCP, which is never limited (the
+    /// caller counts a verdict in the serving metrics).
+    pub fn check(
+        &self,
+        client: &Client,
+        class: Class,
+        subject: Option<&Subject<'_>>,
+    ) -> Option<Verdict> {
         if client.transport != Transport::Udp {
-            return Verdict::Send;
+            return None;
         }
         let verdict = LIMITED
             .try_with(|limited| {
                 self.check_at(client.addr, class, subject, clock::now_ms(), limited)
             })
             .unwrap_or(Verdict::Send);
-        crate::metrics::serving().record_rrl(class, verdict);
-        verdict
+        Some(verdict)
     }
 
     /// [`RateLimiter::check`] at a given time with a given slip counter (tests use a fake

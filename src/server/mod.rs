@@ -2,7 +2,7 @@
 //! a new process can start beside an old one), the UDP worker threads ([`udp`]) and the TCP
 //! service on the tokio runtime ([`tcp`]).
 //!
-//! Owns no DNS logic: every packet goes to [`crate::dns::respond::respond`] with the snapshot
+//! Owns no DNS logic: every packet goes to [`crate::answer::respond`] with the snapshot
 //! loaded at that moment.
 
 pub mod encrypted;

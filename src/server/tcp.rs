@@ -20,8 +20,9 @@ use tokio::io::{
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::answer::respond;
 use crate::config::TcpConfig;
-use crate::dns::respond::{respond, Client, Transport, MAX_MESSAGE};
+use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
 use crate::metrics::serving::EncryptedEvent;
 use crate::snapshot::SharedSnapshot;
 

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dns::respond::{respond, Client, Transport};
+use crate::answer::respond;
+use crate::dns::wire::{Client, Transport};
 use crate::snapshot::SharedSnapshot;
 
 /// Datagrams taken from the kernel per system call.

@@ -145,6 +145,73 @@ pub fn parse_feed(
     })
 }
 
+/// A feed assembled from numbers rather than parsed from JSON (a Prometheus query's results):
+/// name, load, capacity per entry. Non-finite values are allowed here, for the checks to refuse.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedEntries {
+    /// When the numbers were measured.
+    pub time: SystemTime,
+    pub regions: Vec<(String, f64, f64)>,
+    pub fallback: Vec<(String, f64, f64)>,
+}
+
+/// Checks assembled entries by exactly the rules [`parse_feed`] applies once the JSON is read:
+/// entry count, no name twice, the clock-skew guard, configured names, finite non-negative
+/// loads, positive capacities, believable load/capacity ratios.
+pub fn check_entries(
+    entries: FeedEntries,
+    regions: &[&str],
+    sites: &[&str],
+    now: SystemTime,
+) -> Result<LoadFeed, FeedError> {
+    let count = entries.regions.len() + entries.fallback.len();
+    if count > MAX_FEED_ENTRIES {
+        return Err(FeedError::TooManyEntries {
+            count,
+            limit: MAX_FEED_ENTRIES,
+        });
+    }
+    if count == 0 {
+        return Err(FeedError::Empty);
+    }
+    check_skew(
+        entries.time,
+        || crate::rfc3339::format_utc(entries.time),
+        now,
+    )?;
+    let raw = |section: &'static str, list: Vec<(String, f64, f64)>| {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::with_capacity(list.len());
+        for (name, load, capacity) in list {
+            if !seen.insert(name.clone()) {
+                return Err(FeedError::BadValue {
+                    field: format!("{section}.{}", echo(&name)),
+                    problem: "appears twice".into(),
+                });
+            }
+            out.push((name, RawSample { load, capacity }));
+        }
+        Ok(out)
+    };
+    let regions = check_section(
+        "regions",
+        "region",
+        raw("regions", entries.regions)?,
+        regions,
+    )?;
+    let fallback = check_section(
+        "fallback",
+        "fallback site",
+        raw("fallback", entries.fallback)?,
+        sites,
+    )?;
+    Ok(LoadFeed {
+        time: entries.time,
+        regions,
+        fallback,
+    })
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFeed {
@@ -227,16 +294,26 @@ fn check_time(value: &str, now: SystemTime) -> Result<SystemTime, FeedError> {
         value: echo(value),
         reason,
     })?;
+    check_skew(time, || value.to_string(), now)?;
+    Ok(time)
+}
+
+/// Refuses a time more than [`MAX_FUTURE_SKEW`] ahead of `now`; `shown` is how the time reads.
+fn check_skew(
+    time: SystemTime,
+    shown: impl FnOnce() -> String,
+    now: SystemTime,
+) -> Result<(), FeedError> {
     if let Ok(ahead) = time.duration_since(now) {
         if ahead > MAX_FUTURE_SKEW {
             return Err(FeedError::FutureTime {
-                value: value.to_string(),
+                value: shown(),
                 ahead_secs: ahead.as_secs(),
                 limit_secs: MAX_FUTURE_SKEW.as_secs(),
             });
         }
     }
-    Ok(time)
+    Ok(())
 }
 
 fn check_section(

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use super::prometheus::{Capacities, PrometheusConfig, PrometheusSource};
 use super::source::{FeedSlot, FeedStats, LoadSource};
 use super::step::{
     checked_step, shed_view, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings,
@@ -97,6 +98,9 @@ pub struct ShieldStatus {
     pub mode: String,
     pub feed_age_secs: Option<f64>,
     pub feed_origin: Option<String>,
+    /// The load sources polled (`file …`, `prometheus …`); pushes need none.
+    #[serde(default)]
+    pub sources: Vec<String>,
     pub feeds_accepted: u64,
     pub feeds_refused: u64,
     pub last_feed_refusal: Option<String>,
@@ -230,6 +234,7 @@ impl Shield {
             });
         }
         status.recent_changes.truncate(RECENT_CHANGES);
+        status.sources = sources.iter().map(|s| s.name()).collect();
         self.fill_status(&mut status, &next, &inputs, policies, settings, now);
         *lock(&self.state) = next;
     }
@@ -426,6 +431,60 @@ pub fn rings_of(policies: &CompiledPolicies) -> Rings {
     }
 }
 
+/// The load sources the current snapshot asks for, rebuilt when what it asks for changes.
+#[derive(Default)]
+struct Sources {
+    list: Vec<Box<dyn LoadSource>>,
+    watched: Option<std::path::PathBuf>,
+    prometheus: Option<(PrometheusConfig, Capacities)>,
+}
+
+impl Sources {
+    fn follow(&mut self, snapshot: &Snapshot) {
+        let prometheus = snapshot.prometheus.clone().map(|config| {
+            let capacities = snapshot
+                .steering
+                .as_ref()
+                .map(|s| capacities_of(&s.policies))
+                .unwrap_or_default();
+            (config, capacities)
+        });
+        if snapshot.load_file == self.watched && prometheus == self.prometheus {
+            return;
+        }
+        self.watched = snapshot.load_file.clone();
+        self.prometheus = prometheus;
+        let mut list: Vec<Box<dyn LoadSource>> = Vec::new();
+        if let Some(path) = &self.watched {
+            list.push(Box::new(super::source::FileSource::new(path.clone())));
+        }
+        if let Some((config, capacities)) = &self.prometheus {
+            match PrometheusSource::new(config.clone(), capacities.clone()) {
+                Ok(source) => list.push(Box::new(source)),
+                // No thread for it: no Prometheus feed (it goes stale), the rest runs on.
+                Err(e) => tracing::error!("cannot start the Prometheus load source: {e}"),
+            }
+        }
+        self.list = list;
+    }
+}
+
+/// The topology's capacities, for load sources that give load only.
+pub fn capacities_of(policies: &CompiledPolicies) -> Capacities {
+    Capacities {
+        regions: policies
+            .regions()
+            .iter()
+            .map(|r| (r.name.clone(), r.capacity.map(|c| c as f64)))
+            .collect(),
+        sites: policies
+            .fallback_sites()
+            .iter()
+            .map(|s| (s.name.clone(), s.capacity.map(|c| c as f64)))
+            .collect(),
+    }
+}
+
 /// Runs the shield every tick for the life of the process, on its own thread, against whatever
 /// snapshot is current (so reloads change topology, settings and the load file in place).
 pub fn spawn(
@@ -433,19 +492,12 @@ pub fn spawn(
     snapshot: crate::snapshot::SharedSnapshot,
 ) -> std::io::Result<()> {
     let started = std::time::Instant::now();
-    let mut sources: Vec<Box<dyn LoadSource>> = Vec::new();
-    let mut watched: Option<std::path::PathBuf> = None;
+    let mut sources = Sources::default();
     let mut tick = move |shield: &Shield| {
         let current = snapshot.load_full();
-        if current.load_file != watched {
-            watched = current.load_file.clone();
-            sources = watched
-                .iter()
-                .map(|p| Box::new(super::source::FileSource::new(p.clone())) as Box<dyn LoadSource>)
-                .collect();
-        }
+        sources.follow(&current);
         let now_ms = started.elapsed().as_millis() as u64;
-        shield.tick(&current, &mut sources, SystemTime::now(), now_ms);
+        shield.tick(&current, &mut sources.list, SystemTime::now(), now_ms);
         Duration::from_millis(current.shield_tick_ms.max(100))
     };
     // The first tick runs before the server says it is ready, so status and the dashboard

@@ -1,5 +1,5 @@
 //! The traffic shield: the overwatch of the frontend ring and the fallback ring. Load feeds
-//! come in ([`feed`], [`source`]); every tick the pure decision step ([`step`]) turns the
+//! come in ([`feed`], [`source`], [`prometheus`]); every tick the pure decision step ([`step`]) turns the
 //! latest readings, the DNS demand counters and the operator's mode into per-region shed
 //! decisions, which the serving path reads through one atomic pointer as a
 //! [`crate::policy::ShedView`].
@@ -10,6 +10,7 @@
 pub mod config;
 pub mod feed;
 pub mod live;
+pub mod prometheus;
 pub mod sim;
 pub mod source;
 pub mod step;

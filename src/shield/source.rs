@@ -89,7 +89,19 @@ impl FeedSlot {
         sites: &[&str],
         now: SystemTime,
     ) -> Result<(), FeedError> {
-        match parse_feed(bytes, regions, sites, now) {
+        self.offer_checked(parse_feed(bytes, regions, sites, now), origin, now)
+    }
+
+    /// Takes the outcome of a feed's checks (from [`parse_feed`] or
+    /// [`crate::shield::feed::check_entries`]): a feed that passed becomes the latest, a
+    /// refusal is counted and remembered and the latest stays.
+    pub fn offer_checked(
+        &self,
+        checked: Result<LoadFeed, FeedError>,
+        origin: FeedOrigin,
+        now: SystemTime,
+    ) -> Result<(), FeedError> {
+        match checked {
             Ok(feed) => {
                 let mut state = self.lock();
                 state.stats.accepted += 1;

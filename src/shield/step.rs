@@ -408,6 +408,8 @@ struct Prediction {
     /// Utilisation one short TTL from now (what a shedding region steers on: moves that land
     /// later cannot relieve it sooner).
     region_util_soon: Vec<f64>,
+    /// Utilisation as measured (the reading alone), for decision reasons.
+    region_util_measured: Vec<Option<f64>>,
     site_load: Vec<Option<f64>>,
     site_capacity: Vec<f64>,
     site_util: Vec<f64>,
@@ -499,6 +501,12 @@ impl Prediction {
             .zip(&site_capacity)
             .map(|(l, c)| util(l, *c))
             .collect();
+        let region_util_measured = (0..rings.regions.len())
+            .map(|i| {
+                let reading = inputs.regions.get(i).copied().flatten()?;
+                (reading.capacity > 0.0).then(|| reading.load / reading.capacity)
+            })
+            .collect();
         let region_age = (0..rings.regions.len())
             .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.age_ms))
             .collect();
@@ -517,6 +525,7 @@ impl Prediction {
             region_capacity,
             region_util,
             region_util_soon,
+            region_util_measured,
             site_load,
             site_capacity,
             site_util,
@@ -965,19 +974,34 @@ fn place(
         BTreeMap::new()
     };
     state.moves.extend(moves);
-    let util = predicted.region_util[r];
+    // The decision is taken on the utilisation predicted one short TTL ahead (moves in
+    // flight partly landed); say that next to what was measured, or the two contradict.
+    let utilisation = match predicted.region_util_measured[r] {
+        Some(m) => format!(
+            "measured utilisation {m:.2}, predicted {:.2} in {} s",
+            predicted.region_util_soon[r], settings.short_ttl
+        ),
+        None => format!(
+            "predicted utilisation {:.2} in {} s",
+            predicted.region_util_soon[r], settings.short_ttl
+        ),
+    };
     if short {
-        format!("utilisation {util:.2}: wants {wanted:.2}, no destination has headroom beyond {fraction:.2}")
+        format!(
+            "{utilisation}: wants {wanted:.2}, no destination has headroom beyond {fraction:.2}"
+        )
     } else if fraction > old_fraction {
         format!(
-            "utilisation {util:.2} above high watermark {:.2}",
+            "{utilisation}: above high watermark {:.2}",
             settings.high_watermark
         )
-    } else if fraction < old_fraction {
+    } else if fraction < old_fraction && predicted.region_util_soon[r] < settings.low_watermark {
         format!(
-            "utilisation {util:.2} below low watermark {:.2}",
+            "{utilisation}: below low watermark {:.2}",
             settings.low_watermark
         )
+    } else if fraction < old_fraction {
+        format!("{utilisation}: a destination took back what it has no more room for")
     } else {
         String::new()
     }

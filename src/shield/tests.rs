@@ -101,14 +101,22 @@ fn overload_sheds_slew_capped_to_the_same_continent_neighbour_first() {
         west.fraction
     );
     assert_eq!(changes.len(), 1);
-    assert!(
-        changes[0].reason.contains("above high watermark"),
-        "{}",
-        changes[0].reason
+    assert_eq!(
+        changes[0].reason,
+        "measured utilisation 1.00, predicted 1.00 in 30 s: above high watermark 0.85"
     );
     assert_eq!(
         west.shares.keys().copied().collect::<Vec<_>>(),
         vec![Destination::Region(EU_NORTH as u16)]
+    );
+    // Ten seconds on, the reading still says 1.00 but the move in flight has partly landed:
+    // the reason says both, so "0.9x above 0.85" never reads like a contradiction.
+    let (_, changes) = step(&state, &i, &rings(), &settings(), 11_000);
+    let reason = &changes[0].reason;
+    assert!(
+        reason.starts_with("measured utilisation 1.00, predicted 0.9")
+            && reason.ends_with("above high watermark 0.85"),
+        "{reason}"
     );
     assert_eq!(west.note, Note::Shedding);
 }

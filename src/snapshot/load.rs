@@ -151,6 +151,7 @@ pub fn load_after(
         snapshot.shield_settings.steady_ttl = ttl;
     }
     snapshot.load_file = config.shield.load_file.clone();
+    snapshot.prometheus = config.shield.prometheus.clone();
     snapshot.shield_tick_ms = config.shield.tick_ms;
     snapshot.rrl = crate::rrl::RateLimiter::from_config(&config.rrl);
     snapshot.serial = snapshot.control.serial.unwrap_or(0);
@@ -672,30 +673,36 @@ fn read_control(
     Ok(Some((file, text)))
 }
 
-/// A policy error as one line naming the file, line and field: control knobs point into the
-/// control file, everything else into the config.
+/// A policy error as one line naming the file, line and field where the bad value is written:
+/// a knob (`control.` path) points into the control file, a field of `[profiles]` or
+/// `[topology]` into the config file, even for a profile the control file also touches. Only a
+/// profile-wide problem in a profile the control file adjusts (e.g. every weight now 0) is the
+/// control file's doing: it points there, and says where the profile itself is configured.
 fn describe_policy_error(
     config: &Config,
     control: &Option<(ControlFile, String)>,
     error: &PolicyError,
 ) -> String {
     if let (Some((file, text)), Some(path)) = (control, config.control.file.as_ref()) {
-        // Knob errors carry a `control.` path; a profile or region the control file touches
-        // (e.g. all weights now 0) is the control file's doing too.
-        let field = error.path.strip_prefix("control.").or_else(|| {
-            let mut parts = error.path.splitn(3, '.');
-            let (section, name) = (parts.next()?, parts.next()?);
-            let touched = match section {
-                "profiles" => file.profiles.contains_key(name),
-                "regions" => file.regions.contains_key(name),
-                _ => false,
-            };
-            touched.then_some(error.path.as_str())
-        });
-        if let Some(field) = field {
+        let knob = error.path.strip_prefix("control.");
+        let adjusted_profile = || {
+            let (section, name) = error.path.split_once('.')?;
+            let whole_profile = section == "profiles" && !name.contains(['.', '[']);
+            (whole_profile && file.profiles.contains_key(name)).then_some(error.path.as_str())
+        };
+        if let Some(field) = knob.or_else(adjusted_profile) {
             let line = crate::control::line_of_field(text, field)
                 .map_or(String::new(), |l| format!(":{l}"));
-            return format!("{}{line}: {field}: {}", path.display(), error.problem);
+            let configured = if knob.is_none() {
+                format!(" (the profile: {})", config_location(config, field))
+            } else {
+                String::new()
+            };
+            return format!(
+                "{}{line}: {field}: {}{configured}",
+                path.display(),
+                error.problem
+            );
         }
     }
     format!(

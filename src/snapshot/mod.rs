@@ -4,9 +4,9 @@
 //! Everything that can fail happens while building a snapshot, off the serving path; a snapshot
 //! that exists is servable. Swapping one in is a single atomic store ([`SharedSnapshot`]).
 
+pub mod compose;
 pub mod load;
 mod precompiled;
-pub mod probe;
 pub mod steer;
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use ipnet::IpNet;
 
 use crate::config::ServerConfig;
 use crate::control::ControlFile;
-use crate::dns::respond::Client;
+use crate::dns::wire::Client;
 use crate::dns::wire::{ClientSubnet, WireName};
 use crate::metrics::SnapshotCounters;
 use crate::shield::live::Shield;
@@ -99,6 +99,8 @@ pub struct Snapshot {
     pub shield_settings: ShieldSettings,
     /// The load file the shield polls, if any.
     pub load_file: Option<std::path::PathBuf>,
+    /// `[shield.prometheus]`: a Prometheus server the shield queries for load.
+    pub prometheus: Option<crate::shield::prometheus::PrometheusConfig>,
     /// Milliseconds between shield decisions.
     pub shield_tick_ms: u64,
     /// Per-zone and steered-answer counters, sized for these zones and policies.
@@ -152,6 +154,7 @@ impl Snapshot {
             health: Arc::new(crate::health::Board::default()),
             shield_settings: ShieldSettings::default(),
             load_file: None,
+            prometheus: None,
             shield_tick_ms: 1000,
             counters,
             rrl: None,

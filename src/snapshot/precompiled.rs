@@ -13,8 +13,8 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use rustc_hash::{FxHashMap, FxHasher};
 
+use super::compose::precompile;
 use super::Snapshot;
-use crate::dns::respond::precompile;
 use crate::dns::wire::{rtype, WireName, MAX_NAME_LEN};
 use crate::zone::lookup::{resolve, NoSteering, ZoneSet};
 use crate::zone::model::Node;

@@ -3,7 +3,7 @@
 //!
 //! The result is a [`Plan`]: references into the immutable zones (and into the policy data for
 //! steered names), in fixed-capacity arrays, so building one allocates nothing. Writing the plan
-//! onto the wire is the job of [`crate::dns::respond`].
+//! onto the wire is the job of [`crate::snapshot::compose`].
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod etcd;
+pub mod prometheus;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -27,6 +28,8 @@ pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     pub stdout_lines: mpsc::Receiver<String>,
+    /// What the server printed on stdout up to and including its `ready` line.
+    pub startup: Vec<String>,
 }
 
 impl Server {
@@ -63,14 +66,17 @@ impl Server {
             }
         });
         let mut addr = None;
+        let mut startup = Vec::new();
         loop {
             let line = match rx.recv_timeout(TIMEOUT * 2) {
                 Ok(line) => line,
                 Err(_) => {
                     let _ = child.kill();
-                    panic!("steerdns did not become ready");
+                    let _ = child.wait();
+                    panic!("steerdns did not become ready; stdout so far: {startup:#?}");
                 }
             };
+            startup.push(line.clone());
             if let Some(rest) = line.strip_prefix("listening on ") {
                 let a = rest.split_whitespace().next().expect("address");
                 addr.get_or_insert(a.parse::<SocketAddr>().expect("socket address"));
@@ -83,6 +89,7 @@ impl Server {
             child,
             addr: addr.expect("a listen address"),
             stdout_lines: rx,
+            startup,
         }
     }
 

@@ -44,6 +44,8 @@ pub fn repo_path(relative: &str) -> PathBuf {
 mod common;
 #[allow(unused_imports)]
 pub use common::etcd::Etcd;
+#[allow(unused_imports)]
+pub use common::prometheus::{Exporter, Prometheus};
 pub use common::TempDir;
 #[allow(unused_imports)]
 pub use common::{kdig, self_signed_cert, spki_pin};
@@ -597,6 +599,23 @@ pub fn distinct_subnets(n: usize) -> Vec<String> {
             let a = 1 + (i * 37) % 126;
             let b = (i * 101) % 256;
             let c = i % 256;
+            format!("{a}.{b}.{c}.0/24")
+        })
+        .collect()
+}
+
+/// `n` distinct /24s in RIPE /8s the example database places in Europe (continent EU, no
+/// country: region eu-west), located by their /8. 2/8, 81/8 and 89/8 are left out: they hold
+/// the database's GB and SE networks, which make it locate their neighbours by longer prefixes.
+pub fn eu_west_subnets(n: usize) -> Vec<String> {
+    const RIPE: [u8; 20] = [
+        5, 31, 37, 46, 62, 77, 78, 79, 80, 82, 83, 84, 85, 86, 87, 88, 90, 91, 92, 93,
+    ];
+    (0..n)
+        .map(|i| {
+            let a = RIPE[i % RIPE.len()];
+            let b = (i / RIPE.len()) % 256;
+            let c = (i * 37 + 11) % 256;
             format!("{a}.{b}.{c}.0/24")
         })
         .collect()

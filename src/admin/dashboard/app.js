@@ -213,6 +213,7 @@
     definitions(byId("shield"), [
       ["Mode", shield.mode || "?"],
       ["Load feed", shield.feed_origin ? `${age} (via ${shield.feed_origin})` : age],
+      ["Load sources", Array.isArray(shield.sources) && shield.sources.length ? shield.sources.join(", ") : "pushes only"],
       ["Feeds", `${shield.feeds_accepted || 0} accepted, ${shield.feeds_refused || 0} refused`],
       ["Last refused feed", shield.last_feed_refusal || null],
       ["Watermarks", `high ${pct(shield.high_watermark)}, low ${pct(shield.low_watermark)}`],

@@ -22,7 +22,7 @@ use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
 use super::{answer_bytes, handshake, server_config, Admission, Limits};
-use crate::dns::respond::{Client, Transport, MAX_MESSAGE};
+use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
 use crate::metrics::serving::{serving, EncryptedEvent};
 use crate::snapshot::SharedSnapshot;
 

@@ -1,6 +1,6 @@
 //! The encrypted transports (`[server.tls]`): DNS over TLS (RFC 7858, here), over HTTPS
 //! ([`https`], RFC 8484) and over QUIC ([`quic`], RFC 9250). Each terminates its transport
-//! and hands the query's wire bytes to [`crate::dns::respond::respond`] with the snapshot in
+//! and hands the query's wire bytes to [`crate::answer::respond`] with the snapshot in
 //! service -- the same answers, ECS, steering and counters as UDP and TCP, labelled by
 //! transport; like TCP they are never rate limited (the handshake proves the source).
 //!
@@ -16,6 +16,7 @@
 //! the rest of the snapshot; a refused reload keeps the old ones.
 
 pub mod https;
+pub mod quic;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -30,8 +31,9 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use super::tcp::{accept, serve_stream, ClientConnections, TcpLimits};
+use crate::answer::respond;
 use crate::config::TlsConfig;
-use crate::dns::respond::{respond, Client, Transport, MAX_MESSAGE};
+use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
 use crate::metrics::serving::{serving, EncryptedEvent};
 use crate::snapshot::SharedSnapshot;
 

@@ -23,8 +23,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::answer::respond;
 use crate::config::{XdpAttach, XdpConfig};
-use crate::dns::respond::{respond, Client, Transport};
+use crate::dns::wire::{Client, Transport};
 use crate::metrics::xdp::{QueueCounters, XdpView};
 use crate::snapshot::SharedSnapshot;
 use bpf::AttachMode;

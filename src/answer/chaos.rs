@@ -1,9 +1,9 @@
 //! CHAOS-class queries: `version.bind`, `id.server` / `hostname.bind`, and (for permitted
 //! clients) a trace of the steering decision for a name. Operators' tools, not the hot path.
 
-use super::respond::{put_opt, write_simple, Client};
-use super::wire::{class, flag, rcode, rtype, Query};
-use super::writer::{Overflow, Writer};
+use crate::dns::wire::{class, flag, rcode, rtype, Client, Query};
+use crate::dns::writer::{Overflow, Writer};
+use crate::snapshot::compose::{put_opt, write_simple};
 use crate::snapshot::Snapshot;
 
 pub fn respond(

@@ -1,13 +1,14 @@
 //! Sanity probes: a configured question ("critical.example.com A") answered by a snapshot
-//! through the one answer path ([`crate::dns::respond::respond`]), as a client on loopback
+//! through the one answer path ([`crate::answer::respond`]), as a client on loopback
 //! would get it over UDP. A staged rollout compares the answers before and after a change.
 //! Off the serving path (run after a swap); the probe is counted like any query.
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::dns::respond::{respond, Client, Transport, MAX_MESSAGE};
+use super::respond;
+use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
 
-use super::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// What one probe got.
 #[derive(Debug, Clone, PartialEq, Eq)]

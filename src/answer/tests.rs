@@ -4,8 +4,9 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use super::respond::{respond, Client, Transport};
+use super::respond;
 use crate::config::Config;
+use crate::dns::wire::{Client, Transport};
 use crate::snapshot::load::load;
 use crate::snapshot::Snapshot;
 use crate::test_alloc::allocations;

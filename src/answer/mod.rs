@@ -1,0 +1,361 @@
+//! From query bytes to response bytes: the whole per-packet path, transport-agnostic.
+//!
+//! 1. [`parse_query`] validates the header, question and EDNS in place.
+//! 2. Static answers are served from the snapshot's precompiled responses: one hash probe, one
+//!    copy, a few patched bytes.
+//! 3. Anything else (steered names, negative answers, wildcards, referrals, oversize) goes through
+//!    [`resolve`] and is written with compression by [`Writer`].
+//! 4. Over UDP, the response rate limiter ([`crate::rrl`]) may drop the response or have it
+//!    *slipped*: cut to header and question with TC set.
+//!
+//! Nothing here allocates, locks or does I/O, except the CHAOS trace (operators' debugging aid).
+//!
+//! The top of the query path: called by the transports ([`crate::server`]) and by snapshot
+//! probes ([`probe`]); reads the snapshot, writes through [`crate::snapshot::compose`], asks the
+//! rate limiter and counts into [`crate::metrics`]. Nothing below it imports it.
+
+pub mod chaos;
+pub mod probe;
+#[cfg(test)]
+mod tests;
+
+use crate::dns::wire::{
+    class, flag, parse_query_into, rcode, rtype, Client, Query, Reject, Transport,
+    CLASSIC_UDP_LIMIT, HEADER_LEN, MAX_MESSAGE,
+};
+use crate::metrics::{querylog, serving};
+use crate::rrl::{Class, Subject, Verdict};
+use crate::snapshot::compose::{
+    opt_len, put_address_record, response_flags, write_error, write_opt_raw, write_plan,
+    write_simple,
+};
+use crate::snapshot::steer::{AddressSet, ClientSteering};
+use crate::snapshot::{Cached, Snapshot};
+use crate::zone::lookup::{resolve, NoSteering, Steering};
+
+/// Answers `packet` into `out`; returns the response length, or `None` to stay silent.
+/// `out` must hold at least [`MAX_MESSAGE`] bytes for TCP, or the UDP limit for UDP.
+/// Every call is counted (see [`crate::metrics`]: relaxed atomic adds, no lock, no allocation).
+pub fn respond(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    client: &Client,
+    out: &mut [u8],
+) -> Option<usize> {
+    let mut query = Query::blank();
+    match parse_query_into(packet, &mut query) {
+        Ok(()) => {}
+        Err(Reject::Drop) => {
+            serving().record(client.transport, None);
+            return None;
+        }
+        Err(Reject::Error {
+            rcode,
+            question,
+            edns,
+        }) => {
+            let len = write_error(snapshot, packet, rcode, question, edns.as_ref(), out).ok();
+            let len = len.and_then(|n| limit_rate(snapshot, client, rcode, None, out, n));
+            let truncated = len.map(|n| is_truncated(&out[..n]));
+            serving().record(client.transport, truncated.map(|tc| (rcode, tc)));
+            if len.is_some() {
+                snapshot.counters.record_response(None, rcode);
+            }
+            return len;
+        }
+    }
+    // One lookup gives both the fast-path entry (if any) and the zone for the counters.
+    let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
+    let precompiled = snapshot.fast_path(&query.qname, query.qtype, dnssec);
+    let zone = match precompiled {
+        Some((zone, _)) => Some(zone),
+        None => zone_index(snapshot, &query),
+    };
+    let cached = precompiled.map(|(_, cached)| cached);
+    let len = answer(snapshot, packet, &query, client, cached, out).and_then(|n| {
+        let subject = Subject {
+            qname: query.qname.as_wire(),
+            qtype: query.qtype,
+            zone,
+        };
+        let rcode = response_rcode(&query, &out[..n]);
+        limit_rate(snapshot, client, rcode, Some(&subject), out, n)
+    });
+    count(snapshot, client, &query, zone, len.map(|n| &out[..n]));
+    len
+}
+
+/// The rate limiter's say on a response of `len` bytes in `out`: the length to send (the
+/// same, or a slip's), or `None` to drop it.
+fn limit_rate(
+    snapshot: &Snapshot,
+    client: &Client,
+    rcode: u16,
+    subject: Option<&Subject<'_>>,
+    out: &mut [u8],
+    len: usize,
+) -> Option<usize> {
+    let Some(rrl) = &snapshot.rrl else {
+        return Some(len);
+    };
+    let class = Class::of(rcode, &out[..len]);
+    let Some(verdict) = rrl.check(client, class, subject) else {
+        return Some(len);
+    };
+    serving().record_rrl(class, verdict);
+    match verdict {
+        Verdict::Send => Some(len),
+        Verdict::Drop => None,
+        Verdict::Slip => Some(slip_in_place(out, len)),
+    }
+}
+
+/// Cuts a response to its header and question with TC set and no records: a rate limiter's
+/// slip. The client retries over TCP; the reply is never bigger than the query was.
+fn slip_in_place(out: &mut [u8], len: usize) -> usize {
+    if len < HEADER_LEN || out.len() < HEADER_LEN {
+        return len.min(out.len());
+    }
+    let end = question_end(&out[..len]);
+    let flags = u16::from_be_bytes([out[2], out[3]]) | flag::TC;
+    out[2..4].copy_from_slice(&flags.to_be_bytes());
+    if end.is_none() {
+        out[4..6].fill(0);
+    }
+    out[6..HEADER_LEN].fill(0);
+    end.unwrap_or(HEADER_LEN)
+}
+
+/// Where the (single, uncompressed) question of a message ends, if it has one.
+fn question_end(message: &[u8]) -> Option<usize> {
+    if message.get(4..6)? != [0, 1] {
+        return None;
+    }
+    let mut pos = HEADER_LEN;
+    loop {
+        let label = usize::from(*message.get(pos)?);
+        pos += 1;
+        match label {
+            0 => break,
+            1..=63 => pos += label,
+            _ => return None,
+        }
+    }
+    let end = pos + 4;
+    (end <= message.len()).then_some(end)
+}
+
+/// The response's rcode: BADVERS is the only extended rcode we send, and every query with
+/// EDNS version > 0 gets it; otherwise the header says.
+fn response_rcode(query: &Query, response: &[u8]) -> u16 {
+    if query.edns.as_ref().is_some_and(|e| e.version > 0) {
+        rcode::BADVERS
+    } else {
+        response
+            .get(3)
+            .map_or(rcode::SERVFAIL, |b| u16::from(b & 0x0F))
+    }
+}
+
+/// Counts one answered (or silently dropped) query, and logs it if it is sampled.
+fn count(
+    snapshot: &Snapshot,
+    client: &Client,
+    query: &Query,
+    zone: Option<usize>,
+    response: Option<&[u8]>,
+) {
+    let Some(response) = response else {
+        serving().record(client.transport, None);
+        return;
+    };
+    let rcode = response_rcode(query, response);
+    serving().record(client.transport, Some((rcode, is_truncated(response))));
+    snapshot.counters.record_response(zone, rcode);
+    if querylog::sampled(snapshot.options.query_log_sample) {
+        querylog::log(client, query, rcode);
+    }
+}
+
+fn is_truncated(response: &[u8]) -> bool {
+    response.get(2).is_some_and(|b| b & 0x02 != 0)
+}
+
+/// Index (in the snapshot's zone list) of the zone the query name is in.
+fn zone_index(snapshot: &Snapshot, query: &Query) -> Option<usize> {
+    snapshot
+        .zones
+        .find_index(&query.qname)
+        .map(|(index, _)| index)
+}
+
+/// The answer proper, uncounted.
+fn answer(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    client: &Client,
+    precompiled: Option<Cached<'_>>,
+    out: &mut [u8],
+) -> Option<usize> {
+    let limit = response_limit(snapshot, query, client);
+    if let Some(edns) = &query.edns {
+        if edns.version > 0 {
+            return write_simple(snapshot, packet, query, rcode::BADVERS, limit, out).ok();
+        }
+    }
+    match (query.qclass, query.qtype) {
+        (_, rtype::OPT) => {
+            return write_simple(snapshot, packet, query, rcode::FORMERR, limit, out).ok()
+        }
+        (_, rtype::AXFR | rtype::IXFR) => {
+            return write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok()
+        }
+        (_, rtype::MAILA | rtype::MAILB) => {
+            return write_simple(snapshot, packet, query, rcode::NOTIMP, limit, out).ok()
+        }
+        (class::CH, _) => return chaos::respond(snapshot, packet, query, client, limit, out),
+        (class::IN, _) => {}
+        _ => return write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
+    }
+    if let Some(Cached::Response(cached)) = precompiled {
+        if let Some(len) = serve_precompiled(snapshot, packet, query, cached, limit, out) {
+            return Some(len);
+        }
+    }
+    // Located once, for the fast path and, if it hands over, for the general lookup.
+    let steering = snapshot.steering_for(
+        client,
+        query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
+    );
+    let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
+    if let (Some(Cached::Steered(binding)), Some(steering)) = (precompiled, &steering) {
+        if let Some(len) = serve_steered(snapshot, packet, query, steering, binding, limit, out) {
+            return Some(len);
+        }
+    }
+    let steering: &dyn Steering<'_> = match &steering {
+        Some(s) => s,
+        None => &NoSteering,
+    };
+    match resolve(&snapshot.zones, &query.qname, query.qtype, steering, dnssec) {
+        Some(plan) => write_plan(snapshot, packet, query, &plan, limit, out).ok(),
+        None => write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
+    }
+}
+
+/// The largest response this client can take over this transport.
+fn response_limit(snapshot: &Snapshot, query: &Query, client: &Client) -> usize {
+    match (client.transport, &query.edns) {
+        (Transport::Tcp | Transport::Tls | Transport::Https | Transport::Quic, _) => MAX_MESSAGE,
+        (Transport::Udp, None) => CLASSIC_UDP_LIMIT,
+        (Transport::Udp, Some(edns)) => (edns.udp_payload as usize)
+            .clamp(CLASSIC_UDP_LIMIT, snapshot.options.edns_payload as usize),
+    }
+}
+
+/// Fast path: a precompiled static answer, if there is one and it fits.
+fn serve_precompiled(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    cached: &[u8],
+    limit: usize,
+    out: &mut [u8],
+) -> Option<usize> {
+    let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
+    let total = cached.len() + opt_len;
+    if total > limit || total > out.len() {
+        return None;
+    }
+    out[..cached.len()].copy_from_slice(cached);
+    out[0..2].copy_from_slice(&query.id.to_be_bytes());
+    let flags = u16::from_be_bytes([out[2], out[3]]) | (query.flags & (flag::RD | flag::CD));
+    out[2..4].copy_from_slice(&flags.to_be_bytes());
+    // Echo the client's letter case: the cached copy holds the same name, lower-cased.
+    let (start, end) = query.qname_range;
+    out[start..end].copy_from_slice(&packet[start..end]);
+    let mut len = cached.len();
+    if let Some(edns) = &query.edns {
+        let arcount = u16::from_be_bytes([out[10], out[11]]) + 1;
+        out[10..12].copy_from_slice(&arcount.to_be_bytes());
+        len += write_opt_raw(snapshot, edns, 0, 0, &mut out[len..])?;
+    }
+    Some(len)
+}
+
+/// Fast path for a steered name whose policy answers with addresses: the header, the client's
+/// question, one record per address (owned by a pointer to the question) and OPT, written
+/// directly — the same bytes [`write_plan`] would write for that plan. `None` (nothing counted)
+/// hands the query to the general path: a CNAME or NODATA decision, or too big to fit.
+fn serve_steered(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    steering: &ClientSteering<'_>,
+    binding: u32,
+    limit: usize,
+    out: &mut [u8],
+) -> Option<usize> {
+    let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
+    let steered = steering.addresses(binding, query.qtype, dnssec)?;
+    let (count, record_len) = match steered.addresses {
+        AddressSet::V4(addrs) => (addrs.len(), 2 + 10 + 4),
+        AddressSet::V6(addrs) => (addrs.len(), 2 + 10 + 16),
+    };
+    // With DO, the answer's signatures follow (each owned by a pointer to the question).
+    let (sig_count, sig_len) = steered.sig.map_or((0, 0), |sig| {
+        (
+            usize::from(sig.count),
+            sig.encoded.len() + 2 * usize::from(sig.count),
+        )
+    });
+    let count = count + sig_count;
+    let question = query.question_bytes(packet);
+    let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
+    let body = HEADER_LEN + question.len() + (count - sig_count) * record_len + sig_len;
+    if body + opt_len > limit || body + opt_len > out.len() {
+        return None;
+    }
+    let count = u16::try_from(count).ok()?;
+    let header = &mut out[..HEADER_LEN];
+    header[0..2].copy_from_slice(&query.id.to_be_bytes());
+    let flags = response_flags(query.flags, true, rcode::NOERROR);
+    header[2..4].copy_from_slice(&flags.to_be_bytes());
+    header[4..6].copy_from_slice(&1u16.to_be_bytes());
+    header[6..8].copy_from_slice(&count.to_be_bytes());
+    header[8..12].fill(0);
+    let mut pos = HEADER_LEN + question.len();
+    out[HEADER_LEN..pos].copy_from_slice(question);
+    let ttl = steered.decision.ttl;
+    match steered.addresses {
+        AddressSet::V4(addrs) => {
+            for addr in addrs {
+                pos = put_address_record(out, pos, rtype::A, ttl, &addr.octets());
+            }
+        }
+        AddressSet::V6(addrs) => {
+            for addr in addrs {
+                pos = put_address_record(out, pos, rtype::AAAA, ttl, &addr.octets());
+            }
+        }
+    }
+    if let Some(sig) = steered.sig {
+        for record in sig.records() {
+            let rdata = record.get(10..).unwrap_or_default();
+            pos = put_address_record(out, pos, rtype::RRSIG, ttl, rdata);
+        }
+    }
+    if let Some(edns) = &query.edns {
+        out[10..12].copy_from_slice(&1u16.to_be_bytes());
+        pos += write_opt_raw(
+            snapshot,
+            edns,
+            rcode::NOERROR,
+            steered.decision.scope,
+            &mut out[pos..],
+        )?;
+    }
+    steering.answered(binding, &steered);
+    Some(pos)
+}
