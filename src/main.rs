@@ -873,6 +873,16 @@ fn start_encrypted(
             }
         });
     }
+    for addr in &tls.doq {
+        let socket = steerdns::server::bind_datagram(*addr)?;
+        let endpoint = encrypted::quic::endpoint(socket, snapshot, &limits)?;
+        report(Transport::Quic, "doq", endpoint.local_addr()?);
+        runtime.spawn(encrypted::quic::serve_doq(
+            endpoint,
+            snapshot.clone(),
+            limits.clone(),
+        ));
+    }
     Ok(())
 }
 

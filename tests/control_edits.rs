@@ -3,7 +3,9 @@
 //! - two operators' commands run at the same moment both land, every time (the edits hold a
 //!   lock across read–edit–write and check the file did not change underneath);
 //! - with an explicit `serial` in the control file, every edit (and a rollback) bumps it, the
-//!   history records each version, and a restart with a broken file serves the newest one.
+//!   history records each version, and a restart with a broken file serves the newest one;
+//! - an edit by an operator whose umask is 022 leaves the control file and the edit lock
+//!   group-writable, so the next operator of group steerdns can edit too (item 13).
 
 mod control_common;
 
@@ -149,5 +151,44 @@ fn every_edit_of_a_file_with_a_serial_is_a_new_recorded_version() {
             .any(|r| r.contains("serving control version 8")),
         "{:#}",
         restarted.status()
+    );
+}
+
+/// The deploy runbook lets every operator in group steerdns run the break-glass commands
+/// (issue 12 item 13): an edit keeps the control file's group-writable mode, and the lock it
+/// creates beside it is group-writable whatever the operator's umask.
+#[test]
+fn an_edit_under_umask_022_leaves_the_control_file_and_its_lock_group_writable() {
+    use std::os::unix::fs::PermissionsExt;
+    let setup = Setup::new("edits-group");
+    let control = setup.control_path();
+    std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+    let server = setup.start();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("umask 022 && exec \"$0\" \"$@\"")
+        .arg(BIN)
+        .args(["weight", "set", "critical", "frontdoor=0", "alt-cdn=100"])
+        .arg("--config")
+        .arg(&server.config)
+        .arg("--admin")
+        .arg(server.admin.to_string())
+        .env("STEERDNS_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run steerdns under sh");
+    ok(&out, "weight set under umask 022");
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(&control), 0o660, "the control file");
+    assert_eq!(
+        mode(&setup.path("control.toml.lock")),
+        0o660,
+        "the edit lock"
     );
 }

@@ -511,3 +511,54 @@ fn post_reload_is_forbidden_without_a_configured_token() {
         "GET /v1/status without a token"
     );
 }
+
+/// Issue 12 item 8: a version the history cannot record (here its directory became a file) is
+/// still served — the change is good — but status says, for as long as it serves, that it is
+/// not recorded and what that costs; once the history works again the next change is recorded
+/// and the warning is gone.
+#[test]
+fn a_served_version_the_history_could_not_record_is_said_in_status() {
+    let setup = Setup::new("fault-unrecorded");
+    let server = setup.start();
+    let history = setup.history_dir();
+    let serial = server.serial();
+    std::fs::rename(&history, setup.path("history.moved")).expect("move the history away");
+    std::fs::write(&history, "not a directory\n").expect("a file where the history was");
+    setup.write_control_atomically(&critical_control(0, 100, 0));
+    let served = server.wait_for_serial_change(serial, REFUSAL_WAIT);
+    let status = server.status();
+    let warnings = status["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!(
+            "control serial {served} is served but not recorded in the history"
+        )),
+        "{status:#}"
+    );
+    assert!(warnings.contains("cannot fall back to it"), "{warnings}");
+
+    std::fs::remove_file(&history).expect("remove the file");
+    std::fs::rename(setup.path("history.moved"), &history).expect("restore the history");
+    setup.write_control_atomically(&critical_control(100, 0, 0));
+    let next = server.wait_for_serial_change(served, REFUSAL_WAIT);
+    assert!(next > served);
+    let deadline = Instant::now() + REFUSAL_WAIT;
+    loop {
+        // The history is written just after serving: allow it time, never the serving.
+        let listed = ok(&server.cli(&["control", "history"]), "control history");
+        if listed.contains(&next.to_string()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serial {next} not recorded:\n{listed}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !server.status()["warnings"]
+            .to_string()
+            .contains("not recorded"),
+        "{:#}",
+        server.status()
+    );
+}

@@ -15,6 +15,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -638,6 +639,77 @@ fn systemd_unit_has_the_required_directives() {
         );
     }
     assert_eq!(unit["Install"]["WantedBy"], ["multi-user.target"]);
+    // The runbook lets operators in group steerdns run the break-glass commands: the state
+    // directory is group-writable and setgid (what they create stays in group steerdns).
+    let mode = u32::from_str_radix(one("StateDirectoryMode"), 8).expect("octal mode");
+    assert_eq!(mode & 0o2070, 0o2070, "StateDirectoryMode={mode:04o}");
+    assert_eq!(
+        mode & 0o007,
+        0,
+        "StateDirectoryMode={mode:04o}: not for other users"
+    );
+}
+
+/// The configs a production node runs from (the systemd example, the Kubernetes ConfigMap and
+/// the container image's default).
+fn production_configs() -> Vec<(&'static str, toml::Table)> {
+    let file = |relative: &str| -> toml::Table {
+        read(&deploy(relative))
+            .parse()
+            .unwrap_or_else(|e| panic!("{relative}: {e}"))
+    };
+    vec![
+        (
+            "etc/steerdns/steerdns.toml",
+            file("etc/steerdns/steerdns.toml"),
+        ),
+        (
+            "kubernetes/configmap-config.yaml",
+            load_manifests().config(),
+        ),
+        ("container/steerdns.toml", file("container/steerdns.toml")),
+    ]
+}
+
+/// Issue 12 item 13: response rate limiting is on in production, and decision traces are
+/// shown to loopback and single hosts only (never a whole private range such as 10.0.0.0/8,
+/// which in a cluster is every pod).
+#[test]
+fn production_templates_rate_limit_and_trace_only_to_loopback_or_single_hosts() {
+    for (name, config) in production_configs() {
+        let rrl = config
+            .get("rrl")
+            .and_then(|r| r.as_table())
+            .unwrap_or_else(|| panic!("{name}: no [rrl]"));
+        assert_eq!(
+            rrl.get("enabled").and_then(toml::Value::as_bool),
+            Some(true),
+            "{name}: [rrl] enabled"
+        );
+        let allow = config
+            .get("trace")
+            .and_then(|t| t.get("allow"))
+            .and_then(toml::Value::as_array)
+            .map(|a| str_values(a))
+            .unwrap_or_default();
+        for network in allow {
+            let net: ipnet::IpNet = network
+                .parse()
+                .unwrap_or_else(|e| panic!("{name}: [trace] allow {network}: {e}"));
+            let host = net.prefix_len() == net.max_prefix_len();
+            assert!(
+                net.addr().is_loopback() || host,
+                "{name}: [trace] allow {network}: only loopback or single hosts"
+            );
+        }
+    }
+}
+
+fn str_values(values: &[toml::Value]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| v.as_str().expect("a string").to_string())
+        .collect()
 }
 
 /// `systemd-analyze verify` (ExecStart pointed at the freshly built binary, since
@@ -740,6 +812,9 @@ fn sysusers_and_tmpfiles_prepare_the_state_directory() {
         root.join("run/steerdns").is_dir(),
         "/run/steerdns for load feeds"
     );
+    // Operators in group steerdns may edit the control file (the runbook's break-glass).
+    let mode = fs::metadata(&control).expect("stat").permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o660, "control.toml mode {mode:04o}");
     // What StateDirectory= does at service start: the state belongs to steerdns. tmpfiles must
     // still run cleanly afterwards (at every boot) and keep an operator's changes.
     let uid: u32 = fields[2].parse().expect("uid");

@@ -20,7 +20,7 @@ use control_common::*;
 fn tls_section(cert: &std::path::Path, key: &std::path::Path, extra: &str) -> String {
     format!(
         "[server.tls]\ncert = {:?}\nkey = {:?}\ndot = [\"127.0.0.1:0\"]\ndoh = [\"127.0.0.1:0\"]\n\
-         {extra}\n",
+         doq = [\"127.0.0.1:0\"]\n{extra}\n",
         cert.display().to_string(),
         key.display().to_string()
     )
@@ -100,11 +100,16 @@ fn metric(daemon: &Daemon, name: &str, labels: &[(&str, &str)]) -> f64 {
 fn every_transport_answers_like_udp_and_is_counted() {
     let setup = setup("encrypted-answers", "");
     let daemon = setup.start();
-    let (dot, doh) = (daemon.listener("dot"), daemon.listener("doh"));
-    let transports: [(SocketAddr, &[&str]); 3] = [
+    let (dot, doh, doq) = (
+        daemon.listener("dot"),
+        daemon.listener("doh"),
+        daemon.listener("doq"),
+    );
+    let transports: [(SocketAddr, &[&str]); 4] = [
         (dot, &["+tls"]),
         (doh, &["+https"]),
         (doh, &["+https", "+https-get"]),
+        (doq, &["+quic"]),
     ];
     for (question, must_hold) in QUESTIONS {
         let udp = answer(daemon.dns, &[], question);
@@ -121,7 +126,7 @@ fn every_transport_answers_like_udp_and_is_counted() {
         }
     }
     let n = QUESTIONS.len() as f64;
-    for (transport, queries) in [("tls", n), ("https", 2.0 * n)] {
+    for (transport, queries) in [("tls", n), ("https", 2.0 * n), ("quic", n)] {
         let counted = metric(
             &daemon,
             "steerdns_queries_total",
@@ -139,13 +144,19 @@ fn every_transport_answers_like_udp_and_is_counted() {
         .collect();
     assert_eq!(
         listeners,
-        [format!("tls \"{dot}\""), format!("https \"{doh}\""),]
+        [
+            format!("tls \"{dot}\""),
+            format!("https \"{doh}\""),
+            format!("quic \"{doq}\""),
+        ]
     );
     let days = encrypted["certificate"]["days_left"].as_i64();
     assert!(matches!(days, Some(363..=365)), "status: {encrypted:#}");
     let text = stdout(&daemon.cli(&["status"]));
     assert!(
-        text.contains(&format!("encrypted transports: tls {dot}, https {doh}")),
+        text.contains(&format!(
+            "encrypted transports: tls {dot}, https {doh}, quic {doq}"
+        )),
         "steerdns status:\n{text}"
     );
 }
@@ -248,6 +259,19 @@ fn hostile_tls_clients_do_not_disturb_udp_or_other_clients() {
     );
     udp_answers(&daemon, 20);
     drop(stalled);
+
+    // Garbage datagrams at the DoQ port: dropped, and DoQ and UDP go on answering.
+    let doq = daemon.listener("doq");
+    let junk = std::net::UdpSocket::bind("127.0.0.4:0").expect("bind");
+    for i in 0..200u8 {
+        let _ = junk.send_to(&[0xC0 | (i & 0x3F); 1200], doq);
+    }
+    udp_answers(&daemon, 20);
+    let over_quic = answer(doq, &["+quic"], question);
+    assert!(
+        over_quic.contains(must_hold),
+        "DoQ after the junk:\n{over_quic}"
+    );
     let status = daemon.status();
     assert!(
         status["reloads_refused"].as_u64() == Some(0),

@@ -101,6 +101,7 @@ fn failover_moves_within_fall_times_interval_and_comes_back_after_rise_checks() 
     );
     let why = trace(&server, "hc.example.com.");
     assert!(why.contains("skipped for health: primary down"), "{why}");
+    assert_status_says_primary_down(&setup, &server, &primary.url());
 
     let back = Backend::start_on(primary.addr);
     wait_answer(&server, "hc.example.com.", PRIMARY);
@@ -111,6 +112,51 @@ fn failover_moves_within_fall_times_interval_and_comes_back_after_rise_checks() 
     );
     let why = trace(&server, "hc.example.com.");
     assert!(!why.contains("skipped for health"), "{why}");
+}
+
+/// `steerdns status` (JSON and text, from `/v1/status`) shows the down target and the
+/// skipped endpoint.
+fn assert_status_says_primary_down(setup: &Setup, server: &Server, url: &str) {
+    let admin = server.admin.expect("the admin endpoint is on").to_string();
+    let config = setup.config.display().to_string();
+    let status = |json: bool| {
+        let mut args = vec!["status", "--config", &config, "--admin", &admin];
+        if json {
+            args.push("--json");
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_steerdns"))
+            .args(&args)
+            .output()
+            .expect("run steerdns status");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let status_json: serde_json::Value = serde_json::from_str(&status(true)).expect("status JSON");
+    let health = &status_json["health"];
+    let target = health["targets"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["target"] == url))
+        .unwrap_or_else(|| panic!("no target {url} in {health}"));
+    assert_eq!(target["state"], "down", "{target}");
+    assert!(
+        target["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Connection refused")),
+        "{target}"
+    );
+    assert!(target["last_change"].is_string(), "{target}");
+    assert!(target["last_latency_ms"].is_number(), "{target}");
+    let endpoint = health["endpoints"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["endpoint"] == "primary"))
+        .unwrap_or_else(|| panic!("no endpoint primary in {health}"));
+    assert_eq!(endpoint["served"], false, "{endpoint}");
+    let text = status(false);
+    assert!(text.contains(&format!("health {url}: down")), "{text}");
+    assert!(
+        text.contains("endpoint hc/primary: SKIPPED (down"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -220,6 +220,10 @@ pub struct StatusView {
     /// and every key's state.
     #[serde(default)]
     pub dnssec: Option<DnssecView>,
+    /// Endpoint monitors, when any endpoint has one: every target's state, last change, last
+    /// error and latency, and each monitored endpoint's state.
+    #[serde(default)]
+    pub health: Option<crate::health::HealthReport>,
 }
 
 /// The DNSSEC state of the snapshot being served.
@@ -429,6 +433,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         xdp: crate::metrics::xdp::view(),
         encrypted: crate::metrics::encrypted::view(snapshot.tls.as_deref()),
         dnssec: snapshot.dnssec.as_deref().map(dnssec_view),
+        health: reloader.health().report(snapshot.policies()),
     }
 }
 

@@ -524,6 +524,9 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
             print_rollout(r);
         }
     }
+    if let Some(health) = &status.health {
+        print_health(health);
+    }
     print_shield(&status.shield);
     if let Some(xdp) = &status.xdp {
         print_xdp(xdp);
@@ -674,6 +677,33 @@ fn print_xdp(xdp: &steerdns::metrics::xdp::XdpView) {
         println!(
             "  queue {}: rx {} tx {} dropped {} tx-ring-full {} rx-ring-full {} fill-empty {}",
             q.queue, q.rx, q.tx, q.dropped, q.tx_ring_full, q.rx_ring_full, q.fill_ring_empty
+        );
+    }
+}
+
+fn print_health(health: &steerdns::health::HealthReport) {
+    for t in &health.targets {
+        let mut line = format!(
+            "health {}: {} (every {} ms, fall {}, rise {}, startup {}; {} checks, {} failed",
+            t.target, t.state, t.interval_ms, t.fall, t.rise, t.startup, t.checks, t.failures
+        );
+        if let Some(ms) = t.last_latency_ms {
+            line.push_str(&format!("; last took {ms:.1} ms"));
+        }
+        if let Some(at) = &t.last_change {
+            line.push_str(&format!("; changed {at}"));
+        }
+        if let Some(error) = &t.last_error {
+            line.push_str(&format!("; last error: {error}"));
+        }
+        println!("{line})");
+    }
+    for e in &health.endpoints {
+        let forced = if e.forced_up { ", forced up" } else { "" };
+        let served = if e.served { "served" } else { "SKIPPED" };
+        println!(
+            "  endpoint {}/{}: {served} ({}{forced}; {})",
+            e.profile, e.endpoint, e.state, e.target
         );
     }
 }

@@ -90,6 +90,28 @@ impl ControlLock {
         parent_dir(control).join(name)
     }
 
+    /// Opens the lock file for `flock` (which needs no write access, so any operator who can
+    /// read it can lock it), creating it group-writable (0660, whatever the umask) so that
+    /// every operator of the group that may edit the control file can use it afterwards.
+    fn open(path: &Path) -> io::Result<File> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        match File::open(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            opened => return opened,
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o660)
+            .open(path)?;
+        // The umask may have taken the group's write bit; give it back (best effort: if
+        // another operator created it a moment ago, it is theirs to set, and they did).
+        let _ = file.set_permissions(fs::Permissions::from_mode(0o660));
+        Ok(file)
+    }
+
     /// Waits (polling, at most `wait`) for the lock of `control`.
     pub fn acquire(control: &Path, wait: std::time::Duration) -> Result<ControlLock, EditError> {
         use std::os::fd::AsRawFd;
@@ -98,13 +120,7 @@ impl ControlLock {
             path: path.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(lock_error)?;
+        let file = Self::open(&path).map_err(lock_error)?;
         let started = std::time::Instant::now();
         loop {
             // SAFETY: flock(2) on a descriptor this function owns; no memory is passed.

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::policy::monitor::MonitorSpec;
 use crate::policy::{CompiledPolicies, HealthView, SlotHealth};
@@ -100,16 +100,16 @@ impl Default for Health {
 }
 
 /// A target as status shows it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TargetStatus {
     pub target: String,
     /// "unknown" (no result yet, served as up), "up" or "down".
-    pub state: &'static str,
+    pub state: String,
     pub interval_ms: u64,
     pub timeout_ms: u64,
     pub fall: u32,
     pub rise: u32,
-    pub startup: &'static str,
+    pub startup: String,
     /// Consecutive results against the current state (towards fall or rise).
     pub streak: u32,
     pub last_change: Option<String>,
@@ -252,12 +252,12 @@ impl Health {
             .values()
             .map(|t| TargetStatus {
                 target: t.spec.target.clone(),
-                state: t.machine.state().as_str(),
+                state: t.machine.state().as_str().to_owned(),
                 interval_ms: t.spec.interval_ms,
                 timeout_ms: t.spec.timeout_ms,
                 fall: t.spec.fall,
                 rise: t.spec.rise,
-                startup: t.spec.startup.as_str(),
+                startup: t.spec.startup.as_str().to_owned(),
                 streak: t.machine.streak(),
                 last_change: t.last_change.map(crate::rfc3339::format_utc),
                 last_check: t.last_check.map(crate::rfc3339::format_utc),
@@ -269,6 +269,58 @@ impl Health {
             .collect();
         out.sort_by(|a, b| a.target.cmp(&b.target));
         out
+    }
+}
+
+/// One monitored endpoint as status shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EndpointHealth {
+    pub profile: String,
+    pub endpoint: String,
+    pub target: String,
+    /// The target's state ("unknown", "up", "down").
+    pub state: String,
+    /// The control file's `force_up`: served as up whatever the state.
+    pub forced_up: bool,
+    /// Whether health lets it be served (forced up, or not down).
+    pub served: bool,
+}
+
+/// Status of the monitors: every target and every monitored endpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HealthReport {
+    pub targets: Vec<TargetStatus>,
+    pub endpoints: Vec<EndpointHealth>,
+}
+
+impl Health {
+    /// Targets and the endpoints of `policies` that use them (`None` when nothing is monitored).
+    pub fn report(&self, policies: Option<&CompiledPolicies>) -> Option<HealthReport> {
+        let policies = policies?;
+        if policies.monitors().is_empty() {
+            return None;
+        }
+        let targets = self.status();
+        let endpoints = policies
+            .monitored_endpoints()
+            .into_iter()
+            .filter_map(|(profile, endpoint, slot, forced_up)| {
+                let spec = policies.monitors().get(usize::from(slot))?;
+                let state = targets
+                    .iter()
+                    .find(|t| t.target == spec.target)
+                    .map_or_else(|| spec.startup.as_str().to_owned(), |t| t.state.clone());
+                Some(EndpointHealth {
+                    profile: profile.to_owned(),
+                    endpoint: endpoint.to_owned(),
+                    target: spec.target.clone(),
+                    served: forced_up || state != "down",
+                    state,
+                    forced_up,
+                })
+            })
+            .collect();
+        Some(HealthReport { targets, endpoints })
     }
 }
 

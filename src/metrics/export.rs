@@ -38,6 +38,8 @@ pub struct Scrape {
     fleet: Option<crate::reload::FleetLinkStatus>,
     xdp: Option<super::xdp::XdpView>,
     encrypted: Option<super::encrypted::EncryptedView>,
+    /// Endpoint monitors (targets and monitored endpoints).
+    health: Option<crate::health::HealthReport>,
 }
 
 /// Reads the state to report.
@@ -74,6 +76,7 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         fleet: reloader.origin().fleet_status(),
         xdp: super::xdp::view(),
         encrypted: super::encrypted::view(snapshot.tls.as_deref()),
+        health: reloader.health().report(snapshot.policies()),
     }
 }
 
@@ -92,6 +95,80 @@ pub fn encode(scrape: Scrape) -> Result<String, fmt::Error> {
 }
 
 type Labels = Vec<(&'static str, String)>;
+
+/// Per target: up, checks, failures, last latency, last change; per monitored endpoint:
+/// whether health lets it be served.
+fn encode_health(
+    encoder: &mut DescriptorEncoder,
+    health: &crate::health::HealthReport,
+) -> fmt::Result {
+    let target = |t: &crate::health::TargetStatus| vec![("target", t.target.clone())];
+    gauges(
+        encoder,
+        "steerdns_health_target_up",
+        "1 if the monitored target is up or unknown (served), 0 if down.",
+        health
+            .targets
+            .iter()
+            .map(|t| (target(t), bool_value(t.state != "down"))),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_health_target_unknown",
+        "1 while the target has no check result yet (startup = \"unknown\", served as up).",
+        health
+            .targets
+            .iter()
+            .map(|t| (target(t), bool_value(t.state == "unknown"))),
+    )?;
+    counters(
+        encoder,
+        "steerdns_health_checks",
+        "Checks of the target.",
+        health.targets.iter().map(|t| (target(t), t.checks)),
+    )?;
+    counters(
+        encoder,
+        "steerdns_health_check_failures",
+        "Checks of the target that failed (error, bad status or body, timeout).",
+        health.targets.iter().map(|t| (target(t), t.failures)),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_health_last_check_seconds",
+        "How long the target's last check took.",
+        health
+            .targets
+            .iter()
+            .filter_map(|t| t.last_latency_ms.map(|ms| (target(t), ms / 1000.0))),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_health_last_change_timestamp_seconds",
+        "When the target last changed state (Unix time).",
+        health.targets.iter().filter_map(|t| {
+            let at = crate::rfc3339::parse(t.last_change.as_deref()?).ok()?;
+            let secs = at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()?
+                .as_secs_f64();
+            Some((target(t), secs))
+        }),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_endpoint_healthy",
+        "1 if health lets the monitored endpoint be served (up, unknown or forced up), 0 if it is skipped.",
+        health.endpoints.iter().map(|e| {
+            let labels = vec![
+                ("profile", e.profile.clone()),
+                ("endpoint", e.endpoint.clone()),
+                ("target", e.target.clone()),
+            ];
+            (labels, bool_value(e.served))
+        }),
+    )
+}
 
 fn family<M: EncodeMetric>(
     encoder: &mut DescriptorEncoder,
@@ -446,6 +523,9 @@ impl Scrape {
                 .iter()
                 .map(|(p, e, _, on)| (endpoint((p, e)), bool_value(*on))),
         )?;
+        if let Some(health) = &self.health {
+            encode_health(encoder, health)?;
+        }
         let version = vec![("version", env!("CARGO_PKG_VERSION").to_string())];
         gauges(
             encoder,

@@ -492,24 +492,33 @@ impl Reloader {
             .serial
             .unwrap_or(previous.serial + 1)
             .max(previous.serial + 1);
-        let serial = match (&control, open_history(config)) {
-            (Some(_), _) if unchanged && previous.serial > 0 => previous.serial,
+        // Number the version by reading the history only: writing it (a file, its fsync, a
+        // rename, pruning) happens after the swap, so a slow disk never delays serving.
+        let unrecorded = |serial: u64, e: String| {
+            format!(
+                "control serial {serial} is served but not recorded in the history ({e}): a \
+                 restart with a broken control file cannot fall back to it, and `steerdns \
+                 control rollback` does not list it"
+            )
+        };
+        let (serial, to_record) = match (&control, open_history(config)) {
+            (Some(_), _) if unchanged && previous.serial > 0 => (previous.serial, None),
             (Some((_, text)), Ok(history)) => {
                 history_dir = Some(history.dir().to_path_buf());
-                let served = previous.serial;
-                match record_version(&history, text, &snapshot.control, trigger, &summary, served) {
-                    Ok(serial) => serial,
+                match number_version(&history, text, &snapshot.control, previous.serial) {
+                    Ok((serial, true)) => (serial, Some(history)),
+                    Ok((serial, false)) => (serial, None),
                     Err(e) => {
-                        warnings.push(e);
-                        next
+                        warnings.push(unrecorded(next, e));
+                        (next, None)
                     }
                 }
             }
             (Some(_), Err(e)) => {
-                warnings.push(e);
-                next
+                warnings.push(unrecorded(next, e));
+                (next, None)
             }
-            (None, _) => 0,
+            (None, _) => (0, None),
         };
         snapshot.serial = serial;
         snapshot.shield = self.shield.clone();
@@ -537,6 +546,17 @@ impl Reloader {
             state.served_control_hash = Some(fnv1a64(text.as_bytes()));
         }
         self.publish(state);
+        // Served; now recorded. A failure is said in status for as long as this version
+        // serves (the next accepted reload replaces the warnings).
+        if let (Some(history), Some((_, text))) = (&to_record, &control) {
+            let now = SystemTime::now();
+            if let Err(e) = history.record(text, serial, trigger.as_str(), &summary, now) {
+                let warning = unrecorded(serial, format!("control history: {e}"));
+                tracing::error!("{warning}");
+                state.status.warnings.push(warning);
+                self.publish(state);
+            }
+        }
         // After publishing: what the origin tells others (a fleet's registry) matches status.
         if let Some((_, text)) = &control {
             if let Some(problem) = self.origin.accepted(config, text) {
@@ -662,31 +682,30 @@ fn open_history(config: &Config) -> Result<History, String> {
     History::open(&dir, config.control.history_keep).map_err(|e| format!("control history: {e}"))
 }
 
-/// Records `text` as a new version unless it equals the newest one; returns its serial.
-fn record_version(
+/// The serial for `text`: the newest recorded one's if it is the same text (and not older than
+/// what is served), else a new one above both; `true` when it still has to be recorded. Reads
+/// the history only.
+fn number_version(
     history: &History,
     text: &str,
     control: &ControlFile,
-    trigger: Trigger,
-    summary: &str,
     served: u64,
-) -> Result<u64, String> {
+) -> Result<(u64, bool), String> {
     let newest = history
         .newest()
         .map_err(|e| format!("control history: {e}"))?;
     if let Some((meta, newest_text)) = &newest {
         if newest_text == text && meta.serial >= served {
-            return Ok(meta.serial);
+            return Ok((meta.serial, false));
         }
     }
     let floor = newest
         .as_ref()
         .map_or(served, |(m, _)| m.serial.max(served));
-    let serial = next_serial((floor > 0).then_some(floor), control.serial);
-    history
-        .record(text, serial, trigger.as_str(), summary, SystemTime::now())
-        .map_err(|e| format!("control history: {e}"))?;
-    Ok(serial)
+    Ok((
+        next_serial((floor > 0).then_some(floor), control.serial),
+        true,
+    ))
 }
 
 /// Newest history version that the taster and this process load cleanly with the current

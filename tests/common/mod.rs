@@ -27,6 +27,8 @@ pub fn repo_path(relative: &str) -> PathBuf {
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// The admin endpoint's address, when it is on.
+    pub admin: Option<SocketAddr>,
     pub stdout_lines: mpsc::Receiver<String>,
     /// What the server printed on stdout up to and including its `ready` line.
     pub startup: Vec<String>,
@@ -66,6 +68,7 @@ impl Server {
             }
         });
         let mut addr = None;
+        let mut admin = None;
         let mut startup = Vec::new();
         loop {
             let line = match rx.recv_timeout(TIMEOUT * 2) {
@@ -81,6 +84,9 @@ impl Server {
                 let a = rest.split_whitespace().next().expect("address");
                 addr.get_or_insert(a.parse::<SocketAddr>().expect("socket address"));
             }
+            if let Some(rest) = line.strip_prefix("admin on http://") {
+                admin = rest.trim().parse::<SocketAddr>().ok();
+            }
             if line.starts_with("ready") {
                 break;
             }
@@ -88,6 +94,7 @@ impl Server {
         Server {
             child,
             addr: addr.expect("a listen address"),
+            admin,
             stdout_lines: rx,
             startup,
         }

@@ -16,6 +16,7 @@
 //! the rest of the snapshot; a refused reload keeps the old ones.
 
 pub mod https;
+pub mod quic;
 
 use std::net::IpAddr;
 use std::sync::Arc;
