@@ -405,3 +405,55 @@ fn the_rollout_survives_its_coordinator_dying() {
     let mut cli = cli;
     let _ = cli.wait();
 }
+
+/// The crash gate: a canary that restarts while its wave bakes halts the rollout; after the
+/// restart it serves the last known good again (from etcd, not the cached change), and the
+/// next wave never gets the change.
+#[test]
+fn a_canary_restarting_during_the_bake_halts_the_rollout() {
+    const BAKE: u64 = 60;
+    let (mut fleet, lkg) = settled_fleet("restart", &plan(CANARY_FIRST, BAKE, &[]), &[]);
+    let subnets = distinct_subnets(SUBNETS);
+    let cli = {
+        let config = fleet.nodes[1].setup.config.clone();
+        std::process::Command::new(BIN)
+            .args([
+                "weight",
+                "set",
+                "critical",
+                "frontdoor=0",
+                "alt-cdn=100",
+                "--config",
+            ])
+            .arg(config)
+            .env("STEERDNS_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("weight set")
+    };
+    let candidate = wait_for("the canary serves the change", || {
+        Some(served(&fleet.nodes[0])).filter(|r| *r > lkg)
+    });
+    fleet.nodes[0].kill();
+    fleet.nodes[0].start();
+    let status = wait_for("the restart halts the rollout", || {
+        let status = rollout_json(&fleet.nodes[2]);
+        (status["rollout"]["phase"]["phase"] == "halted").then_some(status)
+    });
+    let reason = status["rollout"]["phase"]["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("ns1 restarted during the rollout") || reason.contains("ns1 is gone"),
+        "{status:#}"
+    );
+    assert_eq!(status["rollout"]["candidate"], candidate, "{status:#}");
+    assert_eq!(node_state(&status, "ns1"), "crashed", "{status:#}");
+    wait_for("the restarted canary serves the last known good", || {
+        (served(&fleet.nodes[0]) == lkg).then_some(())
+    });
+    for node in &fleet.nodes[1..] {
+        assert_eq!(served(node), lkg, "{}", node.name);
+    }
+    fleet.wait_all_target(&subnets, FRONTDOOR, LIMIT);
+    let mut cli = cli;
+    let _ = cli.wait();
+}

@@ -267,6 +267,16 @@ mod tests {
     }
 
     #[test]
+    fn same_content_ignores_the_serial_only() {
+        let lkg = "serial = 4\n[profiles.critical.endpoints]\nfrontdoor = { weight = 100 }\n";
+        let back = "serial = 9\n[profiles.critical.endpoints]\nfrontdoor = { weight = 100 }\n";
+        let other = "serial = 9\n[profiles.critical.endpoints]\nfrontdoor = { weight = 0 }\n";
+        assert!(same_content(lkg, back));
+        assert!(!same_content(lkg, other));
+        assert!(!same_content(lkg, &format!("{lkg}# MARK\n")));
+    }
+
+    #[test]
     fn targets_follow_the_waves_and_hold_unbegun_versions() {
         let plan = Plan {
             waves: vec![vec!["ns1".into()], vec!["ns2".into()]],
