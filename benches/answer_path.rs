@@ -138,7 +138,7 @@ fn shed_eu_west(snapshot: &Snapshot) -> f64 {
     let mut sources: Vec<Box<dyn LoadSource>> = Vec::new();
     for tick in 1..=60u64 {
         let now = start + Duration::from_secs(tick);
-        shield.tick(snapshot, &mut sources, now, tick * 1000);
+        shield.tick(snapshot.shield_inputs(), &mut sources, now, tick * 1000);
         let fraction = shield.status().regions[eu_west].shed_fraction;
         if fraction >= 0.28 {
             return fraction;

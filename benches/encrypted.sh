@@ -39,7 +39,8 @@ command -v kdig >/dev/null 2>&1 || need+=(knot-dnsutils)
 if ((${#need[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
 fi
-dnsperf -h 2>&1 | grep -q 'udp, tcp, dot' || { log "this dnsperf has no -m dot"; exit 1; }
+usage=$(dnsperf -h 2>&1 || true)
+[[ $usage == *"udp, tcp, dot"* ]] || { log "this dnsperf has no -m dot"; exit 1; }
 if [[ ! -x $BIN ]]; then
     log "building steerdns --release"
     (cd "$ROOT" && cargo build --release --quiet)

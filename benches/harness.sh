@@ -6,6 +6,8 @@
 #   DUR=5 ROUNDS=1 benches/harness.sh
 #   SERVERS="reflector steerdns gdnsd" WORKLOADS="static shed" benches/harness.sh
 #   CHECK_ONLY=1 benches/harness.sh # start everything, run the dig checks, stop
+#   DNSSEC=1 SERVERS=steerdns WORKLOADS="static static+do geo_eu geo_eu+do anycast anycast+do" \
+#     ROUNDS=1 SCALE=0 benches/harness.sh   # signed zone: DO=1 against DO=0, same run
 #
 # What it does, in order:
 #  1. apt-get installs what is missing (dnsperf, gdnsd, knot + knot-module-geoip, nsd, dig, gcc,
@@ -33,6 +35,9 @@
 #  5. A latency pass (LAT_DUR s per cell, dnsperf -v, which prints each response's latency):
 #     p50/p99. dnsperf -v costs the client about half its speed, so this pass runs at a lower
 #     rate than the throughput rounds; the throughput rounds report dnsperf's average and max.
+#  DNSSEC=1 signs steer.example on steerdns (a fresh ECDSA P-256 CSK, `steerdns dnssec keygen`)
+#  and checks that DO answers carry RRSIGs. A workload named W+do is W with the DO bit set
+#  (dnsperf -D); the table then adds, per server, W+do's queries per CPU-second over W's.
 #  6. Prints the table (median over rounds): qps, server CPU s, queries per server-CPU-second,
 #     ratio to the reflector and to gdnsd, lost, latency; then runs benches/scale.sh (SCALE=0
 #     skips it).
@@ -41,7 +46,8 @@
 #
 # Knobs: DUR=10 ROUNDS=2 CLIENTS=4 OUTSTANDING=200 DNSPERF_THREADS=1 TIMEOUT=1 LAT_DUR=3
 #   SERVERS="reflector steerdns gdnsd knot nsd" (+ pdns)
-#   WORKLOADS="static geo_eu geo_none weighted shed" (also: geo_na geo_as geo_noecs)
+#   WORKLOADS="static geo_eu geo_none weighted shed" (also: geo_na geo_as geo_noecs anycast,
+#   and any of them +do)  DNSSEC=0
 #   SERVER_CPU=0 CLIENT_CPU=1 BASE_PORT=15500 NOISE_PCT=15 RETRIES=1 RETRY_BUDGET=10
 #   SCALE=1 OUT=dir
 set -uo pipefail
@@ -66,6 +72,7 @@ RETRIES=${RETRIES:-1}
 RETRY_BUDGET=${RETRY_BUDGET:-10}
 SCALE=${SCALE:-1}
 CHECK_ONLY=${CHECK_ONLY:-0}
+DNSSEC=${DNSSEC:-0}
 KEEP_GOING=${KEEP_GOING:-0}
 MMDB=${MMDB:-$ROOT/geoip/example.mmdb}
 RUN_ID=$(date -u +%Y%m%dT%H%M%SZ)
@@ -174,6 +181,11 @@ start() { # server
         render "$CONF/steerdns/steerdns.toml.in" "$d" "$p" > "$d/steerdns.toml"
         cp "$CONF/steerdns/control.toml" "$d/"
         head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$d/admin.token"; chmod 600 "$d/admin.token"
+        if [ "$DNSSEC" = 1 ]; then
+            printf '\n[dnssec]\nkeys = "keys"\nzones = ["steer.example."]\n' >> "$d/steerdns.toml"
+            "$BIN" dnssec keygen steer.example. --config "$d/steerdns.toml" > "$OUT/logs/keygen.log" 2>&1 ||
+                die "steerdns dnssec keygen failed (see $OUT/logs/keygen.log)"
+        fi
         cmd=("$BIN" serve --config "$d/steerdns.toml") ;;
     gdnsd)
         mkdir -p "$d/etc/zones" "$d/run" "$d/state"
@@ -259,10 +271,10 @@ steerdns_shed() {
 
 # ------------------------------------------------------------------ 3. checks
 supports() { # server workload -> 0 when that server has that kind of answer
-    case $1/$2 in
+    case $1/${2%+do} in
     nsd/static | nsd/check_static) return 0 ;;
     nsd/*) return 1 ;;
-    knot/shed) return 1 ;;
+    knot/shed | knot/anycast) return 1 ;;
     *) return 0 ;;
     esac
 }
@@ -287,6 +299,13 @@ check_server() { # server -> 0 when every answer is right; the evidence goes to 
     expect "SOA rname" "$("${D[@]}" +short steer.example SOA | awk '{print $2}')" hostmaster.steer.example.
     expect "www A" "$("${D[@]}" +short www.steer.example A)" 192.0.2.10
     expect "ns1 A" "$("${D[@]}" +short ns1.steer.example A)" 192.0.2.53
+    if [ "$DNSSEC" = 1 ] && [ "$s" = steerdns ]; then
+        for q in "www.steer.example A" "app.steer.example A +subnet=$ECS_EU" "cdn.steer.example A +subnet=$ECS_NA_CHECK"; do
+            # shellcheck disable=SC2086
+            got=$("${D[@]}" +dnssec +norec $q | awk '!/^;/ && $4 == "RRSIG" { n++ } END { print n + 0 }')
+            expect "$q +dnssec: RRSIGs" "$got" 1
+        done
+    fi
     if supports "$s" geo_eu; then
         expect "app A ECS $ECS_EU" "$("${D[@]}" +short +subnet=$ECS_EU app.steer.example A)" 198.51.100.1
         expect "app A ECS $ECS_NA" "$("${D[@]}" +short +subnet=$ECS_NA app.steer.example A)" 198.51.100.2
@@ -331,8 +350,9 @@ ecs_option() { # a.b.c.0/24 -> dnsperf -E value: ECS, family 1, source /24, scop
     printf '8:00011800%02x%02x%02x' "$1" "$2" "$3"
 }
 
-workload_args() { # workload -> query file, then dnsperf extra args
+workload_args() { # workload -> query file, then dnsperf extra args (W+do: W with DO set)
     case $1 in
+    *+do) echo "$(workload_args "${1%+do}") -D" ;;
     static) echo "$WORK/q.www" ;;
     geo_eu) echo "$WORK/q.app -E $(ecs_option $ECS_EU)" ;;
     geo_na) echo "$WORK/q.app -E $(ecs_option $ECS_NA)" ;;
@@ -340,6 +360,7 @@ workload_args() { # workload -> query file, then dnsperf extra args
     geo_none) echo "$WORK/q.app -E $(ecs_option $ECS_NONE)" ;;
     geo_noecs) echo "$WORK/q.app" ;;
     weighted) echo "$WORK/q.wt" ;;
+    anycast) echo "$WORK/q.cdn -E $(ecs_option $ECS_NA_CHECK)" ;;
     shed) echo "$WORK/q.cdn -E $(ecs_option "$SHED_SUBNET")" ;;
     *) die "unknown workload $1" ;;
     esac
@@ -441,6 +462,16 @@ for w in workloads:
         p50, p99 = lat.get((s, w), ("-", "-"))
         print(f"| {w} | {s} | {cell(s, w, 'qps'):,.0f} | {cell(s, w, 'server_cpu_s'):.2f} | {q:,.0f} | {rr} | {rg} "
               f"| {lost} | {cell(s, w, 'avg_ms'):.3f} / {cell(s, w, 'max_ms'):.1f} | {p50} / {p99} | {cell(s, w, 'other_pct'):.0f} |")
+pairs = [(w[:-3], w) for w in workloads if w.endswith("+do") and w[:-3] in workloads]
+if pairs:
+    print()
+    print("| workload | server | queries / server-CPU-s, DO=0 | DO=1 | DO=1 / DO=0 |")
+    print("|---|---|---:|---:|---:|")
+    for base, do in pairs:
+        for s in servers:
+            q0, q1 = cell(s, base, "q_per_cpu_s"), cell(s, do, "q_per_cpu_s")
+            if q0 and q1:
+                print(f"| {base} | {s} | {q0:,.0f} | {q1:,.0f} | {q1 / q0:.2f} |")
 PY
 }
 

@@ -787,7 +787,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         runtime.spawn(steerdns::admin::serve(admin, admin_state));
     }
     reloader.health().start(runtime.handle());
-    steerdns::shield::live::spawn(reloader.shield().clone(), snapshot.clone())
+    steerdns::reload::shield::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
     steerdns::reload::resign::spawn(reloader.clone()).context("starting DNSSEC re-signing")?;
     if let Some((fleet, name, origin)) = fleet {

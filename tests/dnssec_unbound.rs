@@ -618,3 +618,94 @@ fn signatures_are_renewed_before_they_expire_and_validation_never_breaks() {
     assert_eq!(status["loaded_by"], "DNSSEC re-sign", "{status}");
     assert_eq!(status["reloads_refused"], 0, "{status}");
 }
+
+/// The key tags of the RRSIGs over `rtype` in dig's output.
+fn signer_tags(text: &str, rtype: &str) -> Vec<String> {
+    rrsigs(text)
+        .iter()
+        .filter(|sig| sig.split_whitespace().nth(4) == Some(rtype))
+        .filter_map(|sig| sig.split_whitespace().nth(10).map(str::to_string))
+        .collect()
+}
+
+/// How many DNSKEYs `server` publishes for example.com.
+fn dnskey_count(server: SocketAddr) -> usize {
+    dig_direct(server, &["example.com", "DNSKEY"])
+        .lines()
+        .filter(|l| !l.starts_with(';') && l.split_whitespace().nth(3) == Some("DNSKEY"))
+        .count()
+}
+
+#[test]
+fn a_zsk_rolls_over_by_itself_across_a_restart_and_validation_never_breaks() {
+    // ZSK lifetime 24 s; pre-publication waits the DNSKEY TTL (6 s) + propagation (2 s).
+    let setup = signed_setup(
+        "dnssec-roll",
+        "refresh_secs = 2\nsignature_validity_secs = 60\nzsk_lifetime_secs = 24\n\
+         dnskey_ttl = 6\npropagation_delay_secs = 2\n",
+    );
+    let anchors = run(&["dnssec", "ds", "example.com."], &setup.config)
+        + &run(&["dnssec", "ds", "edge.example.net."], &setup.config);
+    assert!(
+        setup.path("keys/rollover.seed").exists(),
+        "keygen makes the seed"
+    );
+    let questions: [&[&str]; 5] = [
+        &["example.com", "SOA"],
+        &["example.com", "DNSKEY"],
+        &["mail.example.com", "A"],
+        &["nope.example.com", "A"],
+        &["gw.example.com", "A", "+subnet=81.2.69.0/24"],
+    ];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let daemon = setup.start();
+    let old_zsk = signer_tags(&dig_direct(daemon.dns, &["mail.example.com", "A"]), "A");
+    assert_eq!(old_zsk.len(), 1, "one ZSK signs: {old_zsk:?}");
+    assert_eq!(dnskey_count(daemon.dns), 2, "KSK and ZSK");
+    {
+        let unbound = Unbound::start_strict(setup.dir.path(), daemon.dns, &anchors);
+        // Step 1: the successor is published (not signing yet).
+        while dnskey_count(daemon.dns) < 3 {
+            for question in questions {
+                unbound.validated(question);
+            }
+            assert!(Instant::now() < deadline, "no successor ZSK published");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    // A restart in the middle of the rollover resumes it from the key files.
+    daemon.stop();
+    let daemon = setup.start();
+    let unbound = Unbound::start_strict(setup.dir.path(), daemon.dns, &anchors);
+    // Step 2: the successor signs; the old ZSK stays published for what caches hold.
+    loop {
+        for question in questions {
+            unbound.validated(question);
+        }
+        let tags = signer_tags(&dig_direct(daemon.dns, &["mail.example.com", "A"]), "A");
+        if tags != old_zsk {
+            assert_eq!(tags.len(), 1, "one ZSK signs: {tags:?}");
+            assert_eq!(
+                dnskey_count(daemon.dns),
+                3,
+                "the old ZSK is still published"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the successor never signed");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for question in questions {
+        unbound.validated(question);
+    }
+    let status = run(&["dnssec", "status"], &setup.config);
+    let zsk_states: Vec<&str> = status
+        .lines()
+        .filter(|l| l.trim_start().starts_with("zsk"))
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .collect();
+    assert_eq!(zsk_states, ["retired", "active"], "{status}");
+    let served = daemon.status();
+    let keys = served["dnssec"]["zones"][0]["keys"].to_string();
+    assert!(keys.contains("\"retired\""), "{keys}");
+}

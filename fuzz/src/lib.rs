@@ -118,7 +118,7 @@ fn bundled_shedding() -> &'static Snapshot {
             panic!("overload feed refused: {e}");
         }
         for tick in 0..5u64 {
-            snapshot.shield.tick(&snapshot, &mut [], now, 1_000_000 + tick * 1_000);
+            snapshot.shield.tick(snapshot.shield_inputs(), &mut [], now, 1_000_000 + tick * 1_000);
         }
         assert!(
             snapshot.shield.view().any_active(),

@@ -28,6 +28,7 @@ use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
 mod dashboard;
+pub mod metrics;
 pub mod token;
 
 pub use token::{read_token, AdminToken};
@@ -464,8 +465,8 @@ async fn status(State(state): State<AdminState>) -> Response {
 /// `GET /metrics`: Prometheus text format (see [`crate::metrics`]).
 async fn metrics(State(state): State<AdminState>) -> Response {
     use axum::http::header::CONTENT_TYPE;
-    match crate::metrics::render(&state.reloader) {
-        Ok(text) => ([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response(),
+    match metrics::render(&state.reloader) {
+        Ok(text) => ([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("encoding metrics failed: {e}\n"),

@@ -46,6 +46,13 @@ pub fn keygen(config: &Config, zone: &str, split: bool, algorithm: Option<u8>) -
             key.tag
         );
     }
+    let (seed, made) = steerdns::dnssec::rollover::ensure_seed(&config.dnssec.keys)?;
+    if made {
+        println!(
+            "wrote {} (automatic rollover derives successor keys from it: ship it with the keys)",
+            seed.display()
+        );
+    }
     if !config.dnssec.signs(&normalize_zone(zone)) {
         eprintln!(
             "note: {} is not in [dnssec] zones yet; add it there to sign the zone",
@@ -62,10 +69,9 @@ pub fn ds(config: &Config, zone: &str) -> Result<ExitCode> {
     let apex = name_to_wire(&zone.parse().context("zone name")?);
     let now = now();
     let mut printed = 0;
-    for key in keys
-        .iter()
-        .filter(|k| k.role.signs_keys() && k.timing.published(now) && k.timing.retire.is_none())
-    {
+    for key in keys.iter().filter(|k| {
+        k.role.signs_keys() && k.timing.published(now) && k.timing.retire.is_none_or(|r| now < r)
+    }) {
         println!("{}", key.ds_text(&apex));
         printed += 1;
     }

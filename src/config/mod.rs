@@ -18,6 +18,7 @@ use serde::Deserialize;
 
 pub mod admin;
 pub mod fleet;
+pub mod prometheus;
 pub mod rrl;
 
 use crate::geo::GeoConfig;
@@ -117,7 +118,7 @@ pub struct ShieldConfig {
     /// with `POST /v1/load` or `steerdns load push`.
     pub load_file: Option<PathBuf>,
     /// A Prometheus server to query for load (`[shield.prometheus]`).
-    pub prometheus: Option<crate::shield::prometheus::PrometheusConfig>,
+    pub prometheus: Option<prometheus::PrometheusConfig>,
 }
 
 impl Default for ShieldConfig {

@@ -432,14 +432,7 @@ pub fn generate(
         })?;
         let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
     }
-    let mut key = Key::from_pkcs8(PathBuf::new(), zone, algorithm, role, pkcs8, timing)
-        .map_err(KeyError::Crypto)?;
-    key.path = dir.join(format!(
-        "K{}+{:03}+{:05}.toml",
-        key.zone,
-        algorithm.number(),
-        key.tag
-    ));
+    let key = from_parts(dir, &zone, algorithm, role, pkcs8, timing)?;
     if key.path.exists() {
         return Err(KeyError::Bad {
             path: key.path.clone(),
@@ -447,6 +440,33 @@ pub fn generate(
         });
     }
     key.save()?;
+    Ok(key)
+}
+
+/// A key of `zone` from its private key, with the path its file has in `dir` (not written).
+pub fn from_parts(
+    dir: &Path,
+    zone: &str,
+    algorithm: Algorithm,
+    role: Role,
+    pkcs8: Vec<u8>,
+    timing: Timing,
+) -> Result<Key, KeyError> {
+    let mut key = Key::from_pkcs8(
+        PathBuf::new(),
+        normalize_zone(zone),
+        algorithm,
+        role,
+        pkcs8,
+        timing,
+    )
+    .map_err(KeyError::Crypto)?;
+    key.path = dir.join(format!(
+        "K{}+{:03}+{:05}.toml",
+        key.zone,
+        algorithm.number(),
+        key.tag
+    ));
     Ok(key)
 }
 

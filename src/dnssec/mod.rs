@@ -14,6 +14,9 @@
 //! two nodes that built their snapshots in the same period send byte-identical RRSIGs: a
 //! validator asking different nameservers never sees a signature or key the others lack.
 //!
+//! Keys roll over by themselves when lifetimes are configured ([`rollover`]); the server's
+//! re-signing thread (`crate::reload::resign`) carries the steps out.
+//!
 //! May import the DNS wire helpers, the zone model and the compiled policies; nothing above.
 
 pub mod config;
@@ -50,18 +53,21 @@ pub struct Signing {
     pub keys: Vec<KeyRecord>,
     /// When this was signed (Unix seconds): the keys' states are those at this time.
     pub signed_at: u64,
+    /// When the next automatic rollover starts (`None`: no lifetime configured).
+    pub rollover_at: Option<u64>,
 }
 
 impl Signing {
-    /// When this must be signed again (Unix seconds): the next refresh of the window, or the
-    /// next key event after it was signed (a key published, activated, retired or removed),
-    /// whichever comes first.
+    /// When this must be signed again (Unix seconds): the next refresh of the window, the
+    /// next key event after it was signed (a key published, activated, retired or removed) or
+    /// the start of the next rollover, whichever comes first.
     pub fn next_event(&self) -> Option<u64> {
         let key_events = self.keys.iter().flat_map(|k| k.timing.events());
         self.window
             .map(|w| w.refresh_at)
             .into_iter()
             .chain(key_events.filter(|&at| at > self.signed_at))
+            .chain(self.rollover_at)
             .min()
     }
 

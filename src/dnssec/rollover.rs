@@ -1,1 +1,412 @@
-//! Automatic key rollover (placeholder until the rollover lands).
+//! Automatic key rollover, driven by the configured lifetimes (`zsk_lifetime_secs`,
+//! `ksk_lifetime_secs`): when a key's time is up, a successor is made and both keys' timings
+//! are written to their key files, so a restarted server resumes where it was.
+//!
+//! - ZSK: pre-publish (RFC 6781 §4.1.1.1). The successor is in the DNSKEY RRset for the DNSKEY
+//!   TTL plus the propagation delay before it signs; the old key then stops signing and stays
+//!   published until its signatures have left every cache (the zone's largest TTL plus the
+//!   propagation delay).
+//! - KSK and CSK: double-DS (RFC 7583 §3.3.2) with CDS/CDNSKEY (RFC 7344). The successor is
+//!   published and both keys are in CDS/CDNSKEY, so a parent that follows CDS publishes both
+//!   DS; after the larger of the DNSKEY TTL and the parent's DS TTL plus the propagation delay
+//!   the successor signs and the old key leaves CDS, then the DNSKEY RRset once what it signed
+//!   has expired from caches.
+//!
+//! Fleet: every node computes the same plan. The start is derived from the old key's
+//! activation and lifetime and aligned to the refresh period, and the successor's private key
+//! is derived (HMAC-SHA-256) from the key directory's rollover seed (`rollover.seed`, made by
+//! `steerdns dnssec keygen`, 0600, shipped with the keys), the zone, the old key and the start:
+//! nodes that roll independently make byte-identical successors with identical timings.
+//!
+//! [`plan`] is pure; [`apply`] writes the key files.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use p256::pkcs8::EncodePrivateKey;
+
+use super::config::DnssecConfig;
+use super::keys::{Algorithm, Key, KeyError, Role, Timing};
+
+/// The seed file's name in the key directory.
+pub const SEED_FILE: &str = "rollover.seed";
+
+/// How long a rollover waits: before the successor signs, and after the old key stops
+/// signing before it leaves the DNSKEY RRset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Intervals {
+    pub publish: u64,
+    pub retire: u64,
+}
+
+/// The waits of a rollover of a `role` key, in a zone whose largest TTL is `max_zone_ttl`.
+pub fn intervals(role: Role, config: &DnssecConfig, max_zone_ttl: u32) -> Intervals {
+    let propagation = config.propagation_delay_secs;
+    let dnskey = u64::from(config.dnskey_ttl);
+    let ds = u64::from(config.parent_ds_ttl);
+    let zone = u64::from(max_zone_ttl).max(dnskey);
+    match role {
+        Role::Zsk => Intervals {
+            publish: dnskey + propagation,
+            retire: zone + propagation,
+        },
+        Role::Ksk => Intervals {
+            publish: dnskey.max(ds) + propagation,
+            retire: dnskey + propagation,
+        },
+        Role::Csk => Intervals {
+            publish: dnskey.max(ds) + propagation,
+            retire: zone + propagation,
+        },
+    }
+}
+
+/// The configured lifetime of a `role` key (0: never rolled).
+pub fn lifetime(role: Role, config: &DnssecConfig) -> u64 {
+    match role {
+        Role::Zsk => config.zsk_lifetime_secs,
+        Role::Ksk | Role::Csk => config.ksk_lifetime_secs,
+    }
+}
+
+/// When the rollover of a key with `timing` is due (`None`: never, or under way already).
+pub fn due_at(
+    role: Role,
+    timing: &Timing,
+    config: &DnssecConfig,
+    max_zone_ttl: u32,
+) -> Option<u64> {
+    let life = lifetime(role, config);
+    if life == 0 || timing.retire.is_some() || timing.remove.is_some() {
+        return None;
+    }
+    let publish = intervals(role, config, max_zone_ttl).publish;
+    Some(
+        (timing.activate + life)
+            .saturating_sub(publish)
+            .max(timing.activate),
+    )
+}
+
+/// One rollover to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roll {
+    pub zone: String,
+    pub old_tag: u16,
+    pub role: Role,
+    pub algorithm: Algorithm,
+    /// The old key's new retire and remove times.
+    pub retire: u64,
+    pub remove: u64,
+    /// The successor's timing.
+    pub successor: Timing,
+}
+
+fn align_up(t: u64, period: u64) -> u64 {
+    let period = period.max(1);
+    t.div_ceil(period) * period
+}
+
+/// The rollovers due at `now` among `keys` (one zone's).
+pub fn plan(keys: &[Key], config: &DnssecConfig, max_zone_ttl: u32, now: u64) -> Vec<Roll> {
+    let mut rolls = Vec::new();
+    for key in keys.iter().filter(|k| k.timing.active(now)) {
+        let Some(due) = due_at(key.role, &key.timing, config, max_zone_ttl) else {
+            continue;
+        };
+        if due > now {
+            continue;
+        }
+        // Nodes that look within the same refresh period choose the same start.
+        let start = align_up(due.max(now), config.refresh_secs);
+        let waits = intervals(key.role, config, max_zone_ttl);
+        let activate = start + waits.publish;
+        rolls.push(Roll {
+            zone: key.zone.clone(),
+            old_tag: key.tag,
+            role: key.role,
+            algorithm: key.algorithm,
+            retire: activate,
+            remove: activate + waits.retire,
+            successor: Timing {
+                created: start,
+                publish: start,
+                activate,
+                retire: None,
+                remove: None,
+            },
+        });
+    }
+    rolls
+}
+
+/// Reads the rollover seed of `dir`.
+fn read_seed(dir: &Path) -> Result<Vec<u8>, KeyError> {
+    let path = dir.join(SEED_FILE);
+    let meta = std::fs::metadata(&path).map_err(|source| KeyError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(KeyError::Permissions { path, mode });
+    }
+    let text = crate::files::read_text_limited(&path, crate::files::SMALL_FILE_LIMIT).map_err(
+        |source| KeyError::Read {
+            path: path.clone(),
+            source,
+        },
+    )?;
+    let seed = data_encoding::BASE64
+        .decode(text.trim().as_bytes())
+        .map_err(|e| KeyError::Bad {
+            path: path.clone(),
+            message: format!("not base64: {e}"),
+        })?;
+    if seed.len() < 32 {
+        return Err(KeyError::Bad {
+            path,
+            message: "shorter than 32 bytes".into(),
+        });
+    }
+    Ok(seed)
+}
+
+/// Makes the key directory's rollover seed if it has none (32 random bytes, base64, 0600).
+/// Returns its path and whether it was made now.
+pub fn ensure_seed(dir: &Path) -> Result<(PathBuf, bool), KeyError> {
+    let path = dir.join(SEED_FILE);
+    if path.exists() {
+        return Ok((path, false));
+    }
+    let mut seed = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed)
+        .map_err(|e| KeyError::Crypto(e.to_string()))?;
+    let text = format!("{}\n", data_encoding::BASE64.encode(&seed));
+    let write = || -> std::io::Result<()> {
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        out.write_all(text.as_bytes())?;
+        out.sync_all()
+    };
+    write().map_err(|source| KeyError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    Ok((path, true))
+}
+
+/// The successor's PKCS#8 private key, derived from the seed and the roll.
+fn derive_pkcs8(seed: &[u8], roll: &Roll) -> Result<Vec<u8>, KeyError> {
+    let hmac = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, seed);
+    for counter in 0u8..=255 {
+        let mut input = b"steerdns rollover\0".to_vec();
+        input.extend_from_slice(roll.zone.as_bytes());
+        input.push(0);
+        input.extend_from_slice(roll.role.as_str().as_bytes());
+        input.push(roll.algorithm.number());
+        input.extend_from_slice(&roll.old_tag.to_be_bytes());
+        input.extend_from_slice(&roll.successor.created.to_be_bytes());
+        input.push(counter);
+        let material = ring::hmac::sign(&hmac, &input);
+        let material = material.as_ref();
+        match roll.algorithm {
+            Algorithm::EcdsaP256Sha256 => {
+                // Out of range for the curve once in ~2^32: the next counter.
+                let Ok(secret) = p256::SecretKey::from_slice(material) else {
+                    continue;
+                };
+                let der = secret
+                    .to_pkcs8_der()
+                    .map_err(|e| KeyError::Crypto(e.to_string()))?;
+                return Ok(der.as_bytes().to_vec());
+            }
+            Algorithm::Ed25519 => {
+                // PKCS#8 v1 of an Ed25519 seed (RFC 8410).
+                let mut der = vec![
+                    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04,
+                    0x22, 0x04, 0x20,
+                ];
+                der.extend_from_slice(material);
+                return Ok(der);
+            }
+        }
+    }
+    Err(KeyError::Crypto("no usable successor key".into()))
+}
+
+/// Carries out `rolls` in `dir`: writes each successor (unless a node sharing the directory
+/// already did) and the old key's new timing. Returns one line per roll.
+pub fn apply(dir: &Path, keys: &mut [Key], rolls: &[Roll]) -> Result<Vec<String>, KeyError> {
+    if rolls.is_empty() {
+        return Ok(Vec::new());
+    }
+    let seed = read_seed(dir)?;
+    let mut done = Vec::new();
+    for roll in rolls {
+        let pkcs8 = derive_pkcs8(&seed, roll)?;
+        let successor = super::keys::from_parts(
+            dir,
+            &roll.zone,
+            roll.algorithm,
+            roll.role,
+            pkcs8,
+            roll.successor,
+        )?;
+        if !successor.path.exists() {
+            successor.save()?;
+        }
+        if let Some(old) = keys
+            .iter_mut()
+            .find(|k| k.zone == roll.zone && k.tag == roll.old_tag)
+        {
+            old.timing.retire = Some(roll.retire);
+            old.timing.remove = Some(roll.remove);
+            old.save()?;
+        }
+        done.push(format!(
+            "{} {} {} rolls to {}: {} publishes at {}, signs from {}; {} retires then, leaves at {}",
+            roll.zone,
+            roll.role.as_str(),
+            roll.old_tag,
+            successor.tag,
+            successor.tag,
+            roll.successor.publish,
+            roll.successor.activate,
+            roll.old_tag,
+            roll.remove
+        ));
+    }
+    Ok(done)
+}
+
+/// Moves the files of keys removed before `now` aside (`….toml.removed`), so the directory
+/// does not grow with every rollover. Returns the paths moved.
+pub fn retire_files(keys: &[Key], now: u64) -> Vec<PathBuf> {
+    let mut moved = Vec::new();
+    for key in keys {
+        if key.timing.remove.is_some_and(|r| r <= now) {
+            let to = key.path.with_extension("toml.removed");
+            if std::fs::rename(&key.path, &to).is_ok() {
+                moved.push(to);
+            }
+        }
+    }
+    moved
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> DnssecConfig {
+        DnssecConfig {
+            zsk_lifetime_secs: 1000,
+            ksk_lifetime_secs: 5000,
+            dnskey_ttl: 60,
+            parent_ds_ttl: 300,
+            propagation_delay_secs: 10,
+            refresh_secs: 20,
+            ..DnssecConfig::default()
+        }
+    }
+
+    #[test]
+    fn waits_respect_ttls_and_propagation() {
+        let c = config();
+        assert_eq!(
+            intervals(Role::Zsk, &c, 3600),
+            Intervals {
+                publish: 70,
+                retire: 3610
+            }
+        );
+        assert_eq!(
+            intervals(Role::Ksk, &c, 3600),
+            Intervals {
+                publish: 310,
+                retire: 70
+            }
+        );
+        assert_eq!(
+            intervals(Role::Csk, &c, 30),
+            Intervals {
+                publish: 310,
+                retire: 70
+            }
+        );
+        let t = Timing {
+            created: 100,
+            publish: 100,
+            activate: 100,
+            retire: None,
+            remove: None,
+        };
+        assert_eq!(due_at(Role::Zsk, &t, &c, 3600), Some(100 + 1000 - 70));
+        assert_eq!(due_at(Role::Csk, &t, &c, 3600), Some(100 + 5000 - 310));
+        let rolling = Timing {
+            retire: Some(2000),
+            ..t
+        };
+        assert_eq!(due_at(Role::Zsk, &rolling, &c, 3600), None);
+        let never = DnssecConfig {
+            zsk_lifetime_secs: 0,
+            ..c
+        };
+        assert_eq!(due_at(Role::Zsk, &t, &never, 3600), None);
+    }
+
+    #[test]
+    fn nodes_rolling_apart_make_the_same_successor() {
+        let dir = std::env::temp_dir().join(format!("steerdns-roll-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        ensure_seed(&dir).expect("seed");
+        let c = config();
+        let t = Timing {
+            created: 100,
+            publish: 100,
+            activate: 100,
+            retire: None,
+            remove: None,
+        };
+        for algorithm in [Algorithm::EcdsaP256Sha256, Algorithm::Ed25519] {
+            let key = super::super::keys::generate(&dir, "example.org.", algorithm, Role::Zsk, t)
+                .expect("keygen");
+            let keys = vec![key];
+            assert!(plan(&keys, &c, 3600, 500).is_empty(), "not yet");
+            // Two nodes waking a few seconds apart in the same refresh period.
+            let a = plan(&keys, &c, 3600, 1031);
+            let b = plan(&keys, &c, 3600, 1035);
+            assert_eq!(a, b);
+            assert_eq!(a.len(), 1);
+            assert_eq!(a[0].successor.publish, 1040);
+            assert_eq!(a[0].successor.activate, 1040 + 70);
+            assert_eq!((a[0].retire, a[0].remove), (1110, 1110 + 3610));
+            let seed = read_seed(&dir).expect("seed");
+            assert_eq!(
+                derive_pkcs8(&seed, &a[0]).expect("derive"),
+                derive_pkcs8(&seed, &b[0]).expect("derive")
+            );
+            let mut keys = keys;
+            let lines = apply(&dir, &mut keys, &a).expect("apply");
+            assert_eq!(lines.len(), 1);
+            let all = super::super::keys::load_zone_keys(&dir, "example.org.").expect("load");
+            let old = all.iter().find(|k| k.tag == keys[0].tag).expect("old key");
+            assert_eq!(old.timing.retire, Some(1110));
+            assert!(all
+                .iter()
+                .any(|k| k.tag != old.tag && k.timing.activate == 1110));
+            // Done again (another node, or a restart): nothing new.
+            assert!(plan(&all, &c, 3600, 1036).is_empty());
+            for k in &all {
+                let _ = std::fs::remove_file(&k.path);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

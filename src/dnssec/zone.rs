@@ -22,6 +22,8 @@ pub struct SteeredTypes {
 pub struct Signed {
     pub rrsets: usize,
     pub nsec: usize,
+    /// The largest TTL of the zone's signed data (what a rollover waits out).
+    pub max_ttl: u32,
     /// Key tags: in the DNSKEY RRset, signing the keys, signing the zone.
     pub published: Vec<u16>,
     pub key_signing: Vec<u16>,
@@ -80,12 +82,12 @@ pub fn sign_zone(
         node.rrsets.retain(|s| !GENERATED.contains(&s.rtype));
     }
     // The apex: the keys, and what the parent should publish (RFC 7344): every key-signing
-    // key that is not on its way out.
+    // key that has not retired (during a rollover, the old and the new: double-DS).
     let dnskeys: Vec<Vec<u8>> = published.iter().map(|k| k.dnskey_rdata()).collect();
     let parent: Vec<&Key> = published
         .iter()
         .copied()
-        .filter(|k| k.role.signs_keys() && k.timing.retire.is_none())
+        .filter(|k| k.role.signs_keys() && k.timing.retire.is_none_or(|r| now < r))
         .collect();
     let cds: Vec<Vec<u8>> = parent.iter().map(|k| k.ds_rdata(&apex)).collect();
     let cdnskey: Vec<Vec<u8>> = parent.iter().map(|k| k.dnskey_rdata()).collect();
@@ -179,6 +181,7 @@ pub fn sign_zone(
             };
             set.rrsig = sign_set(signers, &apex, owner, set, window)?.map(Box::new);
             signed.rrsets += 1;
+            signed.max_ttl = signed.max_ttl.max(set.ttl);
         }
     }
     zone.denial = Some(Denial {

@@ -6,8 +6,8 @@
 //! - [`per_snapshot`]: counters shaped by the config (per zone, per steered name, per profile
 //!   endpoint and client region, per anycast destination), sized when a snapshot is built and
 //!   kept monotonic across reloads.
-//! - [`export`]: the scrape — reads counters, control-plane status and shield status, and
-//!   encodes them with `prometheus-client`.
+//! - The scrape (reading counters, control-plane and shield status, encoding them with
+//!   `prometheus-client`) is [`crate::admin::metrics`], above the parts it reads.
 //! - [`querylog`]: one query in N logged at info.
 //!
 //! The rule this module exists to keep: the serving path (respond, the UDP worker loop, a TCP
@@ -18,7 +18,6 @@
 
 pub mod cells;
 pub mod encrypted;
-pub mod export;
 pub mod per_snapshot;
 pub mod querylog;
 pub mod serving;
@@ -28,6 +27,5 @@ pub mod xdp;
 mod tests;
 
 pub use cells::claim_worker_slot;
-pub use export::{render, CONTENT_TYPE};
 pub use per_snapshot::SnapshotCounters;
 pub use serving::serving;

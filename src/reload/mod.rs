@@ -12,6 +12,7 @@
 
 mod origin;
 pub mod resign;
+pub mod shield;
 pub mod watch;
 
 pub use origin::{ControlOrigin, FileOrigin, FleetLinkStatus, RolloutView};

@@ -57,6 +57,14 @@ fn resign_loop(reloader: &Reloader) {
                 continue;
             }
         }
+        if signing_rollover_due(reloader, now) {
+            if let Err(e) = roll_keys(reloader, now) {
+                tracing::error!("DNSSEC key rollover: {e}");
+                std::thread::sleep(retry);
+                retry = (retry * 2).min((refresh / 4).max(Duration::from_secs(1)));
+                continue;
+            }
+        }
         match reloader.reload(Trigger::Resign) {
             Ok(accepted) => {
                 tracing::info!(
@@ -73,4 +81,53 @@ fn resign_loop(reloader: &Reloader) {
             }
         }
     }
+}
+
+/// Is a key rollover due at `now` in the snapshot being served?
+fn signing_rollover_due(reloader: &Reloader, now: u64) -> bool {
+    let snapshot = reloader.snapshot().load();
+    snapshot
+        .dnssec
+        .as_deref()
+        .and_then(|s| s.rollover_at)
+        .is_some_and(|at| at <= now)
+}
+
+/// Starts the rollovers due at `now`: successors and new timings written to the key
+/// directory (the reload that follows signs with them), removed keys' files moved aside.
+fn roll_keys(reloader: &Reloader, now: u64) -> Result<(), String> {
+    use crate::dnssec::{keys, rollover};
+    let config = reloader.source().read_config()?;
+    let settings = &config.dnssec;
+    let max_ttls: Vec<(String, u32)> = reloader
+        .snapshot()
+        .load()
+        .dnssec
+        .as_deref()
+        .map(|s| {
+            s.zones
+                .iter()
+                .map(|(z, signed)| (z.clone(), signed.max_ttl))
+                .collect()
+        })
+        .unwrap_or_default();
+    for zone in &settings.zones {
+        let zone = keys::normalize_zone(zone);
+        let mut zone_keys =
+            keys::load_zone_keys(&settings.keys, &zone).map_err(|e| e.to_string())?;
+        let max_ttl = max_ttls
+            .iter()
+            .find(|(z, _)| *z == zone)
+            .map_or(0, |(_, t)| *t);
+        let rolls = rollover::plan(&zone_keys, settings, max_ttl, now);
+        for line in
+            rollover::apply(&settings.keys, &mut zone_keys, &rolls).map_err(|e| e.to_string())?
+        {
+            tracing::info!("DNSSEC rollover: {line}");
+        }
+        for moved in rollover::retire_files(&zone_keys, now) {
+            tracing::info!("DNSSEC rollover: removed key moved to {}", moved.display());
+        }
+    }
+    Ok(())
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use super::prometheus::{Capacities, PrometheusConfig, PrometheusSource};
+use super::prometheus::Capacities;
 use super::source::{FeedSlot, FeedStats, LoadSource};
 use super::step::{
     checked_step, shed_view, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings,
@@ -19,7 +19,6 @@ use super::step::{
 use crate::policy::ShieldMode;
 use crate::policy::{CompiledPolicies, Destination, RegionOverride, ShedView};
 use crate::rfc3339;
-use crate::snapshot::Snapshot;
 
 /// Changes kept for status.
 const RECENT_CHANGES: usize = 50;
@@ -116,6 +115,20 @@ pub struct ShieldStatus {
     pub state_repairs: u64,
     #[serde(default)]
     pub last_state_repair: Option<String>,
+    /// Ticks run since the server started (tests and operators wait for "N more ticks").
+    #[serde(default)]
+    pub ticks: u64,
+}
+
+/// What one tick reads from the served state (the snapshot builds it; the shield does not
+/// know the snapshot).
+pub struct TickInputs<'a> {
+    /// The compiled policies and the demand counters the serving path fills; `None` when no
+    /// names are steered (the shield then publishes an empty view).
+    pub steering: Option<(&'a CompiledPolicies, &'a DemandCounters)>,
+    pub settings: &'a ShieldSettings,
+    /// The operator's shield mode (control file).
+    pub mode: ShieldMode,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -179,16 +192,16 @@ impl Shield {
     /// One tick: poll sources, decide, publish. `now_ms` is a monotonic clock in ms.
     pub fn tick(
         &self,
-        snapshot: &Snapshot,
+        served: TickInputs<'_>,
         sources: &mut [Box<dyn LoadSource>],
         now: SystemTime,
         now_ms: u64,
     ) {
-        let Some(steering) = &snapshot.steering else {
+        let Some((policies, demand)) = served.steering else {
             self.view.store(Arc::new(ShedView::default()));
+            lock(&self.status).ticks += 1;
             return;
         };
-        let policies = &steering.policies;
         let region_names: Vec<&str> = policies.region_names().collect();
         let site_names: Vec<&str> = policies
             .fallback_sites()
@@ -198,9 +211,9 @@ impl Shield {
         for source in sources.iter_mut() {
             source.poll(&self.feed, &region_names, &site_names, now);
         }
-        let settings = &snapshot.shield_settings;
+        let settings = served.settings;
         let rings = rings_of(policies);
-        let inputs = self.inputs(policies, snapshot, steering.demand.take(), now);
+        let inputs = self.inputs(policies, served.mode, demand.take(), now);
         let (next, changes, repairs) = {
             let previous = lock(&self.state);
             checked_step(&previous, &inputs, &rings, settings, now_ms)
@@ -237,12 +250,14 @@ impl Shield {
         status.sources = sources.iter().map(|s| s.name()).collect();
         self.fill_status(&mut status, &next, &inputs, policies, settings, now);
         *lock(&self.state) = next;
+        // Counted last: a reader that sees N ticks sees the state and status of the N-th.
+        status.ticks += 1;
     }
 
     fn inputs(
         &self,
         policies: &CompiledPolicies,
-        snapshot: &Snapshot,
+        mode: ShieldMode,
         demand: Vec<Demand>,
         now: SystemTime,
     ) -> Inputs {
@@ -272,7 +287,7 @@ impl Shield {
                 .map(|s| read(&s.name, false))
                 .collect(),
             demand,
-            mode: snapshot.control.shield,
+            mode,
             operator_held: (0..policies.regions().len())
                 .map(|r| policies.region_override(r as u16) != RegionOverride::None)
                 .collect(),
@@ -431,44 +446,6 @@ pub fn rings_of(policies: &CompiledPolicies) -> Rings {
     }
 }
 
-/// The load sources the current snapshot asks for, rebuilt when what it asks for changes.
-#[derive(Default)]
-struct Sources {
-    list: Vec<Box<dyn LoadSource>>,
-    watched: Option<std::path::PathBuf>,
-    prometheus: Option<(PrometheusConfig, Capacities)>,
-}
-
-impl Sources {
-    fn follow(&mut self, snapshot: &Snapshot) {
-        let prometheus = snapshot.prometheus.clone().map(|config| {
-            let capacities = snapshot
-                .steering
-                .as_ref()
-                .map(|s| capacities_of(&s.policies))
-                .unwrap_or_default();
-            (config, capacities)
-        });
-        if snapshot.load_file == self.watched && prometheus == self.prometheus {
-            return;
-        }
-        self.watched = snapshot.load_file.clone();
-        self.prometheus = prometheus;
-        let mut list: Vec<Box<dyn LoadSource>> = Vec::new();
-        if let Some(path) = &self.watched {
-            list.push(Box::new(super::source::FileSource::new(path.clone())));
-        }
-        if let Some((config, capacities)) = &self.prometheus {
-            match PrometheusSource::new(config.clone(), capacities.clone()) {
-                Ok(source) => list.push(Box::new(source)),
-                // No thread for it: no Prometheus feed (it goes stale), the rest runs on.
-                Err(e) => tracing::error!("cannot start the Prometheus load source: {e}"),
-            }
-        }
-        self.list = list;
-    }
-}
-
 /// The topology's capacities, for load sources that give load only.
 pub fn capacities_of(policies: &CompiledPolicies) -> Capacities {
     Capacities {
@@ -483,33 +460,6 @@ pub fn capacities_of(policies: &CompiledPolicies) -> Capacities {
             .map(|s| (s.name.clone(), s.capacity.map(|c| c as f64)))
             .collect(),
     }
-}
-
-/// Runs the shield every tick for the life of the process, on its own thread, against whatever
-/// snapshot is current (so reloads change topology, settings and the load file in place).
-pub fn spawn(
-    shield: Arc<Shield>,
-    snapshot: crate::snapshot::SharedSnapshot,
-) -> std::io::Result<()> {
-    let started = std::time::Instant::now();
-    let mut sources = Sources::default();
-    let mut tick = move |shield: &Shield| {
-        let current = snapshot.load_full();
-        sources.follow(&current);
-        let now_ms = started.elapsed().as_millis() as u64;
-        shield.tick(&current, &mut sources.list, SystemTime::now(), now_ms);
-        Duration::from_millis(current.shield_tick_ms.max(100))
-    };
-    // The first tick runs before the server says it is ready, so status and the dashboard
-    // show every region and fallback site from the start.
-    let mut pause = tick(&shield);
-    std::thread::Builder::new()
-        .name("shield".into())
-        .spawn(move || loop {
-            std::thread::sleep(pause);
-            pause = tick(&shield);
-        })?;
-    Ok(())
 }
 
 /// The TTL of normal anycast answers (the longest, to be safe), which the step needs to know

@@ -115,6 +115,24 @@ pub fn load_after(
         }
     };
     let signing = keys.sign_steered(&zones, steering.as_ref(), signed)?;
+    if signing.as_ref().is_some_and(|s| s.rollover_at.is_some())
+        && !config
+            .dnssec
+            .keys
+            .join(crate::dnssec::rollover::SEED_FILE)
+            .exists()
+    {
+        warnings.push(format!(
+            "{}: dnssec: key lifetimes are set but {} is missing: keys cannot roll over \
+             (`steerdns dnssec keygen` makes it; every node needs the same file)",
+            config_location(config, "dnssec"),
+            config
+                .dnssec
+                .keys
+                .join(crate::dnssec::rollover::SEED_FILE)
+                .display()
+        ));
+    }
     let mut snapshot = Snapshot::assemble(
         zones,
         precompiled,
@@ -208,6 +226,7 @@ struct DnssecKeys {
     zones: Vec<(String, Vec<crate::dnssec::Key>)>,
     window: crate::dnssec::Window,
     now: u64,
+    settings: crate::dnssec::DnssecConfig,
 }
 
 impl DnssecKeys {
@@ -241,6 +260,7 @@ impl DnssecKeys {
                 settings.refresh_secs,
             ),
             now,
+            settings: settings.clone(),
         })
     }
 
@@ -324,7 +344,7 @@ impl DnssecKeys {
         steering: Option<&SteeringData>,
         signed: Option<ZonesSigned>,
     ) -> Result<Option<crate::dnssec::Signing>, Vec<String>> {
-        let Some((report, window)) = signed else {
+        let Some((mut report, window)) = signed else {
             return Ok(None);
         };
         let mut steered = crate::dnssec::SteeredSigs::default();
@@ -358,12 +378,41 @@ impl DnssecKeys {
             steered = crate::dnssec::SteeredSigs::build(&steering.policies, &owners, &self.window)
                 .map_err(|e| vec![e.to_string()])?;
         }
+        // A steered answer's TTL counts too in what a rollover must wait out.
+        let steered_ttl = steering.map_or(0, |s| {
+            let policies = &s.policies;
+            policies
+                .steered()
+                .iter()
+                .map(|b| policies.ttl_bound(b.root))
+                .max()
+                .unwrap_or(0)
+        });
+        for (_, signed) in &mut report {
+            signed.max_ttl = signed.max_ttl.max(steered_ttl);
+        }
+        let rollover_at = self
+            .zones
+            .iter()
+            .flat_map(|(zone, keys)| {
+                let max_ttl = report
+                    .iter()
+                    .find(|(z, _)| z == zone)
+                    .map_or(steered_ttl, |(_, s)| s.max_ttl);
+                keys.iter()
+                    .filter(|k| k.timing.active(self.now))
+                    .filter_map(move |k| {
+                        crate::dnssec::rollover::due_at(k.role, &k.timing, &self.settings, max_ttl)
+                    })
+            })
+            .min();
         Ok(Some(crate::dnssec::Signing {
             steered,
             window,
             zones: report,
             keys: self.fingerprint(),
             signed_at: self.now,
+            rollover_at,
         }))
     }
 }

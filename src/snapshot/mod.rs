@@ -100,7 +100,7 @@ pub struct Snapshot {
     /// The load file the shield polls, if any.
     pub load_file: Option<std::path::PathBuf>,
     /// `[shield.prometheus]`: a Prometheus server the shield queries for load.
-    pub prometheus: Option<crate::shield::prometheus::PrometheusConfig>,
+    pub prometheus: Option<crate::config::prometheus::PrometheusConfig>,
     /// Milliseconds between shield decisions.
     pub shield_tick_ms: u64,
     /// Per-zone and steered-answer counters, sized for these zones and policies.
@@ -118,6 +118,15 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// What a shield tick reads from this snapshot.
+    pub fn shield_inputs(&self) -> crate::shield::live::TickInputs<'_> {
+        crate::shield::live::TickInputs {
+            steering: self.steering.as_ref().map(|s| (&s.policies, &s.demand)),
+            settings: &self.shield_settings,
+            mode: self.control.shield,
+        }
+    }
+
     /// Compiles zones and options into a servable snapshot, precompiling static answers.
     pub fn build(
         zones: Vec<Zone>,

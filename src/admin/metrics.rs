@@ -1,6 +1,9 @@
 //! `GET /metrics`: gathers the counters and the control plane's and shield's state into plain
 //! numbers (locks and allocation are fine here: this is the scrape, not the serving path), and
 //! encodes them in the Prometheus text format with `prometheus-client`.
+//!
+//! Lives with the admin endpoint, above everything it reads: [`crate::metrics`] holds only the
+//! counters the serving path bumps, and imports nothing of the control plane.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -13,8 +16,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::per_snapshot::{self, Series};
-use super::serving::{serving, ServingTotals, RCODES, TRANSPORTS};
+use crate::metrics::per_snapshot::{self, Series};
+use crate::metrics::serving::{serving, ServingTotals, RCODES, TRANSPORTS};
 use crate::policy::{ProfileId, ProfileKindTag};
 use crate::reload::{Reloader, Status};
 use crate::shield::live::ShieldStatus;
@@ -36,8 +39,8 @@ pub struct Scrape {
     endpoints: Vec<(String, String, Option<u32>, bool)>,
     /// Fleet mode: the link to etcd.
     fleet: Option<crate::reload::FleetLinkStatus>,
-    xdp: Option<super::xdp::XdpView>,
-    encrypted: Option<super::encrypted::EncryptedView>,
+    xdp: Option<crate::metrics::xdp::XdpView>,
+    encrypted: Option<crate::metrics::encrypted::EncryptedView>,
     /// Endpoint monitors (targets and monitored endpoints).
     health: Option<crate::health::HealthReport>,
 }
@@ -74,8 +77,8 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         feeds: shield.feed.stats(),
         endpoints,
         fleet: reloader.origin().fleet_status(),
-        xdp: super::xdp::view(),
-        encrypted: super::encrypted::view(snapshot.tls.as_deref()),
+        xdp: crate::metrics::xdp::view(),
+        encrypted: crate::metrics::encrypted::view(snapshot.tls.as_deref()),
         health: reloader.health().report(snapshot.policies()),
     }
 }
@@ -311,7 +314,7 @@ impl Scrape {
         let Some(view) = &self.encrypted else {
             return Ok(());
         };
-        let by = |value: fn(&super::encrypted::TransportView) -> u64| {
+        let by = |value: fn(&crate::metrics::encrypted::TransportView) -> u64| {
             view.transports
                 .iter()
                 .map(move |t| (vec![("transport", t.transport.clone())], value(t)))
@@ -613,6 +616,12 @@ impl Scrape {
         )?;
         counter(
             encoder,
+            "steerdns_shield_ticks",
+            "Shield ticks run since the server started (shield.ticks in /v1/status).",
+            sh.ticks,
+        )?;
+        counter(
+            encoder,
             "steerdns_shield_state_repairs",
             "Shield ticks whose state held a non-finite number and was repaired (a bug; see \
              shield.last_state_repair in /v1/status).",
@@ -639,7 +648,7 @@ impl Scrape {
             "1 when the AF_XDP path serves UDP queries; 0 when it could not attach (see /v1/status).",
             bool_value(xdp.attach.is_some()),
         )?;
-        type Field = fn(&super::xdp::QueueView) -> u64;
+        type Field = fn(&crate::metrics::xdp::QueueView) -> u64;
         let families: [(&str, &str, Field); 7] = [
             (
                 "steerdns_xdp_rx_frames",
