@@ -124,6 +124,13 @@ struct SimulateArgs {
     /// `off` runs the baseline: the same scenario with the shield off.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     shield: String,
+    /// Model N nameservers that resolvers spread their queries over: runs the scenario with
+    /// one fleet shield leader deciding for all (the outputs) and with each nameserver
+    /// deciding alone, and reports the client subnets answered differently by different
+    /// nameservers in each case.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    nameservers: u16,
 }
 
 #[derive(Subcommand)]
@@ -551,9 +558,25 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode> {
     })?;
     let (policies, settings) = sim::compile_topology(&config)?;
     let scenario = sim::Scenario::load(&args.scenario)?;
-    let result = sim::run(&scenario, &policies, &settings, args.shield == "on")?;
+    let shield_on = args.shield == "on";
+    let count = usize::from(args.nameservers);
+    let with_leader = sim::Nameservers {
+        count,
+        leader: true,
+    };
+    let (result, consistency) =
+        sim::run_nameservers(&scenario, &policies, &settings, shield_on, with_leader)?;
     sim::write_outputs(&result, &args.out)?;
     print!("{}", sim::summary_text(&result));
+    if count > 1 {
+        let alone = sim::Nameservers {
+            count,
+            leader: false,
+        };
+        let (_, apart) = sim::run_nameservers(&scenario, &policies, &settings, shield_on, alone)?;
+        print!("{}", sim::consistency_text(&consistency));
+        print!("{}", sim::consistency_text(&apart));
+    }
     println!(
         "wrote {} and {}",
         args.out.join("timeline.csv").display(),

@@ -251,3 +251,37 @@ fn outputs_are_written_with_a_labelled_plot() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Three nameservers that resolvers spread their queries over: each deciding alone (on the
+/// answers it gave and its own copy of the feed, received at its own phase) they answer some
+/// eu-west subnets differently while eu-west sheds; serving one leader's decision, never.
+#[test]
+fn nameservers_disagree_alone_and_never_with_the_fleet_leader() {
+    let (policies, settings) = topology();
+    let surge = scenario("surge-eu-west");
+    let run = |leader| {
+        let nameservers = sim::Nameservers { count: 3, leader };
+        sim::run_nameservers(&surge, policies, settings, true, nameservers)
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let (led, with_leader) = run(true);
+    assert_eq!(with_leader.subnets, 8 * 2000);
+    assert_eq!(with_leader.inconsistent_subnets, 0, "{with_leader:?}");
+    assert_eq!(with_leader.inconsistent_subnet_seconds, 0);
+    assert_eq!(with_leader.flips, 0);
+    let eu_west = region(&led, "eu-west");
+    assert!(
+        led.ticks
+            .iter()
+            .any(|t| t.regions[eu_west].shed_fraction > 0.0),
+        "the leader sheds eu-west"
+    );
+    let (_, alone) = run(false);
+    assert!(alone.inconsistent_subnets > 0, "{alone:?}");
+    assert!(alone.inconsistent_subnet_seconds >= alone.inconsistent_subnets as u64);
+    let text = sim::consistency_text(&alone);
+    assert!(
+        text.starts_with("3 nameservers each deciding alone: "),
+        "{text}"
+    );
+}

@@ -10,6 +10,12 @@
 //! can stop, or leave a node out); the answers given, weighted by the asking subnet's demand,
 //! are the step's demand counters. The step's new view applies to answers from the next tick.
 //!
+//! Nameservers. Resolvers spread their queries over a zone's nameservers;
+//! [`run_nameservers`] models N of them, each either deciding alone on the answers it gave and
+//! its own copy of the feed (nameserver i receiving each feed i seconds late), or all serving
+//! one fleet leader's decision made on the fleet-wide demand, and counts the client subnets
+//! that different nameservers would have answered differently.
+//!
 //! Owns the scenario format, the model and its outputs (CSV, SVG plot, summary). Touches no
 //! socket and no clock; reads only the files it is given and writes only into the output
 //! directory.
@@ -20,8 +26,8 @@ mod scenario;
 
 use std::path::PathBuf;
 
-pub use model::run;
-pub use output::{plot_svg, summary_text, timeline_csv, write_outputs};
+pub use model::{run, run_nameservers, Consistency, Nameservers};
+pub use output::{consistency_text, plot_svg, summary_text, timeline_csv, write_outputs};
 pub use scenario::{Event, Scenario, MAX_DURATION_SECS, MAX_SUBNETS};
 
 use super::step::ShieldSettings;

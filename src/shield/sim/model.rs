@@ -24,10 +24,45 @@ struct Subnet {
 }
 
 /// The last load feed received.
+#[derive(Clone)]
 struct Feed {
     at: u64,
     regions: Vec<Option<(f64, f64)>>,
     sites: Vec<Option<(f64, f64)>>,
+}
+
+/// How many nameservers answer and whether one fleet leader decides for all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nameservers {
+    /// Resolvers spread their queries evenly over this many nameservers (at least 1).
+    pub count: usize,
+    /// `true`: one shield state, decided on the fleet-wide demand and served by every
+    /// nameserver (fleet mode's shield leader). `false`: each nameserver decides on its own
+    /// demand counters and its own copy of the load feed.
+    pub leader: bool,
+}
+
+impl Nameservers {
+    pub const ONE: Nameservers = Nameservers {
+        count: 1,
+        leader: true,
+    };
+}
+
+/// How consistently the nameservers answered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Consistency {
+    pub nameservers: usize,
+    pub leader: bool,
+    /// Client subnets that, at some second, got different answers from different nameservers.
+    pub inconsistent_subnets: usize,
+    /// Of all subnets.
+    pub subnets: usize,
+    /// Σ over seconds of the subnets answered inconsistently in that second.
+    pub inconsistent_subnet_seconds: u64,
+    /// Times a subnet's held answer changed destination while its region's decision did not
+    /// call for it: it re-asked and hit a nameserver with a different view.
+    pub flips: u64,
 }
 
 /// Runs `scenario` against the topology in `policies` with the shield in `Auto` mode
@@ -38,6 +73,22 @@ pub fn run(
     settings: &ShieldSettings,
     shield_on: bool,
 ) -> Result<SimResult, SimError> {
+    run_nameservers(scenario, policies, settings, shield_on, Nameservers::ONE).map(|(r, _)| r)
+}
+
+/// [`run`] with resolvers spreading their queries over `nameservers.count` nameservers,
+/// nameserver i receiving each load feed i seconds after nameserver 1 (pushes and polls do not
+/// reach every node at the same moment). Without a leader each runs the step on the answers it gave;
+/// with one, one step runs on the sum of every nameserver's answers and the freshest feed, and
+/// every nameserver serves its result. The series and summary are those of nameserver 1's
+/// decisions; [`Consistency`] says how often the nameservers disagreed.
+pub fn run_nameservers(
+    scenario: &Scenario,
+    policies: &CompiledPolicies,
+    settings: &ShieldSettings,
+    shield_on: bool,
+    nameservers: Nameservers,
+) -> Result<(SimResult, Consistency), SimError> {
     let resolved = Resolved::new(scenario, policies)?;
     let (root, steady_ttl) = anycast_root(policies)?;
     let addresses = answer_addresses(policies);
@@ -51,9 +102,21 @@ pub fn run(
     } else {
         ShieldMode::Off
     };
-    let mut state = ShieldState::default();
-    let mut view = ShedView::default();
-    let mut feed: Option<Feed> = None;
+    let count = nameservers.count.max(1);
+    // One decision-maker with a leader, else one per nameserver.
+    let deciders = if nameservers.leader { 1 } else { count };
+    let mut states = vec![ShieldState::default(); deciders];
+    let mut views = vec![ShedView::default(); deciders];
+    let mut feeds: Vec<Option<Feed>> = (0..count).map(|_| None).collect();
+    // The feeds sent lately, oldest first.
+    let mut sent: std::collections::VecDeque<Feed> = std::collections::VecDeque::new();
+    let mut consistency = Consistency {
+        nameservers: count,
+        leader: nameservers.leader,
+        subnets: subnets.len(),
+        ..Consistency::default()
+    };
+    let mut ever_inconsistent = vec![false; subnets.len()];
     let mut ticks = Vec::with_capacity(scenario.duration_secs as usize);
     let mut unmapped = 0u64;
     for t in 0..scenario.duration_secs {
@@ -68,22 +131,36 @@ pub fn run(
             .map(|s| resolved.site_capacity[s] * resolved.capacity_factor(Node::Site(s), t))
             .collect();
 
-        // Resolvers whose answer expired ask again under the current view.
-        let mut answers = vec![Demand::default(); regions];
-        for subnet in subnets.iter_mut().filter(|s| s.expires_at <= t) {
-            let decision = evaluate(policies, root, &subnet.client, &view);
+        // Resolvers whose answer expired ask again, each of one nameserver, under its view.
+        let mut answers = vec![vec![Demand::default(); regions]; deciders];
+        for (index, subnet) in subnets
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, s)| s.expires_at <= t)
+        {
+            let asked = pick_nameserver(index, t, count);
+            let decider = if nameservers.leader { 0 } else { asked };
+            let decision = evaluate(policies, root, &subnet.client, &views[decider]);
             let answer = addresses.destination(&decision.target).unwrap_or_else(|| {
                 unmapped += 1;
                 Destination::Global
             });
+            if count > 1 && subnet.answer != answer {
+                let others_agree = views
+                    .iter()
+                    .all(|v| other_answer(policies, root, &addresses, subnet, v) == answer);
+                if !others_agree {
+                    consistency.flips += 1;
+                }
+            }
             subnet.answer = answer;
             subnet.expires_at = t + u64::from(decision.ttl.max(1));
             let r = usize::from(subnet.client.region);
             // TTL-weighted, as the server counts: clients holding the answer, not query rate.
             let weight = per_subnet[r] * f64::from(decision.ttl.max(1));
             match answer {
-                Destination::Global => answers[r].kept += weight,
-                to => *answers[r].sent.entry(to).or_insert(0.0) += weight,
+                Destination::Global => answers[decider][r].kept += weight,
+                to => *answers[decider][r].sent.entry(to).or_insert(0.0) += weight,
             }
         }
 
@@ -99,24 +176,67 @@ pub fn run(
         }
 
         if !resolved.feed_stopped(t) && t % scenario.feed_interval_secs == 0 {
-            feed = Some(take_feed(&resolved, &tick, t));
+            sent.push_back(take_feed(&resolved, &tick, t));
+            if sent.len() > count + 1 {
+                sent.pop_front();
+            }
         }
-        let inputs = Inputs {
-            regions: readings(feed.as_ref(), t, true, regions),
-            sites: readings(feed.as_ref(), t, false, sites),
-            demand: answers,
-            mode,
-            operator_held: vec![false; regions],
-        };
-        let (next, changes) = step(&state, &inputs, &rings, settings, t * 1000);
-        state = next;
-        view = shed_view(&state, settings);
+        // Nameserver i receives each feed i seconds after nameserver 1 (pushes and polls do
+        // not reach every node at the same moment).
+        for (i, feed) in feeds.iter_mut().enumerate() {
+            if let Some(arrived) = sent.iter().rev().find(|f| f.at + i as u64 <= t) {
+                if feed.as_ref().is_none_or(|held| held.at < arrived.at) {
+                    *feed = Some(arrived.clone());
+                }
+            }
+        }
+        let mut changed = 0;
+        for d in 0..deciders {
+            let feed = if nameservers.leader {
+                // The leader reads the freshest feed any nameserver received.
+                feeds.iter().flatten().max_by_key(|f| f.at)
+            } else {
+                feeds[d].as_ref()
+            };
+            let inputs = Inputs {
+                regions: readings(feed, t, true, regions),
+                sites: readings(feed, t, false, sites),
+                demand: std::mem::take(&mut answers[d]),
+                mode,
+                operator_held: vec![false; regions],
+            };
+            let (next, changes) = step(&states[d], &inputs, &rings, settings, t * 1000);
+            states[d] = next;
+            views[d] = shed_view(&states[d], settings);
+            changed += changes.len();
+        }
         for (r, sample) in tick.regions.iter_mut().enumerate() {
-            sample.shed_fraction = state.regions.get(r).map_or(0.0, |x| x.fraction);
+            sample.shed_fraction = states[0].regions.get(r).map_or(0.0, |x| x.fraction);
         }
-        tick.changes = changes.len();
+        if views.iter().any(|v| *v != views[0]) {
+            // Only regions whose decisions differ between nameservers can answer differently.
+            let differs: Vec<bool> = (0..regions as u16)
+                .map(|r| views.iter().any(|v| v.region(r) != views[0].region(r)))
+                .collect();
+            for (index, subnet) in subnets
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| differs[usize::from(s.client.region)])
+            {
+                let first = other_answer(policies, root, &addresses, subnet, &views[0]);
+                if views[1..]
+                    .iter()
+                    .any(|v| other_answer(policies, root, &addresses, subnet, v) != first)
+                {
+                    consistency.inconsistent_subnet_seconds += 1;
+                    ever_inconsistent[index] = true;
+                }
+            }
+        }
+        tick.changes = changed;
         ticks.push(tick);
     }
+    consistency.inconsistent_subnets = ever_inconsistent.iter().filter(|x| **x).count();
     let region_names: Vec<String> = rings.regions.iter().map(|n| n.name.clone()).collect();
     let site_names: Vec<String> = rings.sites.iter().map(|n| n.name.clone()).collect();
     let summary = summarise(
@@ -126,7 +246,7 @@ pub fn run(
         scenario.last_event_end(),
         unmapped,
     );
-    Ok(SimResult {
+    let result = SimResult {
         scenario: scenario.name.clone(),
         shield_on,
         region_names,
@@ -135,7 +255,35 @@ pub fn run(
         low_watermark: settings.low_watermark,
         ticks,
         summary,
-    })
+    };
+    Ok((result, consistency))
+}
+
+/// Which nameserver a resolver asks for `subnet` at second `t`: spread evenly and
+/// deterministically (a hash of both), as resolvers rotating over a zone's NS set do.
+fn pick_nameserver(subnet: usize, t: u64, count: usize) -> usize {
+    if count <= 1 {
+        return 0;
+    }
+    let mut x = (subnet as u64) ^ t.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    x ^= x >> 33;
+    (x % count as u64) as usize
+}
+
+/// The destination `view` would answer `subnet`.
+fn other_answer(
+    policies: &CompiledPolicies,
+    root: PolicyRoot,
+    addresses: &AnswerAddresses,
+    subnet: &Subnet,
+    view: &ShedView,
+) -> Destination {
+    let decision = evaluate(policies, root, &subnet.client, view);
+    addresses
+        .destination(&decision.target)
+        .unwrap_or(Destination::Global)
 }
 
 /// The first anycast steered name's root and its (steady) TTL.

@@ -335,3 +335,21 @@ pub fn summary_text(result: &SimResult) -> String {
     }
     out
 }
+
+/// One line on how consistently the nameservers answered (`--nameservers`).
+pub fn consistency_text(c: &super::Consistency) -> String {
+    format!(
+        "{} nameservers {}: {} of {} client subnets got different answers from different \
+         nameservers ({} subnet-seconds; {} answer flips from asking another nameserver)\n",
+        c.nameservers,
+        if c.leader {
+            "with the fleet shield leader"
+        } else {
+            "each deciding alone"
+        },
+        c.inconsistent_subnets,
+        c.subnets,
+        c.inconsistent_subnet_seconds,
+        c.flips
+    )
+}
