@@ -239,20 +239,7 @@ fn counter(status: &Value, name: &str) -> u64 {
 
 /// Polls the status until `ready` holds (at most [`WAIT`]); returns that status.
 fn wait_for(daemon: &Daemon, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let status = daemon.status();
-        if ready(&status) {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {WAIT:?}; shield status: {:#}\nserver log:\n{}",
-            status["shield"],
-            daemon.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    daemon.wait_for_status(what, WAIT, ready)
 }
 
 fn wait_shedding(daemon: &Daemon) -> Decision {

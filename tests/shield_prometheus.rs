@@ -7,7 +7,7 @@
 
 mod control_common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hickory_proto::rr::RecordType;
 use serde_json::Value;
@@ -45,20 +45,7 @@ fn region<'a>(status: &'a Value, name: &str) -> &'a Value {
 }
 
 fn wait_for(daemon: &Daemon, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let status = daemon.status();
-        if ready(&status) {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {WAIT:?}; shield status: {:#}\nserver log:\n{}",
-            status["shield"],
-            daemon.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    daemon.wait_for_status(what, WAIT, ready)
 }
 
 fn eu_west_load(status: &Value) -> Option<f64> {

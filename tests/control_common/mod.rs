@@ -332,6 +332,30 @@ impl Daemon {
     }
 
     /// `GET /v1/status`, parsed.
+    /// Polls the status until `ready` holds (at most `limit`); returns that status. A timeout
+    /// fails with the shield's status and the server's log.
+    pub fn wait_for_status(
+        &self,
+        what: &str,
+        limit: Duration,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let status = self.status();
+            if ready(&status) {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {limit:?}; shield status: {:#}\nserver log:\n{}",
+                status["shield"],
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn status(&self) -> serde_json::Value {
         let (code, body) = http(self.admin, "GET", "/v1/status", None);
         assert_eq!(code, 200, "GET /v1/status: {body}");
