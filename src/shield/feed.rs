@@ -164,16 +164,7 @@ pub fn check_entries(
     sites: &[&str],
     now: SystemTime,
 ) -> Result<LoadFeed, FeedError> {
-    let count = entries.regions.len() + entries.fallback.len();
-    if count > MAX_FEED_ENTRIES {
-        return Err(FeedError::TooManyEntries {
-            count,
-            limit: MAX_FEED_ENTRIES,
-        });
-    }
-    if count == 0 {
-        return Err(FeedError::Empty);
-    }
+    check_count(entries.regions.len() + entries.fallback.len())?;
     check_skew(
         entries.time,
         || crate::rfc3339::format_utc(entries.time),
@@ -265,8 +256,8 @@ fn unique_names<'de, D: Deserializer<'de>>(
     deserializer.deserialize_map(UniqueNames)
 }
 
-fn check_shape(raw: &RawFeed) -> Result<(), FeedError> {
-    let count = raw.regions.len() + raw.fallback.len();
+/// The one rule on how many entries a feed may have, parsed or assembled.
+fn check_count(count: usize) -> Result<(), FeedError> {
     if count > MAX_FEED_ENTRIES {
         return Err(FeedError::TooManyEntries {
             count,
@@ -276,6 +267,11 @@ fn check_shape(raw: &RawFeed) -> Result<(), FeedError> {
     if count == 0 {
         return Err(FeedError::Empty);
     }
+    Ok(())
+}
+
+fn check_shape(raw: &RawFeed) -> Result<(), FeedError> {
+    check_count(raw.regions.len() + raw.fallback.len())?;
     if let Some(source) = &raw.source {
         if source.chars().count() > MAX_SOURCE_LABEL {
             return Err(FeedError::BadSource(format!(
