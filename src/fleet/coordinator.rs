@@ -20,7 +20,7 @@ use super::client::connect;
 use super::origin::FleetOrigin;
 use super::rollout::{self as staged, RolloutRecord};
 use super::store::{self, Control};
-use super::{request_timeout, FleetError, Keys};
+use super::{FleetError, Keys};
 use crate::config::fleet::FleetConfig;
 use crate::rollout::Plan;
 
@@ -68,19 +68,13 @@ async fn run(ctx: Ctx) {
     }
 }
 
-/// Bounds a request: a partitioned etcd must not hang the coordinator.
+/// One etcd request, bounded by the `[fleet]` timeout.
 async fn timed<T, E: Into<FleetError>>(
     ctx: &Ctx,
     what: &str,
     future: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, FleetError> {
-    let limit = request_timeout(&ctx.config);
-    match tokio::time::timeout(limit, future).await {
-        Ok(result) => result.map_err(Into::into),
-        Err(_) => Err(FleetError::Other(format!(
-            "{what}: no answer from etcd within {limit:?}"
-        ))),
-    }
+    super::within(&ctx.config, what, future).await
 }
 
 async fn session(ctx: &Ctx) -> FleetError {

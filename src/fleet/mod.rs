@@ -124,6 +124,21 @@ pub fn request_timeout(config: &FleetConfig) -> Duration {
     Duration::from_millis(config.timeout_ms.max(1))
 }
 
+/// Bounds one etcd request by the `[fleet]` timeout: a partitioned etcd must not hang a task.
+pub async fn within<T, E: Into<FleetError>>(
+    config: &FleetConfig,
+    what: &str,
+    future: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, FleetError> {
+    let limit = request_timeout(config);
+    match tokio::time::timeout(limit, future).await {
+        Ok(result) => result.map_err(Into::into),
+        Err(_) => Err(FleetError::Other(format!(
+            "{what}: no answer from etcd within {limit:?}"
+        ))),
+    }
+}
+
 /// This node's name: `[fleet] node` (or `--node`), else the NSID, else the host name.
 pub fn node_name(config: &crate::config::Config) -> String {
     if let Some(name) = config.fleet.as_ref().and_then(|f| f.node.clone()) {

@@ -18,7 +18,7 @@ use super::client::connect;
 use super::origin::{FleetOrigin, Remote};
 use super::rollout::{self as staged, RolloutRecord, Target};
 use super::store::{self, Member, NodeRecord, NodeRefusal};
-use super::{request_timeout, FleetError, Keys};
+use super::{FleetError, Keys};
 use crate::config::fleet::FleetConfig;
 use crate::reload::{Reloader, RolloutView, Trigger};
 use crate::rfc3339;
@@ -88,19 +88,13 @@ async fn run(ctx: Ctx) {
     }
 }
 
-/// Bounds a request: a partitioned etcd must not hang the task.
-async fn timed<T>(
+/// One etcd request, bounded by the `[fleet]` timeout.
+async fn timed<T, E: Into<FleetError>>(
     ctx: &Ctx,
     what: &str,
-    future: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    future: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, FleetError> {
-    let limit = request_timeout(&ctx.config);
-    match tokio::time::timeout(limit, future).await {
-        Ok(result) => result.map_err(FleetError::from),
-        Err(_) => Err(FleetError::Other(format!(
-            "{what}: no answer from etcd within {limit:?}"
-        ))),
-    }
+    super::within(&ctx.config, what, future).await
 }
 
 /// One connection's life; returns why it ended.
