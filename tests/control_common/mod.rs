@@ -356,6 +356,23 @@ impl Daemon {
         }
     }
 
+    /// The shield ticks run so far (`shield.ticks` in the status).
+    pub fn shield_ticks(&self) -> u64 {
+        let status = self.status();
+        status["shield"]["ticks"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no shield.ticks in the status: {status:#}"))
+    }
+
+    /// Waits until the shield has run `more` ticks after this call (at most `limit`);
+    /// returns the status then. What "N ticks later" means, without guessing at a sleep.
+    pub fn wait_for_shield_ticks(&self, more: u64, limit: Duration) -> serde_json::Value {
+        let target = self.shield_ticks() + more;
+        self.wait_for_status(&format!("{more} more shield ticks"), limit, |s| {
+            s["shield"]["ticks"].as_u64() >= Some(target)
+        })
+    }
+
     pub fn status(&self) -> serde_json::Value {
         let (code, body) = http(self.admin, "GET", "/v1/status", None);
         assert_eq!(code, 200, "GET /v1/status: {body}");
