@@ -25,7 +25,8 @@ import re, sys
 for line in sys.stdin:
     m = re.match(r"\s*([\d,]+)\s.*answer_path::repeat_case \[", line)
     if m:
-        print(f"{sys.argv[2]:32} {int(m.group(1).replace(",", "")) / int(sys.argv[1]):9.0f} Ir/answer")
+        ir = int(m.group(1).replace(",", "")) / int(sys.argv[1])
+        print(f"{sys.argv[2]:32} {ir:9.0f} Ir/answer")
         break
 ' "$n" "$case"
 done <"$out/cases"
