@@ -247,11 +247,6 @@ fn without_dac_override() -> &'static [&'static str] {
     }
 }
 
-/// The answer for gw.example.com (geo profile appgw) to an eu-west client.
-fn eu_gateway(resolver: &mut Resolver) -> Vec<std::net::Ipv4Addr> {
-    a_records(&resolver.ask(&ecs_query("gw.example.com.", RecordType::A, EU_WEST_SUBNET)))
-}
-
 #[test]
 fn a_garbage_geo_database_on_sighup_is_refused_and_the_database_in_service_is_kept() {
     // A geo database that cannot be read degrades only a first start (serve with the default

@@ -14,13 +14,13 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{repo_path, Server};
+use common::{free_port, repo_path, Server};
 use yaml_rust2::{Yaml, YamlLoader};
 
 // ---------------------------------------------------------------------------------------------
@@ -85,19 +85,6 @@ fn steerdns_check(config: &Path) {
         config.display(),
         text(&output)
     );
-}
-
-/// A port free for UDP and TCP on 127.0.0.1 right now (an explicit port, so that a second
-/// server can later bind the same one).
-fn free_port() -> u16 {
-    for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-        let port = udp.local_addr().expect("addr").port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no port free for both UDP and TCP");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,15 +11,14 @@ pub mod load;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Edns, Message, Query};
-use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
+use hickory_proto::op::{Message, Query};
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_steerdns");
@@ -48,7 +47,7 @@ pub use common::etcd::Etcd;
 pub use common::prometheus::{Exporter, Prometheus};
 pub use common::TempDir;
 #[allow(unused_imports)]
-pub use common::{kdig, self_signed_cert, spki_pin};
+pub use common::{ecs_query, free_port, kdig, mkfifo, self_signed_cert, spki_pin};
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
 /// token file), `zones/`, `geoip/example.mmdb`, `control.toml`. The repo's own files are never
@@ -619,18 +618,10 @@ pub fn plain_query(name: &str, rtype: RecordType) -> Message {
     message
 }
 
-/// A query with EDNS(0) and an ECS option for "a.b.c.d/len".
-pub fn ecs_query(name: &str, rtype: RecordType, subnet: &str) -> Message {
-    let (addr, prefix) = subnet.split_once('/').expect("address/prefix");
-    let addr: IpAddr = addr.parse().expect("subnet address");
-    let prefix: u8 = prefix.parse().expect("subnet prefix");
-    let mut message = plain_query(name, rtype);
-    let mut edns = Edns::new();
-    edns.set_max_payload(1232);
-    edns.options_mut()
-        .insert(EdnsOption::Subnet(ClientSubnet::new(addr, prefix, 0)));
-    message.set_edns(edns);
-    message
+/// The addresses gw.example.com (geo profile appgw) gives an eu-west client: the EU gateway
+/// with a working geo database, the NA one (default region na-east) without.
+pub fn eu_gateway(resolver: &mut Resolver) -> Vec<Ipv4Addr> {
+    a_records(&resolver.ask(&ecs_query("gw.example.com.", RecordType::A, EU_WEST_SUBNET)))
 }
 
 /// `n` distinct /24 client subnets spread over the IPv4 space (none in 127/8 or 0/8).
