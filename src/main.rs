@@ -787,6 +787,11 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         runtime.spawn(steerdns::admin::serve(admin, admin_state));
     }
     reloader.health().start(runtime.handle());
+    if let Some((_, name, _)) = &fleet {
+        // Before the shield's first tick: in fleet mode it serves only what the leader
+        // publishes through etcd.
+        reloader.shield().fleet.enable(name);
+    }
     steerdns::reload::shield::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
     steerdns::reload::resign::spawn(reloader.clone()).context("starting DNSSEC re-signing")?;
@@ -818,6 +823,12 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
                 origin.clone(),
             );
         }
+        steerdns::fleet::shield::spawn(
+            runtime.handle(),
+            fleet.clone(),
+            info.name.clone(),
+            reloader.shield().clone(),
+        );
         steerdns::fleet::node::spawn(runtime.handle(), fleet, reloader.clone(), origin, info);
     } else if let Some(control) = &config.control.file {
         watch::spawn(reloader.clone(), control.clone())

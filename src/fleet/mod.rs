@@ -32,6 +32,7 @@ pub mod coordinator;
 pub mod node;
 pub mod origin;
 pub mod rollout;
+pub mod shield;
 pub mod store;
 
 use std::time::Duration;
@@ -94,6 +95,30 @@ impl Keys {
         format!("{}/rollout/coordinator", self.prefix)
     }
 
+    /// The shield leader's name (on its lease).
+    pub fn shield_leader(&self) -> String {
+        format!("{}/shield/leader", self.prefix)
+    }
+
+    /// The shield state the leader published (its `mod_revision` is the state revision).
+    pub fn shield_state(&self) -> String {
+        format!("{}/shield/state", self.prefix)
+    }
+
+    /// The fleet's freshest load feed.
+    pub fn shield_load(&self) -> String {
+        format!("{}/shield/load", self.prefix)
+    }
+
+    pub fn shield_nodes_dir(&self) -> String {
+        format!("{}/shield/nodes/", self.prefix)
+    }
+
+    /// One node's shield report (demand, revision served; on its lease).
+    pub fn shield_node(&self, name: &str) -> String {
+        format!("{}/shield/nodes/{name}", self.prefix)
+    }
+
     pub fn history_dir(&self) -> String {
         format!("{}/history/", self.prefix)
     }
@@ -137,6 +162,32 @@ pub async fn within<T, E: Into<FleetError>>(
             "{what}: no answer from etcd within {limit:?}"
         ))),
     }
+}
+
+/// Takes the leased key `key` for node `name` if nobody holds it, or if `name` holds it on the
+/// lease of an earlier connection (then it moves to `lease`). Whoever holds such a key leads
+/// until its lease expires (`lease_ttl_secs` after it stops keeping it).
+pub async fn claim(
+    config: &FleetConfig,
+    client: &mut etcd_client::Client,
+    key: &str,
+    name: &str,
+    lease: i64,
+) -> Result<bool, FleetError> {
+    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+    let put = || TxnOp::put(key, name, Some(PutOptions::new().with_lease(lease)));
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([put()]);
+    if within(config, "campaigning", client.txn(txn)).await?.succeeded() {
+        return Ok(true);
+    }
+    let txn = Txn::new()
+        .when([Compare::value(key, CompareOp::Equal, name)])
+        .and_then([put()]);
+    Ok(within(config, "campaigning", client.txn(txn))
+        .await?
+        .succeeded())
 }
 
 /// This node's name: `[fleet] node` (or `--node`), else the NSID, else the host name.
