@@ -243,6 +243,16 @@ fn bounded(value: f64, path: &str, low: f64, high: f64) -> Result<f64, WireError
     }
 }
 
+/// A finite number within ±[`MAX_MAGNITUDE`].
+fn magnitude(value: f64, path: &str) -> Result<f64, WireError> {
+    bounded(value, path, -MAX_MAGNITUDE, MAX_MAGNITUDE)
+}
+
+/// A proportion, 0..=1; float sums a hair beyond 1 (shares renormalised by the step) are 1.
+fn share_of(value: f64, path: &str) -> Result<f64, WireError> {
+    bounded(value, path, 0.0, 1.0 + 1e-9).map(|v| v.min(1.0))
+}
+
 /// A timer (ms since the epoch) that must not be far ahead of `now_ms`.
 fn timer(value: u64, path: &str, now_ms: u64) -> Result<u64, WireError> {
     if value > now_ms.saturating_add(MAX_FUTURE_MS) {
@@ -385,7 +395,8 @@ pub fn decode_state(
         state.moves.push(Move {
             from: region_index(&m.from, rings, &format!("{path}.from"))?,
             to,
-            amount: bounded(m.amount, &format!("{path}.amount"), 0.0, MAX_MAGNITUDE)?,
+            // Negative: shedding less moves clients back.
+            amount: magnitude(m.amount, &format!("{path}.amount"))?,
             at: timer(m.at, &format!("{path}.at"), now_ms)?,
             fast_share: bounded(m.fast_share, &format!("{path}.fast_share"), 0.0, 1.0)?,
             slow_until: timer(m.slow_until, &format!("{path}.slow_until"), now_ms)?,
@@ -398,7 +409,7 @@ pub fn decode_state(
             .iter()
             .position(|n| &n.name == name)
             .ok_or_else(|| unknown(&path, "fallback site", name))?;
-        state.site_utilisation[i] = bounded(*u, &path, 0.0, MAX_MAGNITUDE)?;
+        state.site_utilisation[i] = magnitude(*u, &path)?;
     }
     state.last_tick_ms = match wire.last_tick_ms {
         Some(t) => Some(timer(t, "state.last_tick_ms", now_ms)?),
@@ -419,7 +430,7 @@ fn decode_region(
     for (to, share) in &wire.shares {
         let at = format!("{path}.shares.{to}");
         let destination = parse_destination(to, rings, &at)?;
-        shares.insert(destination, bounded(*share, &at, 0.0, 1.0)?);
+        shares.insert(destination, share_of(*share, &at)?);
     }
     if !(-1..=1).contains(&wire.last_direction) {
         return Err(WireError::BadValue {
@@ -428,22 +439,16 @@ fn decode_region(
         });
     }
     Ok(RegionState {
-        fraction: bounded(wire.fraction, &format!("{path}.fraction"), 0.0, 1.0)?,
+        fraction: share_of(wire.fraction, &format!("{path}.fraction"))?,
         shares,
         last_direction: wire.last_direction,
         last_move_at: timer(wire.last_move_at, &format!("{path}.last_move_at"), now_ms)?,
-        natural: bounded(wire.natural, &format!("{path}.natural"), 0.0, MAX_MAGNITUDE)?,
-        trend: bounded(
-            wire.trend,
-            &format!("{path}.trend"),
-            -MAX_MAGNITUDE,
-            MAX_MAGNITUDE,
-        )?,
-        predicted_utilisation: bounded(
+        // Estimates: finite and of a believable size (the step may dip them below zero).
+        natural: magnitude(wire.natural, &format!("{path}.natural"))?,
+        trend: magnitude(wire.trend, &format!("{path}.trend"))?,
+        predicted_utilisation: magnitude(
             wire.predicted_utilisation,
             &format!("{path}.predicted_utilisation"),
-            0.0,
-            MAX_MAGNITUDE,
         )?,
         hot: wire.hot,
         hot_since: match wire.hot_since {
