@@ -92,9 +92,11 @@ impl Drop for Feeder {
 
 /// The leader key's value, if any (etcdctl).
 fn leader_key(fleet: &Fleet) -> Option<String> {
-    let out = fleet
-        .etcd
-        .etcdctl(&["get", &format!("{}/shield/leader", fleet.prefix), "--print-value-only"]);
+    let out = fleet.etcd.etcdctl(&[
+        "get",
+        &format!("{}/shield/leader", fleet.prefix),
+        "--print-value-only",
+    ]);
     let name = out.trim();
     (!name.is_empty()).then(|| name.to_string())
 }
@@ -200,7 +202,10 @@ fn assert_all_agree(fleet: &Fleet, subnets: &[String]) -> usize {
         .filter(|a| a.as_slice() != [GLOBAL_V4])
         .count();
     assert!(shed > 0, "no subnet shed at revision {revision}");
-    assert!(shed < subnets.len(), "every subnet shed at revision {revision}");
+    assert!(
+        shed < subnets.len(),
+        "every subnet shed at revision {revision}"
+    );
     // The decision trace names the revision that decided it.
     let mut resolver = Resolver::new(running(fleet)[0].daemon().dns);
     let trace = trace_text(&resolver.ask(&trace_query(EDGE, &subnets[0])));
@@ -306,12 +311,22 @@ fn one_leader_decides_for_the_fleet_survives_its_death_and_etcd_loss() {
     for (i, (status, revision)) in statuses.iter().zip(&held).enumerate() {
         // (A node that has meanwhile reached revert_after_secs decays: checked below.)
         if shield_fleet(status)["role"] == "fail-static" {
-            assert_eq!(shield_fleet(status)["revision"].as_i64(), *revision, "{status:#}");
-            assert_eq!(later[i], frozen[i], "a fail-static node changed its answers");
+            assert_eq!(
+                shield_fleet(status)["revision"].as_i64(),
+                *revision,
+                "{status:#}"
+            );
+            assert_eq!(
+                later[i], frozen[i],
+                "a fail-static node changed its answers"
+            );
             checked += 1;
         }
     }
-    assert!(checked > 0, "no node stayed fail-static for two batches of queries");
+    assert!(
+        checked > 0,
+        "no node stayed fail-static for two batches of queries"
+    );
     let statuses = wait_all(&fleet, "reverting", |s| {
         shield_fleet(s)["role"] == "reverting"
     });
@@ -324,7 +339,9 @@ fn one_leader_decides_for_the_fleet_survives_its_death_and_etcd_loss() {
             "decaying after {contact} s without etcd (revert_after_secs = {REVERT_SECS})"
         );
     }
-    wait_all(&fleet, "back to normal answers", |s| eu_west_fraction(s) == 0.0);
+    wait_all(&fleet, "back to normal answers", |s| {
+        eu_west_fraction(s) == 0.0
+    });
     for node in running(&fleet) {
         let mut resolver = Resolver::new(node.daemon().dns);
         wait_all_target_a(&mut resolver, &subnets);
@@ -341,7 +358,8 @@ fn wait_all_target_a(resolver: &mut Resolver, subnets: &[String]) {
         .collect();
     let deadline = Instant::now() + WAIT;
     loop {
-        let answers: Vec<Vec<Ipv4Addr>> = resolver.ask_all(&queries).iter().map(a_records).collect();
+        let answers: Vec<Vec<Ipv4Addr>> =
+            resolver.ask_all(&queries).iter().map(a_records).collect();
         if answers.iter().all(|a| a.as_slice() == [GLOBAL_V4]) {
             return;
         }
@@ -373,17 +391,21 @@ fn bad_contents_in_etcd_are_refused_and_never_served() {
         &format!("{prefix}/shield/nodes/ns9"),
         "{\"node\": \"ns9\", \"demand\": {\"mars-1\": {\"kept\": 1e300}}}",
     ]);
-    leader_node.daemon().wait_for_status("the bogus report refused", WAIT, |s| {
-        shield_fleet(s)["last_refusal"]
-            .as_str()
-            .is_some_and(|r| r.contains("report of node ns9"))
-    });
+    leader_node
+        .daemon()
+        .wait_for_status("the bogus report refused", WAIT, |s| {
+            shield_fleet(s)["last_refusal"]
+                .as_str()
+                .is_some_and(|r| r.contains("report of node ns9"))
+        });
 
     // A hijacked leader key (no lease) and a published state naming an unknown region: the
     // leader stops publishing, every node refuses the state and keeps serving the last good
     // one.
     let served = revisions(&fleet);
-    fleet.etcd.etcdctl(&["put", &format!("{prefix}/shield/leader"), "intruder"]);
+    fleet
+        .etcd
+        .etcdctl(&["put", &format!("{prefix}/shield/leader"), "intruder"]);
     let bogus = r#"{"leader":"intruder","at_ms":0,"feed":null,"demand_from":[],"state":{"regions":{"mars-1":{"fraction":1.0,"shares":{},"last_direction":0,"last_move_at":0,"natural":0,"trend":0,"predicted_utilisation":0,"hot":false,"hot_since":null,"note":"normal"}},"moves":[],"sites":{},"last_tick_ms":null,"demand":{},"demand_age_ms":0}}"#;
     fleet
         .etcd
@@ -417,7 +439,9 @@ fn bad_contents_in_etcd_are_refused_and_never_served() {
         .etcdctl(&["del", &format!("{prefix}/shield/leader")]);
     let newest = served.into_iter().flatten().max().unwrap_or(0);
     wait_all(&fleet, "serving a new published state", |s| {
-        shield_fleet(s)["leader"].as_str().is_some_and(|l| l != "intruder")
+        shield_fleet(s)["leader"]
+            .as_str()
+            .is_some_and(|l| l != "intruder")
             && shield_fleet(s)["revision"].as_i64() > Some(newest)
     });
 }

@@ -507,9 +507,7 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             println!(
                 "    shield: {} revision {} feed age {} (report {:.1}s old)",
                 shield.role,
-                shield
-                    .revision
-                    .map_or("-".to_string(), |r| r.to_string()),
+                shield.revision.map_or("-".to_string(), |r| r.to_string()),
                 shield
                     .feed_age_secs
                     .map_or("-".to_string(), |a| format!("{a:.1}s")),

@@ -742,7 +742,10 @@ fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {
             println!("  fleet demand from: {}", fleet.demand_from.join(", "));
         }
         if let Some(refusal) = &fleet.last_refusal {
-            println!("  fleet records refused: {} (last: {refusal})", fleet.refused);
+            println!(
+                "  fleet records refused: {} (last: {refusal})",
+                fleet.refused
+            );
         }
     }
     if let Some(refusal) = &shield.last_feed_refusal {

@@ -128,7 +128,14 @@ async fn session_inner(ctx: &Ctx) -> Result<Never, FleetError> {
 
 /// Takes the coordinator key if nobody holds it (or this node held it before a reconnect).
 async fn campaign(ctx: &Ctx, client: &mut Client, lease: i64) -> Result<bool, FleetError> {
-    super::claim(&ctx.config, client, &ctx.keys.coordinator(), &ctx.name, lease).await
+    super::claim(
+        &ctx.config,
+        client,
+        &ctx.keys.coordinator(),
+        &ctx.name,
+        lease,
+    )
+    .await
 }
 
 /// One decision: begin, settle or step the rollout, and write it back if anything changed.

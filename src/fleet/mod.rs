@@ -179,7 +179,10 @@ pub async fn claim(
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([put()]);
-    if within(config, "campaigning", client.txn(txn)).await?.succeeded() {
+    if within(config, "campaigning", client.txn(txn))
+        .await?
+        .succeeded()
+    {
         return Ok(true);
     }
     let txn = Txn::new()

@@ -14,9 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
-};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 
 use super::client::connect;
 use super::{FleetError, Keys};
@@ -138,7 +136,11 @@ async fn exchange(
     if let (Some(state), true) = (&outbox.state, *leading) {
         // Only while the leader key is still on this session's lease.
         let txn = Txn::new()
-            .when([Compare::lease(keys.shield_leader(), CompareOp::Equal, lease)])
+            .when([Compare::lease(
+                keys.shield_leader(),
+                CompareOp::Equal,
+                lease,
+            )])
             .and_then([TxnOp::put(keys.shield_state(), state.clone(), None)]);
         if !timed(ctx, "publishing the shield state", client.txn(txn))
             .await?
@@ -152,7 +154,8 @@ async fn exchange(
     let held_here = found.leader.as_deref() == Some(ctx.name.as_str());
     *leading = *leading && held_here;
     if found.leader.is_none() || (held_here && !*leading) {
-        *leading = super::claim(&ctx.config, client, &keys.shield_leader(), &ctx.name, lease).await?;
+        *leading =
+            super::claim(&ctx.config, client, &keys.shield_leader(), &ctx.name, lease).await?;
         if *leading {
             tracing::info!("fleet shield: {} leads", ctx.name);
             found.leader = Some(ctx.name.clone());
@@ -204,8 +207,12 @@ async fn read(
             Some(GetOptions::new().with_prefix()),
         ));
     }
-    let response = timed(ctx, "exchanging shield state", client.txn(Txn::new().and_then(ops)))
-        .await?;
+    let response = timed(
+        ctx,
+        "exchanging shield state",
+        client.txn(Txn::new().and_then(ops)),
+    )
+    .await?;
     let mut gets = response
         .op_responses()
         .into_iter()

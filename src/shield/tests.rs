@@ -755,7 +755,12 @@ fn every_state_of_a_surge_and_its_relief_survives_the_fleet_wire() {
     for t in 0..240 {
         let eu_west = if t < 120 { 990.0 } else { 300.0 };
         let mut inputs = inputs(
-            &[(eu_west, 1000.0), (200.0, 600.0), (400.0, 1000.0), (300.0, 800.0)],
+            &[
+                (eu_west, 1000.0),
+                (200.0, 600.0),
+                (400.0, 1000.0),
+                (300.0, 800.0),
+            ],
             &[(100.0, 2000.0), (500.0, 2000.0)],
         );
         inputs.demand = vec![
@@ -778,5 +783,9 @@ fn every_state_of_a_surge_and_its_relief_survives_the_fleet_wire() {
         shed_then_relieved.0 |= state.regions[EU_WEST].fraction > 0.0;
         shed_then_relieved.1 |= shed_then_relieved.0 && state.moves.iter().any(|m| m.amount < 0.0);
     }
-    assert_eq!(shed_then_relieved, (true, true), "the run sheds and moves back");
+    assert_eq!(
+        shed_then_relieved,
+        (true, true),
+        "the run sheds and moves back"
+    );
 }

@@ -167,7 +167,10 @@ fn destination_name(d: Destination, rings: &Rings) -> String {
         Destination::Global => "global".to_string(),
         Destination::Region(r) => format!(
             "region:{}",
-            rings.regions.get(r as usize).map_or("?", |n| n.name.as_str())
+            rings
+                .regions
+                .get(r as usize)
+                .map_or("?", |n| n.name.as_str())
         ),
         Destination::Fallback(s) => format!(
             "site:{}",
@@ -205,7 +208,11 @@ fn parse_destination(name: &str, rings: &Rings, path: &str) -> Result<Destinatio
             .map(|i| Destination::Fallback(i as u16))
             .ok_or_else(|| unknown(path, "fallback site", site));
     }
-    Err(unknown(path, "destination (region:NAME or site:NAME)", name))
+    Err(unknown(
+        path,
+        "destination (region:NAME or site:NAME)",
+        name,
+    ))
 }
 
 fn note_name(note: Note) -> &'static str {
@@ -276,13 +283,7 @@ pub fn encode_demand(demand: &[Demand], rings: &Rings) -> BTreeMap<String, WireD
                 .iter()
                 .map(|(to, v)| (destination_name(*to, rings), *v))
                 .collect();
-            Some((
-                name,
-                WireDemand {
-                    kept: d.kept,
-                    sent,
-                },
-            ))
+            Some((name, WireDemand { kept: d.kept, sent }))
         })
         .collect()
 }
@@ -465,7 +466,10 @@ pub fn check_published(published: &PublishedState, now_ms: u64) -> Result<(), Wi
     if published.demand_from.len() > MAX_NODES {
         return Err(WireError::BadValue {
             path: "demand_from".into(),
-            problem: format!("{} nodes; the limit is {MAX_NODES}", published.demand_from.len()),
+            problem: format!(
+                "{} nodes; the limit is {MAX_NODES}",
+                published.demand_from.len()
+            ),
         });
     }
     timer(published.at_ms, "at_ms", now_ms)?;

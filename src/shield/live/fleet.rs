@@ -18,8 +18,8 @@ use crate::policy::{CompiledPolicies, ShedView, ShieldMode};
 use crate::shield::feed::{parse_feed, FeedError};
 use crate::shield::link::{Inbox, Outbox};
 use crate::shield::source::FeedOrigin;
-use crate::shield::step::{checked_step, shed_view, Demand, Inputs, Rings, ShieldSettings};
 use crate::shield::step::ShieldState;
+use crate::shield::step::{checked_step, shed_view, Demand, Inputs, Rings, ShieldSettings};
 use crate::shield::wire::{self, FeedInfo, LoadRecord, NodeReport, PublishedState};
 
 /// A leader republishes an unchanged view this often, so that a successor starts from a state
@@ -122,7 +122,12 @@ fn epoch_ms(time: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn role_of(inbox: &Inbox, contact_ms: Option<u64>, settings: &ShieldSettings, served: bool) -> Role {
+fn role_of(
+    inbox: &Inbox,
+    contact_ms: Option<u64>,
+    settings: &ShieldSettings,
+    served: bool,
+) -> Role {
     match contact_ms {
         None => Role::Waiting,
         Some(age) if age >= settings.revert_after_ms => Role::Reverting,
@@ -141,7 +146,12 @@ fn role_of(inbox: &Inbox, contact_ms: Option<u64>, settings: &ShieldSettings, se
 
 /// Makes every reading at least `age_ms` old (what a node cut off from etcd knows of them).
 fn age_readings(inputs: &mut Inputs, age_ms: u64) {
-    for reading in inputs.regions.iter_mut().chain(inputs.sites.iter_mut()).flatten() {
+    for reading in inputs
+        .regions
+        .iter_mut()
+        .chain(inputs.sites.iter_mut())
+        .flatten()
+    {
         reading.age_ms = reading.age_ms.max(age_ms);
     }
 }
@@ -195,8 +205,7 @@ impl Shield {
                     let previous = lock(&self.state);
                     checked_step(&previous, &inputs, tick.rings, tick.settings, now_ms)
                 };
-                self.view
-                    .store(Arc::new(shed_view(&next, tick.settings)));
+                self.view.store(Arc::new(shed_view(&next, tick.settings)));
                 side.served = Some(Served {
                     revision: None,
                     leader: tick.node.to_string(),
@@ -365,7 +374,9 @@ impl Shield {
             let (report, demand) = match wire::read_report(bytes, tick.rings, now_ms) {
                 Ok(read) => read,
                 Err(e) => {
-                    side.refuse(format!("report of node {name}: {e}; its demand is left out"));
+                    side.refuse(format!(
+                        "report of node {name}: {e}; its demand is left out"
+                    ));
                     continue;
                 }
             };
@@ -445,13 +456,16 @@ impl Shield {
             .into_iter()
             .map(|d| Demand {
                 kept: d.kept / elapsed,
-                sent: d.sent.into_iter().map(|(to, v)| (to, v / elapsed)).collect(),
+                sent: d
+                    .sent
+                    .into_iter()
+                    .map(|(to, v)| (to, v / elapsed))
+                    .collect(),
             })
             .collect();
-        let feed_age_ms = self
-            .feed
-            .latest()
-            .map(|(feed, received, _)| super::feed_age(feed.time, received, tick.now).as_millis() as u64);
+        let feed_age_ms = self.feed.latest().map(|(feed, received, _)| {
+            super::feed_age(feed.time, received, tick.now).as_millis() as u64
+        });
         let report = NodeReport {
             node: tick.node.to_string(),
             at_ms: now_ms,
