@@ -256,6 +256,17 @@ fn one_leader_decides_for_the_fleet_survives_its_death_and_etcd_loss() {
         assert!(node["shield"]["revision"].is_i64(), "{node:#}");
         assert!(node["shield"]["feed_age_secs"].is_f64(), "{node:#}");
     }
+    let (code, metrics) = http(
+        fleet.nodes[leader_index].daemon().admin,
+        "GET",
+        "/metrics",
+        Some(TOKEN),
+    );
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("\nsteerdns_shield_fleet_leader 1.0\n"),
+        "the leader's /metrics says it leads:\n{metrics}"
+    );
 
     // The leader dies: another node takes the key once its lease expires, and carries on from
     // the published state (eu-west never stops shedding on the survivors).
