@@ -92,20 +92,21 @@ impl Unbound {
 
     /// Like [`Unbound::start`]; ready once `example.com SOA` gets `status`.
     fn start_expecting(dir: &Path, auth: SocketAddr, anchors: &str, status: &str) -> Unbound {
-        Unbound::start_full(dir, auth, anchors, status, "")
+        Unbound::start_full(dir, &example_stubs(auth), anchors, status, "")
     }
 
     /// Like [`Unbound::start`], with no tolerance for signature times: unbound normally
     /// accepts a signature up to an hour (at least) after it expired; this one does not.
     fn start_strict(dir: &Path, auth: SocketAddr, anchors: &str) -> Unbound {
         let strict = "    val-sig-skew-min: 0\n    val-sig-skew-max: 0\n";
-        Unbound::start_full(dir, auth, anchors, "NOERROR", strict)
+        Unbound::start_full(dir, &example_stubs(auth), anchors, "NOERROR", strict)
     }
 
-    /// Starts unbound with `extra` lines in its `server:` section.
+    /// Starts unbound with stub zones `stubs` (zone, server) and `extra` lines in its
+    /// `server:` section.
     fn start_full(
         dir: &Path,
-        auth: SocketAddr,
+        stubs: &[(&str, SocketAddr)],
         anchors: &str,
         status: &str,
         extra: &str,
@@ -120,13 +121,16 @@ impl Unbound {
             .filter(|l| !l.trim().is_empty())
             .map(|l| format!("    trust-anchor: \"{l}\"\n"))
             .collect();
-        let stub = |zone: &str| {
-            format!(
-                "stub-zone:\n    name: \"{zone}\"\n    stub-addr: {}@{}\n",
-                auth.ip(),
-                auth.port()
-            )
-        };
+        let stub_text: String = stubs
+            .iter()
+            .map(|(zone, auth)| {
+                format!(
+                    "stub-zone:\n    name: \"{zone}\"\n    stub-addr: {}@{}\n",
+                    auth.ip(),
+                    auth.port()
+                )
+            })
+            .collect();
         let conf = format!(
             "server:\n    interface: 127.0.0.1\n    port: {port}\n    do-daemonize: no\n\
              \x20   use-syslog: no\n    logfile: \"{}\"\n    chroot: \"\"\n    username: \"\"\n\
@@ -137,12 +141,10 @@ impl Unbound {
              \x20   max-client-subnet-ipv6: 56\n    cache-max-ttl: 1\n\
              \x20   cache-max-negative-ttl: 1\n    val-log-level: 2\n    verbosity: 1\n\
              \x20   qname-minimisation: no\n    harden-referral-path: no\n{extra}{anchors}\
-             {}{}remote-control:\n    control-enable: no\n",
+             {stub_text}remote-control:\n    control-enable: no\n",
             log.display(),
             dir.display(),
-            auth.ip(),
-            stub("example.com."),
-            stub("edge.example.net."),
+            "127.0.0.1",
         );
         let conf_path = dir.join("unbound.conf");
         std::fs::write(&conf_path, conf).expect("write unbound.conf");
@@ -207,6 +209,11 @@ impl Unbound {
         );
         answer
     }
+}
+
+/// Stub zones for both example zones, served at `auth`.
+fn example_stubs(auth: SocketAddr) -> [(&'static str, SocketAddr); 2] {
+    [("example.com.", auth), ("edge.example.net.", auth)]
 }
 
 /// What dig printed: status, header flags, the answer section's records.
@@ -422,10 +429,27 @@ fn unbound_validates_every_kind_of_answer_through_breakglass_and_shed() {
 
 #[test]
 fn zone_dump_verifies_with_ldns_and_a_broken_signature_does_not() {
-    let setup = signed_setup("dnssec-dump", "");
+    for (label, denial) in [
+        ("dnssec-dump", ""),
+        ("dnssec-dump3", "denial = \"nsec3\"\nnsec3_opt_out = true\n"),
+    ] {
+        verify_dumps(&signed_setup(label, denial), denial);
+    }
+}
+
+/// Dumps both signed zones of `setup` and has ldns-verify-zone check them.
+fn verify_dumps(setup: &Setup, denial: &str) {
+    if !denial.is_empty() {
+        // An unsigned delegation, left out of the chain by opt-out.
+        let zone_file = setup.path("zones/example.com.zone");
+        let text = std::fs::read_to_string(&zone_file).expect("zone file");
+        std::fs::write(&zone_file, text + "open NS ns.example.net.\n").expect("write zone");
+    }
     for zone in ["example.com.", "edge.example.net."] {
         let text = run(&["dnssec", "dump", zone], &setup.config);
         assert!(text.contains("TYPE46"), "RRSIGs in the dump of {zone}");
+        let chain = if denial.is_empty() { "TYPE47" } else { "TYPE50" };
+        assert!(text.contains(chain), "{zone}: {chain} in the dump {denial}");
         let path = setup.path(&format!("{zone}zone"));
         std::fs::write(&path, &text).expect("write dump");
         let verified = Command::new("ldns-verify-zone")
@@ -708,4 +732,105 @@ fn a_zsk_rolls_over_by_itself_across_a_restart_and_validation_never_breaks() {
     let served = daemon.status();
     let keys = served["dnssec"]["zones"][0]["keys"].to_string();
     assert!(keys.contains("\"retired\""), "{keys}");
+}
+
+/// The NSEC3 records of dig's authority section: (owner, flags field).
+fn nsec3_records(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter(|l| !l.starts_with(';'))
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.get(3) == Some(&"NSEC3")).then(|| (fields[0].to_string(), fields[5].into()))
+        })
+        .collect()
+}
+
+#[test]
+fn nsec3_with_opt_out_proves_every_kind_of_denial_to_unbound_and_ldns() {
+    // RFC 9276 parameters (SHA-1, no extra iteration, no salt), opt-out for an unsigned
+    // delegation added to the zone (only the record spanning it has the flag: the other
+    // NXDOMAIN proofs stay secure).
+    let setup = signed_setup(
+        "dnssec-nsec3",
+        "denial = \"nsec3\"\nnsec3_opt_out = true\n",
+    );
+    let zone_file = setup.path("zones/example.com.zone");
+    let text = std::fs::read_to_string(&zone_file).expect("zone file");
+    std::fs::write(&zone_file, text + "open NS ns.example.net.\n").expect("write zone");
+    let anchors = run(&["dnssec", "ds", "example.com."], &setup.config)
+        + &run(&["dnssec", "ds", "edge.example.net."], &setup.config);
+    let daemon = setup.start();
+    let unbound = Unbound::start(setup.dir.path(), daemon.dns, &anchors);
+
+    let param = unbound.validated(&["example.com", "NSEC3PARAM"]);
+    assert_eq!(param.of("NSEC3PARAM"), ["1 0 0 -"], "{}", param.text);
+    let stat = unbound.validated(&["mail.example.com", "A"]);
+    assert_eq!(stat.of("A"), ["192.0.2.25"]);
+    // NXDOMAIN: closest encloser, next closer and wildcard, three NSEC3 (one may repeat).
+    let nx = unbound.validated(&["no.such.example.com", "A"]);
+    assert_eq!(nx.status, "NXDOMAIN");
+    let direct = dig_direct(daemon.dns, &["no.such.example.com", "A"]);
+    let proofs = nsec3_records(&direct);
+    assert!(
+        (2..=3).contains(&proofs.len()),
+        "closest encloser proof and wildcard: {direct}"
+    );
+    assert!(
+        !direct.contains("\tNSEC\t"),
+        "no NSEC in an NSEC3 zone: {direct}"
+    );
+    let nx_edge = unbound.validated(&["no.such.ns1.edge.example.net", "A"]);
+    assert_eq!(nx_edge.status, "NXDOMAIN");
+    // NODATA at a name, at an empty non-terminal, at a wildcard, for a steered address set.
+    for question in [
+        ["mail.example.com", "TXT"],
+        ["ent.example.com", "A"],
+        ["b.ent.example.com", "A"],
+        ["foo.wild.example.com", "MX"],
+    ] {
+        let nodata = unbound.validated(&question);
+        assert_eq!(
+            (nodata.status.as_str(), nodata.records.len()),
+            ("NOERROR", 0),
+            "{question:?}: {}",
+            nodata.text
+        );
+    }
+    let steered_nodata = unbound.validated(&["gw.example.com", "AAAA", "+subnet=81.2.69.0/24"]);
+    assert!(steered_nodata.records.is_empty(), "{}", steered_nodata.text);
+    // Wildcard answers: static, and a customer name under the steered wildcard.
+    let wild = unbound.validated(&["foo.wild.example.com", "A"]);
+    assert_eq!(wild.of("A"), ["192.0.2.100"]);
+    let chain = unbound.validated(&["www.example.com", "A", "+subnet=81.2.69.0/24"]);
+    assert_eq!(chain.of("A"), ["192.0.2.1"], "{}", chain.text);
+    let geo = unbound.validated(&["gw.example.com", "A", "+subnet=216.160.83.0/24"]);
+    assert_eq!(geo.of("A"), ["203.0.113.20"]);
+    // A signed delegation's DS; an opt-out one has none, proven insecure (no AD, no SERVFAIL).
+    let ds = unbound.validated(&["sub.example.com", "DS"]);
+    assert_eq!(ds.of("DS").len(), 1, "{}", ds.text);
+    let insecure = unbound
+        .try_ask(&["open.example.com", "DS"])
+        .expect("an answer");
+    assert_eq!(
+        (insecure.status.as_str(), insecure.records.len()),
+        ("NOERROR", 0),
+        "{}\n{}",
+        insecure.text,
+        unbound.log_text()
+    );
+    // The referral to it: NS, and the closest provable encloser proof (opt-out) for no DS.
+    let referral = dig_direct(daemon.dns, &["host.open.example.com", "A"]);
+    assert!(referral.contains("AUTHORITY: "), "{referral}");
+    let proofs = nsec3_records(&referral);
+    assert_eq!(proofs.len(), 2, "encloser and next closer: {referral}");
+    assert_eq!(
+        proofs.iter().filter(|(_, flags)| flags == "1").count(),
+        1,
+        "the next closer's record has the opt-out flag, the encloser's not: {referral}"
+    );
+    assert!(
+        !unbound.log_text().contains("validation failure"),
+        "{}",
+        unbound.log_text()
+    );
 }
