@@ -448,7 +448,11 @@ fn verify_dumps(setup: &Setup, denial: &str) {
     for zone in ["example.com.", "edge.example.net."] {
         let text = run(&["dnssec", "dump", zone], &setup.config);
         assert!(text.contains("TYPE46"), "RRSIGs in the dump of {zone}");
-        let chain = if denial.is_empty() { "TYPE47" } else { "TYPE50" };
+        let chain = if denial.is_empty() {
+            "TYPE47"
+        } else {
+            "TYPE50"
+        };
         assert!(text.contains(chain), "{zone}: {chain} in the dump {denial}");
         let path = setup.path(&format!("{zone}zone"));
         std::fs::write(&path, &text).expect("write dump");
@@ -750,10 +754,7 @@ fn nsec3_with_opt_out_proves_every_kind_of_denial_to_unbound_and_ldns() {
     // RFC 9276 parameters (SHA-1, no extra iteration, no salt), opt-out for an unsigned
     // delegation added to the zone (only the record spanning it has the flag: the other
     // NXDOMAIN proofs stay secure).
-    let setup = signed_setup(
-        "dnssec-nsec3",
-        "denial = \"nsec3\"\nnsec3_opt_out = true\n",
-    );
+    let setup = signed_setup("dnssec-nsec3", "denial = \"nsec3\"\nnsec3_opt_out = true\n");
     let zone_file = setup.path("zones/example.com.zone");
     let text = std::fs::read_to_string(&zone_file).expect("zone file");
     std::fs::write(&zone_file, text + "open NS ns.example.net.\n").expect("write zone");
@@ -832,5 +833,132 @@ fn nsec3_with_opt_out_proves_every_kind_of_denial_to_unbound_and_ldns() {
         !unbound.log_text().contains("validation failure"),
         "{}",
         unbound.log_text()
+    );
+}
+
+/// Asks steerdns at `server` directly over UDP with a `payload`-byte EDNS buffer; `+ignore`
+/// keeps a truncated answer instead of retrying over TCP.
+fn dig_small(server: SocketAddr, payload: u16, args: &[&str]) -> Answer {
+    let output = Command::new("dig")
+        .arg(format!("@{}", server.ip()))
+        .arg("-p")
+        .arg(server.port().to_string())
+        .arg(format!("+bufsize={payload}"))
+        .args(["+norec", "+time=3", "+tries=2"])
+        .args(args)
+        .output()
+        .expect("dig must be installed (apt-get install bind9-dnsutils)");
+    Answer::parse(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// A section's record count from dig's header line (`AUTHORITY: 2`).
+fn section_count(answer: &Answer, section: &str) -> usize {
+    answer
+        .text
+        .split(&format!("{section}: "))
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {section} count in:\n{}", answer.text))
+}
+
+#[test]
+fn large_signed_answers_truncate_over_udp_and_validate_over_tcp() {
+    // NSEC3 without opt-out (its proofs are the larger ones).
+    let setup = signed_setup("dnssec-tc", "denial = \"nsec3\"\n");
+    let anchors = run(&["dnssec", "ds", "example.com."], &setup.config)
+        + &run(&["dnssec", "ds", "edge.example.net."], &setup.config);
+    let daemon = setup.start();
+    // Fits in 512 bytes without DO, not with its NSECs and RRSIGs: TC, no records at all (a
+    // partial denial proof would not validate), then whole over TCP.
+    let questions: [&[&str]; 2] = [&["nope.example.com", "A"], &["www.example.com", "A"]];
+    for question in questions {
+        let plain = dig_small(daemon.dns, 512, &[&["+ignore"], question].concat());
+        assert!(!plain.flags.iter().any(|f| f == "tc"), "{}", plain.text);
+        let signed = dig_small(
+            daemon.dns,
+            512,
+            &[&["+ignore", "+dnssec"], question].concat(),
+        );
+        assert!(signed.flags.iter().any(|f| f == "tc"), "{}", signed.text);
+        assert_eq!(
+            (
+                section_count(&signed, "ANSWER"),
+                section_count(&signed, "AUTHORITY")
+            ),
+            (0, 0),
+            "{}",
+            signed.text
+        );
+        let retried = dig_small(daemon.dns, 512, &[&["+dnssec"], question].concat());
+        assert!(retried.text.contains("(TCP)"), "{}", retried.text);
+        assert!(!retried.flags.iter().any(|f| f == "tc"), "{}", retried.text);
+        assert!(rrsigs(&retried.text).len() >= 2, "{}", retried.text);
+        // A client with room gets it over UDP at once.
+        let roomy = dig_small(
+            daemon.dns,
+            1232,
+            &[&["+ignore", "+dnssec"], question].concat(),
+        );
+        assert!(!roomy.flags.iter().any(|f| f == "tc"), "{}", roomy.text);
+        assert_eq!(rrsigs(&roomy.text), rrsigs(&retried.text));
+    }
+    // Minimal responses: a positive answer carries its RRset and RRSIG, no authority; a
+    // referral's optional glue is dropped (no TC) when it does not fit, the NS, DS and RRSIG
+    // stay.
+    let positive = dig_small(daemon.dns, 1232, &["+dnssec", "mail.example.com", "A"]);
+    assert_eq!(
+        (
+            section_count(&positive, "ANSWER"),
+            section_count(&positive, "AUTHORITY"),
+            section_count(&positive, "ADDITIONAL")
+        ),
+        (2, 0, 1),
+        "{}",
+        positive.text
+    );
+    let tight = dig_small(
+        daemon.dns,
+        512,
+        &["+ignore", "+dnssec", "example.com", "NS"],
+    );
+    let roomy = dig_small(
+        daemon.dns,
+        1232,
+        &["+ignore", "+dnssec", "example.com", "NS"],
+    );
+    assert!(!tight.flags.iter().any(|f| f == "tc"), "{}", tight.text);
+    assert_eq!(tight.of("NS").len(), 2);
+    assert!(
+        section_count(&tight, "ADDITIONAL") <= section_count(&roomy, "ADDITIONAL"),
+        "{}",
+        tight.text
+    );
+    // Through unbound asking with a 512-byte buffer: every large answer comes back validated
+    // (unbound retried over TCP; steerdns counted the truncations).
+    let truncated = |d: &Daemon| {
+        let (code, body) = http(d.admin, "GET", "/metrics", None);
+        assert_eq!(code, 200);
+        body.lines()
+            .find_map(|l| l.strip_prefix("steerdns_truncated_responses_total{transport=\"udp\"} "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = truncated(&daemon);
+    let unbound = Unbound::start_full(
+        setup.dir.path(),
+        &example_stubs(daemon.dns),
+        &anchors,
+        "NOERROR",
+        "    edns-buffer-size: 512\n",
+    );
+    let nx = unbound.validated(&["nope.example.com", "A"]);
+    assert_eq!(nx.status, "NXDOMAIN");
+    let chain = unbound.validated(&["www.example.com", "A", "+subnet=81.2.69.0/24"]);
+    assert_eq!(chain.of("A"), ["192.0.2.1"]);
+    unbound.validated(&["example.com", "DNSKEY"]);
+    assert!(
+        truncated(&daemon) > before,
+        "unbound's 512-byte queries were never truncated"
     );
 }

@@ -6,8 +6,8 @@ use super::config::DnssecConfig;
 use super::keys::{Key, KeyError};
 use super::sign::{rrset, sign_set, type_bitmap, Window};
 use crate::dns::canonical::canonical_cmp;
-use crate::dns::wire::rtype;
 use crate::dns::wire::display_wire_name;
+use crate::dns::wire::rtype;
 use crate::zone::model::{
     nsec3_hash, Chain, Denial, Node, Nsec3Chain, RRset, Zone, NSEC3_HASH_LEN,
 };
