@@ -962,3 +962,149 @@ fn large_signed_answers_truncate_over_udp_and_validate_over_tcp() {
         "unbound's 512-byte queries were never truncated"
     );
 }
+
+/// The parent zone `com.` of the KSK rollover test, delegating example.com. with `ds` (DS
+/// lines as `steerdns dnssec ds` prints them).
+fn parent_zone(ds: &[String]) -> String {
+    let mut text = "$ORIGIN com.\n$TTL 2\n@ IN SOA ns.com. hostmaster.com. 1 60 60 600 1\n\
+                    @ NS ns\nns A 127.0.0.1\nexample NS ns1.example\n\
+                    ns1.example A 192.0.2.53\n"
+        .to_string();
+    for line in ds {
+        let rdata = line.split(" IN DS ").nth(1).expect("a DS line");
+        text.push_str(&format!("example DS {rdata}\n"));
+    }
+    text
+}
+
+/// The CDS records `server` publishes for example.com., as DS lines (`… IN DS tag 13 2 HEX`).
+fn child_cds(server: SocketAddr) -> Vec<String> {
+    let text = dig_direct(server, &["+nosplit", "example.com", "CDS"]);
+    let mut ds: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with(';'))
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.get(3) == Some(&"CDS"))
+                .then(|| format!("example.com. IN DS {}", fields[4..].join(" ")))
+        })
+        .collect();
+    ds.sort();
+    ds
+}
+
+/// The CSK lines of `steerdns dnssec status`: (tag, state, next event).
+fn csk_status(config: &Path) -> Vec<(String, String, String)> {
+    run(&["dnssec", "status"], config)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("csk"))
+        .map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let next = l.split("next: ").nth(1).unwrap_or("").to_string();
+            (fields[2].to_string(), fields[5].to_string(), next)
+        })
+        .collect()
+}
+
+#[test]
+fn a_csk_rolls_over_with_the_parent_following_cds_and_validation_never_breaks() {
+    // The parent: a second steerdns serving com. (signed), unbound's only trust anchor.
+    let parent = Setup::new("dnssec-parent");
+    for zone in ["example.com.zone", "edge.example.net.zone"] {
+        std::fs::remove_file(parent.path(&format!("zones/{zone}"))).expect("remove zone");
+    }
+    std::fs::write(
+        &parent.config,
+        "[server]\nzones = \"zones\"\n\n[admin]\ntoken_file = \"admin.token\"\n\n\
+         [dnssec]\nkeys = \"keys\"\nzones = [\"com.\"]\n",
+    )
+    .expect("parent config");
+    run(&["dnssec", "keygen", "com."], &parent.config);
+    // The child: example.com. with a CSK living 20 s; the rollover waits the DNSKEY and the
+    // parent's DS TTL (2 s) plus 4 s for the parent to follow the CDS.
+    let child = Setup::new("dnssec-child");
+    child.extend_config(
+        "[dnssec]\nkeys = \"keys\"\nzones = [\"example.com.\"]\nrefresh_secs = 2\n\
+         signature_validity_secs = 60\nksk_lifetime_secs = 20\ndnskey_ttl = 2\n\
+         parent_ds_ttl = 2\npropagation_delay_secs = 4\n",
+    );
+    run(&["dnssec", "keygen", "example.com."], &child.config);
+    let mut delegated: Vec<String> = run(&["dnssec", "ds", "example.com."], &child.config)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let zone_path = parent.path("zones/com.zone");
+    std::fs::write(&zone_path, parent_zone(&delegated)).expect("parent zone");
+    let anchor = run(&["dnssec", "ds", "com."], &parent.config);
+    let first = csk_status(&child.config);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0].1, "active");
+    assert!(first[0].2.starts_with("rollover starts at "), "{first:?}");
+
+    let parent_daemon = parent.start();
+    let child_daemon = child.start();
+    let unbound = Unbound::start_full(
+        child.dir.path(),
+        &[
+            ("com.", parent_daemon.dns),
+            ("example.com.", child_daemon.dns),
+        ],
+        &anchor,
+        "NOERROR",
+        "",
+    );
+    let questions: [&[&str]; 5] = [
+        &["example.com", "SOA"],
+        &["example.com", "DNSKEY"],
+        &["example.com", "DS"],
+        &["mail.example.com", "A"],
+        &["nope.example.com", "A"],
+    ];
+    let old_tag = first[0].0.clone();
+    let mut double_ds_seen = false;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        for question in questions {
+            unbound.validated(question);
+        }
+        // The parent operator (RFC 7344): publish what the child's CDS says.
+        let cds = child_cds(child_daemon.dns);
+        assert!(!cds.is_empty(), "the child always publishes CDS");
+        if cds != delegated {
+            let before = parent_daemon.accepted();
+            std::fs::write(&zone_path, parent_zone(&cds)).expect("parent zone");
+            parent_daemon.sighup();
+            parent_daemon.wait_for_accepted(before, WAIT);
+            if cds.len() == 2 {
+                double_ds_seen = true;
+                let keys = csk_status(&child.config);
+                let states: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+                assert_eq!(states, ["active", "published"], "{keys:?}");
+                assert!(keys.iter().all(|k| k.2.contains(" at ")), "{keys:?}");
+            }
+            delegated = cds;
+        }
+        let signer = signer_tags(
+            &dig_direct(child_daemon.dns, &["example.com", "SOA"]),
+            "SOA",
+        );
+        if double_ds_seen && delegated.len() == 1 && signer != [old_tag.clone()] {
+            assert!(!delegated[0].contains(&format!(" DS {old_tag} ")));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rollover did not complete (CDS {delegated:?}, signer {signer:?})"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for question in questions {
+        unbound.validated(question);
+    }
+    let ds = unbound.validated(&["example.com", "DS"]);
+    assert_eq!(ds.of("DS").len(), 1, "{}", ds.text);
+    let keys = csk_status(&child.config);
+    let states: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+    assert_eq!(states, ["retired", "active"], "{keys:?}");
+    assert!(keys[0].2.starts_with("remove at "), "{keys:?}");
+}
