@@ -9,7 +9,7 @@ use crate::dns::canonical::canonical_cmp;
 use crate::dns::wire::display_wire_name;
 use crate::dns::wire::rtype;
 use crate::zone::model::{
-    nsec3_hash, Chain, Denial, Node, Nsec3Chain, RRset, Zone, NSEC3_HASH_LEN,
+    nsec3_hash, Chain, Denial, Node, Nsec3Chain, RRset, SteeredNodata, Zone, NSEC3_HASH_LEN,
 };
 use rustc_hash::FxHashMap;
 
@@ -175,7 +175,7 @@ fn nsec3_salt(config: &DnssecConfig) -> Vec<u8> {
 /// A denial chain built, with its signed NODATA variants of steered names.
 struct BuiltChain {
     chain: Chain,
-    steered_nodata: FxHashMap<Box<[u8]>, (Box<[u8]>, [RRset; 2])>,
+    steered_nodata: FxHashMap<Box<[u8]>, SteeredNodata>,
     /// The TTL of its records.
     ttl: u32,
 }
@@ -277,7 +277,11 @@ fn nsec_chain(
         if steered_types.is_some() {
             let sign = |set: &RRset| sign_set(zone_signing, &apex, owner, set, window);
             let pair = steered_variants(&types, &nsec, &sign)?;
-            steered_nodata.insert(owner.clone(), (owner.clone(), pair));
+            let nodata = SteeredNodata {
+                owner: owner.clone(),
+                without: pair,
+            };
+            steered_nodata.insert(owner.clone(), nodata);
         }
         node.rrsets.push(nsec(&types));
         node.rrsets.sort_by_key(|s| s.rtype);
@@ -329,7 +333,7 @@ fn nsec3_chain(
         .iter()
         .map(|name| (nsec3_hash(name, &salt, iterations), name))
         .collect();
-    hashed.sort_by(|a, b| a.0.cmp(&b.0));
+    hashed.sort_by_key(|a| a.0);
     if let Some(pair) = hashed.windows(2).find(|w| w[0].0 == w[1].0) {
         return Err(KeyError::Unusable {
             dir: config.keys.clone(),
@@ -368,7 +372,11 @@ fn nsec3_chain(
         let sign = |set: &RRset| sign_set(zone_signing, &zone.apex, &owner, set, window);
         if steered_types.is_some() {
             let pair = steered_variants(&types, &nsec3, &sign)?;
-            steered_nodata.insert((*name).clone(), (owner.clone(), pair));
+            let nodata = SteeredNodata {
+                owner: owner.clone(),
+                without: pair,
+            };
+            steered_nodata.insert((*name).clone(), nodata);
         }
         let mut set = nsec3(&types);
         set.rrsig = sign(&set)?.map(Box::new);

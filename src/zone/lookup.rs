@@ -493,9 +493,9 @@ fn push_steered<'z>(
             // This address set has no records of the type: the NSEC (NSEC3) variant without it.
             let variant = denial(zone, plan)
                 .and_then(|d| d.steered_nodata.get(key))
-                .and_then(|(owner, sets)| match qtype {
-                    rtype::A => Some((owner, &sets[0])),
-                    rtype::AAAA => Some((owner, &sets[1])),
+                .and_then(|nodata| match qtype {
+                    rtype::A => Some((&nodata.owner, &nodata.without[0])),
+                    rtype::AAAA => Some((&nodata.owner, &nodata.without[1])),
                     _ => None,
                 });
             match (variant, zone.nodes.get(key)) {

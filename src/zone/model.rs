@@ -98,10 +98,17 @@ pub struct Zone {
 #[derive(Debug)]
 pub struct Denial {
     pub chain: Chain,
-    /// Steered owners: their NSEC (or NSEC3) without A (index 0) and without AAAA (index 1),
-    /// signed, with that record's owner, for NODATA answers of address sets with only one
-    /// family (the chain's record lists both).
-    pub steered_nodata: FxHashMap<Box<[u8]>, (Box<[u8]>, [RRset; 2])>,
+    /// Steered owners' NODATA records, by steered owner name.
+    pub steered_nodata: FxHashMap<Box<[u8]>, SteeredNodata>,
+}
+
+/// A steered owner's NSEC (or NSEC3) without A (index 0) and without AAAA (index 1), signed,
+/// for NODATA answers of address sets with only one family (the chain's record lists both).
+#[derive(Debug)]
+pub struct SteeredNodata {
+    /// The records' owner: the steered name (NSEC) or its hashed name (NSEC3).
+    pub owner: Box<[u8]>,
+    pub without: [RRset; 2],
 }
 
 /// The denial chain proper.
