@@ -155,14 +155,14 @@ fn rfc3339(secs: u64) -> String {
 pub fn dump(config: &Config, zone: &str) -> Result<ExitCode> {
     let zone = normalize_zone(zone);
     let loaded = load(config).map_err(|errors| anyhow::anyhow!("{}", errors.join("\n")))?;
-    let snapshot = loaded.snapshot;
-    let found = snapshot
-        .zones
+    let compiled = loaded.compiled;
+    let found = compiled
+        .zones()
         .zones()
         .iter()
         .find(|z| z.origin.to_string().eq_ignore_ascii_case(&zone))
         .with_context(|| format!("{zone} is not a served zone"))?;
-    let steered = snapshot.dnssec.as_deref().map(|d| &d.steered);
+    let steered = compiled.dnssec().map(|d| &d.steered);
     let text = steerdns::dnssec::dump::zone_text(found, steered)
         .with_context(|| format!("{zone} is not signed (add it to [dnssec] zones)"))?;
     print!("{text}");
