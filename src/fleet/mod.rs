@@ -19,9 +19,18 @@
 //! | `<prefix>/rollout/state` | JSON [`rollout::RolloutRecord`]: the staged rollout of the newest version (waves, gates, phase) with the candidate's and the last known good's texts; what each node may serve | the coordinator (CAS), `rollout resume/abort` |
 //! | `<prefix>/rollout/coordinator` | the name of the node driving rollouts; attached to its lease, so another node takes over when it dies | the coordinator (create-if-absent) |
 //! | `<prefix>/members/<name>` | JSON [`store::Member`]: every node that ever registered (no lease), so that `fleet status` can name the missing ones | each node; `fleet forget` deletes |
+//! | `<prefix>/shield/leader` | the name of the traffic shield's leader; attached to its lease, so another node takes over when it dies | the shield task (create-if-absent, [`claim`]) |
+//! | `<prefix>/shield/state` | JSON [`crate::shield::wire::PublishedState`]: the shield state every node serves (fractions, destinations, moves in flight, hold-down timers, smoothed demand); its `mod_revision` is the **state revision** (`dig CH TXT` shows it) | the leader (compare-and-swap on the leader key's lease), when its view changes and at least every second |
+//! | `<prefix>/shield/load` | JSON [`crate::shield::wire::LoadRecord`]: the fleet's freshest load feed (pushed, from a load file or from Prometheus) and who received it; no lease | the node that received it |
+//! | `<prefix>/shield/nodes/<name>` | JSON [`crate::shield::wire::NodeReport`]: the node's demand (TTL-weighted answers per second by client region and destination), the state revision it serves, how, and its feed's age; on its lease | each node, every shield tick |
 //!
 //! Serials: a fleet write sets `serial = N` in the text (one above the newest in etcd), so every
 //! node serves, and `dig CH TXT serial.steerdns` shows, the same serial for the same version.
+//!
+//! The traffic shield's fleet mode lives in [`shield`] (the etcd side: one transaction per
+//! tick) and `crate::shield::live` (every check and decision); the leader alone runs the
+//! step, every node serves the published state, a node without etcd serves the last one it
+//! had and decays to normal answers after `[shield] revert_after_secs`.
 //!
 //! When etcd is unreachable a node keeps serving what it has (its local control file is the
 //! cache of the last version it accepted, so a restart serves it too), status and metrics say
