@@ -15,32 +15,15 @@ use control_common::*;
 use fleet_common::*;
 use hickory_proto::rr::RecordType;
 
-const PRIMARY: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 101);
-const SECONDARY: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 102);
+const PRIMARY: Ipv4Addr = MONITORED_PRIMARY;
+const SECONDARY: Ipv4Addr = MONITORED_SECONDARY;
 const NAME: &str = "shared.example.com.";
 /// Generous bound for anything the test waits for (a busy machine).
 const WAIT: Duration = Duration::from_secs(20);
 
 /// `site` in `[fleet]`, then a failover profile whose primary is monitored at `url`.
 fn node_extra(site: &str, url: &str) -> String {
-    format!(
-        "site = \"{site}\"
-[profiles.shared]
-type = \"failover\"
-ttl = 5
-[[profiles.shared.endpoints]]
-name = \"primary\"
-addresses = [\"{PRIMARY}\"]
-monitor = {{ url = \"{url}\", interval_ms = 300, timeout_ms = 200, fall = 2, rise = 2 }}
-[[profiles.shared.endpoints]]
-name = \"secondary\"
-addresses = [\"{SECONDARY}\"]
-
-[[steered]]
-name = \"{NAME}\"
-profile = \"shared\"
-"
-    )
+    format!("site = \"{site}\"\n{}", monitored_failover("shared", url))
 }
 
 fn answer(node: &Node) -> Vec<Ipv4Addr> {
