@@ -116,8 +116,14 @@ pub fn status(config: &Config) -> Result<ExitCode> {
                 for key in &keys {
                     let t = &key.timing;
                     let state = t.state(now);
+                    // A key with a lifetime and no rollover under way: when the next starts.
+                    let rollover =
+                        steerdns::dnssec::rollover::next_start(key.role, t, &config.dnssec, now)
+                            .filter(|_| t.active(now))
+                            .map(|at| (at, "rollover starts"));
                     let next = t
                         .next_event(now)
+                        .or(rollover)
                         .map_or("no event scheduled".to_string(), |(at, what)| {
                             format!("{what} at {}", rfc3339(at))
                         });
