@@ -109,6 +109,12 @@ struct TasteArgs {
     /// Load everything but the zones (the server shares the zones it serves).
     #[arg(long)]
     steering_only: bool,
+    /// Relative paths in the config resolve against DIR (a staged bundle's copy).
+    #[arg(long, value_name = "DIR")]
+    base_dir: Option<PathBuf>,
+    /// `[geo] database` override (a staged bundle's copy).
+    #[arg(long, value_name = "FILE")]
+    geo_database: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -476,8 +482,9 @@ fn taste(args: TasteArgs) -> Result<ExitCode> {
         zones: args.source.zones,
         nsid: args.nsid,
         identity: args.identity,
-        node: None,
-        taster: None,
+        base_dir: args.base_dir,
+        geo_database: args.geo_database,
+        ..Source::default()
     };
     let control = if args.control_stdin {
         let mut text = String::new();
@@ -693,6 +700,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         identity: args.identity.clone(),
         node: args.node.clone(),
         taster: steerdns::taster::this_program(),
+        ..Source::default()
     };
     println!("{}", source.config_description());
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;

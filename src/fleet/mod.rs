@@ -27,6 +27,7 @@
 //! cache of the last version it accepted, so a restart serves it too), status and metrics say
 //! the link is down and since when, and the node reconnects, re-reads and re-registers by itself.
 
+pub mod bundles;
 pub mod client;
 pub mod coordinator;
 pub mod node;
@@ -87,6 +88,17 @@ impl Keys {
     /// The rollout state (see [`rollout::RolloutRecord`]).
     pub fn rollout(&self) -> String {
         format!("{}/rollout/state", self.prefix)
+    }
+
+    /// The bundle rollout state (see [`bundles::BundleRecord`]).
+    pub fn bundle_rollout(&self) -> String {
+        format!("{}/rollout/bundle", self.prefix)
+    }
+
+    /// The range a node watches for rollout states: `rollout/bundle` up to and including
+    /// `rollout/state` (the coordinator key between them is ignored).
+    pub fn rollout_watch_range(&self) -> (String, String) {
+        (self.bundle_rollout(), format!("{}/rollout/state\0", self.prefix))
     }
 
     /// Who drives rollouts (on the coordinator's lease).
