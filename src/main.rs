@@ -260,12 +260,20 @@ enum RolloutCommand {
     Resume {
         #[command(flatten)]
         target: cli::Target,
+        /// The rollout of the nodes' config/zone/GeoIP bundles, not of the control state.
+        #[arg(long)]
+        bundles: bool,
     },
     /// Stop the rollout: every node serves the last known good, and the fleet's control state
     /// is set back to it (as a new version), so the next edit starts from what is served.
+    /// With --bundles: every node serves its last known good bundle (the files are left as
+    /// they are; new files begin the next bundle rollout).
     Abort {
         #[command(flatten)]
         target: cli::Target,
+        /// The rollout of the nodes' config/zone/GeoIP bundles, not of the control state.
+        #[arg(long)]
+        bundles: bool,
     },
 }
 
@@ -430,11 +438,11 @@ fn main() -> ExitCode {
         Command::Rollout(RolloutCommand::Status { target, json }) => {
             target.config().and_then(|c| cli::rollout::status(&c, json))
         }
-        Command::Rollout(RolloutCommand::Resume { target }) => {
-            target.config().and_then(|c| cli::rollout::resume(&c))
+        Command::Rollout(RolloutCommand::Resume { target, bundles }) => {
+            target.config().and_then(|c| cli::rollout::resume(&c, bundles))
         }
-        Command::Rollout(RolloutCommand::Abort { target }) => {
-            target.config().and_then(|c| cli::rollout::abort(&c))
+        Command::Rollout(RolloutCommand::Abort { target, bundles }) => {
+            target.config().and_then(|c| cli::rollout::abort(&c, bundles))
         }
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),

@@ -208,7 +208,7 @@ pub struct Status {
 }
 
 /// The bundles of a node that stages them (see [`bundle`]), as status shows them.
-#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default, PartialEq)]
 pub struct BundleStatus {
     /// Where the copies live.
     pub dir: PathBuf,
@@ -222,7 +222,7 @@ pub struct BundleStatus {
     pub previous: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default, PartialEq)]
 pub struct BundleRefusal {
     pub bundle: String,
     pub reasons: Vec<String>,
