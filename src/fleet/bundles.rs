@@ -125,6 +125,23 @@ impl BundleRecord {
                     let refused = generation(id).filter(|g| *g == candidate && candidate != lkg);
                     refused.map(|g| (g, format!("bundle {id}: {reason}")))
                 });
+                // Files that reach a node after its wave was released (its taster was slower,
+                // or the deployment reached it late) were not vetted by the waves before it:
+                // halt, and the next generation begins with them, canary first.
+                let captured = entry.and_then(|e| e.candidate.as_deref());
+                let changed = match (captured, bundles.wanted()) {
+                    (Some(captured), Some(wanted)) if self.rollout.is_running() => {
+                        (captured != wanted).then(|| {
+                            let why = format!(
+                                "its files changed during the rollout (now bundle {wanted}); \
+                                 the next generation rolls them out, canary first"
+                            );
+                            (candidate, why)
+                        })
+                    }
+                    _ => None,
+                };
+                let refused = refused.or(changed);
                 let translated = NodeReport {
                     serving,
                     tasting: None,
@@ -149,15 +166,18 @@ impl BundleRecord {
         now_ms: u64,
     ) -> Option<(BundleRecord, Vec<String>)> {
         let mut next = self.clone();
+        let reports = self.reports(records);
         let log = if self.rollout.is_running() {
-            let reports = self.reports(records);
             let log = next.rollout.step(&reports, now_ms);
             next.capture(records);
+            next.absorb(records);
             log
         } else {
-            let reports = self.reports(records);
             next.mark(&reports);
-            match self.begin(records, plan, now_ms) {
+            if !matches!(next.rollout.phase, Phase::Completed { .. }) {
+                next.absorb(records);
+            }
+            match next.begin(records, plan, now_ms) {
                 Some(begun) => {
                     let line = begun.begun_line();
                     next = begun;
@@ -172,6 +192,21 @@ impl BundleRecord {
     /// After a halt or an abort: the machine marks who is back on the last known good.
     fn mark(&mut self, reports: &BTreeMap<String, NodeReport>) {
         let _ = self.rollout.step(reports, 0);
+    }
+
+    /// While a generation runs or stays halted, the files that arrive on the nodes of its
+    /// unreleased waves belong to it (a deployment reaches the nodes one after another): they
+    /// are captured when the wave is released, and after a halt they begin nothing by
+    /// themselves. A node's files changing again after its wave was released (the fix of a
+    /// bad change) begin the next generation.
+    fn absorb(&mut self, records: &[NodeRecord]) {
+        for (record, _, bundles) in staging(records) {
+            if let Some(entry) = self.nodes.get_mut(&record.name) {
+                if entry.candidate.is_none() {
+                    entry.seen = bundles.wanted().map(str::to_string);
+                }
+            }
+        }
     }
 
     /// Generation N+1 if some node has a bundle it neither serves nor had in this generation.
@@ -340,13 +375,44 @@ mod tests {
         assert!(log[0].contains("bundle b1: taster killed by signal 6"), "{log:?}");
         assert_eq!(halted.allowed("ns1"), Some("a1"));
         assert_eq!(halted.allowed("ns2"), Some("a2"));
-        // The same files begin nothing again (ns2's b2 was never released, but seen).
+        // The same files begin nothing again (ns2's b2 was never released, but seen), nor do
+        // files arriving on an unreleased node after the halt.
         assert!(halted.next(&staged, &plan(), 300).is_none());
+        let mut late = staged.clone();
+        late[1] = node("ns2", "a2", Some("b2-late"));
+        let (absorbed, log) = halted.next(&late, &plan(), 350).expect("seen");
+        assert!(log.is_empty(), "{log:?}");
+        assert!(absorbed.next(&late, &plan(), 360).is_none());
         // New files do: generation 2.
         let fixed = [node("ns1", "a1", Some("c1")), node("ns2", "a2", Some("b2"))];
         let (again, _) = halted.next(&fixed, &plan(), 400).expect("begun");
         assert_eq!(again.rollout.candidate, 2);
         assert_eq!(again.allowed("ns1"), Some("c1"));
+    }
+
+    /// The race of a deployment: ns2 reports its new files first, the generation begins with
+    /// the canary unchanged; the canary's own files (refused by its taster) arrive during the
+    /// bake. The generation halts, and the next one begins with the canary's files.
+    #[test]
+    fn files_reaching_the_canary_after_its_release_halt_and_begin_the_next_generation() {
+        let settled = BundleRecord::settled(&[node("ns1", "a1", None), node("ns2", "a2", None)], 0);
+        let early = [node("ns1", "a1", None), node("ns2", "a2", Some("b2"))];
+        let (begun, _) = settled.next(&early, &plan(), 100).expect("begun");
+        assert_eq!(begun.allowed("ns1"), Some("a1"));
+        let mut refusing = node("ns1", "a1", None);
+        if let Some(b) = refusing.bundle.as_mut() {
+            b.refused = Some(("b1".into(), "taster killed by signal 6".into()));
+        }
+        let late = [refusing, node("ns2", "a2", Some("b2"))];
+        let (halted, log) = begun.next(&late, &plan(), 500).expect("halted");
+        assert!(log[0].contains("its files changed during the rollout"), "{log:?}");
+        assert_eq!(halted.allowed("ns2"), Some("a2"));
+        let (next, _) = halted.next(&late, &plan(), 600).expect("next generation");
+        assert_eq!(next.rollout.candidate, 2);
+        let (halted_again, log) = next.next(&late, &plan(), 700).expect("halted");
+        assert!(log[0].contains("bundle b1: taster killed by signal 6"), "{log:?}");
+        assert_eq!(halted_again.allowed("ns2"), Some("a2"));
+        assert!(halted_again.next(&late, &plan(), 800).is_none());
     }
 
     #[test]

@@ -214,8 +214,11 @@ pub struct BundleStatus {
     pub dir: PathBuf,
     /// The bundle served.
     pub serving: String,
-    /// The live files' bundle, tasted and waiting for the fleet's rollout to release it.
+    /// The live files' bundle, tasted and waiting for the fleet's rollout to release it (also
+    /// after a rollback from it: the live files still hold it).
     pub pending: Option<String>,
+    /// The live files' bundle as last captured.
+    pub live: Option<String>,
     /// The newest bundle refused (by its taster or on loading), and why.
     pub refused: Option<BundleRefusal>,
     /// The bundle served before this one (kept: the way back after a halt).
@@ -484,10 +487,14 @@ impl Reloader {
             Ok(accepted) => {
                 if let Some(bundles) = state.bundles.as_mut() {
                     let status = &mut bundles.status;
-                    status.previous = Some(old);
                     if status.pending.as_deref() == Some(id) {
                         status.pending = None;
                     }
+                    // Back from the live files' bundle (a rollback): it waits again.
+                    if status.live.as_deref() == Some(old.as_str()) {
+                        status.pending = Some(old.clone());
+                    }
+                    status.previous = Some(old);
                     if status.refused.as_ref().is_some_and(|r| r.bundle == id) {
                         status.refused = None;
                     }
@@ -783,9 +790,12 @@ impl Reloader {
             Err(e) => return Some(Err(vec![format!("the live files cannot be staged: {e}")])),
         };
         let status = &mut bundles.status;
+        let was_live = status.live.replace(id.clone());
         if id == status.serving {
-            let was_pending = status.pending.take().is_some();
-            if was_pending {
+            // The live files are the bundle served again (a revert): nothing waits, and an
+            // earlier refusal is history.
+            let changed = status.pending.take().is_some() || status.refused.take().is_some();
+            if changed || was_live.as_deref() != Some(id.as_str()) {
                 self.publish_bundles(state);
             }
             return None;
@@ -888,6 +898,7 @@ fn open_bundles(live: &Config) -> Result<(Option<Bundles>, Option<bundle::Bundle
         dir: store.dir().to_path_buf(),
         serving,
         previous,
+        live: captured.as_ref().ok().cloned(),
         ..BundleStatus::default()
     };
     let bundles = Bundles {
