@@ -438,12 +438,12 @@ fn main() -> ExitCode {
         Command::Rollout(RolloutCommand::Status { target, json }) => {
             target.config().and_then(|c| cli::rollout::status(&c, json))
         }
-        Command::Rollout(RolloutCommand::Resume { target, bundles }) => {
-            target.config().and_then(|c| cli::rollout::resume(&c, bundles))
-        }
-        Command::Rollout(RolloutCommand::Abort { target, bundles }) => {
-            target.config().and_then(|c| cli::rollout::abort(&c, bundles))
-        }
+        Command::Rollout(RolloutCommand::Resume { target, bundles }) => target
+            .config()
+            .and_then(|c| cli::rollout::resume(&c, bundles)),
+        Command::Rollout(RolloutCommand::Abort { target, bundles }) => target
+            .config()
+            .and_then(|c| cli::rollout::abort(&c, bundles)),
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),

@@ -529,7 +529,11 @@ fn a_zone_change_reaches_the_canary_then_after_the_bake_the_rest() {
     for (i, at) in first.iter().enumerate().skip(1) {
         let at = at.unwrap_or_default();
         assert!(at > canary, "ns{} before the canary", i + 1);
-        assert!(at >= Duration::from_secs(BAKE), "ns{} within the bake", i + 1);
+        assert!(
+            at >= Duration::from_secs(BAKE),
+            "ns{} within the bake",
+            i + 1
+        );
     }
     let bundles = bundles_in_phase(&fleet, "completed");
     let rollout = &bundles["rollout"];
@@ -539,7 +543,11 @@ fn a_zone_change_reaches_the_canary_then_after_the_bake_the_rest() {
     for node in &fleet.nodes {
         let status = node.status();
         assert_eq!(status["fleet"]["revision_served"], lkg, "{}", node.name);
-        assert_eq!(status["bundle"]["pending"], serde_json::Value::Null, "{status:#}");
+        assert_eq!(
+            status["bundle"]["pending"],
+            serde_json::Value::Null,
+            "{status:#}"
+        );
         assert_eq!(
             status["bundle"]["serving"], bundles["nodes"][&node.name]["candidate"],
             "{}",
@@ -595,7 +603,10 @@ fn a_zone_change_the_canarys_taster_crashes_on_halts_at_the_canary() {
     }
     let canary = fleet.nodes[0].status();
     assert_eq!(canary["taster"]["crashed"], 1, "{canary:#}");
-    let text = ok(&fleet.nodes[1].cli(&["rollout", "status"]), "rollout status");
+    let text = ok(
+        &fleet.nodes[1].cli(&["rollout", "status"]),
+        "rollout status",
+    );
     assert!(
         text.contains("bundle rollout of generation") && text.contains("HALTED"),
         "{text}"
@@ -631,6 +642,9 @@ fn a_zone_change_that_fails_a_sanity_probe_on_the_canary_is_rolled_back() {
     let answer = Resolver::new(fleet.nodes[0].daemon().dns).ask(&query);
     assert_eq!(answer.answers.len(), 1, "{answer:?}");
     for name in ["ns2", "ns3"] {
-        assert_eq!(bundles["rollout"]["nodes"][name]["state"], "waiting", "{bundles:#}");
+        assert_eq!(
+            bundles["rollout"]["nodes"][name]["state"], "waiting",
+            "{bundles:#}"
+        );
     }
 }

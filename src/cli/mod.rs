@@ -650,12 +650,20 @@ fn print_dnssec(d: &steerdns::admin::DnssecView) {
 }
 
 fn print_bundle(b: &steerdns::reload::BundleStatus) {
-    println!("bundle (config, zones, GeoIP) served: {} in {}", b.serving, b.dir.display());
+    println!(
+        "bundle (config, zones, GeoIP) served: {} in {}",
+        b.serving,
+        b.dir.display()
+    );
     if let Some(pending) = &b.pending {
         println!("  live files: bundle {pending}, tasted, waiting for the fleet's rollout");
     }
     if let Some(refused) = &b.refused {
-        println!("  refused: bundle {}: {}", refused.bundle, refused.reasons.join("; "));
+        println!(
+            "  refused: bundle {}: {}",
+            refused.bundle,
+            refused.reasons.join("; ")
+        );
     }
 }
 

@@ -67,9 +67,9 @@ pub struct BundleRecord {
 }
 
 /// The staging nodes' registry entries that report bundles, by name.
-fn staging<'a>(
-    records: &'a [NodeRecord],
-) -> impl Iterator<Item = (&'a NodeRecord, &'a NodeReport, &'a BundleReport)> {
+fn staging(
+    records: &[NodeRecord],
+) -> impl Iterator<Item = (&NodeRecord, &NodeReport, &BundleReport)> {
     records
         .iter()
         .filter_map(|r| Some((r, r.rollout.as_ref()?, r.bundle.as_ref()?)))
@@ -227,7 +227,9 @@ impl BundleRecord {
         let nodes = staging(records)
             .map(|(record, _, bundles)| {
                 let lkg = match self.nodes.get(&record.name) {
-                    Some(entry) if completed => entry.candidate.clone().unwrap_or(entry.lkg.clone()),
+                    Some(entry) if completed => {
+                        entry.candidate.clone().unwrap_or(entry.lkg.clone())
+                    }
                     Some(entry) => entry.lkg.clone(),
                     None => bundles.serving.clone(),
                 };
@@ -372,7 +374,10 @@ mod tests {
         let (begun, _) = settled.next(&staged, &plan(), 100).expect("begun");
         let (halted, log) = begun.next(&staged, &plan(), 200).expect("halted");
         assert!(log[0].contains("halted"), "{log:?}");
-        assert!(log[0].contains("bundle b1: taster killed by signal 6"), "{log:?}");
+        assert!(
+            log[0].contains("bundle b1: taster killed by signal 6"),
+            "{log:?}"
+        );
         assert_eq!(halted.allowed("ns1"), Some("a1"));
         assert_eq!(halted.allowed("ns2"), Some("a2"));
         // The same files begin nothing again (ns2's b2 was never released, but seen), nor do
@@ -405,12 +410,18 @@ mod tests {
         }
         let late = [refusing, node("ns2", "a2", Some("b2"))];
         let (halted, log) = begun.next(&late, &plan(), 500).expect("halted");
-        assert!(log[0].contains("its files changed during the rollout"), "{log:?}");
+        assert!(
+            log[0].contains("its files changed during the rollout"),
+            "{log:?}"
+        );
         assert_eq!(halted.allowed("ns2"), Some("a2"));
         let (next, _) = halted.next(&late, &plan(), 600).expect("next generation");
         assert_eq!(next.rollout.candidate, 2);
         let (halted_again, log) = next.next(&late, &plan(), 700).expect("halted");
-        assert!(log[0].contains("bundle b1: taster killed by signal 6"), "{log:?}");
+        assert!(
+            log[0].contains("bundle b1: taster killed by signal 6"),
+            "{log:?}"
+        );
         assert_eq!(halted_again.allowed("ns2"), Some("a2"));
         assert!(halted_again.next(&late, &plan(), 800).is_none());
     }
@@ -435,7 +446,10 @@ mod tests {
         probing.rollout.probes = vec!["critical.example.com A".into()];
         let served = [failing, node("ns2", "a2", None)];
         let (halted, log) = probing.next(&served, &plan(), 200).expect("halted");
-        assert!(log[0].contains("probe critical.example.com A: NXDOMAIN"), "{log:?}");
+        assert!(
+            log[0].contains("probe critical.example.com A: NXDOMAIN"),
+            "{log:?}"
+        );
         assert_eq!(halted.allowed("ns1"), Some("a1"));
         let back = [node("ns1", "a1", Some("b1")), node("ns2", "a2", None)];
         let (marked, _) = halted.next(&back, &plan(), 300).expect("marked");

@@ -313,7 +313,10 @@ async fn apply_bundle(ctx: &Ctx, record: &BundleRecord) {
     };
     let bundles = ctx.reloader.status().bundle;
     let Some(bundles) = bundles else { return };
-    let refused = bundles.refused.as_ref().is_some_and(|r| r.bundle == allowed);
+    let refused = bundles
+        .refused
+        .as_ref()
+        .is_some_and(|r| r.bundle == allowed);
     if bundles.serving == allowed || refused {
         return;
     }

@@ -70,9 +70,7 @@ impl BundleStore {
         };
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| format!("{}: cannot create: {e}", self.dir.display()))?;
-        let scratch = self
-            .dir
-            .join(format!(".capture-{}", std::process::id()));
+        let scratch = self.dir.join(format!(".capture-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&scratch);
         let mut copy = Copy::new(&scratch)?;
         let captured = (|| {
@@ -123,10 +121,7 @@ impl BundleStore {
         let text = std::fs::read_to_string(self.dir.join(SERVING)).ok()?;
         let mut lines = text.lines().map(str::trim);
         let serving = lines.next().filter(|id| self.has(id))?.to_string();
-        let previous = lines
-            .next()
-            .filter(|id| self.has(id))
-            .map(str::to_string);
+        let previous = lines.next().filter(|id| self.has(id)).map(str::to_string);
         Some((serving, previous))
     }
 
@@ -147,9 +142,8 @@ impl BundleStore {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let kept = name == serving
-                || previous == Some(name.as_str())
-                || keep.contains(&name.as_str());
+            let kept =
+                name == serving || previous == Some(name.as_str()) || keep.contains(&name.as_str());
             if (name.starts_with(".capture-") || valid_id(&name)) && !kept {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
@@ -232,10 +226,8 @@ mod tests {
     use super::*;
 
     fn scratch(label: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "steerdns-bundle-{label}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("steerdns-bundle-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("live/zones/parts")).expect("mkdir");
         dir
@@ -245,8 +237,10 @@ mod tests {
         std::fs::write(dir.join("live/steerdns.toml"), "").expect("config");
         std::fs::write(dir.join("live/zones/example.com.zone"), zone).expect("zone");
         std::fs::write(dir.join("live/zones/parts/hosts.inc"), "www A 192.0.2.1\n").expect("inc");
-        let mut config = Config::default();
-        config.source_path = Some(dir.join("live/steerdns.toml"));
+        let mut config = Config {
+            source_path: Some(dir.join("live/steerdns.toml")),
+            ..Config::default()
+        };
         config.server.zones = dir.join("live/zones");
         config
     }
@@ -261,17 +255,24 @@ mod tests {
         assert_eq!(store.capture(&live(&dir, "serial 1\n")), Ok(first.clone()));
         let second = store.capture(&live(&dir, "serial 2\n")).expect("capture");
         assert_ne!(first, second);
-        let kept = dir.join("store").join(&first).join("zones/example.com.zone");
+        let kept = dir
+            .join("store")
+            .join(&first)
+            .join("zones/example.com.zone");
         assert_eq!(std::fs::read_to_string(kept).expect("copy"), "serial 1\n");
         assert!(dir
             .join("store")
             .join(&second)
             .join("zones/parts/hosts.inc")
             .is_file());
-        store.set_serving(&second, Some(&first), &[]).expect("marker");
+        store
+            .set_serving(&second, Some(&first), &[])
+            .expect("marker");
         assert_eq!(store.serving(), Some((second.clone(), Some(first.clone()))));
         let third = store.capture(&live(&dir, "serial 3\n")).expect("capture");
-        store.set_serving(&third, Some(&second), &[]).expect("marker");
+        store
+            .set_serving(&third, Some(&second), &[])
+            .expect("marker");
         assert!(!store.has(&first), "pruned");
         assert!(store.has(&second) && store.has(&third));
         let source = store.source(&Source::default(), &dir.join("live"), &third);

@@ -499,10 +499,9 @@ impl Reloader {
                         status.refused = None;
                     }
                     let keep: Vec<&str> = status.pending.iter().map(String::as_str).collect();
-                    if let Err(e) =
-                        bundles
-                            .store
-                            .set_serving(id, status.previous.as_deref(), &keep)
+                    if let Err(e) = bundles
+                        .store
+                        .set_serving(id, status.previous.as_deref(), &keep)
                     {
                         tracing::error!("bundle {id} served but not recorded: {e}");
                     }
@@ -569,15 +568,8 @@ impl Reloader {
                     tasted = Some(text.clone());
                 }
                 let control = control.map_err(|e| vec![e])?;
-                let previous = self.snapshot.load_full();
-                let loaded = taste_then_load(
-                    &source,
-                    &config,
-                    control.as_ref(),
-                    Some(&previous),
-                    &mut state.status.taster,
-                )?;
-                self.keep_good_geo_database(&loaded)?;
+                let loaded =
+                    self.taste_and_load(&source, &config, control.as_ref(), &mut state.status)?;
                 Ok((config, loaded, control))
             });
         match result {
@@ -606,6 +598,21 @@ impl Reloader {
                 Err(reasons)
             }
         }
+    }
+
+    /// Tastes and loads what `source` reads, sharing the served snapshot's zones where they
+    /// are the same, and keeps a good geo database in service.
+    fn taste_and_load(
+        &self,
+        source: &Source,
+        config: &Config,
+        control: Option<&(PathBuf, String)>,
+        status: &mut Status,
+    ) -> Result<Loaded, Vec<String>> {
+        let previous = self.snapshot.load_full();
+        let loaded = taste_then_load(source, config, control, Some(&previous), &mut status.taster)?;
+        self.keep_good_geo_database(&loaded)?;
+        Ok(loaded)
     }
 
     /// A geo database that fails to load degrades a *first* start to the default region (serve
@@ -763,7 +770,10 @@ impl Reloader {
                 .store
                 .set_serving(&status.serving, status.previous.as_deref(), &pending)
         {
-            warnings.push(format!("bundle {} served but not recorded: {e}", status.serving));
+            warnings.push(format!(
+                "bundle {} served but not recorded: {e}",
+                status.serving
+            ));
         }
         match live {
             Some(id) if id != status.serving => {
@@ -819,17 +829,13 @@ impl Reloader {
         };
         let source = bundles.store.source(&self.source, &bundles.base, &id);
         let control = state.served_control.clone();
-        let result = source.read_config().map_err(|e| vec![e]).and_then(|config| {
-            let previous = self.snapshot.load_full();
-            let loaded = taste_then_load(
-                &source,
-                &config,
-                control.as_ref(),
-                Some(&previous),
-                &mut state.status.taster,
-            )?;
-            self.keep_good_geo_database(&loaded)
-        });
+        let result = source
+            .read_config()
+            .map_err(|e| vec![e])
+            .and_then(|config| {
+                self.taste_and_load(&source, &config, control.as_ref(), &mut state.status)
+                    .map(drop)
+            });
         match &result {
             Ok(()) => {
                 tracing::info!(
