@@ -18,7 +18,7 @@
 //! | `<prefix>/nodes/<name>` | JSON [`store::NodeRecord`]: what the node serves; attached to the node's lease, so it vanishes `lease_ttl_secs` after the node dies | each node |
 //! | `<prefix>/rollout/state` | JSON [`rollout::RolloutRecord`]: the staged rollout of the newest version (waves, gates, phase) with the candidate's and the last known good's texts; what each node may serve | the coordinator (CAS), `rollout resume/abort` |
 //! | `<prefix>/rollout/bundle` | JSON [`bundles::BundleRecord`]: the staged rollout of the nodes' config/zone/GeoIP bundles — a generation number per rollout, and per node the ids of its last known good bundle and of its candidate | the coordinator (CAS), `rollout resume/abort --bundles` |
-| `<prefix>/rollout/coordinator` | the name of the node driving rollouts; attached to its lease, so another node takes over when it dies | the coordinator (create-if-absent) |
+//! | `<prefix>/rollout/coordinator` | the name of the node driving rollouts; attached to its lease, so another node takes over when it dies | the coordinator (create-if-absent) |
 //! | `<prefix>/members/<name>` | JSON [`store::Member`]: every node that ever registered (no lease), so that `fleet status` can name the missing ones | each node; `fleet forget` deletes |
 //!
 //! Serials: a fleet write sets `serial = N` in the text (one above the newest in etcd), so every
