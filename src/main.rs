@@ -786,7 +786,21 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         };
         runtime.spawn(steerdns::admin::serve(admin, admin_state));
     }
+    if let Some((fleet, name, _)) = &fleet {
+        if fleet.health.probers > 0 {
+            reloader
+                .health()
+                .enable_sharing(name, fleet.site.as_deref(), fleet.health.probers);
+        } else {
+            reloader.health().set_node(name);
+        }
+    }
     reloader.health().start(runtime.handle());
+    if let Some((_, name, _)) = &fleet {
+        // Before the shield's first tick: in fleet mode it serves only what the leader
+        // publishes through etcd.
+        reloader.shield().fleet.enable(name);
+    }
     steerdns::reload::shield::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
     steerdns::reload::resign::spawn(reloader.clone()).context("starting DNSSEC re-signing")?;
@@ -816,6 +830,29 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
                 plan,
                 info.name.clone(),
                 origin.clone(),
+            );
+        }
+        steerdns::fleet::shield::spawn(
+            runtime.handle(),
+            fleet.clone(),
+            info.name.clone(),
+            reloader.shield().clone(),
+        );
+        if fleet.health.probers > 0 {
+            println!(
+                "fleet node {}: health probes shared, {} prober(s) per target{}",
+                info.name,
+                fleet.health.probers,
+                fleet
+                    .site
+                    .as_deref()
+                    .map_or(String::new(), |site| format!(", site {site}"))
+            );
+            steerdns::fleet::health::spawn(
+                runtime.handle(),
+                fleet.clone(),
+                reloader.health().clone(),
+                info.name.clone(),
             );
         }
         steerdns::fleet::node::spawn(runtime.handle(), fleet, reloader.clone(), origin, info);
