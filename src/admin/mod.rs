@@ -326,6 +326,9 @@ pub struct StatusFields {
     /// Times the control file was looked at for a change (events and backstop polls).
     #[serde(default)]
     pub control_checks: u64,
+    /// With `[fleet.rollout]`: the config/zone/GeoIP bundles.
+    #[serde(default)]
+    pub bundle: Option<crate::reload::BundleStatus>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -368,6 +371,7 @@ impl From<Status> for StatusFields {
             warnings: s.warnings,
             taster: s.taster,
             control_checks: s.control_checks,
+            bundle: s.bundle,
         }
     }
 }
