@@ -73,6 +73,31 @@ pub struct LoadFeed {
     pub fallback: BTreeMap<String, Sample>,
 }
 
+impl LoadFeed {
+    /// The feed as a feed document again (time to the millisecond), which [`parse_feed`]
+    /// reads back to an equal feed: fleet mode shares a feed through etcd this way.
+    pub fn to_json(&self) -> String {
+        let section =
+            |table: &BTreeMap<String, Sample>| -> serde_json::Map<String, serde_json::Value> {
+                table
+                    .iter()
+                    .map(|(name, s)| {
+                        (
+                            name.clone(),
+                            serde_json::json!({"load": s.load, "capacity": s.capacity}),
+                        )
+                    })
+                    .collect()
+            };
+        serde_json::json!({
+            "time": crate::rfc3339::format_utc_millis(self.time),
+            "regions": section(&self.regions),
+            "fallback": section(&self.fallback),
+        })
+        .to_string()
+    }
+}
+
 /// Why a feed was refused. Field paths read like `regions.eu-west.capacity`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum FeedError {
