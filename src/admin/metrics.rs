@@ -771,7 +771,7 @@ impl Scrape {
             bool_value(xdp.attach.is_some()),
         )?;
         type Field = fn(&crate::metrics::xdp::QueueView) -> u64;
-        let families: [(&str, &str, Field); 7] = [
+        let families: [(&str, &str, Field); 8] = [
             (
                 "steerdns_xdp_rx_frames",
                 "Frames taken from an AF_XDP RX ring, per queue.",
@@ -791,6 +791,11 @@ impl Scrape {
                 "steerdns_xdp_tx_ring_full",
                 "Replies dropped because the TX ring was full, per queue.",
                 |q| q.tx_ring_full,
+            ),
+            (
+                "steerdns_xdp_tx_kicks",
+                "TX kicks (sendto syscalls) made, per queue; tx_frames / tx_kicks = replies per kick.",
+                |q| q.tx_kicks,
             ),
             (
                 "steerdns_xdp_rx_ring_full",

@@ -675,8 +675,15 @@ fn print_xdp(xdp: &steerdns::metrics::xdp::XdpView) {
     }
     for q in &xdp.queues {
         println!(
-            "  queue {}: rx {} tx {} dropped {} tx-ring-full {} rx-ring-full {} fill-empty {}",
-            q.queue, q.rx, q.tx, q.dropped, q.tx_ring_full, q.rx_ring_full, q.fill_ring_empty
+            "  queue {}: rx {} tx {} ({} kicks) dropped {} tx-ring-full {} rx-ring-full {} fill-empty {}",
+            q.queue,
+            q.rx,
+            q.tx,
+            q.tx_kicks,
+            q.dropped,
+            q.tx_ring_full,
+            q.rx_ring_full,
+            q.fill_ring_empty
         );
     }
 }

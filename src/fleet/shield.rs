@@ -153,7 +153,8 @@ async fn exchange(
     let mut found = read(ctx, client, lease, outbox, *leading).await?;
     let held_here = found.leader.as_deref() == Some(ctx.name.as_str());
     *leading = *leading && held_here;
-    if found.leader.is_none() || (held_here && !*leading) {
+    let free = found.leader.is_none() || (held_here && !*leading);
+    if free && ctx.shield.fleet.can_lead() {
         *leading =
             super::claim(&ctx.config, client, &keys.shield_leader(), &ctx.name, lease).await?;
         if *leading {

@@ -833,4 +833,17 @@ mod tests {
         // be exercising the JSON parser.
         assert!(accepted > 100, "only {accepted} mutated feeds accepted");
     }
+
+    #[test]
+    fn a_feed_written_back_as_json_reads_back_equal() {
+        let text = r#"{"time": "2026-11-30T10:00:00.125Z",
+            "regions": {"eu-west": {"load": 950.5, "capacity": 1000}},
+            "fallback": {"fb-eu": {"load": 200, "capacity": 2000}}}"#;
+        let now = crate::rfc3339::parse("2026-11-30T10:00:01Z").unwrap_or(SystemTime::UNIX_EPOCH);
+        let names = (["eu-west"], ["fb-eu"]);
+        let feed = parse_feed(text.as_bytes(), &names.0, &names.1, now);
+        let feed = feed.unwrap_or_else(|e| panic!("{e}"));
+        let again = parse_feed(feed.to_json().as_bytes(), &names.0, &names.1, now);
+        assert_eq!(again, Ok(feed));
+    }
 }

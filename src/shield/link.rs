@@ -9,6 +9,7 @@
 //! decision about etcd contents is made in the shield, against the node's own topology, and
 //! nothing here is on the serving path.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -57,6 +58,9 @@ pub struct FleetLink {
     outbox: Mutex<Outbox>,
     /// Wakes the etcd task when a tick has filled the outbox.
     pub filled: tokio::sync::Notify,
+    /// Whether this node can decide (its snapshot steers names): one that cannot must not
+    /// take the leader key, or the fleet would wait on a leader that never publishes.
+    can_lead: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -73,6 +77,15 @@ impl FleetLink {
     /// This node's name, in fleet mode.
     pub fn node(&self) -> Option<&str> {
         self.node.get().map(String::as_str)
+    }
+
+    /// The shield's thread, every tick: whether this node has what a leader needs.
+    pub fn set_can_lead(&self, can: bool) {
+        self.can_lead.store(can, Ordering::Relaxed);
+    }
+
+    pub fn can_lead(&self) -> bool {
+        self.can_lead.load(Ordering::Relaxed)
     }
 
     pub fn inbox(&self) -> Inbox {

@@ -210,6 +210,7 @@ impl Shield {
         now: SystemTime,
         now_ms: u64,
     ) {
+        self.fleet.set_can_lead(served.steering.is_some());
         let Some((policies, demand)) = served.steering else {
             self.view.store(Arc::new(ShedView::default()));
             lock(&self.status).ticks += 1;

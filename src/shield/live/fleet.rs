@@ -477,3 +477,71 @@ impl Shield {
         serde_json::to_vec(&report).ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_serves_published_then_fail_static_then_decays() {
+        let settings = ShieldSettings {
+            revert_after_ms: 4000,
+            ..ShieldSettings::default()
+        };
+        let linked = Inbox::default();
+        let leading = Inbox {
+            leading: true,
+            ..Inbox::default()
+        };
+        let broken = Inbox {
+            leading: true,
+            error: Some("etcd: connection refused".into()),
+            ..Inbox::default()
+        };
+        assert_eq!(role_of(&linked, None, &settings, false), Role::Waiting);
+        assert_eq!(role_of(&linked, Some(50), &settings, false), Role::Waiting);
+        assert_eq!(role_of(&linked, Some(50), &settings, true), Role::Published);
+        assert_eq!(role_of(&leading, Some(50), &settings, true), Role::Leader);
+        // A leader whose link broke leads no more, whatever the inbox last said.
+        assert_eq!(
+            role_of(&broken, Some(1500), &settings, true),
+            Role::FailStatic
+        );
+        assert_eq!(
+            role_of(&broken, Some(3999), &settings, true),
+            Role::FailStatic
+        );
+        assert_eq!(
+            role_of(&broken, Some(4000), &settings, true),
+            Role::Reverting
+        );
+        assert_eq!(
+            role_of(&broken, Some(1500), &settings, false),
+            Role::Waiting
+        );
+    }
+
+    #[test]
+    fn readings_age_with_the_lost_contact_but_never_grow_younger() {
+        let reading = |age_ms| {
+            Some(crate::shield::step::Reading {
+                load: 1.0,
+                capacity: 2.0,
+                age_ms,
+            })
+        };
+        let mut inputs = Inputs {
+            regions: vec![reading(100), None, reading(9000)],
+            sites: vec![reading(10)],
+            ..Inputs::default()
+        };
+        age_readings(&mut inputs, 5000);
+        let ages: Vec<Option<u64>> = inputs
+            .regions
+            .iter()
+            .chain(&inputs.sites)
+            .map(|r| r.map(|r| r.age_ms))
+            .collect();
+        assert_eq!(ages, vec![Some(5000), None, Some(9000), Some(5000)]);
+    }
+}
