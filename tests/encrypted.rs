@@ -250,12 +250,24 @@ fn hostile_tls_clients_do_not_disturb_udp_or_other_clients() {
         over_tls.contains(must_hold),
         "DoT beside the slowloris:\n{over_tls}"
     );
-    // The stalled handshakes are cut at the handshake timeout.
+    // DoH takes the same slowloris: two stalled handshakes from another client.
+    for _ in 0..2 {
+        let mut s = connect_from("127.0.0.5", doh);
+        let _ = s.write_all(&[0x16, 0x03, 0x01, 0x02]);
+        stalled.push(s);
+    }
+    // The stalled handshakes are cut at the handshake timeout, on both TLS listeners.
     wait_for_metric(
         &daemon,
         events,
         &[("transport", "tls"), ("event", "handshake_timeout")],
         4.0,
+    );
+    wait_for_metric(
+        &daemon,
+        events,
+        &[("transport", "https"), ("event", "handshake_timeout")],
+        2.0,
     );
     udp_answers(&daemon, 20);
     drop(stalled);

@@ -492,6 +492,9 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         None => println!("no refused changes"),
     }
     print_taster(&c.taster);
+    if let Some(b) = &c.bundle {
+        print_bundle(b);
+    }
     for (profile, endpoints) in &status.profiles {
         let list: Vec<String> = endpoints.iter().map(|(e, v)| endpoint_text(e, v)).collect();
         println!("profile {profile}: {}", list.join(" "));
@@ -642,6 +645,24 @@ fn print_dnssec(d: &steerdns::admin::DnssecView) {
             zone.rrsets,
             zone.nsec,
             keys.join("; ")
+        );
+    }
+}
+
+fn print_bundle(b: &steerdns::reload::BundleStatus) {
+    println!(
+        "bundle (config, zones, GeoIP) served: {} in {}",
+        b.serving,
+        b.dir.display()
+    );
+    if let Some(pending) = &b.pending {
+        println!("  live files: bundle {pending}, tasted, waiting for the fleet's rollout");
+    }
+    if let Some(refused) = &b.refused {
+        println!(
+            "  refused: bundle {}: {}",
+            refused.bundle,
+            refused.reasons.join("; ")
         );
     }
 }
