@@ -2,12 +2,15 @@
 //! `POST /v1/load` that overloads eu-west, then headless Chromium (Debian's `/usr/bin/chromium`,
 //! which `.ci/run` installs) loads `http://ADMIN/`, runs the page's script and dumps the DOM it
 //! drew; the test checks that eu-west is shown shedding towards its destinations, and saves a
-//! screenshot to `<target dir>/test-output/dashboard.png`.
+//! screenshot to `<target dir>/test-output/dashboard.png`. A one-node fleet on a real etcd
+//! with a monitored backend shows shared probing: the probers, each target's votes and quorum,
+//! and, once etcd is gone, the fail-static view and its alert.
 //!
 //! A missing Chromium fails the test (it does not skip). Every wait is bounded: the browser is
 //! killed, with its whole process group, after [`BROWSER_LIMIT`]. All traffic is loopback.
 
 mod control_common;
+mod fleet_common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -17,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use control_common::{Daemon, Setup, TempDir, TOKEN};
+use control_common::{Backend, Daemon, Etcd, Setup, TempDir, TOKEN};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 /// Longest one browser run may take before it is killed.
@@ -458,4 +461,118 @@ fn chromium_shows_eu_west_shedding_to_its_destinations() {
         png.len()
     );
     println!("dashboard screenshot: {}", screenshot.display());
+}
+
+#[test]
+fn chromium_shows_the_encrypted_transports_and_an_expiring_certificate() {
+    let setup = Setup::new("dashboard-encrypted");
+    // 20 days: inside the 30-day expiry warning.
+    let (cert, key) = control_common::self_signed_cert(setup.dir.path(), "server", 20);
+    setup.extend_config(&format!(
+        "[server.tls]\ncert = {:?}\nkey = {:?}\ndot = [\"127.0.0.1:0\"]\ndoh = [\"127.0.0.1:0\"]\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    ));
+    let daemon = setup.start();
+    let dot = daemon.listener("dot");
+    let doh = daemon.listener("doh");
+    for _ in 0..2 {
+        let (ok, out) = control_common::kdig(dot, &["+tls", "example.com", "SOA"]);
+        assert!(ok, "kdig +tls: {out}");
+    }
+
+    let run = chromium(&[
+        "--virtual-time-budget=5000".into(),
+        "--dump-dom".into(),
+        format!("http://{}/", daemon.admin),
+    ]);
+    let dom = &run.stdout;
+    assert_eq!(
+        attribute(element(dom, "data-connection=", ">"), "data-connection"),
+        Some("ok"),
+        "the page did not read /v1/status; chromium stderr:\n{}",
+        run.stderr
+    );
+    // Transport, listener, queries, connections, turned away.
+    let tls = text_of(element(dom, "data-transport=\"tls\"", "</tr>"));
+    assert_eq!(
+        tls,
+        format!("tls {dot} 2 0 open, 2 accepted none"),
+        "DoT row"
+    );
+    let https = text_of(element(dom, "data-transport=\"https\"", "</tr>"));
+    assert_eq!(
+        https,
+        format!("https {doh} 0 0 open, 0 accepted none"),
+        "DoH row"
+    );
+    let quic = text_of(element(dom, "data-transport=\"quic\"", "</tr>"));
+    assert!(quic.contains("not listening"), "DoQ row: {quic}");
+    let certificate = element(dom, "class=\"certificate\"", "</p>");
+    let days: i64 = attribute(certificate, "data-days-left")
+        .and_then(|d| d.parse().ok())
+        .expect("data-days-left is a number");
+    assert!((19..=20).contains(&days), "{}", text_of(certificate));
+    assert!(
+        text_of(certificate).contains("the certificate expires in"),
+        "the expiry warning is not shown: {}",
+        text_of(certificate)
+    );
+    let alerts = text_of(element(dom, "id=\"alerts\"", "</ul>"));
+    assert!(
+        alerts.contains("server.pem: the certificate expires in"),
+        "the expiry is not among the alerts: {alerts}"
+    );
+}
+
+#[test]
+fn chromium_shows_shared_probing_and_the_fail_static_view() {
+    let backend = Backend::start();
+    let mut etcd = Etcd::start();
+    let setup = Setup::new("dashboard-sharing");
+    setup.extend_config(&fleet_common::fleet_section(
+        &etcd.endpoint(),
+        "/steerdns/dash",
+        2,
+    ));
+    setup.extend_config(&format!(
+        "site = \"ams\"\n{}",
+        fleet_common::monitored_failover("shared", &backend.url())
+    ));
+    let daemon = setup.start_with(&["--node", "ns1"]);
+    daemon.wait_for_status("the fleet's quorum says up", SHED_LIMIT, |s| {
+        s["health"]["targets"][0]["shared"]["decided_by"] == "quorum"
+            && s["health"]["targets"][0]["state"] == "up"
+    });
+    etcd.stop();
+    daemon.wait_for_status("fail-static after etcd stopped", SHED_LIMIT, |s| {
+        s["health"]["sharing"]["fail_static"] == true
+    });
+    let run = chromium(&[
+        "--virtual-time-budget=5000".into(),
+        "--dump-dom".into(),
+        format!("http://{}/", daemon.admin),
+    ]);
+    let dom = &run.stdout;
+    let sharing = text_of(element(dom, "class=\"sharing\"", "</p>"));
+    assert!(
+        sharing.contains("2 prober(s) per target")
+            && sharing.contains("serving the last shared view (fail-static)")
+            && sharing.contains("Probers: ns1 (ams)"),
+        "{sharing}"
+    );
+    let target = text_of(element(
+        dom,
+        &format!("data-target=\"{}\"", backend.url()),
+        "</tr>",
+    ));
+    assert!(
+        target.contains("ns1 up; 0/1 down, down at 1 (quorum)"),
+        "{target}"
+    );
+    let alerts = text_of(element(dom, "id=\"alerts\"", "</ul>"));
+    assert!(
+        alerts.contains("health sharing: etcd unreachable"),
+        "{alerts}"
+    );
 }

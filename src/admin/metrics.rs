@@ -170,6 +170,83 @@ fn encode_health(
             ];
             (labels, bool_value(e.served))
         }),
+    )?;
+    if let Some(sharing) = &health.sharing {
+        encode_sharing(encoder, health, sharing)?;
+    }
+    Ok(())
+}
+
+/// Shared probing: the etcd link, the live probers, and per target who probes it and what
+/// each prober says.
+fn encode_sharing(
+    encoder: &mut DescriptorEncoder,
+    health: &crate::health::HealthReport,
+    sharing: &crate::health::SharingStatus,
+) -> fmt::Result {
+    gauge(
+        encoder,
+        "steerdns_health_sharing_connected",
+        "1 while probe results are shared through etcd, 0 while etcd is unreachable.",
+        bool_value(sharing.connected),
+    )?;
+    gauge(
+        encoder,
+        "steerdns_health_sharing_fail_static",
+        "1 while etcd is unreachable and the last shared health view is served unchanged.",
+        bool_value(sharing.fail_static),
+    )?;
+    gauge(
+        encoder,
+        "steerdns_health_sharing_probers",
+        "Live probers of the fleet (nodes with a valid record in etcd).",
+        sharing.probers.len() as f64,
+    )?;
+    gauge(
+        encoder,
+        "steerdns_health_sharing_refused_records",
+        "Prober records in etcd refused as bad (their nodes do not count).",
+        sharing.refused.len() as f64,
+    )?;
+    let shared = || {
+        health
+            .targets
+            .iter()
+            .filter_map(|t| Some((t, t.shared.as_ref()?)))
+    };
+    let target = |t: &crate::health::TargetStatus| vec![("target", t.target.clone())];
+    gauges(
+        encoder,
+        "steerdns_health_probed_here",
+        "1 if this node is one of the target's probers.",
+        shared().map(|(t, s)| (target(t), bool_value(s.probed_here))),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_health_reporting_probers",
+        "The target's probers with a fresh up/down result.",
+        shared().map(|(t, s)| (target(t), s.reporting as f64)),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_health_down_votes",
+        "The target's probers saying down (it is down at a strict majority of the reporting ones).",
+        shared().map(|(t, s)| (target(t), s.down_votes as f64)),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_health_prober_vote",
+        "1 per assigned prober of the target, labelled with what it says (up, down, unknown, stale, missing).",
+        shared().flat_map(|(t, s)| {
+            s.probers.iter().map(move |p| {
+                let labels = vec![
+                    ("target", t.target.clone()),
+                    ("node", p.node.clone()),
+                    ("vote", p.vote.as_str().to_owned()),
+                ];
+                (labels, 1.0)
+            })
+        }),
     )
 }
 
@@ -508,6 +585,20 @@ impl Scrape {
             "How long the last taste took, from starting the child to its verdict.",
             taster.last_ms / 1000.0,
         )?;
+        if let Some(bundle) = &st.bundle {
+            gauge(
+                encoder,
+                "steerdns_bundle_pending",
+                "1 while this node's live config/zone/GeoIP files (a tasted bundle) wait for the fleet's rollout to release them; the bundle served stays.",
+                bool_value(bundle.pending.is_some()),
+            )?;
+            gauge(
+                encoder,
+                "steerdns_bundle_refused",
+                "1 while the newest config/zone/GeoIP bundle of this node is refused (its taster crashed, or it did not load).",
+                bool_value(bundle.refused.is_some()),
+            )?;
+        }
         let endpoint =
             |(p, e): (&String, &String)| vec![("profile", p.clone()), ("endpoint", e.clone())];
         gauges(
@@ -633,6 +724,51 @@ impl Scrape {
             "Shield alerts standing now (no headroom, stale or missing feed, state repaired); \
              see /v1/status.",
             sh.alerts.len() as f64,
+        )?;
+        self.encode_fleet_shield(encoder)
+    }
+
+    /// Fleet mode's shield: who leads, which published state is served, how fresh the link is.
+    fn encode_fleet_shield(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(fleet) = &self.shield.fleet else {
+            return Ok(());
+        };
+        gauge(
+            encoder,
+            "steerdns_shield_fleet_leader",
+            "1 while this node is the fleet's shield leader (holds <prefix>/shield/leader).",
+            bool_value(fleet.role == "leader"),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_shield_fleet_revision",
+            "The published shield state revision this node serves (0: none, or decaying alone \
+             without etcd).",
+            fleet.revision.unwrap_or(0) as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_shield_fleet_contact_age_seconds",
+            "Seconds since etcd last answered the shield's exchange (-1: never).",
+            fleet.contact_age_secs.unwrap_or(-1.0),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_shield_fleet_fail_static",
+            "1 while etcd is unreachable and the last published state is served unchanged, 2 \
+             once reverting to normal answers after revert_after_secs.",
+            match fleet.role.as_str() {
+                "fail-static" => 1.0,
+                "reverting" => 2.0,
+                _ => 0.0,
+            },
+        )?;
+        counter(
+            encoder,
+            "steerdns_shield_fleet_refused",
+            "Shield records from etcd refused (published states, node reports); see \
+             shield.fleet.last_refusal in /v1/status.",
+            fleet.refused,
         )
     }
 }
@@ -649,7 +785,7 @@ impl Scrape {
             bool_value(xdp.attach.is_some()),
         )?;
         type Field = fn(&crate::metrics::xdp::QueueView) -> u64;
-        let families: [(&str, &str, Field); 7] = [
+        let families: [(&str, &str, Field); 8] = [
             (
                 "steerdns_xdp_rx_frames",
                 "Frames taken from an AF_XDP RX ring, per queue.",
@@ -669,6 +805,11 @@ impl Scrape {
                 "steerdns_xdp_tx_ring_full",
                 "Replies dropped because the TX ring was full, per queue.",
                 |q| q.tx_ring_full,
+            ),
+            (
+                "steerdns_xdp_tx_kicks",
+                "TX kicks (sendto syscalls) made, per queue; tx_frames / tx_kicks = replies per kick.",
+                |q| q.tx_kicks,
             ),
             (
                 "steerdns_xdp_rx_ring_full",

@@ -492,6 +492,9 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         None => println!("no refused changes"),
     }
     print_taster(&c.taster);
+    if let Some(b) = &c.bundle {
+        print_bundle(b);
+    }
     for (profile, endpoints) in &status.profiles {
         let list: Vec<String> = endpoints.iter().map(|(e, v)| endpoint_text(e, v)).collect();
         println!("profile {profile}: {}", list.join(" "));
@@ -646,6 +649,24 @@ fn print_dnssec(d: &steerdns::admin::DnssecView) {
     }
 }
 
+fn print_bundle(b: &steerdns::reload::BundleStatus) {
+    println!(
+        "bundle (config, zones, GeoIP) served: {} in {}",
+        b.serving,
+        b.dir.display()
+    );
+    if let Some(pending) = &b.pending {
+        println!("  live files: bundle {pending}, tasted, waiting for the fleet's rollout");
+    }
+    if let Some(refused) = &b.refused {
+        println!(
+            "  refused: bundle {}: {}",
+            refused.bundle,
+            refused.reasons.join("; ")
+        );
+    }
+}
+
 fn print_taster(t: &steerdns::taster::TasterStatus) {
     if t.mode.is_empty() {
         return;
@@ -675,13 +696,44 @@ fn print_xdp(xdp: &steerdns::metrics::xdp::XdpView) {
     }
     for q in &xdp.queues {
         println!(
-            "  queue {}: rx {} tx {} dropped {} tx-ring-full {} rx-ring-full {} fill-empty {}",
-            q.queue, q.rx, q.tx, q.dropped, q.tx_ring_full, q.rx_ring_full, q.fill_ring_empty
+            "  queue {}: rx {} tx {} ({} kicks) dropped {} tx-ring-full {} rx-ring-full {} fill-empty {}",
+            q.queue,
+            q.rx,
+            q.tx,
+            q.tx_kicks,
+            q.dropped,
+            q.tx_ring_full,
+            q.rx_ring_full,
+            q.fill_ring_empty
         );
     }
 }
 
 fn print_health(health: &steerdns::health::HealthReport) {
+    if let Some(sharing) = &health.sharing {
+        let link = match (sharing.connected, sharing.fail_static) {
+            (true, _) => "connected".to_string(),
+            (false, true) => format!(
+                "etcd UNREACHABLE since {}, serving the last shared view (fail-static): {}",
+                sharing.since,
+                sharing.last_error.as_deref().unwrap_or("?")
+            ),
+            (false, false) => format!(
+                "not connected, no shared view yet (startup states served): {}",
+                sharing.last_error.as_deref().unwrap_or("?")
+            ),
+        };
+        let probers: Vec<&str> = sharing.probers.iter().map(|p| p.node.as_str()).collect();
+        println!(
+            "health shared by the fleet: {} prober(s) per target, {link}; probers {}; this node probes {}",
+            sharing.probers_per_target,
+            probers.join(" "),
+            sharing.probing_here.len()
+        );
+        for refused in &sharing.refused {
+            println!("  REFUSED {refused}");
+        }
+    }
     for t in &health.targets {
         let mut line = format!(
             "health {}: {} (every {} ms, fall {}, rise {}, startup {}; {} checks, {} failed",
@@ -697,6 +749,25 @@ fn print_health(health: &steerdns::health::HealthReport) {
             line.push_str(&format!("; last error: {error}"));
         }
         println!("{line})");
+        if let Some(shared) = &t.shared {
+            let votes: Vec<String> = shared
+                .probers
+                .iter()
+                .map(|p| format!("{} {}", p.node, p.vote.as_str()))
+                .collect();
+            println!(
+                "  decided by {}: {}; {} down of {} reporting, down at {}{}",
+                shared.decided_by,
+                votes.join(", "),
+                shared.down_votes,
+                shared.reporting,
+                shared.quorum,
+                shared
+                    .local_state
+                    .as_deref()
+                    .map_or(String::new(), |s| format!("; probed here: {s}"))
+            );
+        }
     }
     for e in &health.endpoints {
         let forced = if e.forced_up { ", forced up" } else { "" };
@@ -725,6 +796,28 @@ fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {
     );
     if !shield.sources.is_empty() {
         println!("  load sources: {}", shield.sources.join(", "));
+    }
+    if let Some(fleet) = &shield.fleet {
+        let secs = |a: Option<f64>| a.map_or("-".to_string(), |a| format!("{a:.1} s"));
+        println!(
+            "  fleet: node {} {}; leader {}; serving state revision {} by {} ({} old); etcd contact {} ago",
+            fleet.node,
+            fleet.role,
+            fleet.leader.as_deref().unwrap_or("none"),
+            fleet.revision.map_or("-".to_string(), |r| r.to_string()),
+            fleet.published_by.as_deref().unwrap_or("-"),
+            secs(fleet.state_age_secs),
+            secs(fleet.contact_age_secs)
+        );
+        if !fleet.demand_from.is_empty() {
+            println!("  fleet demand from: {}", fleet.demand_from.join(", "));
+        }
+        if let Some(refusal) = &fleet.last_refusal {
+            println!(
+                "  fleet records refused: {} (last: {refusal})",
+                fleet.refused
+            );
+        }
     }
     if let Some(refusal) = &shield.last_feed_refusal {
         println!("  last refused feed: {refusal}");

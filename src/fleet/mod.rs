@@ -17,21 +17,64 @@
 //! | `<prefix>/history/<serial, 20 digits>` | JSON [`store::FleetVersion`]: text, serial, time, source, summary; written in the same transaction as `control`, so its `mod_revision` is that version's control revision; the oldest beyond `history_keep` are deleted | CLI, seeding |
 //! | `<prefix>/nodes/<name>` | JSON [`store::NodeRecord`]: what the node serves; attached to the node's lease, so it vanishes `lease_ttl_secs` after the node dies | each node |
 //! | `<prefix>/rollout/state` | JSON [`rollout::RolloutRecord`]: the staged rollout of the newest version (waves, gates, phase) with the candidate's and the last known good's texts; what each node may serve | the coordinator (CAS), `rollout resume/abort` |
+//! | `<prefix>/rollout/bundle` | JSON [`bundles::BundleRecord`]: the staged rollout of the nodes' config/zone/GeoIP bundles — a generation number per rollout, and per node the ids of its last known good bundle and of its candidate | the coordinator (CAS), `rollout resume/abort --bundles` |
 //! | `<prefix>/rollout/coordinator` | the name of the node driving rollouts; attached to its lease, so another node takes over when it dies | the coordinator (create-if-absent) |
+//! | `<prefix>/health/probers/<name>` | JSON [`health::ProberRecord`]: the node's site and its results for the health targets it probes (state after rise/fall, age of the last check); on a lease of the node's health task, so a dead prober's results vanish `lease_ttl_secs` after it dies | each node (shared probing, `[fleet.health]`) |
 //! | `<prefix>/members/<name>` | JSON [`store::Member`]: every node that ever registered (no lease), so that `fleet status` can name the missing ones | each node; `fleet forget` deletes |
+//! | `<prefix>/shield/leader` | the name of the traffic shield's leader; attached to its lease, so another node takes over when it dies | the shield task (create-if-absent, [`claim`]) |
+//! | `<prefix>/shield/state` | JSON [`crate::shield::wire::PublishedState`]: the shield state every node serves (fractions, destinations, moves in flight, hold-down timers, smoothed demand); its `mod_revision` is the **state revision** (`dig CH TXT` shows it) | the leader (compare-and-swap on the leader key's lease), when its view changes and at least every second |
+//! | `<prefix>/shield/load` | JSON [`crate::shield::wire::LoadRecord`]: the fleet's freshest load feed (pushed, from a load file or from Prometheus) and who received it; no lease | the node that received it |
+//! | `<prefix>/shield/nodes/<name>` | JSON [`crate::shield::wire::NodeReport`]: the node's demand (TTL-weighted answers per second by client region and destination), the state revision it serves, how, and its feed's age; on its lease | each node, every shield tick |
 //!
 //! Serials: a fleet write sets `serial = N` in the text (one above the newest in etcd), so every
 //! node serves, and `dig CH TXT serial.steerdns` shows, the same serial for the same version.
+//!
+//! The traffic shield's fleet mode lives in [`shield`] (the etcd side: one transaction per
+//! tick) and `crate::shield::live` (every check and decision); the leader alone runs the
+//! step, every node serves the published state, a node without etcd serves the last one it
+//! had and decays to normal answers after `[shield] revert_after_secs`.
+//!
+//! # Config, zones and GeoIP: bundles
+//!
+//! Control versions travel through etcd; the config file, zone files and GeoIP database travel
+//! with the deployment (files on every node), so with `[fleet.rollout]` they are staged
+//! differently but by the same coordinator and state machine ([`bundles`]):
+//! - On SIGHUP, `steerdns reload` or a restart, a node *captures* its live files into its
+//!   bundle store (`[fleet] bundle_dir`, `crate::reload::bundle`): a copy named by the hash of
+//!   its bytes. It tastes the copy (taster child, then an in-process load, with the control
+//!   text it serves) and reports it in its registry entry as *pending* (or *refused*, with the
+//!   reason) — but keeps serving the copy it served, never the live files.
+//! - The coordinator begins a bundle **generation** when a node reports a bundle it neither
+//!   serves nor had in the last generation, releases it wave by wave (canary first, bake, the
+//!   same gates), and records per node which of its own bundles is the candidate (captured
+//!   when its wave is released) and which the last known good. Nodes of one wave may hold
+//!   different bundles (their configs differ, their files arrived at different times): each is
+//!   judged on its own. Files that reach a node after its wave was released halt the
+//!   generation, and the next one begins with them — so nothing gets past a canary that had
+//!   not yet tasted its own copy of the change.
+//! - A halt sends every node that serves its candidate back to its last known good bundle
+//!   (the store keeps the bundle served, the one before it and the one waiting); the bad files stay on disk,
+//!   still pending, and begin nothing until they change again (or `rollout resume --bundles`).
+//! - A restart serves the bundle the store's `serving` marker names (a restart mid-rollout
+//!   never serves unreleased files); if the node's wave was released, the restart gate halts.
+//! - A node without `[fleet.rollout]`, or not in a fleet, loads its live files on reload as a
+//!   single node does (tasted, then swapped); one that joined after a generation began serves
+//!   what it has until the next one.
+//!
+//! # Without etcd
 //!
 //! When etcd is unreachable a node keeps serving what it has (its local control file is the
 //! cache of the last version it accepted, so a restart serves it too), status and metrics say
 //! the link is down and since when, and the node reconnects, re-reads and re-registers by itself.
 
+pub mod bundles;
 pub mod client;
 pub mod coordinator;
+pub mod health;
 pub mod node;
 pub mod origin;
 pub mod rollout;
+pub mod shield;
 pub mod store;
 
 use std::time::Duration;
@@ -89,9 +132,47 @@ impl Keys {
         format!("{}/rollout/state", self.prefix)
     }
 
+    /// The bundle rollout state (see [`bundles::BundleRecord`]).
+    pub fn bundle_rollout(&self) -> String {
+        format!("{}/rollout/bundle", self.prefix)
+    }
+
+    /// The range a node watches for rollout states: `rollout/bundle` up to and including
+    /// `rollout/state` (the coordinator key between them is ignored).
+    pub fn rollout_watch_range(&self) -> (String, String) {
+        (
+            self.bundle_rollout(),
+            format!("{}/rollout/state\0", self.prefix),
+        )
+    }
+
     /// Who drives rollouts (on the coordinator's lease).
     pub fn coordinator(&self) -> String {
         format!("{}/rollout/coordinator", self.prefix)
+    }
+
+    /// The shield leader's name (on its lease).
+    pub fn shield_leader(&self) -> String {
+        format!("{}/shield/leader", self.prefix)
+    }
+
+    /// The shield state the leader published (its `mod_revision` is the state revision).
+    pub fn shield_state(&self) -> String {
+        format!("{}/shield/state", self.prefix)
+    }
+
+    /// The fleet's freshest load feed.
+    pub fn shield_load(&self) -> String {
+        format!("{}/shield/load", self.prefix)
+    }
+
+    pub fn shield_nodes_dir(&self) -> String {
+        format!("{}/shield/nodes/", self.prefix)
+    }
+
+    /// One node's shield report (demand, revision served; on its lease).
+    pub fn shield_node(&self, name: &str) -> String {
+        format!("{}/shield/nodes/{name}", self.prefix)
     }
 
     pub fn history_dir(&self) -> String {
@@ -137,6 +218,35 @@ pub async fn within<T, E: Into<FleetError>>(
             "{what}: no answer from etcd within {limit:?}"
         ))),
     }
+}
+
+/// Takes the leased key `key` for node `name` if nobody holds it, or if `name` holds it on the
+/// lease of an earlier connection (then it moves to `lease`). Whoever holds such a key leads
+/// until its lease expires (`lease_ttl_secs` after it stops keeping it).
+pub async fn claim(
+    config: &FleetConfig,
+    client: &mut etcd_client::Client,
+    key: &str,
+    name: &str,
+    lease: i64,
+) -> Result<bool, FleetError> {
+    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+    let put = || TxnOp::put(key, name, Some(PutOptions::new().with_lease(lease)));
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([put()]);
+    if within(config, "campaigning", client.txn(txn))
+        .await?
+        .succeeded()
+    {
+        return Ok(true);
+    }
+    let txn = Txn::new()
+        .when([Compare::value(key, CompareOp::Equal, name)])
+        .and_then([put()]);
+    Ok(within(config, "campaigning", client.txn(txn))
+        .await?
+        .succeeded())
 }
 
 /// This node's name: `[fleet] node` (or `--node`), else the NSID, else the host name.

@@ -43,6 +43,8 @@ pub fn repo_path(relative: &str) -> PathBuf {
 #[path = "../common/mod.rs"]
 mod common;
 #[allow(unused_imports)]
+pub use common::backend::{Backend, Reply};
+#[allow(unused_imports)]
 pub use common::etcd::Etcd;
 #[allow(unused_imports)]
 pub use common::prometheus::{Exporter, Prometheus};
@@ -641,6 +643,29 @@ pub fn eu_west_subnets(n: usize) -> Vec<String> {
             let b = (i / RIPE.len()) % 256;
             let c = (i * 37 + 11) % 256;
             format!("{a}.{b}.{c}.0/24")
+        })
+        .collect()
+}
+
+/// A `CH TXT` decision-trace query for `name` as asked from `subnet`.
+pub fn trace_query(name: &str, subnet: &str) -> Message {
+    let mut message = ecs_query(name, RecordType::TXT, subnet);
+    message.queries[0].set_query_class(DNSClass::CH);
+    message
+}
+
+pub fn trace_text(response: &Message) -> String {
+    response
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::TXT(txt) => Some(
+                txt.txt_data
+                    .iter()
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect::<String>(),
+            ),
+            _ => None,
         })
         .collect()
 }

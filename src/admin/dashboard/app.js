@@ -207,6 +207,20 @@
     );
   }
 
+  // Fleet mode: who leads, which published state this node serves, the age of its inputs.
+  function fleetShieldRows(fleet) {
+    if (!fleet) return [];
+    const secs = (a) => (typeof a === "number" ? `${a.toFixed(1)} s` : "-");
+    return [
+      ["Fleet shield leader", fleet.leader || "none"],
+      ["This node", `${fleet.node}: ${fleet.role}`],
+      ["State revision served", fleet.revision == null ? "none" : `${fleet.revision} by ${fleet.published_by || "?"} (${secs(fleet.state_age_secs)} old)`],
+      ["etcd contact", `${secs(fleet.contact_age_secs)} ago${fleet.link_error ? " \u2014 " + fleet.link_error : ""}`],
+      ["Demand from", fleet.demand_from && fleet.demand_from.length ? fleet.demand_from.join(", ") : null],
+      ["Refused from etcd", fleet.refused ? `${fleet.refused} (last: ${fleet.last_refusal})` : null],
+    ];
+  }
+
   function renderShield(status) {
     const shield = status.shield || {};
     const age = typeof shield.feed_age_secs === "number" ? `${shield.feed_age_secs.toFixed(1)} s ago` : "no feed yet";
@@ -217,7 +231,7 @@
       ["Feeds", `${shield.feeds_accepted || 0} accepted, ${shield.feeds_refused || 0} refused`],
       ["Last refused feed", shield.last_feed_refusal || null],
       ["Watermarks", `high ${pct(shield.high_watermark)}, low ${pct(shield.low_watermark)}`],
-    ]);
+    ].concat(fleetShieldRows(shield.fleet)));
     serverAlerts = (Array.isArray(shield.alerts) ? shield.alerts : []).concat(
       (status.warnings || []).map((w) => "warning: " + w),
       status.geo && status.geo !== "ok" ? ["geo: " + status.geo] : []
@@ -340,24 +354,47 @@
       byId("health").replaceChildren(el("p", { className: "none" }, "No monitored endpoints."));
       return;
     }
-    const head = el(
-      "tr",
-      {},
-      ...["Target", "State", "Last check", "Last change", "Last error"].map((t) => el("th", { scope: "col" }, t))
-    );
+    const sharing = h.sharing;
+    const columns = ["Target", "State", "Last check", "Last change", "Last error"];
+    if (sharing) columns.push("Probers (quorum)");
+    const head = el("tr", {}, ...columns.map((t) => el("th", { scope: "col" }, t)));
     const rows = (h.targets || []).map((t) => {
       const took = typeof t.last_latency_ms === "number" ? `${t.last_latency_ms.toFixed(1)} ms` : "none yet";
       if (t.state === "down") serverAlerts.push(`health: ${t.target} down (${t.last_error || "?"})`);
-      return el(
-        "tr",
-        { className: t.state === "down" ? "disabled" : "", dataset: { target: t.target } },
+      const cells = [
         el("th", { scope: "row" }, t.target),
         el("td", {}, `${t.state} (${t.checks} checks, ${t.failures} failed)`),
         el("td", {}, took),
         el("td", {}, t.last_change || "never"),
-        el("td", {}, t.last_error || "")
-      );
+        el("td", {}, t.last_error || ""),
+      ];
+      const s = t.shared;
+      if (s) {
+        const votes = (s.probers || []).map((p) => `${p.node} ${p.vote}`).join(", ");
+        cells.push(
+          el("td", { className: "probers" }, `${votes || "none"}; ${s.down_votes}/${s.reporting} down, down at ${s.quorum} (${s.decided_by})`)
+        );
+      }
+      return el("tr", { className: t.state === "down" ? "disabled" : "", dataset: { target: t.target } }, ...cells);
     });
+    const shared = [];
+    if (sharing) {
+      const link = sharing.connected
+        ? "connected"
+        : sharing.fail_static
+          ? `etcd unreachable since ${sharing.since}: serving the last shared view (fail-static)`
+          : "not connected yet: startup states served";
+      if (!sharing.connected) serverAlerts.push(`health sharing: ${link}`);
+      for (const r of sharing.refused || []) serverAlerts.push(`health sharing: refused ${r}`);
+      const probers = (sharing.probers || []).map((p) => (p.site ? `${p.node} (${p.site})` : p.node)).join(", ");
+      shared.push(
+        el(
+          "p",
+          { className: "sharing" },
+          `Shared by the fleet: ${sharing.probers_per_target} prober(s) per target, ${link}. Probers: ${probers}. This node probes ${(sharing.probing_here || []).length} target(s).`
+        )
+      );
+    }
     const endpoints = (h.endpoints || []).map((e) =>
       el(
         "li",
@@ -366,8 +403,59 @@
       )
     );
     byId("health").replaceChildren(
+      ...shared,
       el("table", { className: "health" }, el("thead", {}, head), el("tbody", {}, rows)),
       el("ul", {}, endpoints)
+    );
+  }
+
+  // What each turned-away counter means, in the order the table shows them.
+  const TURNED_AWAY = [
+    ["refused_per_client", "over the per-client share"],
+    ["handshake_failed", "bad handshake"],
+    ["handshake_timeout", "handshake too slow"],
+    ["frame_timeout", "query too slow"],
+    ["bad_request", "bad HTTP request"],
+  ];
+
+  function renderEncrypted(status) {
+    const e = status.encrypted;
+    if (!e) {
+      byId("encrypted").replaceChildren(el("p", { className: "none" }, "Off (no [server.tls] in the config)."));
+      return;
+    }
+    const listening = {};
+    for (const l of e.listeners || []) (listening[l.transport] = listening[l.transport] || []).push(l.addr);
+    const head = el(
+      "tr",
+      {},
+      ...["Transport", "Listening on", "Queries", "Connections", "Turned away"].map((t) => el("th", { scope: "col" }, t))
+    );
+    const rows = (e.transports || []).map((t) => {
+      const away = TURNED_AWAY.filter(([key]) => t[key] > 0).map(([key, what]) => `${t[key]} ${what}`);
+      return el(
+        "tr",
+        { dataset: { transport: t.transport } },
+        el("th", { scope: "row" }, t.transport),
+        el("td", {}, (listening[t.transport] || []).join(", ") || "not listening"),
+        el("td", {}, num(t.queries)),
+        el("td", {}, `${num(t.connections_open)} open, ${num(t.connections_accepted)} accepted`),
+        el("td", {}, away.length ? away.join(", ") : "none")
+      );
+    });
+    const c = e.certificate;
+    // An expiry warning is also among status.warnings, so the alert list has it already.
+    const certificate = c
+      ? el(
+          "p",
+          { className: "certificate", dataset: { daysLeft: String(c.days_left) } },
+          `Certificate ${c.cert}: valid until ${c.not_after} (${c.days_left} day(s) left).`,
+          c.warning ? el("strong", { className: "warning" }, ` ${c.warning}`) : null
+        )
+      : el("p", { className: "none" }, "No certificate loaded.");
+    byId("encrypted").replaceChildren(
+      certificate,
+      el("table", { className: "encrypted" }, el("thead", {}, head), el("tbody", {}, rows))
     );
   }
 
@@ -378,6 +466,7 @@
     renderControl(status);
     renderProfiles(status);
     renderHealth(status);
+    renderEncrypted(status);
   }
 
   function setConnection(ok, detail) {
