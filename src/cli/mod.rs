@@ -719,7 +719,7 @@ fn print_health(health: &steerdns::health::HealthReport) {
                 sharing.last_error.as_deref().unwrap_or("?")
             ),
             (false, false) => format!(
-                "not connected, no shared view yet (startup states served): {}",
+                "not connected, no shared view yet (this node probes every target itself and serves what it sees): {}",
                 sharing.last_error.as_deref().unwrap_or("?")
             ),
         };
