@@ -635,6 +635,44 @@ fn snap_fraction(f: f64) -> f64 {
     }
 }
 
+/// Takes `amount` of region `from`'s shed at `to` back out of the moves still in flight, the
+/// latest first (lowering the fraction un-sheds the subnets shed last). Of each move, the part
+/// not yet landed is cancelled outright -- those clients still hold their old answer and now
+/// keep it -- and only the part that did land is returned, to be moved back. Whatever exceeds
+/// the moves in flight had landed long ago and comes back whole. The moves in flight are also
+/// cut to what stays placed (`amount` is measured with today's natural load, the moves with
+/// the natural load of their day; what is no longer placed cannot still be on its way).
+fn cancel_unlanded(
+    moves: &mut Vec<Move>,
+    (from, to): (u16, Destination),
+    (amount, still_placed): (f64, f64),
+    now_ms: u64,
+    short_ms: u64,
+) -> f64 {
+    let in_flight: f64 = moves
+        .iter()
+        .filter(|m| m.from == from && m.to == to && m.amount > 0.0)
+        .map(|m| m.amount)
+        .sum();
+    let mut left = amount.max(in_flight - still_placed);
+    let mut returning = 0.0;
+    for m in moves.iter_mut().rev() {
+        if left <= 1e-9 {
+            break;
+        }
+        if m.from != from || m.to != to || m.amount <= 0.0 {
+            continue;
+        }
+        let unseen_share = (m.unseen(now_ms, short_ms) / m.amount).clamp(0.0, 1.0);
+        let take = m.amount.min(left);
+        m.amount -= take;
+        returning += take * (1.0 - unseen_share);
+        left -= take;
+    }
+    moves.retain(|m| m.amount.abs() > 1e-9);
+    (returning + left.max(0.0)).min(amount)
+}
+
 /// How far beyond its eventual need a region may shed to get relief sooner.
 const OVERSHED: f64 = 2.0;
 
@@ -943,29 +981,36 @@ fn place(
     }
     // Record the moves (differences per destination) so predictions include them until visible.
     let mut moves = Vec::new();
+    let mut taken_back = Vec::new();
     let dests: Vec<Destination> = old_placed.keys().chain(placed.keys()).copied().collect();
     for dest in dests {
         let delta = placed.get(&dest).copied().unwrap_or(0.0)
             - old_placed.get(&dest).copied().unwrap_or(0.0);
-        if delta.abs() > 1e-9 && !moves.iter().any(|m: &Move| m.to == dest) {
-            let steady_ms = u64::from(settings.steady_ttl) * 1000;
-            let hot_since = region.hot_since.unwrap_or(now_ms);
-            // Shedding more moves clients that may still hold normal answers; shedding less
-            // moves shed clients back, and those were all given the short TTL.
-            let fast_share = if delta < 0.0 || steady_ms == 0 {
-                1.0
-            } else {
-                (now_ms.saturating_sub(hot_since) as f64 / steady_ms as f64).clamp(0.0, 1.0)
-            };
-            moves.push(Move {
-                from: r as u16,
-                to: dest,
-                amount: delta,
-                at: now_ms,
-                fast_share,
-                slow_until: hot_since + steady_ms,
-            });
+        if delta.abs() <= 1e-9 || moves.iter().any(|m: &Move| m.to == dest) {
+            continue;
         }
+        if delta < 0.0 {
+            if !taken_back.iter().any(|(d, _)| *d == dest) {
+                taken_back.push((dest, -delta));
+            }
+            continue;
+        }
+        let steady_ms = u64::from(settings.steady_ttl) * 1000;
+        let hot_since = region.hot_since.unwrap_or(now_ms);
+        // Shedding more moves clients that may still hold normal answers.
+        let fast_share = if steady_ms == 0 {
+            1.0
+        } else {
+            (now_ms.saturating_sub(hot_since) as f64 / steady_ms as f64).clamp(0.0, 1.0)
+        };
+        moves.push(Move {
+            from: r as u16,
+            to: dest,
+            amount: delta,
+            at: now_ms,
+            fast_share,
+            slow_until: hot_since + steady_ms,
+        });
     }
     region.fraction = fraction;
     region.shares = if total > 0.0 {
@@ -973,6 +1018,28 @@ fn place(
     } else {
         BTreeMap::new()
     };
+    let short_ms = u64::from(settings.short_ttl) * 1000;
+    for (dest, amount) in taken_back {
+        let still_placed = placed.get(&dest).copied().unwrap_or(0.0);
+        let returning = cancel_unlanded(
+            &mut state.moves,
+            (r as u16, dest),
+            (amount, still_placed),
+            now_ms,
+            short_ms,
+        );
+        // Shed clients that did move come back as their (short TTL) answers expire.
+        if returning > 1e-9 {
+            moves.push(Move {
+                from: r as u16,
+                to: dest,
+                amount: -returning,
+                at: now_ms,
+                fast_share: 1.0,
+                slow_until: now_ms,
+            });
+        }
+    }
     state.moves.extend(moves);
     // The decision is taken on the utilisation predicted one short TTL ahead (moves in
     // flight partly landed); say that next to what was measured, or the two contradict.

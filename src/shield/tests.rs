@@ -737,3 +737,51 @@ fn repair_names_what_it_fixed() {
     assert!(broken.regions[EU_WEST].hot, "keeps the short TTL");
     assert!(broken.moves.is_empty());
 }
+
+/// A shed taken back before its slow part landed: the clients still holding normal answers
+/// never moved, and now never will. The step used to keep expecting them to leave (the
+/// positive move's slow part stayed "unseen" for a normal TTL) while counting the take-back as
+/// landed within the short TTL, so it predicted the region far below its reading and a
+/// returning overload went unanswered for minutes (shield_e2e `control_file_shield_off_and_
+/// frozen`, intermittently "hot with 0 shed").
+#[test]
+fn a_shed_taken_back_early_does_not_hide_a_returning_overload() {
+    let r = rings();
+    let mut s = settings();
+    s.hold_down_ms = 1000;
+    let load = |west: f64| {
+        inputs(
+            &[
+                (west, 1000.0),
+                (200.0, 600.0),
+                (500.0, 1000.0),
+                (400.0, 800.0),
+            ],
+            &[(100.0, 2000.0), (1000.0, 2000.0)],
+        )
+    };
+    let mut state = ShieldState::default();
+    let mut now = 0;
+    let mut run = |state: &mut ShieldState, west: f64, ticks: u64| {
+        for _ in 0..ticks {
+            now += 100;
+            *state = step(state, &load(west), &r, &s, now).0;
+        }
+    };
+    run(&mut state, 990.0, 5);
+    assert!(
+        state.regions[EU_WEST].fraction > 0.2,
+        "{:?}",
+        state.regions[EU_WEST]
+    );
+    run(&mut state, 500.0, 30);
+    assert_eq!(state.regions[EU_WEST].fraction, 0.0, "relief taken back");
+    // The reading is the truth again: nothing in flight can relieve the region.
+    run(&mut state, 990.0, 15);
+    let west = &state.regions[EU_WEST];
+    assert!(
+        west.fraction > 0.0,
+        "overload 1.5 s after the hold-down, predicted utilisation {:.2}: {west:?}",
+        west.predicted_utilisation
+    );
+}
