@@ -119,6 +119,10 @@ pub struct ShieldConfig {
     pub load_file: Option<PathBuf>,
     /// A Prometheus server to query for load (`[shield.prometheus]`).
     pub prometheus: Option<prometheus::PrometheusConfig>,
+    /// Resolvers (source address networks) whose ECS addresses the shield's demand count
+    /// trusts; ECS from any other source still steers the answer but is not counted
+    /// (queries without ECS count by their source). Empty (default): no ECS is counted.
+    pub trusted_ecs_resolvers: Vec<IpNet>,
 }
 
 impl Default for ShieldConfig {
@@ -135,6 +139,7 @@ impl Default for ShieldConfig {
             tick_ms: 1000,
             load_file: None,
             prometheus: None,
+            trusted_ecs_resolvers: Vec::new(),
         }
     }
 }

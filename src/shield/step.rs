@@ -578,8 +578,9 @@ impl Prediction {
 }
 
 /// Natural load per region: the part of its predicted load its own clients bring, scaled up
-/// by what it already sheds. The share of its own clients comes from DNS answer counts when
-/// there are any (answers are what clients follow), else from the shield's own bookkeeping.
+/// by what it already sheds. The share of its own clients comes from the shield's own
+/// bookkeeping, corrected within a bound by DNS answer counts when there are mature ones
+/// (answers are what clients follow; see [`bounded_own_share`]).
 fn estimate_natural(
     state: &mut ShieldState,
     predicted: &Prediction,
@@ -594,17 +595,17 @@ fn estimate_natural(
             *natural = state.regions[r].natural;
             continue;
         };
-        // Who brings region r's load: the DNS demand counters say (clients holding answers
-        // that land there) once they cover a normal TTL; before that, our own bookkeeping of
-        // what other regions shed into it.
+        // Who brings region r's load: our own bookkeeping of what other regions shed into
+        // it, corrected by the DNS demand counters (clients holding answers that land there)
+        // once they cover a normal TTL -- but only within a bound of the bookkeeping, since
+        // anyone can send queries with chosen ECS subnets.
+        let placed = placed_into(state, r);
         let counted = mature.then(|| demand_own_share(&state.demand, r)).flatten();
-        let own_share = counted.unwrap_or_else(|| {
-            if load > 0.0 {
-                (1.0 - placed_into(state, r) / load).clamp(0.0, 1.0)
-            } else {
-                1.0
-            }
-        });
+        let own_share = match counted {
+            Some(share) => bounded_own_share(share, placed, load),
+            None if load > 0.0 => (1.0 - placed / load).clamp(0.0, 1.0),
+            None => 1.0,
+        };
         let kept = 1.0 - state.regions[r].fraction;
         *natural = if kept > 0.05 {
             load * own_share / kept
@@ -727,6 +728,28 @@ fn smooth_demand(
         avg.sent.retain(|_, v| *v > 1e-9);
     }
     state.demand_age_ms = state.demand_age_ms.saturating_add(elapsed_ms);
+}
+
+/// How far the demand counters may move the load other regions bring into a region from
+/// what the shield placed there: at most this factor either way.
+pub const DEMAND_TRUST: f64 = 2.0;
+
+/// A region's own share of its `load` as the demand counters say (`counted`), bounded by the
+/// bookkeeping: the load shed into it is taken to lie between `placed / DEMAND_TRUST` and
+/// `placed × DEMAND_TRUST`. The bookkeeping is an estimate (it rests on other regions' own
+/// estimates of their natural load), which the counters may correct; but a flood of queries
+/// with chosen ECS subnets can make the counters say anything -- that a region has no clients
+/// of its own (so it never sheds) or nothing but (so it sheds far more than it needs) -- and
+/// must not move the estimate further than the bookkeeping could plausibly be wrong. With
+/// nothing placed into a region (operator drains and forces are not the shield's), its whole
+/// load counts as its own, whatever the counters say.
+pub fn bounded_own_share(counted: f64, placed: f64, load: f64) -> f64 {
+    if load <= 0.0 {
+        return 1.0;
+    }
+    let lowest = (1.0 - placed * DEMAND_TRUST / load).clamp(0.0, 1.0);
+    let highest = (1.0 - placed / DEMAND_TRUST / load).clamp(0.0, 1.0);
+    counted.clamp(lowest, highest)
 }
 
 /// Of the clients whose answers send them into region `r`, the share that are r's own.

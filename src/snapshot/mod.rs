@@ -222,6 +222,7 @@ impl Snapshot {
             &self.health,
             steer::locate(&data.locator, client, subnet),
             self.dnssec.as_deref().map(|d| &d.steered),
+            steer::demand_address(data, client, subnet),
         ))
     }
 
