@@ -98,7 +98,7 @@ fn load_example() -> Snapshot {
     let config =
         Config::parse(&text, &path).unwrap_or_else(|e| panic!("bundled steerdns.toml: {e}"));
     match steerdns::snapshot::load::load(&config) {
-        Ok(loaded) => loaded.snapshot,
+        Ok(loaded) => Snapshot::standalone(loaded.compiled),
         Err(problems) => panic!("bundled example does not load: {problems:?}"),
     }
 }
@@ -106,7 +106,7 @@ fn load_example() -> Snapshot {
 /// Makes eu-west hot through the shield's own path (a feed, then decision ticks that publish
 /// the view the serving path reads) until it sheds at least 28% of its client subnets.
 fn shed_eu_west(snapshot: &Snapshot) -> f64 {
-    let shield: &Shield = &snapshot.shield;
+    let shield: &Shield = snapshot.shield();
     let policies = snapshot.policies().expect("the example steers names");
     let regions: Vec<&str> = policies.region_names().collect();
     let sites: Vec<&str> = policies

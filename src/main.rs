@@ -594,8 +594,8 @@ fn check(args: SourceArgs) -> Result<ExitCode> {
             }
             println!(
                 "ok: {} zones, {} precompiled answers",
-                loaded.snapshot.zones.zones().len(),
-                loaded.snapshot.precompiled.len()
+                loaded.compiled.zones().zones().len(),
+                loaded.compiled.precompiled().len()
             );
             // The process ends here: freeing a million names piece by piece would only delay
             // the exit (the kernel takes the memory back at once).
@@ -734,7 +734,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         }
     }
     let snapshot = reloader.snapshot().clone();
-    for zone in snapshot.load().zones.zones() {
+    for zone in snapshot.load().zones().zones() {
         println!("zone {} serial {}", zone.origin, zone.serial);
     }
     println!("control serial {}", status.serial);

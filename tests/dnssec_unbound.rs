@@ -92,20 +92,21 @@ impl Unbound {
 
     /// Like [`Unbound::start`]; ready once `example.com SOA` gets `status`.
     fn start_expecting(dir: &Path, auth: SocketAddr, anchors: &str, status: &str) -> Unbound {
-        Unbound::start_full(dir, auth, anchors, status, "")
+        Unbound::start_full(dir, &example_stubs(auth), anchors, status, "")
     }
 
     /// Like [`Unbound::start`], with no tolerance for signature times: unbound normally
     /// accepts a signature up to an hour (at least) after it expired; this one does not.
     fn start_strict(dir: &Path, auth: SocketAddr, anchors: &str) -> Unbound {
         let strict = "    val-sig-skew-min: 0\n    val-sig-skew-max: 0\n";
-        Unbound::start_full(dir, auth, anchors, "NOERROR", strict)
+        Unbound::start_full(dir, &example_stubs(auth), anchors, "NOERROR", strict)
     }
 
-    /// Starts unbound with `extra` lines in its `server:` section.
+    /// Starts unbound with stub zones `stubs` (zone, server) and `extra` lines in its
+    /// `server:` section.
     fn start_full(
         dir: &Path,
-        auth: SocketAddr,
+        stubs: &[(&str, SocketAddr)],
         anchors: &str,
         status: &str,
         extra: &str,
@@ -120,13 +121,16 @@ impl Unbound {
             .filter(|l| !l.trim().is_empty())
             .map(|l| format!("    trust-anchor: \"{l}\"\n"))
             .collect();
-        let stub = |zone: &str| {
-            format!(
-                "stub-zone:\n    name: \"{zone}\"\n    stub-addr: {}@{}\n",
-                auth.ip(),
-                auth.port()
-            )
-        };
+        let stub_text: String = stubs
+            .iter()
+            .map(|(zone, auth)| {
+                format!(
+                    "stub-zone:\n    name: \"{zone}\"\n    stub-addr: {}@{}\n",
+                    auth.ip(),
+                    auth.port()
+                )
+            })
+            .collect();
         let conf = format!(
             "server:\n    interface: 127.0.0.1\n    port: {port}\n    do-daemonize: no\n\
              \x20   use-syslog: no\n    logfile: \"{}\"\n    chroot: \"\"\n    username: \"\"\n\
@@ -137,12 +141,10 @@ impl Unbound {
              \x20   max-client-subnet-ipv6: 56\n    cache-max-ttl: 1\n\
              \x20   cache-max-negative-ttl: 1\n    val-log-level: 2\n    verbosity: 1\n\
              \x20   qname-minimisation: no\n    harden-referral-path: no\n{extra}{anchors}\
-             {}{}remote-control:\n    control-enable: no\n",
+             {stub_text}remote-control:\n    control-enable: no\n",
             log.display(),
             dir.display(),
-            auth.ip(),
-            stub("example.com."),
-            stub("edge.example.net."),
+            "127.0.0.1",
         );
         let conf_path = dir.join("unbound.conf");
         std::fs::write(&conf_path, conf).expect("write unbound.conf");
@@ -207,6 +209,11 @@ impl Unbound {
         );
         answer
     }
+}
+
+/// Stub zones for both example zones, served at `auth`.
+fn example_stubs(auth: SocketAddr) -> [(&'static str, SocketAddr); 2] {
+    [("example.com.", auth), ("edge.example.net.", auth)]
 }
 
 /// What dig printed: status, header flags, the answer section's records.
@@ -422,10 +429,31 @@ fn unbound_validates_every_kind_of_answer_through_breakglass_and_shed() {
 
 #[test]
 fn zone_dump_verifies_with_ldns_and_a_broken_signature_does_not() {
-    let setup = signed_setup("dnssec-dump", "");
+    for (label, denial) in [
+        ("dnssec-dump", ""),
+        ("dnssec-dump3", "denial = \"nsec3\"\nnsec3_opt_out = true\n"),
+    ] {
+        verify_dumps(&signed_setup(label, denial), denial);
+    }
+}
+
+/// Dumps both signed zones of `setup` and has ldns-verify-zone check them.
+fn verify_dumps(setup: &Setup, denial: &str) {
+    if !denial.is_empty() {
+        // An unsigned delegation, left out of the chain by opt-out.
+        let zone_file = setup.path("zones/example.com.zone");
+        let text = std::fs::read_to_string(&zone_file).expect("zone file");
+        std::fs::write(&zone_file, text + "open NS ns.example.net.\n").expect("write zone");
+    }
     for zone in ["example.com.", "edge.example.net."] {
         let text = run(&["dnssec", "dump", zone], &setup.config);
         assert!(text.contains("TYPE46"), "RRSIGs in the dump of {zone}");
+        let chain = if denial.is_empty() {
+            "TYPE47"
+        } else {
+            "TYPE50"
+        };
+        assert!(text.contains(chain), "{zone}: {chain} in the dump {denial}");
         let path = setup.path(&format!("{zone}zone"));
         std::fs::write(&path, &text).expect("write dump");
         let verified = Command::new("ldns-verify-zone")
@@ -708,4 +736,382 @@ fn a_zsk_rolls_over_by_itself_across_a_restart_and_validation_never_breaks() {
     let served = daemon.status();
     let keys = served["dnssec"]["zones"][0]["keys"].to_string();
     assert!(keys.contains("\"retired\""), "{keys}");
+}
+
+/// The NSEC3 records of dig's authority section: (owner, flags field).
+fn nsec3_records(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter(|l| !l.starts_with(';'))
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.get(3) == Some(&"NSEC3")).then(|| (fields[0].to_string(), fields[5].into()))
+        })
+        .collect()
+}
+
+#[test]
+fn nsec3_with_opt_out_proves_every_kind_of_denial_to_unbound_and_ldns() {
+    // RFC 9276 parameters (SHA-1, no extra iteration, no salt), opt-out for an unsigned
+    // delegation added to the zone (only the record spanning it has the flag: the other
+    // NXDOMAIN proofs stay secure).
+    let setup = signed_setup("dnssec-nsec3", "denial = \"nsec3\"\nnsec3_opt_out = true\n");
+    let zone_file = setup.path("zones/example.com.zone");
+    let text = std::fs::read_to_string(&zone_file).expect("zone file");
+    std::fs::write(&zone_file, text + "open NS ns.example.net.\n").expect("write zone");
+    let anchors = run(&["dnssec", "ds", "example.com."], &setup.config)
+        + &run(&["dnssec", "ds", "edge.example.net."], &setup.config);
+    let daemon = setup.start();
+    let unbound = Unbound::start(setup.dir.path(), daemon.dns, &anchors);
+
+    let param = unbound.validated(&["example.com", "NSEC3PARAM"]);
+    assert_eq!(param.of("NSEC3PARAM"), ["1 0 0 -"], "{}", param.text);
+    let stat = unbound.validated(&["mail.example.com", "A"]);
+    assert_eq!(stat.of("A"), ["192.0.2.25"]);
+    // NXDOMAIN: closest encloser, next closer and wildcard, three NSEC3 (one may repeat).
+    let nx = unbound.validated(&["no.such.example.com", "A"]);
+    assert_eq!(nx.status, "NXDOMAIN");
+    let direct = dig_direct(daemon.dns, &["no.such.example.com", "A"]);
+    let proofs = nsec3_records(&direct);
+    assert!(
+        (2..=3).contains(&proofs.len()),
+        "closest encloser proof and wildcard: {direct}"
+    );
+    assert!(
+        !direct.contains("\tNSEC\t"),
+        "no NSEC in an NSEC3 zone: {direct}"
+    );
+    let nx_edge = unbound.validated(&["no.such.ns1.edge.example.net", "A"]);
+    assert_eq!(nx_edge.status, "NXDOMAIN");
+    // NODATA at a name, at an empty non-terminal, at a wildcard, for a steered address set.
+    for question in [
+        ["mail.example.com", "TXT"],
+        ["ent.example.com", "A"],
+        ["b.ent.example.com", "A"],
+        ["foo.wild.example.com", "MX"],
+    ] {
+        let nodata = unbound.validated(&question);
+        assert_eq!(
+            (nodata.status.as_str(), nodata.records.len()),
+            ("NOERROR", 0),
+            "{question:?}: {}",
+            nodata.text
+        );
+    }
+    let steered_nodata = unbound.validated(&["gw.example.com", "AAAA", "+subnet=81.2.69.0/24"]);
+    assert!(steered_nodata.records.is_empty(), "{}", steered_nodata.text);
+    // Wildcard answers: static, and a customer name under the steered wildcard.
+    let wild = unbound.validated(&["foo.wild.example.com", "A"]);
+    assert_eq!(wild.of("A"), ["192.0.2.100"]);
+    let chain = unbound.validated(&["www.example.com", "A", "+subnet=81.2.69.0/24"]);
+    assert_eq!(chain.of("A"), ["192.0.2.1"], "{}", chain.text);
+    let geo = unbound.validated(&["gw.example.com", "A", "+subnet=216.160.83.0/24"]);
+    assert_eq!(geo.of("A"), ["203.0.113.20"]);
+    // A signed delegation's DS; an opt-out one has none, proven insecure (no AD, no SERVFAIL).
+    let ds = unbound.validated(&["sub.example.com", "DS"]);
+    assert_eq!(ds.of("DS").len(), 1, "{}", ds.text);
+    let insecure = unbound
+        .try_ask(&["open.example.com", "DS"])
+        .expect("an answer");
+    assert_eq!(
+        (insecure.status.as_str(), insecure.records.len()),
+        ("NOERROR", 0),
+        "{}\n{}",
+        insecure.text,
+        unbound.log_text()
+    );
+    // The referral to it: NS, and the closest provable encloser proof (opt-out) for no DS.
+    let referral = dig_direct(daemon.dns, &["host.open.example.com", "A"]);
+    assert!(referral.contains("AUTHORITY: "), "{referral}");
+    let proofs = nsec3_records(&referral);
+    assert_eq!(proofs.len(), 2, "encloser and next closer: {referral}");
+    assert_eq!(
+        proofs.iter().filter(|(_, flags)| flags == "1").count(),
+        1,
+        "the next closer's record has the opt-out flag, the encloser's not: {referral}"
+    );
+    assert!(
+        !unbound.log_text().contains("validation failure"),
+        "{}",
+        unbound.log_text()
+    );
+}
+
+/// Asks steerdns at `server` directly over UDP with a `payload`-byte EDNS buffer; `+ignore`
+/// keeps a truncated answer instead of retrying over TCP.
+fn dig_small(server: SocketAddr, payload: u16, args: &[&str]) -> Answer {
+    let output = Command::new("dig")
+        .arg(format!("@{}", server.ip()))
+        .arg("-p")
+        .arg(server.port().to_string())
+        .arg(format!("+bufsize={payload}"))
+        .args(["+norec", "+time=3", "+tries=2"])
+        .args(args)
+        .output()
+        .expect("dig must be installed (apt-get install bind9-dnsutils)");
+    Answer::parse(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// A section's record count from dig's header line (`AUTHORITY: 2`).
+fn section_count(answer: &Answer, section: &str) -> usize {
+    answer
+        .text
+        .split(&format!("{section}: "))
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {section} count in:\n{}", answer.text))
+}
+
+#[test]
+fn large_signed_answers_truncate_over_udp_and_validate_over_tcp() {
+    // NSEC3 without opt-out (its proofs are the larger ones).
+    let setup = signed_setup("dnssec-tc", "denial = \"nsec3\"\n");
+    let anchors = run(&["dnssec", "ds", "example.com."], &setup.config)
+        + &run(&["dnssec", "ds", "edge.example.net."], &setup.config);
+    let daemon = setup.start();
+    // Fits in 512 bytes without DO, not with its NSECs and RRSIGs: TC, no records at all (a
+    // partial denial proof would not validate), then whole over TCP.
+    let questions: [&[&str]; 2] = [&["nope.example.com", "A"], &["www.example.com", "A"]];
+    for question in questions {
+        let plain = dig_small(daemon.dns, 512, &[&["+ignore"], question].concat());
+        assert!(!plain.flags.iter().any(|f| f == "tc"), "{}", plain.text);
+        let signed = dig_small(
+            daemon.dns,
+            512,
+            &[&["+ignore", "+dnssec"], question].concat(),
+        );
+        assert!(signed.flags.iter().any(|f| f == "tc"), "{}", signed.text);
+        assert_eq!(
+            (
+                section_count(&signed, "ANSWER"),
+                section_count(&signed, "AUTHORITY")
+            ),
+            (0, 0),
+            "{}",
+            signed.text
+        );
+        let retried = dig_small(daemon.dns, 512, &[&["+dnssec"], question].concat());
+        assert!(retried.text.contains("(TCP)"), "{}", retried.text);
+        assert!(!retried.flags.iter().any(|f| f == "tc"), "{}", retried.text);
+        assert!(rrsigs(&retried.text).len() >= 2, "{}", retried.text);
+        // A client with room gets it over UDP at once.
+        let roomy = dig_small(
+            daemon.dns,
+            1232,
+            &[&["+ignore", "+dnssec"], question].concat(),
+        );
+        assert!(!roomy.flags.iter().any(|f| f == "tc"), "{}", roomy.text);
+        assert_eq!(rrsigs(&roomy.text), rrsigs(&retried.text));
+    }
+    // Minimal responses: a positive answer carries its RRset and RRSIG, no authority; a
+    // referral's optional glue is dropped (no TC) when it does not fit, the NS, DS and RRSIG
+    // stay.
+    let positive = dig_small(daemon.dns, 1232, &["+dnssec", "mail.example.com", "A"]);
+    assert_eq!(
+        (
+            section_count(&positive, "ANSWER"),
+            section_count(&positive, "AUTHORITY"),
+            section_count(&positive, "ADDITIONAL")
+        ),
+        (2, 0, 1),
+        "{}",
+        positive.text
+    );
+    let tight = dig_small(
+        daemon.dns,
+        512,
+        &["+ignore", "+dnssec", "example.com", "NS"],
+    );
+    let roomy = dig_small(
+        daemon.dns,
+        1232,
+        &["+ignore", "+dnssec", "example.com", "NS"],
+    );
+    assert!(!tight.flags.iter().any(|f| f == "tc"), "{}", tight.text);
+    assert_eq!(tight.of("NS").len(), 2);
+    assert!(
+        section_count(&tight, "ADDITIONAL") <= section_count(&roomy, "ADDITIONAL"),
+        "{}",
+        tight.text
+    );
+    // Through unbound asking with a 512-byte buffer: every large answer comes back validated
+    // (unbound retried over TCP; steerdns counted the truncations).
+    let truncated = |d: &Daemon| {
+        let (code, body) = http(d.admin, "GET", "/metrics", None);
+        assert_eq!(code, 200);
+        body.lines()
+            .find_map(|l| l.strip_prefix("steerdns_truncated_responses_total{transport=\"udp\"} "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = truncated(&daemon);
+    let unbound = Unbound::start_full(
+        setup.dir.path(),
+        &example_stubs(daemon.dns),
+        &anchors,
+        "NOERROR",
+        "    edns-buffer-size: 512\n",
+    );
+    let nx = unbound.validated(&["nope.example.com", "A"]);
+    assert_eq!(nx.status, "NXDOMAIN");
+    let chain = unbound.validated(&["www.example.com", "A", "+subnet=81.2.69.0/24"]);
+    assert_eq!(chain.of("A"), ["192.0.2.1"]);
+    unbound.validated(&["example.com", "DNSKEY"]);
+    assert!(
+        truncated(&daemon) > before,
+        "unbound's 512-byte queries were never truncated"
+    );
+}
+
+/// The parent zone `com.` of the KSK rollover test, delegating example.com. with `ds` (DS
+/// lines as `steerdns dnssec ds` prints them).
+fn parent_zone(ds: &[String]) -> String {
+    let mut text = "$ORIGIN com.\n$TTL 2\n@ IN SOA ns.com. hostmaster.com. 1 60 60 600 1\n\
+                    @ NS ns\nns A 127.0.0.1\nexample NS ns1.example\n\
+                    ns1.example A 192.0.2.53\n"
+        .to_string();
+    for line in ds {
+        let rdata = line.split(" IN DS ").nth(1).expect("a DS line");
+        text.push_str(&format!("example DS {rdata}\n"));
+    }
+    text
+}
+
+/// The CDS records `server` publishes for example.com., as DS lines (`… IN DS tag 13 2 HEX`).
+fn child_cds(server: SocketAddr) -> Vec<String> {
+    let text = dig_direct(server, &["+nosplit", "example.com", "CDS"]);
+    let mut ds: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with(';'))
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.get(3) == Some(&"CDS"))
+                .then(|| format!("example.com. IN DS {}", fields[4..].join(" ")))
+        })
+        .collect();
+    ds.sort();
+    ds
+}
+
+/// The CSK lines of `steerdns dnssec status`: (tag, state, next event).
+fn csk_status(config: &Path) -> Vec<(String, String, String)> {
+    run(&["dnssec", "status"], config)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("csk"))
+        .map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let next = l.split("next: ").nth(1).unwrap_or("").to_string();
+            (fields[2].to_string(), fields[5].to_string(), next)
+        })
+        .collect()
+}
+
+#[test]
+fn a_csk_rolls_over_with_the_parent_following_cds_and_validation_never_breaks() {
+    // The parent: a second steerdns serving com. (signed), unbound's only trust anchor.
+    let parent = Setup::new("dnssec-parent");
+    for zone in ["example.com.zone", "edge.example.net.zone"] {
+        std::fs::remove_file(parent.path(&format!("zones/{zone}"))).expect("remove zone");
+    }
+    std::fs::write(
+        &parent.config,
+        "[server]\nzones = \"zones\"\n\n[admin]\ntoken_file = \"admin.token\"\n\n\
+         [dnssec]\nkeys = \"keys\"\nzones = [\"com.\"]\n",
+    )
+    .expect("parent config");
+    run(&["dnssec", "keygen", "com."], &parent.config);
+    // The child: example.com. with a CSK living 20 s; the rollover waits the DNSKEY and the
+    // parent's DS TTL (2 s) plus 4 s for the parent to follow the CDS.
+    let child = Setup::new("dnssec-child");
+    child.extend_config(
+        "[dnssec]\nkeys = \"keys\"\nzones = [\"example.com.\"]\nrefresh_secs = 2\n\
+         signature_validity_secs = 60\nksk_lifetime_secs = 20\ndnskey_ttl = 2\n\
+         parent_ds_ttl = 2\npropagation_delay_secs = 4\n",
+    );
+    run(&["dnssec", "keygen", "example.com."], &child.config);
+    let mut delegated: Vec<String> = run(&["dnssec", "ds", "example.com."], &child.config)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let zone_path = parent.path("zones/com.zone");
+    std::fs::write(&zone_path, parent_zone(&delegated)).expect("parent zone");
+    let anchor = run(&["dnssec", "ds", "com."], &parent.config);
+    let first = csk_status(&child.config);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0].1, "active");
+    assert!(first[0].2.starts_with("rollover starts at "), "{first:?}");
+
+    let parent_daemon = parent.start();
+    let child_daemon = child.start();
+    let unbound = Unbound::start_full(
+        child.dir.path(),
+        &[
+            ("com.", parent_daemon.dns),
+            ("example.com.", child_daemon.dns),
+        ],
+        &anchor,
+        "NOERROR",
+        "",
+    );
+    let questions: [&[&str]; 5] = [
+        &["example.com", "SOA"],
+        &["example.com", "DNSKEY"],
+        &["example.com", "DS"],
+        &["mail.example.com", "A"],
+        &["nope.example.com", "A"],
+    ];
+    let old_tag = first[0].0.clone();
+    let mut double_ds_seen = false;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        for question in questions {
+            unbound.validated(question);
+        }
+        // The parent operator (RFC 7344): publish what the child's CDS says.
+        let cds = child_cds(child_daemon.dns);
+        assert!(!cds.is_empty(), "the child always publishes CDS");
+        if cds != delegated {
+            let before = parent_daemon.accepted();
+            std::fs::write(&zone_path, parent_zone(&cds)).expect("parent zone");
+            parent_daemon.sighup();
+            parent_daemon.wait_for_accepted(before, WAIT);
+            if cds.len() == 2 {
+                double_ds_seen = true;
+                let keys = csk_status(&child.config);
+                let states: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+                assert_eq!(states, ["active", "published"], "{keys:?}");
+                assert!(keys.iter().all(|k| k.2.contains(" at ")), "{keys:?}");
+            }
+            delegated = cds;
+        }
+        let signer = signer_tags(
+            &dig_direct(child_daemon.dns, &["example.com", "SOA"]),
+            "SOA",
+        );
+        if double_ds_seen && delegated.len() == 1 && signer != [old_tag.clone()] {
+            assert!(!delegated[0].contains(&format!(" DS {old_tag} ")));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rollover did not complete (CDS {delegated:?}, signer {signer:?})"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for question in questions {
+        unbound.validated(question);
+    }
+    // Once unbound's cached DS RRset (TTL 2) has expired, it sees the parent's new one alone.
+    loop {
+        let ds = unbound.validated(&["example.com", "DS"]);
+        if ds.of("DS").len() == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still two DS: {}", ds.text);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let keys = csk_status(&child.config);
+    let states: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+    assert_eq!(states, ["retired", "active"], "{keys:?}");
+    assert!(keys[0].2.starts_with("remove at "), "{keys:?}");
 }

@@ -209,7 +209,7 @@ fn bundled() -> &'static Snapshot {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("steerdns.toml");
         let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
         match steerdns::snapshot::load::load(&config) {
-            Ok(loaded) => loaded.snapshot,
+            Ok(loaded) => Snapshot::standalone(loaded.compiled),
             Err(problems) => panic!("{problems:?}"),
         }
     })

@@ -32,7 +32,7 @@ use steerdns::dns::wire::{parse_query, ClientSubnet, Edns, Reject};
 use steerdns::dns::wire::{Client, Transport, CLASSIC_UDP_LIMIT, MAX_MESSAGE};
 use steerdns::policy::{compile, ControlKnobs};
 use steerdns::shield::feed::{parse_feed, MAX_FUTURE_SKEW, MAX_LOAD_RATIO};
-use steerdns::snapshot::{ServeOptions, Snapshot};
+use steerdns::snapshot::{Compiled, ServeOptions, Snapshot};
 use steerdns::zone::model::{RecordInput, Zone};
 use steerdns::zone::parse::parse_zone_text;
 use steerdns::zone::validate::{has_errors, validate};
@@ -76,7 +76,7 @@ fn bundled() -> &'static Snapshot {
         let path = repo_root().join("steerdns.toml");
         let config = Config::load(&path).unwrap_or_else(|e| panic!("bundled config: {e}"));
         match steerdns::snapshot::load::load(&config) {
-            Ok(loaded) => loaded.snapshot,
+            Ok(loaded) => Snapshot::standalone(loaded.compiled),
             Err(problems) => panic!("bundled example does not load: {problems:?}"),
         }
     })
@@ -90,7 +90,7 @@ fn bundled_shedding() -> &'static Snapshot {
         let path = repo_root().join("steerdns.toml");
         let config = Config::load(&path).unwrap_or_else(|e| panic!("bundled config: {e}"));
         let snapshot = match steerdns::snapshot::load::load(&config) {
-            Ok(loaded) => loaded.snapshot,
+            Ok(loaded) => Snapshot::standalone(loaded.compiled),
             Err(problems) => panic!("bundled example does not load: {problems:?}"),
         };
         let now = SystemTime::now();
@@ -111,17 +111,17 @@ fn bundled_shedding() -> &'static Snapshot {
         let origin = steerdns::shield::source::FeedOrigin::Other("fuzz".into());
         let offered =
             snapshot
-                .shield
+                .shield()
                 .feed
                 .offer(feed.as_bytes(), origin, &FEED_REGIONS, &FEED_SITES, now);
         if let Err(e) = offered {
             panic!("overload feed refused: {e}");
         }
         for tick in 0..5u64 {
-            snapshot.shield.tick(snapshot.shield_inputs(), &mut [], now, 1_000_000 + tick * 1_000);
+            snapshot.shield().tick(snapshot.shield_inputs(), &mut [], now, 1_000_000 + tick * 1_000);
         }
         assert!(
-            snapshot.shield.view().any_active(),
+            snapshot.shield().view().any_active(),
             "the overload feed did not make the shield act"
         );
         snapshot
@@ -177,7 +177,7 @@ fn udp_limit(snapshot: &Snapshot, query: &[u8]) -> usize {
     match query_edns(query) {
         None => CLASSIC_UDP_LIMIT,
         Some(edns) => usize::from(edns.udp_payload)
-            .min(usize::from(snapshot.options.edns_payload))
+            .min(usize::from(snapshot.options().edns_payload))
             .max(CLASSIC_UDP_LIMIT),
     }
 }
@@ -465,7 +465,7 @@ pub fn zone_file(data: &[u8]) {
     if !served {
         return;
     }
-    let snapshot = Snapshot::build(vec![zone], ServeOptions::default(), None, Vec::new());
+    let snapshot = Snapshot::standalone(Compiled::build(vec![zone], ServeOptions::default()));
     let mut owners: Vec<(&Name, u16)> = parsed
         .records
         .iter()

@@ -78,7 +78,7 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         endpoints,
         fleet: reloader.origin().fleet_status(),
         xdp: crate::metrics::xdp::view(),
-        encrypted: crate::metrics::encrypted::view(snapshot.tls.as_deref()),
+        encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         health: reloader.health().report(snapshot.policies()),
     }
 }

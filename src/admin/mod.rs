@@ -396,7 +396,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
     let mut profiles = BTreeMap::new();
     let mut regions = BTreeMap::new();
     let mut geo = None;
-    if let Some(steering) = &snapshot.steering {
+    if let Some(steering) = snapshot.steering() {
         let policies = &steering.policies;
         profiles = profile_views(policies);
         for (i, name) in policies.region_names().enumerate() {
@@ -415,7 +415,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         });
     }
     let zones = snapshot
-        .zones
+        .zones()
         .zones()
         .iter()
         .map(|z| ZoneView {
@@ -432,8 +432,8 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         shield: reloader.shield().status(),
         fleet: reloader.origin().fleet_status(),
         xdp: crate::metrics::xdp::view(),
-        encrypted: crate::metrics::encrypted::view(snapshot.tls.as_deref()),
-        dnssec: snapshot.dnssec.as_deref().map(dnssec_view),
+        encrypted: crate::metrics::encrypted::view(snapshot.tls()),
+        dnssec: snapshot.dnssec().map(dnssec_view),
         health: reloader.health().report(snapshot.policies()),
     }
 }
@@ -521,7 +521,7 @@ async fn push_load(State(state): State<AdminState>, body: axum::body::Bytes) -> 
         return (StatusCode::PAYLOAD_TOO_LARGE, format!("refused: {error}\n")).into_response();
     }
     let snapshot = state.reloader.snapshot().load();
-    let Some(steering) = &snapshot.steering else {
+    let Some(steering) = snapshot.steering() else {
         return (
             StatusCode::CONFLICT,
             "no topology configured: nothing to shield\n",

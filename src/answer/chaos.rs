@@ -22,21 +22,40 @@ pub fn respond(
     match text {
         Some(text) => write_txt(snapshot, packet, query, &text, limit, out)
             .ok()
-            .or_else(|| write_simple(snapshot, packet, query, rcode::SERVFAIL, limit, out).ok()),
-        None => write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
+            .or_else(|| {
+                write_simple(
+                    snapshot.options(),
+                    packet,
+                    query,
+                    rcode::SERVFAIL,
+                    limit,
+                    out,
+                )
+                .ok()
+            }),
+        None => write_simple(
+            snapshot.options(),
+            packet,
+            query,
+            rcode::REFUSED,
+            limit,
+            out,
+        )
+        .ok(),
     }
 }
 
 fn answer_text(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<String> {
     let name = query.qname.as_wire();
-    let options = &snapshot.options;
+    let options = &snapshot.options();
     match name {
         b"\x07version\x04bind\x00" | b"\x07version\x06server\x00" => options.version.clone(),
         b"\x02id\x06server\x00" | b"\x08hostname\x04bind\x00" => options.identity.clone(),
         // For fleets: `for ns in ...; do dig @$ns CH TXT serial.steerdns; done` shows convergence.
         b"\x06serial\x08steerdns\x00" => Some(format!(
             "serial {} config {:016x}",
-            snapshot.serial, snapshot.config_hash
+            snapshot.serial(),
+            snapshot.config_hash()
         )),
         _ => snapshot.chaos_extra(
             &query.qname,
@@ -77,7 +96,7 @@ fn write_txt(
     w.set_u16(6, 1);
     // A query with EDNS gets OPT back (RFC 6891 §7), CHAOS or not.
     if let Some(edns) = &query.edns {
-        put_opt(&mut w, snapshot, edns, rcode::NOERROR, 0)?;
+        put_opt(&mut w, snapshot.options(), edns, rcode::NOERROR, 0)?;
         w.set_u16(10, 1);
     }
     Ok(w.len())

@@ -57,12 +57,20 @@ pub fn respond(
             question,
             edns,
         }) => {
-            let len = write_error(snapshot, packet, rcode, question, edns.as_ref(), out).ok();
+            let len = write_error(
+                snapshot.options(),
+                packet,
+                rcode,
+                question,
+                edns.as_ref(),
+                out,
+            )
+            .ok();
             let len = len.and_then(|n| limit_rate(snapshot, client, rcode, None, out, n));
             let truncated = len.map(|n| is_truncated(&out[..n]));
             serving().record(client.transport, truncated.map(|tc| (rcode, tc)));
             if len.is_some() {
-                snapshot.counters.record_response(None, rcode);
+                snapshot.counters().record_response(None, rcode);
             }
             return len;
         }
@@ -87,7 +95,7 @@ pub fn respond(
     });
     // The shield counts answers that go out whole: not one the rate limiter dropped or
     // slipped, not one truncated (its client asks again over TCP, and counts then).
-    if let (Some(n), Some(sample), Some(steering)) = (len, demand.get(), &snapshot.steering) {
+    if let (Some(n), Some(sample), Some(steering)) = (len, demand.get(), snapshot.steering()) {
         if !is_truncated(&out[..n]) {
             steering.demand.record(&sample);
         }
@@ -106,7 +114,7 @@ fn limit_rate(
     out: &mut [u8],
     len: usize,
 ) -> Option<usize> {
-    let Some(rrl) = &snapshot.rrl else {
+    let Some(rrl) = snapshot.rrl() else {
         return Some(len);
     };
     let class = Class::of(rcode, &out[..len]);
@@ -182,8 +190,8 @@ fn count(
     };
     let rcode = response_rcode(query, response);
     serving().record(client.transport, Some((rcode, is_truncated(response))));
-    snapshot.counters.record_response(zone, rcode);
-    if querylog::sampled(snapshot.options.query_log_sample) {
+    snapshot.counters().record_response(zone, rcode);
+    if querylog::sampled(snapshot.options().query_log_sample) {
         querylog::log(client, query, rcode);
     }
 }
@@ -195,7 +203,7 @@ fn is_truncated(response: &[u8]) -> bool {
 /// Index (in the snapshot's zone list) of the zone the query name is in.
 fn zone_index(snapshot: &Snapshot, query: &Query) -> Option<usize> {
     snapshot
-        .zones
+        .zones()
         .find_index(&query.qname)
         .map(|(index, _)| index)
 }
@@ -213,22 +221,56 @@ fn answer(
     let limit = response_limit(snapshot, query, client);
     if let Some(edns) = &query.edns {
         if edns.version > 0 {
-            return write_simple(snapshot, packet, query, rcode::BADVERS, limit, out).ok();
+            return write_simple(
+                snapshot.options(),
+                packet,
+                query,
+                rcode::BADVERS,
+                limit,
+                out,
+            )
+            .ok();
         }
     }
     match (query.qclass, query.qtype) {
         (_, rtype::OPT) => {
-            return write_simple(snapshot, packet, query, rcode::FORMERR, limit, out).ok()
+            return write_simple(
+                snapshot.options(),
+                packet,
+                query,
+                rcode::FORMERR,
+                limit,
+                out,
+            )
+            .ok()
         }
         (_, rtype::AXFR | rtype::IXFR) => {
-            return write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok()
+            return write_simple(
+                snapshot.options(),
+                packet,
+                query,
+                rcode::REFUSED,
+                limit,
+                out,
+            )
+            .ok()
         }
         (_, rtype::MAILA | rtype::MAILB) => {
-            return write_simple(snapshot, packet, query, rcode::NOTIMP, limit, out).ok()
+            return write_simple(snapshot.options(), packet, query, rcode::NOTIMP, limit, out).ok()
         }
         (class::CH, _) => return chaos::respond(snapshot, packet, query, client, limit, out),
         (class::IN, _) => {}
-        _ => return write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
+        _ => {
+            return write_simple(
+                snapshot.options(),
+                packet,
+                query,
+                rcode::REFUSED,
+                limit,
+                out,
+            )
+            .ok()
+        }
     }
     if let Some(Cached::Response(cached)) = precompiled {
         if let Some(len) = serve_precompiled(snapshot, packet, query, cached, limit, out) {
@@ -273,9 +315,23 @@ fn answer_located(
         Some(s) => s,
         None => &NoSteering,
     };
-    match resolve(&snapshot.zones, &query.qname, query.qtype, steering, dnssec) {
-        Some(plan) => write_plan(snapshot, packet, query, &plan, limit, out).ok(),
-        None => write_simple(snapshot, packet, query, rcode::REFUSED, limit, out).ok(),
+    match resolve(
+        snapshot.zones(),
+        &query.qname,
+        query.qtype,
+        steering,
+        dnssec,
+    ) {
+        Some(plan) => write_plan(snapshot.options(), packet, query, &plan, limit, out).ok(),
+        None => write_simple(
+            snapshot.options(),
+            packet,
+            query,
+            rcode::REFUSED,
+            limit,
+            out,
+        )
+        .ok(),
     }
 }
 
@@ -285,7 +341,7 @@ fn response_limit(snapshot: &Snapshot, query: &Query, client: &Client) -> usize 
         (Transport::Tcp | Transport::Tls | Transport::Https | Transport::Quic, _) => MAX_MESSAGE,
         (Transport::Udp, None) => CLASSIC_UDP_LIMIT,
         (Transport::Udp, Some(edns)) => (edns.udp_payload as usize)
-            .clamp(CLASSIC_UDP_LIMIT, snapshot.options.edns_payload as usize),
+            .clamp(CLASSIC_UDP_LIMIT, snapshot.options().edns_payload as usize),
     }
 }
 
@@ -298,7 +354,10 @@ fn serve_precompiled(
     limit: usize,
     out: &mut [u8],
 ) -> Option<usize> {
-    let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
+    let opt_len = query
+        .edns
+        .as_ref()
+        .map_or(0, |e| opt_len(snapshot.options(), e));
     let total = cached.len() + opt_len;
     if total > limit || total > out.len() {
         return None;
@@ -314,7 +373,7 @@ fn serve_precompiled(
     if let Some(edns) = &query.edns {
         let arcount = u16::from_be_bytes([out[10], out[11]]) + 1;
         out[10..12].copy_from_slice(&arcount.to_be_bytes());
-        len += write_opt_raw(snapshot, edns, 0, 0, &mut out[len..])?;
+        len += write_opt_raw(snapshot.options(), edns, 0, 0, &mut out[len..])?;
     }
     Some(len)
 }
@@ -347,7 +406,10 @@ fn serve_steered(
     });
     let count = count + sig_count;
     let question = query.question_bytes(packet);
-    let opt_len = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
+    let opt_len = query
+        .edns
+        .as_ref()
+        .map_or(0, |e| opt_len(snapshot.options(), e));
     let body = HEADER_LEN + question.len() + (count - sig_count) * record_len + sig_len;
     if body + opt_len > limit || body + opt_len > out.len() {
         return None;
@@ -384,7 +446,7 @@ fn serve_steered(
     if let Some(edns) = &query.edns {
         out[10..12].copy_from_slice(&1u16.to_be_bytes());
         pos += write_opt_raw(
-            snapshot,
+            snapshot.options(),
             edns,
             rcode::NOERROR,
             steered.decision.scope,

@@ -11,14 +11,18 @@ use crate::snapshot::load::load;
 use crate::snapshot::Snapshot;
 use crate::test_alloc::allocations;
 
-fn bundled() -> Snapshot {
+fn bundled_config() -> Config {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("steerdns.toml");
-    let config = match Config::load(&path) {
+    match Config::load(&path) {
         Ok(c) => c,
         Err(e) => panic!("{e}"),
-    };
-    match load(&config) {
-        Ok(loaded) => loaded.snapshot,
+    }
+}
+
+/// `config` loaded and served on its own.
+fn serve(config: &Config) -> Snapshot {
+    match load(config) {
+        Ok(loaded) => Snapshot::standalone(loaded.compiled),
         Err(problems) => panic!("{problems:?}"),
     }
 }
@@ -55,14 +59,15 @@ fn query(id: u16, name: &str, qtype: u16, ecs: Option<(IpAddr, u8)>) -> Vec<u8> 
 
 /// The bundled snapshot with response rate limiting on: `rate` per second, slip 2.
 fn rate_limited(rate: u32) -> Snapshot {
-    let mut snapshot = bundled();
-    snapshot.rrl = crate::rrl::RateLimiter::from_config(&crate::config::rrl::RrlConfig {
+    let mut config = bundled_config();
+    config.rrl = crate::config::rrl::RrlConfig {
         enabled: true,
         responses_per_second: rate,
         slip: 2,
         ..crate::config::rrl::RrlConfig::default()
-    });
-    assert!(snapshot.rrl.is_some());
+    };
+    let snapshot = serve(&config);
+    assert!(snapshot.rrl().is_some());
     snapshot
 }
 
@@ -191,10 +196,7 @@ ttl = 120
         Ok(c) => c,
         Err(e) => panic!("{e}"),
     };
-    match load(&config) {
-        Ok(loaded) => loaded.snapshot,
-        Err(problems) => panic!("{problems:?}"),
-    }
+    serve(&config)
 }
 
 /// The same query through the fast path and through the general lookup (a snapshot without
@@ -204,10 +206,9 @@ ttl = 120
 #[test]
 fn steered_fast_path_answers_and_counts_like_the_general_path() {
     use crate::dns::wire::{rtype, WireName};
-    use crate::snapshot::{Cached, Precompiled};
+    use crate::snapshot::Cached;
     let fast = bundled_with_address_names();
-    let mut general = bundled_with_address_names();
-    general.precompiled = Precompiled::default();
+    let general = bundled_with_address_names().without_precompiled();
     let parsed = |name: &str| {
         let wire = query(1, name, rtype::A, None);
         match WireName::parse_uncompressed(&wire, 12) {
@@ -243,8 +244,9 @@ fn steered_fast_path_answers_and_counts_like_the_general_path() {
     // answered by the wildcard.
     let ns1 = parsed("ns1.edge.example.net");
     assert!(fast
-        .precompiled
-        .wildcard(&fast.zones, &ns1, rtype::A)
+        .compiled()
+        .precompiled()
+        .wildcard(fast.zones(), &ns1, rtype::A)
         .is_none());
     let ip = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let clients = [
@@ -302,16 +304,12 @@ fn steered_fast_path_answers_and_counts_like_the_general_path() {
     assert!(compared > 300, "{compared}");
     let series = |s: &Snapshot| {
         let mut all = Vec::new();
-        s.counters
+        s.counters()
             .each_series(|series, value| all.push(format!("{series:?}={value}")));
         all
     };
     assert_eq!(series(&fast), series(&general), "counters differ");
-    let demand = |s: &Snapshot| {
-        s.steering
-            .as_ref()
-            .map(|d| format!("{:?}", d.demand.take()))
-    };
+    let demand = |s: &Snapshot| s.steering().map(|d| format!("{:?}", d.demand.take()));
     let fast_demand = demand(&fast);
     assert!(
         fast_demand.as_ref().is_some_and(|d| d.contains("kept: ")),

@@ -116,8 +116,14 @@ pub fn status(config: &Config) -> Result<ExitCode> {
                 for key in &keys {
                     let t = &key.timing;
                     let state = t.state(now);
+                    // A key with a lifetime and no rollover under way: when the next starts.
+                    let rollover =
+                        steerdns::dnssec::rollover::next_start(key.role, t, &config.dnssec, now)
+                            .filter(|_| t.active(now))
+                            .map(|at| (at, "rollover starts"));
                     let next = t
                         .next_event(now)
+                        .or(rollover)
                         .map_or("no event scheduled".to_string(), |(at, what)| {
                             format!("{what} at {}", rfc3339(at))
                         });
@@ -149,14 +155,14 @@ fn rfc3339(secs: u64) -> String {
 pub fn dump(config: &Config, zone: &str) -> Result<ExitCode> {
     let zone = normalize_zone(zone);
     let loaded = load(config).map_err(|errors| anyhow::anyhow!("{}", errors.join("\n")))?;
-    let snapshot = loaded.snapshot;
-    let found = snapshot
-        .zones
+    let compiled = loaded.compiled;
+    let found = compiled
+        .zones()
         .zones()
         .iter()
         .find(|z| z.origin.to_string().eq_ignore_ascii_case(&zone))
         .with_context(|| format!("{zone} is not a served zone"))?;
-    let steered = snapshot.dnssec.as_deref().map(|d| &d.steered);
+    let steered = compiled.dnssec().map(|d| &d.steered);
     let text = steerdns::dnssec::dump::zone_text(found, steered)
         .with_context(|| format!("{zone} is not signed (add it to [dnssec] zones)"))?;
     print!("{text}");

@@ -330,7 +330,7 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
             eprintln!("{e:#}; showing the files instead");
             let loaded = load_with(&config, ControlSource::FromConfig)
                 .map_err(|p| anyhow::anyhow!("the files do not load: {}", p.join("; ")))?;
-            let Some(steering) = &loaded.snapshot.steering else {
+            let Some(steering) = loaded.compiled.steering() else {
                 println!("no steered names configured");
                 return Ok(ExitCode::SUCCESS);
             };

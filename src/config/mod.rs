@@ -7,7 +7,7 @@
 //! Plain data, low in the layers: it imports only the pure cores' own section types
 //! (`geo`, `policy`, `dnssec` settings) and `files`. Turning a section into what a part runs
 //! with is that part's job (`ShieldSettings::from_config`, `TcpLimits::from_config`,
-//! `ServeOptions::from_config`, `RateLimiter::from_config`), so nothing here points upward.
+//! `ServeOptions::from_config`, `RrlLimits::from_config`), so nothing here points upward.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -18,12 +18,17 @@ pub struct DnssecConfig {
     pub zones: Vec<String>,
     /// Algorithm of new keys: 13 (ECDSA P-256 with SHA-256, the default) or 15 (Ed25519).
     pub algorithm: u8,
-    /// Authenticated denial: `nsec` (the default). `nsec3` is not implemented yet and refused.
+    /// Authenticated denial: `nsec` (the default) or `nsec3` (RFC 5155, hashed names: the
+    /// zone cannot be walked name by name).
     pub denial: String,
     /// NSEC3 extra iterations: must be 0 (RFC 9276).
     pub nsec3_iterations: u16,
     /// NSEC3 salt: must be empty (RFC 9276).
     pub nsec3_salt: String,
+    /// NSEC3 opt-out (RFC 5155 §6): delegations without DS get no NSEC3 record of their own
+    /// (a referral proves their insecurity with the record covering them). For zones with
+    /// many unsigned delegations; off by default.
+    pub nsec3_opt_out: bool,
     /// How long a signature is valid (seconds; default 14 days).
     pub signature_validity_secs: u64,
     /// Signatures are renewed every this many seconds (default 1 day), by a reload the server
@@ -51,6 +56,7 @@ impl Default for DnssecConfig {
             denial: "nsec".into(),
             nsec3_iterations: 0,
             nsec3_salt: String::new(),
+            nsec3_opt_out: false,
             signature_validity_secs: 14 * 86400,
             refresh_secs: 86400,
             dnskey_ttl: 3600,
@@ -75,13 +81,7 @@ impl DnssecConfig {
             ));
         }
         match self.denial.as_str() {
-            "nsec" => {}
-            "nsec3" => {
-                return Some((
-                    "dnssec.denial",
-                    "nsec3 is not implemented yet; use \"nsec\"".into(),
-                ))
-            }
+            "nsec" | "nsec3" => {}
             other => {
                 return Some((
                     "dnssec.denial",
@@ -99,6 +99,12 @@ impl DnssecConfig {
             return Some((
                 "dnssec.nsec3_salt",
                 "must be empty (RFC 9276: a salt adds nothing)".into(),
+            ));
+        }
+        if self.nsec3_opt_out && self.denial != "nsec3" {
+            return Some((
+                "dnssec.nsec3_opt_out",
+                "needs denial = \"nsec3\" (NSEC has no opt-out)".into(),
             ));
         }
         if self.refresh_secs < MIN_REFRESH_SECS {

@@ -89,6 +89,13 @@ pub fn due_at(
     )
 }
 
+/// When the next rollover of a key with `timing` starts, as seen at `now` (`None`: never, or
+/// under way already): what [`plan`] will choose (the publication wait it works back from
+/// does not depend on the zone's TTLs).
+pub fn next_start(role: Role, timing: &Timing, config: &DnssecConfig, now: u64) -> Option<u64> {
+    due_at(role, timing, config, 0).map(|due| align_up(due.max(now), config.refresh_secs))
+}
+
 /// One rollover to make.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Roll {

@@ -6,8 +6,12 @@ use super::config::DnssecConfig;
 use super::keys::{Key, KeyError};
 use super::sign::{rrset, sign_set, type_bitmap, Window};
 use crate::dns::canonical::canonical_cmp;
+use crate::dns::wire::display_wire_name;
 use crate::dns::wire::rtype;
-use crate::zone::model::{Denial, RRset, Zone};
+use crate::zone::model::{
+    nsec3_hash, Chain, Denial, Node, Nsec3Chain, RRset, SteeredNodata, Zone, NSEC3_HASH_LEN,
+};
+use rustc_hash::FxHashMap;
 
 /// Which address families and CNAME a steered name can answer with (its NSEC lists them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -100,67 +104,24 @@ pub fn sign_zone(
     if let Some(node) = zone.nodes.get_mut(&apex) {
         node.rrsets.extend(apex_sets);
     }
-    // The chain: every authoritative name with data, and every delegation point.
-    let mut order: Vec<Box<[u8]>> = zone
-        .nodes
-        .iter()
-        .filter(|(_, n)| !n.below_cut && (!n.rrsets.is_empty() || n.steer.is_some()))
-        .map(|(k, _)| k.clone())
-        .collect();
-    order.sort_by(|a, b| canonical_cmp(a, b));
-    let negative_ttl = zone.negative_ttl;
-    let mut steered_nodata = rustc_hash::FxHashMap::default();
-    for (i, owner) in order.iter().enumerate() {
-        let next = &order[(i + 1) % order.len()];
-        let Some(node) = zone.nodes.get_mut(owner) else {
-            continue;
-        };
-        let mut types: Vec<u16> = if node.is_cut {
-            node.rrsets
-                .iter()
-                .map(|s| s.rtype)
-                .filter(|&t| t == rtype::NS || t == rtype::DS)
-                .collect()
-        } else {
-            node.rrsets.iter().map(|s| s.rtype).collect()
-        };
-        let steered_types = node.steer.map(steered);
-        if let Some(st) = steered_types {
-            types.extend(
-                [
-                    (st.a, rtype::A),
-                    (st.aaaa, rtype::AAAA),
-                    (st.cname, rtype::CNAME),
-                ]
-                .into_iter()
-                .filter_map(|(on, t)| on.then_some(t)),
-            );
+    if config.denial == "nsec3" {
+        if let Some(node) = zone.nodes.get_mut(&apex) {
+            node.rrsets.push(rrset(
+                rtype::NSEC3PARAM,
+                zone.negative_ttl,
+                &[&nsec3_param(config, 0)],
+            ));
         }
-        types.extend([rtype::RRSIG, rtype::NSEC]);
-        types.sort_unstable();
-        types.dedup();
-        let nsec = |types: &[u16]| -> RRset {
-            let mut rdata = next.to_vec();
-            rdata.extend_from_slice(&type_bitmap(types));
-            rrset(rtype::NSEC, negative_ttl, &[&rdata])
-        };
-        if steered_types.is_some() {
-            let mut variants: Vec<RRset> = Vec::with_capacity(2);
-            for without in [rtype::A, rtype::AAAA] {
-                let fewer: Vec<u16> = types.iter().copied().filter(|&t| t != without).collect();
-                let mut set = nsec(&fewer);
-                set.rrsig = sign_set(&zone_signing, &apex, owner, &set, window)?.map(Box::new);
-                variants.push(set);
-            }
-            if let Ok(pair) = <[RRset; 2]>::try_from(variants) {
-                steered_nodata.insert(owner.clone(), pair);
-            }
-        }
-        node.rrsets.push(nsec(&types));
-        node.rrsets.sort_by_key(|s| s.rtype);
     }
+    let order = chain_owners(zone, config);
+    let chain = if config.denial == "nsec3" {
+        nsec3_chain(zone, &order, config, &zone_signing, window, steered)?
+    } else {
+        nsec_chain(zone, &order, &zone_signing, window, steered)?
+    };
     let mut signed = Signed {
         nsec: order.len(),
+        max_ttl: chain.ttl,
         published: published.iter().map(|k| k.tag).collect(),
         key_signing: key_signing.iter().map(|k| k.tag).collect(),
         zone_signing: zone_signing.iter().map(|k| k.tag).collect(),
@@ -185,8 +146,252 @@ pub fn sign_zone(
         }
     }
     zone.denial = Some(Denial {
-        order: order.into_boxed_slice(),
-        steered_nodata,
+        chain: chain.chain,
+        steered_nodata: chain.steered_nodata,
     });
     Ok(signed)
+}
+
+/// NSEC3PARAM (and NSEC3 head) RDATA: SHA-1, `flags`, iterations, salt (RFC 5155 §3.2, §4.2).
+fn nsec3_param(config: &DnssecConfig, flags: u8) -> Vec<u8> {
+    let salt = nsec3_salt(config);
+    let mut rdata = vec![1, flags];
+    rdata.extend_from_slice(&config.nsec3_iterations.to_be_bytes());
+    rdata.push(salt.len() as u8);
+    rdata.extend_from_slice(&salt);
+    rdata
+}
+
+/// The configured salt's bytes (hex; empty or `-` is none, as RFC 9276 asks).
+fn nsec3_salt(config: &DnssecConfig) -> Vec<u8> {
+    match config.nsec3_salt.as_str() {
+        "" | "-" => Vec::new(),
+        hex => data_encoding::HEXLOWER_PERMISSIVE
+            .decode(hex.as_bytes())
+            .unwrap_or_default(),
+    }
+}
+
+/// A denial chain built, with its signed NODATA variants of steered names.
+struct BuiltChain {
+    chain: Chain,
+    steered_nodata: FxHashMap<Box<[u8]>, SteeredNodata>,
+    /// The TTL of its records.
+    ttl: u32,
+}
+
+/// The names the chain proves things about, in canonical order: every authoritative name
+/// with data and every delegation point; with NSEC3 also the empty non-terminals (RFC 5155
+/// §7.1), less the unsigned delegations when opt-out is on.
+fn chain_owners(zone: &Zone, config: &DnssecConfig) -> Vec<Box<[u8]>> {
+    let nsec3 = config.denial == "nsec3";
+    let mut order: Vec<Box<[u8]>> = zone
+        .nodes
+        .iter()
+        .filter(|(_, n)| !n.below_cut)
+        .filter(|(_, n)| nsec3 || !n.is_empty_non_terminal())
+        .filter(|(_, n)| {
+            !(nsec3 && config.nsec3_opt_out && n.is_cut && n.rrset(rtype::DS).is_none())
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    order.sort_by(|a, b| canonical_cmp(a, b));
+    order
+}
+
+/// The types present at `node` for its denial record (a delegation: only NS and DS, the
+/// rest is glue), with what its steered binding can answer; RRSIG when anything there is
+/// signed. Sorted.
+fn node_types(node: &Node, steered: Option<SteeredTypes>) -> Vec<u16> {
+    let mut types: Vec<u16> = if node.is_cut {
+        node.rrsets
+            .iter()
+            .map(|s| s.rtype)
+            .filter(|&t| t == rtype::NS || t == rtype::DS)
+            .collect()
+    } else {
+        node.rrsets.iter().map(|s| s.rtype).collect()
+    };
+    if let Some(st) = steered {
+        types.extend(
+            [
+                (st.a, rtype::A),
+                (st.aaaa, rtype::AAAA),
+                (st.cname, rtype::CNAME),
+            ]
+            .into_iter()
+            .filter_map(|(on, t)| on.then_some(t)),
+        );
+    }
+    let signed = types.iter().any(|&t| !node.is_cut || t == rtype::DS);
+    if signed {
+        types.push(rtype::RRSIG);
+    }
+    types.sort_unstable();
+    types.dedup();
+    types
+}
+
+/// A steered owner's denial record without A and without AAAA, each signed.
+fn steered_variants(
+    types: &[u16],
+    make: &dyn Fn(&[u16]) -> RRset,
+    sign: &dyn Fn(&RRset) -> Result<Option<RRset>, KeyError>,
+) -> Result<[RRset; 2], KeyError> {
+    let variant = |without: u16| -> Result<RRset, KeyError> {
+        let fewer: Vec<u16> = types.iter().copied().filter(|&t| t != without).collect();
+        let mut set = make(&fewer);
+        set.rrsig = sign(&set)?.map(Box::new);
+        Ok(set)
+    };
+    Ok([variant(rtype::A)?, variant(rtype::AAAA)?])
+}
+
+/// The NSEC chain (RFC 4034 §4): an NSEC at every owner of `order`, in its node (signed with
+/// the node's other RRsets).
+fn nsec_chain(
+    zone: &mut Zone,
+    order: &[Box<[u8]>],
+    zone_signing: &[&Key],
+    window: &Window,
+    steered: &dyn Fn(u32) -> SteeredTypes,
+) -> Result<BuiltChain, KeyError> {
+    let apex = zone.apex.clone();
+    let ttl = zone.negative_ttl;
+    let mut steered_nodata = FxHashMap::default();
+    for (i, owner) in order.iter().enumerate() {
+        let next = &order[(i + 1) % order.len()];
+        let Some(node) = zone.nodes.get_mut(owner) else {
+            continue;
+        };
+        let steered_types = node.steer.map(steered);
+        let mut types = node_types(node, steered_types);
+        types.extend([rtype::RRSIG, rtype::NSEC]);
+        types.sort_unstable();
+        types.dedup();
+        let nsec = |types: &[u16]| -> RRset {
+            let mut rdata = next.to_vec();
+            rdata.extend_from_slice(&type_bitmap(types));
+            rrset(rtype::NSEC, ttl, &[&rdata])
+        };
+        if steered_types.is_some() {
+            let sign = |set: &RRset| sign_set(zone_signing, &apex, owner, set, window);
+            let pair = steered_variants(&types, &nsec, &sign)?;
+            let nodata = SteeredNodata {
+                owner: owner.clone(),
+                without: pair,
+            };
+            steered_nodata.insert(owner.clone(), nodata);
+        }
+        node.rrsets.push(nsec(&types));
+        node.rrsets.sort_by_key(|s| s.rtype);
+    }
+    Ok(BuiltChain {
+        chain: Chain::Nsec(order.to_vec().into_boxed_slice()),
+        steered_nodata,
+        ttl,
+    })
+}
+
+/// `<base32hex(hash)>.<apex>`, lower-case (RFC 5155 §3).
+fn hashed_owner(hash: &[u8; NSEC3_HASH_LEN], apex: &[u8]) -> Box<[u8]> {
+    let label = data_encoding::BASE32HEX_NOPAD
+        .encode(hash)
+        .to_ascii_lowercase();
+    let mut owner = Vec::with_capacity(1 + label.len() + apex.len());
+    owner.push(label.len() as u8);
+    owner.extend_from_slice(label.as_bytes());
+    owner.extend_from_slice(apex);
+    owner.into_boxed_slice()
+}
+
+/// The NSEC3 chain (RFC 5155 §7.1): one signed record per name of `order`, at its hashed
+/// owner, in hash order, each pointing at the next. With opt-out, only the records whose
+/// span holds a left-out delegation get the flag (it is per record, §3.1.2.1): a validator
+/// cannot tell an NXDOMAIN proven by a flagged record from an unsigned delegation, so it
+/// calls it insecure (no AD); every other span keeps authenticated denial.
+fn nsec3_chain(
+    zone: &Zone,
+    order: &[Box<[u8]>],
+    config: &DnssecConfig,
+    zone_signing: &[&Key],
+    window: &Window,
+    steered: &dyn Fn(u32) -> SteeredTypes,
+) -> Result<BuiltChain, KeyError> {
+    let salt = nsec3_salt(config);
+    let iterations = config.nsec3_iterations;
+    let ttl = zone.negative_ttl;
+    let mut left_out: Vec<[u8; NSEC3_HASH_LEN]> = zone
+        .nodes
+        .iter()
+        .filter(|(k, _)| order.binary_search_by(|o| canonical_cmp(o, k)).is_err())
+        .filter(|(_, n)| n.is_cut && !n.below_cut)
+        .map(|(k, _)| nsec3_hash(k, &salt, iterations))
+        .collect();
+    left_out.sort_unstable();
+    let mut hashed: Vec<([u8; NSEC3_HASH_LEN], &Box<[u8]>)> = order
+        .iter()
+        .map(|name| (nsec3_hash(name, &salt, iterations), name))
+        .collect();
+    hashed.sort_by_key(|a| a.0);
+    if let Some(pair) = hashed.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(KeyError::Unusable {
+            dir: config.keys.clone(),
+            zone: zone.origin.to_string(),
+            message: format!(
+                "NSEC3 hashes of {} and {} collide; set another nsec3_salt",
+                display_wire_name(pair[0].1),
+                display_wire_name(pair[1].1)
+            ),
+        });
+    }
+    let mut records = Vec::with_capacity(hashed.len());
+    let mut by_name = FxHashMap::default();
+    let mut steered_nodata = FxHashMap::default();
+    for (i, (hash, name)) in hashed.iter().enumerate() {
+        let next = &hashed[(i + 1) % hashed.len()].0;
+        let spans = |h: &[u8; NSEC3_HASH_LEN]| {
+            if hash < next {
+                hash < h && h < next
+            } else {
+                h > hash || h < next
+            }
+        };
+        let head = nsec3_param(config, u8::from(left_out.iter().any(spans)));
+        let owner = hashed_owner(hash, &zone.apex);
+        let node = zone.nodes.get(*name);
+        let steered_types = node.and_then(|n| n.steer).map(steered);
+        let types = node.map_or_else(Vec::new, |n| node_types(n, steered_types));
+        let nsec3 = |types: &[u16]| -> RRset {
+            let mut rdata = head.clone();
+            rdata.push(NSEC3_HASH_LEN as u8);
+            rdata.extend_from_slice(next);
+            rdata.extend_from_slice(&type_bitmap(types));
+            rrset(rtype::NSEC3, ttl, &[&rdata])
+        };
+        let sign = |set: &RRset| sign_set(zone_signing, &zone.apex, &owner, set, window);
+        if steered_types.is_some() {
+            let pair = steered_variants(&types, &nsec3, &sign)?;
+            let nodata = SteeredNodata {
+                owner: owner.clone(),
+                without: pair,
+            };
+            steered_nodata.insert((*name).clone(), nodata);
+        }
+        let mut set = nsec3(&types);
+        set.rrsig = sign(&set)?.map(Box::new);
+        by_name.insert((*name).clone(), i as u32);
+        records.push((owner, set));
+    }
+    Ok(BuiltChain {
+        chain: Chain::Nsec3(Nsec3Chain {
+            salt: salt.into_boxed_slice(),
+            iterations,
+            hashes: hashed.iter().map(|(h, _)| *h).collect(),
+            records: records.into_boxed_slice(),
+            by_name,
+        }),
+        steered_nodata,
+        ttl,
+    })
 }

@@ -456,7 +456,7 @@ pub fn record(
     let (snapshot, status) = reloader.snapshot_and_status();
     let (revision, refused) = origin.served();
     let zones: BTreeMap<String, u32> = snapshot
-        .zones
+        .zones()
         .zones()
         .iter()
         .map(|z| (z.origin.to_string(), z.serial))

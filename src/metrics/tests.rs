@@ -14,13 +14,20 @@ use crate::snapshot::load::load;
 use crate::snapshot::Snapshot;
 use crate::test_alloc::allocations;
 
-fn bundled() -> Snapshot {
+fn bundled_config() -> Config {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("steerdns.toml");
-    let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    match load(&config) {
-        Ok(loaded) => loaded.snapshot,
+    Config::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn serve(config: &Config) -> Snapshot {
+    match load(config) {
+        Ok(loaded) => Snapshot::standalone(loaded.compiled),
         Err(problems) => panic!("{problems:?}"),
     }
+}
+
+fn bundled() -> Snapshot {
+    serve(&bundled_config())
 }
 
 /// A query with EDNS and an optional IPv4 ECS option.
@@ -46,7 +53,7 @@ fn query(name: &str, qtype: u16, ecs: Option<[u8; 3]>) -> Vec<u8> {
 
 fn series(snapshot: &Snapshot) -> BTreeMap<Series, u64> {
     let mut all = BTreeMap::new();
-    snapshot.counters.each_series(|s, n| {
+    snapshot.counters().each_series(|s, n| {
         all.insert(s, n);
     });
     all
@@ -111,9 +118,10 @@ fn answers_are_counted_by_zone_and_steering_decision() {
 
 #[test]
 fn counting_and_unsampled_queries_allocate_nothing() {
-    let mut snapshot = bundled();
+    let mut config = bundled_config();
     // Sampled once (the first query on this thread), then not for a very long time.
-    snapshot.options.query_log_sample = u32::MAX;
+    config.server.query_log_sample = u32::MAX;
+    let snapshot = serve(&config);
     let client = Client::new(IpAddr::from([127, 0, 0, 1]), Transport::Tcp);
     let packets = [
         query("example.com", 6, None),

@@ -32,7 +32,7 @@ use crate::files::fnv1a64;
 use crate::rfc3339;
 use crate::shield::live::Shield;
 use crate::snapshot::load::{load_after, ControlSource, Loaded};
-use crate::snapshot::{SharedSnapshot, Snapshot};
+use crate::snapshot::{Compiled, Serving, SharedSnapshot, Snapshot};
 use crate::taster::TasterStatus;
 
 /// Where the configuration comes from (the command line, re-read on every reload).
@@ -449,13 +449,11 @@ impl Reloader {
     fn keep_good_geo_database(&self, loaded: &Loaded) -> Result<(), Vec<String>> {
         let previous = self.snapshot.load();
         let in_service = previous
-            .steering
-            .as_ref()
+            .steering()
             .is_some_and(|s| s.locator.table().is_some() && s.locator.degraded().is_none());
         let new_reason = loaded
-            .snapshot
-            .steering
-            .as_ref()
+            .compiled
+            .steering()
             .and_then(|s| s.locator.degraded().map(str::to_string));
         match (in_service, new_reason) {
             (true, Some(reason)) => Err(vec![format!(
@@ -476,23 +474,23 @@ impl Reloader {
         started: Instant,
     ) -> Accepted {
         let Loaded {
-            mut snapshot,
+            compiled,
             mut warnings,
             ..
         } = loaded;
         let previous = self.snapshot.load();
-        let summary = summarize(&previous.control, &snapshot.control);
+        let summary = summarize(previous.control(), compiled.control());
         let mut history_dir = None;
         let unchanged = control
             .as_ref()
             .is_some_and(|(_, text)| state.served_control_hash == Some(fnv1a64(text.as_bytes())));
         // A new version is numbered above both the history and what is served now (serving
         // may have gone on while the history could not be written).
-        let next = snapshot
-            .control
+        let next = compiled
+            .control()
             .serial
-            .unwrap_or(previous.serial + 1)
-            .max(previous.serial + 1);
+            .unwrap_or(previous.serial() + 1)
+            .max(previous.serial() + 1);
         // Number the version by reading the history only: writing it (a file, its fsync, a
         // rename, pruning) happens after the swap, so a slow disk never delays serving.
         let unrecorded = |serial: u64, e: String| {
@@ -503,10 +501,10 @@ impl Reloader {
             )
         };
         let (serial, to_record) = match (&control, open_history(config)) {
-            (Some(_), _) if unchanged && previous.serial > 0 => (previous.serial, None),
+            (Some(_), _) if unchanged && previous.serial() > 0 => (previous.serial(), None),
             (Some((_, text)), Ok(history)) => {
                 history_dir = Some(history.dir().to_path_buf());
-                match number_version(&history, text, &snapshot.control, previous.serial) {
+                match number_version(&history, text, compiled.control(), previous.serial()) {
                     Ok((serial, true)) => (serial, Some(history)),
                     Ok((serial, false)) => (serial, None),
                     Err(e) => {
@@ -521,15 +519,19 @@ impl Reloader {
             }
             (None, _) => (0, None),
         };
-        snapshot.serial = serial;
-        snapshot.shield = self.shield.clone();
-        snapshot.health = self.health.attach(snapshot.policies());
-        if let (Some(rrl), Some(previous)) = (&mut snapshot.rrl, &previous.rrl) {
-            rrl.keep_buckets_of(previous);
-        }
-        snapshot.config_hash =
-            config_hash(config, control.as_ref().map(|c| c.1.as_str()), &snapshot);
-        let config_hash = format!("{:016x}", snapshot.config_hash);
+        let config_hash = config_hash(config, control.as_ref().map(|c| c.1.as_str()), &compiled);
+        let health = self.health.attach(compiled.policies());
+        let snapshot = Snapshot::new(
+            compiled,
+            Serving {
+                shield: self.shield.clone(),
+                health,
+                previous: Some(&previous),
+                serial,
+                config_hash,
+            },
+        );
+        let config_hash = format!("{config_hash:016x}");
         self.snapshot.store(Arc::new(snapshot));
         let elapsed = started.elapsed();
         let status = &mut state.status;
@@ -625,7 +627,8 @@ fn taste_then_load(
     };
     // Same config and zone files as the snapshot served: the server will share its zones
     // if the change binds the same steered names, and then the taster need not build them.
-    let shared = previous.and_then(|p| crate::snapshot::load::shareable_sources(config, p));
+    let shared =
+        previous.and_then(|p| crate::snapshot::load::shareable_sources(config, p.compiled()));
     let mut tasted = None;
     if let Some(sources) = shared {
         let steering = run(Scope::Steering)?;
@@ -641,11 +644,11 @@ fn taste_then_load(
         None => (run(Scope::Full)?, None),
     };
     let loaded = load_control(config, control, previous)?;
-    let same = match (&shared, &loaded.snapshot.sources) {
+    let same = match (&shared, loaded.compiled.sources()) {
         (Some(shared), Some(used)) => Arc::ptr_eq(shared, used),
         (Some(_), None) => false,
         (None, _) => {
-            crate::taster::fingerprint(config, &loaded.snapshot, text) == tasted.fingerprint
+            crate::taster::fingerprint(config, &loaded.compiled, text) == tasted.fingerprint
         }
     };
     if !same {
@@ -665,6 +668,7 @@ fn load_control(
     control: Option<&(PathBuf, String)>,
     previous: Option<&Snapshot>,
 ) -> Result<Loaded, Vec<String>> {
+    let previous = previous.map(Snapshot::compiled);
     match control {
         Some((path, text)) => load_after(config, ControlSource::Text { path, text }, previous),
         None => load_after(config, ControlSource::FromConfig, previous),
@@ -728,7 +732,7 @@ fn newest_valid_version(
 }
 
 /// A short fingerprint of what is being served: config, control text, zone serials.
-fn config_hash(config: &Config, control: Option<&str>, snapshot: &Snapshot) -> u64 {
+fn config_hash(config: &Config, control: Option<&str>, compiled: &Compiled) -> u64 {
     let mut bytes = Vec::new();
     if let Some(path) = &config.source_path {
         bytes.extend(
@@ -736,7 +740,7 @@ fn config_hash(config: &Config, control: Option<&str>, snapshot: &Snapshot) -> u
         );
     }
     bytes.extend(control.unwrap_or("").as_bytes());
-    for zone in snapshot.zones.zones() {
+    for zone in compiled.zones().zones() {
         bytes.extend(&zone.apex[..]);
         bytes.extend(zone.serial.to_be_bytes());
     }
@@ -766,7 +770,7 @@ mod tests {
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 let (snapshot, status) = reloader.snapshot_and_status();
-                let _ = tx.send((snapshot.serial, status.serial, reloader.status().serial));
+                let _ = tx.send((snapshot.serial(), status.serial, reloader.status().serial));
             });
             let read = rx.recv_timeout(Duration::from_secs(5));
             drop(reload_in_progress);

@@ -35,7 +35,7 @@ fn resign_loop(reloader: &Reloader) {
     let mut retry = Duration::from_secs(1);
     loop {
         let snapshot = reloader.snapshot().load_full();
-        let Some(signing) = snapshot.dnssec.as_deref() else {
+        let Some(signing) = snapshot.dnssec() else {
             drop(snapshot);
             std::thread::sleep(MAX_SLEEP);
             continue;
@@ -87,8 +87,7 @@ fn resign_loop(reloader: &Reloader) {
 fn signing_rollover_due(reloader: &Reloader, now: u64) -> bool {
     let snapshot = reloader.snapshot().load();
     snapshot
-        .dnssec
-        .as_deref()
+        .dnssec()
         .and_then(|s| s.rollover_at)
         .is_some_and(|at| at <= now)
 }
@@ -102,8 +101,7 @@ fn roll_keys(reloader: &Reloader, now: u64) -> Result<(), String> {
     let max_ttls: Vec<(String, u32)> = reloader
         .snapshot()
         .load()
-        .dnssec
-        .as_deref()
+        .dnssec()
         .map(|s| {
             s.zones
                 .iter()

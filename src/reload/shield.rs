@@ -22,18 +22,15 @@ struct Sources {
 
 impl Sources {
     fn follow(&mut self, snapshot: &Snapshot) {
-        let prometheus = snapshot.prometheus.clone().map(|config| {
-            let capacities = snapshot
-                .steering
-                .as_ref()
-                .map(|s| capacities_of(&s.policies))
-                .unwrap_or_default();
+        let setup = snapshot.compiled().shield_setup();
+        let prometheus = setup.prometheus.clone().map(|config| {
+            let capacities = snapshot.policies().map(capacities_of).unwrap_or_default();
             (config, capacities)
         });
-        if snapshot.load_file == self.watched && prometheus == self.prometheus {
+        if setup.load_file == self.watched && prometheus == self.prometheus {
             return;
         }
-        self.watched = snapshot.load_file.clone();
+        self.watched = setup.load_file.clone();
         self.prometheus = prometheus;
         let mut list: Vec<Box<dyn LoadSource>> = Vec::new();
         if let Some(path) = &self.watched {
@@ -65,7 +62,7 @@ pub fn spawn(shield: Arc<Shield>, snapshot: SharedSnapshot) -> std::io::Result<(
             SystemTime::now(),
             now_ms,
         );
-        Duration::from_millis(current.shield_tick_ms.max(100))
+        Duration::from_millis(current.compiled().shield_setup().tick_ms.max(100))
     };
     // The first tick runs before the server says it is ready, so status and the dashboard
     // show every region and fallback site from the start.

@@ -109,25 +109,28 @@ thread_local! {
     static LIMITED: Cell<u32> = const { Cell::new(0) };
 }
 
-/// The limiter of one snapshot: its settings, and buckets that outlive reloads.
-pub struct RateLimiter {
+/// The limits `[rrl]` asks for, compiled into a snapshot; the buckets they are charged to
+/// live in a [`RateLimiter`].
+#[derive(Debug, Clone)]
+pub struct RrlLimits {
     rate: Rate,
     slip: u32,
     ipv4_prefix: u8,
     ipv6_prefix: u8,
     exempt: Vec<IpNet>,
-    table: Arc<Table>,
+    /// Buckets in the table (a power of two).
+    table_size: usize,
 }
 
-impl RateLimiter {
+impl RrlLimits {
     /// `None` when `[rrl]` is disabled. The config must have passed [`RrlConfig::problem`];
     /// out-of-range values are clamped here rather than trusted.
-    pub fn from_config(config: &RrlConfig) -> Option<RateLimiter> {
+    pub fn from_config(config: &RrlConfig) -> Option<RrlLimits> {
         if !config.enabled {
             return None;
         }
         let per_second = config.responses_per_second.clamp(1, MAX_RATE);
-        Some(RateLimiter {
+        Some(RrlLimits {
             rate: Rate {
                 per_second,
                 burst: config.burst.unwrap_or(per_second).clamp(1, MAX_RATE),
@@ -136,16 +139,35 @@ impl RateLimiter {
             ipv4_prefix: config.ipv4_prefix.clamp(1, 32),
             ipv6_prefix: config.ipv6_prefix.clamp(1, 128),
             exempt: config.exempt.clone(),
-            table: Arc::new(Table::new(config.table_size.clamp(1, MAX_TABLE))),
+            table_size: Table::len_for(config.table_size.clamp(1, MAX_TABLE)),
         })
     }
+}
 
-    /// Keeps the previous snapshot's buckets (same size), so a reload during a flood does
-    /// not hand every key a fresh burst.
-    pub fn keep_buckets_of(&mut self, previous: &RateLimiter) {
-        if previous.table.len() == self.table.len() {
-            self.table = previous.table.clone();
+/// The limiter of one snapshot: its limits, and buckets that outlive reloads.
+pub struct RateLimiter {
+    limits: RrlLimits,
+    table: Arc<Table>,
+}
+
+impl RateLimiter {
+    /// A limiter for `limits`, charging the buckets of `previous` (the limiter of the snapshot
+    /// served until now) when the table has the same size, so that a reload during a flood
+    /// does not hand every key a fresh burst; fresh buckets otherwise.
+    pub fn new(limits: &RrlLimits, previous: Option<&RateLimiter>) -> RateLimiter {
+        let table = match previous {
+            Some(previous) if previous.table.len() == limits.table_size => previous.table.clone(),
+            _ => Arc::new(Table::new(limits.table_size)),
+        };
+        RateLimiter {
+            limits: limits.clone(),
+            table,
         }
+    }
+
+    /// A limiter with fresh buckets; `None` when `[rrl]` is disabled.
+    pub fn from_config(config: &RrlConfig) -> Option<RateLimiter> {
+        RrlLimits::from_config(config).map(|limits| RateLimiter::new(&limits, None))
     }
 
     /// The verdict on one response to `client`; `None` for TCP, which is never limited (the
@@ -177,14 +199,14 @@ impl RateLimiter {
         now_ms: u32,
         limited: &Cell<u32>,
     ) -> Verdict {
-        if self.exempt.iter().any(|net| net.contains(&addr)) {
+        if self.limits.exempt.iter().any(|net| net.contains(&addr)) {
             return Verdict::Send;
         }
         let slot = self.table.slot(|h| self.hash_key(h, addr, class, subject));
-        if self.table.take(slot, now_ms, self.rate) {
+        if self.table.take(slot, now_ms, self.limits.rate) {
             return Verdict::Send;
         }
-        slip_or_drop(self.slip, limited)
+        slip_or_drop(self.limits.slip, limited)
     }
 
     fn hash_key(
@@ -214,13 +236,13 @@ impl RateLimiter {
         match addr {
             IpAddr::V4(v4) => {
                 let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.ipv4_prefix))
+                    .checked_shl(32 - u32::from(self.limits.ipv4_prefix))
                     .unwrap_or(0);
                 (4, u128::from(u32::from(v4) & mask))
             }
             IpAddr::V6(v6) => {
                 let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.ipv6_prefix))
+                    .checked_shl(128 - u32::from(self.limits.ipv6_prefix))
                     .unwrap_or(0);
                 (6, u128::from(v6) & mask)
             }

@@ -38,9 +38,15 @@ pub struct Table {
 }
 
 impl Table {
+    /// The number of buckets a table asked for `size` has: rounded up to a power of two
+    /// (at least 1).
+    pub fn len_for(size: usize) -> usize {
+        size.max(1).next_power_of_two()
+    }
+
     /// A table of `size` buckets, rounded up to a power of two (at least 1).
     pub fn new(size: usize) -> Table {
-        let size = size.max(1).next_power_of_two();
+        let size = Table::len_for(size);
         Table {
             buckets: (0..size).map(|_| AtomicU64::new(0)).collect(),
             mask: size - 1,

@@ -2,17 +2,21 @@
 
 use super::*;
 
-fn limiter(extra: &str) -> RateLimiter {
+fn limits(extra: &str) -> RrlLimits {
     let text = format!("enabled = true\nresponses_per_second = 10\nburst = 4\n{extra}");
     let config: RrlConfig = match toml::from_str(&text) {
         Ok(c) => c,
         Err(e) => panic!("test config: {e}"),
     };
     assert_eq!(config.problem(), None);
-    match RateLimiter::from_config(&config) {
+    match RrlLimits::from_config(&config) {
         Some(l) => l,
         None => panic!("enabled"),
     }
+}
+
+fn limiter(extra: &str) -> RateLimiter {
+    RateLimiter::new(&limits(extra), None)
 }
 
 fn ip(text: &str) -> IpAddr {
@@ -187,7 +191,7 @@ fn tcp_is_never_limited() {
 
 #[test]
 fn a_reload_keeps_the_buckets() {
-    let mut l = limiter("slip = 0");
+    let l = limiter("slip = 0");
     let c = Cell::new(0);
     assert_eq!(
         count(
@@ -196,8 +200,7 @@ fn a_reload_keeps_the_buckets() {
         ),
         4
     );
-    let mut next = limiter("slip = 0");
-    next.keep_buckets_of(&l);
+    let next = RateLimiter::new(&limits("slip = 0"), Some(&l));
     assert_eq!(
         count(
             &verdicts(&next, "192.0.2.1", Class::Error, None, 3, 10, &c),
@@ -206,8 +209,7 @@ fn a_reload_keeps_the_buckets() {
         0
     );
     // A different table size cannot reuse them: fresh buckets.
-    l = limiter("slip = 0\ntable_size = 64");
-    l.keep_buckets_of(&next);
+    let l = RateLimiter::new(&limits("slip = 0\ntable_size = 64"), Some(&next));
     assert_eq!(
         count(
             &verdicts(&l, "192.0.2.1", Class::Error, None, 3, 10, &c),

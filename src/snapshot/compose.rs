@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 
-use super::Snapshot;
+use super::ServeOptions;
 use crate::dns::wire::{
     class, flag, option, parse_query, rtype, ClientSubnet, Edns, Query, CLASSIC_UDP_LIMIT,
     HEADER_LEN, MAX_MESSAGE, MAX_NAME_LEN,
@@ -43,7 +43,7 @@ pub(crate) fn put_address_record(
 
 /// An error or empty answer: header, question, OPT.
 pub(crate) fn write_simple(
-    snapshot: &Snapshot,
+    options: &ServeOptions,
     packet: &[u8],
     query: &Query,
     rcode: u16,
@@ -56,7 +56,7 @@ pub(crate) fn write_simple(
     w.put_question(query.question_bytes(packet))?;
     w.set_u16(4, 1);
     if let Some(edns) = &query.edns {
-        put_opt(&mut w, snapshot, edns, rcode, 0)?;
+        put_opt(&mut w, options, edns, rcode, 0)?;
         w.set_u16(10, 1);
     }
     Ok(w.len())
@@ -64,7 +64,7 @@ pub(crate) fn write_simple(
 
 /// FORMERR / NOTIMP for a query we could not fully read.
 pub(crate) fn write_error(
-    snapshot: &Snapshot,
+    options: &ServeOptions,
     packet: &[u8],
     rcode: u16,
     question: Option<(usize, usize)>,
@@ -89,7 +89,7 @@ pub(crate) fn write_error(
             client_subnet: None,
             ..*edns
         };
-        put_opt(&mut w, snapshot, &plain, rcode, 0)?;
+        put_opt(&mut w, options, &plain, rcode, 0)?;
         w.set_u16(10, 1);
     }
     Ok(w.len())
@@ -97,14 +97,14 @@ pub(crate) fn write_error(
 
 /// Writes a resolved plan; on overflow falls back to a truncated (TC) response.
 pub(crate) fn write_plan(
-    snapshot: &Snapshot,
+    options: &ServeOptions,
     packet: &[u8],
     query: &Query,
     plan: &Plan<'_>,
     limit: usize,
     out: &mut [u8],
 ) -> Result<usize, Overflow> {
-    let opt_space = query.edns.as_ref().map_or(0, |e| opt_len(snapshot, e));
+    let opt_space = query.edns.as_ref().map_or(0, |e| opt_len(options, e));
     let room = limit.saturating_sub(opt_space);
     let mut w = Writer::new(out)?;
     w.set_u16(0, query.id);
@@ -139,13 +139,13 @@ pub(crate) fn write_plan(
     })()
     .unwrap_or(false);
     if !fits {
-        return write_truncated(snapshot, packet, query, plan, limit, out);
+        return write_truncated(options, packet, query, plan, limit, out);
     }
     w.set_u16(6, counts[0]);
     w.set_u16(8, counts[1]);
     w.set_u16(10, counts[2]);
     if let Some(edns) = &query.edns {
-        put_opt(&mut w, snapshot, edns, plan.rcode, plan.scope)?;
+        put_opt(&mut w, options, edns, plan.rcode, plan.scope)?;
         w.set_u16(10, counts[2] + 1);
     }
     Ok(w.len())
@@ -153,7 +153,7 @@ pub(crate) fn write_plan(
 
 /// RFC 2181 §9: header + question (+ OPT) with TC set, never a partial RRset.
 fn write_truncated(
-    snapshot: &Snapshot,
+    options: &ServeOptions,
     packet: &[u8],
     query: &Query,
     plan: &Plan<'_>,
@@ -169,7 +169,7 @@ fn write_truncated(
     w.put_question(query.question_bytes(packet))?;
     w.set_u16(4, 1);
     if let Some(edns) = &query.edns {
-        put_opt(&mut w, snapshot, edns, plan.rcode, plan.scope)?;
+        put_opt(&mut w, options, edns, plan.rcode, plan.scope)?;
         w.set_u16(10, 1);
     }
     Ok(w.len())
@@ -261,13 +261,13 @@ fn put_rr_head(w: &mut Writer<'_>, rt: u16, ttl: u32, rdlen: u16) -> Result<(), 
 }
 
 /// Size of the OPT record we will send in answer to `edns`.
-pub(crate) fn opt_len(snapshot: &Snapshot, edns: &Edns) -> usize {
+pub(crate) fn opt_len(options: &ServeOptions, edns: &Edns) -> usize {
     let mut len = 11;
     if let Some(ecs) = &edns.client_subnet {
         len += 8 + (ecs.source_prefix as usize).div_ceil(8);
     }
     if edns.nsid_requested {
-        if let Some(nsid) = &snapshot.options.nsid {
+        if let Some(nsid) = &options.nsid {
             len += 4 + nsid.len();
         }
     }
@@ -276,30 +276,30 @@ pub(crate) fn opt_len(snapshot: &Snapshot, edns: &Edns) -> usize {
 
 pub(crate) fn put_opt(
     w: &mut Writer<'_>,
-    snapshot: &Snapshot,
+    options: &ServeOptions,
     edns: &Edns,
     rcode: u16,
     scope: u8,
 ) -> Result<(), Overflow> {
-    let out = w.reserve(opt_len(snapshot, edns))?;
-    write_opt_raw(snapshot, edns, rcode, scope, out).ok_or(Overflow)?;
+    let out = w.reserve(opt_len(options, edns))?;
+    write_opt_raw(options, edns, rcode, scope, out).ok_or(Overflow)?;
     Ok(())
 }
 
 /// Encodes our OPT record: payload size, extended rcode, DO echoed, ECS echoed with `scope`,
 /// NSID when asked and configured. Returns `None` if `out` is too small.
 pub(crate) fn write_opt_raw(
-    snapshot: &Snapshot,
+    options: &ServeOptions,
     edns: &Edns,
     rcode: u16,
     scope: u8,
     out: &mut [u8],
 ) -> Option<usize> {
-    let len = opt_len(snapshot, edns);
+    let len = opt_len(options, edns);
     let out = out.get_mut(..len)?;
     out[0] = 0; // root owner
     out[1..3].copy_from_slice(&rtype::OPT.to_be_bytes());
-    out[3..5].copy_from_slice(&snapshot.options.edns_payload.to_be_bytes());
+    out[3..5].copy_from_slice(&options.edns_payload.to_be_bytes());
     out[5] = (rcode >> 4) as u8; // extended rcode: upper 8 bits
     out[6] = 0; // version
     out[7] = if edns.dnssec_ok { 0x80 } else { 0 };
@@ -325,7 +325,7 @@ pub(crate) fn write_opt_raw(
         pos += 8 + addr_len;
     }
     if edns.nsid_requested {
-        if let Some(nsid) = &snapshot.options.nsid {
+        if let Some(nsid) = &options.nsid {
             out[pos..pos + 2].copy_from_slice(&option::NSID.to_be_bytes());
             out[pos + 2..pos + 4].copy_from_slice(&(nsid.len() as u16).to_be_bytes());
             out[pos + 4..pos + 4 + nsid.len()].copy_from_slice(nsid);
@@ -355,7 +355,7 @@ fn scope_in_family(ecs: &ClientSubnet, scope: u8) -> u8 {
 /// `scratch` is a reusable buffer (grown to [`MAX_MESSAGE`] once) that holds the response, so
 /// precompiling a million answers allocates nothing per answer.
 pub(crate) fn precompile<'s>(
-    snapshot: &Snapshot,
+    options: &ServeOptions,
     question: &[u8],
     plan: &Plan<'_>,
     scratch: &'s mut Vec<u8>,
@@ -371,6 +371,6 @@ pub(crate) fn precompile<'s>(
     if scratch.len() < MAX_MESSAGE {
         scratch.resize(MAX_MESSAGE, 0);
     }
-    let len = write_plan(snapshot, packet, &query, plan, MAX_MESSAGE, scratch).ok()?;
+    let len = write_plan(options, packet, &query, plan, MAX_MESSAGE, scratch).ok()?;
     scratch.get(..len)
 }

@@ -10,7 +10,7 @@ use crate::control::ControlFile;
 use crate::dns::wire::WireName;
 use crate::files::Digest;
 use crate::geo::Locator;
-use crate::policy::{ControlKnobs, PolicyError};
+use crate::policy::{CompiledPolicies, ControlKnobs, PolicyError};
 use crate::shield::live::DemandCounters;
 use crate::zone::lookup::ZoneSet;
 use crate::zone::model::{name_to_wire, RecordInput, Zone};
@@ -18,11 +18,12 @@ use crate::zone::parse::{load_zone_dir, zone_files_in, ZoneProblem, MAX_ZONE_FIL
 use crate::zone::validate::validate;
 
 use super::steer::SteeringData;
-use super::Snapshot;
+use super::Compiled;
 
-/// A snapshot ready to serve, with the warnings found on the way and how long it took.
+/// What a load compiled, ready to serve, with the warnings found on the way and how long it
+/// took.
 pub struct Loaded {
-    pub snapshot: Snapshot,
+    pub compiled: Compiled,
     pub warnings: Vec<String>,
     pub elapsed: std::time::Duration,
 }
@@ -54,7 +55,7 @@ pub fn load_with(config: &Config, control: ControlSource<'_>) -> Result<Loaded, 
 pub fn load_after(
     config: &Config,
     control: ControlSource<'_>,
-    previous: Option<&Snapshot>,
+    previous: Option<&Compiled>,
 ) -> Result<Loaded, Vec<String>> {
     let started = Instant::now();
     let control = read_control(config, control)?;
@@ -133,37 +134,47 @@ pub fn load_after(
                 .display()
         ));
     }
-    let mut snapshot = Snapshot::assemble(
-        zones,
-        precompiled,
-        super::ServeOptions::from_config(&config.server),
-        steering,
-        config.trace.allow.clone(),
-    );
-    snapshot.sources = Some(sources);
-    snapshot.dnssec = signing.map(Arc::new);
-    snapshot.control = control.map(|(file, _)| file).unwrap_or_default();
-    snapshot.shield_settings = crate::shield::step::ShieldSettings::from_config(&config.shield);
-    if let Some(ttl) = snapshot
-        .policies()
-        .and_then(crate::shield::live::steady_ttl)
-    {
-        snapshot.shield_settings.steady_ttl = ttl;
-    }
-    snapshot.load_file = config.shield.load_file.clone();
-    snapshot.prometheus = config.shield.prometheus.clone();
-    snapshot.shield_tick_ms = config.shield.tick_ms;
-    snapshot.rrl = crate::rrl::RateLimiter::from_config(&config.rrl);
-    snapshot.serial = snapshot.control.serial.unwrap_or(0);
     if let Some(material) = &tls {
         warnings.extend(material.warning(crate::tls::unix_now()));
     }
-    snapshot.tls = tls;
+    let options = super::ServeOptions::from_config(&config.server);
+    let policies = steering.as_ref().map(|s| &s.policies);
+    let precompiled =
+        precompiled.unwrap_or_else(|| super::Precompiled::build(&zones, policies, &options));
+    let shield = shield_setup(config, policies);
+    let compiled = Compiled {
+        zones,
+        precompiled,
+        options,
+        steering,
+        trace_allow: config.trace.allow.clone(),
+        control: control.map(|(file, _)| file).unwrap_or_default(),
+        shield,
+        rrl: crate::rrl::RrlLimits::from_config(&config.rrl),
+        sources: Some(sources),
+        dnssec: signing.map(Arc::new),
+        tls,
+    };
     Ok(Loaded {
-        snapshot,
+        compiled,
         warnings,
         elapsed: started.elapsed(),
     })
+}
+
+/// What the shield runs with under `config`: `[shield]`, with the steady TTL the policies
+/// answer with when they name one.
+fn shield_setup(config: &Config, policies: Option<&CompiledPolicies>) -> super::ShieldSetup {
+    let mut settings = crate::shield::step::ShieldSettings::from_config(&config.shield);
+    if let Some(ttl) = policies.and_then(crate::shield::live::steady_ttl) {
+        settings.steady_ttl = ttl;
+    }
+    super::ShieldSetup {
+        settings,
+        load_file: config.shield.load_file.clone(),
+        prometheus: config.shield.prometheus.clone(),
+        tick_ms: config.shield.tick_ms,
+    }
 }
 
 /// The certificate and key of `[server.tls]`, read and checked; `None` without it.
@@ -204,7 +215,7 @@ pub fn load_steering(
 /// and zone files, byte for byte (re-read now). Whether the steered names also stay the same
 /// depends on the control knobs. `None` with DNSSEC zones: sharing them still signs the
 /// steered answers again, which needs the zones ([`load_steering`] does not cover it).
-pub fn shareable_sources(config: &Config, previous: &Snapshot) -> Option<Arc<Sources>> {
+pub fn shareable_sources(config: &Config, previous: &Compiled) -> Option<Arc<Sources>> {
     if !config.dnssec.zones.is_empty() {
         return None;
     }
@@ -770,9 +781,9 @@ mod tests {
             Config::load(&self.path("steerdns.toml")).expect("config loads")
         }
 
-        fn load(&self, previous: Option<&Snapshot>) -> Snapshot {
+        fn load(&self, previous: Option<&Compiled>) -> Compiled {
             match load_after(&self.config(), ControlSource::FromConfig, previous) {
-                Ok(loaded) => loaded.snapshot,
+                Ok(loaded) => loaded.compiled,
                 Err(problems) => panic!("load refused: {problems:?}"),
             }
         }
@@ -791,11 +802,11 @@ mod tests {
         }
     }
 
-    fn shares_zones(a: &Snapshot, b: &Snapshot) -> bool {
-        std::ptr::eq(a.zones.zones().as_ptr(), b.zones.zones().as_ptr())
+    fn shares_zones(a: &Compiled, b: &Compiled) -> bool {
+        std::ptr::eq(a.zones().zones().as_ptr(), b.zones().zones().as_ptr())
     }
 
-    fn precompiled_ptr(snapshot: &Snapshot, name: &str, qtype: u16) -> Option<*const u8> {
+    fn precompiled_ptr(snapshot: &Compiled, name: &str, qtype: u16) -> Option<*const u8> {
         let wire = name_to_wire(&hickory_proto::rr::Name::from_ascii(name).expect("name"));
         let name = crate::dns::wire::WireName::from_wire(&wire).expect("wire name");
         snapshot
@@ -831,12 +842,12 @@ mod tests {
             precompiled_ptr(&second, "mail.example.com.", rtype::A),
             mail
         );
-        assert_eq!(second.precompiled.len(), first.precompiled.len());
+        assert_eq!(second.precompiled().len(), first.precompiled().len());
         assert_ne!(first.control, second.control, "the new knobs are compiled");
         // A load without a previous snapshot builds everything.
         let fresh = example.load(None);
         assert!(!shares_zones(&second, &fresh));
-        assert_eq!(fresh.precompiled.len(), second.precompiled.len());
+        assert_eq!(fresh.precompiled().len(), second.precompiled().len());
     }
 
     #[test]

@@ -1,8 +1,12 @@
-//! The snapshot: the immutable, fully validated compilation of config + zones (+ geo database,
-//! policies, control file) that the serving path reads through one atomic pointer.
+//! The snapshot: what the serving path reads through one atomic pointer ([`SharedSnapshot`]).
 //!
-//! Everything that can fail happens while building a snapshot, off the serving path; a snapshot
-//! that exists is servable. Swapping one in is a single atomic store ([`SharedSnapshot`]).
+//! Two halves. [`Compiled`] is the immutable, fully validated compilation of config + zones
+//! (+ geo database, policies, control file, keys, certificate), built by [`load`]: everything
+//! that can fail happens there, off the serving path, and a `Compiled` that exists is
+//! servable. The runtime services it is served with — the shield, the monitors' health view,
+//! the RRL buckets, the counters — outlive it and are passed in by the reloader, which builds
+//! the [`Snapshot`] whole ([`Snapshot::new`], with its serial and hash) and swaps it in with a
+//! single atomic store. Nothing changes a snapshot after it is built; its fields are private.
 
 pub mod compose;
 pub mod load;
@@ -22,10 +26,11 @@ use crate::control::ControlFile;
 use crate::dns::wire::Client;
 use crate::dns::wire::{ClientSubnet, WireName};
 use crate::metrics::SnapshotCounters;
+use crate::policy::CompiledPolicies;
+use crate::rrl::{RateLimiter, RrlLimits};
 use crate::shield::live::Shield;
 use crate::shield::step::ShieldSettings;
 use crate::zone::lookup::{resolve, ZoneSet};
-use crate::zone::model::Zone;
 use steer::{ClientSteering, SteeringData};
 
 /// The pointer the serving path loads for every packet; reloads store a new snapshot into it.
@@ -77,109 +82,299 @@ impl ServeOptions {
     }
 }
 
-pub struct Snapshot {
-    pub zones: ZoneSet,
-    pub precompiled: Precompiled,
-    pub options: ServeOptions,
+/// What a load compiles from the config, zones, geo database, policies and control file:
+/// immutable once built, and complete — a `Compiled` that exists is servable. Built by
+/// [`load`] (or [`Compiled::empty`]); the reloader wraps it in a [`Snapshot`] with the runtime
+/// services it is served with.
+pub struct Compiled {
+    zones: ZoneSet,
+    precompiled: Precompiled,
+    options: ServeOptions,
     /// Policies, locator and shield view; `None` when no names are steered.
-    pub steering: Option<SteeringData>,
+    steering: Option<SteeringData>,
     /// Clients allowed to see decision traces over `CH TXT`.
-    pub trace_allow: Vec<IpNet>,
+    trace_allow: Vec<IpNet>,
     /// The control knobs this snapshot was compiled with.
-    pub control: ControlFile,
-    /// The control version being served (answered by `CH TXT serial.steerdns`).
-    pub serial: u64,
-    /// Fingerprint of config + control + zone serials, to compare nodes.
-    pub config_hash: u64,
-    /// The traffic shield (shared by every snapshot: its decisions outlive reloads).
-    pub shield: Arc<Shield>,
-    /// The monitors' health view for these policies (from [`crate::health::Health::attach`];
-    /// empty, everything up, until the reloader attaches it).
-    pub health: Arc<crate::health::Board>,
-    pub shield_settings: ShieldSettings,
+    control: ControlFile,
+    /// What the shield thread runs with while this snapshot serves.
+    shield: ShieldSetup,
+    /// UDP response rate limiting; `None` when `[rrl]` is disabled.
+    rrl: Option<RrlLimits>,
+    /// The files the zones and precompiled answers were built from, so that the next load can
+    /// share them when none of those files changed; `None` when not built from files.
+    sources: Option<Arc<load::Sources>>,
+    /// DNSSEC: pre-signed steered answers and what was signed; `None` when nothing is signed.
+    dnssec: Option<Arc<crate::dnssec::Signing>>,
+    /// The certificate and key of the encrypted transports (`[server.tls]`), re-read on
+    /// every load; TLS handshakes use the one of the snapshot in service.
+    tls: Option<Arc<crate::tls::Material>>,
+}
+
+/// What the shield thread ([`crate::reload::shield`]) reads from the snapshot in service.
+#[derive(Debug, Clone)]
+pub struct ShieldSetup {
+    pub settings: ShieldSettings,
     /// The load file the shield polls, if any.
     pub load_file: Option<std::path::PathBuf>,
     /// `[shield.prometheus]`: a Prometheus server the shield queries for load.
     pub prometheus: Option<crate::config::prometheus::PrometheusConfig>,
     /// Milliseconds between shield decisions.
-    pub shield_tick_ms: u64,
-    /// Per-zone and steered-answer counters, sized for these zones and policies.
-    pub counters: Arc<SnapshotCounters>,
-    /// UDP response rate limiting; `None` when `[rrl]` is disabled.
-    pub rrl: Option<crate::rrl::RateLimiter>,
-    /// The files the zones and precompiled answers were built from, so that the next load can
-    /// share them when none of those files changed; `None` when not built from files.
-    pub sources: Option<Arc<load::Sources>>,
-    /// DNSSEC: pre-signed steered answers and what was signed; `None` when nothing is signed.
-    pub dnssec: Option<Arc<crate::dnssec::Signing>>,
-    /// The certificate and key of the encrypted transports (`[server.tls]`), re-read on
-    /// every load; TLS handshakes use the one of the snapshot in service.
-    pub tls: Option<Arc<crate::tls::Material>>,
+    pub tick_ms: u64,
 }
 
-impl Snapshot {
-    /// What a shield tick reads from this snapshot.
-    pub fn shield_inputs(&self) -> crate::shield::live::TickInputs<'_> {
-        crate::shield::live::TickInputs {
-            steering: self.steering.as_ref().map(|s| (&s.policies, &s.demand)),
-            settings: &self.shield_settings,
-            mode: self.control.shield,
-        }
-    }
-
-    /// Compiles zones and options into a servable snapshot, precompiling static answers.
-    pub fn build(
-        zones: Vec<Zone>,
-        options: ServeOptions,
-        steering: Option<SteeringData>,
-        trace_allow: Vec<IpNet>,
-    ) -> Snapshot {
-        Snapshot::assemble(ZoneSet::new(zones), None, options, steering, trace_allow)
-    }
-
-    /// Like [`Snapshot::build`], with the zones already compiled and, when given, the
-    /// precompiled answers of exactly these zones and steered names (both shared with the
-    /// snapshot they were built for).
-    pub fn assemble(
-        zones: ZoneSet,
-        precompiled: Option<Precompiled>,
-        options: ServeOptions,
-        steering: Option<SteeringData>,
-        trace_allow: Vec<IpNet>,
-    ) -> Snapshot {
-        let counters =
-            SnapshotCounters::register(zones.zones(), steering.as_ref().map(|s| &s.policies));
-        let shared = precompiled.is_some();
-        let mut snapshot = Snapshot {
-            zones,
-            precompiled: precompiled.unwrap_or_default(),
-            options,
-            steering,
-            trace_allow,
-            control: ControlFile::default(),
-            serial: 0,
-            config_hash: 0,
-            shield: Arc::new(Shield::default()),
-            health: Arc::new(crate::health::Board::default()),
-            shield_settings: ShieldSettings::default(),
+impl Default for ShieldSetup {
+    fn default() -> Self {
+        ShieldSetup {
+            settings: ShieldSettings::default(),
             load_file: None,
             prometheus: None,
-            shield_tick_ms: 1000,
-            counters,
+            tick_ms: 1000,
+        }
+    }
+}
+
+impl Compiled {
+    /// `zones` served with `options`, nothing steered (for tests and fuzzing).
+    pub fn build(zones: Vec<crate::zone::model::Zone>, options: ServeOptions) -> Compiled {
+        let zones = ZoneSet::new(zones);
+        Compiled {
+            precompiled: Precompiled::build(&zones, None, &options),
+            zones,
+            options,
+            steering: None,
+            trace_allow: Vec::new(),
+            control: ControlFile::default(),
+            shield: ShieldSetup::default(),
             rrl: None,
             sources: None,
             dnssec: None,
             tls: None,
-        };
-        if !shared {
-            snapshot.precompiled = Precompiled::build(&snapshot);
         }
-        snapshot
+    }
+
+    /// No zones (answers REFUSED); a placeholder before the first load.
+    pub fn empty() -> Compiled {
+        Compiled::build(Vec::new(), ServeOptions::default())
+    }
+
+    pub fn zones(&self) -> &ZoneSet {
+        &self.zones
+    }
+
+    /// The precompiled answers (static responses and steered bindings by name and type).
+    pub fn precompiled(&self) -> &Precompiled {
+        &self.precompiled
+    }
+
+    pub fn options(&self) -> &ServeOptions {
+        &self.options
+    }
+
+    /// Policies, locator and shield view; `None` when no names are steered.
+    pub fn steering(&self) -> Option<&SteeringData> {
+        self.steering.as_ref()
+    }
+
+    /// The compiled policies; `None` when no names are steered.
+    pub fn policies(&self) -> Option<&CompiledPolicies> {
+        self.steering.as_ref().map(|s| &s.policies)
+    }
+
+    /// The control knobs this snapshot was compiled with.
+    pub fn control(&self) -> &ControlFile {
+        &self.control
+    }
+
+    pub fn shield_setup(&self) -> &ShieldSetup {
+        &self.shield
+    }
+
+    /// The files the zones were built from; `None` when not built from files.
+    pub fn sources(&self) -> Option<&Arc<load::Sources>> {
+        self.sources.as_ref()
+    }
+
+    /// DNSSEC: pre-signed steered answers and what was signed; `None` when nothing is signed.
+    pub fn dnssec(&self) -> Option<&crate::dnssec::Signing> {
+        self.dnssec.as_deref()
+    }
+
+    /// The encrypted transports' certificate and key; `None` without `[server.tls]`.
+    pub fn tls(&self) -> Option<&crate::tls::Material> {
+        self.tls.as_deref()
+    }
+}
+
+/// The runtime services a snapshot points to: state that serving writes and that outlives
+/// the snapshot (the shield's decisions, the monitors' health, the RRL buckets, the counters'
+/// registered totals).
+struct Services {
+    /// The traffic shield (shared by every snapshot: its decisions outlive reloads).
+    shield: Arc<Shield>,
+    /// The monitors' health view for these policies (from [`crate::health::Health::attach`]).
+    health: Arc<crate::health::Board>,
+    /// UDP response rate limiting; `None` when `[rrl]` is disabled.
+    rrl: Option<RateLimiter>,
+    /// Per-zone and steered-answer counters, sized for these zones and policies.
+    counters: Arc<SnapshotCounters>,
+}
+
+/// What a [`Compiled`] is served with: the runtime services and the version it serves as.
+pub struct Serving<'a> {
+    pub shield: Arc<Shield>,
+    pub health: Arc<crate::health::Board>,
+    /// The snapshot served until now, whose RRL buckets carry over (so that a reload during
+    /// a flood does not hand every key a fresh burst).
+    pub previous: Option<&'a Snapshot>,
+    /// The control version being served (answered by `CH TXT serial.steerdns`).
+    pub serial: u64,
+    /// Fingerprint of config + control + zone serials, to compare nodes.
+    pub config_hash: u64,
+}
+
+/// The unit the serving path reads: compiled data plus the runtime services it is served
+/// with, built whole by [`Snapshot::new`] and never changed after.
+pub struct Snapshot {
+    compiled: Compiled,
+    services: Services,
+    serial: u64,
+    config_hash: u64,
+}
+
+impl Snapshot {
+    /// `compiled`, served with `serving`'s services as `serving.serial`.
+    pub fn new(compiled: Compiled, serving: Serving<'_>) -> Snapshot {
+        let previous_rrl = serving.previous.and_then(|p| p.services.rrl.as_ref());
+        let services = Services {
+            shield: serving.shield,
+            health: serving.health,
+            rrl: compiled
+                .rrl
+                .as_ref()
+                .map(|limits| RateLimiter::new(limits, previous_rrl)),
+            counters: SnapshotCounters::register(compiled.zones.zones(), compiled.policies()),
+        };
+        Snapshot {
+            compiled,
+            services,
+            serial: serving.serial,
+            config_hash: serving.config_hash,
+        }
+    }
+
+    /// `compiled` served on its own: a shield of its own, everything healthy, fresh RRL
+    /// buckets, the serial its control file names (for checks, tests and benchmarks).
+    pub fn standalone(compiled: Compiled) -> Snapshot {
+        let serial = compiled.control.serial.unwrap_or(0);
+        Snapshot::new(
+            compiled,
+            Serving {
+                shield: Arc::new(Shield::default()),
+                health: Arc::new(crate::health::Board::default()),
+                previous: None,
+                serial,
+                config_hash: 0,
+            },
+        )
     }
 
     /// A snapshot with no zones (answers REFUSED); a placeholder before the first load.
     pub fn empty() -> Snapshot {
-        Snapshot::build(Vec::new(), ServeOptions::default(), None, Vec::new())
+        Snapshot::standalone(Compiled::empty())
+    }
+
+    /// What was compiled (zones, policies, options, sources, signing, TLS material).
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
+    #[inline]
+    pub fn zones(&self) -> &ZoneSet {
+        &self.compiled.zones
+    }
+
+    #[inline]
+    pub fn options(&self) -> &ServeOptions {
+        &self.compiled.options
+    }
+
+    /// Policies, locator and shield view; `None` when no names are steered.
+    #[inline]
+    pub fn steering(&self) -> Option<&SteeringData> {
+        self.compiled.steering.as_ref()
+    }
+
+    /// The compiled policies; `None` when no names are steered.
+    pub fn policies(&self) -> Option<&CompiledPolicies> {
+        self.compiled.policies()
+    }
+
+    /// The control knobs this snapshot was compiled with.
+    pub fn control(&self) -> &ControlFile {
+        &self.compiled.control
+    }
+
+    /// DNSSEC: pre-signed steered answers and what was signed; `None` when nothing is signed.
+    pub fn dnssec(&self) -> Option<&crate::dnssec::Signing> {
+        self.compiled.dnssec()
+    }
+
+    /// The encrypted transports' certificate and key; `None` without `[server.tls]`.
+    pub fn tls(&self) -> Option<&crate::tls::Material> {
+        self.compiled.tls()
+    }
+
+    /// The control version being served (answered by `CH TXT serial.steerdns`).
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// Fingerprint of config + control + zone serials, to compare nodes.
+    pub fn config_hash(&self) -> u64 {
+        self.config_hash
+    }
+
+    /// The traffic shield this snapshot reads decisions from.
+    pub fn shield(&self) -> &Arc<Shield> {
+        &self.services.shield
+    }
+
+    /// The monitors' health view for these policies.
+    pub fn health(&self) -> &Arc<crate::health::Board> {
+        &self.services.health
+    }
+
+    /// UDP response rate limiting; `None` when `[rrl]` is disabled.
+    #[inline]
+    pub fn rrl(&self) -> Option<&RateLimiter> {
+        self.services.rrl.as_ref()
+    }
+
+    /// Per-zone and steered-answer counters, sized for these zones and policies.
+    #[inline]
+    pub fn counters(&self) -> &SnapshotCounters {
+        &self.services.counters
+    }
+
+    /// This snapshot with no precompiled answers: every query takes the general path.
+    #[cfg(test)]
+    pub(crate) fn without_precompiled(self) -> Snapshot {
+        Snapshot {
+            compiled: Compiled {
+                precompiled: Precompiled::default(),
+                ..self.compiled
+            },
+            ..self
+        }
+    }
+
+    /// What a shield tick reads from this snapshot.
+    pub fn shield_inputs(&self) -> crate::shield::live::TickInputs<'_> {
+        crate::shield::live::TickInputs {
+            steering: self.steering().map(|s| (&s.policies, &s.demand)),
+            settings: &self.compiled.shield.settings,
+            mode: self.compiled.control.shield,
+        }
     }
 
     /// The fast-path entry for (name, type) with its zone's index: a precompiled response, or
@@ -193,16 +388,19 @@ impl Snapshot {
         qtype: u16,
         dnssec: bool,
     ) -> Option<(usize, Cached<'_>)> {
-        self.precompiled.get(qname, qtype, dnssec).or_else(|| {
-            self.precompiled
-                .wildcard(&self.zones, qname, qtype)
+        let compiled = &self.compiled;
+        compiled.precompiled.get(qname, qtype, dnssec).or_else(|| {
+            compiled
+                .precompiled
+                .wildcard(&compiled.zones, qname, qtype)
                 .filter(|&(zone, _)| !(dnssec && self.zone_signed(zone)))
         })
     }
 
     /// Is the zone at this index signed?
     pub fn zone_signed(&self, zone: usize) -> bool {
-        self.zones
+        self.compiled
+            .zones
             .zones()
             .get(zone)
             .is_some_and(|z| z.denial.is_some())
@@ -214,14 +412,14 @@ impl Snapshot {
         client: &Client,
         subnet: Option<&ClientSubnet>,
     ) -> Option<ClientSteering<'_>> {
-        let data = self.steering.as_ref()?;
+        let data = self.compiled.steering.as_ref()?;
         Some(ClientSteering::new(
             data,
-            &self.counters,
-            &self.shield,
-            &self.health,
+            &self.services.counters,
+            &self.services.shield,
+            &self.services.health,
             steer::locate(&data.locator, client, subnet),
-            self.dnssec.as_deref().map(|d| &d.steered),
+            self.compiled.dnssec.as_deref().map(|d| &d.steered),
             steer::demand_address(data, client, subnet),
         ))
     }
@@ -235,16 +433,17 @@ impl Snapshot {
         subnet: Option<&ClientSubnet>,
     ) -> Option<String> {
         if !self
+            .compiled
             .trace_allow
             .iter()
             .any(|net| net.contains(&client.addr))
         {
             return None;
         }
-        let data = self.steering.as_ref()?;
+        let data = self.compiled.steering.as_ref()?;
         let steering = self.steering_for(client, subnet)?;
         for qtype in [crate::dns::wire::rtype::A, crate::dns::wire::rtype::AAAA] {
-            resolve(&self.zones, qname, qtype, &steering, false)?;
+            resolve(&self.compiled.zones, qname, qtype, &steering, false)?;
             if steering.asked.get().is_some() {
                 break;
             }
@@ -256,8 +455,8 @@ impl Snapshot {
         };
         steer::trace(
             data,
-            &self.shield.view(),
-            &self.health.view(),
+            &self.services.shield.view(),
+            &self.services.health.view(),
             binding,
             steering.client(),
             &source,

@@ -14,8 +14,9 @@ use hashbrown::HashTable;
 use rustc_hash::{FxHashMap, FxHasher};
 
 use super::compose::precompile;
-use super::Snapshot;
+use super::ServeOptions;
 use crate::dns::wire::{rtype, WireName, MAX_NAME_LEN};
+use crate::policy::CompiledPolicies;
 use crate::zone::lookup::{resolve, NoSteering, ZoneSet};
 use crate::zone::model::Node;
 
@@ -199,8 +200,19 @@ impl Precompiled {
         self.table.index.is_empty()
     }
 
-    pub(super) fn build(snapshot: &Snapshot) -> Precompiled {
-        let zones = snapshot.zones.zones();
+    /// The answers of `zones` that need no client to compute, and the bindings of the steered
+    /// names `policies` answers with addresses only, written with `options`.
+    pub(super) fn build(
+        zones: &ZoneSet,
+        policies: Option<&CompiledPolicies>,
+        options: &ServeOptions,
+    ) -> Precompiled {
+        let inputs = Inputs {
+            zones,
+            policies,
+            options,
+        };
+        let zones = zones.zones();
         let nodes: usize = zones.iter().map(|z| z.nodes.len()).sum();
         // Most names answer A and AAAA (one of them NODATA) and little else.
         let signed_zones: Vec<bool> = zones.iter().map(|z| z.denial.is_some()).collect();
@@ -232,7 +244,7 @@ impl Precompiled {
                     continue;
                 }
                 if let Some(parent) = key.strip_prefix(b"\x01*") {
-                    if let Some(entry) = steered_wildcard(snapshot, zi, parent, node) {
+                    if let Some(entry) = steered_wildcard(&inputs, zi, parent, node) {
                         table.wildcards.insert(parent.into(), entry);
                     }
                     continue;
@@ -240,7 +252,7 @@ impl Precompiled {
                 let Some(name) = WireName::from_wire(key) else {
                     continue;
                 };
-                let Some(zone_index) = snapshot
+                let Some(zone_index) = inputs
                     .zones
                     .find_index(&name)
                     .and_then(|(z, _)| u16::try_from(z).ok())
@@ -266,7 +278,7 @@ impl Precompiled {
                         .get(usize::from(zone_index))
                         .copied()
                         .unwrap_or(false);
-                    if let Some(binding) = steered_binding(snapshot, node, qtype) {
+                    if let Some(binding) = steered_binding(&inputs, node, qtype) {
                         // Only where this zone is the one that answers the name.
                         let binding = binding.to_be_bytes();
                         if usize::from(zone_index) == zi
@@ -285,14 +297,15 @@ impl Precompiled {
                     if is_signed {
                         // The DO variant first: without it, the plain one must not answer DO
                         // queries either (see `get`), so neither is stored.
-                        let Some(plan) = resolve(&snapshot.zones, &name, qtype, &NoSteering, true)
+                        let Some(plan) = resolve(inputs.zones, &name, qtype, &NoSteering, true)
                         else {
                             continue;
                         };
                         if !plan.client_independent {
                             continue;
                         }
-                        let Some(response) = precompile(snapshot, &question, &plan, &mut scratch)
+                        let Some(response) =
+                            precompile(inputs.options, &question, &plan, &mut scratch)
                         else {
                             continue;
                         };
@@ -300,14 +313,13 @@ impl Precompiled {
                             break 'zones;
                         }
                     }
-                    let Some(plan) = resolve(&snapshot.zones, &name, qtype, &NoSteering, false)
-                    else {
+                    let Some(plan) = resolve(inputs.zones, &name, qtype, &NoSteering, false) else {
                         continue;
                     };
                     if !plan.client_independent {
                         continue;
                     }
-                    let Some(response) = precompile(snapshot, &question, &plan, &mut scratch)
+                    let Some(response) = precompile(inputs.options, &question, &plan, &mut scratch)
                     else {
                         continue;
                     };
@@ -329,16 +341,23 @@ impl Precompiled {
     }
 }
 
+/// What the precompiled answers are built from.
+struct Inputs<'a> {
+    zones: &'a ZoneSet,
+    policies: Option<&'a CompiledPolicies>,
+    options: &'a ServeOptions,
+}
+
 /// The steering binding that answers `qtype` at `node` on the fast path: A and AAAA at a
 /// steered name that is not a delegation (whose answer would be a referral) and whose policy
 /// answers with addresses only (a CNAME chain needs the general lookup; trying the fast path
 /// first would evaluate the policy twice).
-fn steered_binding(snapshot: &Snapshot, node: &Node, qtype: u16) -> Option<u32> {
+fn steered_binding(inputs: &Inputs<'_>, node: &Node, qtype: u16) -> Option<u32> {
     if node.is_cut || !matches!(qtype, rtype::A | rtype::AAAA) {
         return None;
     }
     let binding = node.steer?;
-    let policies = snapshot.policies()?;
+    let policies = inputs.policies?;
     let steered = policies.steered().get(binding as usize)?;
     (!policies.may_answer_cname(steered.root)).then_some(binding)
 }
@@ -347,15 +366,15 @@ fn steered_binding(snapshot: &Snapshot, node: &Node, qtype: u16) -> Option<u32> 
 /// addresses only, `parent` is this zone's, and no served zone's apex lies below `parent` (a
 /// name one label below `parent` would then be answered by that zone).
 fn steered_wildcard(
-    snapshot: &Snapshot,
+    inputs: &Inputs<'_>,
     zone: usize,
     parent: &[u8],
     node: &Node,
 ) -> Option<(u16, u32)> {
-    let binding = steered_binding(snapshot, node, rtype::A)?;
+    let binding = steered_binding(inputs, node, rtype::A)?;
     let parent_name = WireName::from_wire(parent)?;
-    let (answering, _) = snapshot.zones.find_index(&parent_name)?;
-    let below = snapshot.zones.zones().iter().any(|z| {
+    let (answering, _) = inputs.zones.find_index(&parent_name)?;
+    let below = inputs.zones.zones().iter().any(|z| {
         WireName::from_wire(&z.apex)
             .is_some_and(|apex| (1..=apex.label_count()).any(|skip| apex.suffix(skip) == parent))
     });

@@ -5,7 +5,6 @@ use std::cell::{Cell, OnceCell};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, OnceLock};
 
-use super::Snapshot;
 use crate::dns::wire::Client;
 use crate::dns::wire::{rtype, ClientSubnet};
 use crate::dnssec::SteeredSigs;
@@ -276,11 +275,4 @@ pub fn trace(
         "{} via {source}; {location}{database}; name {}; {decision}",
         client.addr, steered.name
     ))
-}
-
-impl Snapshot {
-    /// Region names in topology order (the index the shield and metrics use).
-    pub fn policies(&self) -> Option<&CompiledPolicies> {
-        self.steering.as_ref().map(|s| &s.policies)
-    }
 }

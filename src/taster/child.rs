@@ -134,7 +134,7 @@ pub fn taste(
     };
     match loaded {
         Ok(loaded) => {
-            let fingerprint = super::fingerprint(&config, &loaded.snapshot, control);
+            let fingerprint = super::fingerprint(&config, &loaded.compiled, control);
             // The process ends right after: freeing the snapshot piece by piece would only
             // delay the verdict.
             std::mem::forget(loaded);

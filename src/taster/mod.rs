@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, TasterConfig};
-use crate::snapshot::Snapshot;
+use crate::snapshot::Compiled;
 
 /// The environment variable of the fault drill (read by the child only).
 pub const FAULT_ENV: &str = "STEERDNS_TASTER_FAULT";
@@ -430,12 +430,11 @@ fn signal_name(signal: i32) -> &'static str {
 /// What a load read, as one number: the config and zone files (through the snapshot's
 /// sources), the geo database (length and modification time) and the control text. The
 /// child's and the server's loads of one change must agree on it.
-pub fn fingerprint(config: &Config, snapshot: &Snapshot, control: Option<&str>) -> u64 {
+pub fn fingerprint(config: &Config, compiled: &Compiled, control: Option<&str>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::hash::DefaultHasher::new();
-    snapshot
-        .sources
-        .as_ref()
+    compiled
+        .sources()
         .map(|s| s.fingerprint())
         .hash(&mut hasher);
     hash_control_and_geo(&mut hasher, config, control);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrayvec::ArrayVec;
 use rustc_hash::FxHashMap;
 
-use super::model::{Denial, Node, RRset, Zone};
+use super::model::{Chain, Denial, Node, Nsec3Chain, RRset, Zone};
 use crate::dns::wire::{rcode, rtype, WireName, MAX_NAME_LEN};
 
 /// Longest CNAME chain we follow inside our own zones.
@@ -264,21 +264,46 @@ fn answer_missing<'z>(
             dst.copy_from_slice(encloser);
             if let Some((source_key, source)) = zone.nodes.get_key_value(&key[..2 + encloser.len()])
             {
-                // The proof that the name itself does not exist (RFC 4035 §3.1.3.3).
-                push_covering(zone, name.as_wire(), plan);
-                return answer_node(zone, source_key, source, qtype, owner, steering, plan);
+                // The proof that the name itself does not exist (RFC 4035 §3.1.3.3; with
+                // NSEC3, the record covering the next closer name, RFC 5155 §7.2.6).
+                let next_closer = name.suffix(encloser_skip - 1);
+                match nsec3(zone, plan) {
+                    Some(chain) => push_nsec3_covering(chain, next_closer, plan),
+                    None => push_covering(zone, name.as_wire(), plan),
+                }
+                let answered = plan.answer.len();
+                let next = answer_node(zone, source_key, source, qtype, owner, steering, plan);
+                if plan.answer.len() == answered {
+                    // Wildcard NODATA (RFC 5155 §7.2.5): the closest encloser's record too.
+                    if let Some(chain) = nsec3(zone, plan) {
+                        push_nsec3_matching(chain, encloser, plan);
+                    }
+                }
+                return next;
             }
         }
     }
     plan.rcode = rcode::NXDOMAIN;
     negative(zone, plan);
-    // RFC 4035 §3.1.3.2: no such name, and no wildcard at the closest encloser.
-    push_covering(zone, name.as_wire(), plan);
+    // RFC 4035 §3.1.3.2: no such name, and no wildcard at the closest encloser. With NSEC3
+    // (RFC 5155 §7.2.2): the closest encloser proof, and the record covering its wildcard.
+    let chain = nsec3(zone, plan);
+    match chain {
+        Some(chain) => {
+            push_nsec3_matching(chain, encloser, plan);
+            push_nsec3_covering(chain, name.suffix(encloser_skip - 1), plan);
+        }
+        None => push_covering(zone, name.as_wire(), plan),
+    }
     let mut wildcard = [0u8; MAX_NAME_LEN + 2];
     wildcard[..2].copy_from_slice(b"\x01*");
     if let Some(dst) = wildcard.get_mut(2..2 + encloser.len()) {
         dst.copy_from_slice(encloser);
-        push_covering(zone, &wildcard[..2 + encloser.len()], plan);
+        let wildcard = &wildcard[..2 + encloser.len()];
+        match chain {
+            Some(chain) => push_nsec3_covering(chain, wildcard, plan),
+            None => push_covering(zone, wildcard, plan),
+        }
     }
     None
 }
@@ -334,23 +359,88 @@ fn answer_node<'z>(
     None
 }
 
-/// NODATA: the SOA, and (signed, DO) the name's NSEC, whose bitmap lacks the type; an empty
-/// non-terminal has none, and the NSEC that covers it proves it has no data.
+/// NODATA: the SOA, and (signed, DO) the proof that the name lacks the type.
 fn nodata<'z>(zone: &'z Zone, key: &'z [u8], node: &'z Node, plan: &mut Plan<'z>) {
     negative(zone, plan);
-    if denial(zone, plan).is_none() {
+    prove_nodata(zone, key, node, plan);
+}
+
+/// The proof that existing name `key` has no records of the type asked (signed, DO).
+/// NSEC: the name's own NSEC, whose bitmap lacks the type; an empty non-terminal has none,
+/// and the NSEC that covers it proves it has no data. NSEC3 (RFC 5155 §7.2.3): the name's
+/// record; a name without one (an insecure delegation left out by opt-out, asked for its
+/// DS) gets the closest provable encloser proof instead (§7.2.4).
+fn prove_nodata<'z>(zone: &'z Zone, key: &'z [u8], node: &'z Node, plan: &mut Plan<'z>) {
+    let Some(denial) = denial(zone, plan) else {
         return;
-    }
-    if node.rrset(rtype::NSEC).is_some() {
-        push_nsec(zone, key, plan);
-    } else {
-        push_covering(zone, key, plan);
+    };
+    match &denial.chain {
+        Chain::Nsec3(chain) => push_nsec3_proof(chain, key, plan),
+        Chain::Nsec(_) if node.rrset(rtype::NSEC).is_some() => push_nsec(zone, key, plan),
+        Chain::Nsec(_) => push_covering(zone, key, plan),
     }
 }
 
 /// The zone's denial chain, when the zone is signed and the query asked for proofs.
 fn denial<'z>(zone: &'z Zone, plan: &Plan<'z>) -> Option<&'z Denial> {
     zone.denial.as_ref().filter(|_| plan.dnssec)
+}
+
+/// The zone's NSEC3 chain, when it has one and the query asked for proofs.
+fn nsec3<'z>(zone: &'z Zone, plan: &Plan<'z>) -> Option<&'z Nsec3Chain> {
+    match &denial(zone, plan)?.chain {
+        Chain::Nsec3(chain) => Some(chain),
+        Chain::Nsec(_) => None,
+    }
+}
+
+/// Adds NSEC3 record `index` of `chain` to the authority section, once.
+fn push_nsec3_at<'z>(chain: &'z Nsec3Chain, index: usize, plan: &mut Plan<'z>) {
+    let Some((owner, set)) = chain.records.get(index) else {
+        return;
+    };
+    push_authority_once(owner, set, plan);
+}
+
+/// Adds the NSEC3 record matching `name` (a name with one).
+fn push_nsec3_matching<'z>(chain: &'z Nsec3Chain, name: &[u8], plan: &mut Plan<'z>) {
+    if let Some(index) = chain.matching(name) {
+        push_nsec3_at(chain, index, plan);
+    }
+}
+
+/// Adds the NSEC3 record covering `name` (a name without one): hashed here, on the stack.
+fn push_nsec3_covering<'z>(chain: &'z Nsec3Chain, name: &[u8], plan: &mut Plan<'z>) {
+    if let Some(index) = chain.covering(name) {
+        push_nsec3_at(chain, index, plan);
+    }
+}
+
+/// The record matching `name`, or else the closest provable encloser proof (RFC 5155
+/// §7.2.1): the record matching the closest ancestor that has one, and the record covering
+/// the next closer name (with opt-out, it has the opt-out flag).
+fn push_nsec3_proof<'z>(chain: &'z Nsec3Chain, name: &[u8], plan: &mut Plan<'z>) {
+    let Some((encloser, next_closer)) = chain.closest_encloser(name) else {
+        return;
+    };
+    push_nsec3_at(chain, encloser, plan);
+    if let Some(next_closer) = next_closer {
+        push_nsec3_covering(chain, next_closer, plan);
+    }
+}
+
+/// Adds `set` owned by `owner` to the authority section unless it is there already.
+fn push_authority_once<'z>(owner: &'z [u8], set: &'z RRset, plan: &mut Plan<'z>) {
+    if plan
+        .authority
+        .iter()
+        .any(|e| matches!(e.data, Data::Static(s) if std::ptr::eq(s, set)))
+    {
+        return;
+    }
+    let _ = plan
+        .authority
+        .try_push(Entry::stored(Owner::Name(owner), set));
 }
 
 /// Adds the NSEC owned by `owner` (a chain owner) to the authority section, once.
@@ -361,16 +451,7 @@ fn push_nsec<'z>(zone: &'z Zone, owner: &[u8], plan: &mut Plan<'z>) {
     let Some(nsec) = node.rrset(rtype::NSEC) else {
         return;
     };
-    if plan
-        .authority
-        .iter()
-        .any(|e| matches!(e.data, Data::Static(s) if std::ptr::eq(s, nsec)))
-    {
-        return;
-    }
-    let _ = plan
-        .authority
-        .try_push(Entry::stored(Owner::Name(key), nsec));
+    push_authority_once(key, nsec, plan);
 }
 
 /// Adds the NSEC that covers (or matches) `name`, when signed and asked for.
@@ -409,21 +490,18 @@ fn push_steered<'z>(
         }
         _ => {
             negative(zone, plan);
-            // This address set has no records of the type: the NSEC variant without it.
+            // This address set has no records of the type: the NSEC (NSEC3) variant without it.
             let variant = denial(zone, plan)
-                .and_then(|d| d.steered_nodata.get_key_value(key))
-                .and_then(|(owner, sets)| match qtype {
-                    rtype::A => Some((owner, &sets[0])),
-                    rtype::AAAA => Some((owner, &sets[1])),
+                .and_then(|d| d.steered_nodata.get(key))
+                .and_then(|nodata| match qtype {
+                    rtype::A => Some((&nodata.owner, &nodata.without[0])),
+                    rtype::AAAA => Some((&nodata.owner, &nodata.without[1])),
                     _ => None,
                 });
-            match variant {
-                Some((owner, nsec)) => {
-                    let _ = plan
-                        .authority
-                        .try_push(Entry::stored(Owner::Name(owner), nsec));
-                }
-                None => push_nsec(zone, key, plan),
+            match (variant, zone.nodes.get(key)) {
+                (Some((owner, set)), _) => push_authority_once(owner, set, plan),
+                (None, Some(node)) => prove_nodata(zone, key, node, plan),
+                (None, None) => {}
             }
             None
         }
@@ -457,14 +535,15 @@ fn refer<'z>(zone: &'z Zone, cut: &'z Node, cut_name: &[u8], plan: &mut Plan<'z>
         .authority
         .try_push(Entry::stored(Owner::Name(owner), ns));
     if denial(zone, plan).is_some() {
-        // RFC 4035 §3.1.4: the signed DS, or the NSEC proving there is none.
+        // RFC 4035 §3.1.4: the signed DS, or the NSEC proving there is none (NSEC3, RFC 5155
+        // §7.2.7: the cut's record, or with opt-out the closest provable encloser proof).
         match cut.rrset(rtype::DS) {
             Some(ds) => {
                 let _ = plan
                     .authority
                     .try_push(Entry::stored(Owner::Name(owner), ds));
             }
-            None => push_nsec(zone, owner, plan),
+            None => prove_nodata(zone, owner, cut, plan),
         }
     }
     for target in ns.targets.iter() {

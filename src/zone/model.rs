@@ -94,26 +94,113 @@ pub struct Zone {
     pub denial: Option<Denial>,
 }
 
-/// A signed zone's NSEC chain, for the lookup's proofs of non-existence. The NSEC RRsets
-/// themselves (signed) sit in their owners' nodes.
-#[derive(Debug, Default)]
+/// A signed zone's authenticated denial, for the lookup's proofs of non-existence.
+#[derive(Debug)]
 pub struct Denial {
-    /// The owners of the chain (every authoritative name with data, and delegation points),
-    /// in canonical order ([`crate::dns::canonical`]).
-    pub order: Box<[Box<[u8]>]>,
-    /// Steered owners: their NSEC without A (index 0) and without AAAA (index 1), signed, for
-    /// NODATA answers of address sets with only one family (the chain's NSEC lists both).
-    pub steered_nodata: FxHashMap<Box<[u8]>, [RRset; 2]>,
+    pub chain: Chain,
+    /// Steered owners' NODATA records, by steered owner name.
+    pub steered_nodata: FxHashMap<Box<[u8]>, SteeredNodata>,
+}
+
+/// A steered owner's NSEC (or NSEC3) without A (index 0) and without AAAA (index 1), signed,
+/// for NODATA answers of address sets with only one family (the chain's record lists both).
+#[derive(Debug)]
+pub struct SteeredNodata {
+    /// The records' owner: the steered name (NSEC) or its hashed name (NSEC3).
+    pub owner: Box<[u8]>,
+    pub without: [RRset; 2],
+}
+
+/// The denial chain proper.
+#[derive(Debug)]
+pub enum Chain {
+    /// NSEC (RFC 4034): the owners, in canonical order ([`crate::dns::canonical`]); the
+    /// signed NSEC RRsets sit in their owners' nodes.
+    Nsec(Box<[Box<[u8]>]>),
+    /// NSEC3 (RFC 5155): hashed owners, which are no nodes of the zone.
+    Nsec3(Nsec3Chain),
+}
+
+/// Length of an NSEC3 SHA-1 hash.
+pub const NSEC3_HASH_LEN: usize = 20;
+
+/// An NSEC3 chain: every record (hash order), and which zone name each one matches.
+#[derive(Debug)]
+pub struct Nsec3Chain {
+    pub salt: Box<[u8]>,
+    pub iterations: u16,
+    /// The hashes, sorted (binary-searched on the serving path).
+    pub hashes: Box<[[u8; NSEC3_HASH_LEN]]>,
+    /// The record at each hash: its owner (`<base32hex hash>.<apex>`, wire) and the signed
+    /// NSEC3 RRset.
+    pub records: Box<[(Box<[u8]>, RRset)]>,
+    /// Names of the zone with an NSEC3 record (unhashed), and its index.
+    pub by_name: FxHashMap<Box<[u8]>, u32>,
+}
+
+/// The NSEC3 hash (RFC 5155 §5, SHA-1) of a lower-cased wire name: on the stack, no allocation.
+pub fn nsec3_hash(name: &[u8], salt: &[u8], iterations: u16) -> [u8; NSEC3_HASH_LEN] {
+    use ring::digest::{Context, SHA1_FOR_LEGACY_USE_ONLY};
+    let mut ctx = Context::new(&SHA1_FOR_LEGACY_USE_ONLY);
+    ctx.update(name);
+    ctx.update(salt);
+    let mut hash = [0u8; NSEC3_HASH_LEN];
+    hash.copy_from_slice(ctx.finish().as_ref());
+    for _ in 0..iterations {
+        let mut ctx = Context::new(&SHA1_FOR_LEGACY_USE_ONLY);
+        ctx.update(&hash);
+        ctx.update(salt);
+        hash.copy_from_slice(ctx.finish().as_ref());
+    }
+    hash
+}
+
+impl Nsec3Chain {
+    /// The index of the record matching `name`, if the zone has one for it.
+    pub fn matching(&self, name: &[u8]) -> Option<usize> {
+        self.by_name.get(name).map(|&i| i as usize)
+    }
+
+    /// The index of the record whose interval covers the hash of `name` (a name without a
+    /// record of its own): the greatest hash below it, wrapping around to the last.
+    pub fn covering(&self, name: &[u8]) -> Option<usize> {
+        let hash = nsec3_hash(name, &self.salt, self.iterations);
+        let after = self.hashes.partition_point(|h| h[..] < hash[..]);
+        let last = self.hashes.len().checked_sub(1)?;
+        Some(after.checked_sub(1).unwrap_or(last))
+    }
+
+    /// The closest ancestor of `name` (or `name` itself) that has a record, as (its index,
+    /// the child of it on the way to `name`: the next closer name). `name` is a lower-cased
+    /// wire name inside the zone.
+    pub fn closest_encloser<'n>(&self, name: &'n [u8]) -> Option<(usize, Option<&'n [u8]>)> {
+        let mut next_closer = None;
+        let mut rest = name;
+        loop {
+            if let Some(i) = self.matching(rest) {
+                return Some((i, next_closer));
+            }
+            let len = usize::from(*rest.first()?);
+            if len == 0 {
+                return None;
+            }
+            next_closer = Some(rest);
+            rest = rest.get(1 + len..)?;
+        }
+    }
 }
 
 impl Denial {
-    /// The chain owner whose NSEC covers or matches `name` (the greatest owner not after it).
+    /// The NSEC chain owner whose NSEC covers or matches `name` (the greatest owner not after
+    /// it); `None` for an NSEC3 chain.
     pub fn covering(&self, name: &[u8]) -> Option<&[u8]> {
-        let after = self
-            .order
+        let Chain::Nsec(order) = &self.chain else {
+            return None;
+        };
+        let after = order
             .partition_point(|owner| crate::dns::canonical::canonical_cmp(owner, name).is_le());
         // The apex sorts first: every name of the zone has a predecessor.
-        self.order.get(after.checked_sub(1)?).map(|o| &o[..])
+        order.get(after.checked_sub(1)?).map(|o| &o[..])
     }
 }
 

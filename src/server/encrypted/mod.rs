@@ -80,11 +80,7 @@ impl std::fmt::Debug for CertResolver {
 
 impl ResolvesServerCert for CertResolver {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.snapshot
-            .load()
-            .tls
-            .as_ref()
-            .map(|m| m.certified.clone())
+        self.snapshot.load().tls().map(|m| m.certified.clone())
     }
 }
 
