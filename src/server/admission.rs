@@ -481,21 +481,31 @@ mod tests {
 
     #[tokio::test]
     async fn a_newcomer_to_full_slots_takes_back_the_longest_idle() {
-        let admission = Admission::new(Transport::Tcp, limits(2, 2));
+        // Idle time 10 s even when full: only the newcomer's need closes anything here.
+        let mut limits = limits(2, 2);
+        limits.busy_idle_timeout = limits.idle_timeout;
+        let admission = Admission::new(Transport::Tcp, limits);
         let old = admission.admit([192, 0, 2, 1].into()).await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
         let young = admission.admit([198, 51, 100, 1].into()).await;
         let (Some(old), Some(young)) = (old, young) else {
             panic!("two slots, two prefixes");
         };
         let newcomer = admission.admit([203, 0, 113, 1].into());
         tokio::pin!(newcomer);
-        // The old connection is told to close; once it has, the newcomer has its slot.
         let closed = {
             let waiting_old = old.idle(std::future::pending::<()>());
             let waiting_young = young.idle(std::future::pending::<()>());
             tokio::pin!(waiting_old, waiting_young);
+            // Idle from now on: the old one first, the young one 20 ms later.
+            let tick = Duration::from_millis(1);
+            assert!(tokio::time::timeout(tick, &mut waiting_old).await.is_err());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(tokio::time::timeout(tick, &mut waiting_young)
+                .await
+                .is_err());
+            // The old connection is told to close; once it has, the newcomer has its slot.
             tokio::select! {
+                biased;
                 closed = &mut waiting_old => closed,
                 _ = &mut waiting_young => panic!("the younger idle connection was closed"),
                 _ = &mut newcomer => panic!("admitted before a slot was free"),
