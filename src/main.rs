@@ -786,6 +786,15 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         };
         runtime.spawn(steerdns::admin::serve(admin, admin_state));
     }
+    if let Some((fleet, name, _)) = &fleet {
+        if fleet.health.probers > 0 {
+            reloader
+                .health()
+                .enable_sharing(name, fleet.site.as_deref(), fleet.health.probers);
+        } else {
+            reloader.health().set_node(name);
+        }
+    }
     reloader.health().start(runtime.handle());
     steerdns::reload::shield::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
@@ -816,6 +825,23 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
                 plan,
                 info.name.clone(),
                 origin.clone(),
+            );
+        }
+        if fleet.health.probers > 0 {
+            println!(
+                "fleet node {}: health probes shared, {} prober(s) per target{}",
+                info.name,
+                fleet.health.probers,
+                fleet
+                    .site
+                    .as_deref()
+                    .map_or(String::new(), |site| format!(", site {site}"))
+            );
+            steerdns::fleet::health::spawn(
+                runtime.handle(),
+                fleet.clone(),
+                reloader.health().clone(),
+                info.name.clone(),
             );
         }
         steerdns::fleet::node::spawn(runtime.handle(), fleet, reloader.clone(), origin, info);

@@ -2,12 +2,15 @@
 //! `POST /v1/load` that overloads eu-west, then headless Chromium (Debian's `/usr/bin/chromium`,
 //! which `.ci/run` installs) loads `http://ADMIN/`, runs the page's script and dumps the DOM it
 //! drew; the test checks that eu-west is shown shedding towards its destinations, and saves a
-//! screenshot to `<target dir>/test-output/dashboard.png`.
+//! screenshot to `<target dir>/test-output/dashboard.png`. A one-node fleet on a real etcd
+//! with a monitored backend shows shared probing: the probers, each target's votes and quorum,
+//! and, once etcd is gone, the fail-static view and its alert.
 //!
 //! A missing Chromium fails the test (it does not skip). Every wait is bounded: the browser is
 //! killed, with its whole process group, after [`BROWSER_LIMIT`]. All traffic is loopback.
 
 mod control_common;
+mod fleet_common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -17,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use control_common::{Daemon, Setup, TempDir, TOKEN};
+use control_common::{Backend, Daemon, Etcd, Setup, TempDir, TOKEN};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 /// Longest one browser run may take before it is killed.
@@ -458,4 +461,56 @@ fn chromium_shows_eu_west_shedding_to_its_destinations() {
         png.len()
     );
     println!("dashboard screenshot: {}", screenshot.display());
+}
+
+#[test]
+fn chromium_shows_shared_probing_and_the_fail_static_view() {
+    let backend = Backend::start();
+    let mut etcd = Etcd::start();
+    let setup = Setup::new("dashboard-sharing");
+    setup.extend_config(&fleet_common::fleet_section(
+        &etcd.endpoint(),
+        "/steerdns/dash",
+        2,
+    ));
+    setup.extend_config(&format!(
+        "site = \"ams\"\n{}",
+        fleet_common::monitored_failover("shared", &backend.url())
+    ));
+    let daemon = setup.start_with(&["--node", "ns1"]);
+    daemon.wait_for_status("the fleet's quorum says up", SHED_LIMIT, |s| {
+        s["health"]["targets"][0]["shared"]["decided_by"] == "quorum"
+            && s["health"]["targets"][0]["state"] == "up"
+    });
+    etcd.stop();
+    daemon.wait_for_status("fail-static after etcd stopped", SHED_LIMIT, |s| {
+        s["health"]["sharing"]["fail_static"] == true
+    });
+    let run = chromium(&[
+        "--virtual-time-budget=5000".into(),
+        "--dump-dom".into(),
+        format!("http://{}/", daemon.admin),
+    ]);
+    let dom = &run.stdout;
+    let sharing = text_of(element(dom, "class=\"sharing\"", "</p>"));
+    assert!(
+        sharing.contains("2 prober(s) per target")
+            && sharing.contains("serving the last shared view (fail-static)")
+            && sharing.contains("Probers: ns1 (ams)"),
+        "{sharing}"
+    );
+    let target = text_of(element(
+        dom,
+        &format!("data-target=\"{}\"", backend.url()),
+        "</tr>",
+    ));
+    assert!(
+        target.contains("ns1 up; 0/1 down, down at 1 (quorum)"),
+        "{target}"
+    );
+    let alerts = text_of(element(dom, "id=\"alerts\"", "</ul>"));
+    assert!(
+        alerts.contains("health sharing: etcd unreachable"),
+        "{alerts}"
+    );
 }

@@ -1,7 +1,9 @@
 //! Health checks end to end: the real server probes real HTTP and TCP backends on loopback that
 //! the test starts and stops, and its DNS answers follow (failover within fall × interval plus
 //! a second, back after rise checks, no flip on one slow reply, all_down rules, startup state
-//! after a restart, one probe per interval however many profiles use a target).
+//! after a restart, one probe per interval however many profiles use a target), a DNS check
+//! against a loopback DNS responder, and HTTPS checks against `openssl s_server` (verify,
+//! pin, skip).
 
 mod common;
 mod steering_common;
@@ -9,7 +11,7 @@ mod steering_common;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use common::backend::{closed_port, Backend, Reply};
+use common::backend::{closed_port, Backend, DnsBackend, Reply, TlsBackend};
 use common::{dig, query, Server};
 use hickory_proto::rr::RecordType;
 use steering_common::{a_records, Setup};
@@ -117,20 +119,7 @@ fn failover_moves_within_fall_times_interval_and_comes_back_after_rise_checks() 
 /// `steerdns status` (JSON and text, from `/v1/status`) shows the down target and the
 /// skipped endpoint.
 fn assert_status_says_primary_down(setup: &Setup, server: &Server, url: &str) {
-    let admin = server.admin.expect("the admin endpoint is on").to_string();
-    let config = setup.config.display().to_string();
-    let status = |json: bool| {
-        let mut args = vec!["status", "--config", &config, "--admin", &admin];
-        if json {
-            args.push("--json");
-        }
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_steerdns"))
-            .args(&args)
-            .output()
-            .expect("run steerdns status");
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let status = |json: bool| cli_status(setup, server, json);
     let status_json: serde_json::Value = serde_json::from_str(&status(true)).expect("status JSON");
     let health = &status_json["health"];
     let target = health["targets"]
@@ -157,6 +146,22 @@ fn assert_status_says_primary_down(setup: &Setup, server: &Server, url: &str) {
         text.contains("endpoint hc/primary: SKIPPED (down"),
         "{text}"
     );
+}
+
+/// `steerdns status [--json]` against the server's admin endpoint.
+fn cli_status(setup: &Setup, server: &Server, json: bool) -> String {
+    let admin = server.admin.expect("the admin endpoint is on").to_string();
+    let config = setup.config.display().to_string();
+    let mut args = vec!["status", "--config", &config, "--admin", &admin];
+    if json {
+        args.push("--json");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steerdns"))
+        .args(&args)
+        .output()
+        .expect("run steerdns status");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
@@ -282,4 +287,124 @@ fn a_restart_with_the_primary_down_follows_the_startup_state() {
         wait_answer(&server, "hot.example.com.", SECONDARY);
         assert_eq!(answer(&server, "cold.example.com."), [SECONDARY]);
     }
+}
+
+/// The target's entry in the server's status.
+fn target_status(setup: &Setup, server: &Server, target: &str) -> serde_json::Value {
+    let status: serde_json::Value =
+        serde_json::from_str(&cli_status(setup, server, true)).expect("status JSON");
+    status["health"]["targets"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["target"] == target).cloned())
+        .unwrap_or_else(|| panic!("no target {target} in {:#}", status["health"]))
+}
+
+#[test]
+fn dns_checks_follow_the_rcode_and_silence_of_a_real_dns_server() {
+    let dns = DnsBackend::start();
+    let config = failover(
+        "dnsmon",
+        &monitor(
+            &format!(
+                "dns = \"{}\", dns_name = \"example.com.\", dns_type = \"SOA\"",
+                dns.addr
+            ),
+            500,
+            "",
+        ),
+        "",
+        "serve-all",
+    );
+    let setup = Setup::new(&config, "");
+    let server = setup.start(&[]);
+    let target = format!("dns:{} example.com. SOA", dns.addr);
+    wait_answer(&server, "dnsmon.example.com.", PRIMARY);
+    let deadline = Instant::now() + WAIT;
+    while target_status(&setup, &server, &target)["state"] != "up" {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            target_status(&setup, &server, &target)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(dns.queries() >= 1);
+
+    dns.set_rcode(2);
+    wait_answer(&server, "dnsmon.example.com.", SECONDARY);
+    let status = target_status(&setup, &server, &target);
+    assert!(
+        status["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("rcode 2")),
+        "{status}"
+    );
+    dns.set_rcode(0);
+    wait_answer(&server, "dnsmon.example.com.", PRIMARY);
+    dns.set_silent();
+    wait_answer(&server, "dnsmon.example.com.", SECONDARY);
+    let status = target_status(&setup, &server, &target);
+    assert!(
+        status["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no answer within 300 ms")),
+        "{status}"
+    );
+}
+
+#[test]
+fn https_checks_verify_pin_or_skip_the_certificate() {
+    let tls = TlsBackend::start();
+    let wrong_pin = format!("sha256:{}", "0".repeat(64));
+    let pin = tls.pin();
+    let cases = [
+        ("skip", "skip", ", expect_body = \"s_server\"", PRIMARY),
+        ("pin", pin.as_str(), "", PRIMARY),
+        ("wrongpin", wrong_pin.as_str(), "", SECONDARY),
+        ("verify", "verify", "", SECONDARY),
+    ];
+    let mut config = String::new();
+    for (name, mode, extra, _) in &cases {
+        let target = format!("url = \"{}\", tls = \"{mode}\"", tls.url(name));
+        config.push_str(&failover(
+            name,
+            &monitor(&target, 500, extra),
+            "",
+            "serve-all",
+        ));
+    }
+    let setup = Setup::new(&config, "");
+    let server = setup.start(&[]);
+    for (name, _, _, want) in &cases {
+        let target = tls.url(name);
+        let deadline = Instant::now() + WAIT;
+        let wanted_state = if *want == PRIMARY { "up" } else { "down" };
+        while target_status(&setup, &server, &target)["state"] != wanted_state {
+            assert!(
+                Instant::now() < deadline,
+                "{}",
+                target_status(&setup, &server, &target)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        wait_answer(&server, &format!("{name}.example.com."), *want);
+    }
+    let error = |name: &str| {
+        target_status(&setup, &server, &tls.url(name))["last_error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        error("wrongpin").contains("is not the pinned one"),
+        "{}",
+        error("wrongpin")
+    );
+    // Self-signed (and a CA certificate): not trusted by the system bundle.
+    assert!(
+        error("verify").contains("invalid peer certificate"),
+        "{}",
+        error("verify")
+    );
+    assert_eq!(error("skip"), "", "the skip check passed every time");
 }

@@ -170,6 +170,83 @@ fn encode_health(
             ];
             (labels, bool_value(e.served))
         }),
+    )?;
+    if let Some(sharing) = &health.sharing {
+        encode_sharing(encoder, health, sharing)?;
+    }
+    Ok(())
+}
+
+/// Shared probing: the etcd link, the live probers, and per target who probes it and what
+/// each prober says.
+fn encode_sharing(
+    encoder: &mut DescriptorEncoder,
+    health: &crate::health::HealthReport,
+    sharing: &crate::health::SharingStatus,
+) -> fmt::Result {
+    gauge(
+        encoder,
+        "steerdns_health_sharing_connected",
+        "1 while probe results are shared through etcd, 0 while etcd is unreachable.",
+        bool_value(sharing.connected),
+    )?;
+    gauge(
+        encoder,
+        "steerdns_health_sharing_fail_static",
+        "1 while etcd is unreachable and the last shared health view is served unchanged.",
+        bool_value(sharing.fail_static),
+    )?;
+    gauge(
+        encoder,
+        "steerdns_health_sharing_probers",
+        "Live probers of the fleet (nodes with a valid record in etcd).",
+        sharing.probers.len() as f64,
+    )?;
+    gauge(
+        encoder,
+        "steerdns_health_sharing_refused_records",
+        "Prober records in etcd refused as bad (their nodes do not count).",
+        sharing.refused.len() as f64,
+    )?;
+    let shared = || {
+        health
+            .targets
+            .iter()
+            .filter_map(|t| Some((t, t.shared.as_ref()?)))
+    };
+    let target = |t: &crate::health::TargetStatus| vec![("target", t.target.clone())];
+    gauges(
+        encoder,
+        "steerdns_health_probed_here",
+        "1 if this node is one of the target's probers.",
+        shared().map(|(t, s)| (target(t), bool_value(s.probed_here))),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_health_reporting_probers",
+        "The target's probers with a fresh up/down result.",
+        shared().map(|(t, s)| (target(t), s.reporting as f64)),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_health_down_votes",
+        "The target's probers saying down (it is down at a strict majority of the reporting ones).",
+        shared().map(|(t, s)| (target(t), s.down_votes as f64)),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_health_prober_vote",
+        "1 per assigned prober of the target, labelled with what it says (up, down, unknown, stale, missing).",
+        shared().flat_map(|(t, s)| {
+            s.probers.iter().map(move |p| {
+                let labels = vec![
+                    ("target", t.target.clone()),
+                    ("node", p.node.clone()),
+                    ("vote", p.vote.as_str().to_owned()),
+                ];
+                (labels, 1.0)
+            })
+        }),
     )
 }
 

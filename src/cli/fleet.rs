@@ -364,6 +364,106 @@ struct FleetStatusView {
     last_convergence: Option<Convergence>,
     /// The staged rollout (`rollout status` has the details), if the fleet stages changes.
     rollout: Option<String>,
+    /// Shared health probing: who probes what and what the fleet serves (absent when no
+    /// node publishes probe results).
+    health: Option<FleetHealthView>,
+}
+
+/// Shared probing as the records in etcd say (the nodes decide the same from them).
+#[derive(serde::Serialize)]
+struct FleetHealthView {
+    probers_per_target: usize,
+    probers: Vec<steerdns::health::ProberNode>,
+    refused: Vec<String>,
+    targets: Vec<FleetHealthTarget>,
+}
+
+#[derive(serde::Serialize)]
+struct FleetHealthTarget {
+    target: String,
+    /// "up", "down", or "none" (no prober reports a fresh result).
+    verdict: &'static str,
+    probers: Vec<steerdns::health::ProberVote>,
+    tally: steerdns::health::share::Tally,
+}
+
+fn health_view(
+    fleet: &steerdns::config::fleet::FleetConfig,
+    peers: &std::collections::BTreeMap<String, steerdns::fleet::health::Peer>,
+) -> Option<FleetHealthView> {
+    use steerdns::fleet::health::{evaluate, published_targets};
+    if peers.is_empty() {
+        return None;
+    }
+    let wanted = fleet.health.probers;
+    let evaluation = evaluate(
+        &published_targets(peers),
+        peers,
+        None,
+        wanted,
+        std::time::Instant::now(),
+    );
+    let mut targets: Vec<FleetHealthTarget> = evaluation
+        .decisions
+        .into_iter()
+        .map(|(target, decision)| FleetHealthTarget {
+            target,
+            verdict: match decision.tally.verdict {
+                Some(true) => "up",
+                Some(false) => "down",
+                None => "none",
+            },
+            probers: decision.probers,
+            tally: decision.tally,
+        })
+        .collect();
+    targets.sort_by(|a, b| a.target.cmp(&b.target));
+    Some(FleetHealthView {
+        probers_per_target: wanted,
+        probers: evaluation.probers,
+        refused: evaluation.refused,
+        targets,
+    })
+}
+
+fn print_health(health: &FleetHealthView) {
+    let probers: Vec<String> = health
+        .probers
+        .iter()
+        .map(|p| {
+            format!(
+                "{} ({}{} target(s))",
+                p.node,
+                p.site
+                    .as_deref()
+                    .map_or(String::new(), |s| format!("site {s}, ")),
+                p.targets
+            )
+        })
+        .collect();
+    println!(
+        "health: {} prober(s) per target; probers: {}",
+        health.probers_per_target,
+        probers.join(", ")
+    );
+    for refused in &health.refused {
+        println!("  REFUSED {refused}");
+    }
+    for t in &health.targets {
+        let votes: Vec<String> = t
+            .probers
+            .iter()
+            .map(|p| format!("{} {}", p.node, p.vote.as_str()))
+            .collect();
+        println!(
+            "  health {}: {} ({}; {} reporting, down at {})",
+            t.target,
+            t.verdict,
+            votes.join(", "),
+            t.tally.reporting,
+            t.tally.quorum
+        );
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -385,6 +485,9 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
         let nodes = store::nodes(&mut client, &keys).await.map_err(fail)?;
         let members = store::members(&mut client, &keys).await.map_err(fail)?;
         let convergence = store::convergence(&mut client, &keys).await.map_err(fail)?;
+        let probers = steerdns::fleet::health::read_all(&mut client, &keys)
+            .await
+            .map_err(fail)?;
         let staged = steerdns::fleet::rollout::get(&mut client, &keys)
             .await
             .map_err(fail)?
@@ -429,6 +532,7 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             lagging,
             last_convergence: convergence,
             rollout,
+            health: health_view(fleet, &probers),
         })
     })?;
     if json {
@@ -489,6 +593,9 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
                 format!("; not: {}", c.lagging.join(" "))
             }
         );
+    }
+    if let Some(health) = &view.health {
+        print_health(health);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -682,6 +682,30 @@ fn print_xdp(xdp: &steerdns::metrics::xdp::XdpView) {
 }
 
 fn print_health(health: &steerdns::health::HealthReport) {
+    if let Some(sharing) = &health.sharing {
+        let link = match (sharing.connected, sharing.fail_static) {
+            (true, _) => "connected".to_string(),
+            (false, true) => format!(
+                "etcd UNREACHABLE since {}, serving the last shared view (fail-static): {}",
+                sharing.since,
+                sharing.last_error.as_deref().unwrap_or("?")
+            ),
+            (false, false) => format!(
+                "not connected, no shared view yet (startup states served): {}",
+                sharing.last_error.as_deref().unwrap_or("?")
+            ),
+        };
+        let probers: Vec<&str> = sharing.probers.iter().map(|p| p.node.as_str()).collect();
+        println!(
+            "health shared by the fleet: {} prober(s) per target, {link}; probers {}; this node probes {}",
+            sharing.probers_per_target,
+            probers.join(" "),
+            sharing.probing_here.len()
+        );
+        for refused in &sharing.refused {
+            println!("  REFUSED {refused}");
+        }
+    }
     for t in &health.targets {
         let mut line = format!(
             "health {}: {} (every {} ms, fall {}, rise {}, startup {}; {} checks, {} failed",
@@ -697,6 +721,25 @@ fn print_health(health: &steerdns::health::HealthReport) {
             line.push_str(&format!("; last error: {error}"));
         }
         println!("{line})");
+        if let Some(shared) = &t.shared {
+            let votes: Vec<String> = shared
+                .probers
+                .iter()
+                .map(|p| format!("{} {}", p.node, p.vote.as_str()))
+                .collect();
+            println!(
+                "  decided by {}: {}; {} down of {} reporting, down at {}{}",
+                shared.decided_by,
+                votes.join(", "),
+                shared.down_votes,
+                shared.reporting,
+                shared.quorum,
+                shared
+                    .local_state
+                    .as_deref()
+                    .map_or(String::new(), |s| format!("; probed here: {s}"))
+            );
+        }
     }
     for e in &health.endpoints {
         let forced = if e.forced_up { ", forced up" } else { "" };

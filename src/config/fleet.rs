@@ -53,6 +53,40 @@ pub struct FleetConfig {
     /// Absent: every node serves the newest version as soon as it has tasted it.
     #[serde(default)]
     pub rollout: Option<crate::rollout::Plan>,
+    /// This node's site (PoP) label, e.g. `"ams"`: the probers of a health target are taken
+    /// from different sites where the fleet has them (`[fleet.health]`).
+    #[serde(default)]
+    pub site: Option<String>,
+    /// `[fleet.health]`: how the fleet shares health probing.
+    #[serde(default)]
+    pub health: HealthSharing,
+}
+
+/// `[fleet.health]`: each monitored target is probed by `probers` nodes of the fleet (chosen
+/// from the live ones, from different sites where possible), which publish their results in
+/// etcd; every node serves the quorum of those results.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HealthSharing {
+    /// Nodes that probe each target (default 2; 0: no sharing, every node probes every target
+    /// itself and serves what it sees).
+    #[serde(default = "default_probers")]
+    pub probers: usize,
+}
+
+/// Most probers per target.
+pub const MAX_PROBERS: usize = 16;
+
+fn default_probers() -> usize {
+    2
+}
+
+impl Default for HealthSharing {
+    fn default() -> Self {
+        HealthSharing {
+            probers: default_probers(),
+        }
+    }
 }
 
 fn default_lease_ttl() -> u64 {
@@ -107,6 +141,17 @@ impl FleetConfig {
         if self.user.is_some() != self.password_file.is_some() {
             problems.push("fleet.user and fleet.password_file: set both or neither".to_string());
         }
+        if let Some(site) = &self.site {
+            if let Some(problem) = node_name_problem(site) {
+                problems.push(format!("fleet.site: {problem}"));
+            }
+        }
+        if self.health.probers > MAX_PROBERS {
+            problems.push(format!(
+                "fleet.health.probers: {} is above {MAX_PROBERS}",
+                self.health.probers
+            ));
+        }
         if let Some(plan) = &self.rollout {
             problems.extend(plan.problems().iter().map(|p| format!("fleet.rollout.{p}")));
         }
@@ -143,9 +188,11 @@ mod tests {
         let ok = parse("etcd = [\"http://127.0.0.1:2379\"]\nprefix = \"/steerdns/prod\"\n")
             .expect("minimal section");
         assert_eq!(ok.lease_ttl_secs, 10);
+        assert_eq!(ok.health.probers, 2);
+        assert_eq!(ok.site, None);
         assert!(ok.problems().is_empty(), "{:?}", ok.problems());
         let bad = parse(
-            "etcd = [\"127.0.0.1:2379\"]\nprefix = \"steerdns/\"\nnode = \"ns 1\"\nlease_ttl_secs = 1\nuser = \"u\"\n",
+            "etcd = [\"127.0.0.1:2379\"]\nprefix = \"steerdns/\"\nnode = \"ns 1\"\nlease_ttl_secs = 1\nuser = \"u\"\nsite = \"a/b\"\n[health]\nprobers = 17\n",
         )
         .expect("parses");
         let problems = bad.problems().join("\n");
@@ -155,6 +202,8 @@ mod tests {
             "fleet.node",
             "fleet.lease_ttl_secs",
             "fleet.user",
+            "fleet.site",
+            "fleet.health.probers",
         ] {
             assert!(problems.contains(field), "{field} not in:\n{problems}");
         }

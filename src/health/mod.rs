@@ -11,12 +11,19 @@
 //!   keep their state across reloads, new ones start in their `startup` state, and the tasks of
 //!   targets no longer used stop.
 //!
+//! - In a fleet with shared probing ([`Health::enable_sharing`]), this node probes only the
+//!   targets the fleet assigns it ([`Health::set_probing`]) and serves what the fleet's quorum
+//!   says ([`Health::apply_shared`], see [`share`]); the fleet's health task
+//!   (`crate::fleet::health`) publishes this node's results and brings the others'.
+//!
 //! Nothing here runs on the serving path; the serving path only loads the board's view.
 
 pub mod machine;
 pub mod probe;
+pub mod share;
+mod sharing;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -29,6 +36,9 @@ use machine::Machine;
 
 /// Most checks in flight at once (across all targets).
 pub const MAX_CONCURRENT_CHECKS: usize = 32;
+
+/// The `User-Agent` of HTTP checks (a fleet node adds its name: backends see who probes).
+pub const DEFAULT_AGENT: &str = "steerdns-health";
 
 /// The health view one snapshot reads, indexed by its policies' monitor slots.
 #[derive(Default)]
@@ -65,6 +75,75 @@ struct Target {
     /// Identifies the task probing it (a replaced target's old task finds a new id and stops).
     task: u64,
     abort: Option<tokio::task::AbortHandle>,
+    /// Shared probing: the fleet's verdict (kept while no prober reports), the etcd revision
+    /// at which it was last voted down, and what status shows about it.
+    shared_up: Option<bool>,
+    shared_last_up: u64,
+    shared: Option<SharedTarget>,
+}
+
+impl Target {
+    fn new(spec: &MonitorSpec) -> Target {
+        Target {
+            spec: spec.clone(),
+            machine: Machine::new(spec.startup, spec.fall, spec.rise),
+            last_up: 0,
+            last_change: None,
+            last_error: None,
+            last_latency: None,
+            last_check: None,
+            checks: 0,
+            failures: 0,
+            task: 0,
+            abort: None,
+            shared_up: None,
+            shared_last_up: 0,
+            shared: None,
+        }
+    }
+
+    fn stop_probing(&mut self) {
+        if let Some(abort) = self.abort.take() {
+            abort.abort();
+        }
+        self.task = 0;
+    }
+
+    /// Whether its endpoints are served, and since when they were last up (view generations
+    /// or, shared, etcd revisions).
+    fn slot(&self, sharing: bool) -> SlotHealth {
+        if sharing {
+            SlotHealth {
+                up: self
+                    .shared_up
+                    .unwrap_or(self.spec.startup != crate::policy::monitor::Startup::Down),
+                last_up: self.shared_last_up,
+            }
+        } else {
+            SlotHealth {
+                up: self.machine.state().serves(),
+                last_up: self.last_up,
+            }
+        }
+    }
+
+    /// The state served, as status says it.
+    fn served_state(&self, sharing: bool) -> &'static str {
+        match (sharing, self.shared_up) {
+            (false, _) => self.machine.state().as_str(),
+            (true, Some(true)) => "up",
+            (true, Some(false)) => "down",
+            (true, None) => self.spec.startup.as_str(),
+        }
+    }
+}
+
+/// Shared probing in a fleet: who this node is, what it probes, and the etcd link.
+struct Sharing {
+    status: SharingStatus,
+    probing: HashSet<String>,
+    /// Whether a shared view was ever applied (so a lost link serves it, fail-static).
+    applied: bool,
 }
 
 struct Inner {
@@ -73,6 +152,17 @@ struct Inner {
     /// Bumped at every state change.
     generation: u64,
     next_task: u64,
+    sharing: Option<Sharing>,
+    /// What HTTP checks send as `User-Agent`.
+    agent: Arc<str>,
+}
+
+impl Inner {
+    fn probes(&self, target: &str) -> bool {
+        self.sharing
+            .as_ref()
+            .is_none_or(|s| s.probing.contains(target))
+    }
 }
 
 /// The health service: targets, their states and tasks, and the board being served.
@@ -81,6 +171,9 @@ pub struct Health {
     runtime: OnceLock<tokio::runtime::Handle>,
     permits: Arc<tokio::sync::Semaphore>,
     started: Instant,
+    /// Woken when what this node publishes to the fleet changed: a local result changed
+    /// state, or a reload changed the targets (shared probing only).
+    pub changed: tokio::sync::Notify,
 }
 
 impl Default for Health {
@@ -91,10 +184,13 @@ impl Default for Health {
                 board: Arc::new(Board::default()),
                 generation: 1,
                 next_task: 1,
+                sharing: None,
+                agent: Arc::from(DEFAULT_AGENT),
             }),
             runtime: OnceLock::new(),
             permits: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_CHECKS)),
             started: Instant::now(),
+            changed: tokio::sync::Notify::new(),
         }
     }
 }
@@ -118,6 +214,98 @@ pub struct TargetStatus {
     pub last_latency_ms: Option<f64>,
     pub checks: u64,
     pub failures: u64,
+    /// Shared probing: who probes it and what they say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<SharedTarget>,
+}
+
+/// A target under shared probing, as status shows it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SharedTarget {
+    /// `"quorum"` (what its reporting probers say), `"kept"` (none reports a fresh result:
+    /// the last shared verdict is served) or `"startup"` (no shared result yet: the startup
+    /// state is served).
+    pub decided_by: String,
+    /// Its assigned probers, best first, and what each says.
+    pub probers: Vec<ProberVote>,
+    /// Whether this node is one of them.
+    pub probed_here: bool,
+    /// This node's own rise/fall state for it, when it probes it.
+    pub local_state: Option<String>,
+    pub up_votes: usize,
+    pub down_votes: usize,
+    pub reporting: usize,
+    /// Down votes that take it down (a strict majority of the reporting probers).
+    pub quorum: usize,
+}
+
+/// One assigned prober's say on a target.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProberVote {
+    pub node: String,
+    pub site: Option<String>,
+    pub vote: share::Vote,
+    /// Milliseconds since its last check, by this node's reckoning.
+    pub age_ms: Option<u64>,
+    pub last_error: Option<String>,
+}
+
+/// One node probing for the fleet.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProberNode {
+    pub node: String,
+    pub site: Option<String>,
+    /// Targets it publishes results for.
+    pub targets: usize,
+}
+
+/// Shared probing as status shows it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SharingStatus {
+    pub node: String,
+    pub site: Option<String>,
+    /// Probers wanted per target (`[fleet.health] probers`).
+    pub probers_per_target: usize,
+    /// Whether the link to etcd is up (results published and read).
+    pub connected: bool,
+    /// Since when `connected` holds.
+    pub since: String,
+    pub last_error: Option<String>,
+    /// etcd is unreachable and the last shared view is served unchanged.
+    pub fail_static: bool,
+    /// The live probers (every node of the fleet with shared probing).
+    pub probers: Vec<ProberNode>,
+    /// etcd records refused, with the reason (their nodes do not count as probers).
+    pub refused: Vec<String>,
+    /// etcd revision of the view last applied.
+    pub revision: i64,
+    /// Targets this node probes.
+    pub probing_here: Vec<String>,
+}
+
+/// This node's result for a target it probes, to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalResult {
+    pub target: String,
+    /// "unknown" (no result yet), "up" or "down": after rise/fall.
+    pub state: &'static str,
+    /// Since its last check.
+    pub age: Option<Duration>,
+    pub interval_ms: u64,
+    pub checks: u64,
+    pub failures: u64,
+    pub last_error: Option<String>,
+    pub last_latency: Option<Duration>,
+}
+
+/// The fleet's say on one target, from [`share::tally`] of its probers' votes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedDecision {
+    pub probers: Vec<ProberVote>,
+    pub tally: share::Tally,
+    /// etcd revision of the newest record voting down (0: none): where a target voted down
+    /// was last up, the same on every node (serve-last-healthy compares these).
+    pub revision: i64,
 }
 
 impl Health {
@@ -136,30 +324,16 @@ impl Health {
             let target = match existing {
                 Some(t) if t.spec == *spec => t,
                 other => {
-                    if let Some(abort) = other.and_then(|t| t.abort) {
-                        abort.abort();
+                    if let Some(mut old) = other {
+                        old.stop_probing();
                     }
-                    Target {
-                        spec: spec.clone(),
-                        machine: Machine::new(spec.startup, spec.fall, spec.rise),
-                        last_up: 0,
-                        last_change: None,
-                        last_error: None,
-                        last_latency: None,
-                        last_check: None,
-                        checks: 0,
-                        failures: 0,
-                        task: 0,
-                        abort: None,
-                    }
+                    Target::new(spec)
                 }
             };
             keep.insert(spec.target.clone(), target);
         }
-        for (_, gone) in inner.targets.drain() {
-            if let Some(abort) = gone.abort {
-                abort.abort();
-            }
+        for (_, mut gone) in inner.targets.drain() {
+            gone.stop_probing();
         }
         inner.targets = keep;
         let board = Arc::new(Board {
@@ -170,6 +344,10 @@ impl Health {
         inner.board = board.clone();
         if let Some(runtime) = self.runtime.get() {
             self.spawn_missing(&mut inner, runtime);
+        }
+        if inner.sharing.is_some() {
+            // The fleet task assigns the new targets (and publishes without the old ones).
+            self.changed.notify_one();
         }
         board
     }
@@ -183,7 +361,15 @@ impl Health {
 
     fn spawn_missing(self: &Arc<Self>, inner: &mut Inner, runtime: &tokio::runtime::Handle) {
         let mut next_task = inner.next_task;
+        let probing: Option<HashSet<String>> = inner.sharing.as_ref().map(|s| s.probing.clone());
+        let agent = inner.agent.clone();
         for target in inner.targets.values_mut().filter(|t| t.abort.is_none()) {
+            if probing
+                .as_ref()
+                .is_some_and(|p| !p.contains(&target.spec.target))
+            {
+                continue;
+            }
             next_task += 1;
             target.task = next_task;
             let task = run_target(
@@ -191,6 +377,7 @@ impl Health {
                 target.spec.clone(),
                 next_task,
                 phase(&target.spec, self.started.elapsed()),
+                agent.clone(),
             );
             target.abort = Some(runtime.spawn(task).abort_handle());
         }
@@ -236,7 +423,10 @@ impl Health {
         } else {
             tracing::info!("health: {key} {} -> {}", was.as_str(), state.as_str());
         }
-        if state.serves() != was.serves() {
+        if inner.sharing.is_some() {
+            // The fleet's quorum decides what is served: publish, the view follows.
+            self.changed.notify_one();
+        } else if state.serves() != was.serves() {
             inner.generation += 1;
             let board = inner.board.clone();
             board.view.store(Arc::new(view_of(&inner, &board)));
@@ -247,12 +437,13 @@ impl Health {
     /// Every target, by target name.
     pub fn status(&self) -> Vec<TargetStatus> {
         let inner = self.lock();
+        let sharing = inner.sharing.is_some();
         let mut out: Vec<TargetStatus> = inner
             .targets
             .values()
             .map(|t| TargetStatus {
                 target: t.spec.target.clone(),
-                state: t.machine.state().as_str().to_owned(),
+                state: t.served_state(sharing).to_owned(),
                 interval_ms: t.spec.interval_ms,
                 timeout_ms: t.spec.timeout_ms,
                 fall: t.spec.fall,
@@ -265,6 +456,12 @@ impl Health {
                 last_latency_ms: t.last_latency.map(|d| d.as_secs_f64() * 1000.0),
                 checks: t.checks,
                 failures: t.failures,
+                shared: sharing.then(|| {
+                    let mut shared = t.shared.clone().unwrap_or_default();
+                    // Now, not as of the last shared view (which a lost link freezes).
+                    shared.local_state = (t.task != 0).then(|| t.machine.state().as_str().into());
+                    shared
+                }),
             })
             .collect();
         out.sort_by(|a, b| a.target.cmp(&b.target));
@@ -291,6 +488,9 @@ pub struct EndpointHealth {
 pub struct HealthReport {
     pub targets: Vec<TargetStatus>,
     pub endpoints: Vec<EndpointHealth>,
+    /// Shared probing in a fleet (absent: this node probes every target itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing: Option<SharingStatus>,
 }
 
 impl Health {
@@ -320,22 +520,27 @@ impl Health {
                 })
             })
             .collect();
-        Some(HealthReport { targets, endpoints })
+        let sharing = self.lock().sharing.as_ref().map(|s| s.status.clone());
+        Some(HealthReport {
+            targets,
+            endpoints,
+            sharing,
+        })
     }
 }
 
 /// The view of `board`'s slots from the targets' states.
 fn view_of(inner: &Inner, board: &Board) -> HealthView {
+    let sharing = inner.sharing.is_some();
     HealthView::new(
         board
             .targets
             .iter()
-            .map(|key| match inner.targets.get(key) {
-                Some(t) => SlotHealth {
-                    up: t.machine.state().serves(),
-                    last_up: t.last_up,
-                },
-                None => SlotHealth::default(),
+            .map(|key| {
+                inner
+                    .targets
+                    .get(key)
+                    .map_or_else(SlotHealth::default, |t| t.slot(sharing))
             })
             .collect(),
     )
@@ -356,7 +561,13 @@ fn phase(spec: &MonitorSpec, now: Duration) -> Duration {
 }
 
 /// Checks one target once per interval until aborted (or replaced).
-async fn run_target(health: Arc<Health>, spec: MonitorSpec, task: u64, phase: Duration) {
+async fn run_target(
+    health: Arc<Health>,
+    spec: MonitorSpec,
+    task: u64,
+    phase: Duration,
+    agent: Arc<str>,
+) {
     let interval = Duration::from_millis(spec.interval_ms);
     let timeout = Duration::from_millis(spec.timeout_ms);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + phase, interval);
@@ -367,7 +578,7 @@ async fn run_target(health: Arc<Health>, spec: MonitorSpec, task: u64, phase: Du
             return;
         };
         let started = Instant::now();
-        let result = match tokio::time::timeout(timeout, probe::check(&spec.check)).await {
+        let result = match tokio::time::timeout(timeout, probe::check(&spec.check, &agent)).await {
             Ok(result) => result,
             Err(_) => Err(format!("no answer within {} ms", spec.timeout_ms)),
         };

@@ -18,7 +18,7 @@ const MAX_RESPONSE: usize = 64 * 1024 + 8 * 1024;
 pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Runs one check.
-pub async fn check(check: &Check) -> Result<(), String> {
+pub async fn check(check: &Check, agent: &str) -> Result<(), String> {
     match check {
         Check::Tcp { host, port } => {
             connect(host, *port).await?;
@@ -34,7 +34,7 @@ pub async fn check(check: &Check) -> Result<(), String> {
         } => {
             let stream = connect(host, *port).await?;
             let request = format!(
-                "GET {path} HTTP/1.0\r\nHost: {}\r\nUser-Agent: steerdns-health\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+                "GET {path} HTTP/1.0\r\nHost: {}\r\nUser-Agent: {agent}\r\nAccept: */*\r\nConnection: close\r\n\r\n",
                 host_header(host, *port, tls.is_some())
             );
             let response = match tls {

@@ -1,6 +1,7 @@
 //! A monitored backend for health-check tests: a real HTTP/1.0 server on loopback that the test
 //! starts, stops (its port then refuses connections) and restarts on the same port, answering
-//! healthy, failing (503) or slowly, and recording when each request (probe) arrived.
+//! healthy, failing (503) or slowly, and recording when each request (probe) arrived and who
+//! sent it (its `User-Agent`: a fleet node names itself there).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -23,10 +24,17 @@ pub enum Reply {
 /// How long a slow reply takes.
 pub const SLOW: Duration = Duration::from_secs(2);
 
+/// One request: when it arrived and its `User-Agent` (empty for a bare TCP connect).
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub at: Instant,
+    pub agent: String,
+}
+
 pub struct Backend {
     pub addr: SocketAddr,
     reply: Arc<AtomicU8>,
-    hits: Arc<Mutex<Vec<Instant>>>,
+    hits: Arc<Mutex<Vec<Hit>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -82,6 +90,11 @@ impl Backend {
 
     /// When each request arrived.
     pub fn hit_times(&self) -> Vec<Instant> {
+        self.hit_list().iter().map(|h| h.at).collect()
+    }
+
+    /// Every request so far.
+    pub fn hit_list(&self) -> Vec<Hit> {
         self.hits.lock().map_or_else(|_| Vec::new(), |h| h.clone())
     }
 
@@ -125,7 +138,7 @@ fn bind_retrying(addr: SocketAddr) -> TcpListener {
     }
 }
 
-fn serve(mut stream: TcpStream, reply: &AtomicU8, hits: &Mutex<Vec<Instant>>) {
+fn serve(mut stream: TcpStream, reply: &AtomicU8, hits: &Mutex<Vec<Hit>>) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let mut request = Vec::new();
     let mut buf = [0u8; 1024];
@@ -136,8 +149,20 @@ fn serve(mut stream: TcpStream, reply: &AtomicU8, hits: &Mutex<Vec<Instant>>) {
             Ok(n) => request.extend_from_slice(&buf[..n]),
         }
     }
+    let text = String::from_utf8_lossy(&request);
+    let agent = text
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("user-agent")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_default();
     if let Ok(mut hits) = hits.lock() {
-        hits.push(Instant::now());
+        hits.push(Hit {
+            at: Instant::now(),
+            agent,
+        });
     }
     if request.is_empty() {
         return;
@@ -159,4 +184,158 @@ fn serve(mut stream: TcpStream, reply: &AtomicU8, hits: &Mutex<Vec<Instant>>) {
 pub fn closed_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local address")
+}
+
+/// A monitored DNS server for health-check tests: a UDP responder on loopback that answers
+/// every query with its question and the rcode it is set to (0: NOERROR), or not at all
+/// ([`DnsBackend::set_silent`]), and counts the queries.
+pub struct DnsBackend {
+    pub addr: SocketAddr,
+    /// The rcode answered, or [`SILENT`] for no answer.
+    rcode: Arc<AtomicU8>,
+    queries: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// [`DnsBackend`] rcode value meaning "do not answer".
+const SILENT: u8 = 0xff;
+
+impl DnsBackend {
+    pub fn start() -> DnsBackend {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind a UDP port");
+        socket
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("read timeout");
+        let addr = socket.local_addr().expect("local address");
+        let rcode = Arc::new(AtomicU8::new(0));
+        let queries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (rcode, queries, stop) = (rcode.clone(), queries.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 512];
+                while !stop.load(Ordering::SeqCst) {
+                    let Ok((n, peer)) = socket.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    if n < 12 {
+                        continue;
+                    }
+                    queries.fetch_add(1, Ordering::SeqCst);
+                    let code = rcode.load(Ordering::SeqCst);
+                    if code == SILENT {
+                        continue;
+                    }
+                    let reply = &mut buf[..n];
+                    reply[2] |= 0x80; // QR
+                    reply[3] = (reply[3] & 0xf0) | (code & 0x0f);
+                    let _ = socket.send_to(reply, peer);
+                }
+            })
+        };
+        DnsBackend {
+            addr,
+            rcode,
+            queries,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Answers with `rcode` from now on (0: NOERROR, 2: SERVFAIL, 5: REFUSED).
+    pub fn set_rcode(&self, rcode: u8) {
+        self.rcode.store(rcode & 0x0f, Ordering::SeqCst);
+    }
+
+    /// Stops answering (queries time out).
+    pub fn set_silent(&self) {
+        self.rcode.store(SILENT, Ordering::SeqCst);
+    }
+
+    pub fn queries(&self) -> usize {
+        self.queries.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for DnsBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A monitored HTTPS backend: Debian's `openssl s_server -www` on a free loopback port with a
+/// self-signed certificate (CN ns1.example.net, SAN IP 127.0.0.1) made by the `openssl`
+/// command; it answers every GET with `200 ok` and an HTML status page. Killed on drop.
+pub struct TlsBackend {
+    pub addr: SocketAddr,
+    /// The certificate's PEM file.
+    pub cert: std::path::PathBuf,
+    child: std::process::Child,
+    _dir: super::TempDir,
+}
+
+impl TlsBackend {
+    pub fn start() -> TlsBackend {
+        let dir = super::TempDir::new("tls-backend");
+        let (cert, key) = super::self_signed_cert(dir.path(), "backend", 2);
+        let addr = closed_port();
+        let child = std::process::Command::new("openssl")
+            .args(["s_server", "-quiet", "-www", "-accept"])
+            .arg(addr.to_string())
+            .arg("-cert")
+            .arg(&cert)
+            .arg("-key")
+            .arg(&key)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("openssl must be installed (apt-get install openssl); .ci/run installs it");
+        let backend = TlsBackend {
+            addr,
+            cert,
+            child,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "openssl s_server not listening on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        backend
+    }
+
+    /// `https://addr/PATH`.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://{}/{path}", self.addr)
+    }
+
+    /// `sha256:HEX` of the certificate (DER), for `tls = "sha256:..."`.
+    pub fn pin(&self) -> String {
+        let script = format!(
+            "openssl x509 -in '{}' -outform der | openssl dgst -sha256 -r",
+            self.cert.display()
+        );
+        let output = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .expect("run openssl");
+        assert!(output.status.success(), "digest: {output:?}");
+        let text = String::from_utf8_lossy(&output.stdout);
+        format!("sha256:{}", text.split_whitespace().next().unwrap_or(""))
+    }
+}
+
+impl Drop for TlsBackend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

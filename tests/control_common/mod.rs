@@ -43,6 +43,8 @@ pub fn repo_path(relative: &str) -> PathBuf {
 #[path = "../common/mod.rs"]
 mod common;
 #[allow(unused_imports)]
+pub use common::backend::{Backend, Reply};
+#[allow(unused_imports)]
 pub use common::etcd::Etcd;
 #[allow(unused_imports)]
 pub use common::prometheus::{Exporter, Prometheus};

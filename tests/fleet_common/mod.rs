@@ -80,6 +80,33 @@ pub fn fleet_section(endpoint: &str, prefix: &str, lease_ttl_secs: u64) -> Strin
     )
 }
 
+/// The primary and secondary addresses of [`monitored_failover`].
+pub const MONITORED_PRIMARY: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 101);
+pub const MONITORED_SECONDARY: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 102);
+
+/// Config text: a failover profile `name` steering `NAME.example.com.`, whose primary is
+/// monitored at `url` (every 300 ms, fall 2, rise 2) and whose secondary is always served.
+pub fn monitored_failover(name: &str, url: &str) -> String {
+    format!(
+        "
+[profiles.{name}]
+type = \"failover\"
+ttl = 5
+[[profiles.{name}.endpoints]]
+name = \"primary\"
+addresses = [\"{MONITORED_PRIMARY}\"]
+monitor = {{ url = \"{url}\", interval_ms = 300, timeout_ms = 200, fall = 2, rise = 2 }}
+[[profiles.{name}.endpoints]]
+name = \"secondary\"
+addresses = [\"{MONITORED_SECONDARY}\"]
+
+[[steered]]
+name = \"{name}.example.com.\"
+profile = \"{name}\"
+"
+    )
+}
+
 impl Fleet {
     /// etcd and `n` nodes (ns1..nsN), started one after another; ns1 seeds the fleet.
     pub fn start(label: &str, n: usize, lease_ttl_secs: u64) -> Fleet {

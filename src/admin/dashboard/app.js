@@ -340,24 +340,47 @@
       byId("health").replaceChildren(el("p", { className: "none" }, "No monitored endpoints."));
       return;
     }
-    const head = el(
-      "tr",
-      {},
-      ...["Target", "State", "Last check", "Last change", "Last error"].map((t) => el("th", { scope: "col" }, t))
-    );
+    const sharing = h.sharing;
+    const columns = ["Target", "State", "Last check", "Last change", "Last error"];
+    if (sharing) columns.push("Probers (quorum)");
+    const head = el("tr", {}, ...columns.map((t) => el("th", { scope: "col" }, t)));
     const rows = (h.targets || []).map((t) => {
       const took = typeof t.last_latency_ms === "number" ? `${t.last_latency_ms.toFixed(1)} ms` : "none yet";
       if (t.state === "down") serverAlerts.push(`health: ${t.target} down (${t.last_error || "?"})`);
-      return el(
-        "tr",
-        { className: t.state === "down" ? "disabled" : "", dataset: { target: t.target } },
+      const cells = [
         el("th", { scope: "row" }, t.target),
         el("td", {}, `${t.state} (${t.checks} checks, ${t.failures} failed)`),
         el("td", {}, took),
         el("td", {}, t.last_change || "never"),
-        el("td", {}, t.last_error || "")
-      );
+        el("td", {}, t.last_error || ""),
+      ];
+      const s = t.shared;
+      if (s) {
+        const votes = (s.probers || []).map((p) => `${p.node} ${p.vote}`).join(", ");
+        cells.push(
+          el("td", { className: "probers" }, `${votes || "none"}; ${s.down_votes}/${s.reporting} down, down at ${s.quorum} (${s.decided_by})`)
+        );
+      }
+      return el("tr", { className: t.state === "down" ? "disabled" : "", dataset: { target: t.target } }, ...cells);
     });
+    const shared = [];
+    if (sharing) {
+      const link = sharing.connected
+        ? "connected"
+        : sharing.fail_static
+          ? `etcd unreachable since ${sharing.since}: serving the last shared view (fail-static)`
+          : "not connected yet: startup states served";
+      if (!sharing.connected) serverAlerts.push(`health sharing: ${link}`);
+      for (const r of sharing.refused || []) serverAlerts.push(`health sharing: refused ${r}`);
+      const probers = (sharing.probers || []).map((p) => (p.site ? `${p.node} (${p.site})` : p.node)).join(", ");
+      shared.push(
+        el(
+          "p",
+          { className: "sharing" },
+          `Shared by the fleet: ${sharing.probers_per_target} prober(s) per target, ${link}. Probers: ${probers}. This node probes ${(sharing.probing_here || []).length} target(s).`
+        )
+      );
+    }
     const endpoints = (h.endpoints || []).map((e) =>
       el(
         "li",
@@ -366,6 +389,7 @@
       )
     );
     byId("health").replaceChildren(
+      ...shared,
       el("table", { className: "health" }, el("thead", {}, head), el("tbody", {}, rows)),
       el("ul", {}, endpoints)
     );
