@@ -796,6 +796,11 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         }
     }
     reloader.health().start(runtime.handle());
+    if let Some((_, name, _)) = &fleet {
+        // Before the shield's first tick: in fleet mode it serves only what the leader
+        // publishes through etcd.
+        reloader.shield().fleet.enable(name);
+    }
     steerdns::reload::shield::spawn(reloader.shield().clone(), snapshot.clone())
         .context("starting the traffic shield")?;
     steerdns::reload::resign::spawn(reloader.clone()).context("starting DNSSEC re-signing")?;
@@ -827,6 +832,12 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
                 origin.clone(),
             );
         }
+        steerdns::fleet::shield::spawn(
+            runtime.handle(),
+            fleet.clone(),
+            info.name.clone(),
+            reloader.shield().clone(),
+        );
         if fleet.health.probers > 0 {
             println!(
                 "fleet node {}: health probes shared, {} prober(s) per target{}",

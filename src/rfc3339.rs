@@ -23,6 +23,16 @@ pub fn format_utc(time: SystemTime) -> String {
     )
 }
 
+/// RFC 3339 UTC with millisecond precision, e.g. `2024-03-01T12:00:00.250Z` (for values read
+/// back by a machine, where a second's rounding would age them).
+pub fn format_utc_millis(time: SystemTime) -> String {
+    let millis = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_millis());
+    let whole = format_utc(time);
+    format!("{}.{millis:03}Z", whole.trim_end_matches('Z'))
+}
+
 /// Year, month, day of a count of days since 1970-01-01 (proleptic Gregorian calendar).
 /// Counts in 400-year eras starting on 1 March, where leap days fall at the end of a year.
 fn civil_date(days_since_epoch: u64) -> (u64, u64, u64) {
@@ -269,6 +279,9 @@ mod tests {
     #[test]
     fn dates_are_gregorian() {
         assert_eq!(format_utc(at(0)), "1970-01-01T00:00:00Z");
+        let later = at(86_400) + Duration::from_millis(250);
+        assert_eq!(format_utc_millis(later), "1970-01-02T00:00:00.250Z");
+        assert_eq!(parse(&format_utc_millis(later)), Ok(later));
         assert_eq!(format_utc(at(951_782_400)), "2000-02-29T00:00:00Z");
         assert_eq!(format_utc(at(4_107_542_399)), "2100-02-28T23:59:59Z");
         assert_eq!(format_utc(at(4_107_542_400)), "2100-03-01T00:00:00Z");

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
-use hickory_proto::rr::{DNSClass, RData, RecordType};
+use hickory_proto::rr::{RData, RecordType};
 use serde_json::{json, Value};
 use steerdns::rfc3339;
 
@@ -287,29 +287,6 @@ fn answer_of(response: &Message, subnet: &str) -> Answer {
         scope: ecs_scope(response)
             .unwrap_or_else(|| panic!("{subnet}: no ECS option echoed: {response:?}")),
     }
-}
-
-/// A `CH TXT` decision-trace query for `name` as asked from `subnet`.
-fn trace_query(name: &str, subnet: &str) -> Message {
-    let mut message = ecs_query(name, RecordType::TXT, subnet);
-    message.queries[0].set_query_class(DNSClass::CH);
-    message
-}
-
-fn trace_text(response: &Message) -> String {
-    response
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::TXT(txt) => Some(
-                txt.txt_data
-                    .iter()
-                    .map(|s| String::from_utf8_lossy(s).into_owned())
-                    .collect::<String>(),
-            ),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The number after `label` in a trace, e.g. `bucket 417`.

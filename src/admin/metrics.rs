@@ -725,6 +725,51 @@ impl Scrape {
             "Shield alerts standing now (no headroom, stale or missing feed, state repaired); \
              see /v1/status.",
             sh.alerts.len() as f64,
+        )?;
+        self.encode_fleet_shield(encoder)
+    }
+
+    /// Fleet mode's shield: who leads, which published state is served, how fresh the link is.
+    fn encode_fleet_shield(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(fleet) = &self.shield.fleet else {
+            return Ok(());
+        };
+        gauge(
+            encoder,
+            "steerdns_shield_fleet_leader",
+            "1 while this node is the fleet's shield leader (holds <prefix>/shield/leader).",
+            bool_value(fleet.role == "leader"),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_shield_fleet_revision",
+            "The published shield state revision this node serves (0: none, or decaying alone \
+             without etcd).",
+            fleet.revision.unwrap_or(0) as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_shield_fleet_contact_age_seconds",
+            "Seconds since etcd last answered the shield's exchange (-1: never).",
+            fleet.contact_age_secs.unwrap_or(-1.0),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_shield_fleet_fail_static",
+            "1 while etcd is unreachable and the last published state is served unchanged, 2 \
+             once reverting to normal answers after revert_after_secs.",
+            match fleet.role.as_str() {
+                "fail-static" => 1.0,
+                "reverting" => 2.0,
+                _ => 0.0,
+            },
+        )?;
+        counter(
+            encoder,
+            "steerdns_shield_fleet_refused",
+            "Shield records from etcd refused (published states, node reports); see \
+             shield.fleet.last_refusal in /v1/status.",
+            fleet.refused,
         )
     }
 }

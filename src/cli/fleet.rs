@@ -364,6 +364,10 @@ struct FleetStatusView {
     last_convergence: Option<Convergence>,
     /// The staged rollout (`rollout status` has the details), if the fleet stages changes.
     rollout: Option<String>,
+    /// The traffic shield's leader (holder of `<prefix>/shield/leader`), if any.
+    leader: Option<String>,
+    /// The revision of the shield state the leader last published.
+    shield_revision: Option<i64>,
     /// Shared health probing: who probes what and what the fleet serves (absent when no
     /// node publishes probe results).
     health: Option<FleetHealthView>,
@@ -474,6 +478,32 @@ struct NodeView {
     /// Serves the last known good because the rollout has not released the newest version to
     /// its wave.
     held: bool,
+    /// What the node's shield report says: the state revision it serves and how, and the age
+    /// of its inputs.
+    shield: Option<ShieldNodeView>,
+}
+
+#[derive(serde::Serialize)]
+struct ShieldNodeView {
+    /// The published shield state revision it serves (`None`: none, or decaying alone).
+    revision: Option<i64>,
+    /// `leader`, `published`, `fail-static`, `reverting` or `waiting`.
+    role: String,
+    feed_age_secs: Option<f64>,
+    /// How old the report itself is.
+    report_age_secs: f64,
+}
+
+fn shield_view(report: &steerdns::shield::wire::NodeReport) -> ShieldNodeView {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    ShieldNodeView {
+        revision: report.serving,
+        role: report.role.clone(),
+        feed_age_secs: report.feed_age_ms.map(|ms| ms as f64 / 1000.0),
+        report_age_secs: now_ms.saturating_sub(report.at_ms) as f64 / 1000.0,
+    }
 }
 
 pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
@@ -485,6 +515,7 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
         let nodes = store::nodes(&mut client, &keys).await.map_err(fail)?;
         let members = store::members(&mut client, &keys).await.map_err(fail)?;
         let convergence = store::convergence(&mut client, &keys).await.map_err(fail)?;
+        let shield = store::shield(&mut client, &keys).await.map_err(fail)?;
         let probers = steerdns::fleet::health::read_all(&mut client, &keys)
             .await
             .map_err(fail)?;
@@ -525,6 +556,7 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
                 .map(|record| NodeView {
                     current: record.revision >= revision,
                     held: held(&record),
+                    shield: shield.reports.get(&record.name).map(shield_view),
                     record,
                 })
                 .collect(),
@@ -532,6 +564,8 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             lagging,
             last_convergence: convergence,
             rollout,
+            leader: shield.leader,
+            shield_revision: shield.revision,
             health: health_view(fleet, &probers),
         })
     })?;
@@ -573,12 +607,30 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
         if let Some(refusal) = r.last_refusal.as_ref().filter(|f| f.revision.is_some()) {
             println!("    refused {}: {}", refusal.at, refusal.reasons.join("; "));
         }
+        if let Some(shield) = &node.shield {
+            println!(
+                "    shield: {} revision {} feed age {} (report {:.1}s old)",
+                shield.role,
+                shield.revision.map_or("-".to_string(), |r| r.to_string()),
+                shield
+                    .feed_age_secs
+                    .map_or("-".to_string(), |a| format!("{a:.1}s")),
+                shield.report_age_secs
+            );
+        }
     }
     for name in &view.missing {
         println!("  {name:<12} MISSING (no live registry entry; `steerdns fleet forget {name}` if retired)");
     }
     if let Some(rollout) = &view.rollout {
         println!("{rollout} (`steerdns rollout status`)");
+    }
+    match (&view.leader, view.shield_revision) {
+        (Some(leader), revision) => println!(
+            "shield leader: {leader}; published state revision {}",
+            revision.map_or("-".to_string(), |r| r.to_string())
+        ),
+        (None, _) => println!("shield leader: none"),
     }
     if let Some(c) = &view.last_convergence {
         println!(

@@ -769,6 +769,28 @@ fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {
     if !shield.sources.is_empty() {
         println!("  load sources: {}", shield.sources.join(", "));
     }
+    if let Some(fleet) = &shield.fleet {
+        let secs = |a: Option<f64>| a.map_or("-".to_string(), |a| format!("{a:.1} s"));
+        println!(
+            "  fleet: node {} {}; leader {}; serving state revision {} by {} ({} old); etcd contact {} ago",
+            fleet.node,
+            fleet.role,
+            fleet.leader.as_deref().unwrap_or("none"),
+            fleet.revision.map_or("-".to_string(), |r| r.to_string()),
+            fleet.published_by.as_deref().unwrap_or("-"),
+            secs(fleet.state_age_secs),
+            secs(fleet.contact_age_secs)
+        );
+        if !fleet.demand_from.is_empty() {
+            println!("  fleet demand from: {}", fleet.demand_from.join(", "));
+        }
+        if let Some(refusal) = &fleet.last_refusal {
+            println!(
+                "  fleet records refused: {} (last: {refusal})",
+                fleet.refused
+            );
+        }
+    }
     if let Some(refusal) = &shield.last_feed_refusal {
         println!("  last refused feed: {refusal}");
     }

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::Client;
 
 use super::client::connect;
 use super::origin::FleetOrigin;
@@ -128,34 +128,14 @@ async fn session_inner(ctx: &Ctx) -> Result<Never, FleetError> {
 
 /// Takes the coordinator key if nobody holds it (or this node held it before a reconnect).
 async fn campaign(ctx: &Ctx, client: &mut Client, lease: i64) -> Result<bool, FleetError> {
-    let key = ctx.keys.coordinator();
-    let put = || {
-        TxnOp::put(
-            key.clone(),
-            ctx.name.clone(),
-            Some(PutOptions::new().with_lease(lease)),
-        )
-    };
-    let txn = Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([put()]);
-    if timed(ctx, "campaigning", client.txn(txn))
-        .await?
-        .succeeded()
-    {
-        return Ok(true);
-    }
-    // Held under this node's name by the lease of an earlier connection: take it over.
-    let txn = Txn::new()
-        .when([Compare::value(
-            key.clone(),
-            CompareOp::Equal,
-            ctx.name.clone(),
-        )])
-        .and_then([put()]);
-    Ok(timed(ctx, "campaigning", client.txn(txn))
-        .await?
-        .succeeded())
+    super::claim(
+        &ctx.config,
+        client,
+        &ctx.keys.coordinator(),
+        &ctx.name,
+        lease,
+    )
+    .await
 }
 
 /// One decision: begin, settle or step the rollout, and write it back if anything changed.

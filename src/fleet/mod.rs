@@ -20,9 +20,18 @@
 //! | `<prefix>/rollout/coordinator` | the name of the node driving rollouts; attached to its lease, so another node takes over when it dies | the coordinator (create-if-absent) |
 //! | `<prefix>/health/probers/<name>` | JSON [`health::ProberRecord`]: the node's site and its results for the health targets it probes (state after rise/fall, age of the last check); on a lease of the node's health task, so a dead prober's results vanish `lease_ttl_secs` after it dies | each node (shared probing, `[fleet.health]`) |
 //! | `<prefix>/members/<name>` | JSON [`store::Member`]: every node that ever registered (no lease), so that `fleet status` can name the missing ones | each node; `fleet forget` deletes |
+//! | `<prefix>/shield/leader` | the name of the traffic shield's leader; attached to its lease, so another node takes over when it dies | the shield task (create-if-absent, [`claim`]) |
+//! | `<prefix>/shield/state` | JSON [`crate::shield::wire::PublishedState`]: the shield state every node serves (fractions, destinations, moves in flight, hold-down timers, smoothed demand); its `mod_revision` is the **state revision** (`dig CH TXT` shows it) | the leader (compare-and-swap on the leader key's lease), when its view changes and at least every second |
+//! | `<prefix>/shield/load` | JSON [`crate::shield::wire::LoadRecord`]: the fleet's freshest load feed (pushed, from a load file or from Prometheus) and who received it; no lease | the node that received it |
+//! | `<prefix>/shield/nodes/<name>` | JSON [`crate::shield::wire::NodeReport`]: the node's demand (TTL-weighted answers per second by client region and destination), the state revision it serves, how, and its feed's age; on its lease | each node, every shield tick |
 //!
 //! Serials: a fleet write sets `serial = N` in the text (one above the newest in etcd), so every
 //! node serves, and `dig CH TXT serial.steerdns` shows, the same serial for the same version.
+//!
+//! The traffic shield's fleet mode lives in [`shield`] (the etcd side: one transaction per
+//! tick) and `crate::shield::live` (every check and decision); the leader alone runs the
+//! step, every node serves the published state, a node without etcd serves the last one it
+//! had and decays to normal answers after `[shield] revert_after_secs`.
 //!
 //! When etcd is unreachable a node keeps serving what it has (its local control file is the
 //! cache of the last version it accepted, so a restart serves it too), status and metrics say
@@ -34,6 +43,7 @@ pub mod health;
 pub mod node;
 pub mod origin;
 pub mod rollout;
+pub mod shield;
 pub mod store;
 
 use std::time::Duration;
@@ -96,6 +106,30 @@ impl Keys {
         format!("{}/rollout/coordinator", self.prefix)
     }
 
+    /// The shield leader's name (on its lease).
+    pub fn shield_leader(&self) -> String {
+        format!("{}/shield/leader", self.prefix)
+    }
+
+    /// The shield state the leader published (its `mod_revision` is the state revision).
+    pub fn shield_state(&self) -> String {
+        format!("{}/shield/state", self.prefix)
+    }
+
+    /// The fleet's freshest load feed.
+    pub fn shield_load(&self) -> String {
+        format!("{}/shield/load", self.prefix)
+    }
+
+    pub fn shield_nodes_dir(&self) -> String {
+        format!("{}/shield/nodes/", self.prefix)
+    }
+
+    /// One node's shield report (demand, revision served; on its lease).
+    pub fn shield_node(&self, name: &str) -> String {
+        format!("{}/shield/nodes/{name}", self.prefix)
+    }
+
     pub fn history_dir(&self) -> String {
         format!("{}/history/", self.prefix)
     }
@@ -139,6 +173,35 @@ pub async fn within<T, E: Into<FleetError>>(
             "{what}: no answer from etcd within {limit:?}"
         ))),
     }
+}
+
+/// Takes the leased key `key` for node `name` if nobody holds it, or if `name` holds it on the
+/// lease of an earlier connection (then it moves to `lease`). Whoever holds such a key leads
+/// until its lease expires (`lease_ttl_secs` after it stops keeping it).
+pub async fn claim(
+    config: &FleetConfig,
+    client: &mut etcd_client::Client,
+    key: &str,
+    name: &str,
+    lease: i64,
+) -> Result<bool, FleetError> {
+    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+    let put = || TxnOp::put(key, name, Some(PutOptions::new().with_lease(lease)));
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([put()]);
+    if within(config, "campaigning", client.txn(txn))
+        .await?
+        .succeeded()
+    {
+        return Ok(true);
+    }
+    let txn = Txn::new()
+        .when([Compare::value(key, CompareOp::Equal, name)])
+        .and_then([put()]);
+    Ok(within(config, "campaigning", client.txn(txn))
+        .await?
+        .succeeded())
 }
 
 /// This node's name: `[fleet] node` (or `--node`), else the NSID, else the host name.

@@ -436,6 +436,40 @@ pub async fn members(client: &mut Client, keys: &Keys) -> Result<Vec<Member>, Fl
     response.kvs().iter().map(json_of).collect()
 }
 
+/// The fleet shield as etcd holds it (for `fleet status`).
+#[derive(Debug, Clone, Default)]
+pub struct ShieldKeys {
+    /// Who holds the leader key.
+    pub leader: Option<String>,
+    /// The published state's revision.
+    pub revision: Option<i64>,
+    /// Every live node's report, by node name (unreadable ones left out).
+    pub reports: BTreeMap<String, crate::shield::wire::NodeReport>,
+}
+
+pub async fn shield(client: &mut Client, keys: &Keys) -> Result<ShieldKeys, FleetError> {
+    let leader = client.get(keys.shield_leader(), None).await?;
+    let state = client.get(keys.shield_state(), None).await?;
+    let options = GetOptions::new().with_prefix();
+    let reports = client.get(keys.shield_nodes_dir(), Some(options)).await?;
+    Ok(ShieldKeys {
+        leader: leader
+            .kvs()
+            .first()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+        revision: state.kvs().first().map(|kv| kv.mod_revision()),
+        reports: reports
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let report: crate::shield::wire::NodeReport =
+                    crate::shield::wire::decode(kv.value()).ok()?;
+                Some((report.node.clone(), report))
+            })
+            .collect(),
+    })
+}
+
 /// The last change's convergence, if recorded.
 pub async fn convergence(
     client: &mut Client,

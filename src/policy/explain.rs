@@ -32,6 +32,9 @@ pub fn explain_with_health(
     if let Some((region, choice)) = decision.trace.anycast {
         let _ = write!(out, "anycast; region {}", region_label(p, region));
         let _ = write!(out, "; {}", anycast_choice(p, choice));
+        if let Some(revision) = shed.revision() {
+            let _ = write!(out, "; shield state revision {revision}");
+        }
     }
     for step in decision.trace.steps.iter().flatten() {
         if !out.is_empty() {

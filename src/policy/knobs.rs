@@ -232,6 +232,9 @@ impl RegionShed {
 pub struct ShedView {
     regions: Vec<RegionShed>,
     any_active: bool,
+    /// Fleet mode: the revision of the leader's published state this view was built from
+    /// (shown in `CH TXT` traces); `None` when this node decided alone.
+    revision: Option<i64>,
 }
 
 impl ShedView {
@@ -255,5 +258,16 @@ impl ShedView {
     /// Whether any region is shed or hot (then anycast answers depend on client location).
     pub fn any_active(&self) -> bool {
         self.any_active
+    }
+
+    /// Marks the view as built from the fleet's published state `revision`.
+    pub fn with_revision(mut self, revision: i64) -> Self {
+        self.revision = Some(revision);
+        self
+    }
+
+    /// The published state revision the view was built from (fleet mode).
+    pub fn revision(&self) -> Option<i64> {
+        self.revision
     }
 }

@@ -12,16 +12,21 @@ use arc_swap::ArcSwap;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use super::link::FleetLink;
 use super::prometheus::Capacities;
 use super::source::{FeedSlot, FeedStats, LoadSource};
 use super::step::{
-    checked_step, shed_view, Demand, Inputs, Note, Reading, RingNode, Rings, ShieldSettings,
-    ShieldState,
+    checked_step, shed_view, Change, Demand, Inputs, Note, Reading, RingNode, Rings,
+    ShieldSettings, ShieldState,
 };
 use crate::metrics::cells::{current_slot, Cells};
 use crate::policy::ShieldMode;
 use crate::policy::{CompiledPolicies, Destination, RegionOverride, ShedView};
 use crate::rfc3339;
+
+mod fleet;
+
+pub use fleet::FleetShieldStatus;
 
 /// Changes kept for status.
 const RECENT_CHANGES: usize = 50;
@@ -202,6 +207,9 @@ pub struct ShieldStatus {
     /// Ticks run since the server started (tests and operators wait for "N more ticks").
     #[serde(default)]
     pub ticks: u64,
+    /// Fleet mode: who leads, which published state this node serves and how.
+    #[serde(default)]
+    pub fleet: Option<FleetShieldStatus>,
 }
 
 /// What one tick reads from the served state (the snapshot builds it; the shield does not
@@ -245,6 +253,9 @@ pub struct Shield {
     status: Mutex<ShieldStatus>,
     /// When the state was last repaired (for the alert's lifetime).
     repaired_at: Mutex<Option<SystemTime>>,
+    /// Fleet mode: the mailbox to the etcd task, and this side's bookkeeping.
+    pub fleet: FleetLink,
+    fleet_side: Mutex<fleet::Side>,
 }
 
 impl Default for Shield {
@@ -255,6 +266,8 @@ impl Default for Shield {
             state: Mutex::new(ShieldState::default()),
             status: Mutex::new(ShieldStatus::default()),
             repaired_at: Mutex::new(None),
+            fleet: FleetLink::default(),
+            fleet_side: Mutex::new(fleet::Side::default()),
         }
     }
 }
@@ -281,6 +294,7 @@ impl Shield {
         now: SystemTime,
         now_ms: u64,
     ) {
+        self.fleet.set_can_lead(served.steering.is_some());
         let Some((policies, demand)) = served.steering else {
             self.view.store(Arc::new(ShedView::default()));
             lock(&self.status).ticks += 1;
@@ -292,11 +306,28 @@ impl Shield {
             .iter()
             .map(|s| s.name.as_str())
             .collect();
+        let fleet_node = self.fleet.node().map(str::to_string);
+        let leading = self.fleet.inbox().leading;
         for source in sources.iter_mut() {
-            source.poll(&self.feed, &region_names, &site_names, now);
+            if fleet_node.is_none() || leading || !source.leader_only() {
+                source.poll(&self.feed, &region_names, &site_names, now);
+            }
         }
         let settings = served.settings;
         let rings = rings_of(policies);
+        if let Some(node) = fleet_node {
+            let tick = fleet::Tick {
+                node: &node,
+                policies,
+                rings: &rings,
+                settings,
+                mode: served.mode,
+                sources: sources.iter().map(|s| s.name()).collect(),
+                now,
+            };
+            self.fleet_tick(tick, demand.take());
+            return;
+        }
         let inputs = self.inputs(policies, served.mode, demand.take(), now);
         let (next, changes, repairs) = {
             let previous = lock(&self.state);
@@ -304,6 +335,23 @@ impl Shield {
         };
         self.view.store(Arc::new(shed_view(&next, settings)));
         let mut status = lock(&self.status);
+        self.log_outcome(&mut status, &changes, &repairs, &region_names, now);
+        status.sources = sources.iter().map(|s| s.name()).collect();
+        self.fill_status(&mut status, &next, &inputs, policies, settings, now);
+        *lock(&self.state) = next;
+        // Counted last: a reader that sees N ticks sees the state and status of the N-th.
+        status.ticks += 1;
+    }
+
+    /// Logs and records for status what one step changed and repaired.
+    fn log_outcome(
+        &self,
+        status: &mut ShieldStatus,
+        changes: &[Change],
+        repairs: &[String],
+        region_names: &[&str],
+        now: SystemTime,
+    ) {
         if !repairs.is_empty() {
             let what = repairs.join("; ");
             tracing::error!("shield: state repaired (non-finite numbers): {what}");
@@ -311,7 +359,7 @@ impl Shield {
             status.last_state_repair = Some(format!("{}: {what}", rfc3339::format_utc(now)));
             *lock(&self.repaired_at) = Some(now);
         }
-        for change in &changes {
+        for change in changes {
             let region = region_names
                 .get(change.region as usize)
                 .copied()
@@ -331,11 +379,6 @@ impl Shield {
             });
         }
         status.recent_changes.truncate(RECENT_CHANGES);
-        status.sources = sources.iter().map(|s| s.name()).collect();
-        self.fill_status(&mut status, &next, &inputs, policies, settings, now);
-        *lock(&self.state) = next;
-        // Counted last: a reader that sees N ticks sees the state and status of the N-th.
-        status.ticks += 1;
     }
 
     fn inputs(

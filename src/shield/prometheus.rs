@@ -274,6 +274,10 @@ impl LoadSource for PrometheusSource {
         format!("prometheus {}", self.config.url)
     }
 
+    fn leader_only(&self) -> bool {
+        true
+    }
+
     fn poll(&mut self, slot: &FeedSlot, regions: &[&str], sites: &[&str], now: SystemTime) {
         match self.results.try_recv() {
             Ok(outcome) => {

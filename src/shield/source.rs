@@ -30,6 +30,8 @@ pub enum FeedOrigin {
     Http,
     /// Any other source (a Prometheus query, a test), by name.
     Other(String),
+    /// Fleet mode: the fleet's freshest feed in etcd, as `<node> (<how it reached it>)`.
+    Fleet(String),
 }
 
 impl fmt::Display for FeedOrigin {
@@ -38,6 +40,7 @@ impl fmt::Display for FeedOrigin {
             FeedOrigin::File => f.write_str("file"),
             FeedOrigin::Http => f.write_str("http"),
             FeedOrigin::Other(name) => f.write_str(name),
+            FeedOrigin::Fleet(from) => write!(f, "etcd, from {from}"),
         }
     }
 }
@@ -71,6 +74,8 @@ pub struct FeedSlot {
 #[derive(Debug, Default)]
 struct SlotState {
     latest: Option<(LoadFeed, SystemTime, FeedOrigin)>,
+    /// Counts accepted feeds (fleet mode shares each new one).
+    generation: u64,
     stats: FeedStats,
 }
 
@@ -107,6 +112,7 @@ impl FeedSlot {
                 state.stats.accepted += 1;
                 state.stats.last_accepted_at = Some(rfc3339::format_utc(now));
                 state.latest = Some((feed, now, origin));
+                state.generation += 1;
                 Ok(())
             }
             Err(error) => {
@@ -135,6 +141,12 @@ impl FeedSlot {
         self.lock().latest.clone()
     }
 
+    /// [`FeedSlot::latest`] with a number that changes with every accepted feed.
+    pub fn latest_numbered(&self) -> (u64, Option<(LoadFeed, SystemTime, FeedOrigin)>) {
+        let state = self.lock();
+        (state.generation, state.latest.clone())
+    }
+
     pub fn stats(&self) -> FeedStats {
         self.lock().stats.clone()
     }
@@ -156,6 +168,11 @@ pub trait LoadSource: Send {
     fn name(&self) -> String;
     /// Called every shield tick: fetch what is new, if anything, and offer it to `slot`.
     fn poll(&mut self, slot: &FeedSlot, regions: &[&str], sites: &[&str], now: SystemTime);
+    /// In fleet mode, polled by the shield leader only (one node asks a shared monitoring
+    /// system, and shares what it got through etcd) rather than by every node.
+    fn leader_only(&self) -> bool {
+        false
+    }
 }
 
 /// A load file rewritten in place or replaced by a monitoring system.

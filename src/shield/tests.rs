@@ -832,3 +832,55 @@ fn a_shed_taken_back_early_does_not_hide_a_returning_overload() {
         west.predicted_utilisation
     );
 }
+
+/// Every state the step makes on the way up and back down (moves back carry negative
+/// amounts, shares are float sums) passes fleet mode's checks and reads back unchanged: a
+/// leader never publishes a state its followers would refuse.
+#[test]
+fn every_state_of_a_surge_and_its_relief_survives_the_fleet_wire() {
+    let rings = rings();
+    let settings = ShieldSettings {
+        steady_ttl: 60,
+        hold_down_ms: 0,
+        ..settings()
+    };
+    let mut state = ShieldState::default();
+    let mut now_ms = 1_700_000_000_000u64;
+    let mut shed_then_relieved = (false, false);
+    for t in 0..240 {
+        let eu_west = if t < 120 { 990.0 } else { 300.0 };
+        let mut inputs = inputs(
+            &[
+                (eu_west, 1000.0),
+                (200.0, 600.0),
+                (400.0, 1000.0),
+                (300.0, 800.0),
+            ],
+            &[(100.0, 2000.0), (500.0, 2000.0)],
+        );
+        inputs.demand = vec![
+            Demand {
+                kept: 10.0,
+                sent: BTreeMap::from([(Destination::Region(EU_NORTH as u16), 2.5)]),
+            };
+            4
+        ];
+        let (next, _) = step(&state, &inputs, &rings, &settings, now_ms);
+        state = next;
+        now_ms += 1000;
+        let wire = super::wire::encode_state(&state, &rings);
+        let bytes = serde_json::to_vec(&wire).unwrap_or_default();
+        let read: super::wire::WireState =
+            super::wire::decode(&bytes).unwrap_or_else(|e| panic!("tick {t}: {e}"));
+        let back = super::wire::decode_state(&read, &rings, now_ms)
+            .unwrap_or_else(|e| panic!("tick {t}: {e}\n{state:#?}"));
+        assert_eq!(back, state, "tick {t}");
+        shed_then_relieved.0 |= state.regions[EU_WEST].fraction > 0.0;
+        shed_then_relieved.1 |= shed_then_relieved.0 && state.moves.iter().any(|m| m.amount < 0.0);
+    }
+    assert_eq!(
+        shed_then_relieved,
+        (true, true),
+        "the run sheds and moves back"
+    );
+}

@@ -647,6 +647,29 @@ pub fn eu_west_subnets(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// A `CH TXT` decision-trace query for `name` as asked from `subnet`.
+pub fn trace_query(name: &str, subnet: &str) -> Message {
+    let mut message = ecs_query(name, RecordType::TXT, subnet);
+    message.queries[0].set_query_class(DNSClass::CH);
+    message
+}
+
+pub fn trace_text(response: &Message) -> String {
+    response
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::TXT(txt) => Some(
+                txt.txt_data
+                    .iter()
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect::<String>(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn first_cname(response: &Message) -> Option<String> {
     response.answers.iter().find_map(|r| match &r.data {
         RData::CNAME(c) => Some(c.0.to_ascii()),

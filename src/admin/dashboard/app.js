@@ -207,6 +207,20 @@
     );
   }
 
+  // Fleet mode: who leads, which published state this node serves, the age of its inputs.
+  function fleetShieldRows(fleet) {
+    if (!fleet) return [];
+    const secs = (a) => (typeof a === "number" ? `${a.toFixed(1)} s` : "-");
+    return [
+      ["Fleet shield leader", fleet.leader || "none"],
+      ["This node", `${fleet.node}: ${fleet.role}`],
+      ["State revision served", fleet.revision == null ? "none" : `${fleet.revision} by ${fleet.published_by || "?"} (${secs(fleet.state_age_secs)} old)`],
+      ["etcd contact", `${secs(fleet.contact_age_secs)} ago${fleet.link_error ? " \u2014 " + fleet.link_error : ""}`],
+      ["Demand from", fleet.demand_from && fleet.demand_from.length ? fleet.demand_from.join(", ") : null],
+      ["Refused from etcd", fleet.refused ? `${fleet.refused} (last: ${fleet.last_refusal})` : null],
+    ];
+  }
+
   function renderShield(status) {
     const shield = status.shield || {};
     const age = typeof shield.feed_age_secs === "number" ? `${shield.feed_age_secs.toFixed(1)} s ago` : "no feed yet";
@@ -217,7 +231,7 @@
       ["Feeds", `${shield.feeds_accepted || 0} accepted, ${shield.feeds_refused || 0} refused`],
       ["Last refused feed", shield.last_feed_refusal || null],
       ["Watermarks", `high ${pct(shield.high_watermark)}, low ${pct(shield.low_watermark)}`],
-    ]);
+    ].concat(fleetShieldRows(shield.fleet)));
     serverAlerts = (Array.isArray(shield.alerts) ? shield.alerts : []).concat(
       (status.warnings || []).map((w) => "warning: " + w),
       status.geo && status.geo !== "ok" ? ["geo: " + status.geo] : []
