@@ -19,19 +19,34 @@
 #     is right (and, for xdp, that the answers came from the XDP queues), then runs each workload
 #     with dnsperf in the client namespace pinned to CPU $CLIENT_CPU: -l DUR -c CLIENTS
 #     -q OUTSTANDING, no rate limit.
-#  4. CPU counted for the server, per run:
-#       server  utime+stime of the steerdns process (all threads, /proc/PID/stat)
-#       softirq the softirq time of every CPU (/proc/stat) plus the CPU time of the ksoftirqd
-#               threads: the socket path does its UDP/IP receive work there, the XDP path runs
-#               its program and copies frames into the UMEM there. Both CPUs are counted because
-#               veth runs the receive side on the CPU that sent; this also charges the client's
-#               receive softirq to the server, the same way on both paths (conservative).
-#     q/cpu-s = completed queries / (server + softirq). The table gives the median over rounds.
+#  4. CPU counted for the server, per run (tick-based accounting, HZ from getconf; the kernel has
+#     no IRQ_TIME_ACCOUNTING, so a tick that lands in softirq is charged both to /proc/stat's
+#     softirq column and to the task it interrupted -- each tick is counted once here):
+#       server  utime+stime of the steerdns process (all threads, /proc/PID/stat). It includes
+#               the softirq work done inside its own send calls: veth hands our reply to the
+#               client's namespace there, so the *client's* receive of the answer (IP, UDP,
+#               socket queue) is charged to the server, the same way on both paths.
+#       rx      softirq ticks of every CPU but the server's (/proc/stat) plus ksoftirqd on the
+#               server's CPU: dnsperf's send runs the server side's receive on its own CPU
+#               (socket path: IP/UDP receive; XDP path: the XDP program and the copy into the
+#               UMEM), in softirq.
+#     q/cpu-s = completed queries / (server + rx), the "conservative" figure. The table also
+#     gives it without the client's receive of the answers (server - softirq ticks of the
+#     server's CPU, which land inside steerdns's sends), the "server only" figure.
+#     Medians over rounds.
+#  5. CPU_MAX=F (e.g. 0.5) runs steerdns in a cgroup (v1 cpu controller, 10 ms period) limited
+#     to F of one CPU, so both paths are saturated at the same fixed budget and compared by
+#     what they complete in it -- "queries per CPU-second" with the server behind on both
+#     paths, as in a flood. Without it the server keeps up and each wake-up carries 1-3 queries.
+#  6. PROFILE=1 samples both CPUs with `perf record -a -g` (cpu-clock) during each run and writes
+#     the hottest symbols per mode and workload to $OUT/profile.MODE.WORKLOAD.txt, and the XDP
+#     queue counters (replies per TX kick) to $OUT/xdp-status.WORKLOAD.txt. perf costs CPU
+#     itself: figures from a profiled run are for the profile, not for the table.
 # Every process started here is killed and both namespaces deleted on exit or Ctrl-C. No packet
 # leaves the two namespaces.
 #
 # Knobs: DUR=10 ROUNDS=3 CLIENTS=4 OUTSTANDING=200 TIMEOUT=1 SERVER_CPU=0 CLIENT_CPU=1
-#   WORKLOADS="static geo_eu geo_none weighted" OUT=dir BIN=path
+#   CPU_MAX= (unset: no limit) PROFILE= ATTACH=auto|native|generic WORKLOADS="static geo_eu geo_none weighted" OUT=dir BIN=path
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,6 +59,9 @@ TIMEOUT=${TIMEOUT:-1}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 WORKLOADS=${WORKLOADS:-"static geo_eu geo_none weighted"}
+CPU_MAX=${CPU_MAX:-}
+PROFILE=${PROFILE:-}
+ATTACH=${ATTACH:-auto}
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 OUT=${OUT:-$TARGET_DIR/bench-xdp/$(date -u +%Y%m%dT%H%M%SZ)}
 SERVER_IP=198.18.1.1
@@ -79,14 +97,35 @@ mkdir -p "$OUT"
 WORK=$(mktemp -d)
 
 SERVER_PID=""
+CGROUP=""
 cleanup() {
     stop_server
+    [ -n "$CGROUP" ] && rmdir "$CGROUP" 2> /dev/null
     ip netns del "$NS_S" 2> /dev/null
     ip netns del "$NS_C" 2> /dev/null
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+if [ -n "$CPU_MAX" ]; then
+    # cgroup v1 (this machine) or v2: a group of its own, removed on exit.
+    if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+        CGROUP=/sys/fs/cgroup/cpu/steerdns-bench-$TAG
+        mkdir "$CGROUP" || die "cannot make $CGROUP"
+        echo 10000 > "$CGROUP/cpu.cfs_period_us"
+        awk -v f="$CPU_MAX" 'BEGIN { printf "%d\n", f * 10000 }' > "$CGROUP/cpu.cfs_quota_us" ||
+            die "cannot set the quota"
+    elif [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+        CGROUP=/sys/fs/cgroup/steerdns-bench-$TAG
+        mkdir "$CGROUP" || die "cannot make $CGROUP"
+        awk -v f="$CPU_MAX" 'BEGIN { printf "%d 10000\n", f * 10000 }' > "$CGROUP/cpu.max" ||
+            die "cannot set cpu.max"
+    else
+        die "CPU_MAX needs the cpu cgroup controller"
+    fi
+    log "steerdns limited to $CPU_MAX of a CPU ($CGROUP)"
+fi
 
 # ------------------------------------------------------------------ 2. namespaces and configs
 ip netns add "$NS_S" || die "cannot make a network namespace"
@@ -115,7 +154,8 @@ render_config() { # mode -> dir
     sed -e "s|@NOW@|$(date -u +%Y-%m-%dT%H:%M:%SZ)|" -e "s|@EU_WEST_LOAD@|100|" \
         "$CONF/steerdns/load.json.in" > "$d/load.json"
     if [ "$mode" = xdp ]; then
-        printf '\n[server.xdp]\ninterface = "%s"\nports = [53]\n' "$IF_S" >> "$d/steerdns.toml"
+        printf '\n[server.xdp]\ninterface = "%s"\nports = [53]\nattach = "%s"\n' "$IF_S" "$ATTACH" \
+            >> "$d/steerdns.toml"
     fi
 }
 render_config socket
@@ -133,6 +173,8 @@ start_server() { # mode
     ip netns exec "$NS_S" taskset -c "$SERVER_CPU" "$BIN" serve --config "$WORK/$mode/steerdns.toml" \
         > "$OUT/server.$mode.log" 2>&1 &
     SERVER_PID=$!
+    # Threads started later inherit the group.
+    [ -n "$CGROUP" ] && echo "$SERVER_PID" > "$CGROUP/cgroup.procs"
     for i in $(seq 1 100); do
         if grep -qx ready "$OUT/server.$mode.log" && [ -n "$(ask steer.example SOA)" ]; then
             [ "$(cat "/proc/$SERVER_PID/comm" 2> /dev/null)" = steerdns ] ||
@@ -197,36 +239,62 @@ workload_args() {
 }
 
 proc_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2> /dev/null || echo 0; }
-softirq_ticks() { # /proc/stat softirq of all CPUs + ksoftirqd threads' utime+stime
+cpu_softirq() { # cpu-number -> its softirq ticks (/proc/stat)
+    awk -v c="cpu$1" '$1 == c { print $8 }' /proc/stat
+}
+rx_ticks() { # softirq of every CPU but the server's + ksoftirqd on the server's CPU
     local total pid
-    total=$(awk '$1 == "cpu" { print $8 }' /proc/stat)
-    for pid in $(pgrep -x 'ksoftirqd/[0-9]+'); do total=$((total + $(proc_ticks "$pid"))); done
+    total=$(awk -v c="cpu$SERVER_CPU" '$1 ~ /^cpu[0-9]+$/ && $1 != c { s += $8 } END { print s + 0 }' /proc/stat)
+    pid=$(pgrep -x "ksoftirqd/$SERVER_CPU")
+    [ -n "$pid" ] && total=$((total + $(proc_ticks "$pid")))
     echo "$total"
 }
 
 HZ=$(getconf CLK_TCK)
 ROWS=$OUT/rows.tsv
-printf 'round\tmode\tworkload\tqps\tcompleted\tlost\tserver_cpu_s\tsoftirq_s\tq_per_cpu_s\n' > "$ROWS"
+printf 'round\tmode\tworkload\tqps\tcompleted\tlost\tserver_cpu_s\trx_softirq_s\tclient_rx_s\tq_per_cpu_s\tq_per_server_cpu_s\n' > "$ROWS"
 
 measure() { # round mode workload
-    local r=$1 mode=$2 w=$3 args o s0 s1 q0 q1 completed lost qps server softirq
+    local r=$1 mode=$2 w=$3 args o s0 s1 x0 x1 c0 c1 completed lost qps
     read -r -a args <<< "$(workload_args "$w")"
     o=$OUT/dnsperf.$mode.$w.r$r.txt
     s0=$(proc_ticks "$SERVER_PID")
-    q0=$(softirq_ticks)
+    x0=$(rx_ticks)
+    c0=$(cpu_softirq "$SERVER_CPU")
+    local perf_pid=""
+    if [ -n "$PROFILE" ]; then
+        perf record -a -g -e cpu-clock -F 499 -o "$OUT/perf.$mode.$w.data" -- sleep "$DUR" \
+            > /dev/null 2>&1 &
+        perf_pid=$!
+    fi
     in_client taskset -c "$CLIENT_CPU" dnsperf -s "$SERVER_IP" -p 53 -d "${args[0]}" "${args[@]:1}" \
         -l "$DUR" -c "$CLIENTS" -q "$OUTSTANDING" -T 1 -t "$TIMEOUT" > "$o" 2>&1
+    if [ -n "$perf_pid" ]; then
+        wait "$perf_pid"
+        # The server's threads, the client (whose sends run the server side's receive in
+        # softirq) and the softirq threads; other processes on the machine are left out.
+        perf report -i "$OUT/perf.$mode.$w.data" --no-children --sort comm,sym --stdio -g none \
+            --percent-limit 0.2 2> /dev/null | grep -v '^#' | grep -v '^$' |
+            grep -E ' (xdp-[0-9]+|udp-[0-9]+|steerdns|dnsperf|ksoftirqd/[0-9]+|swapper) ' \
+            > "$OUT/profile.$mode.$w.txt"
+        [ "$mode" = xdp ] && in_server "$BIN" status --admin "$ADMIN" 2> /dev/null |
+            grep -A3 '^xdp' > "$OUT/xdp-status.$w.r$r.txt"
+    fi
     s1=$(proc_ticks "$SERVER_PID")
-    q1=$(softirq_ticks)
+    x1=$(rx_ticks)
+    c1=$(cpu_softirq "$SERVER_CPU")
     completed=$(awk '/Queries completed:/ { print $3 }' "$o")
     lost=$(awk '/Queries lost:/ { print $3 }' "$o")
     qps=$(awk '/Queries per second:/ { printf "%d", $4 }' "$o")
-    server=$(awk -v t=$((s1 - s0)) -v hz="$HZ" 'BEGIN { printf "%.2f", t / hz }')
-    softirq=$(awk -v t=$((q1 - q0)) -v hz="$HZ" 'BEGIN { printf "%.2f", t / hz }')
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$mode" "$w" "${qps:-0}" "${completed:-0}" "${lost:-0}" \
-        "$server" "$softirq" "$(awk -v c="${completed:-0}" -v a="$server" -v b="$softirq" \
-            'BEGIN { t = a + b; printf "%d", (t > 0) ? c / t : 0 }')" >> "$ROWS"
-    log "  $mode $w: $(tail -1 "$ROWS" | cut -f4-9 | tr '\t' ' ')"
+    awk -v r="$r" -v m="$mode" -v w="$w" -v qps="${qps:-0}" -v c="${completed:-0}" -v l="${lost:-0}" \
+        -v s=$((s1 - s0)) -v x=$((x1 - x0)) -v k=$((c1 - c0)) -v hz="$HZ" 'BEGIN {
+            server = s / hz; rx = x / hz; client = k / hz
+            if (client > server) client = server
+            all = server + rx; own = server - client + rx
+            printf "%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%d\t%d\n", r, m, w, qps, c, l,
+                server, rx, client, (all > 0) ? c / all : 0, (own > 0) ? c / own : 0
+        }' >> "$ROWS"
+    log "  $mode $w: $(tail -1 "$ROWS" | cut -f4-11 | tr '\t' ' ')"
 }
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -248,11 +316,13 @@ rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 def med(mode, w, key):
     v = [float(r[key]) for r in rows if r["mode"] == mode and r["workload"] == w]
     return statistics.median(v) if v else 0.0
-print(f"{'workload':10} {'socket qps':>10} {'xdp qps':>9} {'socket q/cpu-s':>14} {'xdp q/cpu-s':>12} {'ratio':>6} {'lost s/x':>9}")
+print(f"{'workload':10} {'socket qps':>10} {'xdp qps':>9} {'socket q/cpu-s':>14} {'xdp q/cpu-s':>12} {'ratio':>6}"
+      f" {'server-only ratio':>17} {'lost s/x':>9}")
 for w in sys.argv[2].split():
     s, x = med("socket", w, "q_per_cpu_s"), med("xdp", w, "q_per_cpu_s")
+    so, xo = med("socket", w, "q_per_server_cpu_s"), med("xdp", w, "q_per_server_cpu_s")
     lost = f"{int(med('socket', w, 'lost'))}/{int(med('xdp', w, 'lost'))}"
     print(f"{w:10} {med('socket', w, 'qps'):10.0f} {med('xdp', w, 'qps'):9.0f} {s:14.0f} {x:12.0f} "
-          f"{(x / s if s else 0):6.2f} {lost:>9}")
+          f"{(x / s if s else 0):6.2f} {(xo / so if so else 0):17.2f} {lost:>9}")
 EOF
 log "rows: $ROWS"

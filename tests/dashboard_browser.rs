@@ -464,6 +464,68 @@ fn chromium_shows_eu_west_shedding_to_its_destinations() {
 }
 
 #[test]
+fn chromium_shows_the_encrypted_transports_and_an_expiring_certificate() {
+    let setup = Setup::new("dashboard-encrypted");
+    // 20 days: inside the 30-day expiry warning.
+    let (cert, key) = control_common::self_signed_cert(setup.dir.path(), "server", 20);
+    setup.extend_config(&format!(
+        "[server.tls]\ncert = {:?}\nkey = {:?}\ndot = [\"127.0.0.1:0\"]\ndoh = [\"127.0.0.1:0\"]\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    ));
+    let daemon = setup.start();
+    let dot = daemon.listener("dot");
+    let doh = daemon.listener("doh");
+    for _ in 0..2 {
+        let (ok, out) = control_common::kdig(dot, &["+tls", "example.com", "SOA"]);
+        assert!(ok, "kdig +tls: {out}");
+    }
+
+    let run = chromium(&[
+        "--virtual-time-budget=5000".into(),
+        "--dump-dom".into(),
+        format!("http://{}/", daemon.admin),
+    ]);
+    let dom = &run.stdout;
+    assert_eq!(
+        attribute(element(dom, "data-connection=", ">"), "data-connection"),
+        Some("ok"),
+        "the page did not read /v1/status; chromium stderr:\n{}",
+        run.stderr
+    );
+    // Transport, listener, queries, connections, turned away.
+    let tls = text_of(element(dom, "data-transport=\"tls\"", "</tr>"));
+    assert_eq!(
+        tls,
+        format!("tls {dot} 2 0 open, 2 accepted none"),
+        "DoT row"
+    );
+    let https = text_of(element(dom, "data-transport=\"https\"", "</tr>"));
+    assert_eq!(
+        https,
+        format!("https {doh} 0 0 open, 0 accepted none"),
+        "DoH row"
+    );
+    let quic = text_of(element(dom, "data-transport=\"quic\"", "</tr>"));
+    assert!(quic.contains("not listening"), "DoQ row: {quic}");
+    let certificate = element(dom, "class=\"certificate\"", "</p>");
+    let days: i64 = attribute(certificate, "data-days-left")
+        .and_then(|d| d.parse().ok())
+        .expect("data-days-left is a number");
+    assert!((19..=20).contains(&days), "{}", text_of(certificate));
+    assert!(
+        text_of(certificate).contains("the certificate expires in"),
+        "the expiry warning is not shown: {}",
+        text_of(certificate)
+    );
+    let alerts = text_of(element(dom, "id=\"alerts\"", "</ul>"));
+    assert!(
+        alerts.contains("server.pem: the certificate expires in"),
+        "the expiry is not among the alerts: {alerts}"
+    );
+}
+
+#[test]
 fn chromium_shows_shared_probing_and_the_fail_static_view() {
     let backend = Backend::start();
     let mut etcd = Etcd::start();

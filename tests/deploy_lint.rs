@@ -471,6 +471,60 @@ fn configmap_data_passes_steerdns_check() {
     assert!(zone_files >= 1, "steerdns-zones has zone files");
 }
 
+/// The `[server.tls]` example, appended to the host example as deploy/README.md says, passes
+/// `steerdns check` with a real certificate where it names one, and listens on the service
+/// addresses of `listen` only (a reply must leave from the address the query came to).
+#[test]
+fn the_tls_example_passes_steerdns_check_on_the_service_addresses() {
+    let host = scratch("etc-tls");
+    fs::create_dir_all(host.join("state")).expect("mkdir");
+    fs::create_dir_all(host.join("tls")).expect("mkdir");
+    let snippet = read(&deploy("etc/steerdns/steerdns-tls.toml"));
+    let host_text = format!("{}\n{snippet}", read(&deploy("etc/steerdns/steerdns.toml")))
+        .replace("/var/lib/steerdns", &format!("{}/state", host.display()));
+    fs::write(host.join("steerdns.toml"), &host_text).expect("write");
+    copy_dir(&repo_path("zones"), &host.join("zones"));
+    fs::copy(
+        deploy("etc/steerdns/control.toml.initial"),
+        host.join("state/control.toml"),
+    )
+    .expect("copy control");
+    let (_, key) = common::self_signed_cert(&host.join("tls"), "fullchain", 90);
+    fs::rename(key, host.join("tls/privkey.pem")).expect("rename key");
+    steerdns_check(&host.join("steerdns.toml"));
+
+    let config: toml::Table = host_text.parse().expect("the combined example is TOML");
+    let server = config["server"].as_table().expect("[server]");
+    let ip_of = |addr: &toml::Value| {
+        addr.as_str()
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .map(|a| a.ip())
+            .expect("a socket address")
+    };
+    let service: BTreeSet<_> = server["listen"]
+        .as_array()
+        .expect("listen")
+        .iter()
+        .map(ip_of)
+        .collect();
+    let tls = server["tls"].as_table().expect("[server.tls]");
+    for (transport, port) in [("dot", 853), ("doq", 853), ("doh", 443)] {
+        let addrs = tls[transport].as_array().expect("a list of addresses");
+        assert!(!addrs.is_empty(), "{transport}: no address in the example");
+        for addr in addrs {
+            assert!(
+                service.contains(&ip_of(addr)),
+                "{transport} {addr} is not one of the service addresses {service:?}"
+            );
+            assert!(
+                addr.as_str()
+                    .is_some_and(|a| a.ends_with(&format!(":{port}"))),
+                "{transport} {addr}: expected port {port}"
+            );
+        }
+    }
+}
+
 /// The host example (/etc/steerdns) and the container image's config load cleanly too.
 #[test]
 fn example_configs_pass_steerdns_check() {

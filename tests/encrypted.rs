@@ -251,12 +251,24 @@ fn hostile_tls_clients_do_not_disturb_udp_or_other_clients() {
         over_tls.contains(must_hold),
         "DoT beside the slowloris:\n{over_tls}"
     );
-    // The stalled handshakes are cut at the handshake timeout.
+    // DoH takes the same slowloris: two stalled handshakes from another client.
+    for _ in 0..2 {
+        let mut s = connect_from("127.0.0.5", doh);
+        let _ = s.write_all(&[0x16, 0x03, 0x01, 0x02]);
+        stalled.push(s);
+    }
+    // The stalled handshakes are cut at the handshake timeout, on both TLS listeners.
     wait_for_metric(
         &daemon,
         events,
         &[("transport", "tls"), ("event", "handshake_timeout")],
         4.0,
+    );
+    wait_for_metric(
+        &daemon,
+        events,
+        &[("transport", "https"), ("event", "handshake_timeout")],
+        2.0,
     );
     udp_answers(&daemon, 20);
     drop(stalled);
@@ -390,4 +402,250 @@ fn a_reload_swaps_the_certificate_and_a_bad_one_is_refused() {
         ok && out.contains(must_hold),
         "still served after the refusal:\n{out}"
     );
+}
+
+/// Clients of our own for the limits kdig cannot show (what a connection gets before it is
+/// closed, and when): DoT on tokio-rustls, DoH on h2, DoQ on quinn -- the crates the server
+/// uses, trusting the test's self-signed certificate for "ns1.example.net".
+mod clients {
+    use std::net::SocketAddr;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use hickory_proto::op::Message;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+
+    pub type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+
+    fn tls_config(cert: &Path, alpn: &[u8]) -> rustls::ClientConfig {
+        let mut roots = rustls::RootCertStore::empty();
+        let der = CertificateDer::from_pem_file(cert).expect("the test's certificate");
+        roots.add(der).expect("a usable root");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![alpn.to_vec()];
+        config
+    }
+
+    fn name() -> ServerName<'static> {
+        ServerName::try_from("ns1.example.net").expect("a DNS name")
+    }
+
+    pub fn query_bytes(id: u16) -> Vec<u8> {
+        let mut query = super::plain_query("example.com.", super::RecordType::SOA);
+        query.metadata.id = id;
+        query.to_vec().expect("encode")
+    }
+
+    pub fn is_soa_answer(bytes: &[u8]) -> bool {
+        Message::from_vec(bytes).is_ok_and(|m| m.answers.len() == 1)
+    }
+
+    pub async fn dot(cert: &Path, server: SocketAddr) -> Tls {
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(cert, b"dot")));
+        let tcp = TcpStream::connect(server).await.expect("connect");
+        connector.connect(name(), tcp).await.expect("DoT handshake")
+    }
+
+    /// Sends `count` framed queries at once (pipelined).
+    pub async fn dot_send(tls: &mut Tls, count: u16) {
+        let mut frames = Vec::new();
+        for id in 0..count {
+            let query = query_bytes(id);
+            frames.extend_from_slice(&(query.len() as u16).to_be_bytes());
+            frames.extend_from_slice(&query);
+        }
+        tls.write_all(&frames).await.expect("send queries");
+        tls.flush().await.expect("flush");
+    }
+
+    /// Reads framed answers until the server closes; returns how many were SOA answers.
+    pub async fn dot_answers_until_closed(tls: &mut Tls) -> usize {
+        let mut answered = 0;
+        loop {
+            let mut len = [0u8; 2];
+            if tls.read_exact(&mut len).await.is_err() {
+                return answered;
+            }
+            let mut answer = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            if tls.read_exact(&mut answer).await.is_err() {
+                return answered;
+            }
+            answered += usize::from(is_soa_answer(&answer));
+        }
+    }
+
+    pub type H2 = h2::client::SendRequest<Bytes>;
+
+    /// A DoH connection; the connection's driver runs in the returned task, which ends when
+    /// the server closes the connection.
+    pub async fn doh(cert: &Path, server: SocketAddr) -> (H2, tokio::task::JoinHandle<()>) {
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(cert, b"h2")));
+        let tcp = TcpStream::connect(server).await.expect("connect");
+        let tls = connector.connect(name(), tcp).await.expect("DoH handshake");
+        let (send, connection) = h2::client::handshake(tls).await.expect("HTTP/2");
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        (send, driver)
+    }
+
+    /// One POST; `Some(answer)` on a 200 with a DNS message, `None` when the connection no
+    /// longer takes requests.
+    pub async fn doh_post(send: &mut H2, id: u16) -> Option<Vec<u8>> {
+        let mut ready = send.clone().ready().await.ok()?;
+        let request = http::Request::post("https://ns1.example.net/dns-query")
+            .header("content-type", "application/dns-message")
+            .body(())
+            .expect("request");
+        let (response, mut body) = ready.send_request(request, false).ok()?;
+        body.send_data(Bytes::from(query_bytes(id)), true).ok()?;
+        let response = response.await.ok()?;
+        assert_eq!(response.status(), 200, "DoH status");
+        let mut stream = response.into_body();
+        let mut answer = Vec::new();
+        while let Some(chunk) = stream.data().await {
+            let chunk = chunk.ok()?;
+            let _ = stream.flow_control().release_capacity(chunk.len());
+            answer.extend_from_slice(&chunk);
+        }
+        Some(answer)
+    }
+
+    pub async fn doq(cert: &Path, server: SocketAddr) -> quinn::Connection {
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls_config(cert, b"doq"))
+            .expect("QUIC client config");
+        let mut endpoint =
+            quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("endpoint");
+        endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+        endpoint
+            .connect(server, "ns1.example.net")
+            .expect("connect")
+            .await
+            .expect("DoQ handshake")
+    }
+
+    /// One query on a stream of its own; `None` when the connection no longer answers.
+    pub async fn doq_query(connection: &quinn::Connection) -> Option<Vec<u8>> {
+        let (mut send, mut recv) = connection.open_bi().await.ok()?;
+        let query = query_bytes(0); // RFC 9250: ID 0
+        send.write_all(&(query.len() as u16).to_be_bytes())
+            .await
+            .ok()?;
+        send.write_all(&query).await.ok()?;
+        send.finish().ok()?;
+        let mut len = [0u8; 2];
+        recv.read_exact(&mut len).await.ok()?;
+        let mut answer = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        recv.read_exact(&mut answer).await.ok()?;
+        Some(answer)
+    }
+}
+
+/// How long any one wait of the limits test may take before it fails.
+const LIMIT_WAIT: Duration = Duration::from_secs(15);
+
+async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT_WAIT, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing within {LIMIT_WAIT:?}"))
+}
+
+#[test]
+fn each_transport_closes_after_its_queries_per_connection_and_when_idle() {
+    let setup = setup(
+        "encrypted-limits",
+        "idle_timeout_secs = 1\nmax_queries_per_connection = 3\n",
+    );
+    let cert = setup.dir.path().join("server.pem");
+    let daemon = setup.start();
+    let (dot, doh, doq) = (
+        daemon.listener("dot"),
+        daemon.listener("doh"),
+        daemon.listener("doq"),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        // DoT: five pipelined queries get three answers, then the server closes.
+        let mut tls = clients::dot(&cert, dot).await;
+        clients::dot_send(&mut tls, 5).await;
+        let answered = bounded("DoT answers", clients::dot_answers_until_closed(&mut tls)).await;
+        assert_eq!(answered, 3, "DoT answers before the close");
+
+        // DoH: three POSTs answered, the fourth refused (GOAWAY), then the connection ends.
+        let (mut h2, driver) = clients::doh(&cert, doh).await;
+        for id in 0..3 {
+            let answer = bounded("DoH answer", clients::doh_post(&mut h2, id)).await;
+            assert!(
+                answer.as_deref().is_some_and(clients::is_soa_answer),
+                "DoH query {id}: {answer:?}"
+            );
+        }
+        let fourth = bounded("DoH 4th", clients::doh_post(&mut h2, 3)).await;
+        assert!(fourth.is_none(), "a 4th DoH request was answered");
+        drop(h2);
+        bounded("DoH connection end", driver).await.expect("driver");
+
+        // DoQ: three streams answered, then the connection is closed.
+        let quic = clients::doq(&cert, doq).await;
+        for i in 0..3 {
+            let answer = bounded("DoQ answer", clients::doq_query(&quic)).await;
+            assert!(
+                answer.as_deref().is_some_and(clients::is_soa_answer),
+                "DoQ query {i}: {answer:?}"
+            );
+        }
+        bounded("DoQ close", quic.closed()).await;
+        assert!(
+            clients::doq_query(&quic).await.is_none(),
+            "a 4th DoQ query was answered"
+        );
+
+        // Idle: a connection that sends nothing is closed after idle_timeout_secs (1 s), on
+        // every transport -- not at once, and not never.
+        let not_before = Duration::from_millis(900);
+        let started = std::time::Instant::now();
+        let mut tls = clients::dot(&cert, dot).await;
+        let answered = bounded(
+            "DoT idle close",
+            clients::dot_answers_until_closed(&mut tls),
+        )
+        .await;
+        assert_eq!(answered, 0);
+        assert!(
+            started.elapsed() >= not_before,
+            "DoT: {:?}",
+            started.elapsed()
+        );
+        let started = std::time::Instant::now();
+        let (h2, driver) = clients::doh(&cert, doh).await;
+        bounded("DoH idle close", driver).await.expect("driver");
+        drop(h2);
+        assert!(
+            started.elapsed() >= not_before,
+            "DoH: {:?}",
+            started.elapsed()
+        );
+        let started = std::time::Instant::now();
+        let quic = clients::doq(&cert, doq).await;
+        bounded("DoQ idle close", quic.closed()).await;
+        assert!(
+            started.elapsed() >= not_before,
+            "DoQ: {:?}",
+            started.elapsed()
+        );
+    });
+    udp_answers(&daemon, 5);
 }

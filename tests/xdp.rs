@@ -349,6 +349,16 @@ fn udp_queries_are_answered_from_the_xdp_path_over_v4_and_v6() {
     let status = server.status();
     assert_eq!(status["xdp"]["ports"], serde_json::json!([53]));
     assert!(status["xdp"]["error"].is_null(), "{status}");
+    // One query at a time: every reply goes out in a kick of its own (a kick is deferred only
+    // while more queries wait), and no kick is made with nothing to send.
+    let kicks: u64 = status["xdp"]["queues"]
+        .as_array()
+        .map(|queues| queues.iter().filter_map(|q| q["tx_kicks"].as_u64()).sum())
+        .unwrap_or(0);
+    assert!(
+        (udp_queries..=tx).contains(&kicks),
+        "TX kicks {kicks} for {udp_queries} sequential queries and {tx} replies"
+    );
 }
 
 #[test]

@@ -600,6 +600,20 @@ impl Scrape {
             "How long the last taste took, from starting the child to its verdict.",
             taster.last_ms / 1000.0,
         )?;
+        if let Some(bundle) = &st.bundle {
+            gauge(
+                encoder,
+                "steerdns_bundle_pending",
+                "1 while this node's live config/zone/GeoIP files (a tasted bundle) wait for the fleet's rollout to release them; the bundle served stays.",
+                bool_value(bundle.pending.is_some()),
+            )?;
+            gauge(
+                encoder,
+                "steerdns_bundle_refused",
+                "1 while the newest config/zone/GeoIP bundle of this node is refused (its taster crashed, or it did not load).",
+                bool_value(bundle.refused.is_some()),
+            )?;
+        }
         let endpoint =
             |(p, e): (&String, &String)| vec![("profile", p.clone()), ("endpoint", e.clone())];
         gauges(
@@ -786,7 +800,7 @@ impl Scrape {
             bool_value(xdp.attach.is_some()),
         )?;
         type Field = fn(&crate::metrics::xdp::QueueView) -> u64;
-        let families: [(&str, &str, Field); 7] = [
+        let families: [(&str, &str, Field); 8] = [
             (
                 "steerdns_xdp_rx_frames",
                 "Frames taken from an AF_XDP RX ring, per queue.",
@@ -806,6 +820,11 @@ impl Scrape {
                 "steerdns_xdp_tx_ring_full",
                 "Replies dropped because the TX ring was full, per queue.",
                 |q| q.tx_ring_full,
+            ),
+            (
+                "steerdns_xdp_tx_kicks",
+                "TX kicks (sendto syscalls) made, per queue; tx_frames / tx_kicks = replies per kick.",
+                |q| q.tx_kicks,
             ),
             (
                 "steerdns_xdp_rx_ring_full",

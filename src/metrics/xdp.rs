@@ -19,6 +19,8 @@ pub struct QueueCounters {
     pub dropped: AtomicU64,
     /// Times the TX ring had no room for a reply (the reply was dropped).
     pub tx_ring_full: AtomicU64,
+    /// TX kicks (sendto syscalls) made: tx / tx_kicks is the replies each carried.
+    pub tx_kicks: AtomicU64,
     /// Kernel: frames dropped because our RX ring was full (we did not keep up).
     pub rx_ring_full: AtomicU64,
     /// Kernel: frames dropped because the fill ring had no frame to receive into.
@@ -54,6 +56,9 @@ pub struct QueueView {
     pub tx: u64,
     pub dropped: u64,
     pub tx_ring_full: u64,
+    /// TX kicks (syscalls); `tx / tx_kicks` replies per kick.
+    #[serde(default)]
+    pub tx_kicks: u64,
     pub rx_ring_full: u64,
     pub fill_ring_empty: u64,
     pub kernel_rx_dropped: u64,
@@ -87,6 +92,7 @@ pub fn view() -> Option<XdpView> {
             tx: read(&c.tx),
             dropped: read(&c.dropped),
             tx_ring_full: read(&c.tx_ring_full),
+            tx_kicks: read(&c.tx_kicks),
             rx_ring_full: read(&c.rx_ring_full),
             fill_ring_empty: read(&c.fill_ring_empty),
             kernel_rx_dropped: read(&c.kernel_rx_dropped),

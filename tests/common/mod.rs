@@ -268,7 +268,7 @@ impl TempConfig {
     }
 }
 
-/// Makes a self-signed certificate (ECDSA P-256, for "ns1.example.net" and 127.0.0.1) valid
+/// Makes a self-signed leaf certificate (ECDSA P-256, for "ns1.example.net" and 127.0.0.1) valid
 /// for `days` days with `openssl`, as `dir/NAME.pem` and `dir/NAME.key`; fails the test if
 /// openssl is missing.
 pub fn self_signed_cert(dir: &Path, name: &str, days: u32) -> (PathBuf, PathBuf) {
@@ -285,6 +285,9 @@ pub fn self_signed_cert(dir: &Path, name: &str, days: u32) -> (PathBuf, PathBuf)
         ])
         .args(["-nodes", "-subj", "/CN=ns1.example.net"])
         .args(["-addext", "subjectAltName=DNS:ns1.example.net,IP:127.0.0.1"])
+        // A leaf, not a CA (openssl's default for -x509): clients that verify against it as
+        // their trust anchor (webpki) refuse a CA certificate used as the server's.
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
         .arg("-days")
         .arg(days.to_string())
         .arg("-keyout")

@@ -383,7 +383,7 @@
         ? "connected"
         : sharing.fail_static
           ? `etcd unreachable since ${sharing.since}: serving the last shared view (fail-static)`
-          : "not connected yet: startup states served";
+          : "not connected yet: this node probes every target itself and serves what it sees";
       if (!sharing.connected) serverAlerts.push(`health sharing: ${link}`);
       for (const r of sharing.refused || []) serverAlerts.push(`health sharing: refused ${r}`);
       const probers = (sharing.probers || []).map((p) => (p.site ? `${p.node} (${p.site})` : p.node)).join(", ");
@@ -409,6 +409,56 @@
     );
   }
 
+  // What each turned-away counter means, in the order the table shows them.
+  const TURNED_AWAY = [
+    ["refused_per_client", "over the per-client share"],
+    ["handshake_failed", "bad handshake"],
+    ["handshake_timeout", "handshake too slow"],
+    ["frame_timeout", "query too slow"],
+    ["bad_request", "bad HTTP request"],
+  ];
+
+  function renderEncrypted(status) {
+    const e = status.encrypted;
+    if (!e) {
+      byId("encrypted").replaceChildren(el("p", { className: "none" }, "Off (no [server.tls] in the config)."));
+      return;
+    }
+    const listening = {};
+    for (const l of e.listeners || []) (listening[l.transport] = listening[l.transport] || []).push(l.addr);
+    const head = el(
+      "tr",
+      {},
+      ...["Transport", "Listening on", "Queries", "Connections", "Turned away"].map((t) => el("th", { scope: "col" }, t))
+    );
+    const rows = (e.transports || []).map((t) => {
+      const away = TURNED_AWAY.filter(([key]) => t[key] > 0).map(([key, what]) => `${t[key]} ${what}`);
+      return el(
+        "tr",
+        { dataset: { transport: t.transport } },
+        el("th", { scope: "row" }, t.transport),
+        el("td", {}, (listening[t.transport] || []).join(", ") || "not listening"),
+        el("td", {}, num(t.queries)),
+        el("td", {}, `${num(t.connections_open)} open, ${num(t.connections_accepted)} accepted`),
+        el("td", {}, away.length ? away.join(", ") : "none")
+      );
+    });
+    const c = e.certificate;
+    // An expiry warning is also among status.warnings, so the alert list has it already.
+    const certificate = c
+      ? el(
+          "p",
+          { className: "certificate", dataset: { daysLeft: String(c.days_left) } },
+          `Certificate ${c.cert}: valid until ${c.not_after} (${c.days_left} day(s) left).`,
+          c.warning ? el("strong", { className: "warning" }, ` ${c.warning}`) : null
+        )
+      : el("p", { className: "none" }, "No certificate loaded.");
+    byId("encrypted").replaceChildren(
+      certificate,
+      el("table", { className: "encrypted" }, el("thead", {}, head), el("tbody", {}, rows))
+    );
+  }
+
   function render(status) {
     renderRings(status);
     renderShield(status);
@@ -416,6 +466,7 @@
     renderControl(status);
     renderProfiles(status);
     renderHealth(status);
+    renderEncrypted(status);
   }
 
   function setConnection(ok, detail) {

@@ -295,12 +295,12 @@ impl Worker {
             self.socket.refill();
             let n = self.socket.received(BATCH);
             if n == 0 {
-                self.socket.flush_tx(0);
+                self.flush_tx(0);
                 self.socket.wait(IDLE_POLL_MS);
             } else {
                 let sent = self.answer_batch(n, mtu, &mut response);
                 self.socket.release_rx(n);
-                self.socket.flush_tx(sent);
+                self.send_or_defer(sent);
             }
             // The kernel's counters cost a getsockopt: copied on a clock, not per round.
             if stats_copied.elapsed() >= KERNEL_STATS_EVERY {
@@ -309,6 +309,26 @@ impl Worker {
             }
         }
         self.copy_kernel_stats();
+    }
+
+    /// Sends this round's `sent` replies, or, in copy mode with more queries already waiting
+    /// and less than a kick's worth pending, leaves them published for the next round's kick:
+    /// each copy-mode kick is a syscall sending at most [`xsk::TX_KICK_BATCH`] frames, so a
+    /// worker that is behind sends full kicks instead of one per round. Never deferred past a
+    /// round: the next one runs at once, and an empty RX ring flushes.
+    fn send_or_defer(&mut self, sent: u32) {
+        let behind = self.socket.mode == xsk::CopyMode::Copy && self.socket.received(1) > 0;
+        // Pending counts this round's replies too: they are on the ring, not yet published.
+        if behind && self.socket.tx_pending() < xsk::TX_KICK_BATCH {
+            self.socket.publish_tx(sent);
+        } else {
+            self.flush_tx(sent);
+        }
+    }
+
+    fn flush_tx(&mut self, queued: u32) {
+        let kicks = self.socket.flush_tx(queued);
+        QueueCounters::add(&self.counters.tx_kicks, u64::from(kicks));
     }
 
     /// Answers `n` received frames; returns how many replies were queued.

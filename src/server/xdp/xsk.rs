@@ -39,6 +39,9 @@ pub const RING_SIZE: u32 = 2048;
 /// Kicks per flush at most: a full batch takes two in copy mode; more means the kernel is
 /// backed up, and the next round retries.
 const MAX_TX_KICKS: u32 = 4;
+/// Descriptors copy mode sends per kick at most (the kernel's TX_BATCH_SIZE): a kick with fewer
+/// pending may wait for the next round's replies when that round is already waiting.
+pub const TX_KICK_BATCH: u32 = 32;
 
 #[repr(C)]
 #[derive(Default, Clone, Copy)]
@@ -493,25 +496,41 @@ impl XskSocket {
         self.spare.push(addr & !(FRAME_SIZE as u64 - 1));
     }
 
+    /// Publishes queued transmissions without a kick: the kernel takes them at the next
+    /// [`flush_tx`](Self::flush_tx) (copy mode sends only inside a kick).
+    pub fn publish_tx(&mut self, queued: u32) {
+        if queued > 0 {
+            self.tx.publish();
+        }
+    }
+
+    /// Transmissions published (or queued) that the kernel has not taken yet.
+    pub fn tx_pending(&mut self) -> u32 {
+        self.tx.refresh_consumer();
+        self.tx.outstanding()
+    }
+
     /// Publishes queued transmissions and kicks the kernel while it has not taken them all.
     ///
     /// In copy mode the kernel sends only inside the kick, and at most a small budget of
     /// descriptors per kick (32 on current kernels), so one kick may leave part of a batch on
     /// the ring; kicking again until the consumer index catches up sends the rest now instead
     /// of after the next poll. With nothing outstanding no syscall is made at all, which keeps
-    /// the idle path to a single poll.
-    pub fn flush_tx(&mut self, queued: u32) {
+    /// the idle path to a single poll. Returns the kicks made.
+    pub fn flush_tx(&mut self, queued: u32) -> u32 {
         if queued > 0 {
             self.tx.publish();
         }
+        let mut kicks = 0;
         for _ in 0..MAX_TX_KICKS {
             self.tx.refresh_consumer();
             if self.tx.outstanding() == 0 {
-                return;
+                return kicks;
             }
             if queued == 0 && !self.tx.needs_wakeup() {
-                return; // zero-copy driver without need-wakeup: it is sending already
+                return kicks; // zero-copy driver without need-wakeup: it is sending already
             }
+            kicks += 1;
             // SAFETY: sendto with no data is the documented TX kick for AF_XDP.
             let rc = unsafe {
                 libc::sendto(
@@ -524,9 +543,10 @@ impl XskSocket {
                 )
             };
             if rc < 0 {
-                return; // EAGAIN/ENOBUFS: the completion ring is full; retried next round
+                return kicks; // EAGAIN/ENOBUFS: the completion ring is full; retried next round
             }
         }
+        kicks
     }
 
     /// Whether the kernel wants a wake-up (poll/recv) to continue filling RX.
