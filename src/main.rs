@@ -109,6 +109,12 @@ struct TasteArgs {
     /// Load everything but the zones (the server shares the zones it serves).
     #[arg(long)]
     steering_only: bool,
+    /// Relative paths in the config resolve against DIR (a staged bundle's copy).
+    #[arg(long, value_name = "DIR")]
+    base_dir: Option<PathBuf>,
+    /// `[geo] database` override (a staged bundle's copy).
+    #[arg(long, value_name = "FILE")]
+    geo_database: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -254,12 +260,20 @@ enum RolloutCommand {
     Resume {
         #[command(flatten)]
         target: cli::Target,
+        /// The rollout of the nodes' config/zone/GeoIP bundles, not of the control state.
+        #[arg(long)]
+        bundles: bool,
     },
     /// Stop the rollout: every node serves the last known good, and the fleet's control state
     /// is set back to it (as a new version), so the next edit starts from what is served.
+    /// With --bundles: every node serves its last known good bundle (the files are left as
+    /// they are; new files begin the next bundle rollout).
     Abort {
         #[command(flatten)]
         target: cli::Target,
+        /// The rollout of the nodes' config/zone/GeoIP bundles, not of the control state.
+        #[arg(long)]
+        bundles: bool,
     },
 }
 
@@ -424,12 +438,12 @@ fn main() -> ExitCode {
         Command::Rollout(RolloutCommand::Status { target, json }) => {
             target.config().and_then(|c| cli::rollout::status(&c, json))
         }
-        Command::Rollout(RolloutCommand::Resume { target }) => {
-            target.config().and_then(|c| cli::rollout::resume(&c))
-        }
-        Command::Rollout(RolloutCommand::Abort { target }) => {
-            target.config().and_then(|c| cli::rollout::abort(&c))
-        }
+        Command::Rollout(RolloutCommand::Resume { target, bundles }) => target
+            .config()
+            .and_then(|c| cli::rollout::resume(&c, bundles)),
+        Command::Rollout(RolloutCommand::Abort { target, bundles }) => target
+            .config()
+            .and_then(|c| cli::rollout::abort(&c, bundles)),
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),
@@ -476,8 +490,9 @@ fn taste(args: TasteArgs) -> Result<ExitCode> {
         zones: args.source.zones,
         nsid: args.nsid,
         identity: args.identity,
-        node: None,
-        taster: None,
+        base_dir: args.base_dir,
+        geo_database: args.geo_database,
+        ..Source::default()
     };
     let control = if args.control_stdin {
         let mut text = String::new();
@@ -693,6 +708,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         identity: args.identity.clone(),
         node: args.node.clone(),
         taster: steerdns::taster::this_program(),
+        ..Source::default()
     };
     println!("{}", source.config_description());
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;

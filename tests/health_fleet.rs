@@ -2,7 +2,8 @@
 //! ams, fra) and a real loopback HTTP backend that the test serves and counts. The backend is
 //! probed by exactly the configured two nodes (one per site), every node answers the same when
 //! it goes down and comes back, a killed prober's probing moves to another node, a bad record
-//! in etcd is refused with its reason, and a node that loses etcd keeps its last shared view.
+//! in etcd is refused with its reason, and a node that loses etcd keeps its last shared view;
+//! a node that never reached etcd probes by itself.
 
 mod control_common;
 mod fleet_common;
@@ -247,4 +248,33 @@ fn a_fleet_of_three_probes_each_target_from_two_sites_and_answers_as_one() {
             });
     }
     wait_answer(&fleet, PRIMARY);
+}
+
+#[test]
+fn a_node_that_never_reached_etcd_probes_every_target_itself() {
+    let mut backend = Backend::start();
+    let setup = Setup::new("hshare-alone");
+    let nowhere = format!("http://{}", closed_port());
+    setup.extend_config(&fleet_section(&nowhere, "/steerdns/alone", 2));
+    setup.extend_config(&node_extra("ams", &backend.url()));
+    let daemon = setup.start_with(&["--node", "ns1"]);
+    let status = daemon.wait_for_status("its own check up", WAIT, |s| {
+        s["health"]["targets"][0]["shared"]["decided_by"] == "local"
+            && s["health"]["targets"][0]["state"] == "up"
+    });
+    assert_eq!(
+        status["health"]["sharing"]["connected"], false,
+        "{status:#}"
+    );
+    assert_eq!(
+        status["health"]["sharing"]["fail_static"], false,
+        "{status:#}"
+    );
+    assert!(backend.wait_hits(2, WAIT));
+    backend.stop();
+    daemon.wait_for_status("its own check down", WAIT, |s| {
+        s["health"]["targets"][0]["state"] == "down"
+    });
+    let answer = a_records(&Resolver::new(daemon.dns).ask(&plain_query(NAME, RecordType::A)));
+    assert_eq!(answer, [SECONDARY]);
 }

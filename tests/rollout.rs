@@ -4,6 +4,10 @@
 //! bake time the rest; a change that breaks a sanity probe on the canary is rolled back by
 //! itself; `--emergency` skips the bake but nothing else; the coordinator dying mid-rollout
 //! hands over to another node and the rollout completes.
+//!
+//! The same for the nodes' config/zone/GeoIP bundles (files on each node, staged by the same
+//! coordinator): a zone change reaches the canary first and the rest after the bake; one the
+//! canary's taster crashes on halts there; one that breaks a probe on the canary is rolled back.
 
 mod control_common;
 mod fleet_common;
@@ -12,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use control_common::*;
 use fleet_common::*;
+use hickory_proto::rr::{RData, RecordType};
 
 /// How long any wait may take on a busy machine.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -55,7 +60,11 @@ fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 /// Starts the fleet and waits until the coordinator settled the seeded version (every node
 /// sees a completed rollout of the control revision in etcd); returns that revision.
 fn settled_fleet(label: &str, rollout: &str, env: &[&str]) -> (Fleet, i64) {
-    let fleet = Fleet::start_with(label, 3, 3, rollout, env);
+    settle(Fleet::start_with(label, 3, 3, rollout, env))
+}
+
+/// Waits until the coordinator settled the seeded version on every node of `fleet`.
+fn settle(fleet: Fleet) -> (Fleet, i64) {
     fleet.wait_connected(LIMIT);
     let (revision, _) = fleet.control_in_etcd();
     wait_for("every node sees the seeded version settled", || {
@@ -456,4 +465,186 @@ fn a_canary_restarting_during_the_bake_halts_the_rollout() {
     fleet.wait_all_target(&subnets, FRONTDOOR, LIMIT);
     let mut cli = cli;
     let _ = cli.wait();
+}
+
+/// The SOA serial `node` answers for example.com (over DNS).
+fn zone_serial(node: &Node) -> u32 {
+    let query = plain_query("example.com.", RecordType::SOA);
+    let response = Resolver::new(node.daemon().dns).ask(&query);
+    match response.answers.first().map(|r| &r.data) {
+        Some(RData::SOA(soa)) => soa.serial,
+        other => panic!("{}: no SOA for example.com: {other:?}", node.name),
+    }
+}
+
+/// The bundled zone's serial, and the deployment's edit of it on every node: a new serial,
+/// `edit` applied to the rest of the text; then SIGHUP (what a config manager does).
+const ZONE_SERIAL: u32 = 2026113001;
+
+fn deploy_zone(fleet: &Fleet, serial: u32, edit: impl Fn(&str) -> String) {
+    for node in &fleet.nodes {
+        let path = node.setup.path("zones/example.com.zone");
+        let text = std::fs::read_to_string(&path).expect("zone file");
+        let text = edit(&text.replace(&ZONE_SERIAL.to_string(), &serial.to_string()));
+        write_atomically(&path, text.as_bytes());
+        node.daemon().sighup();
+    }
+}
+
+/// The bundle rollout in `rollout status --json`, once its phase is `phase`.
+fn bundles_in_phase(fleet: &Fleet, phase: &str) -> serde_json::Value {
+    wait_for(&format!("the bundle rollout is {phase}"), || {
+        let status = rollout_json(&fleet.nodes[0]);
+        let bundles = &status["bundles"]["rollout"];
+        (bundles["candidate"].as_u64() >= Some(1) && bundles["phase"]["phase"] == phase)
+            .then(|| status["bundles"].clone())
+    })
+}
+
+/// A zone change (new serial) on every node reaches the canary first and ns2 and ns3 only
+/// after the canary stayed healthy for `bake_secs`; the control state is not touched.
+#[test]
+fn a_zone_change_reaches_the_canary_then_after_the_bake_the_rest() {
+    const BAKE: u64 = 2;
+    const NEW: u32 = ZONE_SERIAL + 1;
+    let (fleet, lkg) = settled_fleet("zones", &plan(CANARY_FIRST, BAKE, &[]), &[]);
+    let deployed = Instant::now();
+    deploy_zone(&fleet, NEW, str::to_string);
+    let mut first: Vec<Option<Duration>> = vec![None; 3];
+    wait_for("every node serves the new zone serial", || {
+        for (i, node) in fleet.nodes.iter().enumerate() {
+            if first[i].is_none() && zone_serial(node) == NEW {
+                first[i] = Some(deployed.elapsed());
+                if i == 0 {
+                    for other in &fleet.nodes[1..] {
+                        assert_eq!(zone_serial(other), ZONE_SERIAL, "{} first", other.name);
+                    }
+                }
+            }
+        }
+        first.iter().all(Option::is_some).then_some(())
+    });
+    println!("zone change: first served at {first:?} after the deployment");
+    let canary = first[0].unwrap_or_default();
+    for (i, at) in first.iter().enumerate().skip(1) {
+        let at = at.unwrap_or_default();
+        assert!(at > canary, "ns{} before the canary", i + 1);
+        assert!(
+            at >= Duration::from_secs(BAKE),
+            "ns{} within the bake",
+            i + 1
+        );
+    }
+    let bundles = bundles_in_phase(&fleet, "completed");
+    let rollout = &bundles["rollout"];
+    let wave_two_after = rollout["released_at_ms"].as_u64().unwrap_or(0)
+        - rollout["started_at_ms"].as_u64().unwrap_or(u64::MAX);
+    assert!(wave_two_after >= BAKE * 1000, "{bundles:#}");
+    for node in &fleet.nodes {
+        let status = node.status();
+        assert_eq!(status["fleet"]["revision_served"], lkg, "{}", node.name);
+        assert_eq!(
+            status["bundle"]["pending"],
+            serde_json::Value::Null,
+            "{status:#}"
+        );
+        assert_eq!(
+            status["bundle"]["serving"], bundles["nodes"][&node.name]["candidate"],
+            "{}",
+            node.name
+        );
+    }
+}
+
+/// The drill for files: a zone change that the canary's taster crashes on (its marker is in
+/// the zone file) halts at the canary within 5 s; ns2 and ns3, whose tasters accept it, never
+/// serve it; `rollout status` says why.
+#[test]
+fn a_zone_change_the_canarys_taster_crashes_on_halts_at_the_canary() {
+    let drill = format!("STEERDNS_TASTER_FAULT=abort:{BOOM}");
+    let rollout = plan(CANARY_FIRST, 1, &[]);
+    let mut fleet = Fleet::start_with("zonedrill", 1, 3, &rollout, &[&drill]);
+    for _ in 0..2 {
+        fleet.add_node("zonedrill", 3, &rollout, &[]);
+    }
+    let (fleet, _) = settle(fleet);
+    const NEW: u32 = ZONE_SERIAL + 5;
+    let submitted = Instant::now();
+    deploy_zone(&fleet, NEW, |text| format!("{text}; {BOOM}\n"));
+    let halted = wait_for("the canary's crash halts the bundle rollout", || {
+        for node in &fleet.nodes {
+            assert_eq!(zone_serial(node), ZONE_SERIAL, "{} serves it", node.name);
+        }
+        // (If ns2's files were reported before the canary's, the first generation halts as
+        // soon as the canary's arrive, and the next one halts on the canary's crash.)
+        let status = rollout_json(&fleet.nodes[1]);
+        let phase = &status["bundles"]["rollout"]["phase"];
+        let reason = phase["reason"].as_str().unwrap_or("");
+        (phase["phase"] == "halted" && reason.contains("taster killed by signal 6"))
+            .then(|| submitted.elapsed())
+    });
+    println!("zone drill: deployment -> halt {halted:?}");
+    assert!(halted < Duration::from_secs(5), "halted {halted:?} after");
+    let status = rollout_json(&fleet.nodes[2]);
+    let bundles = &status["bundles"]["rollout"];
+    let reason = bundles["phase"]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("taster killed by signal 6"), "{status:#}");
+    assert_eq!(bundles["nodes"]["ns1"]["state"], "refused", "{status:#}");
+    for name in ["ns2", "ns3"] {
+        assert_eq!(bundles["nodes"][name]["state"], "waiting", "{status:#}");
+    }
+    // ns2 and ns3 taste their files (fine there; perhaps only after the halt, on a busy
+    // machine) and hold them; nothing serves them.
+    for node in &fleet.nodes[1..] {
+        wait_for(&format!("{} holds its tasted files", node.name), || {
+            assert_eq!(zone_serial(node), ZONE_SERIAL, "{}", node.name);
+            node.status()["bundle"]["pending"].is_string().then_some(())
+        });
+    }
+    let canary = fleet.nodes[0].status();
+    assert_eq!(canary["taster"]["crashed"], 1, "{canary:#}");
+    let text = ok(
+        &fleet.nodes[1].cli(&["rollout", "status"]),
+        "rollout status",
+    );
+    assert!(
+        text.contains("bundle rollout of generation") && text.contains("HALTED"),
+        "{text}"
+    );
+}
+
+/// A zone change that passes the taster but breaks a sanity probe on the canary (it drops
+/// `mail.example.com A`) is rolled back there to the previous bundle by itself; ns2 and ns3
+/// never serve it.
+#[test]
+fn a_zone_change_that_fails_a_sanity_probe_on_the_canary_is_rolled_back() {
+    const NEW: u32 = ZONE_SERIAL + 9;
+    let probes = ["mail.example.com A"];
+    let (fleet, _) = settled_fleet("zoneprobe", &plan(CANARY_FIRST, 1, &probes), &[]);
+    let served_before = fleet.nodes[0].status()["bundle"]["serving"].clone();
+    deploy_zone(&fleet, NEW, |text| {
+        text.replace("mail         A     192.0.2.25\n", "")
+    });
+    let bundles = wait_for("the canary is rolled back", || {
+        for node in &fleet.nodes[1..] {
+            assert_eq!(zone_serial(node), ZONE_SERIAL, "{} serves it", node.name);
+        }
+        let status = rollout_json(&fleet.nodes[0]);
+        let bundles = status["bundles"].clone();
+        (bundles["rollout"]["nodes"]["ns1"]["state"] == "rolled_back").then_some(bundles)
+    });
+    let reason = bundles["rollout"]["phase"]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("probe mail.example.com A"), "{bundles:#}");
+    assert_eq!(zone_serial(&fleet.nodes[0]), ZONE_SERIAL);
+    let canary = fleet.nodes[0].status();
+    assert_eq!(canary["bundle"]["serving"], served_before, "{canary:#}");
+    let query = plain_query("mail.example.com.", RecordType::A);
+    let answer = Resolver::new(fleet.nodes[0].daemon().dns).ask(&query);
+    assert_eq!(answer.answers.len(), 1, "{answer:?}");
+    for name in ["ns2", "ns3"] {
+        assert_eq!(
+            bundles["rollout"]["nodes"][name]["state"], "waiting",
+            "{bundles:#}"
+        );
+    }
 }

@@ -585,6 +585,20 @@ impl Scrape {
             "How long the last taste took, from starting the child to its verdict.",
             taster.last_ms / 1000.0,
         )?;
+        if let Some(bundle) = &st.bundle {
+            gauge(
+                encoder,
+                "steerdns_bundle_pending",
+                "1 while this node's live config/zone/GeoIP files (a tasted bundle) wait for the fleet's rollout to release them; the bundle served stays.",
+                bool_value(bundle.pending.is_some()),
+            )?;
+            gauge(
+                encoder,
+                "steerdns_bundle_refused",
+                "1 while the newest config/zone/GeoIP bundle of this node is refused (its taster crashed, or it did not load).",
+                bool_value(bundle.refused.is_some()),
+            )?;
+        }
         let endpoint =
             |(p, e): (&String, &String)| vec![("profile", p.clone()), ("endpoint", e.clone())];
         gauges(

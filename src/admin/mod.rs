@@ -323,6 +323,9 @@ pub struct StatusFields {
     /// The taster (absent from servers older than it).
     #[serde(default)]
     pub taster: crate::taster::TasterStatus,
+    /// With `[fleet.rollout]`: the config/zone/GeoIP bundles.
+    #[serde(default)]
+    pub bundle: Option<crate::reload::BundleStatus>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -364,6 +367,7 @@ impl From<Status> for StatusFields {
             }),
             warnings: s.warnings,
             taster: s.taster,
+            bundle: s.bundle,
         }
     }
 }

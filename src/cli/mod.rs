@@ -492,6 +492,9 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         None => println!("no refused changes"),
     }
     print_taster(&c.taster);
+    if let Some(b) = &c.bundle {
+        print_bundle(b);
+    }
     for (profile, endpoints) in &status.profiles {
         let list: Vec<String> = endpoints.iter().map(|(e, v)| endpoint_text(e, v)).collect();
         println!("profile {profile}: {}", list.join(" "));
@@ -646,6 +649,24 @@ fn print_dnssec(d: &steerdns::admin::DnssecView) {
     }
 }
 
+fn print_bundle(b: &steerdns::reload::BundleStatus) {
+    println!(
+        "bundle (config, zones, GeoIP) served: {} in {}",
+        b.serving,
+        b.dir.display()
+    );
+    if let Some(pending) = &b.pending {
+        println!("  live files: bundle {pending}, tasted, waiting for the fleet's rollout");
+    }
+    if let Some(refused) = &b.refused {
+        println!(
+            "  refused: bundle {}: {}",
+            refused.bundle,
+            refused.reasons.join("; ")
+        );
+    }
+}
+
 fn print_taster(t: &steerdns::taster::TasterStatus) {
     if t.mode.is_empty() {
         return;
@@ -698,7 +719,7 @@ fn print_health(health: &steerdns::health::HealthReport) {
                 sharing.last_error.as_deref().unwrap_or("?")
             ),
             (false, false) => format!(
-                "not connected, no shared view yet (startup states served): {}",
+                "not connected, no shared view yet (this node probes every target itself and serves what it sees): {}",
                 sharing.last_error.as_deref().unwrap_or("?")
             ),
         };

@@ -11,6 +11,7 @@ use etcd_client::Client;
 
 use steerdns::config::fleet::FleetConfig;
 use steerdns::config::Config;
+use steerdns::fleet::bundles::BundleRecord;
 use steerdns::fleet::rollout::{self as staged, RolloutRecord};
 use steerdns::fleet::store;
 use steerdns::fleet::Keys;
@@ -38,6 +39,9 @@ struct StatusView {
     rollout: Rollout,
     /// `rollout status` as text.
     text: Vec<String>,
+    /// The rollout of the nodes' config/zone/GeoIP bundles, if any node stages them.
+    bundles: Option<BundleRecord>,
+    bundles_text: Vec<String>,
 }
 
 async fn coordinator(client: &mut Client, keys: &Keys) -> Option<String> {
@@ -75,6 +79,13 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
         let (control_revision, control_serial) = control.map_or((0, 0), |c| (c.revision, c.serial));
         let coordinator = coordinator(&mut client, &keys).await;
         let text = record.rollout.describe(staged::now_ms());
+        let bundles = staged::get_state::<BundleRecord>(&mut client, &keys.bundle_rollout())
+            .await
+            .map_err(|e| down(fleet, &e))?
+            .map(|(record, _)| record);
+        let bundles_text = bundles
+            .as_ref()
+            .map_or_else(Vec::new, |b| b.describe(staged::now_ms()));
         Ok::<_, anyhow::Error>(StatusView {
             prefix: keys.prefix().to_string(),
             control_revision,
@@ -85,6 +96,8 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             lkg_serial: record.lkg_serial,
             rollout: record.rollout,
             text,
+            bundles,
+            bundles_text,
         })
     })?;
     if json {
@@ -101,6 +114,9 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             view.control_revision, view.control_serial
         );
     }
+    for line in &view.bundles_text {
+        println!("{line}");
+    }
     match &view.coordinator {
         Some(name) => println!("coordinator: {name}"),
         None => println!(
@@ -110,8 +126,14 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn resume(config: &Config) -> Result<ExitCode> {
+pub fn resume(config: &Config, bundles: bool) -> Result<ExitCode> {
     let fleet = fleet_of(config)?;
+    if bundles {
+        return change_bundles(fleet, "resumed", |record, nodes| {
+            let reports = record.reports(nodes);
+            record.rollout.resume(&reports, staged::now_ms())
+        });
+    }
     runtime()?.block_on(async {
         let (mut client, keys) = connect(fleet).await?;
         for _ in 0..ATTEMPTS {
@@ -140,8 +162,13 @@ pub fn resume(config: &Config) -> Result<ExitCode> {
     })
 }
 
-pub fn abort(config: &Config) -> Result<ExitCode> {
+pub fn abort(config: &Config, bundles: bool) -> Result<ExitCode> {
     let fleet = fleet_of(config)?;
+    if bundles {
+        return change_bundles(fleet, "aborted", |record, _| {
+            record.rollout.abort(staged::now_ms())
+        });
+    }
     runtime()?.block_on(async {
         let (mut client, keys) = connect(fleet).await?;
         let source = format!("rollout abort by {}", store::who());
@@ -163,6 +190,48 @@ pub fn abort(config: &Config) -> Result<ExitCode> {
             }
         }
         bail!("the control state or the rollout kept changing; try again")
+    })
+}
+
+/// Resumes or aborts the bundle rollout (by compare-and-swap; `change` is the machine's).
+/// Bundles are files on the nodes: an abort sends every node back to its last known good
+/// bundle and leaves the files alone (the next new files begin the next generation).
+fn change_bundles(
+    fleet: &FleetConfig,
+    done: &str,
+    change: impl Fn(&mut BundleRecord, &[store::NodeRecord]) -> Result<(), String>,
+) -> Result<ExitCode> {
+    runtime()?.block_on(async {
+        let (mut client, keys) = connect(fleet).await?;
+        let key = keys.bundle_rollout();
+        for _ in 0..ATTEMPTS {
+            let found = staged::get_state::<BundleRecord>(&mut client, &key)
+                .await
+                .map_err(|e| down(fleet, &e))?;
+            let Some((mut record, revision)) = found else {
+                bail!("no bundle rollout under {}", keys.prefix());
+            };
+            let nodes = store::nodes(&mut client, &keys)
+                .await
+                .map_err(|e| down(fleet, &e))?;
+            if let Err(e) = change(&mut record, &nodes) {
+                bail!("bundles: {e}");
+            }
+            if staged::put_state(&mut client, &key, &record, revision)
+                .await
+                .map_err(|e| down(fleet, &e))?
+            {
+                println!(
+                    "{done} the bundle rollout of generation {}",
+                    record.rollout.candidate
+                );
+                for line in record.describe(staged::now_ms()) {
+                    println!("{line}");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        bail!("the bundle rollout kept changing; try again")
     })
 }
 

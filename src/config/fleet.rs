@@ -49,6 +49,11 @@ pub struct FleetConfig {
     /// TLS server name to verify, when the endpoints are IP addresses not in the certificate.
     #[serde(default)]
     pub tls_server_name: Option<String>,
+    /// With `[fleet.rollout]`: where this node keeps its config/zone/GeoIP bundles (the one it
+    /// serves, the last known good, the one waiting for its wave), relative to the config
+    /// file. Default: `<control file>.bundles`, beside the control file's history.
+    #[serde(default)]
+    pub bundle_dir: Option<PathBuf>,
     /// `[fleet.rollout]`: staged rollout of every change (waves, bake time, gates, probes).
     /// Absent: every node serves the newest version as soon as it has tasted it.
     #[serde(default)]

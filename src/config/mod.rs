@@ -405,6 +405,13 @@ impl Config {
 
     /// Reads and checks a config file; relative paths in it become relative to its directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_relative_to(path, None)
+    }
+
+    /// Like [`Config::load`], with relative paths resolved against `base` instead of the
+    /// file's directory (a copy of a config file kept elsewhere, e.g. a fleet node's staged
+    /// bundle, names the same files as the original).
+    pub fn load_relative_to(path: &Path, base: Option<&Path>) -> Result<Config, ConfigError> {
         let text = crate::files::read_text_limited(path, crate::files::SMALL_FILE_LIMIT).map_err(
             |source| ConfigError::Read {
                 path: path.to_path_buf(),
@@ -412,8 +419,9 @@ impl Config {
             },
         )?;
         let mut config = Config::parse(&text, path)?;
-        let base = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
+        let base = match (base, path.parent()) {
+            (Some(base), _) => base,
+            (None, Some(p)) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
         config.resolve_paths(base);
@@ -600,6 +608,7 @@ impl Config {
                 &mut f.ca_file,
                 &mut f.cert_file,
                 &mut f.key_file,
+                &mut f.bundle_dir,
             ]
         }))
         .flatten()

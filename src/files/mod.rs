@@ -102,7 +102,12 @@ pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
 /// FNV-1a, 64 bit, of a file's bytes: stable across builds and platforms (std's hasher, and
 /// so [`Digest`], is not guaranteed to be), for hashes that are written down and compared later.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+    fnv1a64_more(0xcbf2_9ce4_8422_2325, bytes)
+}
+
+/// Continues an FNV-1a hash over more bytes (a hash of many pieces, read one at a time).
+pub fn fnv1a64_more(hash: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(hash, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }

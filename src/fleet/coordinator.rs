@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::Client;
 
+use super::bundles::BundleRecord;
 use super::client::connect;
 use super::origin::FleetOrigin;
 use super::rollout::{self as staged, RolloutRecord};
@@ -138,8 +139,68 @@ async fn campaign(ctx: &Ctx, client: &mut Client, lease: i64) -> Result<bool, Fl
     .await
 }
 
-/// One decision: begin, settle or step the rollout, and write it back if anything changed.
+/// One decision for each rollout — the control state's and the bundles' — from one reading of
+/// the registry.
 async fn step(ctx: &Ctx, client: &mut Client) -> Result<(), FleetError> {
+    let nodes = timed(ctx, "reading the registry", store::nodes(client, &ctx.keys)).await?;
+    step_control(ctx, client, &nodes).await?;
+    step_bundles(ctx, client, &nodes).await
+}
+
+/// Begins (the first time: settles) or steps the bundle rollout, and writes it back if
+/// anything changed.
+async fn step_bundles(
+    ctx: &Ctx,
+    client: &mut Client,
+    nodes: &[store::NodeRecord],
+) -> Result<(), FleetError> {
+    let key = ctx.keys.bundle_rollout();
+    let state = timed(
+        ctx,
+        "reading the bundle rollout",
+        staged::get_state::<BundleRecord>(client, &key),
+    )
+    .await?;
+    let now = staged::now_ms();
+    let (next, expected, log) = match state {
+        None => {
+            let first = BundleRecord::settled(nodes, now);
+            let line = "bundle rollout state created: every node's bundle is its last known good";
+            (first, 0, vec![line.to_string()])
+        }
+        Some((record, revision)) => match record.next(nodes, &ctx.plan, now) {
+            Some((next, log)) => (next, revision, log),
+            None => return Ok(()),
+        },
+    };
+    let written = timed(
+        ctx,
+        "writing the bundle rollout",
+        staged::put_state(client, &key, &next, expected),
+    )
+    .await?;
+    if written {
+        log_lines(&log);
+    }
+    Ok(())
+}
+
+fn log_lines(lines: &[String]) {
+    for line in lines {
+        if line.contains("halted") {
+            tracing::error!("fleet: {line}");
+        } else {
+            tracing::info!("fleet: {line}");
+        }
+    }
+}
+
+/// Begins, settles or steps the control rollout, and writes it back if anything changed.
+async fn step_control(
+    ctx: &Ctx,
+    client: &mut Client,
+    nodes: &[store::NodeRecord],
+) -> Result<(), FleetError> {
     let keys = &ctx.keys;
     let Some(control) = timed(
         ctx,
@@ -151,8 +212,7 @@ async fn step(ctx: &Ctx, client: &mut Client) -> Result<(), FleetError> {
         return Ok(());
     };
     let state = timed(ctx, "reading the rollout", staged::get(client, keys)).await?;
-    let nodes = timed(ctx, "reading the registry", store::nodes(client, keys)).await?;
-    let reports = staged::reports(&nodes);
+    let reports = staged::reports(nodes);
     let now = staged::now_ms();
     let (next, expected, log) = match state {
         None => (
@@ -209,13 +269,7 @@ async fn step(ctx: &Ctx, client: &mut Client) -> Result<(), FleetError> {
     )
     .await?
     {
-        for line in log {
-            if line.contains("halted") {
-                tracing::error!("fleet: {line}");
-            } else {
-                tracing::info!("fleet: {line}");
-            }
-        }
+        log_lines(&log);
     }
     Ok(())
 }

@@ -14,6 +14,8 @@
 //! - A record that does not parse, or names another node than its key, or holds a state that
 //!   is not up/down/unknown, is refused with the reason (logged, in status); its node does not
 //!   count as a prober. Nothing from etcd can crash the task.
+//! - Until its first shared view (etcd not reached since the start) a node probes every target
+//!   itself and serves what it sees, as a lone node does.
 //! - When etcd is unreachable the node keeps serving the last shared view unchanged
 //!   (fail-static, `fail_static` in status), keeps probing what it was assigned, and
 //!   reconnects with backoff; back, it re-reads every record and decides again.
@@ -475,13 +477,15 @@ fn decide(ctx: &Ctx, peers: &BTreeMap<String, Peer>, revision: i64) {
         ctx.config.health.probers,
         Instant::now(),
     );
-    ctx.health.set_probing(evaluation.probing);
+    // The verdicts first: the first shared view takes over from this node's own checks
+    // before it stops the ones the fleet assigns elsewhere.
     ctx.health.apply_shared(
         evaluation.decisions,
         revision,
         evaluation.probers,
         evaluation.refused,
     );
+    ctx.health.set_probing(evaluation.probing);
 }
 
 /// Writes this node's record (on the health lease).

@@ -17,6 +17,7 @@
 //! | `<prefix>/history/<serial, 20 digits>` | JSON [`store::FleetVersion`]: text, serial, time, source, summary; written in the same transaction as `control`, so its `mod_revision` is that version's control revision; the oldest beyond `history_keep` are deleted | CLI, seeding |
 //! | `<prefix>/nodes/<name>` | JSON [`store::NodeRecord`]: what the node serves; attached to the node's lease, so it vanishes `lease_ttl_secs` after the node dies | each node |
 //! | `<prefix>/rollout/state` | JSON [`rollout::RolloutRecord`]: the staged rollout of the newest version (waves, gates, phase) with the candidate's and the last known good's texts; what each node may serve | the coordinator (CAS), `rollout resume/abort` |
+//! | `<prefix>/rollout/bundle` | JSON [`bundles::BundleRecord`]: the staged rollout of the nodes' config/zone/GeoIP bundles — a generation number per rollout, and per node the ids of its last known good bundle and of its candidate | the coordinator (CAS), `rollout resume/abort --bundles` |
 //! | `<prefix>/rollout/coordinator` | the name of the node driving rollouts; attached to its lease, so another node takes over when it dies | the coordinator (create-if-absent) |
 //! | `<prefix>/health/probers/<name>` | JSON [`health::ProberRecord`]: the node's site and its results for the health targets it probes (state after rise/fall, age of the last check); on a lease of the node's health task, so a dead prober's results vanish `lease_ttl_secs` after it dies | each node (shared probing, `[fleet.health]`) |
 //! | `<prefix>/members/<name>` | JSON [`store::Member`]: every node that ever registered (no lease), so that `fleet status` can name the missing ones | each node; `fleet forget` deletes |
@@ -33,10 +34,40 @@
 //! step, every node serves the published state, a node without etcd serves the last one it
 //! had and decays to normal answers after `[shield] revert_after_secs`.
 //!
+//! # Config, zones and GeoIP: bundles
+//!
+//! Control versions travel through etcd; the config file, zone files and GeoIP database travel
+//! with the deployment (files on every node), so with `[fleet.rollout]` they are staged
+//! differently but by the same coordinator and state machine ([`bundles`]):
+//! - On SIGHUP, `steerdns reload` or a restart, a node *captures* its live files into its
+//!   bundle store (`[fleet] bundle_dir`, `crate::reload::bundle`): a copy named by the hash of
+//!   its bytes. It tastes the copy (taster child, then an in-process load, with the control
+//!   text it serves) and reports it in its registry entry as *pending* (or *refused*, with the
+//!   reason) — but keeps serving the copy it served, never the live files.
+//! - The coordinator begins a bundle **generation** when a node reports a bundle it neither
+//!   serves nor had in the last generation, releases it wave by wave (canary first, bake, the
+//!   same gates), and records per node which of its own bundles is the candidate (captured
+//!   when its wave is released) and which the last known good. Nodes of one wave may hold
+//!   different bundles (their configs differ, their files arrived at different times): each is
+//!   judged on its own. Files that reach a node after its wave was released halt the
+//!   generation, and the next one begins with them — so nothing gets past a canary that had
+//!   not yet tasted its own copy of the change.
+//! - A halt sends every node that serves its candidate back to its last known good bundle
+//!   (the store keeps the bundle served, the one before it and the one waiting); the bad files stay on disk,
+//!   still pending, and begin nothing until they change again (or `rollout resume --bundles`).
+//! - A restart serves the bundle the store's `serving` marker names (a restart mid-rollout
+//!   never serves unreleased files); if the node's wave was released, the restart gate halts.
+//! - A node without `[fleet.rollout]`, or not in a fleet, loads its live files on reload as a
+//!   single node does (tasted, then swapped); one that joined after a generation began serves
+//!   what it has until the next one.
+//!
+//! # Without etcd
+//!
 //! When etcd is unreachable a node keeps serving what it has (its local control file is the
 //! cache of the last version it accepted, so a restart serves it too), status and metrics say
 //! the link is down and since when, and the node reconnects, re-reads and re-registers by itself.
 
+pub mod bundles;
 pub mod client;
 pub mod coordinator;
 pub mod health;
@@ -99,6 +130,20 @@ impl Keys {
     /// The rollout state (see [`rollout::RolloutRecord`]).
     pub fn rollout(&self) -> String {
         format!("{}/rollout/state", self.prefix)
+    }
+
+    /// The bundle rollout state (see [`bundles::BundleRecord`]).
+    pub fn bundle_rollout(&self) -> String {
+        format!("{}/rollout/bundle", self.prefix)
+    }
+
+    /// The range a node watches for rollout states: `rollout/bundle` up to and including
+    /// `rollout/state` (the coordinator key between them is ignored).
+    pub fn rollout_watch_range(&self) -> (String, String) {
+        (
+            self.bundle_rollout(),
+            format!("{}/rollout/state\0", self.prefix),
+        )
     }
 
     /// Who drives rollouts (on the coordinator's lease).

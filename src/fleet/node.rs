@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use etcd_client::{Client, EventType, WatchOptions};
 
+use super::bundles::{BundleRecord, BundleReport};
 use super::client::connect;
 use super::origin::{FleetOrigin, Remote};
 use super::rollout::{self as staged, RolloutRecord, Target};
@@ -130,6 +131,13 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
         }
     };
     apply(ctx, &control, rollout.as_ref()).await;
+    if ctx.config.rollout.is_some() {
+        match staged::get_state::<BundleRecord>(&mut client, &keys.bundle_rollout()).await {
+            Ok(Some((record, _))) => apply_bundle(ctx, &record).await,
+            Ok(None) => {}
+            Err(e) => tracing::error!("fleet: {e}; holding at the bundle this node serves"),
+        }
+    }
     let mut control = control;
     if let Ok(Some(convergence)) = store::convergence(&mut client, keys).await {
         ctx.origin.set_convergence(convergence.millis);
@@ -149,11 +157,14 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
         .with_range(keys.watch_range_end())
         .with_start_revision(watch_from);
     let mut watch = timed(ctx, "watching", client.watch(keys.control(), Some(options))).await?;
-    let options = WatchOptions::new().with_start_revision(watch_from);
+    let (rollout_from, rollout_to) = keys.rollout_watch_range();
+    let options = WatchOptions::new()
+        .with_range(rollout_to)
+        .with_start_revision(watch_from);
     let mut rollout_watch = timed(
         ctx,
         "watching the rollout",
-        client.watch(keys.rollout(), Some(options)),
+        client.watch(rollout_from, Some(options)),
     )
     .await?;
     ctx.origin.set_link(true, None);
@@ -211,17 +222,29 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
                         response.cancel_reason()
                     )));
                 }
+                let mut bundle = None;
                 for event in response.events() {
-                    match (event.event_type(), event.kv()) {
-                        (EventType::Put, Some(kv)) => match staged::decode(keys, kv.value()) {
+                    let Some(kv) = event.kv() else { continue };
+                    let key = kv.key_str().unwrap_or("");
+                    match (event.event_type(), key) {
+                        (EventType::Put, k) if k == keys.rollout() => match staged::decode(k, kv.value()) {
                             Ok(record) => rollout = Some(record),
                             Err(e) => tracing::error!("fleet: {e}; holding at what this node serves"),
                         },
-                        (EventType::Delete, _) => rollout = None,
+                        (EventType::Delete, k) if k == keys.rollout() => rollout = None,
+                        (EventType::Put, k) if k == keys.bundle_rollout() => {
+                            match staged::decode::<BundleRecord>(k, kv.value()) {
+                                Ok(record) => bundle = Some(record),
+                                Err(e) => tracing::error!("fleet: {e}; holding at the bundle this node serves"),
+                            }
+                        }
                         _ => {}
                     }
                 }
                 apply(ctx, &control, rollout.as_ref()).await;
+                if let (Some(record), Some(_)) = (&bundle, &ctx.config.rollout) {
+                    apply_bundle(ctx, record).await;
+                }
             }
             _ = tick.tick() => {
                 timed(ctx, "keeping the lease", keeper.keep_alive()).await?;
@@ -282,6 +305,38 @@ async fn apply(ctx: &Ctx, control: &store::Control, rollout: Option<&RolloutReco
     offer(ctx, target.text, target.revision).await;
 }
 
+/// Serves the bundle the bundle rollout allows this node, if it serves another one (and has
+/// not refused that one already).
+async fn apply_bundle(ctx: &Ctx, record: &BundleRecord) {
+    let Some(allowed) = record.allowed(&ctx.info.name).map(str::to_string) else {
+        return;
+    };
+    let bundles = ctx.reloader.status().bundle;
+    let Some(bundles) = bundles else { return };
+    let refused = bundles
+        .refused
+        .as_ref()
+        .is_some_and(|r| r.bundle == allowed);
+    if bundles.serving == allowed || refused {
+        return;
+    }
+    let reloader = ctx.reloader.clone();
+    let id = allowed.clone();
+    match tokio::task::spawn_blocking(move || reloader.serve_bundle(&id)).await {
+        Ok(Ok(accepted)) => tracing::info!(
+            "fleet: serving bundle {allowed} (bundle generation {}): serial {}",
+            record.rollout.candidate,
+            accepted.serial
+        ),
+        Ok(Err(reasons)) => tracing::error!(
+            "fleet: bundle {allowed} refused, still serving bundle {}: {}",
+            bundles.serving,
+            reasons.join("; ")
+        ),
+        Err(e) => tracing::error!("fleet: reload task failed: {e}"),
+    }
+}
+
 /// The rollout as status shows it on this node.
 fn view(record: &RolloutRecord, node: &str, target: &Target) -> RolloutView {
     let rollout = &record.rollout;
@@ -315,8 +370,14 @@ fn boot_id() -> String {
 }
 
 /// What the rollout's gates judge this node by.
-fn report(reloader: &Reloader, origin: &FleetOrigin, boot: &str, probes: &[String]) -> NodeReport {
-    let (snapshot, status) = reloader.snapshot_and_status();
+/// From the snapshot served and the status that describes it (read together, so that the
+/// probes were answered by the bundle the status names).
+fn report(
+    (snapshot, status): (&crate::snapshot::Snapshot, &crate::reload::Status),
+    origin: &FleetOrigin,
+    boot: &str,
+    probes: &[String],
+) -> NodeReport {
     let (revision, refused) = origin.served();
     let totals = crate::metrics::serving::serving().totals();
     let servfail_index = crate::metrics::serving::rcode_bucket(crate::dns::wire::rcode::SERVFAIL);
@@ -325,7 +386,7 @@ fn report(reloader: &Reloader, origin: &FleetOrigin, boot: &str, probes: &[Strin
         .map(|text| {
             let (ok, detail) = match parse_probe(text) {
                 Some((name, rtype)) => {
-                    let answer = crate::answer::probe::probe(&snapshot, &name, &rtype);
+                    let answer = crate::answer::probe::probe(snapshot, &name, &rtype);
                     (answer.ok, answer.detail)
                 }
                 None => (false, "not a probe (\"NAME TYPE\")".to_string()),
@@ -471,10 +532,10 @@ pub fn record(
         revision,
         config_hash: status.config_hash.clone(),
         zones,
-        last_refusal: status.last_refusal.map(|r| NodeRefusal {
-            at: r.at,
+        last_refusal: status.last_refusal.as_ref().map(|r| NodeRefusal {
+            at: r.at.clone(),
             revision: refused,
-            reasons: r.reasons,
+            reasons: r.reasons.clone(),
         }),
         started_at: started_at.to_string(),
         uptime_secs: SystemTime::now()
@@ -482,7 +543,15 @@ pub fn record(
             .map_or(0, |d| d.as_secs()),
         updated_at: rfc3339::format_utc(SystemTime::now()),
         version: env!("CARGO_PKG_VERSION").to_string(),
-        rollout: rollout.map(|(boot, probes)| report(reloader, origin, boot, probes)),
+        bundle: rollout.and(status.bundle.as_ref()).map(|b| BundleReport {
+            serving: b.serving.clone(),
+            pending: b.pending.clone(),
+            refused: b
+                .refused
+                .as_ref()
+                .map(|r| (r.bundle.clone(), r.reasons.join("; "))),
+        }),
+        rollout: rollout.map(|(boot, probes)| report((&snapshot, &status), origin, boot, probes)),
     }
 }
 

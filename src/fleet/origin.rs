@@ -244,6 +244,10 @@ impl ControlOrigin for Origin {
         self.0.changed.notify_one();
     }
 
+    fn bundles_changed(&self) {
+        self.0.changed.notify_one();
+    }
+
     fn watches_file(&self) -> bool {
         false
     }

@@ -139,26 +139,30 @@ pub async fn get(
     client: &mut Client,
     keys: &Keys,
 ) -> Result<Option<(RolloutRecord, i64)>, FleetError> {
-    let response = client.get(keys.rollout(), None).await?;
+    get_state(client, &keys.rollout()).await
+}
+
+/// A rollout state (control's or bundles') at `key` and its `mod_revision`, if there is one.
+pub async fn get_state<T: serde::de::DeserializeOwned>(
+    client: &mut Client,
+    key: &str,
+) -> Result<Option<(T, i64)>, FleetError> {
+    let response = client.get(key, None).await?;
     let Some(kv) = response.kvs().first() else {
         return Ok(None);
     };
-    let record = serde_json::from_slice(kv.value()).map_err(|e| FleetError::BadValue {
-        key: keys.rollout(),
-        message: format!("not a rollout state: {e}"),
-    })?;
-    Ok(Some((record, kv.mod_revision())))
+    Ok(Some((decode(key, kv.value())?, kv.mod_revision())))
 }
 
-/// Decodes the rollout state from a watched value.
-pub fn decode(keys: &Keys, value: &[u8]) -> Result<RolloutRecord, FleetError> {
+/// Decodes a rollout state (control's or bundles') read or watched at `key`.
+pub fn decode<T: serde::de::DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, FleetError> {
     serde_json::from_slice(value).map_err(|e| FleetError::BadValue {
-        key: keys.rollout(),
+        key: key.to_string(),
         message: format!("not a rollout state: {e}"),
     })
 }
 
-fn encode(record: &RolloutRecord) -> Result<String, FleetError> {
+fn encode<T: Serialize>(record: &T) -> Result<String, FleetError> {
     serde_json::to_string(record)
         .map_err(|e| FleetError::Other(format!("encoding the rollout state: {e}")))
 }
@@ -171,15 +175,24 @@ pub async fn put(
     record: &RolloutRecord,
     expected: i64,
 ) -> Result<bool, FleetError> {
+    put_state(client, &keys.rollout(), record, expected).await
+}
+
+/// [`put`] for a rollout state (control's or bundles') at `key`.
+pub async fn put_state<T: Serialize>(
+    client: &mut Client,
+    key: &str,
+    record: &T,
+    expected: i64,
+) -> Result<bool, FleetError> {
     let compare = if expected == 0 {
-        Compare::create_revision(keys.rollout(), CompareOp::Equal, 0)
+        Compare::create_revision(key, CompareOp::Equal, 0)
     } else {
-        Compare::mod_revision(keys.rollout(), CompareOp::Equal, expected)
+        Compare::mod_revision(key, CompareOp::Equal, expected)
     };
-    let txn =
-        Txn::new()
-            .when([compare])
-            .and_then([TxnOp::put(keys.rollout(), encode(record)?, None)]);
+    let txn = Txn::new()
+        .when([compare])
+        .and_then([TxnOp::put(key, encode(record)?, None)]);
     Ok(client.txn(txn).await?.succeeded())
 }
 

@@ -76,6 +76,9 @@ pub struct NodeRecord {
     /// What the staged rollout judges this node by (nodes with `[fleet.rollout]` only).
     #[serde(default)]
     pub rollout: Option<crate::rollout::NodeReport>,
+    /// Its config/zone/GeoIP bundles (nodes with `[fleet.rollout]` only).
+    #[serde(default)]
+    pub bundle: Option<super::bundles::BundleReport>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

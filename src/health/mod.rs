@@ -158,10 +158,18 @@ struct Inner {
 }
 
 impl Inner {
+    /// Whether this node probes `target`: every target alone or until the fleet's first
+    /// shared view, then only those the fleet assigns it.
     fn probes(&self, target: &str) -> bool {
         self.sharing
             .as_ref()
-            .is_none_or(|s| s.probing.contains(target))
+            .is_none_or(|s| !s.applied || s.probing.contains(target))
+    }
+
+    /// Whether what is served comes from the fleet's shared view (else from this node's own
+    /// checks: no sharing, or no shared view yet).
+    fn serves_shared(&self) -> bool {
+        self.sharing.as_ref().is_some_and(|s| s.applied)
     }
 }
 
@@ -223,8 +231,8 @@ pub struct TargetStatus {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SharedTarget {
     /// `"quorum"` (what its reporting probers say), `"kept"` (none reports a fresh result:
-    /// the last shared verdict is served) or `"startup"` (no shared result yet: the startup
-    /// state is served).
+    /// the last verdict is served), `"startup"` (no result yet: the startup state is served)
+    /// or `"local"` (no shared view yet: this node's own checks are served).
     pub decided_by: String,
     /// Its assigned probers, best first, and what each says.
     pub probers: Vec<ProberVote>,
@@ -361,7 +369,11 @@ impl Health {
 
     fn spawn_missing(self: &Arc<Self>, inner: &mut Inner, runtime: &tokio::runtime::Handle) {
         let mut next_task = inner.next_task;
-        let probing: Option<HashSet<String>> = inner.sharing.as_ref().map(|s| s.probing.clone());
+        let probing: Option<HashSet<String>> = inner
+            .sharing
+            .as_ref()
+            .filter(|s| s.applied)
+            .map(|s| s.probing.clone());
         let agent = inner.agent.clone();
         for target in inner.targets.values_mut().filter(|t| t.abort.is_none()) {
             if probing
@@ -424,9 +436,10 @@ impl Health {
             tracing::info!("health: {key} {} -> {}", was.as_str(), state.as_str());
         }
         if inner.sharing.is_some() {
-            // The fleet's quorum decides what is served: publish, the view follows.
+            // Publish: once the fleet has a shared view, its quorum decides what is served.
             self.changed.notify_one();
-        } else if state.serves() != was.serves() {
+        }
+        if !inner.serves_shared() && state.serves() != was.serves() {
             inner.generation += 1;
             let board = inner.board.clone();
             board.view.store(Arc::new(view_of(&inner, &board)));
@@ -438,12 +451,13 @@ impl Health {
     pub fn status(&self) -> Vec<TargetStatus> {
         let inner = self.lock();
         let sharing = inner.sharing.is_some();
+        let shared_view = inner.serves_shared();
         let mut out: Vec<TargetStatus> = inner
             .targets
             .values()
             .map(|t| TargetStatus {
                 target: t.spec.target.clone(),
-                state: t.served_state(sharing).to_owned(),
+                state: t.served_state(shared_view).to_owned(),
                 interval_ms: t.spec.interval_ms,
                 timeout_ms: t.spec.timeout_ms,
                 fall: t.spec.fall,
@@ -460,6 +474,9 @@ impl Health {
                     let mut shared = t.shared.clone().unwrap_or_default();
                     // Now, not as of the last shared view (which a lost link freezes).
                     shared.local_state = (t.task != 0).then(|| t.machine.state().as_str().into());
+                    if !shared_view {
+                        shared.decided_by = "local".into();
+                    }
                     shared
                 }),
             })
@@ -531,7 +548,7 @@ impl Health {
 
 /// The view of `board`'s slots from the targets' states.
 fn view_of(inner: &Inner, board: &Board) -> HealthView {
-    let sharing = inner.sharing.is_some();
+    let sharing = inner.serves_shared();
     HealthView::new(
         board
             .targets

@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::machine::State;
 use super::{
     view_of, Health, LocalResult, ProberNode, SharedDecision, SharedTarget, Sharing, SharingStatus,
 };
@@ -17,9 +18,11 @@ impl Health {
         self.lock().agent = Arc::from(format!("{} (node {node})", super::DEFAULT_AGENT));
     }
 
-    /// Shared probing from now on: nothing is probed until the fleet assigns targets, and
-    /// every target is served as its startup state until the fleet has a verdict on it.
-    /// Call before [`Health::start`].
+    /// Shared probing from now on. Until the first shared view (etcd not reached yet) this
+    /// node probes every target itself and serves what it sees, as a lone node does; from the
+    /// first shared view on, it probes only what the fleet assigns it and serves the fleet's
+    /// verdicts (a target without one keeps what this node served). Call before
+    /// [`Health::start`].
     pub fn enable_sharing(&self, node: &str, site: Option<&str>, probers_per_target: usize) {
         self.set_node(node);
         let mut inner = self.lock();
@@ -36,8 +39,6 @@ impl Health {
             probing: HashSet::new(),
             applied: false,
         });
-        let board = inner.board.clone();
-        board.view.store(Arc::new(view_of(&inner, &board)));
     }
 
     /// The targets monitored now.
@@ -78,12 +79,9 @@ impl Health {
     /// published if the target comes back to this node).
     pub fn set_probing(self: &Arc<Self>, probing: HashSet<String>) {
         let mut inner = self.lock();
-        let Some(sharing) = inner.sharing.as_mut() else {
+        let Some(sharing) = inner.sharing.as_mut().filter(|s| s.applied) else {
             return;
         };
-        if sharing.probing == probing {
-            return;
-        }
         let mut here: Vec<String> = probing.iter().cloned().collect();
         here.sort();
         sharing.status.probing_here = here;
@@ -116,6 +114,7 @@ impl Health {
         let Some(sharing) = inner.sharing.as_mut() else {
             return;
         };
+        let first = !sharing.applied;
         sharing.applied = true;
         sharing.status.revision = revision;
         sharing.status.probers = probers;
@@ -126,7 +125,16 @@ impl Health {
             let Some(decision) = decisions.get(key) else {
                 continue;
             };
-            let was = target.slot(true).up;
+            if first && target.shared_up.is_none() && target.machine.state() != State::Unknown {
+                // The first shared view: what this node's own checks found is what it served.
+                target.shared_up = Some(target.machine.state().serves());
+                target.shared_last_up = 0;
+            }
+            let was = if first {
+                target.slot(false).up
+            } else {
+                target.slot(true).up
+            };
             if let Some(up) = decision.tally.verdict {
                 if was && !up {
                     target.shared_last_up = u64::try_from(decision.revision).unwrap_or(0);
@@ -161,7 +169,7 @@ impl Health {
                 quorum: decision.tally.quorum,
             });
         }
-        if changed {
+        if changed || first {
             inner.generation += 1;
             let board = inner.board.clone();
             board.view.store(Arc::new(view_of(&inner, &board)));

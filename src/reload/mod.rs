@@ -10,6 +10,7 @@
 //! Owns the status of the control plane (serial, last refusal, counters) and recording accepted
 //! control versions in the history. Never touches the serving path beyond the atomic store.
 
+pub mod bundle;
 mod origin;
 pub mod resign;
 pub mod shield;
@@ -53,6 +54,11 @@ pub struct Source {
     /// The program that tastes changes in a child process (the server's own binary, see
     /// [`crate::taster::this_program`]). `None`: changes are loaded in this process only.
     pub taster: Option<PathBuf>,
+    /// Relative paths in the config resolve against this directory instead of the config
+    /// file's (set for a staged bundle's copy of the config, see [`bundle`]).
+    pub base_dir: Option<PathBuf>,
+    /// `[geo] database` override (a staged bundle's copy of the database).
+    pub geo_database: Option<PathBuf>,
 }
 
 impl Source {
@@ -83,11 +89,15 @@ impl Source {
 
     pub fn read_config(&self) -> Result<Config, String> {
         let mut config = match self.config_path() {
-            Some(path) => Config::load(&path).map_err(|e| e.to_string())?,
+            Some(path) => Config::load_relative_to(&path, self.base_dir.as_deref())
+                .map_err(|e| e.to_string())?,
             None => Config::default(),
         };
         if let Some(zones) = &self.zones {
             config.server.zones = zones.clone();
+        }
+        if let (Some(database), Some(_)) = (&self.geo_database, &config.geo.database) {
+            config.geo.database = Some(database.clone());
         }
         if let Some(nsid) = &self.nsid {
             if nsid.len() > 255 {
@@ -129,6 +139,12 @@ impl Source {
         if let Some(identity) = &self.identity {
             push("--identity", identity.into());
         }
+        if let Some(base) = &self.base_dir {
+            push("--base-dir", base.clone().into_os_string());
+        }
+        if let Some(database) = &self.geo_database {
+            push("--geo-database", database.clone().into_os_string());
+        }
         args
     }
 }
@@ -144,6 +160,9 @@ pub enum Trigger {
     Fleet,
     /// DNSSEC signatures due for renewal, or a key event (see [`resign`]).
     Resign,
+    /// The fleet's rollout released a config/zone/GeoIP bundle to this node, or rolled it back
+    /// (see [`bundle`]).
+    Bundle,
 }
 
 impl Trigger {
@@ -155,6 +174,7 @@ impl Trigger {
             Trigger::Api => "reload command",
             Trigger::Fleet => "fleet control change",
             Trigger::Resign => "DNSSEC re-sign",
+            Trigger::Bundle => "fleet bundle rollout",
         }
     }
 }
@@ -183,6 +203,40 @@ pub struct Status {
     pub warnings: Vec<String>,
     /// The taster: mode, limits, tastes by outcome, the last one.
     pub taster: TasterStatus,
+    /// With `[fleet.rollout]`: the config/zone/GeoIP bundles (served, waiting, refused).
+    pub bundle: Option<BundleStatus>,
+}
+
+/// The bundles of a node that stages them (see [`bundle`]), as status shows them.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default, PartialEq)]
+pub struct BundleStatus {
+    /// Where the copies live.
+    pub dir: PathBuf,
+    /// The bundle served.
+    pub serving: String,
+    /// The live files' bundle, tasted and waiting for the fleet's rollout to release it (also
+    /// after a rollback from it: the live files still hold it).
+    pub pending: Option<String>,
+    /// The live files' bundle as last captured.
+    pub live: Option<String>,
+    /// The newest bundle refused (by its taster or on loading), and why.
+    pub refused: Option<BundleRefusal>,
+    /// The bundle served before this one (kept: the way back after a halt).
+    pub previous: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default, PartialEq)]
+pub struct BundleRefusal {
+    pub bundle: String,
+    pub reasons: Vec<String>,
+}
+
+/// The reloader's hold on the bundles.
+struct Bundles {
+    store: bundle::BundleStore,
+    /// The live config's directory: the relative paths of every copy resolve against it.
+    base: PathBuf,
+    status: BundleStatus,
 }
 
 struct State {
@@ -192,6 +246,10 @@ struct State {
     last_control_hash: Option<u64>,
     /// FNV hash of the control text being served (same text on reload: same serial).
     served_control_hash: Option<u64>,
+    /// The control text being served (a new bundle is tasted with it).
+    served_control: Option<(PathBuf, String)>,
+    /// With `[fleet.rollout]`: the bundle served and the others (`None`: the live files).
+    bundles: Option<Bundles>,
 }
 
 pub struct Reloader {
@@ -238,12 +296,24 @@ impl Reloader {
         origin: Arc<dyn ControlOrigin>,
     ) -> Result<(Arc<Reloader>, Vec<String>), Vec<String>> {
         let started = Instant::now();
-        let config = source.read_config().map_err(|e| vec![e])?;
+        let live = source.read_config().map_err(|e| vec![e])?;
+        // With `[fleet.rollout]`: serve the bundle served last (a restart mid-rollout must not
+        // serve live files the rollout has not released); the live files wait for their wave.
+        let (bundles, live_bundle) = open_bundles(&live)?;
+        let pinned = bundles
+            .as_ref()
+            .map(|b| b.store.source(&source, &b.base, &b.status.serving));
+        let config = match &pinned {
+            Some(pinned) => pinned.read_config().map_err(|e| vec![e])?,
+            None => live,
+        };
+        let load_source = pinned.as_ref().unwrap_or(&source);
         let history = open_history(&config);
         let control = origin.current(&config).map_err(|e| vec![e]);
         let mut taster = TasterStatus::default();
         let first = control.clone().and_then(|text| {
-            taste_then_load(&source, &config, text.as_ref(), None, &mut taster).map(|l| (l, text))
+            taste_then_load(load_source, &config, text.as_ref(), None, &mut taster)
+                .map(|l| (l, text))
         });
         let (loaded, text, refusal) = match first {
             Ok((loaded, text)) => (loaded, text, None),
@@ -251,7 +321,7 @@ impl Reloader {
                 let fallback = history
                     .as_ref()
                     .ok()
-                    .and_then(|h| newest_valid_version(h, &source, &config, &mut taster));
+                    .and_then(|h| newest_valid_version(h, load_source, &config, &mut taster));
                 match fallback {
                     Some((loaded, text, serial)) => {
                         let mut reasons = reasons;
@@ -267,10 +337,11 @@ impl Reloader {
         let mut reloader = Reloader::serving_nothing(source);
         reloader.origin = origin;
         let reloader = Arc::new(reloader);
-        let warnings = loaded.warnings.clone();
+        let mut warnings = loaded.warnings.clone();
         {
             let mut state = reloader.lock();
             state.status.taster = taster;
+            state.bundles = bundles;
             if let Some(reasons) = refusal {
                 state.status.reloads_refused += 1;
                 state.status.last_refusal = Some(Refusal {
@@ -283,6 +354,7 @@ impl Reloader {
                 }
             }
             reloader.accept(&mut state, &config, loaded, text, Trigger::Startup, started);
+            warnings.extend(reloader.start_bundles(&mut state, live_bundle));
         }
         Ok((reloader, warnings))
     }
@@ -304,6 +376,8 @@ impl Reloader {
                 status: Status::default(),
                 last_control_hash: None,
                 served_control_hash: None,
+                served_control: None,
+                bundles: None,
             }),
         }
     }
@@ -360,10 +434,89 @@ impl Reloader {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Tastes the current files and swaps them in if everything is good.
+    /// Tastes the current files and swaps them in if everything is good. A node that stages
+    /// bundles (`[fleet.rollout]`) captures and tastes its live files on SIGHUP and `reload`,
+    /// but keeps serving its bundle until the fleet's rollout releases the new one
+    /// ([`Reloader::serve_bundle`]); a bundle refused is this reload's refusal.
     pub fn reload(&self, trigger: Trigger) -> Result<Accepted, Vec<String>> {
         let mut state = self.lock();
-        self.reload_locked(&mut state, trigger)
+        let staged = match trigger {
+            Trigger::Signal | Trigger::Api => self.stage_live(&mut state),
+            _ => None,
+        };
+        let mut accepted = self.reload_locked(&mut state, trigger)?;
+        match staged {
+            Some(Ok(id)) => {
+                accepted.summary = format!(
+                    "{}; the live files (bundle {id}) wait for the fleet's rollout",
+                    accepted.summary
+                );
+                Ok(accepted)
+            }
+            Some(Err(reasons)) => Err(reasons),
+            None => Ok(accepted),
+        }
+    }
+
+    /// Serves bundle `id` from the store (the fleet's rollout released it to this node, or
+    /// rolls this node back to it): tasted and loaded as any change, the bundle served stays
+    /// if it is refused.
+    pub fn serve_bundle(&self, id: &str) -> Result<Accepted, Vec<String>> {
+        let mut state = self.lock();
+        let serial = state.status.serial;
+        let Some(bundles) = state.bundles.as_mut() else {
+            return Err(vec!["this node does not stage bundles".into()]);
+        };
+        if bundles.status.serving == id {
+            return Ok(Accepted {
+                serial,
+                elapsed_ms: 0.0,
+                summary: format!("bundle {id} is served already"),
+            });
+        }
+        if !bundles.store.has(id) {
+            let reason = format!(
+                "bundle {id} is not in {} (never captured here, or deleted)",
+                bundles.store.dir().display()
+            );
+            self.bundle_refused(&mut state, id, vec![reason.clone()]);
+            return Err(vec![reason]);
+        }
+        let old = std::mem::replace(&mut bundles.status.serving, id.to_string());
+        match self.reload_locked(&mut state, Trigger::Bundle) {
+            Ok(accepted) => {
+                if let Some(bundles) = state.bundles.as_mut() {
+                    let status = &mut bundles.status;
+                    if status.pending.as_deref() == Some(id) {
+                        status.pending = None;
+                    }
+                    // Back from the live files' bundle (a rollback): it waits again.
+                    if status.live.as_deref() == Some(old.as_str()) {
+                        status.pending = Some(old.clone());
+                    }
+                    status.previous = Some(old);
+                    if status.refused.as_ref().is_some_and(|r| r.bundle == id) {
+                        status.refused = None;
+                    }
+                    let keep: Vec<&str> = status.pending.iter().map(String::as_str).collect();
+                    if let Err(e) = bundles
+                        .store
+                        .set_serving(id, status.previous.as_deref(), &keep)
+                    {
+                        tracing::error!("bundle {id} served but not recorded: {e}");
+                    }
+                }
+                self.publish_bundles(&mut state);
+                Ok(accepted)
+            }
+            Err(reasons) => {
+                if let Some(bundles) = state.bundles.as_mut() {
+                    bundles.status.serving = old;
+                }
+                self.bundle_refused(&mut state, id, reasons.clone());
+                Err(reasons)
+            }
+        }
     }
 
     /// Reloads only if the control file's bytes differ from the last ones looked at (for
@@ -388,11 +541,21 @@ impl Reloader {
         Some(self.reload_locked(&mut state, Trigger::ControlFile))
     }
 
+    /// The source of what is served: the live files, or the copy of the bundle served.
+    fn serving_source(&self, state: &State) -> std::borrow::Cow<'_, Source> {
+        match &state.bundles {
+            Some(b) => {
+                std::borrow::Cow::Owned(b.store.source(&self.source, &b.base, &b.status.serving))
+            }
+            None => std::borrow::Cow::Borrowed(&self.source),
+        }
+    }
+
     fn reload_locked(&self, state: &mut State, trigger: Trigger) -> Result<Accepted, Vec<String>> {
         let started = Instant::now();
         let mut tasted = None;
-        let result = self
-            .source
+        let source = self.serving_source(state).into_owned();
+        let result = source
             .read_config()
             .map_err(|e| vec![e])
             .and_then(|config| {
@@ -405,15 +568,8 @@ impl Reloader {
                     tasted = Some(text.clone());
                 }
                 let control = control.map_err(|e| vec![e])?;
-                let previous = self.snapshot.load_full();
-                let loaded = taste_then_load(
-                    &self.source,
-                    &config,
-                    control.as_ref(),
-                    Some(&previous),
-                    &mut state.status.taster,
-                )?;
-                self.keep_good_geo_database(&loaded)?;
+                let loaded =
+                    self.taste_and_load(&source, &config, control.as_ref(), &mut state.status)?;
                 Ok((config, loaded, control))
             });
         match result {
@@ -421,7 +577,8 @@ impl Reloader {
                 Ok(self.accept(state, &config, loaded, control, trigger, started))
             }
             Err(reasons) => {
-                if let Some(text) = &tasted {
+                // A bundle refused is no verdict on the control text it was tasted with.
+                if let (Some(text), false) = (&tasted, trigger == Trigger::Bundle) {
                     self.origin.refused(text);
                 }
                 for reason in &reasons {
@@ -441,6 +598,21 @@ impl Reloader {
                 Err(reasons)
             }
         }
+    }
+
+    /// Tastes and loads what `source` reads, sharing the served snapshot's zones where they
+    /// are the same, and keeps a good geo database in service.
+    fn taste_and_load(
+        &self,
+        source: &Source,
+        config: &Config,
+        control: Option<&(PathBuf, String)>,
+        status: &mut Status,
+    ) -> Result<Loaded, Vec<String>> {
+        let previous = self.snapshot.load_full();
+        let loaded = taste_then_load(source, config, control, Some(&previous), &mut status.taster)?;
+        self.keep_good_geo_database(&loaded)?;
+        Ok(loaded)
     }
 
     /// A geo database that fails to load degrades a *first* start to the default region (serve
@@ -544,10 +716,12 @@ impl Reloader {
         status.reloads_accepted += 1;
         status.last_reload_ms = ms(elapsed);
         status.warnings = warnings;
+        status.bundle = state.bundles.as_ref().map(|b| b.status.clone());
         if let Some((_, text)) = &control {
             state.last_control_hash = Some(fnv1a64(text.as_bytes()));
             state.served_control_hash = Some(fnv1a64(text.as_bytes()));
         }
+        state.served_control = control.clone();
         self.publish(state);
         // Served; now recorded. A failure is said in status for as long as this version
         // serves (the next accepted reload replaces the warnings).
@@ -578,6 +752,169 @@ impl Reloader {
             summary,
         }
     }
+}
+
+impl Reloader {
+    /// After the first load of a node that stages bundles: records the bundle served (for
+    /// the next start), and tastes the live files' bundle if it is another one. Returns
+    /// warnings for the log.
+    fn start_bundles(&self, state: &mut State, live: Option<bundle::BundleId>) -> Vec<String> {
+        let Some(bundles) = &state.bundles else {
+            return Vec::new();
+        };
+        let status = &bundles.status;
+        let pending: Vec<&str> = live.iter().map(String::as_str).collect();
+        let mut warnings = Vec::new();
+        if let Err(e) =
+            bundles
+                .store
+                .set_serving(&status.serving, status.previous.as_deref(), &pending)
+        {
+            warnings.push(format!(
+                "bundle {} served but not recorded: {e}",
+                status.serving
+            ));
+        }
+        match live {
+            Some(id) if id != status.serving => {
+                if let Err(reasons) = self.taste_bundle(state, id.clone()) {
+                    warnings.push(format!(
+                        "the live files (bundle {id}) were refused: {}",
+                        reasons.join("; ")
+                    ));
+                }
+            }
+            _ => {}
+        }
+        warnings
+    }
+
+    /// Captures the live files; tastes them if they are a bundle not seen yet. `None`: the
+    /// node does not stage bundles, or the live files are the bundle served.
+    fn stage_live(&self, state: &mut State) -> Option<Result<bundle::BundleId, Vec<String>>> {
+        let bundles = state.bundles.as_mut()?;
+        let captured = self
+            .source
+            .read_config()
+            .and_then(|live| bundles.store.capture(&live));
+        let id = match captured {
+            Ok(id) => id,
+            Err(e) => return Some(Err(vec![format!("the live files cannot be staged: {e}")])),
+        };
+        let status = &mut bundles.status;
+        let was_live = status.live.replace(id.clone());
+        if id == status.serving {
+            // The live files are the bundle served again (a revert): nothing waits, and an
+            // earlier refusal is history.
+            let changed = status.pending.take().is_some() || status.refused.take().is_some();
+            if changed || was_live.as_deref() != Some(id.as_str()) {
+                self.publish_bundles(state);
+            }
+            return None;
+        }
+        if status.pending.as_deref() == Some(id.as_str()) {
+            return Some(Ok(id));
+        }
+        if let Some(refused) = status.refused.as_ref().filter(|r| r.bundle == id) {
+            return Some(Err(refused.reasons.clone()));
+        }
+        Some(self.taste_bundle(state, id.clone()).map(|()| id))
+    }
+
+    /// Tastes and loads bundle `id` with the control text served, without serving it: it
+    /// becomes the pending bundle, or the refused one.
+    fn taste_bundle(&self, state: &mut State, id: bundle::BundleId) -> Result<(), Vec<String>> {
+        let Some(bundles) = &state.bundles else {
+            return Err(vec!["this node does not stage bundles".into()]);
+        };
+        let source = bundles.store.source(&self.source, &bundles.base, &id);
+        let control = state.served_control.clone();
+        let result = source
+            .read_config()
+            .map_err(|e| vec![e])
+            .and_then(|config| {
+                self.taste_and_load(&source, &config, control.as_ref(), &mut state.status)
+                    .map(drop)
+            });
+        match &result {
+            Ok(()) => {
+                tracing::info!(
+                    "the live files (bundle {id}) tasted OK; served once the fleet's rollout \
+                     releases them to this node"
+                );
+                if let Some(bundles) = state.bundles.as_mut() {
+                    bundles.status.pending = Some(id);
+                }
+                self.publish_bundles(state);
+            }
+            Err(reasons) => self.bundle_refused(state, &id, reasons.clone()),
+        }
+        result
+    }
+
+    /// Bundle `id` was refused: said in status (bundle and last refusal) and the log.
+    fn bundle_refused(&self, state: &mut State, id: &str, reasons: Vec<String>) {
+        for reason in &reasons {
+            tracing::error!(
+                "bundle {id} refused, still serving serial {}: {reason}",
+                state.status.serial
+            );
+        }
+        if let Some(bundles) = state.bundles.as_mut() {
+            let status = &mut bundles.status;
+            if status.pending.as_deref() == Some(id) {
+                status.pending = None;
+            }
+            status.refused = Some(BundleRefusal {
+                bundle: id.to_string(),
+                reasons: reasons.clone(),
+            });
+        }
+        state.status.reloads_refused += 1;
+        state.status.last_refusal = Some(Refusal {
+            at: rfc3339::format_utc(SystemTime::now()),
+            trigger: Trigger::Bundle.as_str(),
+            reasons,
+        });
+        self.publish_bundles(state);
+    }
+
+    fn publish_bundles(&self, state: &mut State) {
+        state.status.bundle = state.bundles.as_ref().map(|b| b.status.clone());
+        self.publish(state);
+        self.origin.bundles_changed();
+    }
+}
+
+/// The bundles of a node with `[fleet.rollout]`, from the config of its live files, and the
+/// live files' bundle: the bundle to serve is the one served last (the store's marker), else
+/// the live files'. `None` without `[fleet.rollout]`.
+fn open_bundles(live: &Config) -> Result<(Option<Bundles>, Option<bundle::BundleId>), Vec<String>> {
+    let Some(store) = bundle::BundleStore::for_config(live) else {
+        return Ok((None, None));
+    };
+    let captured = store.capture(live);
+    let (serving, previous) = match (store.serving(), &captured) {
+        (Some(marked), _) => marked,
+        (None, Ok(id)) => (id.clone(), None),
+        (None, Err(e)) => return Err(vec![format!("the live files cannot be staged: {e}")]),
+    };
+    if let Err(e) = &captured {
+        tracing::error!("the live files cannot be staged ({e}); serving bundle {serving}");
+    }
+    let status = BundleStatus {
+        dir: store.dir().to_path_buf(),
+        serving,
+        previous,
+        live: captured.as_ref().ok().cloned(),
+        ..BundleStatus::default()
+    };
+    let bundles = Bundles {
+        store,
+        base: live.base_dir.clone(),
+        status,
+    };
+    Ok((Some(bundles), captured.ok()))
 }
 
 /// Stands for "the control file could not be read" in `last_control_hash`.

@@ -27,6 +27,9 @@ pub trait ControlOrigin: Send + Sync {
     fn refused(&self, text: &str) {
         let _ = text;
     }
+    /// The node's bundles changed (one tasted, refused or served): a fleet node tells the
+    /// fleet (see [`super::bundle`]).
+    fn bundles_changed(&self) {}
     /// Whether operators edit the control file directly (so it is watched). In fleet mode the
     /// file is only the node's cache and is not watched.
     fn watches_file(&self) -> bool {

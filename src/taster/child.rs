@@ -29,7 +29,8 @@ impl Verdict {
     }
 }
 
-/// A drill: what the taster does when the candidate control text contains a marker.
+/// A drill: what the taster does when the candidate control text, config file or a zone file
+/// contains a marker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
     /// `abort:<text>`: abort (SIGABRT), as a crashing compiler would.
@@ -91,11 +92,14 @@ pub fn taste(
     control: Option<&str>,
     steering_only: bool,
 ) -> Verdict {
-    if let (Some(fault), Some(text)) = (
-        std::env::var(FAULT_ENV).ok().and_then(|s| Fault::parse(&s)),
-        control,
-    ) {
-        fault.strike(text);
+    if let Some(fault) = std::env::var(FAULT_ENV).ok().and_then(|s| Fault::parse(&s)) {
+        for text in control
+            .map(str::to_string)
+            .into_iter()
+            .chain(config.iter().flat_map(drill_texts))
+        {
+            fault.strike(&text);
+        }
     }
     let started = std::time::Instant::now();
     let config = match config {
@@ -145,6 +149,26 @@ pub fn taste(
         }
         Err(problems) => Verdict::Problems { problems },
     }
+}
+
+/// The files of a change besides its control text that the drill looks into: the config file
+/// and the zone directory's files (so that a config or zone change can be drilled too).
+fn drill_texts(config: &Config) -> Vec<String> {
+    let read = |path: &std::path::Path| {
+        crate::files::read_text_limited(path, crate::zone::parse::MAX_ZONE_FILE_BYTES).ok()
+    };
+    let zone_files = std::fs::read_dir(&config.server.zones)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path());
+    config
+        .source_path
+        .iter()
+        .cloned()
+        .chain(zone_files)
+        .filter_map(|path| read(&path))
+        .collect()
 }
 
 #[cfg(test)]

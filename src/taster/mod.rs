@@ -12,8 +12,9 @@
 //! that a file edited between the two loads is never served untasted.
 //!
 //! `STEERDNS_TASTER_FAULT=abort:<text>` (also `spin:<text>`, `oom:<text>`) makes the *child*
-//! abort (busy-loop, allocate without end) when the candidate control text contains `<text>`:
-//! the fault drill. Only [`child`] reads it; the serving process never acts on it.
+//! abort (busy-loop, allocate without end) when the candidate control text, the config file or
+//! a file of the zone directory contains `<text>`: the fault drill, for control changes and for
+//! config/zone bundles alike. Only [`child`] reads it; the serving process never acts on it.
 //!
 //! Owns the process boundary and its protocol. Uses the config and the snapshot loader; knows
 //! nothing of the reloader's state (`reload` calls in, never the other way).

@@ -43,7 +43,7 @@ pub fn repo_path(relative: &str) -> PathBuf {
 #[path = "../common/mod.rs"]
 mod common;
 #[allow(unused_imports)]
-pub use common::backend::{Backend, Reply};
+pub use common::backend::{closed_port, Backend, Reply};
 #[allow(unused_imports)]
 pub use common::etcd::Etcd;
 #[allow(unused_imports)]

@@ -383,7 +383,7 @@
         ? "connected"
         : sharing.fail_static
           ? `etcd unreachable since ${sharing.since}: serving the last shared view (fail-static)`
-          : "not connected yet: startup states served";
+          : "not connected yet: this node probes every target itself and serves what it sees";
       if (!sharing.connected) serverAlerts.push(`health sharing: ${link}`);
       for (const r of sharing.refused || []) serverAlerts.push(`health sharing: refused ${r}`);
       const probers = (sharing.probers || []).map((p) => (p.site ? `${p.node} (${p.site})` : p.node)).join(", ");
