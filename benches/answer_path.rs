@@ -5,6 +5,11 @@
 //!
 //!   cargo bench --bench answer_path
 //!
+//! With `ANSWER_PATH_REPEAT=N` the bench skips criterion and answers each case (or only the
+//! one `ANSWER_PATH_CASE` names) N times in `repeat_case`, for counting instructions per
+//! answer under `valgrind --tool=callgrind`: `benches/callgrind.sh` runs one case per valgrind
+//! run and divides `repeat_case`'s inclusive instructions by N.
+//!
 //! Cases: a precompiled static answer (with and without EDNS), a geo profile (gw.example.com
 //! with ECS), a weighted profile (warm.example.com with ECS: a CNAME into the anycast zone; and
 //! wt.example.com, 90/10 addresses, no EDNS, like the harness's `wt`), the anycast policy
@@ -243,6 +248,20 @@ fn bench_answer_path(c: &mut Criterion) {
             out.len()
         );
     }
+    if let Some(n) = std::env::var("ANSWER_PATH_REPEAT")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        let only = std::env::var("ANSWER_PATH_CASE").ok();
+        let mut out = vec![0u8; MAX_MESSAGE];
+        for (name, packet) in &cases {
+            if only.as_deref().is_none_or(|only| only == *name) {
+                eprintln!("repeat_case {name}");
+                repeat_case(&snapshot, packet, &client, &mut out, n);
+            }
+        }
+        return;
+    }
     let mut group = c.benchmark_group("answer_path");
     group.throughput(Throughput::Elements(1));
     for (name, packet) in &cases {
@@ -252,6 +271,14 @@ fn bench_answer_path(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// Answers `packet` `n` times (callgrind counts this function's inclusive instructions).
+#[inline(never)]
+fn repeat_case(snapshot: &Snapshot, packet: &[u8], client: &Client, out: &mut [u8], n: u64) {
+    for _ in 0..n {
+        black_box(respond(black_box(snapshot), black_box(packet), client, out));
+    }
 }
 
 criterion_group!(benches, bench_answer_path);

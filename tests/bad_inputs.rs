@@ -212,14 +212,6 @@ fn the_readme_describes_every_corpus_file() {
 // ---------------------------------------------------------------------------------------------
 // zones/
 
-fn mkfifo(path: &Path) {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in path");
-    // SAFETY: mkfifo only creates a file at a path we own.
-    let made = unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) };
-    assert_eq!(made, 0, "mkfifo: {}", std::io::Error::last_os_error());
-}
-
 #[test]
 fn every_bad_zone_file_is_refused_by_check_with_its_file_and_line() {
     let files = corpus("zones");
@@ -643,11 +635,6 @@ fn every_bad_load_feed_is_refused_with_its_reason_and_the_last_good_feed_stays()
 // ---------------------------------------------------------------------------------------------
 // geo/
 
-/// gw.example.com for an eu-west client: the EU gateway with a working database, the NA one
-/// (default region na-east) without.
-fn eu_gateway(resolver: &mut Resolver) -> Vec<std::net::Ipv4Addr> {
-    a_records(&resolver.ask(&ecs_query("gw.example.com.", RecordType::A, EU_WEST_SUBNET)))
-}
 const EU_GATEWAY: std::net::Ipv4Addr = std::net::Ipv4Addr::new(203, 0, 113, 10);
 const NA_GATEWAY: std::net::Ipv4Addr = std::net::Ipv4Addr::new(203, 0, 113, 20);
 

@@ -32,8 +32,14 @@ struct Scene {
 
 impl Scene {
     fn new(label: &str) -> Scene {
+        Scene::new_under(label, &[])
+    }
+
+    /// Like [`Scene::new`], with the server started under `wrapper` (a command and its
+    /// arguments that run the rest of the command line).
+    fn new_under(label: &str, wrapper: &[&str]) -> Scene {
         let setup = Setup::new(label);
-        let server = setup.start();
+        let server = setup.start_under_with(wrapper, &[]);
         let mut resolver = Resolver::new(server.dns);
         let subnets = distinct_subnets(SUBNETS);
         let written = Instant::now();
@@ -161,8 +167,16 @@ fn a_deleted_control_file_is_refused() {
         |s| std::fs::remove_file(s.control_path()).expect("delete control file"),
         &["control.toml", "cannot read"],
     );
-    // Still serving the old answers a little later (the backstop poll must not change that).
-    std::thread::sleep(Duration::from_millis(2500));
+    // Still serving the old answers after the watcher looked again (its backstop poll must
+    // not change that): two more checks, so one began after the refusal was seen.
+    let checks = scene.server.status()["control_checks"]
+        .as_u64()
+        .expect("control_checks in the status");
+    scene
+        .server
+        .wait_for_status("the watcher's next poll", REFUSAL_WAIT, |s| {
+            s["control_checks"].as_u64() >= Some(checks + 2)
+        });
     scene.assert_still_alt_cdn("control file deleted, after a poll interval");
     scene.recover();
 }
@@ -200,15 +214,8 @@ fn a_control_file_replaced_by_a_directory_is_refused() {
 
 #[test]
 fn an_unreadable_control_file_is_refused() {
-    if running_as_root() {
-        // Root reads files whatever their mode, so chmod 000 cannot make the file unreadable:
-        // this single check is skipped as root. The unreadable case is still covered as root by
-        // `a_control_file_replaced_by_a_directory_is_refused`.
-        println!("running as root: chmod 000 does not deny reads; skipped");
-        return;
-    }
     use std::os::unix::fs::PermissionsExt;
-    let mut scene = Scene::new("fault-permission");
+    let mut scene = Scene::new_under("fault-permission", without_dac_override());
     scene.refuse(
         "control file mode 000",
         |s| {
@@ -225,9 +232,19 @@ fn an_unreadable_control_file_is_refused() {
     scene.recover();
 }
 
-/// The answer for gw.example.com (geo profile appgw) to an eu-west client.
-fn eu_gateway(resolver: &mut Resolver) -> Vec<std::net::Ipv4Addr> {
-    a_records(&resolver.ask(&ecs_query("gw.example.com.", RecordType::A, EU_WEST_SUBNET)))
+/// What makes a server obey file modes: as root (CI runs as root), a server without
+/// CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (setpriv drops them from the bounding and the
+/// inheritable sets, so the server's exec does not get them back); as anyone else, nothing.
+fn without_dac_override() -> &'static [&'static str] {
+    if running_as_root() {
+        &[
+            "setpriv",
+            "--inh-caps=-dac_override,-dac_read_search",
+            "--bounding-set=-dac_override,-dac_read_search",
+        ]
+    } else {
+        &[]
+    }
 }
 
 #[test]

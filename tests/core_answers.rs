@@ -59,10 +59,6 @@ impl Drop for TempDir {
 
 /// The bundled zones with built-in defaults: run from `zones/`, where no `steerdns.toml` is, so
 /// that policies configured for the example deployment cannot change these answers.
-fn bundled() -> Server {
-    Server::start_in(&repo_path("zones"), &["--zones", "."])
-}
-
 fn name(text: &str) -> Name {
     Name::from_ascii(text).expect("name")
 }
@@ -158,7 +154,7 @@ fn assert_nodata(server: &Server, qname: &str, qtype: RecordType, apex: &str, tt
 
 #[test]
 fn authoritative_answers_set_aa() {
-    let server = bundled();
+    let server = Server::bundled();
     let r = ask(&server, "mail.example.com.", RecordType::A);
     assert_eq!(r.metadata.response_code, ResponseCode::NoError);
     assert!(r.metadata.authoritative);
@@ -182,7 +178,7 @@ fn authoritative_answers_set_aa() {
 
 #[test]
 fn names_outside_every_zone_are_refused_without_aa() {
-    let server = bundled();
+    let server = Server::bundled();
     for qname in [
         "www.example.org.",
         "example.net.",
@@ -213,7 +209,7 @@ app  A   10.0.0.5
 #[test]
 fn longest_matching_zone_answers() {
     // Without the child zone the parent owns the name, and it does not exist there.
-    let server = bundled();
+    let server = Server::bundled();
     let parent_ttl = negative_ttl(&server, "example.com.");
     let r = ask(&server, "app.internal.example.com.", RecordType::A);
     assert_negative(&r, ResponseCode::NXDomain, "example.com.", parent_ttl, 0);
@@ -252,7 +248,7 @@ fn longest_matching_zone_answers() {
 
 #[test]
 fn nxdomain_carries_soa_with_negative_ttl() {
-    let server = bundled();
+    let server = Server::bundled();
     let ttl = negative_ttl(&server, "example.com.");
     assert_eq!(ttl, 300, "example.com: SOA TTL 3600, MINIMUM 300");
     let r = ask(&server, "nope.example.com.", RecordType::A);
@@ -273,7 +269,7 @@ fn nxdomain_carries_soa_with_negative_ttl() {
 
 #[test]
 fn nodata_carries_soa_with_negative_ttl() {
-    let server = bundled();
+    let server = Server::bundled();
     let ttl = negative_ttl(&server, "example.com.");
     assert_nodata(
         &server,
@@ -319,7 +315,7 @@ fn nodata_carries_soa_with_negative_ttl() {
 
 #[test]
 fn cname_is_returned_for_any_qtype() {
-    let server = bundled();
+    let server = Server::bundled();
     for qtype in [
         RecordType::A,
         RecordType::AAAA,
@@ -344,7 +340,7 @@ fn cname_is_returned_for_any_qtype() {
 
 #[test]
 fn cname_chain_is_followed_inside_our_zones() {
-    let server = bundled();
+    let server = Server::bundled();
     let r = ask(&server, "www.example.com.", RecordType::A);
     assert_eq!(types(&r.answers), vec![RecordType::CNAME, RecordType::A]);
     assert_eq!(r.answers[1].name, name("contoso.edge.example.net."));
@@ -387,7 +383,7 @@ fn cname_chain_is_followed_inside_our_zones() {
 
 #[test]
 fn cname_loop_terminates_without_repeats() {
-    let server = bundled();
+    let server = Server::bundled();
     for (start, other) in [
         ("loop1.example.com.", "loop2.example.com."),
         ("loop2.example.com.", "loop1.example.com."),
@@ -416,7 +412,7 @@ fn cname_loop_terminates_without_repeats() {
 
 #[test]
 fn dangling_cname_is_nxdomain_with_soa() {
-    let server = bundled();
+    let server = Server::bundled();
     let ttl = negative_ttl(&server, "example.com.");
     let r = ask(&server, "dangling.example.com.", RecordType::A);
     // RFC 6604: the rcode describes the last name in the chain.
@@ -427,7 +423,7 @@ fn dangling_cname_is_nxdomain_with_soa() {
 
 #[test]
 fn out_of_zone_cname_target_is_not_chased() {
-    let server = bundled();
+    let server = Server::bundled();
     let r = ask(&server, "external.example.com.", RecordType::A);
     assert_eq!(r.metadata.response_code, ResponseCode::NoError);
     assert!(r.metadata.authoritative);
@@ -439,7 +435,7 @@ fn out_of_zone_cname_target_is_not_chased() {
 
 #[test]
 fn qtype_cname_returns_only_the_cname() {
-    let server = bundled();
+    let server = Server::bundled();
     for qname in [
         "www.example.com.",
         "alias.example.com.",
@@ -458,7 +454,7 @@ fn qtype_cname_returns_only_the_cname() {
 
 #[test]
 fn wildcard_synthesises_records_owned_by_the_query_name() {
-    let server = bundled();
+    let server = Server::bundled();
     for qname in ["foo.wild.example.com.", "x.y.wild.example.com."] {
         let r = ask(&server, qname, RecordType::A);
         assert_eq!(r.metadata.response_code, ResponseCode::NoError, "{qname}");
@@ -482,7 +478,7 @@ fn wildcard_synthesises_records_owned_by_the_query_name() {
 
 #[test]
 fn wildcard_does_not_cover_existing_names_or_other_types() {
-    let server = bundled();
+    let server = Server::bundled();
     let ttl = negative_ttl(&server, "example.com.");
     // exists.wild has a TXT of its own, so the wildcard never applies to it.
     assert_nodata(
@@ -518,7 +514,7 @@ fn wildcard_does_not_cover_existing_names_or_other_types() {
 
 #[test]
 fn empty_non_terminals_are_nodata_not_nxdomain() {
-    let server = bundled();
+    let server = Server::bundled();
     let ttl = negative_ttl(&server, "example.com.");
     for qname in ["b.ent.example.com.", "ent.example.com."] {
         for qtype in [RecordType::A, RecordType::TXT] {
@@ -581,7 +577,7 @@ fn assert_referral(r: &Message, what: &str) {
 
 #[test]
 fn delegation_gives_a_referral_with_glue() {
-    let server = bundled();
+    let server = Server::bundled();
     assert_referral(
         &ask(&server, "x.sub.example.com.", RecordType::A),
         "x.sub A",
@@ -601,7 +597,7 @@ fn delegation_gives_a_referral_with_glue() {
 
 #[test]
 fn ds_at_the_cut_is_answered_by_the_parent() {
-    let server = bundled();
+    let server = Server::bundled();
     let r = ask(&server, "sub.example.com.", RecordType::DS);
     assert_eq!(r.metadata.response_code, ResponseCode::NoError);
     assert!(
@@ -622,7 +618,7 @@ fn ds_at_the_cut_is_answered_by_the_parent() {
 
 #[test]
 fn any_is_minimal() {
-    let server = bundled();
+    let server = Server::bundled();
     for qname in ["example.com.", "mail.example.com.", "ns1.edge.example.net."] {
         let r = ask(&server, qname, RecordType::ANY);
         assert_eq!(r.metadata.response_code, ResponseCode::NoError, "{qname}");
@@ -644,7 +640,7 @@ fn any_is_minimal() {
 
 #[test]
 fn mx_answer_carries_the_exchange_addresses() {
-    let server = bundled();
+    let server = Server::bundled();
     let r = ask(&server, "example.com.", RecordType::MX);
     assert!(r.metadata.authoritative);
     assert_eq!(r.answers.len(), 1);
@@ -670,7 +666,7 @@ fn mx_answer_carries_the_exchange_addresses() {
 
 #[test]
 fn srv_answer_carries_the_target_address() {
-    let server = bundled();
+    let server = Server::bundled();
     let r = ask(&server, "_sip._udp.example.com.", RecordType::SRV);
     assert!(r.metadata.authoritative);
     assert_eq!(r.answers.len(), 1);
@@ -690,7 +686,7 @@ fn srv_answer_carries_the_target_address() {
 
 #[test]
 fn ns_answer_carries_the_server_addresses() {
-    let server = bundled();
+    let server = Server::bundled();
     let r = ask(&server, "example.com.", RecordType::NS);
     assert!(r.metadata.authoritative);
     assert_eq!(r.answers.len(), 2);

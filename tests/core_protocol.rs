@@ -254,15 +254,11 @@ fn tcp(server: &Server, p: &[u8]) -> Reply {
 
 /// The bundled zones with built-in defaults (no NSID, no identity): run from `zones/`, where no
 /// `steerdns.toml` is.
-fn bundled() -> Server {
-    Server::start_in(&repo_path("zones"), &["--zones", "."])
-}
-
 // --- EDNS(0) ---
 
 #[test]
 fn opt_is_echoed_only_when_the_query_had_one() {
-    let server = bundled();
+    let server = Server::bundled();
     // Precompiled static answer, computed NXDOMAIN, REFUSED, and a referral.
     for (name, qtype) in [
         ("www.example.com", A),
@@ -300,7 +296,7 @@ fn opt_is_echoed_only_when_the_query_had_one() {
 
 #[test]
 fn do_bit_is_echoed() {
-    let server = bundled();
+    let server = Server::bundled();
     let p = packet(
         next_id(),
         0,
@@ -317,7 +313,7 @@ fn do_bit_is_echoed() {
 
 #[test]
 fn edns_version_1_gets_badvers_with_opt() {
-    let server = bundled();
+    let server = Server::bundled();
     for name in ["www.example.com", "nope.example.com", "www.example.org"] {
         let p = packet(next_id(), 0, name, A, IN, Some(opt(1232, 1, false, &[])));
         let r = udp(&server, &p);
@@ -349,7 +345,7 @@ fn edns_version_1_gets_badvers_with_opt() {
 
 #[test]
 fn unknown_edns_options_are_ignored() {
-    let server = bundled();
+    let server = Server::bundled();
     let options: [(u16, &[u8]); 2] = [(65001, b"hello"), (12, &[0, 0, 0])];
     for (name, qtype) in [("mail.example.com", A), ("foo.wild.example.com", A)] {
         let p = packet(
@@ -413,14 +409,14 @@ fn nsid_is_returned_when_configured_and_asked() {
 
     // A server without an NSID sends none even when asked.
     drop(server);
-    let server = bundled();
+    let server = Server::bundled();
     let r = udp(&server, &nsid_query("www.example.com"));
     assert!(r.opt.as_ref().expect("OPT").options.is_empty(), "{r:?}");
 }
 
 #[test]
 fn valid_client_subnet_is_echoed_with_scope_zero() {
-    let server = bundled();
+    let server = Server::bundled();
     let options = [
         ecs(1, 24, 0, &[198, 51, 100]),
         ecs(1, 21, 0, &[198, 51, 96]),
@@ -463,7 +459,7 @@ fn big_txt() -> &'static str {
 
 #[test]
 fn oversize_udp_answer_is_truncated_to_header_and_question() {
-    let server = bundled();
+    let server = Server::bundled();
     let p = plain(big_txt(), TXT);
     let r = udp(&server, &p);
     assert!(r.tc(), "{r:?}");
@@ -490,7 +486,7 @@ fn oversize_udp_answer_is_truncated_to_header_and_question() {
 
 #[test]
 fn oversize_answer_is_complete_over_tcp() {
-    let server = bundled();
+    let server = Server::bundled();
     for p in [plain(big_txt(), TXT), with_edns(big_txt(), TXT, 1232)] {
         let mut stream = server.connect_tcp();
         write_frame(&mut stream, &p);
@@ -517,7 +513,7 @@ fn oversize_answer_is_complete_over_tcp() {
 
 #[test]
 fn small_answers_are_never_truncated() {
-    let server = bundled();
+    let server = Server::bundled();
     for (name, qtype) in [
         ("www.example.com", A),
         ("example.com", 2),
@@ -542,7 +538,7 @@ fn small_answers_are_never_truncated() {
 
 #[test]
 fn question_case_is_echoed_byte_for_byte() {
-    let server = bundled();
+    let server = Server::bundled();
     for (name, qtype, rcode) in [
         ("WwW.ExAmPlE.cOm", A, 0),      // precompiled static answer
         ("mAiL.eXaMpLe.CoM", A, 0),     // precompiled static answer
@@ -631,7 +627,7 @@ fn send_all_then_probe(server: &Server, packets: &[Vec<u8>]) -> Vec<Vec<u8>> {
 
 #[test]
 fn runts_and_responses_get_no_reply() {
-    let server = bundled();
+    let server = Server::bundled();
     let mut packets: Vec<Vec<u8>> = (0..12).map(|n| vec![0x42; n]).collect();
     let mut response = plain("www.example.com", A);
     response[2] |= 0x80; // QR
@@ -682,7 +678,7 @@ fn assert_sane_replies(replies: &[Vec<u8>], sent: &[Vec<u8>]) {
 
 #[test]
 fn random_garbage_never_crashes_the_server() {
-    let server = bundled();
+    let server = Server::bundled();
     let mut rng = Rng(0x5eed_dead_beef_1234);
     let packets: Vec<Vec<u8>> = (0..600)
         .map(|_| {
@@ -699,7 +695,7 @@ fn random_garbage_never_crashes_the_server() {
 
 #[test]
 fn mutated_queries_never_crash_the_server() {
-    let server = bundled();
+    let server = Server::bundled();
     let mut rng = Rng(0x0123_4567_89ab_cdef);
     let option = ecs(1, 24, 0, &[198, 51, 100]);
     let seeds = [
@@ -763,7 +759,7 @@ fn assert_error(server: &Server, p: &[u8], rcode: u16, what: &str) -> Reply {
 
 #[test]
 fn other_opcodes_get_notimp() {
-    let server = bundled();
+    let server = Server::bundled();
     for (opcode, label) in [
         (1u16, "IQUERY"),
         (2, "STATUS"),
@@ -778,7 +774,7 @@ fn other_opcodes_get_notimp() {
 
 #[test]
 fn question_count_other_than_one_is_formerr() {
-    let server = bundled();
+    let server = Server::bundled();
     let mut none = plain("www.example.com", A);
     none[5] = 0;
     none.truncate(12);
@@ -793,7 +789,7 @@ fn question_count_other_than_one_is_formerr() {
 
 #[test]
 fn malformed_questions_are_formerr() {
-    let server = bundled();
+    let server = Server::bundled();
     let header = |p: &mut Vec<u8>| {
         let mut h = next_id().to_be_bytes().to_vec();
         h.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
@@ -853,7 +849,7 @@ fn raw_name_query(labels: &[Vec<u8>]) -> Vec<u8> {
 
 #[test]
 fn longest_legal_names_are_answered() {
-    let server = bundled();
+    let server = Server::bundled();
     let suffix = [b"example".to_vec(), b"com".to_vec()];
     // 50 + 3 * 64 + 13 = 255 octets: legal, and not in the zone.
     let mut labels = vec![
@@ -883,7 +879,7 @@ fn longest_legal_names_are_answered() {
 
 #[test]
 fn broken_edns_is_formerr() {
-    let server = bundled();
+    let server = Server::bundled();
     let bad_ecs: Vec<(&str, Vec<u8>)> = vec![
         ("address too short", ecs(1, 24, 0, &[198, 51])),
         ("address too long", ecs(1, 24, 0, &[198, 51, 100, 7])),
@@ -933,7 +929,7 @@ fn broken_edns_is_formerr() {
 /// malformed ECS itself is not echoed.
 #[test]
 fn formerr_for_a_bad_client_subnet_keeps_opt() {
-    let server = bundled();
+    let server = Server::bundled();
     for (what, option) in [
         ("address too short", ecs(1, 24, 0, &[198, 51])),
         ("scope set", ecs(1, 24, 16, &[198, 51, 100])),
@@ -961,7 +957,7 @@ fn formerr_for_a_bad_client_subnet_keeps_opt() {
 
 #[test]
 fn rd_and_id_are_echoed_ra_is_clear() {
-    let server = bundled();
+    let server = Server::bundled();
     for id in [0u16, 1, 0x8000, 0xffff] {
         let p = packet(id, 0x0100, "www.example.com", A, IN, None);
         let r = udp(&server, &p);
@@ -983,7 +979,7 @@ fn chaos(name: &str, qtype: RecordType) -> Message {
 
 #[test]
 fn version_bind_answers_in_chaos() {
-    let server = bundled();
+    let server = Server::bundled();
     let q = chaos("version.bind.", RecordType::TXT);
     let r = server.udp(&q);
     assert_eq!(r.metadata.id, q.metadata.id);
@@ -1001,7 +997,7 @@ fn version_bind_answers_in_chaos() {
 
 #[test]
 fn unknown_chaos_names_are_refused() {
-    let server = bundled();
+    let server = Server::bundled();
     for (name, qtype) in [
         ("nothing.bind.", RecordType::TXT),
         ("www.example.com.", RecordType::TXT),
@@ -1041,7 +1037,7 @@ fn identity_answers_when_configured() {
 
 #[test]
 fn other_classes_are_refused() {
-    let server = bundled();
+    let server = Server::bundled();
     for class in [4u16, 254, 255] {
         let p = packet(next_id(), 0, "www.example.com", A, class, None);
         let r = udp(&server, &p);

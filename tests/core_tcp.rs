@@ -18,10 +18,6 @@ fn tcp_config(tcp: &str) -> TempConfig {
 }
 
 /// The bundled zones with built-in defaults, run from `zones/` (no `steerdns.toml` there).
-fn bundled() -> Server {
-    Server::start_in(&repo_path("zones"), &["--zones", "."])
-}
-
 fn framed(message: &Message) -> Vec<u8> {
     let bytes = message.to_vec().expect("encode");
     let mut out = (bytes.len() as u16).to_be_bytes().to_vec();
@@ -98,7 +94,7 @@ fn assert_answers(question: &Message, answer: &Message) {
 
 #[test]
 fn pipelined_queries_are_answered_in_order() {
-    let server = bundled();
+    let server = Server::bundled();
     let mut stream = server.connect_tcp();
     let queries = mixed_queries(21);
     let burst: Vec<u8> = queries.iter().flat_map(framed).collect();
@@ -111,7 +107,7 @@ fn pipelined_queries_are_answered_in_order() {
 
 #[test]
 fn many_sequential_queries_share_one_connection() {
-    let server = bundled();
+    let server = Server::bundled();
     let mut stream = server.connect_tcp();
     for q in mixed_queries(300) {
         stream.write_all(&framed(&q)).expect("write");
@@ -122,7 +118,7 @@ fn many_sequential_queries_share_one_connection() {
 
 #[test]
 fn queries_split_across_writes_are_reassembled() {
-    let server = bundled();
+    let server = Server::bundled();
     let mut stream = server.connect_tcp();
     let q = query("mail.example.com.", RecordType::A);
     let bytes = framed(&q);
@@ -253,7 +249,7 @@ fn connection_is_closed_after_max_queries() {
 
 #[test]
 fn zone_transfers_are_refused() {
-    let server = bundled();
+    let server = Server::bundled();
     for qtype in [RecordType::AXFR, RecordType::IXFR] {
         let q = query("example.com.", qtype);
         let r = server.tcp(&q);
@@ -280,7 +276,7 @@ fn zone_transfers_are_refused() {
 
 #[test]
 fn garbage_frames_do_not_break_the_server() {
-    let server = bundled();
+    let server = Server::bundled();
     let q = query("mail.example.com.", RecordType::A);
     // An empty frame, a runt, a response (QR set), random bytes: none is answered with data,
     // and the connection (or a new one) keeps serving.

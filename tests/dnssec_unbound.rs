@@ -11,7 +11,7 @@
 
 mod control_common;
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -22,18 +22,6 @@ use steerdns::rfc3339;
 
 /// The most any wait may take.
 const WAIT: Duration = Duration::from_secs(20);
-
-/// A port free for UDP and TCP on 127.0.0.1 (unbound needs an explicit one).
-fn free_port() -> u16 {
-    for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-        let port = udp.local_addr().expect("addr").port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no port free for both UDP and TCP");
-}
 
 fn run(args: &[&str], config: &Path) -> String {
     let output = Command::new(BIN)

@@ -620,11 +620,6 @@ fn serials_keep_growing_after_the_control_history_recovers() {
 // ---------------------------------------------------------------------------------------------
 // Geo database missing at start
 
-/// The address gw.example.com (geo profile appgw) gives an eu-west client.
-fn eu_gateway(resolver: &mut Resolver) -> Vec<std::net::Ipv4Addr> {
-    a_records(&resolver.ask(&ecs_query("gw.example.com.", RecordType::A, EU_WEST_SUBNET)))
-}
-
 #[test]
 fn a_missing_geo_database_at_start_serves_everyone_from_the_default_region_and_says_so() {
     let setup = Setup::new("drill-geo-missing");
@@ -1068,14 +1063,6 @@ fn out_of_file_descriptors_on_tcp_accept_keeps_udp_answering_and_tcp_recovers() 
 
 // ---------------------------------------------------------------------------------------------
 // A zone $INCLUDE of a named pipe on SIGHUP
-
-fn mkfifo(path: &Path) {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in path");
-    // SAFETY: mkfifo only creates a file at a path we own.
-    let made = unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) };
-    assert_eq!(made, 0, "mkfifo: {}", std::io::Error::last_os_error());
-}
 
 #[test]
 fn a_zone_including_a_named_pipe_is_refused_and_the_control_plane_stays_responsive() {

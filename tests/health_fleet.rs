@@ -179,6 +179,13 @@ fn a_fleet_of_three_probes_each_target_from_two_sites_and_answers_as_one() {
         assert_eq!(target["shared"]["down_votes"], 2, "{target:#}");
         assert_eq!(target["shared"]["quorum"], 2, "{target:#}");
     }
+    let text = ok(&fleet.nodes[0].cli(&["status"]), "status");
+    assert!(
+        text.contains("health shared by the fleet: 2 prober(s) per target, connected")
+            && text.contains("decided by quorum: ")
+            && text.contains("2 down of 2 reporting, down at 2"),
+        "{text}"
+    );
     // Back: every node returns to the primary.
     let backend = Backend::start_on(backend.addr);
     wait_answer(&fleet, PRIMARY);

@@ -32,6 +32,8 @@ const SHORT_TTL: u32 = 5;
 const STEADY_TTL: u32 = 300;
 /// Hold-down of the test config.
 const HOLD_DOWN: Duration = Duration::from_secs(1);
+/// The shield's tick of the test config, in milliseconds.
+const TICK_MS: u64 = 100;
 /// The most any wait on the server may take.
 const WAIT: Duration = Duration::from_secs(10);
 /// eu-west client /24s asked in each batch.
@@ -41,7 +43,7 @@ const SUBNETS: usize = 1200;
 /// feed stays fresh for a minute.
 fn shield_config() -> String {
     format!(
-        "\n[shield]\ntick_ms = 100\nhold_down_secs = {}\nshort_ttl = {SHORT_TTL}\n\
+        "\n[shield]\ntick_ms = {TICK_MS}\nhold_down_secs = {}\nshort_ttl = {SHORT_TTL}\n\
          stale_after_secs = 60\nrevert_after_secs = 120\nload_file = \"load.json\"\n",
         HOLD_DOWN.as_secs()
     )
@@ -916,8 +918,7 @@ fn malformed_feeds_are_refused_whole_and_the_decisions_stand() {
     }
 
     // The previous decisions stand: the last good feed (overload) still drives eu-west.
-    std::thread::sleep(Duration::from_millis(300));
-    let status = daemon.status();
+    let status = daemon.wait_for_shield_ticks(3, WAIT);
     assert_eq!(counter(&status, "feeds_accepted"), accepted);
     assert_eq!(region_status(&status, "eu-west")["load"], 990.0);
     let now = decision(&status, "eu-west");
@@ -944,8 +945,7 @@ fn control_file_shield_off_and_frozen() {
     wait_for(&daemon, "overload feed seen with the shield off", |s| {
         s["shield"]["mode"] == "off" && region_status(s, "eu-west")["load"] == 990.0
     });
-    std::thread::sleep(Duration::from_millis(500)); // five ticks
-    let off = decision(&daemon.status(), "eu-west");
+    let off = decision(&daemon.wait_for_shield_ticks(5, WAIT), "eu-west");
     assert_eq!(off.permille, 0, "shield off sheds nothing: {off:?}");
     assert!(!off.hot, "{off:?}");
     let answers = ask(&mut resolver, &subnets);
@@ -973,8 +973,10 @@ fn control_file_shield_off_and_frozen() {
     wait_for(&daemon, "relief feed seen while frozen", |s| {
         region_status(s, "eu-west")["load"] == 500.0
     });
-    // Longer than the hold-down plus several ticks: in auto mode it would have come down.
-    std::thread::sleep(HOLD_DOWN + Duration::from_millis(500));
+    // Longer than the hold-down (a span of wall-clock time) plus several ticks run after it:
+    // in auto mode it would have come down.
+    std::thread::sleep(HOLD_DOWN);
+    daemon.wait_for_shield_ticks(5, WAIT);
     let (held, batch) = observe_stable(&daemon, &mut resolver, "eu-west", &subnets);
     assert_eq!(
         held.permille, frozen.permille,

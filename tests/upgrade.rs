@@ -7,14 +7,14 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{query, Server};
+use common::{free_port, query, Server};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::RecordType;
 
@@ -29,19 +29,6 @@ const RATE: u64 = 20_000;
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most queries in flight at once (the load pauses rather than pile up).
 const WINDOW: usize = 2000;
-
-/// A port free for UDP and TCP on 127.0.0.1: the second server must bind the same explicit
-/// port (port 0 would pick a new one).
-fn free_port() -> u16 {
-    for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-        let port = udp.local_addr().expect("addr").port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no port free for both UDP and TCP");
-}
 
 /// Queries in flight: (client, id) → when sent.
 type InFlight = Arc<Mutex<HashMap<(usize, u16), Instant>>>;

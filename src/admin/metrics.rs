@@ -559,6 +559,12 @@ impl Scrape {
                 (vec![("result", "refused".to_string())], st.reloads_refused),
             ],
         )?;
+        counter(
+            encoder,
+            "steerdns_control_checks",
+            "Times the control file was looked at for a change (watcher events and polls).",
+            st.control_checks,
+        )?;
         gauge(
             encoder,
             "steerdns_last_reload_duration_seconds",

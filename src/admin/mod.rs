@@ -323,6 +323,9 @@ pub struct StatusFields {
     /// The taster (absent from servers older than it).
     #[serde(default)]
     pub taster: crate::taster::TasterStatus,
+    /// Times the control file was looked at for a change (events and backstop polls).
+    #[serde(default)]
+    pub control_checks: u64,
     /// With `[fleet.rollout]`: the config/zone/GeoIP bundles.
     #[serde(default)]
     pub bundle: Option<crate::reload::BundleStatus>,
@@ -367,6 +370,7 @@ impl From<Status> for StatusFields {
             }),
             warnings: s.warnings,
             taster: s.taster,
+            control_checks: s.control_checks,
             bundle: s.bundle,
         }
     }

@@ -203,6 +203,9 @@ pub struct Status {
     pub warnings: Vec<String>,
     /// The taster: mode, limits, tastes by outcome, the last one.
     pub taster: TasterStatus,
+    /// Times the control file was looked at for a change (the watcher's events and its
+    /// backstop polls), whatever came of it: tests and operators wait for "looked again".
+    pub control_checks: u64,
     /// With `[fleet.rollout]`: the config/zone/GeoIP bundles (served, waiting, refused).
     pub bundle: Option<BundleStatus>,
 }
@@ -267,6 +270,8 @@ pub struct Reloader {
     /// it without waiting for a reload in progress, which may be stuck for seconds in an fsync
     /// on a busy disk.
     published: ArcSwap<Published>,
+    /// [`Status::control_checks`], counted without publishing a new status every poll.
+    control_checks: std::sync::atomic::AtomicU64,
 }
 
 /// What status readers see: one consistent picture.
@@ -372,6 +377,7 @@ impl Reloader {
             }),
             shield: Arc::new(Shield::default()),
             health: Arc::new(crate::health::Health::default()),
+            control_checks: std::sync::atomic::AtomicU64::new(0),
             state: Mutex::new(State {
                 status: Status::default(),
                 last_control_hash: None,
@@ -407,14 +413,24 @@ impl Reloader {
 
     /// The control plane's status. Never waits for a reload in progress.
     pub fn status(&self) -> Status {
-        self.published.load().status.clone()
+        self.with_checks(self.published.load().status.clone())
+    }
+
+    fn with_checks(&self, mut status: Status) -> Status {
+        status.control_checks = self
+            .control_checks
+            .load(std::sync::atomic::Ordering::Relaxed);
+        status
     }
 
     /// The snapshot being served and the status that describes it, read together (a reload
     /// publishes the two as one), without waiting for a reload in progress.
     pub fn snapshot_and_status(&self) -> (Arc<Snapshot>, Status) {
         let published = self.published.load();
-        (published.snapshot.clone(), published.status.clone())
+        (
+            published.snapshot.clone(),
+            self.with_checks(published.status.clone()),
+        )
     }
 
     /// Makes the served snapshot and `state`'s status visible to status readers. Called with
@@ -526,6 +542,9 @@ impl Reloader {
         // The control file of the config last accepted (a reload re-reads the config and
         // updates it): no need to parse the whole config for every check.
         let path = state.status.control_file.clone()?;
+        // Counted once the file is known; published after the check below, so a reader that
+        // sees N checks sees what the N-th one did.
+        let _counted = CountOnDrop(&self.control_checks);
         let hash = crate::files::read_limited(&path, crate::files::SMALL_FILE_LIMIT)
             .ok()
             .map(|bytes| fnv1a64(&bytes));
@@ -751,6 +770,15 @@ impl Reloader {
             elapsed_ms: ms(elapsed),
             summary,
         }
+    }
+}
+
+/// Adds one to a counter when dropped (at the end of a check, whichever way it returns).
+struct CountOnDrop<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for CountOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

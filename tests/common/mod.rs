@@ -8,13 +8,14 @@ pub mod etcd;
 pub mod prometheus;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use hickory_proto::op::{Edns, Message, Query};
+use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
 use hickory_proto::rr::{DNSClass, Name, RecordType};
 
 pub const TIMEOUT: Duration = Duration::from_secs(5);
@@ -35,6 +36,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// The bundled zones (`zones/`) served with built-in defaults, run from that directory.
+    pub fn bundled() -> Server {
+        Server::start_in(&repo_path("zones"), &["--zones", "."])
+    }
+
     /// Starts `steerdns serve` with these extra arguments, listening on 127.0.0.1:0.
     pub fn start(args: &[&str]) -> Server {
         Self::start_in(&repo_path(""), args)
@@ -171,6 +177,55 @@ pub fn query(name: &str, rtype: RecordType) -> Message {
     q.set_query_class(DNSClass::IN);
     message.add_query(q);
     message
+}
+
+/// Parses "a.b.c.d/len" or "v6::/len".
+pub fn subnet(text: &str) -> (IpAddr, u8) {
+    let (addr, len) = text.split_once('/').expect("address/prefix");
+    (
+        addr.parse().expect("subnet address"),
+        len.parse().expect("subnet prefix"),
+    )
+}
+
+/// A query with EDNS(0) and an ECS option for `subnet` ("81.2.69.0/24"; host bits must be 0).
+pub fn ecs_query(name: &str, rtype: RecordType, subnet_text: &str) -> Message {
+    let (addr, prefix) = subnet(subnet_text);
+    ecs_query_addr(name, rtype, addr, prefix)
+}
+
+/// A query with EDNS(0) and an ECS option for `addr`/`prefix`.
+pub fn ecs_query_addr(name: &str, rtype: RecordType, addr: IpAddr, prefix: u8) -> Message {
+    let mut message = query(name, rtype);
+    let mut edns = Edns::new();
+    edns.set_max_payload(1232);
+    edns.options_mut()
+        .insert(EdnsOption::Subnet(ClientSubnet::new(addr, prefix, 0)));
+    message.set_edns(edns);
+    message
+}
+
+/// A port free for UDP and TCP on 127.0.0.1 when asked, for a server that must be given an
+/// explicit port (unbound; a second server binding the port of the first). Another process
+/// may take it before it is bound: callers bind it at once.
+pub fn free_port() -> u16 {
+    for _ in 0..50 {
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+        let port = udp.local_addr().expect("addr").port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no port free for both UDP and TCP");
+}
+
+/// A named pipe at `path` (nobody writes it: reading it would block).
+pub fn mkfifo(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in path");
+    // SAFETY: mkfifo only creates a file at a path we own.
+    let made = unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) };
+    assert_eq!(made, 0, "mkfifo: {}", std::io::Error::last_os_error());
 }
 
 /// A query with EDNS(0) advertising `payload`.

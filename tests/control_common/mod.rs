@@ -11,15 +11,14 @@ pub mod load;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Edns, Message, Query};
-use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
+use hickory_proto::op::{Message, Query};
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_steerdns");
@@ -50,7 +49,7 @@ pub use common::etcd::Etcd;
 pub use common::prometheus::{Exporter, Prometheus};
 pub use common::TempDir;
 #[allow(unused_imports)]
-pub use common::{kdig, self_signed_cert, spki_pin};
+pub use common::{ecs_query, free_port, kdig, mkfifo, self_signed_cert, spki_pin};
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
 /// token file), `zones/`, `geoip/example.mmdb`, `control.toml`. The repo's own files are never
@@ -358,6 +357,23 @@ impl Daemon {
         }
     }
 
+    /// The shield ticks run so far (`shield.ticks` in the status).
+    pub fn shield_ticks(&self) -> u64 {
+        let status = self.status();
+        status["shield"]["ticks"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no shield.ticks in the status: {status:#}"))
+    }
+
+    /// Waits until the shield has run `more` ticks after this call (at most `limit`);
+    /// returns the status then. What "N ticks later" means, without guessing at a sleep.
+    pub fn wait_for_shield_ticks(&self, more: u64, limit: Duration) -> serde_json::Value {
+        let target = self.shield_ticks() + more;
+        self.wait_for_status(&format!("{more} more shield ticks"), limit, |s| {
+            s["shield"]["ticks"].as_u64() >= Some(target)
+        })
+    }
+
     pub fn status(&self) -> serde_json::Value {
         let (code, body) = http(self.admin, "GET", "/v1/status", None);
         assert_eq!(code, 200, "GET /v1/status: {body}");
@@ -604,18 +620,10 @@ pub fn plain_query(name: &str, rtype: RecordType) -> Message {
     message
 }
 
-/// A query with EDNS(0) and an ECS option for "a.b.c.d/len".
-pub fn ecs_query(name: &str, rtype: RecordType, subnet: &str) -> Message {
-    let (addr, prefix) = subnet.split_once('/').expect("address/prefix");
-    let addr: IpAddr = addr.parse().expect("subnet address");
-    let prefix: u8 = prefix.parse().expect("subnet prefix");
-    let mut message = plain_query(name, rtype);
-    let mut edns = Edns::new();
-    edns.set_max_payload(1232);
-    edns.options_mut()
-        .insert(EdnsOption::Subnet(ClientSubnet::new(addr, prefix, 0)));
-    message.set_edns(edns);
-    message
+/// The addresses gw.example.com (geo profile appgw) gives an eu-west client: the EU gateway
+/// with a working geo database, the NA one (default region na-east) without.
+pub fn eu_gateway(resolver: &mut Resolver) -> Vec<Ipv4Addr> {
+    a_records(&resolver.ask(&ecs_query("gw.example.com.", RecordType::A, EU_WEST_SUBNET)))
 }
 
 /// `n` distinct /24 client subnets spread over the IPv4 space (none in 127/8 or 0/8).

@@ -6,25 +6,19 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use crate::common::{Server, TempConfig, TIMEOUT};
 
-/// Starts the server with `config` and `extra` arguments, the admin endpoint on a free
-/// loopback port; returns it and that address.
+/// Starts the server with `config` and `extra` arguments, the admin endpoint on a port the
+/// kernel picks (the server says which); returns it and that address.
 pub fn start_with_admin(config: &TempConfig, extra: &[&str]) -> (Server, SocketAddr) {
-    let admin = free_port();
-    let admin_arg = admin.to_string();
-    let mut args = vec!["--admin-listen", admin_arg.as_str()];
+    let mut args = vec!["--admin-listen", "127.0.0.1:0"];
     args.extend_from_slice(extra);
-    (config.start_with(&args), admin)
-}
-
-/// A loopback port free right now (for the admin endpoint, which reports no address).
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address")
+    let server = config.start_with(&args);
+    let admin = server.admin.expect("the server reports its admin address");
+    (server, admin)
 }
 
 pub fn alias(a: u8, b: u8, c: u8) -> IpAddr {

@@ -13,9 +13,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, ResponseCode};
-use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
+use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
 use hickory_proto::rr::{Name, RData, RecordType};
 
+// Not every test that includes this module asks with ECS.
+#[allow(unused_imports)]
+pub use crate::common::{ecs_query, ecs_query_addr, subnet};
 use crate::common::{query, repo_path, Server, TempDir};
 
 /// The regions of the bundled example, in topology order, with their regional anycast index
@@ -146,31 +149,6 @@ fn replace_once(text: &str, from: &str, to: &str) -> String {
         "steerdns.toml should contain `{from}` exactly once"
     );
     text.replacen(from, to, 1)
-}
-
-/// Parses "a.b.c.d/len" or "v6::/len".
-pub fn subnet(text: &str) -> (IpAddr, u8) {
-    let (addr, len) = text.split_once('/').expect("address/prefix");
-    (
-        addr.parse().expect("subnet address"),
-        len.parse().expect("subnet prefix"),
-    )
-}
-
-/// A query with EDNS(0) and an ECS option for `subnet` ("81.2.69.0/24"; host bits must be 0).
-pub fn ecs_query(name: &str, rtype: RecordType, subnet_text: &str) -> Message {
-    let (addr, prefix) = subnet(subnet_text);
-    ecs_query_addr(name, rtype, addr, prefix)
-}
-
-pub fn ecs_query_addr(name: &str, rtype: RecordType, addr: IpAddr, prefix: u8) -> Message {
-    let mut message = query(name, rtype);
-    let mut edns = Edns::new();
-    edns.set_max_payload(1232);
-    edns.options_mut()
-        .insert(EdnsOption::Subnet(ClientSubnet::new(addr, prefix, 0)));
-    message.set_edns(edns);
-    message
 }
 
 /// A query with EDNS(0) and no ECS.
