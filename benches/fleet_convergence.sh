@@ -215,6 +215,7 @@ def zone_rollouts(nodes):
     canary, everyone, completed = [], [], []
     for i in range(max(1, flips // 2)):
         serial = ZONE_SERIAL + 10 + i
+        before = bundle_rollout(nodes[0][2]).get("candidate", 0)
         t0 = time.perf_counter()
         deploy_zone(nodes, serial)
         seen = None
@@ -227,8 +228,7 @@ def zone_rollouts(nodes):
         t_all = time.perf_counter()
         while True:
             r = bundle_rollout(nodes[0][2])
-            if (r.get("phase") or {}).get("phase") == "completed" and r.get("candidate", 0) >= 1 \
-                    and all(zone_serial(n[1]) == serial for n in nodes):
+            if (r.get("phase") or {}).get("phase") == "completed" and r.get("candidate", 0) > before:
                 break
             if time.perf_counter() - t0 > 60:
                 sys.exit(f"zone change {serial}: the bundle rollout did not complete: {r}")
@@ -247,9 +247,13 @@ def zone_drill(nodes, good):
     halts = []
     for i in range(max(1, flips // 2)):
         serial = good + 100 + i
+        before = bundle_rollout(nodes[0][2]).get("candidate", 0)
         t0 = time.perf_counter()
         deploy_zone(nodes, serial, "; TASTER-BOOM\n")
-        while (bundle_rollout(nodes[0][2]).get("phase") or {}).get("phase") != "halted":
+        while True:
+            r = bundle_rollout(nodes[0][2])
+            if (r.get("phase") or {}).get("phase") == "halted" and r.get("candidate", 0) > before:
+                break
             if any(zone_serial(n[1]) == serial for n in nodes):
                 sys.exit(f"zone drill {i}: a node serves the marked zone")
             if time.perf_counter() - t0 > 30:
