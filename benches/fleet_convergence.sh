@@ -12,6 +12,10 @@
 # the same flips staged (command start -> every node answers: two bakes plus the gates), with
 # `--emergency` (no bake), and the drill: a marked text put into etcd, timed from the put until
 # the canary's /v1/status says the rollout halted (then `rollout abort` resets the fleet).
+# Then the same for config/zone bundles: a zone change (new serial) deployed on every node
+# (file replaced, SIGHUP) until the canary serves it, every node does and the generation
+# completed; and a zone file carrying the drill's marker, from the deployment until
+# `rollout status` says the bundle rollout halted (then the files are put back).
 #
 # Per flip: `steerdns weight set critical ...` through node 1's config (it writes etcd by CAS,
 # then waits until every live node's registry entry says it serves the new revision), then
@@ -83,8 +87,10 @@ def start_node(d, name, fleet, extra="", env=None):
     os.makedirs(os.path.join(d, "geoip"))
     shutil.copytree(os.path.join(root, "zones"), os.path.join(d, "zones"))
     shutil.copy(os.path.join(root, "geoip/example.mmdb"), os.path.join(d, "geoip"))
-    for f in ("control.toml", "steerdns.toml", "admin.token"):
+    for f in ("control.toml", "steerdns.toml"):
         shutil.copy(os.path.join(root, f), d)
+    with open(os.path.join(d, "admin.token"), "w") as f:  # the config names it; not in git
+        f.write("bench-token\n")
     if fleet:
         with open(os.path.join(d, "steerdns.toml"), "a") as f:
             f.write(f'\n[fleet]\netcd = ["{fleet}"]\nprefix = "/bench"\nconverge_timeout_secs = 60\n{extra}')
@@ -100,7 +106,7 @@ def start_node(d, name, fleet, extra="", env=None):
         if line.startswith("admin on http://"): admin = line.strip()[len("admin on http://"):]
         if line.startswith("ready"): break
     host, port = dns.rsplit(":", 1)
-    return (host, int(port)), admin, os.path.join(d, "steerdns.toml")
+    return (host, int(port)), admin, os.path.join(d, "steerdns.toml"), proc
 
 def run(label, nodes, fleet, extra_args=()):
     config, admin0 = nodes[0][2], nodes[0][1]
@@ -180,6 +186,94 @@ def drill(nodes, endpoint):
     med = statistics.median
     print(f"{'drill: put -> halted':<34} {med(halts):7.1f} ms (max {max(halts):7.1f})")
 
+ZONE_SERIAL = 2026113001
+
+def zone_serial(admin):
+    with urllib.request.urlopen(f"http://{admin}/v1/status", timeout=5) as r:
+        zones = json.load(r)["zones"]
+    return next(z["serial"] for z in zones if z["origin"].rstrip(".") == "example.com")
+
+def deploy_zone(nodes, serial, marker=""):
+    """What a config manager does: new zone file on every node, then SIGHUP."""
+    for _, _, config, proc in nodes:
+        path = os.path.join(os.path.dirname(config), "zones/example.com.zone")
+        with open(os.path.join(root, "zones/example.com.zone")) as f:
+            text = f.read().replace(str(ZONE_SERIAL), str(serial)) + marker
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+        proc.send_signal(1)
+
+def bundle_rollout(config):
+    out = subprocess.run([binary, "rollout", "status", "--json", "--config", config],
+        capture_output=True, text=True)
+    return (json.loads(out.stdout).get("bundles") or {}).get("rollout") or {} if out.returncode == 0 else {}
+
+def zone_rollouts(nodes):
+    """A good zone change (new serial) deployed on every node: until the canary serves it, until
+    every node does (one bake between the waves), until the generation completes (two)."""
+    canary, everyone, completed = [], [], []
+    for i in range(max(1, flips // 2)):
+        serial = ZONE_SERIAL + 10 + i
+        before = bundle_rollout(nodes[0][2]).get("candidate", 0)
+        t0 = time.perf_counter()
+        deploy_zone(nodes, serial)
+        seen = None
+        while not all(zone_serial(n[1]) == serial for n in nodes):
+            if seen is None and zone_serial(nodes[0][1]) == serial:
+                seen = time.perf_counter()
+            if time.perf_counter() - t0 > 60:
+                sys.exit(f"zone change {serial} did not reach every node")
+            time.sleep(0.01)
+        t_all = time.perf_counter()
+        while True:
+            r = bundle_rollout(nodes[0][2])
+            if (r.get("phase") or {}).get("phase") == "completed" and r.get("candidate", 0) > before:
+                break
+            if time.perf_counter() - t0 > 60:
+                sys.exit(f"zone change {serial}: the bundle rollout did not complete: {r}")
+            time.sleep(0.02)
+        canary.append(((seen or t_all) - t0) * 1000); everyone.append((t_all - t0) * 1000)
+        completed.append((time.perf_counter() - t0) * 1000)
+    med = statistics.median
+    print(f"{'zone change: deploy -> canary':<34} {med(canary):7.1f} ms (max {max(canary):7.1f})")
+    print(f"{'   ... -> every node serves it':<34} {med(everyone):7.1f} ms (max {max(everyone):7.1f})")
+    print(f"{'   ... -> generation completed':<34} {med(completed):7.1f} ms (max {max(completed):7.1f})")
+    return ZONE_SERIAL + 10 + max(1, flips // 2) - 1
+
+def zone_drill(nodes, good):
+    """A zone change the tasters crash on (its marker is in the zone file): from the deployment
+    to the bundle rollout halted; then the files are put back, and no node ever served it."""
+    halts = []
+    for i in range(max(1, flips // 2)):
+        serial = good + 100 + i
+        before = bundle_rollout(nodes[0][2]).get("candidate", 0)
+        t0 = time.perf_counter()
+        deploy_zone(nodes, serial, "; TASTER-BOOM\n")
+        while True:
+            r = bundle_rollout(nodes[0][2])
+            if (r.get("phase") or {}).get("phase") == "halted" and r.get("candidate", 0) > before:
+                break
+            if any(zone_serial(n[1]) == serial for n in nodes):
+                sys.exit(f"zone drill {i}: a node serves the marked zone")
+            if time.perf_counter() - t0 > 30:
+                sys.exit(f"zone drill {i}: no halt within 30 s")
+            time.sleep(0.005)
+        halts.append((time.perf_counter() - t0) * 1000)
+        deploy_zone(nodes, good)
+        deadline = time.time() + 30
+        while any(bundle_pending(n[1]) for n in nodes):
+            if time.time() > deadline:
+                sys.exit("the reverted files are still pending")
+            time.sleep(0.02)
+    med = statistics.median
+    print(f"{'zone drill: deploy -> halted':<34} {med(halts):7.1f} ms (max {max(halts):7.1f})")
+
+def bundle_pending(admin):
+    with urllib.request.urlopen(f"http://{admin}/v1/status", timeout=5) as r:
+        bundle = json.load(r).get("bundle") or {}
+    return bundle.get("pending") is not None
+
 def stop_all():
     for p in procs:
         p.kill(); p.wait()
@@ -223,6 +317,8 @@ try:
         emergency = run("3 nodes, --emergency", nodes, endpoint, ["--emergency"])
         print(f"{'':<22} whole flip = {emergency / baseline:.2f}x the single node's")
         drill(nodes, endpoint)
+        good = zone_rollouts(nodes)
+        zone_drill(nodes, good)
         stop_all()
 finally:
     stop_all()

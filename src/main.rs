@@ -906,7 +906,7 @@ fn start_encrypted(
     let Some(tls) = &config.server.tls else {
         return Ok(());
     };
-    let limits = Limits::from_config(tls);
+    let limits = Limits::from_config(tls, &config.server.tcp);
     let _guard = runtime.enter();
     let report = |transport: Transport, name: &str, addr: SocketAddr| {
         println!("{name} on {addr}");

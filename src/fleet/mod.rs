@@ -53,8 +53,9 @@
 //!   generation, and the next one begins with them — so nothing gets past a canary that had
 //!   not yet tasted its own copy of the change.
 //! - A halt sends every node that serves its candidate back to its last known good bundle
-//!   (the store keeps the bundle served, the one before it and the one waiting); the bad files stay on disk,
-//!   still pending, and begin nothing until they change again (or `rollout resume --bundles`).
+//!   (the store keeps the bundle served, the one before it and the one waiting); the bad
+//!   files stay on disk, still pending, and begin nothing until they change again (or
+//!   `rollout resume --bundles`).
 //! - A restart serves the bundle the store's `serving` marker names (a restart mid-rollout
 //!   never serves unreleased files); if the node's wave was released, the restart gate halts.
 //! - A node without `[fleet.rollout]`, or not in a fleet, loads its live files on reload as a

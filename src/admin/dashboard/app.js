@@ -262,12 +262,25 @@
       ["Last change applied", typeof f.last_apply_ms === "number" ? `${f.last_apply_ms.toFixed(1)} ms after it arrived` : null],
       ["Fleet convergence", typeof f.last_convergence_ms === "number" ? `${f.last_convergence_ms.toFixed(0)} ms (last change, every live node)` : null],
       ["Rollout", rolloutText(f.rollout)],
+      ["Bundle", bundleText(status.bundle)],
     ]);
+    const b = status.bundle;
+    if (b && b.refused) {
+      serverAlerts.push(`fleet: bundle ${b.refused.bundle} (config/zone/GeoIP files) refused, serving ${b.serving}: ${(b.refused.reasons || []).join("; ")}`);
+    }
     if (!f.connected) serverAlerts.push(`fleet: etcd link down${since}; serving the last good control state`);
     if (typeof f.refused_revision === "number") serverAlerts.push(`fleet: revision ${f.refused_revision} refused here`);
     if (f.rollout && f.rollout.phase === "halted") {
       serverAlerts.push(`fleet: rollout of revision ${f.rollout.candidate} HALTED, every node back on ${f.rollout.lkg}: ${f.rollout.halted || "?"}`);
     }
+  }
+
+  function bundleText(b) {
+    if (!b) return null;
+    const parts = [`serving ${b.serving}`];
+    if (b.pending) parts.push(`live files (bundle ${b.pending}) tasted, waiting for the fleet's rollout`);
+    if (b.previous) parts.push(`previous ${b.previous}`);
+    return parts.join("; ");
   }
 
   function rolloutText(r) {

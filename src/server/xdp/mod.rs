@@ -259,12 +259,13 @@ fn receive_queues(interface: &str) -> u32 {
     u32::try_from(count).unwrap_or(1).max(1)
 }
 
-/// Largest DNS payload that fits the link without IP fragmentation, for a frame of `datagram`.
-fn payload_room(interface_mtu: usize, datagram: &Datagram) -> usize {
+/// Largest DNS payload that fits the link without IP fragmentation and the `space` left in
+/// the frame from where `datagram` starts.
+fn payload_room(interface_mtu: usize, datagram: &Datagram, space: usize) -> usize {
     let ip_and_udp = datagram.header_len - 14;
     interface_mtu
         .saturating_sub(ip_and_udp)
-        .min(FRAME_SIZE - datagram.header_len)
+        .min(space.saturating_sub(datagram.header_len))
 }
 
 fn interface_mtu(interface: &str) -> usize {
@@ -378,8 +379,9 @@ impl Worker {
     }
 }
 
-/// Answers the query in `frame[offset..end]` into the same frame, moved to the frame's start;
-/// returns the reply frame's length, or `None` to send nothing.
+/// Answers the query in `frame[offset..end]` in place: the reply is written where the query
+/// arrived and sent from there (moving it to the frame's start first would write two more
+/// cache lines of a frame the kernel just filled on another CPU); returns the reply's length.
 fn answer_frame(
     snapshot: &crate::snapshot::Snapshot,
     frame: &mut [u8],
@@ -388,20 +390,17 @@ fn answer_frame(
     mtu: usize,
     response: &mut [u8],
 ) -> Option<usize> {
-    if offset != 0 {
-        frame.copy_within(offset..end, 0);
-    }
-    let len = end - offset;
-    let datagram = frame::parse(&frame[..len]).ok()?;
-    let query = &frame[datagram.header_len..datagram.header_len + datagram.payload_len];
+    let packet = frame.get_mut(offset..)?;
+    let datagram = frame::parse(packet.get(..end.checked_sub(offset)?)?).ok()?;
+    let query = &packet[datagram.header_len..datagram.header_len + datagram.payload_len];
     let client = Client::new(datagram.source, Transport::Udp);
     let mut n = respond(snapshot, query, &client, response)?;
-    let room = payload_room(mtu, &datagram);
+    let room = payload_room(mtu, &datagram, packet.len());
     if n > room {
         // Too big for the link: the socket path would fragment; we answer TC so the client
         // comes back over TCP (through the kernel).
         n = frame::truncate_to_question(response, n).filter(|&t| t <= room)?;
     }
-    frame[datagram.header_len..datagram.header_len + n].copy_from_slice(&response[..n]);
-    Some(frame::turn_into_reply(frame, &datagram, n))
+    packet[datagram.header_len..datagram.header_len + n].copy_from_slice(&response[..n]);
+    Some(frame::turn_into_reply(packet, &datagram, n))
 }

@@ -443,7 +443,10 @@ impl XskSocket {
     pub fn reclaim(&mut self) {
         let n = self.completion.available();
         for i in 0..n {
-            self.spare.push(self.completion.read(i));
+            // Replies go out from where their query arrived, inside the frame: back to the
+            // frame's start for the fill ring.
+            self.spare
+                .push(self.completion.read(i) & !(FRAME_SIZE as u64 - 1));
         }
         if n > 0 {
             self.completion.release(n);
@@ -482,10 +485,11 @@ impl XskSocket {
         self.tx.free_slots()
     }
 
-    /// Queues frame `addr` (`len` bytes) for transmission.
+    /// Queues `len` bytes at `addr` (a frame's start or a place inside it, e.g. where the RX
+    /// descriptor put the query) for transmission.
     pub fn transmit(&mut self, addr: u64, len: u32) {
         self.tx.push(Desc {
-            addr: addr & !(FRAME_SIZE as u64 - 1),
+            addr,
             len,
             options: 0,
         });
