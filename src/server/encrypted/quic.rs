@@ -186,7 +186,10 @@ async fn answer_stream(
     };
     let mut chunks = [Bytes::copy_from_slice(&len.to_be_bytes()), answer];
     let written = tokio::time::timeout(frame_timeout, send.write_all_chunks(&mut chunks)).await;
-    if matches!(written, Ok(Ok(()))) {
-        let _ = send.finish();
+    if matches!(written, Ok(Ok(()))) && send.finish().is_ok() {
+        // Wait until the client has acknowledged the answer: the connection is closed once
+        // its last stream is done, and a QUIC close discards stream data still unacknowledged
+        // (on a busy machine the last answer of a connection was lost that way).
+        let _ = tokio::time::timeout(frame_timeout, send.stopped()).await;
     }
 }
