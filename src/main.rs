@@ -515,6 +515,12 @@ fn taste(args: TasteArgs) -> Result<ExitCode> {
 
 fn geoip(command: GeoipCommand) -> Result<ExitCode> {
     match command {
+        #[cfg(not(feature = "tools"))]
+        GeoipCommand::Build { .. } => anyhow::bail!(
+            "this steerdns was built without the `tools` feature (cargo build --features \
+             tools): `geoip build` needs it"
+        ),
+        #[cfg(feature = "tools")]
         GeoipCommand::Build { csv, out } => {
             let report = steerdns::geo::build_mmdb_from_csv(&csv, &out)?;
             println!(
