@@ -16,6 +16,9 @@
 //! through a wildcard unshed and with a partial shed active (eu-west shedding ~30% through the
 //! shield's published view, for a subnet that is shed), the same shed at an exact name
 //! (cdn.example.com, like the harness's `cdn`), NXDOMAIN, and an answer too big for UDP (TC).
+//! Both zones are signed (fresh CSKs in a temporary key directory): the `_do` cases are the
+//! same questions with DO set, answered with their RRSIGs (and NSECs) — the DO=1 against DO=0
+//! comparison of issue 18 without sockets.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -38,6 +41,11 @@ const EDNS_PAYLOAD: u16 = 1232;
 /// A query in wire format: id 0x1234, RD, one question, optionally an OPT record carrying an
 /// EDNS Client Subnet option for `ecs` (IPv4, source prefix 24).
 fn query(name: &str, qtype: u16, edns: bool, ecs: Option<Ipv4Addr>) -> Vec<u8> {
+    query_do(name, qtype, edns, ecs, false)
+}
+
+/// [`query`] with the DO bit (`dnssec`) set in its OPT record.
+fn query_do(name: &str, qtype: u16, edns: bool, ecs: Option<Ipv4Addr>, dnssec: bool) -> Vec<u8> {
     let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)];
     for label in name.trim_end_matches('.').split('.') {
         q.push(label.len() as u8);
@@ -50,7 +58,8 @@ fn query(name: &str, qtype: u16, edns: bool, ecs: Option<Ipv4Addr>) -> Vec<u8> {
         q.push(0); // root owner
         q.extend_from_slice(&41u16.to_be_bytes()); // OPT
         q.extend_from_slice(&EDNS_PAYLOAD.to_be_bytes());
-        q.extend_from_slice(&[0, 0, 0, 0]); // extended rcode, version, flags
+        // Extended rcode, version, flags (DO is the top bit).
+        q.extend_from_slice(&[0, 0, if dnssec { 0x80 } else { 0 }, 0]);
         let option: Vec<u8> = match ecs {
             Some(addr) => {
                 let mut o = vec![0, 8, 0, 7, 0, 1, 24, 0];
@@ -100,12 +109,38 @@ fn load_example() -> Snapshot {
     }
     text = text.replace("file = \"control.toml\"", "");
     text.push_str(HARNESS_SHAPED);
+    text.push_str(&signed_section());
     let config =
         Config::parse(&text, &path).unwrap_or_else(|e| panic!("bundled steerdns.toml: {e}"));
     match steerdns::snapshot::load::load(&config) {
         Ok(loaded) => Snapshot::standalone(loaded.compiled),
         Err(problems) => panic!("bundled example does not load: {problems:?}"),
     }
+}
+
+/// `[dnssec]` signing both example zones with fresh ECDSA P-256 CSKs in a temporary key
+/// directory, so that the DO cases answer with their RRSIGs and denial records.
+fn signed_section() -> String {
+    use steerdns::dnssec::keys::{generate, Timing};
+    use steerdns::dnssec::{Algorithm, Role};
+    let dir = std::env::temp_dir().join(format!("steerdns-bench-keys-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let zones = ["example.com.", "edge.example.net."];
+    for zone in zones {
+        let csk = Role::Csk;
+        generate(
+            &dir,
+            zone,
+            Algorithm::EcdsaP256Sha256,
+            csk,
+            Timing::default(),
+        )
+        .expect("keygen");
+    }
+    format!(
+        "\n[dnssec]\nkeys = {:?}\nzones = {zones:?}\n",
+        dir.display().to_string()
+    )
 }
 
 /// Makes eu-west hot through the shield's own path (a feed, then decision ticks that publish
@@ -190,7 +225,15 @@ fn bench_answer_path(c: &mut Criterion) {
             "static_precompiled_edns",
             query("mail.example.com", TYPE_A, true, None),
         ),
+        (
+            "static_precompiled_do",
+            query_do("mail.example.com", TYPE_A, true, None, true),
+        ),
         ("geo_gw_ecs", query("gw.example.com", TYPE_A, true, eu)),
+        (
+            "geo_gw_ecs_do",
+            query_do("gw.example.com", TYPE_A, true, eu, true),
+        ),
         (
             "weighted_addresses_no_edns",
             query("wt.example.com", TYPE_A, false, None),
@@ -208,7 +251,23 @@ fn bench_answer_path(c: &mut Criterion) {
             "anycast_unshed_ecs",
             query("contoso.edge.example.net", TYPE_A, true, eu),
         ),
+        (
+            "anycast_unshed_ecs_do",
+            query_do("contoso.edge.example.net", TYPE_A, true, eu, true),
+        ),
+        (
+            "anycast_exact_ecs",
+            query("cdn.example.com", TYPE_A, true, eu),
+        ),
+        (
+            "anycast_exact_ecs_do",
+            query_do("cdn.example.com", TYPE_A, true, eu, true),
+        ),
         ("nxdomain", query("nope.example.com", TYPE_A, true, None)),
+        (
+            "nxdomain_do",
+            query_do("nope.example.com", TYPE_A, true, None, true),
+        ),
         (
             "truncated_tc",
             query("big.example.com", TYPE_TXT, false, None),
@@ -233,7 +292,7 @@ fn bench_answer_path(c: &mut Criterion) {
     for (name, packet) in &cases {
         let out = answer(&snapshot, packet, &client);
         let (rcode, truncated, answers) = (out[3] & 0x0F, out[2] & 0x02 != 0, out[7]);
-        let expected = match *name {
+        let expected = match name.trim_end_matches("_do") {
             "nxdomain" => rcode == 3 && answers == 0,
             "truncated_tc" => truncated && answers == 0,
             _ => rcode == 0 && !truncated && answers > 0,
@@ -242,6 +301,18 @@ fn bench_answer_path(c: &mut Criterion) {
             expected,
             "{name}: rcode {rcode}, TC {truncated}, {answers} answers"
         );
+        // A DO case carries its signatures: longer than the same answer without DO.
+        if let Some(plain) = name.strip_suffix("_do") {
+            let base = cases
+                .iter()
+                .find(|(n, _)| *n == plain || *n == format!("{plain}_edns"))
+                .map(|(_, p)| answer(&snapshot, p, &client).len());
+            assert!(
+                base.is_some_and(|len| out.len() > len),
+                "{name}: {} bytes, without DO {base:?}",
+                out.len()
+            );
+        }
         eprintln!(
             "{name}: {} query bytes -> {} response bytes, rcode {rcode}, {answers} answer records",
             packet.len(),

@@ -515,6 +515,12 @@ fn taste(args: TasteArgs) -> Result<ExitCode> {
 
 fn geoip(command: GeoipCommand) -> Result<ExitCode> {
     match command {
+        #[cfg(not(feature = "tools"))]
+        GeoipCommand::Build { .. } => anyhow::bail!(
+            "this steerdns was built without the `tools` feature (cargo build --features \
+             tools): `geoip build` needs it"
+        ),
+        #[cfg(feature = "tools")]
         GeoipCommand::Build { csv, out } => {
             let report = steerdns::geo::build_mmdb_from_csv(&csv, &out)?;
             println!(
@@ -900,7 +906,7 @@ fn start_encrypted(
     let Some(tls) = &config.server.tls else {
         return Ok(());
     };
-    let limits = Limits::from_config(tls);
+    let limits = Limits::from_config(tls, &config.server.tcp);
     let _guard = runtime.enter();
     let report = |transport: Transport, name: &str, addr: SocketAddr| {
         println!("{name} on {addr}");

@@ -12,6 +12,7 @@
 mod control_common;
 
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -500,6 +501,19 @@ fn a_missing_key_refuses_the_load_and_the_reload() {
     // On a reload: the keys gone, the signed zone keeps serving from the last good snapshot.
     let setup = signed_setup("dnssec-lostkey", "");
     let daemon = setup.start();
+    // A key file readable by others is refused on a reload too, with the reason.
+    let key = std::fs::read_dir(setup.path("keys"))
+        .expect("keys")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "toml"))
+        .expect("a key file");
+    let before = daemon.refused();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    daemon.sighup();
+    let status = daemon.wait_for_refusal(before, WAIT);
+    let reasons = refusal_reasons(&status).join("\n");
+    assert!(reasons.contains("must be 0600"), "{reasons}");
     let before = daemon.refused();
     std::fs::remove_dir_all(setup.path("keys")).expect("remove keys");
     daemon.sighup();
@@ -863,6 +877,12 @@ fn large_signed_answers_truncate_over_udp_and_validate_over_tcp() {
     for question in questions {
         let plain = dig_small(daemon.dns, 512, &[&["+ignore"], question].concat());
         assert!(!plain.flags.iter().any(|f| f == "tc"), "{}", plain.text);
+        // DO clear: no DNSSEC record at all, in any section.
+        assert!(
+            rrsigs(&plain.text).is_empty() && nsec3_records(&plain.text).is_empty(),
+            "{}",
+            plain.text
+        );
         let signed = dig_small(
             daemon.dns,
             512,

@@ -211,7 +211,7 @@ fn hostile_tls_clients_do_not_disturb_udp_or_other_clients() {
     // Garbage instead of a ClientHello, on both TLS listeners.
     for target in [dot, doh] {
         for _ in 0..3 {
-            let mut s = connect_from("127.0.0.2", target);
+            let mut s = connect_from("127.0.2.2", target);
             let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\nthis is not TLS at all\r\n");
         }
     }
@@ -230,10 +230,11 @@ fn hostile_tls_clients_do_not_disturb_udp_or_other_clients() {
     udp_answers(&daemon, 20);
 
     // Slowloris: the start of a TLS record, then nothing; more connections than one client's
-    // share. Held open while UDP and another client's DoT are served.
+    // share. Held open while UDP and another client's DoT are served (kdig's 127.0.0.1 is in
+    // another /24: a client is a prefix).
     let mut stalled = Vec::new();
     for _ in 0..8 {
-        let mut s = connect_from("127.0.0.3", dot);
+        let mut s = connect_from("127.0.3.3", dot);
         let _ = s.write_all(&[0x16, 0x03, 0x01, 0x02]);
         stalled.push(s);
     }

@@ -1013,3 +1013,75 @@ fn control_file_shield_off_and_frozen() {
     let answers = ask(&mut resolver, &subnets);
     assert_all_global(&subnets, &answers);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Demand poisoning (issue 12)
+
+/// A flood of queries with chosen ECS subnets must not make eu-west look as if it had no
+/// clients of its own. eu-north is drained (its clients are answered with eu-west), the
+/// resolvers on loopback are trusted for ECS, and an attacker sends queries for thousands of
+/// chosen eu-north subnets: the demand counters then say nearly every answer landing in
+/// eu-west is eu-north's. Trusted as they were, the counters made eu-west's own load ~0 and
+/// an overload of it was never shed; bounded by the shield's bookkeeping (which placed
+/// nothing into eu-west), eu-west's load stays its own and it sheds.
+#[test]
+fn an_ecs_flood_does_not_make_an_overloaded_region_look_empty() {
+    let setup = Setup::new("shield-poison");
+    let config = std::fs::read_to_string(&setup.config).expect("read config");
+    // Normal answers of 2 s, so the counters are trusted ("mature") within seconds.
+    let anycast = "policy = \"anycast\"\nttl = 300";
+    assert!(config.contains(anycast), "the example's anycast entry");
+    std::fs::write(
+        &setup.config,
+        config.replace(anycast, "policy = \"anycast\"\nttl = 2"),
+    )
+    .expect("write config");
+    setup.extend_config(
+        "[[geo.overrides]]\nnetwork = \"10.0.0.0/8\"\nregion = \"eu-north\"\n\n\
+         [shield]\ntick_ms = 100\nhold_down_secs = 1\nshort_ttl = 1\nstale_after_secs = 60\n\
+         revert_after_secs = 120\ntrusted_ecs_resolvers = [\"127.0.0.0/8\"]\n",
+    );
+    let original = String::from_utf8(setup.control_bytes()).expect("control file is UTF-8");
+    setup.write_control_atomically(&format!("{original}\n[regions.eu-north]\ndrain = true\n"));
+    let daemon = start(&setup);
+
+    // The flood: 3000 chosen eu-north /24s, again and again, until the test is done (at most
+    // 30 s); each answer sends its "client" to eu-west.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        let dns = daemon.dns;
+        std::thread::spawn(move || {
+            let queries: Vec<Message> = (0..3000)
+                .map(|i| {
+                    ecs_query(
+                        EDGE,
+                        RecordType::A,
+                        &format!("10.{}.{}.0/24", i / 256, i % 256),
+                    )
+                })
+                .collect();
+            let mut resolver = Resolver::new(dns);
+            let started = Instant::now();
+            let mut answered = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && started.elapsed() < Duration::from_secs(30)
+            {
+                answered += resolver.ask_all(&queries).len();
+            }
+            answered
+        })
+    };
+    // A normal TTL's worth of ticks with the flood counted (the counters are then mature).
+    let ticks = counter(&daemon.status(), "ticks");
+    wait_for(&daemon, "3 s of ticks under the flood", |s| {
+        counter(s, "ticks") >= ticks + 30
+    });
+    let (code, body) = post_load(&daemon, &feed(OVERLOAD), Some(TOKEN));
+    assert_eq!(code, 200, "{body}");
+    let shedding = wait_shedding(&daemon);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered = flood.join().expect("flood thread");
+    assert!(answered >= 3000, "the flood was answered: {answered}");
+    println!("eu-west sheds {shedding:?} under an ECS flood of {answered} answers");
+}

@@ -1,9 +1,11 @@
-//! TCP limits under a slowloris attack (issue 8), with the real binary on loopback. One
-//! attacker address opens far more idle connections than its per-client share (the extra ones
-//! are closed at once); another sends half frames, which are closed after the frame timeout.
-//! Meanwhile UDP queries keep being answered and another client's TCP query is answered
-//! promptly; once the attacker lets go, its share is free again. The server's counters must
-//! agree.
+//! TCP limits under attack (issues 8 and 12), with the real binary on loopback (127.0.0.0/8
+//! is ours, so every test address is a real source). A slowloris: one attacker opens far more
+//! idle connections than its per-client share (the extra ones are closed at once), another
+//! sends half frames, closed after the frame timeout; UDP and other clients' TCP queries are
+//! answered meanwhile. A client is a prefix (/24): 32 hosts of one /24 get one share between
+//! them. A connection that keeps sending is closed at its lifetime. With every slot held by
+//! idle connections, a newcomer takes back the one idle longest, and a UDP client sent to TCP
+//! by TC gets its answer from `dig`. The server's counters must agree.
 
 mod common;
 mod hostile_common;
@@ -22,14 +24,55 @@ const IDLE_ATTEMPTS: usize = 20;
 const HALF_FRAMES: usize = 8;
 
 fn config() -> TempConfig {
+    config_with(64, "")
+}
+
+/// `[server.tcp]` with `max_connections` slots, a share of [`PER_CLIENT`], a 30 s idle
+/// timeout (so only the admission's rules close idle connections early) and `more`.
+fn config_with(max_connections: usize, more: &str) -> TempConfig {
     TempConfig::new(
         "tcp-limits",
         &format!(
-            "udp_workers = 1\n\n[server.tcp]\nmax_connections = 64\n\
+            "udp_workers = 1\n\n[server.tcp]\nmax_connections = {max_connections}\n\
              max_connections_per_client = {PER_CLIENT}\nframe_timeout_secs = 1\n\
-             idle_timeout_secs = 30\n"
+             idle_timeout_secs = 30\n{more}"
         ),
     )
+}
+
+/// Waits until the server's metric `name` reaches `at_least`.
+fn wait_for_metric(admin: std::net::SocketAddr, name: &str, at_least: usize) -> usize {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let now = metric(admin, name, &[]) as usize;
+        if now >= at_least || Instant::now() > deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Opens `per_prefix` idle connections from each of `prefixes` /24s (127.a.b.1) and waits
+/// until the server has admitted them all.
+fn hold_slots(
+    server: &Server,
+    admin: std::net::SocketAddr,
+    prefixes: &[(u8, u8)],
+    per_prefix: usize,
+) -> Vec<TcpStream> {
+    let before = metric(admin, "steerdns_tcp_connections_total", &[]) as usize;
+    let held: Vec<TcpStream> = prefixes
+        .iter()
+        .flat_map(|&(a, b)| (0..per_prefix).map(move |_| (a, b)))
+        .map(|(a, b)| tcp_from(alias(a, b, 1), server.addr))
+        .collect();
+    let admitted = wait_for_metric(admin, "steerdns_tcp_connections_total", before + held.len());
+    assert_eq!(
+        admitted,
+        before + held.len(),
+        "every attacker connection admitted"
+    );
+    held
 }
 
 fn framed_query(name: &str) -> (Message, Vec<u8>) {
@@ -100,7 +143,8 @@ fn slowloris_does_not_starve_udp_or_other_tcp_clients() {
     let sent_at = Instant::now();
     let mut half: Vec<TcpStream> = (0..HALF_FRAMES)
         .map(|i| {
-            let mut stream = tcp_from(alias(4, 4, 5), server.addr);
+            // Another /24: a client is a prefix, and 127.4.4.0/24 holds its share already.
+            let mut stream = tcp_from(alias(4, 5, 5), server.addr);
             // Some stop inside the length, some inside the message.
             let cut = if i % 2 == 0 { 1 } else { framed.len() / 2 };
             stream
@@ -165,4 +209,132 @@ fn a_query_sent_byte_by_byte_within_the_frame_timeout_is_answered() {
     let reply = Message::from_vec(&reply).expect("well-formed");
     assert_eq!(reply.metadata.id, q.metadata.id);
     assert!(!reply.answers.is_empty());
+}
+
+#[test]
+fn hosts_of_one_24_share_one_clients_share() {
+    // 32 hosts of 127.9.9.0/24, two idle connections each: 64 would fill every slot, but the
+    // /24 is one client and keeps PER_CLIENT; the rest are closed at once.
+    let config = config();
+    let (server, admin) = start_with_admin(&config, &[]);
+    let mut idle: Vec<TcpStream> = (10..42u8)
+        .flat_map(|host| [host, host])
+        .map(|host| tcp_from(alias(9, 9, host), server.addr))
+        .collect();
+    let refused = wait_for_metric(
+        admin,
+        "steerdns_tcp_refused_per_client_total",
+        64 - PER_CLIENT,
+    );
+    assert_eq!(refused, 64 - PER_CLIENT);
+    std::thread::sleep(Duration::from_millis(100));
+    let open = idle.iter_mut().map(closed_now).filter(|c| !c).count();
+    assert_eq!(open, PER_CLIENT, "one /24 keeps one share");
+    assert_eq!(
+        metric(admin, "steerdns_tcp_connections_open", &[]) as usize,
+        PER_CLIENT
+    );
+    // Another /24 is another client, served at once.
+    tcp_answered(&server, alias(9, 10, 1), Duration::from_secs(2));
+}
+
+#[test]
+fn a_connection_that_keeps_sending_is_closed_at_its_lifetime() {
+    let config = config_with(64, "max_connection_lifetime_secs = 2\n");
+    let (server, admin) = start_with_admin(&config, &[]);
+    let mut stream = tcp_from(alias(10, 10, 10), server.addr);
+    let opened = Instant::now();
+    let mut answered = 0;
+    // A query every 100 ms: never idle for long, never near the query cap.
+    let closed_after = loop {
+        let (q, framed) = framed_query("mail.example.com.");
+        if stream.write_all(&framed).is_err() {
+            break opened.elapsed();
+        }
+        match read_frame(&mut stream) {
+            Some(reply) => {
+                let reply = Message::from_vec(&reply).expect("well-formed");
+                assert_eq!(reply.metadata.id, q.metadata.id);
+                answered += 1;
+            }
+            None => break opened.elapsed(),
+        }
+        assert!(
+            opened.elapsed() < Duration::from_secs(6),
+            "still open after 6 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        closed_after >= Duration::from_millis(1900),
+        "closed before its lifetime: {closed_after:?}"
+    );
+    assert!(
+        answered >= 10,
+        "{answered} queries answered before the close"
+    );
+    assert_eq!(
+        metric(admin, "steerdns_tcp_closed_at_lifetime_total", &[]),
+        1.0
+    );
+}
+
+#[test]
+fn as_slots_fill_idle_connections_are_closed_quickly_and_a_newcomer_is_served() {
+    // 16 slots; idle timeout 30 s while at most half are taken, 0.3 s when all are.
+    let config = config_with(16, "busy_idle_timeout_ms = 300\n");
+    let (server, admin) = start_with_admin(&config, &[]);
+    let reaped = || metric(admin, "steerdns_tcp_closed_idle_to_make_room_total", &[]) as usize;
+    // Half the slots, idle: allowed 30 s (nothing is short of room).
+    let mut early = hold_slots(&server, admin, &[(11, 1)], PER_CLIENT);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        early.iter_mut().all(|s| !closed_now(s)),
+        "idle at half full"
+    );
+    assert_eq!(reaped(), 0);
+    // The other half, from another /24: as the slots fill, the idle time allowed shrinks
+    // and the early connections, idle for longer than that, are closed for the newcomers.
+    let filled_at = Instant::now();
+    let _late = hold_slots(&server, admin, &[(11, 2)], PER_CLIENT);
+    for (i, stream) in early.iter_mut().enumerate() {
+        assert!(
+            closed_within(stream, Duration::from_secs(2)),
+            "early idle connection {i} still open {:?} after the slots filled",
+            filled_at.elapsed()
+        );
+    }
+    assert_eq!(
+        wait_for_metric(admin, "steerdns_tcp_closed_idle_to_make_room_total", 8),
+        8
+    );
+    println!(
+        "8 early idle connections closed {:?} after the slots filled",
+        filled_at.elapsed()
+    );
+
+    // A client of a third /24 is served promptly.
+    let took = tcp_answered(&server, alias(11, 3, 1), Duration::from_secs(2));
+    println!("newcomer answered in {took:?}");
+}
+
+#[test]
+fn a_udp_client_sent_to_tcp_by_tc_gets_its_answer_while_an_attacker_holds_every_slot() {
+    let config = config_with(32, "");
+    let (server, _admin) = start_with_admin(&config, &[]);
+    let _held = hold_slots(
+        &server,
+        _admin,
+        &[(12, 1), (12, 2), (12, 3), (12, 4)],
+        PER_CLIENT,
+    );
+    // big.example.com TXT does not fit a 1232-byte UDP answer: dig gets TC and retries over
+    // TCP (one try, 3 s), from its own address.
+    let out = dig(&server, &["-b", "127.12.5.1", "big.example.com", "TXT"]);
+    assert!(out.contains("Truncated, retrying in TCP mode"), "{out}");
+    assert!(out.contains("status: NOERROR"), "{out}");
+    assert!(
+        out.contains("big.example.com.") && out.contains("TXT"),
+        "{out}"
+    );
 }

@@ -379,6 +379,20 @@ impl Scrape {
         )?;
         counter(
             encoder,
+            "steerdns_tcp_closed_idle_to_make_room",
+            "Idle TCP connections closed early because the slots were filling up (past half \
+             of [server.tcp] max_connections the idle time allowed shrinks toward \
+             busy_idle_timeout_ms; a newcomer to full slots closes the one idle longest).",
+            s.tcp_reaped,
+        )?;
+        counter(
+            encoder,
+            "steerdns_tcp_closed_at_lifetime",
+            "TCP connections closed at [server.tcp] max_connection_lifetime_secs.",
+            s.tcp_lifetime,
+        )?;
+        counter(
+            encoder,
             "steerdns_tcp_accept_errors",
             "TCP accept() failures (e.g. out of file descriptors); UDP keeps serving.",
             s.tcp_accept_errors,
@@ -435,7 +449,8 @@ impl Scrape {
             "steerdns_encrypted_connection_events",
             "Encrypted connections or requests turned away: over the per-client share, failed or \
              timed-out handshakes, queries not completed in time, DoH requests that carry no \
-             DNS query.",
+             DNS query, idle connections closed to make room, connections closed at their \
+             lifetime.",
             events,
         )?;
         if let Some(cert) = &view.certificate {

@@ -24,7 +24,10 @@ use crate::dns::wire::{
     CLASSIC_UDP_LIMIT, HEADER_LEN, MAX_MESSAGE,
 };
 use crate::metrics::{querylog, serving};
+use std::cell::Cell;
+
 use crate::rrl::{Class, Subject, Verdict};
+use crate::shield::live::DemandSample;
 use crate::snapshot::compose::{
     opt_len, put_address_record, response_flags, write_error, write_opt_raw, write_plan,
     write_simple,
@@ -80,7 +83,8 @@ pub fn respond(
         None => zone_index(snapshot, &query),
     };
     let cached = precompiled.map(|(_, cached)| cached);
-    let len = answer(snapshot, packet, &query, client, cached, out).and_then(|n| {
+    let demand = Cell::new(None);
+    let len = answer(snapshot, packet, &query, client, cached, &demand, out).and_then(|n| {
         let subject = Subject {
             qname: query.qname.as_wire(),
             qtype: query.qtype,
@@ -89,6 +93,13 @@ pub fn respond(
         let rcode = response_rcode(&query, &out[..n]);
         limit_rate(snapshot, client, rcode, Some(&subject), out, n)
     });
+    // The shield counts answers that go out whole: not one the rate limiter dropped or
+    // slipped, not one truncated (its client asks again over TCP, and counts then).
+    if let (Some(n), Some(sample), Some(steering)) = (len, demand.get(), snapshot.steering()) {
+        if !is_truncated(&out[..n]) {
+            steering.demand.record(&sample);
+        }
+    }
     count(snapshot, client, &query, zone, len.map(|n| &out[..n]));
     len
 }
@@ -197,13 +208,14 @@ fn zone_index(snapshot: &Snapshot, query: &Query) -> Option<usize> {
         .map(|(index, _)| index)
 }
 
-/// The answer proper, uncounted.
+/// The answer proper, uncounted; a steered anycast answer's demand is left in `demand`.
 fn answer(
     snapshot: &Snapshot,
     packet: &[u8],
     query: &Query,
     client: &Client,
     precompiled: Option<Cached<'_>>,
+    demand: &Cell<Option<DemandSample>>,
     out: &mut [u8],
 ) -> Option<usize> {
     let limit = response_limit(snapshot, query, client);
@@ -270,13 +282,36 @@ fn answer(
         client,
         query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
     );
+    let len = answer_located(
+        snapshot,
+        packet,
+        query,
+        precompiled,
+        steering.as_ref(),
+        limit,
+        out,
+    );
+    demand.set(steering.as_ref().and_then(ClientSteering::demand));
+    len
+}
+
+/// The answers that may be steered, for a located client (`steering`, when names are).
+fn answer_located(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    precompiled: Option<Cached<'_>>,
+    steering: Option<&ClientSteering<'_>>,
+    limit: usize,
+    out: &mut [u8],
+) -> Option<usize> {
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
-    if let (Some(Cached::Steered(binding)), Some(steering)) = (precompiled, &steering) {
+    if let (Some(Cached::Steered(binding)), Some(steering)) = (precompiled, steering) {
         if let Some(len) = serve_steered(snapshot, packet, query, steering, binding, limit, out) {
             return Some(len);
         }
     }
-    let steering: &dyn Steering<'_> = match &steering {
+    let steering: &dyn Steering<'_> = match steering {
         Some(s) => s,
         None => &NoSteering,
     };

@@ -119,6 +119,10 @@ pub struct ShieldConfig {
     pub load_file: Option<PathBuf>,
     /// A Prometheus server to query for load (`[shield.prometheus]`).
     pub prometheus: Option<prometheus::PrometheusConfig>,
+    /// Resolvers (source address networks) whose ECS addresses the shield's demand count
+    /// trusts; ECS from any other source still steers the answer but is not counted
+    /// (queries without ECS count by their source). Empty (default): no ECS is counted.
+    pub trusted_ecs_resolvers: Vec<IpNet>,
 }
 
 impl Default for ShieldConfig {
@@ -135,6 +139,7 @@ impl Default for ShieldConfig {
             tick_ms: 1000,
             load_file: None,
             prometheus: None,
+            trusted_ecs_resolvers: Vec::new(),
         }
     }
 }
@@ -232,13 +237,19 @@ pub struct TlsConfig {
     pub doq: Vec<SocketAddr>,
     /// Seconds a client has to complete the TLS (or QUIC) handshake.
     pub handshake_timeout_secs: u64,
-    /// Seconds a connection may stay without a query before we close it.
+    /// Seconds a connection may stay without a query before we close it (while at most half
+    /// the slots are taken; beyond, less, down to `busy_idle_timeout_ms` when all are).
     pub idle_timeout_secs: u64,
+    /// Milliseconds a connection may stay without a query when every slot is taken.
+    pub busy_idle_timeout_ms: u64,
+    /// Seconds a connection may live, however busy (wall clock); the client reconnects.
+    pub max_connection_lifetime_secs: u64,
     /// Seconds a client has to finish a query once it started sending it.
     pub frame_timeout_secs: u64,
     /// Connections served at once, per transport.
     pub max_connections: usize,
-    /// Connections one client may hold open per transport (an IPv4 address, an IPv6 /64).
+    /// Connections one client may hold open per transport (a client is a prefix of
+    /// [server.tcp] `client_prefix_v4`/`client_prefix_v6`).
     pub max_connections_per_client: usize,
     /// Queries answered on one connection before it is closed.
     pub max_queries_per_connection: usize,
@@ -254,6 +265,8 @@ impl Default for TlsConfig {
             doq: Vec::new(),
             handshake_timeout_secs: 5,
             idle_timeout_secs: 30,
+            busy_idle_timeout_ms: 1000,
+            max_connection_lifetime_secs: 600,
             frame_timeout_secs: 3,
             max_connections: 1024,
             max_connections_per_client: 32,
@@ -320,12 +333,22 @@ impl Default for ServerConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TcpConfig {
-    /// Seconds a connection may stay silent before we close it.
+    /// Seconds a connection may stay silent before we close it (while at most half the
+    /// slots are taken; beyond, less, down to `busy_idle_timeout_ms` when all are).
     pub idle_timeout_secs: u64,
+    /// Milliseconds a connection may stay silent when every slot is taken.
+    pub busy_idle_timeout_ms: u64,
+    /// Seconds a connection may live, however busy (wall clock); the client reconnects.
+    pub max_connection_lifetime_secs: u64,
     /// TCP connections served at once.
     pub max_connections: usize,
-    /// Connections one client address may hold open; further ones are closed at once.
+    /// Connections one client (a `client_prefix_v4`/`client_prefix_v6` prefix) may hold
+    /// open; further ones are closed at once.
     pub max_connections_per_client: usize,
+    /// Prefix lengths that make one client for `max_connections_per_client`, here and on the
+    /// encrypted transports ([server.tls]).
+    pub client_prefix_v4: u8,
+    pub client_prefix_v6: u8,
     /// Seconds a client has to finish a query (length and message) once it sent its first
     /// byte; a connection that stalls mid-frame is closed.
     pub frame_timeout_secs: u64,
@@ -337,8 +360,12 @@ impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
             idle_timeout_secs: 10,
+            busy_idle_timeout_ms: 200,
+            max_connection_lifetime_secs: 120,
             max_connections: 1024,
             max_connections_per_client: 32,
+            client_prefix_v4: 24,
+            client_prefix_v6: 56,
             frame_timeout_secs: 3,
             max_queries_per_connection: 10_000,
         }
@@ -520,7 +547,29 @@ impl Config {
                     .into(),
             ));
         }
+        if server.tcp.client_prefix_v4 == 0
+            || server.tcp.client_prefix_v4 > 32
+            || server.tcp.client_prefix_v6 == 0
+            || server.tcp.client_prefix_v6 > 128
+        {
+            return Err(invalid(
+                "server.tcp",
+                "client_prefix_v4 must be 1..=32 and client_prefix_v6 1..=128".into(),
+            ));
+        }
+        if server.tcp.max_connection_lifetime_secs == 0 {
+            return Err(invalid(
+                "server.tcp.max_connection_lifetime_secs",
+                "must be at least 1".into(),
+            ));
+        }
         if let Some(tls) = &server.tls {
+            if tls.max_connection_lifetime_secs == 0 {
+                return Err(invalid(
+                    "server.tls.max_connection_lifetime_secs",
+                    "must be at least 1".into(),
+                ));
+            }
             if tls.cert.as_os_str().is_empty() || tls.key.as_os_str().is_empty() {
                 return Err(invalid(
                     "server.tls",

@@ -222,7 +222,7 @@ impl History {
         self.load(serial)
     }
 
-    /// Records an accepted version and prunes the oldest beyond `keep`.
+    /// Records an accepted version, first removing the oldest beyond `keep - 1`.
     ///
     /// If `text` is byte-identical to the newest version, nothing is written and that version
     /// is returned (a restart or a touched file is not a new version), so callers should use
@@ -275,21 +275,24 @@ impl History {
             path: self.meta_path(serial),
             problem: e.to_string(),
         })?;
+        // Room first, so the directory never holds more than `keep` versions, not even for the
+        // moment between writing this one and pruning (readers such as backups and tests list
+        // it at any time).
+        self.prune(self.keep - 1, serial);
         // Text first: a process dying between the two writes leaves an unlisted text, never a
         // listed version without its text.
         let text_written = replace_file_unflushed(&self.text_path(serial), text.as_bytes())?;
         let meta_written = replace_file_unflushed(&self.meta_path(serial), &json)?;
         super::durable::flush_in_background(text_written.into_iter().chain(meta_written));
-        self.prune(serial);
         Ok(meta)
     }
 
-    /// Removes versions beyond `keep` (oldest first) and texts left without metadata by a
-    /// crash, older than `just_recorded`.
-    fn prune(&self, just_recorded: u64) {
+    /// Removes the oldest versions beyond `room` and texts left without metadata by a crash,
+    /// older than `recording`.
+    fn prune(&self, room: usize, recording: u64) {
         let result = (|| -> Result<(), HistoryError> {
             let listed = self.recorded_serials()?;
-            let excess = listed.len().saturating_sub(self.keep);
+            let excess = listed.len().saturating_sub(room);
             for &serial in &listed[..excess] {
                 // Metadata first, so an interrupted prune never leaves a listed version
                 // without its text.
@@ -297,7 +300,7 @@ impl History {
                 remove_if_present(&self.text_path(serial))?;
             }
             for serial in self.serials_with_extension("toml")? {
-                if serial < just_recorded && listed.binary_search(&serial).is_err() {
+                if serial < recording && listed.binary_search(&serial).is_err() {
                     remove_if_present(&self.text_path(serial))?;
                 }
             }

@@ -87,6 +87,23 @@ impl Cells {
         }
     }
 
+    /// Adds `n` to counter `index` in `slot`; an index out of range is ignored.
+    #[inline]
+    pub fn add(&self, slot: usize, index: usize, n: u64) {
+        if let Some(cell) = self.cell(slot, index) {
+            cell.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Counter `index` summed over every slot, and reset to 0 (each slot swapped on its own:
+    /// an add that lands meanwhile is kept for the next take, never lost).
+    pub fn take(&self, index: usize) -> u64 {
+        (0..SLOTS)
+            .filter_map(|slot| self.cell(slot, index))
+            .map(|cell| cell.swap(0, Ordering::Relaxed))
+            .fold(0u64, u64::wrapping_add)
+    }
+
     /// Counter `index` summed over every slot.
     pub fn sum(&self, index: usize) -> u64 {
         (0..SLOTS)
@@ -112,6 +129,15 @@ mod tests {
         assert_eq!(cells.sum(19), 1);
         assert_eq!(cells.sum(20), 0);
         assert_eq!((0..20).map(|i| cells.sum(i)).sum::<u64>(), 3);
+    }
+
+    #[test]
+    fn take_sums_and_resets() {
+        let cells = Cells::new(4);
+        cells.add(0, 1, 300);
+        cells.add(SHARED_SLOT, 1, 5);
+        assert_eq!(cells.take(1), 305);
+        assert_eq!(cells.take(1), 0);
     }
 
     #[test]

@@ -54,15 +54,21 @@ pub enum EncryptedEvent {
     FrameTimeout,
     /// DoH: a request that is not a DNS query (path, method, media type, encoding, size).
     BadRequest,
+    /// Closed while idle to make room: the slots were filling up (see `server::admission`).
+    Reaped,
+    /// Closed at `max_connection_lifetime`.
+    Lifetime,
 }
 
 impl EncryptedEvent {
-    pub const ALL: [EncryptedEvent; 5] = [
+    pub const ALL: [EncryptedEvent; 7] = [
         EncryptedEvent::RefusedPerClient,
         EncryptedEvent::HandshakeFailed,
         EncryptedEvent::HandshakeTimeout,
         EncryptedEvent::FrameTimeout,
         EncryptedEvent::BadRequest,
+        EncryptedEvent::Reaped,
+        EncryptedEvent::Lifetime,
     ];
 
     pub fn label(self) -> &'static str {
@@ -72,6 +78,8 @@ impl EncryptedEvent {
             EncryptedEvent::HandshakeTimeout => "handshake_timeout",
             EncryptedEvent::FrameTimeout => "frame_timeout",
             EncryptedEvent::BadRequest => "bad_request",
+            EncryptedEvent::Reaped => "closed_idle_to_make_room",
+            EncryptedEvent::Lifetime => "closed_at_lifetime",
         }
     }
 }
@@ -133,6 +141,10 @@ struct Connections {
     frame_timeouts: AtomicU64,
     /// accept() failed (out of file descriptors, and the like).
     accept_errors: AtomicU64,
+    /// Closed while idle to make room: the slots were filling up.
+    reaped: AtomicU64,
+    /// Closed at `max_connection_lifetime`.
+    lifetime: AtomicU64,
 }
 
 /// One encrypted transport's connection counters (per connection, not per query).
@@ -177,6 +189,8 @@ pub struct ServingTotals {
     pub tcp_refused_per_client: u64,
     pub tcp_frame_timeouts: u64,
     pub tcp_accept_errors: u64,
+    pub tcp_reaped: u64,
+    pub tcp_lifetime: u64,
     /// Per encrypted transport ([`ENCRYPTED`]): open connections, accepted connections, and
     /// each [`EncryptedEvent`]'s count.
     pub encrypted_open: [i64; ENCRYPTED.len()],
@@ -200,6 +214,8 @@ impl ServingCounters {
                 refused_per_client: AtomicU64::new(0),
                 frame_timeouts: AtomicU64::new(0),
                 accept_errors: AtomicU64::new(0),
+                reaped: AtomicU64::new(0),
+                lifetime: AtomicU64::new(0),
             },
             encrypted: [const {
                 EncryptedConnections {
@@ -275,6 +291,16 @@ impl ServingCounters {
             .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// An idle TCP connection was closed to make room (the slots were filling up).
+    pub fn record_tcp_reaped(&self) {
+        self.connections.reaped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A TCP connection was closed at its lifetime.
+    pub fn record_tcp_lifetime(&self) {
+        self.connections.lifetime.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A TCP connection was closed because it did not complete a query frame in time.
     pub fn record_tcp_frame_timeout(&self) {
         self.connections
@@ -308,6 +334,8 @@ impl ServingCounters {
             tcp_refused_per_client: self.connections.refused_per_client.load(Ordering::Relaxed),
             tcp_frame_timeouts: self.connections.frame_timeouts.load(Ordering::Relaxed),
             tcp_accept_errors: self.connections.accept_errors.load(Ordering::Relaxed),
+            tcp_reaped: self.connections.reaped.load(Ordering::Relaxed),
+            tcp_lifetime: self.connections.lifetime.load(Ordering::Relaxed),
             rrl_slipped: sum(&|s| &s.rrl_slipped),
             rrl_dropped: sum(&|s| &s.rrl_dropped),
             ..ServingTotals::default()

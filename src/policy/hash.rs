@@ -18,6 +18,8 @@ pub(crate) enum Purpose {
     ShedDestination = 2,
     /// Weighted profile endpoint choice.
     Weighted = 3,
+    /// The shield's once-per-client-prefix demand count.
+    Demand = 4,
 }
 
 #[derive(Clone)]

@@ -26,6 +26,12 @@ mod profiles;
 mod tests;
 
 pub use compile::{compile, PolicyError, MAX_TTL};
+
+/// A stable key of `addr`'s client prefix (`prefix_v4`/`prefix_v6` bits), for the shield's
+/// demand count (keyed like the per-subnet steering hashes, with a purpose of its own).
+pub fn demand_key(addr: std::net::IpAddr, prefix_v4: u8, prefix_v6: u8) -> u64 {
+    hash::subnet_hash(addr, prefix_v4, prefix_v6, hash::Purpose::Demand, 0)
+}
 pub use config::{
     EndpointConfig, FallbackSiteConfig, MonitorConfig, ProfileConfig, ProfileKind, RegionConfig,
     SteeredConfig, SteeredPolicyKind, TopologyConfig,

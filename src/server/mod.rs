@@ -1,10 +1,12 @@
 //! Sockets and threads: binding listen addresses (UDP and TCP on the same port, SO_REUSEPORT so
 //! a new process can start beside an old one), the UDP worker threads ([`udp`]) and the TCP
-//! service on the tokio runtime ([`tcp`]).
+//! service on the tokio runtime ([`tcp`]), the encrypted transports ([`encrypted`]), and who
+//! of their clients gets a connection slot ([`admission`]).
 //!
 //! Owns no DNS logic: every packet goes to [`crate::answer::respond`] with the snapshot
 //! loaded at that moment.
 
+pub mod admission;
 pub mod encrypted;
 pub mod tcp;
 pub mod udp;

@@ -1,15 +1,14 @@
 //! DNS over TCP (RFC 7766): two-byte length framing, several (pipelined) queries per
-//! connection answered in order, an idle timeout, a cap on connections and on queries per
-//! connection. Each connection owns one response buffer, reused for every query on it.
+//! connection answered in order, a cap on queries per connection. Each connection owns one
+//! response buffer, reused for every query on it.
 //!
-//! Slow and hostile clients (slowloris): one client address may hold only
-//! `max_connections_per_client` of the `max_connections` slots; a query once started must be
-//! complete within `frame_timeout`; a client that stops reading our answers is closed after
-//! `idle_timeout`. TCP answers are never rate limited: the handshake proves the source.
+//! Who gets a connection slot and when it is taken back -- per client prefix, lifetime, idle
+//! time shrinking as slots fill -- is [`super::admission`]'s, shared with the encrypted
+//! transports. Here: a query once started must be complete within `frame_timeout`, and a
+//! client that stops reading our answers is let go after the idle time allowed. TCP answers
+//! are never rate limited: the handshake proves the source.
 
-use std::hash::BuildHasher;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +17,8 @@ use tokio::io::{
     BufWriter,
 };
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 
+use super::admission::{Admission, AdmissionLimits, Admitted};
 use crate::answer::respond;
 use crate::config::TcpConfig;
 use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
@@ -28,12 +27,8 @@ use crate::snapshot::SharedSnapshot;
 
 #[derive(Debug, Clone)]
 pub struct TcpLimits {
-    /// Close a connection that sends nothing for this long (or does not read our answers).
-    pub idle_timeout: Duration,
-    /// Connections served at once; further ones wait in the kernel's accept queue.
-    pub max_connections: usize,
-    /// Connections one client address may hold; further ones are closed as soon as accepted.
-    pub max_connections_per_client: usize,
+    /// Who may hold a slot and for how long (see [`super::admission`]).
+    pub admission: AdmissionLimits,
     /// Once the first byte of a query arrived, the rest (length and message) must arrive
     /// within this time.
     pub frame_timeout: Duration,
@@ -41,14 +36,25 @@ pub struct TcpLimits {
     pub max_queries_per_connection: usize,
 }
 
+/// A duration of whole seconds, at least one.
+pub(crate) fn secs(s: u64) -> Duration {
+    Duration::from_secs(s.max(1))
+}
+
 impl TcpLimits {
     /// The limits of `[server.tcp]` (timeouts of at least a second).
     pub fn from_config(tcp: &TcpConfig) -> TcpLimits {
         TcpLimits {
-            idle_timeout: Duration::from_secs(tcp.idle_timeout_secs.max(1)),
-            max_connections: tcp.max_connections,
-            max_connections_per_client: tcp.max_connections_per_client,
-            frame_timeout: Duration::from_secs(tcp.frame_timeout_secs.max(1)),
+            admission: AdmissionLimits {
+                max_connections: tcp.max_connections,
+                max_connections_per_client: tcp.max_connections_per_client,
+                client_prefix_v4: tcp.client_prefix_v4,
+                client_prefix_v6: tcp.client_prefix_v6,
+                idle_timeout: secs(tcp.idle_timeout_secs),
+                busy_idle_timeout: Duration::from_millis(tcp.busy_idle_timeout_ms),
+                max_connection_lifetime: secs(tcp.max_connection_lifetime_secs),
+            },
+            frame_timeout: secs(tcp.frame_timeout_secs),
             max_queries_per_connection: tcp.max_queries_per_connection,
         }
     }
@@ -61,85 +67,26 @@ impl Default for TcpLimits {
     }
 }
 
-/// Slots in the per-client connection table. Addresses are hashed into it; two that share a
-/// slot share a cap (rare with this many slots, and never more permissive than the cap).
-const CLIENT_SLOTS: usize = 1 << 14;
-
-/// Open connections per client address, in a fixed table of atomic counters (no lock, nothing
-/// allocated per connection).
-pub struct ClientConnections {
-    counts: Box<[AtomicU32]>,
-    cap: u32,
-    hasher: std::collections::hash_map::RandomState,
-}
-
-impl ClientConnections {
-    pub fn new(cap: usize) -> ClientConnections {
-        ClientConnections {
-            counts: (0..CLIENT_SLOTS).map(|_| AtomicU32::new(0)).collect(),
-            cap: u32::try_from(cap).unwrap_or(u32::MAX),
-            hasher: std::collections::hash_map::RandomState::new(),
-        }
-    }
-
-    /// Counts a connection from `addr`, or `None` if it already has `cap` open. The count
-    /// drops when the returned guard does.
-    pub fn open(self: &Arc<Self>, addr: IpAddr) -> Option<ClientConnection> {
-        let slot = (self.hasher.hash_one(addr) as usize) % self.counts.len();
-        let count = self.counts.get(slot)?;
-        let was = count.fetch_add(1, Ordering::Relaxed);
-        if was >= self.cap {
-            count.fetch_sub(1, Ordering::Relaxed);
-            return None;
-        }
-        Some(ClientConnection {
-            table: self.clone(),
-            slot,
-        })
-    }
-}
-
-/// One open connection of a client, uncounted on drop.
-pub struct ClientConnection {
-    table: Arc<ClientConnections>,
-    slot: usize,
-}
-
-impl Drop for ClientConnection {
-    fn drop(&mut self) {
-        if let Some(count) = self.table.counts.get(self.slot) {
-            count.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
 /// Accepts connections until the task is dropped.
 pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpLimits) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let per_client = Arc::new(ClientConnections::new(limits.max_connections_per_client));
+    let admission = Admission::new(Transport::Tcp, limits.admission.clone());
     let limits = Arc::new(limits);
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
         let (stream, peer) = accept(&listener).await;
         let client = Client::new(peer.ip(), Transport::Tcp);
-        let Some(share) = per_client.open(client.addr) else {
-            // Closed at once, freeing the slot: this client already holds its share.
-            crate::metrics::serving().record_tcp_refused_per_client();
+        let Some(admitted) = admission.admit(client.addr).await else {
+            // Closed at once: this client already holds its share.
             drop(stream);
             continue;
         };
         let snapshot = snapshot.clone();
         let limits = limits.clone();
         tokio::spawn(async move {
-            // Counted open until this task ends, however it ends.
-            let _open = crate::metrics::serving().tcp_connection();
-            if let Err(e) = serve_connection(stream, client, &snapshot, &limits).await {
+            let _ = stream.set_nodelay(true);
+            if let Err(e) = serve_stream(stream, client, &snapshot, &limits, &admitted).await {
                 tracing::debug!("tcp connection from {peer}: {e}");
             }
-            drop(share);
-            drop(permit);
+            drop(admitted);
         });
     }
 }
@@ -161,16 +108,6 @@ pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     }
 }
 
-async fn serve_connection(
-    stream: TcpStream,
-    client: Client,
-    snapshot: &SharedSnapshot,
-    limits: &TcpLimits,
-) -> std::io::Result<()> {
-    let _ = stream.set_nodelay(true);
-    serve_stream(stream, client, snapshot, limits).await
-}
-
 /// Serves RFC 7766 framed queries on a byte stream -- a TCP connection, or a TLS session on
 /// one (DoT): answered in order, flushed when the client has nothing more queued.
 pub(crate) async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
@@ -178,15 +115,15 @@ pub(crate) async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
     client: Client,
     snapshot: &SharedSnapshot,
     limits: &TcpLimits,
+    admitted: &Admitted,
 ) -> std::io::Result<()> {
     // Reads and writes both buffered, on one stream (a TLS session cannot be split without a
     // lock); the reader's buffer says whether the client has more queued.
     let mut reader = BufReader::new(BufWriter::new(stream));
     let mut query = vec![0u8; MAX_MESSAGE];
     let mut response = vec![0u8; MAX_MESSAGE + 2];
-    let idle = limits.idle_timeout;
     for _ in 0..limits.max_queries_per_connection {
-        if !wait_for_first_byte(&mut reader, idle).await? {
+        if admitted.lifetime_over() || !wait_for_first_byte(&mut reader, admitted).await? {
             break;
         }
         let frame = read_frame(&mut reader, &mut query);
@@ -206,6 +143,8 @@ pub(crate) async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
             let current = snapshot.load();
             respond(&current, &query[..len], &client, &mut response[2..])
         };
+        // A client that does not read its answers is let go after the idle time allowed.
+        let idle = admitted.idle_allowed();
         if let Some(n) = answered {
             response[..2].copy_from_slice(&(n as u16).to_be_bytes());
             within(idle, reader.write_all(&response[..n + 2])).await?;
@@ -216,17 +155,17 @@ pub(crate) async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
         }
     }
     // Flushes, then closes our side (for TLS: close_notify first).
-    within(idle, reader.shutdown()).await?;
+    within(admitted.idle_allowed(), reader.shutdown()).await?;
     Ok(())
 }
 
-/// Waits (up to `idle`) until the client sends something; `false` on a clean close or when it
-/// stayed silent.
+/// Waits while idle until the client sends something; `false` on a clean close, or when the
+/// admission ended the wait (silent too long, taken back for a newcomer, lifetime over).
 async fn wait_for_first_byte<R: AsyncBufRead + Unpin>(
     reader: &mut R,
-    idle: Duration,
+    admitted: &Admitted,
 ) -> std::io::Result<bool> {
-    match tokio::time::timeout(idle, reader.fill_buf()).await {
+    match admitted.idle(reader.fill_buf()).await {
         Err(_) => Ok(false),
         Ok(Ok(buffered)) => Ok(!buffered.is_empty()),
         Ok(Err(e)) => Err(e),
@@ -256,32 +195,4 @@ async fn within<T>(
     tokio::time::timeout(limit, io)
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_client_gets_its_share_and_gets_it_back() {
-        let table = Arc::new(ClientConnections::new(2));
-        let a: IpAddr = [192, 0, 2, 1].into();
-        let first = table.open(a);
-        let second = table.open(a);
-        assert!(first.is_some() && second.is_some());
-        assert!(
-            table.open(a).is_none(),
-            "a third connection from one address"
-        );
-        // Other addresses have their own share (unless one happens to hash into a's slot).
-        let others = (2..=5u8)
-            .filter(|h| table.open([192, 0, 2, *h].into()).is_some())
-            .count();
-        assert!(others >= 3, "{others} of 4 other addresses could connect");
-        drop(first);
-        assert!(
-            table.open(a).is_some(),
-            "a closed connection frees its place"
-        );
-    }
 }

@@ -3,11 +3,13 @@
 //! each changed decision with its reason, and keeps a status for operators.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::link::FleetLink;
@@ -17,6 +19,7 @@ use super::step::{
     checked_step, shed_view, Change, Demand, Inputs, Note, Reading, RingNode, Rings,
     ShieldSettings, ShieldState,
 };
+use crate::metrics::cells::{current_slot, Cells};
 use crate::policy::ShieldMode;
 use crate::policy::{CompiledPolicies, Destination, RegionOverride, ShedView};
 use crate::rfc3339;
@@ -30,26 +33,70 @@ const RECENT_CHANGES: usize = 50;
 /// How long a state repair stays an alert.
 const REPAIR_ALERT: Duration = Duration::from_secs(600);
 
-/// DNS answers per client region and destination since the last tick, weighted by their TTL
-/// (answers × TTL ≈ clients holding that answer, by Little's law; a hot region's clients ask
-/// more often and must not count more): the shield's demand estimate. One relaxed atomic add
-/// per steered anycast answer; never locked.
-#[derive(Debug)]
+/// Bits in one tick's map of client prefixes already counted (128 KiB). Prefixes are hashed
+/// into it: two that share a bit count once between them, which undercounts every region
+/// alike (about 1% per 10,000 prefixes a tick), so the shares the step reads stay true.
+const SEEN_BITS: usize = 1 << 20;
+/// Prefix lengths that make one client for the demand count (the resolver-cache granularity
+/// of ECS, and of the per-subnet steering hashes by default).
+const DEMAND_PREFIX_V4: u8 = 24;
+const DEMAND_PREFIX_V6: u8 = 56;
+
+/// DNS answers *sent* per client region and destination since the last tick, weighted by
+/// their TTL (answers × TTL ≈ clients holding that answer, by Little's law; a hot region's
+/// clients ask more often and must not count more): the shield's demand estimate.
+///
+/// Poisoning is bounded three ways. Only answers that went out count (the answer path
+/// commits a [`DemandSample`] after the rate limiter, and not for a truncated response).
+/// Each client prefix counts at most once per tick, however often it asks (a bit in a
+/// fixed map per tick). And an ECS address counts only from resolvers listed in `[shield]
+/// trusted_ecs_resolvers`: ECS from anyone else is a claim anyone can make, so such answers
+/// are still steered by it but not counted at all (counting them under the resolver's own
+/// address would put a client located by its ECS under the wrong region's row); queries
+/// without ECS count by their source address. The step bounds what the counts may say by
+/// its own bookkeeping besides (see `estimate_natural`).
+///
+/// Serving path: one hash, one or two relaxed atomic operations on the map, one relaxed add
+/// into the worker's own counter slot ([`Cells`]); no lock, no allocation.
 pub struct DemandCounters {
     regions: usize,
     sites: usize,
-    cells: Box<[AtomicU64]>,
+    cells: Cells,
+    /// Two maps of prefixes counted: the tick's, and the next one's (cleared before use).
+    seen: [Box<[AtomicU64]>; 2],
+    /// Which of the two maps the serving path marks (its low bit).
+    epoch: AtomicUsize,
+    trusted_ecs: Vec<IpNet>,
+}
+
+impl std::fmt::Debug for DemandCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DemandCounters")
+            .field("regions", &self.regions)
+            .field("sites", &self.sites)
+            .field("trusted_ecs", &self.trusted_ecs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One answer's demand, held by the answer path until the answer is known to be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DemandSample {
+    cell: usize,
+    ttl: u32,
+    prefix: u64,
 }
 
 impl DemandCounters {
-    pub fn new(regions: usize, sites: usize) -> DemandCounters {
-        let cells = (0..regions * (1 + regions + sites))
-            .map(|_| AtomicU64::new(0))
-            .collect();
+    pub fn new(regions: usize, sites: usize, trusted_ecs: Vec<IpNet>) -> DemandCounters {
+        let map = || (0..SEEN_BITS / 64).map(|_| AtomicU64::new(0)).collect();
         DemandCounters {
             regions,
             sites,
-            cells,
+            cells: Cells::new(regions * (1 + regions + sites)),
+            seen: [map(), map()],
+            epoch: AtomicUsize::new(0),
+            trusted_ecs,
         }
     }
 
@@ -57,30 +104,67 @@ impl DemandCounters {
         1 + self.regions + self.sites
     }
 
-    /// Counts one answer with `ttl` for a client of `region` that was sent to `to`
-    /// (`Global` = kept).
-    pub fn record(&self, region: u16, to: Destination, ttl: u32) {
+    /// The address a query's demand counts by: its ECS address from a trusted resolver, its
+    /// source address when it carries no ECS, `None` for ECS from anyone else.
+    pub fn counted_address(&self, source: IpAddr, ecs: Option<IpAddr>) -> Option<IpAddr> {
+        match ecs {
+            None => Some(source),
+            Some(ecs) if self.trusted_ecs.iter().any(|n| n.contains(&source)) => Some(ecs),
+            Some(_) => None,
+        }
+    }
+
+    /// The demand of one answer with `ttl` for a client at `addr` (see
+    /// [`Self::counted_address`]) of `region`, sent to `to` (`Global` = kept); counted by
+    /// [`Self::record`] once the answer is sent.
+    pub fn sample(&self, addr: IpAddr, region: u16, to: Destination, ttl: u32) -> DemandSample {
         let column = match to {
             Destination::Global => 0,
             Destination::Region(r) => 1 + r as usize,
             Destination::Fallback(s) => 1 + self.regions + s as usize,
         };
-        if let Some(cell) = self.cells.get(region as usize * self.width() + column) {
-            cell.fetch_add(u64::from(ttl), Ordering::Relaxed);
+        DemandSample {
+            cell: region as usize * self.width() + column,
+            ttl,
+            prefix: crate::policy::demand_key(addr, DEMAND_PREFIX_V4, DEMAND_PREFIX_V6),
         }
     }
 
-    /// Reads and resets the counters.
+    /// Counts a sent answer, unless its client prefix was counted already this tick.
+    pub fn record(&self, sample: &DemandSample) {
+        let map = &self.seen[self.epoch.load(Ordering::Acquire) & 1];
+        let bit = (sample.prefix % SEEN_BITS as u64) as usize;
+        let (Some(word), mask) = (map.get(bit / 64), 1u64 << (bit % 64)) else {
+            return;
+        };
+        // Read first: a prefix that asks again (a flood) only reads a shared line.
+        if word.load(Ordering::Relaxed) & mask != 0
+            || word.fetch_or(mask, Ordering::Relaxed) & mask != 0
+        {
+            return;
+        }
+        self.cells
+            .add(current_slot(), sample.cell, u64::from(sample.ttl));
+    }
+
+    /// Reads and resets the counters, and starts a new tick's map of prefixes counted.
     pub fn take(&self) -> Vec<Demand> {
+        // The next map is cleared while nobody marks it, then put in service; an answer
+        // that read the old epoch just before marks the old map, cleared next tick.
+        let epoch = self.epoch.load(Ordering::Acquire);
+        for word in self.seen[(epoch + 1) & 1].iter() {
+            word.store(0, Ordering::Relaxed);
+        }
+        self.epoch.store(epoch.wrapping_add(1), Ordering::Release);
         (0..self.regions)
             .map(|r| {
-                let row = &self.cells[r * self.width()..(r + 1) * self.width()];
+                let row = r * self.width();
                 let mut demand = Demand {
-                    kept: row[0].swap(0, Ordering::Relaxed) as f64,
+                    kept: self.cells.take(row) as f64,
                     ..Demand::default()
                 };
-                for (i, cell) in row[1..].iter().enumerate() {
-                    let n = cell.swap(0, Ordering::Relaxed);
+                for i in 0..self.width() - 1 {
+                    let n = self.cells.take(row + 1 + i);
                     if n > 0 {
                         let to = if i < self.regions {
                             Destination::Region(i as u16)
@@ -516,4 +600,53 @@ pub fn steady_ttl(policies: &CompiledPolicies) -> Option<u32> {
             _ => None,
         })
         .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> IpAddr {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn each_client_prefix_counts_once_per_tick() {
+        let counters = DemandCounters::new(2, 1, Vec::new());
+        // A flood from one /24 (any host in it) is one client holding a 300 s answer.
+        for host in 0..1000u32 {
+            let a = addr(&format!("192.0.2.{}", host % 256));
+            counters.record(&counters.sample(a, 0, Destination::Global, 300));
+        }
+        // Another /24, sent elsewhere; and an IPv6 /56 asked from two /64s.
+        let other = counters.sample(addr("198.51.100.7"), 0, Destination::Region(1), 30);
+        counters.record(&other);
+        counters.record(&other);
+        for a in ["2001:db8:0:1::1", "2001:db8:0:2::1"] {
+            counters.record(&counters.sample(addr(a), 1, Destination::Fallback(0), 5));
+        }
+        let demand = counters.take();
+        assert_eq!(demand[0].kept, 300.0);
+        assert_eq!(demand[0].sent.get(&Destination::Region(1)), Some(&30.0));
+        assert_eq!(demand[1].sent.get(&Destination::Fallback(0)), Some(&5.0));
+        // The next tick counts each prefix afresh.
+        counters.record(&other);
+        counters.record(&other);
+        assert_eq!(
+            counters.take()[0].sent.get(&Destination::Region(1)),
+            Some(&30.0)
+        );
+        assert_eq!(counters.take()[0], Demand::default());
+    }
+
+    #[test]
+    fn ecs_counts_only_from_trusted_resolvers() {
+        let trusted: IpNet = "192.0.2.0/28".parse().unwrap_or_else(|e| panic!("{e}"));
+        let counters = DemandCounters::new(1, 0, vec![trusted]);
+        let ecs = Some(addr("81.2.69.0"));
+        assert_eq!(counters.counted_address(addr("192.0.2.5"), ecs), ecs);
+        assert_eq!(counters.counted_address(addr("192.0.2.99"), ecs), None);
+        let plain = addr("203.0.113.9");
+        assert_eq!(counters.counted_address(plain, None), Some(plain));
+    }
 }

@@ -22,12 +22,16 @@
 
 mod model;
 mod output;
+#[cfg(feature = "tools")]
+mod plot;
 mod scenario;
 
 use std::path::PathBuf;
 
 pub use model::{run, run_nameservers, Consistency, Nameservers};
-pub use output::{consistency_text, plot_svg, summary_text, timeline_csv, write_outputs};
+pub use output::{consistency_text, summary_text, timeline_csv, write_outputs};
+#[cfg(feature = "tools")]
+pub use plot::plot_svg;
 pub use scenario::{Event, Scenario, MAX_DURATION_SECS, MAX_SUBNETS};
 
 use super::step::ShieldSettings;

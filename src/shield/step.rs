@@ -578,8 +578,9 @@ impl Prediction {
 }
 
 /// Natural load per region: the part of its predicted load its own clients bring, scaled up
-/// by what it already sheds. The share of its own clients comes from DNS answer counts when
-/// there are any (answers are what clients follow), else from the shield's own bookkeeping.
+/// by what it already sheds. The share of its own clients comes from the shield's own
+/// bookkeeping, corrected within a bound by DNS answer counts when there are mature ones
+/// (answers are what clients follow; see [`bounded_own_share`]).
 fn estimate_natural(
     state: &mut ShieldState,
     predicted: &Prediction,
@@ -594,17 +595,17 @@ fn estimate_natural(
             *natural = state.regions[r].natural;
             continue;
         };
-        // Who brings region r's load: the DNS demand counters say (clients holding answers
-        // that land there) once they cover a normal TTL; before that, our own bookkeeping of
-        // what other regions shed into it.
+        // Who brings region r's load: our own bookkeeping of what other regions shed into
+        // it, corrected by the DNS demand counters (clients holding answers that land there)
+        // once they cover a normal TTL -- but only within a bound of the bookkeeping, since
+        // anyone can send queries with chosen ECS subnets.
+        let placed = placed_into(state, r);
         let counted = mature.then(|| demand_own_share(&state.demand, r)).flatten();
-        let own_share = counted.unwrap_or_else(|| {
-            if load > 0.0 {
-                (1.0 - placed_into(state, r) / load).clamp(0.0, 1.0)
-            } else {
-                1.0
-            }
-        });
+        let own_share = match counted {
+            Some(share) => bounded_own_share(share, placed, load),
+            None if load > 0.0 => (1.0 - placed / load).clamp(0.0, 1.0),
+            None => 1.0,
+        };
         let kept = 1.0 - state.regions[r].fraction;
         *natural = if kept > 0.05 {
             load * own_share / kept
@@ -633,6 +634,44 @@ fn snap_fraction(f: f64) -> f64 {
     } else {
         f
     }
+}
+
+/// Takes `amount` of region `from`'s shed at `to` back out of the moves still in flight, the
+/// latest first (lowering the fraction un-sheds the subnets shed last). Of each move, the part
+/// not yet landed is cancelled outright -- those clients still hold their old answer and now
+/// keep it -- and only the part that did land is returned, to be moved back. Whatever exceeds
+/// the moves in flight had landed long ago and comes back whole. The moves in flight are also
+/// cut to what stays placed (`amount` is measured with today's natural load, the moves with
+/// the natural load of their day; what is no longer placed cannot still be on its way).
+fn cancel_unlanded(
+    moves: &mut Vec<Move>,
+    (from, to): (u16, Destination),
+    (amount, still_placed): (f64, f64),
+    now_ms: u64,
+    short_ms: u64,
+) -> f64 {
+    let in_flight: f64 = moves
+        .iter()
+        .filter(|m| m.from == from && m.to == to && m.amount > 0.0)
+        .map(|m| m.amount)
+        .sum();
+    let mut left = amount.max(in_flight - still_placed);
+    let mut returning = 0.0;
+    for m in moves.iter_mut().rev() {
+        if left <= 1e-9 {
+            break;
+        }
+        if m.from != from || m.to != to || m.amount <= 0.0 {
+            continue;
+        }
+        let unseen_share = (m.unseen(now_ms, short_ms) / m.amount).clamp(0.0, 1.0);
+        let take = m.amount.min(left);
+        m.amount -= take;
+        returning += take * (1.0 - unseen_share);
+        left -= take;
+    }
+    moves.retain(|m| m.amount.abs() > 1e-9);
+    (returning + left.max(0.0)).min(amount)
 }
 
 /// How far beyond its eventual need a region may shed to get relief sooner.
@@ -689,6 +728,28 @@ fn smooth_demand(
         avg.sent.retain(|_, v| *v > 1e-9);
     }
     state.demand_age_ms = state.demand_age_ms.saturating_add(elapsed_ms);
+}
+
+/// How far the demand counters may move the load other regions bring into a region from
+/// what the shield placed there: at most this factor either way.
+pub const DEMAND_TRUST: f64 = 2.0;
+
+/// A region's own share of its `load` as the demand counters say (`counted`), bounded by the
+/// bookkeeping: the load shed into it is taken to lie between `placed / DEMAND_TRUST` and
+/// `placed × DEMAND_TRUST`. The bookkeeping is an estimate (it rests on other regions' own
+/// estimates of their natural load), which the counters may correct; but a flood of queries
+/// with chosen ECS subnets can make the counters say anything -- that a region has no clients
+/// of its own (so it never sheds) or nothing but (so it sheds far more than it needs) -- and
+/// must not move the estimate further than the bookkeeping could plausibly be wrong. With
+/// nothing placed into a region (operator drains and forces are not the shield's), its whole
+/// load counts as its own, whatever the counters say.
+pub fn bounded_own_share(counted: f64, placed: f64, load: f64) -> f64 {
+    if load <= 0.0 {
+        return 1.0;
+    }
+    let lowest = (1.0 - placed * DEMAND_TRUST / load).clamp(0.0, 1.0);
+    let highest = (1.0 - placed / DEMAND_TRUST / load).clamp(0.0, 1.0);
+    counted.clamp(lowest, highest)
 }
 
 /// Of the clients whose answers send them into region `r`, the share that are r's own.
@@ -943,29 +1004,36 @@ fn place(
     }
     // Record the moves (differences per destination) so predictions include them until visible.
     let mut moves = Vec::new();
+    let mut taken_back = Vec::new();
     let dests: Vec<Destination> = old_placed.keys().chain(placed.keys()).copied().collect();
     for dest in dests {
         let delta = placed.get(&dest).copied().unwrap_or(0.0)
             - old_placed.get(&dest).copied().unwrap_or(0.0);
-        if delta.abs() > 1e-9 && !moves.iter().any(|m: &Move| m.to == dest) {
-            let steady_ms = u64::from(settings.steady_ttl) * 1000;
-            let hot_since = region.hot_since.unwrap_or(now_ms);
-            // Shedding more moves clients that may still hold normal answers; shedding less
-            // moves shed clients back, and those were all given the short TTL.
-            let fast_share = if delta < 0.0 || steady_ms == 0 {
-                1.0
-            } else {
-                (now_ms.saturating_sub(hot_since) as f64 / steady_ms as f64).clamp(0.0, 1.0)
-            };
-            moves.push(Move {
-                from: r as u16,
-                to: dest,
-                amount: delta,
-                at: now_ms,
-                fast_share,
-                slow_until: hot_since + steady_ms,
-            });
+        if delta.abs() <= 1e-9 || moves.iter().any(|m: &Move| m.to == dest) {
+            continue;
         }
+        if delta < 0.0 {
+            if !taken_back.iter().any(|(d, _)| *d == dest) {
+                taken_back.push((dest, -delta));
+            }
+            continue;
+        }
+        let steady_ms = u64::from(settings.steady_ttl) * 1000;
+        let hot_since = region.hot_since.unwrap_or(now_ms);
+        // Shedding more moves clients that may still hold normal answers.
+        let fast_share = if steady_ms == 0 {
+            1.0
+        } else {
+            (now_ms.saturating_sub(hot_since) as f64 / steady_ms as f64).clamp(0.0, 1.0)
+        };
+        moves.push(Move {
+            from: r as u16,
+            to: dest,
+            amount: delta,
+            at: now_ms,
+            fast_share,
+            slow_until: hot_since + steady_ms,
+        });
     }
     region.fraction = fraction;
     region.shares = if total > 0.0 {
@@ -973,6 +1041,28 @@ fn place(
     } else {
         BTreeMap::new()
     };
+    let short_ms = u64::from(settings.short_ttl) * 1000;
+    for (dest, amount) in taken_back {
+        let still_placed = placed.get(&dest).copied().unwrap_or(0.0);
+        let returning = cancel_unlanded(
+            &mut state.moves,
+            (r as u16, dest),
+            (amount, still_placed),
+            now_ms,
+            short_ms,
+        );
+        // Shed clients that did move come back as their (short TTL) answers expire.
+        if returning > 1e-9 {
+            moves.push(Move {
+                from: r as u16,
+                to: dest,
+                amount: -returning,
+                at: now_ms,
+                fast_share: 1.0,
+                slow_until: now_ms,
+            });
+        }
+    }
     state.moves.extend(moves);
     // The decision is taken on the utilisation predicted one short TTL ahead (moves in
     // flight partly landed); say that next to what was measured, or the two contradict.

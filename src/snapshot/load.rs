@@ -612,7 +612,11 @@ fn compile_steering(
     Ok(Some(SteeringData {
         policies,
         locator,
-        demand: DemandCounters::new(region_count, site_count),
+        demand: DemandCounters::new(
+            region_count,
+            site_count,
+            config.shield.trusted_ecs_resolvers.clone(),
+        ),
     }))
 }
 

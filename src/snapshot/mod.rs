@@ -420,6 +420,7 @@ impl Snapshot {
             &self.services.health,
             steer::locate(&data.locator, client, subnet),
             self.compiled.dnssec.as_deref().map(|d| &d.steered),
+            steer::demand_address(data, client, subnet),
         ))
     }
 

@@ -15,7 +15,7 @@ use crate::policy::{
     self, evaluate, evaluate_with_health, AnycastChoice, CompiledPolicies, Decision, Destination,
     HealthView, PolicyRoot, ShedView, Target,
 };
-use crate::shield::live::{DemandCounters, Shield};
+use crate::shield::live::{DemandCounters, DemandSample, Shield};
 use crate::zone::lookup::{SteeredAnswer, Steering, Synth};
 use crate::zone::model::RRset;
 
@@ -39,6 +39,19 @@ pub fn locate(locator: &Locator, client: &Client, subnet: Option<&ClientSubnet>)
         addr,
         prefix_len: located.prefix_len,
     }
+}
+
+/// The address this query's demand counts by, if it counts (see
+/// [`DemandCounters::counted_address`]).
+pub fn demand_address(
+    data: &SteeringData,
+    client: &Client,
+    subnet: Option<&ClientSubnet>,
+) -> Option<IpAddr> {
+    let ecs = subnet
+        .filter(|e| e.source_prefix > 0)
+        .map(|e| unmap(e.addr));
+    data.demand.counted_address(client.addr, ecs)
 }
 
 fn unmap(addr: IpAddr) -> IpAddr {
@@ -66,6 +79,11 @@ pub struct ClientSteering<'s> {
     client: policy::Client,
     /// Pre-signed answers (signed zones), for queries that set DO.
     sigs: Option<&'s SteeredSigs>,
+    /// The address the shield's demand counts this query by (`None`: not counted).
+    demand_from: Option<IpAddr>,
+    /// The demand of the anycast answer decided, for the answer path to count once it is
+    /// sent ([`Self::demand`]).
+    demand: Cell<Option<DemandSample>>,
     /// The first steered binding the lookup asked about (for traces).
     pub asked: Cell<Option<u32>>,
 }
@@ -78,6 +96,7 @@ impl<'s> ClientSteering<'s> {
         health: &'s Board,
         client: policy::Client,
         sigs: Option<&'s SteeredSigs>,
+        demand_from: Option<IpAddr>,
     ) -> Self {
         ClientSteering {
             data,
@@ -88,8 +107,16 @@ impl<'s> ClientSteering<'s> {
             health_view: OnceCell::new(),
             client,
             sigs,
+            demand_from,
+            demand: Cell::new(None),
             asked: Cell::new(None),
         }
+    }
+
+    /// The demand of the answer, to be counted ([`DemandCounters::record`]) only if it is
+    /// sent.
+    pub fn demand(&self) -> Option<DemandSample> {
+        self.demand.get()
     }
 
     /// The signature of `data` at `binding`, with the TTL to serve under it (never above the
@@ -129,17 +156,21 @@ impl<'s> ClientSteering<'s> {
         Some(decision)
     }
 
-    /// Counts a decision that was answered: steered-answer counters and the shield's demand.
+    /// Counts a decision that was answered (steered-answer counters) and notes its demand
+    /// for the shield (the first anycast answer of the query), counted once it is sent.
     fn record(&self, binding: u32, decision: &Decision<'_>) {
         self.counters
             .record_steered(binding, self.client.region, &decision.trace);
-        if let Some((region, choice)) = decision.trace.anycast {
+        if let (Some((region, choice)), Some(addr), None) =
+            (decision.trace.anycast, self.demand_from, self.demand.get())
+        {
             let to = match choice {
                 AnycastChoice::Global | AnycastChoice::Kept { .. } => Destination::Global,
                 AnycastChoice::Forced(d) | AnycastChoice::Drained(d) => d,
                 AnycastChoice::Shed { destination, .. } => destination,
             };
-            self.data.demand.record(region, to, decision.ttl);
+            let sample = self.data.demand.sample(addr, region, to, decision.ttl);
+            self.demand.set(Some(sample));
         }
     }
 

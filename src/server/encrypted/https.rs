@@ -21,9 +21,10 @@ use tokio::net::TcpListener;
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
-use super::{answer_bytes, handshake, server_config, Admission, Limits};
+use super::{answer_bytes, handshake, server_config, Limits};
 use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
 use crate::metrics::serving::{serving, EncryptedEvent};
+use crate::server::admission::{Admission, Admitted};
 use crate::snapshot::SharedSnapshot;
 
 /// The one path queries are served on.
@@ -40,15 +41,12 @@ pub async fn serve_doh(
     limits: Limits,
 ) -> Result<(), rustls::Error> {
     let acceptor = TlsAcceptor::from(server_config(&snapshot, &[b"h2"], false)?);
-    let admission = Admission::new(Transport::Https, &limits.connection);
+    let admission = Admission::new(Transport::Https, limits.connection.admission.clone());
     let limits = Arc::new(limits);
     loop {
-        let Some(slot) = admission.slot().await else {
-            return Ok(());
-        };
         let (stream, peer) = super::accept(&listener).await;
         let client = Client::new(peer.ip(), Transport::Https);
-        let Some(admitted) = admission.admit(slot, &client) else {
+        let Some(admitted) = admission.admit(client.addr).await else {
             continue;
         };
         let snapshot = snapshot.clone();
@@ -56,8 +54,9 @@ pub async fn serve_doh(
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let limit = limits.handshake_timeout;
-            if let Some(tls) = handshake(&acceptor, stream, Transport::Https, limit).await {
-                serve_connection(tls, client, snapshot, &limits).await;
+            let shaken = handshake(&acceptor, stream, Transport::Https, limit);
+            if let Some(tls) = admitted.unless_reaped(shaken).await.flatten() {
+                serve_connection(tls, client, snapshot, &limits, &admitted).await;
             }
             drop(admitted);
         });
@@ -71,33 +70,43 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     client: Client,
     snapshot: SharedSnapshot,
     limits: &Limits,
+    admitted: &Admitted,
 ) {
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(16 << 10)
         .max_send_buffer_size(MAX_MESSAGE * 2);
-    let connection = tokio::time::timeout(limits.handshake_timeout, builder.handshake(io)).await;
-    let mut connection = match connection {
-        Ok(Ok(connection)) => connection,
-        Ok(Err(_)) => {
+    let connection = tokio::time::timeout(limits.handshake_timeout, builder.handshake(io));
+    let mut connection = match admitted.unless_reaped(connection).await {
+        None => return,
+        Some(Ok(Ok(connection))) => connection,
+        Some(Ok(Err(_))) => {
             serving().record_encrypted(Transport::Https, EncryptedEvent::HandshakeFailed);
             return;
         }
-        Err(_) => {
+        Some(Err(_)) => {
             serving().record_encrypted(Transport::Https, EncryptedEvent::HandshakeTimeout);
             return;
         }
     };
-    let idle = limits.connection.idle_timeout;
     let frame_timeout = limits.connection.frame_timeout;
     let mut served = 0;
     let mut closing = false;
-    // With the idle timeout on each wait: a client that sends no request for that long is let
-    // go (after the queries limit: that its last answers are collected).
-    while let Ok(Some(Ok((request, respond)))) =
-        tokio::time::timeout(idle, connection.accept()).await
-    {
+    // Each wait for a request is an idle wait (the admission may end it). Once closing (the
+    // queries limit or the lifetime reached), the connection is only driven until the last
+    // answers are collected, within the frame timeout.
+    loop {
+        let next = if closing {
+            tokio::time::timeout(frame_timeout, connection.accept())
+                .await
+                .ok()
+        } else {
+            admitted.idle(connection.accept()).await.ok()
+        };
+        let Some(Some(Ok((request, respond)))) = next else {
+            break;
+        };
         if closing {
             continue; // refused by h2 after GOAWAY; only drives the connection
         }
@@ -106,7 +115,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
             answer(request, respond, &client, &snapshot, frame_timeout).await;
         });
         served += 1;
-        if served >= limits.connection.max_queries_per_connection {
+        if served >= limits.connection.max_queries_per_connection || admitted.lifetime_over() {
             connection.graceful_shutdown();
             closing = true;
         }

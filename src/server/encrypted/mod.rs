@@ -4,11 +4,12 @@
 //! service -- the same answers, ECS, steering and counters as UDP and TCP, labelled by
 //! transport; like TCP they are never rate limited (the handshake proves the source).
 //!
-//! Owned here: the accept loops and their limits. Per transport, `max_connections` at once
-//! (further ones wait in the kernel's backlog), `max_connections_per_client` per client (an
-//! IPv4 address or an IPv6 /64; further ones are closed at once), a handshake timeout, an
-//! idle timeout, a frame timeout and `max_queries_per_connection`. Every handshake runs in
-//! its own task, so a client that stalls one holds nothing but its own slot; none of it
+//! Owned here: the accept loops and their limits. Who gets a slot and for how long is
+//! [`crate::server::admission`]'s, the same mechanism as TCP's with each transport's own
+//! numbers: `max_connections` at once, `max_connections_per_client` per client prefix, idle
+//! time shrinking as slots fill (a handshake in progress counts as idle), a lifetime. Here: a
+//! handshake timeout, a frame timeout and `max_queries_per_connection`. Every handshake runs
+//! in its own task, so a client that stalls one holds nothing but its own slot; none of it
 //! shares a thread or a socket with the UDP workers.
 //!
 //! The certificate comes from the snapshot at each handshake ([`CertResolver`]): a reload
@@ -18,21 +19,20 @@
 pub mod https;
 pub mod quic;
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use super::tcp::{accept, serve_stream, ClientConnections, TcpLimits};
+use super::admission::{Admission, AdmissionLimits};
+use super::tcp::{accept, secs, serve_stream, TcpLimits};
 use crate::answer::respond;
-use crate::config::TlsConfig;
+use crate::config::{TcpConfig, TlsConfig};
 use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
 use crate::metrics::serving::{serving, EncryptedEvent};
 use crate::snapshot::SharedSnapshot;
@@ -45,14 +45,20 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The limits of `[server.tls]` (timeouts of at least a second).
-    pub fn from_config(tls: &TlsConfig) -> Limits {
-        let secs = |s: u64| Duration::from_secs(s.max(1));
+    /// The limits of `[server.tls]` (timeouts of at least a second); a client is a prefix of
+    /// `[server.tcp]`'s lengths, as on TCP.
+    pub fn from_config(tls: &TlsConfig, tcp: &TcpConfig) -> Limits {
         Limits {
             connection: TcpLimits {
-                idle_timeout: secs(tls.idle_timeout_secs),
-                max_connections: tls.max_connections,
-                max_connections_per_client: tls.max_connections_per_client,
+                admission: AdmissionLimits {
+                    max_connections: tls.max_connections,
+                    max_connections_per_client: tls.max_connections_per_client,
+                    client_prefix_v4: tcp.client_prefix_v4,
+                    client_prefix_v6: tcp.client_prefix_v6,
+                    idle_timeout: secs(tls.idle_timeout_secs),
+                    busy_idle_timeout: Duration::from_millis(tls.busy_idle_timeout_ms),
+                    max_connection_lifetime: secs(tls.max_connection_lifetime_secs),
+                },
                 frame_timeout: secs(tls.frame_timeout_secs),
                 max_queries_per_connection: tls.max_queries_per_connection,
             },
@@ -99,62 +105,6 @@ pub fn server_config(
         }));
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(config))
-}
-
-/// Whose share of connections a connection from `addr` counts against: the address for IPv4,
-/// the /64 for IPv6 (one host commonly holds a whole /64).
-pub fn client_key(addr: IpAddr) -> IpAddr {
-    match addr {
-        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        v4 => v4,
-    }
-}
-
-/// Counts open connections per client, and all of them, for one listener.
-pub(crate) struct Admission {
-    slots: Arc<Semaphore>,
-    per_client: Arc<ClientConnections>,
-    transport: Transport,
-}
-
-/// A connection's place: released (and counted closed) when dropped.
-pub(crate) struct Admitted {
-    _slot: tokio::sync::OwnedSemaphorePermit,
-    _share: super::tcp::ClientConnection,
-    _open: crate::metrics::serving::EncryptedConnection<'static>,
-}
-
-impl Admission {
-    pub(crate) fn new(transport: Transport, limits: &TcpLimits) -> Admission {
-        Admission {
-            slots: Arc::new(Semaphore::new(limits.max_connections)),
-            per_client: Arc::new(ClientConnections::new(limits.max_connections_per_client)),
-            transport,
-        }
-    }
-
-    /// Waits for a free slot (connections wait in the kernel's backlog meanwhile).
-    pub(crate) async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.slots.clone().acquire_owned().await.ok()
-    }
-
-    /// Admits a connection from `client` into `slot`, or `None` (counted) when the client
-    /// already holds its share.
-    pub(crate) fn admit(
-        &self,
-        slot: tokio::sync::OwnedSemaphorePermit,
-        client: &Client,
-    ) -> Option<Admitted> {
-        let Some(share) = self.per_client.open(client_key(client.addr)) else {
-            serving().record_encrypted(self.transport, EncryptedEvent::RefusedPerClient);
-            return None;
-        };
-        Some(Admitted {
-            _slot: slot,
-            _share: share,
-            _open: serving().encrypted_connection(self.transport),
-        })
-    }
 }
 
 thread_local! {
@@ -208,15 +158,12 @@ pub async fn serve_dot(
     limits: Limits,
 ) -> Result<(), rustls::Error> {
     let acceptor = TlsAcceptor::from(server_config(&snapshot, &[b"dot"], false)?);
-    let admission = Admission::new(Transport::Tls, &limits.connection);
+    let admission = Admission::new(Transport::Tls, limits.connection.admission.clone());
     let limits = Arc::new(limits);
     loop {
-        let Some(slot) = admission.slot().await else {
-            return Ok(());
-        };
         let (stream, peer) = accept(&listener).await;
         let client = Client::new(peer.ip(), Transport::Tls);
-        let Some(admitted) = admission.admit(slot, &client) else {
+        let Some(admitted) = admission.admit(client.addr).await else {
             continue;
         };
         let snapshot = snapshot.clone();
@@ -224,28 +171,15 @@ pub async fn serve_dot(
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let limit = limits.handshake_timeout;
-            if let Some(tls) = handshake(&acceptor, stream, Transport::Tls, limit).await {
-                if let Err(e) = serve_stream(tls, client, &snapshot, &limits.connection).await {
+            let shaken =
+                admitted.unless_reaped(handshake(&acceptor, stream, Transport::Tls, limit));
+            if let Some(tls) = shaken.await.flatten() {
+                let served = serve_stream(tls, client, &snapshot, &limits.connection, &admitted);
+                if let Err(e) = served.await {
                     tracing::debug!("dot connection from {peer}: {e}");
                 }
             }
             drop(admitted);
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ipv6_clients_share_their_64() {
-        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-        let b: IpAddr = "2001:db8:1:2:bbbb::2".parse().unwrap();
-        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
-        assert_eq!(client_key(a), client_key(b));
-        assert_ne!(client_key(a), client_key(c));
-        let v4: IpAddr = "192.0.2.7".parse().unwrap();
-        assert_eq!(client_key(v4), v4);
     }
 }

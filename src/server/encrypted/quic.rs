@@ -17,9 +17,10 @@ use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use tokio::task::JoinSet;
 
-use super::{answer_bytes, server_config, Admission, Limits};
+use super::{answer_bytes, server_config, Limits};
 use crate::dns::wire::{Client, Transport};
 use crate::metrics::serving::{serving, EncryptedEvent};
+use crate::server::admission::{Admission, Admitted};
 use crate::snapshot::SharedSnapshot;
 
 /// RFC 9250's ALPN token.
@@ -55,7 +56,9 @@ pub fn endpoint(
         .max_concurrent_bidi_streams(VarInt::from_u32(MAX_STREAMS))
         .max_concurrent_uni_streams(VarInt::from_u32(0))
         .datagram_receive_buffer_size(None)
-        .max_idle_timeout(quinn::IdleTimeout::try_from(limits.connection.idle_timeout).ok());
+        .max_idle_timeout(
+            quinn::IdleTimeout::try_from(limits.connection.admission.idle_timeout).ok(),
+        );
     config.transport_config(Arc::new(transport));
     let runtime = Arc::new(quinn::TokioRuntime);
     Ok(Endpoint::new(
@@ -68,12 +71,9 @@ pub fn endpoint(
 
 /// Accepts DoQ connections until the endpoint closes.
 pub async fn serve_doq(endpoint: Endpoint, snapshot: SharedSnapshot, limits: Limits) {
-    let admission = Admission::new(Transport::Quic, &limits.connection);
+    let admission = Admission::new(Transport::Quic, limits.connection.admission.clone());
     let limits = Arc::new(limits);
     loop {
-        let Some(slot) = admission.slot().await else {
-            return;
-        };
         let Some(incoming) = endpoint.accept().await else {
             return;
         };
@@ -83,15 +83,16 @@ pub async fn serve_doq(endpoint: Endpoint, snapshot: SharedSnapshot, limits: Lim
             continue;
         }
         let client = Client::new(incoming.remote_address().ip(), Transport::Quic);
-        let Some(admitted) = admission.admit(slot, &client) else {
+        let Some(admitted) = admission.admit(client.addr).await else {
             incoming.refuse();
             continue;
         };
         let snapshot = snapshot.clone();
         let limits = limits.clone();
         tokio::spawn(async move {
-            if let Some(connection) = handshake(incoming, limits.handshake_timeout).await {
-                serve_connection(connection, client, snapshot, &limits).await;
+            let shaken = admitted.unless_reaped(handshake(incoming, limits.handshake_timeout));
+            if let Some(connection) = shaken.await.flatten() {
+                serve_connection(connection, client, snapshot, &limits, &admitted).await;
             }
             drop(admitted);
         });
@@ -126,12 +127,15 @@ async fn serve_connection(
     client: Client,
     snapshot: SharedSnapshot,
     limits: &Limits,
+    admitted: &Admitted,
 ) {
-    let idle = limits.connection.idle_timeout;
     let frame_timeout = limits.connection.frame_timeout;
     let mut streams = JoinSet::new();
     for _ in 0..limits.connection.max_queries_per_connection {
-        let Ok(Ok((send, recv))) = tokio::time::timeout(idle, connection.accept_bi()).await else {
+        if admitted.lifetime_over() {
+            break;
+        }
+        let Ok(Ok((send, recv))) = admitted.idle(connection.accept_bi()).await else {
             break;
         };
         let snapshot = snapshot.clone();
@@ -182,7 +186,10 @@ async fn answer_stream(
     };
     let mut chunks = [Bytes::copy_from_slice(&len.to_be_bytes()), answer];
     let written = tokio::time::timeout(frame_timeout, send.write_all_chunks(&mut chunks)).await;
-    if matches!(written, Ok(Ok(()))) {
-        let _ = send.finish();
+    if matches!(written, Ok(Ok(()))) && send.finish().is_ok() {
+        // Wait until the client has acknowledged the answer: the connection is closed once
+        // its last stream is done, and a QUIC close discards stream data still unacknowledged
+        // (on a busy machine the last answer of a connection was lost that way).
+        let _ = tokio::time::timeout(frame_timeout, send.stopped()).await;
     }
 }
