@@ -66,3 +66,47 @@ fn read(path: &std::path::Path) -> Result<String, FleetError> {
         message: format!("cannot read: {e}"),
     })
 }
+
+/// A lease of `[fleet] lease_ttl_secs` and its keep-alive channel: what every leased record of
+/// a node (registry, leader keys, probe results, shield reports) hangs on.
+pub struct Lease {
+    pub id: i64,
+    pub keeper: etcd_client::LeaseKeeper,
+    pub keepalives: etcd_client::LeaseKeepAliveStream,
+}
+
+/// Grants a lease on `client` and opens its keep-alive channel; `whose` names it in errors
+/// ("the health lease").
+pub async fn grant_lease(
+    config: &FleetConfig,
+    client: &mut Client,
+    whose: &str,
+) -> Result<Lease, FleetError> {
+    let ttl = config.lease_ttl_secs as i64;
+    let id = super::within(
+        config,
+        &format!("granting {whose}"),
+        client.lease_grant(ttl, None),
+    )
+    .await?
+    .id();
+    let (keeper, keepalives) = super::within(
+        config,
+        &format!("keeping {whose}"),
+        client.lease_keep_alive(id),
+    )
+    .await?;
+    Ok(Lease {
+        id,
+        keeper,
+        keepalives,
+    })
+}
+
+/// How often a lease is renewed and leased records rewritten: a third of the TTL (two renewals
+/// may fail before it expires), between 0.5 s and 5 s.
+pub fn keep_every(config: &FleetConfig) -> Duration {
+    Duration::from_secs(config.lease_ttl_secs)
+        .div_f64(3.0)
+        .clamp(Duration::from_millis(500), Duration::from_secs(5))
+}

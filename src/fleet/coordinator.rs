@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use etcd_client::Client;
 
 use super::bundles::BundleRecord;
-use super::client::connect;
+use super::client::{connect, grant_lease, keep_every, Lease};
 use super::origin::FleetOrigin;
 use super::rollout::{self as staged, RolloutRecord};
 use super::store::{self, Control};
@@ -89,15 +89,12 @@ enum Never {}
 
 async fn session_inner(ctx: &Ctx) -> Result<Never, FleetError> {
     let mut client = connect(&ctx.config).await?;
-    let ttl = ctx.config.lease_ttl_secs as i64;
-    let lease = timed(ctx, "granting a lease", client.lease_grant(ttl, None))
-        .await?
-        .id();
-    let (mut keeper, mut keepalives) =
-        timed(ctx, "keeping the lease", client.lease_keep_alive(lease)).await?;
-    let keep_every = Duration::from_secs(ctx.config.lease_ttl_secs)
-        .div_f64(3.0)
-        .clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let Lease {
+        id: lease,
+        mut keeper,
+        mut keepalives,
+    } = grant_lease(&ctx.config, &mut client, "a lease").await?;
+    let keep_every = keep_every(&ctx.config);
     let mut kept = Instant::now();
     let mut leader = false;
     let mut campaigned: Option<Instant> = None;

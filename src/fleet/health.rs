@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 use etcd_client::{Client, EventType, GetOptions, KeyValue, PutOptions, WatchOptions};
 use serde::{Deserialize, Serialize};
 
-use super::client::connect;
+use super::client::{connect, grant_lease, keep_every, Lease};
 use super::{within, FleetError, Keys};
 use crate::config::fleet::{node_name_problem, FleetConfig};
 use crate::health::share::{self, Prober, Vote};
@@ -306,9 +306,7 @@ pub fn spawn(
     health: Arc<Health>,
     node: String,
 ) {
-    let heartbeat = Duration::from_secs(config.lease_ttl_secs)
-        .div_f64(3.0)
-        .clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let heartbeat = keep_every(&config);
     let ctx = Ctx {
         keys: Keys::new(&config.prefix),
         config,
@@ -342,20 +340,11 @@ enum Never {}
 async fn session(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetError> {
     let config = &ctx.config;
     let mut client = connect(config).await?;
-    let ttl = config.lease_ttl_secs as i64;
-    let lease = within(
-        config,
-        "granting the health lease",
-        client.lease_grant(ttl, None),
-    )
-    .await?
-    .id();
-    let (mut keeper, mut keepalives) = within(
-        config,
-        "keeping the health lease",
-        client.lease_keep_alive(lease),
-    )
-    .await?;
+    let Lease {
+        id: lease,
+        mut keeper,
+        mut keepalives,
+    } = grant_lease(config, &mut client, "the health lease").await?;
     publish(ctx, &mut client, lease).await?;
     let dir = ctx.keys.health_probers_dir();
     let response = within(

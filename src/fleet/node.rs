@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use etcd_client::{Client, EventType, WatchOptions};
 
 use super::bundles::{BundleRecord, BundleReport};
-use super::client::connect;
+use super::client::{connect, grant_lease, keep_every, Lease};
 use super::origin::{FleetOrigin, Remote};
 use super::rollout::{self as staged, RolloutRecord, Target};
 use super::store::{self, Member, NodeRecord, NodeRefusal};
@@ -143,12 +143,11 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
         ctx.origin.set_convergence(convergence.millis);
     }
 
-    let ttl = ctx.config.lease_ttl_secs as i64;
-    let lease = timed(ctx, "granting a lease", client.lease_grant(ttl, None))
-        .await?
-        .id();
-    let (mut keeper, mut keepalives) =
-        timed(ctx, "keeping the lease", client.lease_keep_alive(lease)).await?;
+    let Lease {
+        id: lease,
+        mut keeper,
+        mut keepalives,
+    } = grant_lease(&ctx.config, &mut client, "a lease").await?;
     register_member(ctx, &mut client).await?;
     let mut last_record = put_record(ctx, &mut client, lease, None).await?;
     let mut last_put = Instant::now();
@@ -170,9 +169,7 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetEr
     ctx.origin.set_link(true, None);
     *connected = true;
 
-    let period = Duration::from_secs(ctx.config.lease_ttl_secs)
-        .div_f64(3.0)
-        .clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let period = keep_every(&ctx.config);
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
