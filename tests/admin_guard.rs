@@ -148,7 +148,7 @@ fn a_missing_token_file_is_created_private_and_the_cli_uses_it() {
     );
     assert_eq!(mode(&path), 0o600);
     assert!(
-        server.log().contains(&path.display().to_string()),
+        server.log_shows(&path.display().to_string(), Duration::from_secs(5)),
         "the log should say where the token is: {}",
         server.log()
     );

@@ -283,6 +283,21 @@ impl Daemon {
         self.stderr.lock().map(|l| l.join("\n")).unwrap_or_default()
     }
 
+    /// Whether the server's log holds `needle` within `limit`: its stderr is read by another
+    /// thread, so a line the server has written may not be in [`Daemon::log`] yet.
+    pub fn log_shows(&self, needle: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.log().contains(needle) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Stops the server and waits for it.
     pub fn stop(mut self) {
         let _ = self.child.kill();
