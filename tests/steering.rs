@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use common::*;
 use hickory_proto::op::{Message, Query, ResponseCode};
-use hickory_proto::rr::{DNSClass, RData, RecordType};
+use hickory_proto::rr::{DNSClass, RecordType};
 use steering_common::*;
 
 /// Example networks, one per region: (ECS subnet, region, regional anycast index, the prefix
@@ -541,18 +541,7 @@ fn chaos_trace_with(client: &Exchanger, qname: &str, ecs: Option<&str>) -> Strin
     }];
     let r = client.one(&message);
     assert_noerror(&r, "CH TXT trace");
-    r.answers
-        .iter()
-        .filter_map(|rec| match &rec.data {
-            RData::TXT(txt) => Some(
-                txt.txt_data
-                    .iter()
-                    .map(|s| String::from_utf8_lossy(s).into_owned())
-                    .collect::<String>(),
-            ),
-            _ => None,
-        })
-        .collect()
+    trace_text(&r)
 }
 
 /// The TXT text dig prints for a CH TXT query, with its character strings joined.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
-use hickory_proto::rr::{DNSClass, Name, RecordType};
+use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -387,4 +387,21 @@ pub fn kdig(server: SocketAddr, args: &[&str]) -> (bool, String) {
         .expect("kdig must be installed (apt-get install knot-dnsutils); .ci/run installs it");
     let ok = output.status.success();
     (ok, String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The text of the TXT answers of `response` (a CH TXT trace), character strings joined.
+pub fn trace_text(response: &Message) -> String {
+    response
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::TXT(txt) => Some(
+                txt.txt_data
+                    .iter()
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect::<String>(),
+            ),
+            _ => None,
+        })
+        .collect()
 }

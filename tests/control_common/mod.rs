@@ -49,7 +49,7 @@ pub use common::etcd::Etcd;
 pub use common::prometheus::{Exporter, Prometheus};
 pub use common::TempDir;
 #[allow(unused_imports)]
-pub use common::{ecs_query, free_port, kdig, mkfifo, self_signed_cert, spki_pin};
+pub use common::{ecs_query, free_port, kdig, mkfifo, self_signed_cert, spki_pin, trace_text};
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
 /// token file), `zones/`, `geoip/example.mmdb`, `control.toml`. The repo's own files are never
@@ -675,22 +675,6 @@ pub fn trace_query(name: &str, subnet: &str) -> Message {
     let mut message = ecs_query(name, RecordType::TXT, subnet);
     message.queries[0].set_query_class(DNSClass::CH);
     message
-}
-
-pub fn trace_text(response: &Message) -> String {
-    response
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::TXT(txt) => Some(
-                txt.txt_data
-                    .iter()
-                    .map(|s| String::from_utf8_lossy(s).into_owned())
-                    .collect::<String>(),
-            ),
-            _ => None,
-        })
-        .collect()
 }
 
 pub fn first_cname(response: &Message) -> Option<String> {
