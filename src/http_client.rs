@@ -124,7 +124,9 @@ fn parse_response(raw: &[u8]) -> Result<Response, &'static str> {
     Ok(Response { status, body })
 }
 
-fn dechunk(mut body: &str) -> String {
+/// The body of a `Transfer-Encoding: chunked` message, its chunks joined (stops at the last
+/// chunk or at the first malformed size).
+pub fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
         let Ok(size) = usize::from_str_radix(size.trim(), 16) else {

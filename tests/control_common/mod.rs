@@ -603,26 +603,11 @@ pub fn send_http(addr: SocketAddr, request: &[u8]) -> Result<(u16, String), Stri
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
     let body = if chunked {
-        dechunk(body)
+        steerdns::http_client::dechunk(body)
     } else {
         body.to_string()
     };
     Ok((code, body))
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 /// A query with RD clear and no EDNS.
