@@ -24,6 +24,7 @@
 //! swaps a new view in when what is served changes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -321,10 +322,7 @@ async fn run(ctx: Ctx) {
     let mut backoff = Duration::from_millis(100);
     loop {
         let mut connected = false;
-        let error = match session(&ctx, &mut connected).await {
-            Ok(never) => match never {},
-            Err(e) => e,
-        };
+        let error = super::ended(session(&ctx, &mut connected).await);
         ctx.health
             .set_sharing_link(false, Some(format!("health sharing: {error}")));
         if connected {
@@ -335,9 +333,7 @@ async fn run(ctx: Ctx) {
     }
 }
 
-enum Never {}
-
-async fn session(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetError> {
+async fn session(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, FleetError> {
     let config = &ctx.config;
     let mut client = connect(config).await?;
     let Lease {

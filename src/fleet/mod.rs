@@ -285,6 +285,15 @@ pub(crate) fn host_name() -> String {
     }
 }
 
+/// Why a session that ends only by failing ended (its `Ok` cannot exist): the node task, the
+/// rollout coordinator, the shield leader and shared probing each loop on one.
+pub fn ended(session: Result<std::convert::Infallible, FleetError>) -> FleetError {
+    match session {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@
 //! counters, and the answers to the sanity probes.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -100,15 +101,10 @@ async fn timed<T, E: Into<FleetError>>(
 
 /// One connection's life; returns why it ended.
 async fn session(ctx: &Ctx, connected: &mut bool) -> FleetError {
-    match session_inner(ctx, connected).await {
-        Ok(never) => match never {},
-        Err(e) => e,
-    }
+    super::ended(session_inner(ctx, connected).await)
 }
 
-enum Never {}
-
-async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Never, FleetError> {
+async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, FleetError> {
     let keys = &ctx.keys;
     let mut client = connect(&ctx.config).await?;
     let response = timed(

@@ -11,6 +11,7 @@
 //! etcd fails, the task says so in the inbox (the shield then serves fail-static) and starts
 //! over with backoff.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -71,15 +72,10 @@ async fn timed<T, E: Into<FleetError>>(
 }
 
 async fn session(ctx: &Ctx) -> FleetError {
-    match session_inner(ctx).await {
-        Ok(never) => match never {},
-        Err(e) => e,
-    }
+    super::ended(session_inner(ctx).await)
 }
 
-enum Never {}
-
-async fn session_inner(ctx: &Ctx) -> Result<Never, FleetError> {
+async fn session_inner(ctx: &Ctx) -> Result<Infallible, FleetError> {
     let mut client = connect(&ctx.config).await?;
     let Lease {
         id: lease,
