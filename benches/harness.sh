@@ -18,6 +18,8 @@
 #       app  geo by continent of the ECS address (else the source): EU 198.51.100.1,
 #            NA 198.51.100.2, AS 198.51.100.3, anything else 203.0.113.1
 #       wt   weighted 90/10: 192.0.2.100 / 192.0.2.101
+#       edge anycast through the steered wildcard *.edge.steer.example (steerdns only): a
+#            thousand customer names c0..c999.edge.steer.example, none of which exists, ECS NA
 #       cdn  anycast 192.0.2.1 with a partial shed active: steerdns's shield sheds ~30% of
 #            eu-west's client subnets to eu-north (198.51.100.5), frozen there for the run;
 #            gdnsd and PowerDNS do the nearest thing (EU clients: 70/30 weighted); Knot, NSD: n/a
@@ -46,8 +48,8 @@
 #
 # Knobs: DUR=10 ROUNDS=2 CLIENTS=4 OUTSTANDING=200 DNSPERF_THREADS=1 TIMEOUT=1 LAT_DUR=3
 #   SERVERS="reflector steerdns gdnsd knot nsd" (+ pdns)
-#   WORKLOADS="static geo_eu geo_none weighted shed" (also: geo_na geo_as geo_noecs anycast,
-#   and any of them +do)  DNSSEC=0
+#   WORKLOADS="static geo_eu geo_none weighted shed" (also: geo_na geo_as geo_noecs anycast
+#   edge, and any of them +do)  DNSSEC=0
 #   SERVER_CPU=0 CLIENT_CPU=1 BASE_PORT=15500 NOISE_PCT=15 RETRIES=1 RETRY_BUDGET=10
 #   SCALE=1 OUT=dir
 set -uo pipefail
@@ -275,6 +277,8 @@ supports() { # server workload -> 0 when that server has that kind of answer
     nsd/static | nsd/check_static) return 0 ;;
     nsd/*) return 1 ;;
     knot/shed | knot/anycast) return 1 ;;
+    steerdns/edge | reflector/edge) return 0 ;;
+    */edge) return 1 ;;
     *) return 0 ;;
     esac
 }
@@ -305,6 +309,13 @@ check_server() { # server -> 0 when every answer is right; the evidence goes to 
             got=$("${D[@]}" +dnssec +norec $q | awk '!/^;/ && $4 == "RRSIG" { n++ } END { print n + 0 }')
             expect "$q +dnssec: RRSIGs" "$got" 1
         done
+        # A wildcard answer: its RRSIG, and the NSEC proving the name does not exist, signed.
+        got=$("${D[@]}" +dnssec +norec +subnet=$ECS_NA_CHECK c7.edge.steer.example A |
+            awk '!/^;/ { n[$4]++ } END { print n["A"] + 0, n["RRSIG"] + 0, n["NSEC"] + 0 }')
+        expect "c7.edge A +dnssec: A, RRSIGs, NSEC" "$got" "1 2 1"
+    fi
+    if supports "$s" edge && [ "$s" != reflector ]; then
+        expect "c7.edge A ECS $ECS_NA_CHECK" "$("${D[@]}" +short +subnet=$ECS_NA_CHECK c7.edge.steer.example A)" 192.0.2.1
     fi
     if supports "$s" geo_eu; then
         expect "app A ECS $ECS_EU" "$("${D[@]}" +short +subnet=$ECS_EU app.steer.example A)" 198.51.100.1
@@ -361,6 +372,7 @@ workload_args() { # workload -> query file, then dnsperf extra args (W+do: W wit
     geo_noecs) echo "$WORK/q.app" ;;
     weighted) echo "$WORK/q.wt" ;;
     anycast) echo "$WORK/q.cdn -E $(ecs_option $ECS_NA_CHECK)" ;;
+    edge) echo "$WORK/q.edge -E $(ecs_option $ECS_NA_CHECK)" ;;
     shed) echo "$WORK/q.cdn -E $(ecs_option "$SHED_SUBNET")" ;;
     *) die "unknown workload $1" ;;
     esac
@@ -491,6 +503,7 @@ echo "www.steer.example A" > "$WORK/q.www"
 echo "app.steer.example A" > "$WORK/q.app"
 echo "wt.steer.example A" > "$WORK/q.wt"
 echo "cdn.steer.example A" > "$WORK/q.cdn"
+for n in $(seq 0 999); do echo "c$n.edge.steer.example A"; done > "$WORK/q.edge"
 
 ACTIVE=()
 for s in $SERVERS; do start "$s"; done

@@ -32,9 +32,11 @@ use crate::snapshot::compose::{
     opt_len, put_address_record, response_flags, write_error, write_opt_raw, write_plan,
     write_simple,
 };
+use crate::snapshot::compose::SignedSet;
 use crate::snapshot::steer::{AddressSet, ClientSteering};
 use crate::snapshot::{Cached, Snapshot};
 use crate::zone::lookup::{resolve, NoSteering, Steering};
+use crate::zone::model::RRset;
 
 /// Answers `packet` into `out`; returns the response length, or `None` to stay silent.
 /// `out` must hold at least [`MAX_MESSAGE`] bytes for TCP, or the UDP limit for UDP.
@@ -84,7 +86,7 @@ pub fn respond(
     };
     let cached = precompiled.map(|(_, cached)| cached);
     let demand = Cell::new(None);
-    let len = answer(snapshot, packet, &query, client, cached, &demand, out).and_then(|n| {
+    let len = answer(snapshot, packet, &query, client, (zone, cached), &demand, out).and_then(|n| {
         let subject = Subject {
             qname: query.qname.as_wire(),
             qtype: query.qtype,
@@ -209,12 +211,13 @@ fn zone_index(snapshot: &Snapshot, query: &Query) -> Option<usize> {
 }
 
 /// The answer proper, uncounted; a steered anycast answer's demand is left in `demand`.
+/// `fast_path` is the query's zone and fast-path entry (see [`Snapshot::fast_path`]).
 fn answer(
     snapshot: &Snapshot,
     packet: &[u8],
     query: &Query,
     client: &Client,
-    precompiled: Option<Cached<'_>>,
+    (zone, precompiled): (Option<usize>, Option<Cached<'_>>),
     demand: &Cell<Option<DemandSample>>,
     out: &mut [u8],
 ) -> Option<usize> {
@@ -286,7 +289,7 @@ fn answer(
         snapshot,
         packet,
         query,
-        precompiled,
+        steered_entry(snapshot, query, zone, precompiled),
         steering.as_ref(),
         limit,
         out,
@@ -295,19 +298,54 @@ fn answer(
     len
 }
 
+/// A steered name the fast path can answer: its binding and, for a DO answer through a
+/// signed zone's wildcard, the signed record proving that the name itself does not exist.
+struct SteeredEntry<'s> {
+    binding: u32,
+    proof: Option<(&'s [u8], &'s RRset)>,
+}
+
+/// The fast path's steered entry for this query, if it has one (`None`: the general path
+/// answers). The proof of a wildcard answer is found here, on the stack: the NSEC covering
+/// the name (a binary search), or the NSEC3 covering its hash (one SHA-1). The name is one
+/// label below the wildcard's parent, so it is its own next closer name.
+fn steered_entry<'s>(
+    snapshot: &'s Snapshot,
+    query: &Query,
+    zone: Option<usize>,
+    precompiled: Option<Cached<'_>>,
+) -> Option<SteeredEntry<'s>> {
+    let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
+    let binding = match precompiled? {
+        Cached::Response(_) => return None,
+        Cached::Steered(binding) => return Some(SteeredEntry { binding, proof: None }),
+        Cached::Wildcard(binding) => binding,
+    };
+    let zone = snapshot.zones().zones().get(zone?)?;
+    if !dnssec || zone.denial.is_none() {
+        return Some(SteeredEntry { binding, proof: None });
+    }
+    let name = query.qname.as_wire();
+    let proof = zone.wildcard_proof(name, name)?;
+    Some(SteeredEntry {
+        binding,
+        proof: Some(proof),
+    })
+}
+
 /// The answers that may be steered, for a located client (`steering`, when names are).
 fn answer_located(
     snapshot: &Snapshot,
     packet: &[u8],
     query: &Query,
-    precompiled: Option<Cached<'_>>,
+    entry: Option<SteeredEntry<'_>>,
     steering: Option<&ClientSteering<'_>>,
     limit: usize,
     out: &mut [u8],
 ) -> Option<usize> {
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
-    if let (Some(Cached::Steered(binding)), Some(steering)) = (precompiled, steering) {
-        if let Some(len) = serve_steered(snapshot, packet, query, steering, binding, limit, out) {
+    if let (Some(entry), Some(steering)) = (entry, steering) {
+        if let Some(len) = serve_steered(snapshot, packet, query, steering, &entry, limit, out) {
             return Some(len);
         }
     }
@@ -379,19 +417,21 @@ fn serve_precompiled(
 }
 
 /// Fast path for a steered name whose policy answers with addresses: the header, the client's
-/// question, one record per address (owned by a pointer to the question) and OPT, written
-/// directly — the same bytes [`write_plan`] would write for that plan. `None` (nothing counted)
-/// hands the query to the general path: a CNAME or NODATA decision, or too big to fit.
+/// question, one record per address (owned by a pointer to the question), with DO their
+/// signatures and a wildcard answer's proof, and OPT, written directly — the same bytes
+/// [`write_plan`] would write for that plan. `None` (nothing counted) hands the query to the
+/// general path: a CNAME or NODATA decision, or too big to fit.
 fn serve_steered(
     snapshot: &Snapshot,
     packet: &[u8],
     query: &Query,
     steering: &ClientSteering<'_>,
-    binding: u32,
+    entry: &SteeredEntry<'_>,
     limit: usize,
     out: &mut [u8],
 ) -> Option<usize> {
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
+    let binding = entry.binding;
     let steered = steering.addresses(binding, query.qtype, dnssec)?;
     let (count, record_len) = match steered.addresses {
         AddressSet::V4(addrs) => (addrs.len(), 2 + 10 + 4),
@@ -410,7 +450,14 @@ fn serve_steered(
         .edns
         .as_ref()
         .map_or(0, |e| opt_len(snapshot.options(), e));
-    let body = HEADER_LEN + question.len() + (count - sig_count) * record_len + sig_len;
+    let proof = entry
+        .proof
+        .map(|(owner, set)| SignedSet::owned_after_question(&query.qname, owner, set));
+    let body = HEADER_LEN
+        + question.len()
+        + (count - sig_count) * record_len
+        + sig_len
+        + proof.as_ref().map_or(0, SignedSet::len);
     if body + opt_len > limit || body + opt_len > out.len() {
         return None;
     }
@@ -421,7 +468,9 @@ fn serve_steered(
     header[2..4].copy_from_slice(&flags.to_be_bytes());
     header[4..6].copy_from_slice(&1u16.to_be_bytes());
     header[6..8].copy_from_slice(&count.to_be_bytes());
-    header[8..12].fill(0);
+    let authority = proof.as_ref().map_or(0, SignedSet::count);
+    header[8..10].copy_from_slice(&authority.to_be_bytes());
+    header[10..12].fill(0);
     let mut pos = HEADER_LEN + question.len();
     out[HEADER_LEN..pos].copy_from_slice(question);
     let ttl = steered.decision.ttl;
@@ -442,6 +491,9 @@ fn serve_steered(
             let rdata = record.get(10..).unwrap_or_default();
             pos = put_address_record(out, pos, rtype::RRSIG, ttl, rdata);
         }
+    }
+    if let Some(proof) = &proof {
+        pos = proof.put(out, pos)?;
     }
     if let Some(edns) = &query.edns {
         out[10..12].copy_from_slice(&1u16.to_be_bytes());

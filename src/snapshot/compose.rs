@@ -7,11 +7,12 @@ use std::net::IpAddr;
 
 use super::ServeOptions;
 use crate::dns::wire::{
-    class, flag, option, parse_query, rtype, ClientSubnet, Edns, Query, CLASSIC_UDP_LIMIT,
-    HEADER_LEN, MAX_MESSAGE, MAX_NAME_LEN,
+    class, flag, option, parse_query, rtype, ClientSubnet, Edns, Query, WireName,
+    CLASSIC_UDP_LIMIT, HEADER_LEN, MAX_MESSAGE, MAX_NAME_LEN,
 };
 use crate::dns::writer::{Overflow, Writer};
 use crate::zone::lookup::{Data, Entry, Owner, Plan, Synth};
+use crate::zone::model::RRset;
 
 /// Header flags of a response to `query`.
 pub(crate) fn response_flags(query_flags: u16, authoritative: bool, rcode: u16) -> u16 {
@@ -39,6 +40,98 @@ pub(crate) fn put_address_record(
     record[10..12].copy_from_slice(&(rdata.len() as u16).to_be_bytes());
     record[12..].copy_from_slice(rdata);
     pos + record.len()
+}
+
+/// A signed RRset (its records, then its RRSIGs) written straight after records owned by the
+/// question — the fast path's proof in a wildcard answer — with the bytes [`Writer`] would
+/// write: the owner's labels up to the longest suffix it shares with the question name, then
+/// a pointer there; every later record points back at that first owner. Valid only where no
+/// name but the question's precedes it (RRSIG signer names are never compression targets).
+pub(crate) struct SignedSet<'a> {
+    owner: &'a [u8],
+    /// How many bytes of `owner` are written out: all of it (root included) when it shares no
+    /// suffix with the question name.
+    literal: usize,
+    /// Where the rest of the owner sits in the question, as a compression pointer.
+    pointer: Option<u16>,
+    set: &'a RRset,
+}
+
+impl<'a> SignedSet<'a> {
+    /// `set` owned by `owner` (lower-cased wire), after the question `qname`.
+    pub(crate) fn owned_after_question(qname: &WireName, owner: &'a [u8], set: &'a RRset) -> Self {
+        let mut literal = 0;
+        while let Some(&len) = owner.get(literal).filter(|&&len| len != 0) {
+            let suffix = &owner[literal..];
+            if (0..qname.label_count()).any(|skip| qname.suffix(skip) == suffix) {
+                let at = HEADER_LEN + qname.wire_len() - suffix.len();
+                return SignedSet {
+                    owner,
+                    literal,
+                    pointer: Some(0xC000 | at as u16),
+                    set,
+                };
+            }
+            literal += 1 + usize::from(len);
+        }
+        SignedSet {
+            owner,
+            literal: owner.len(),
+            pointer: None,
+            set,
+        }
+    }
+
+    fn sigs(&self) -> Option<&'a RRset> {
+        self.set.rrsig.as_deref()
+    }
+
+    /// Its records and signatures.
+    pub(crate) fn count(&self) -> u16 {
+        self.set.count + self.sigs().map_or(0, |s| s.count)
+    }
+
+    /// Its length on the wire.
+    pub(crate) fn len(&self) -> usize {
+        let first_owner = self.literal + self.pointer.map_or(0, |_| 2);
+        let later_owners = 2 * usize::from(self.count().saturating_sub(1));
+        let records = self.set.encoded.len() + self.sigs().map_or(0, |s| s.encoded.len());
+        first_owner + later_owners + records
+    }
+
+    /// Writes it at `pos` in `out` (which must hold [`Self::len`] bytes there); returns the
+    /// end, or `None` when `pos` is beyond a compression pointer's reach.
+    pub(crate) fn put(&self, out: &mut [u8], mut pos: usize) -> Option<usize> {
+        let back = match self.pointer {
+            Some(pointer) if self.literal == 0 => pointer,
+            _ => 0xC000 | u16::try_from(pos).ok().filter(|&p| p <= 0x3FFF)?,
+        };
+        let mut owner: Option<u16> = None;
+        let sigs = self.sigs().into_iter().flat_map(RRset::records);
+        for record in self.set.records().chain(sigs) {
+            match owner {
+                Some(back) => {
+                    out[pos..pos + 2].copy_from_slice(&back.to_be_bytes());
+                    pos += 2;
+                }
+                None => {
+                    out[pos..pos + self.literal].copy_from_slice(&self.owner[..self.literal]);
+                    pos += self.literal;
+                    if let Some(pointer) = self.pointer {
+                        out[pos..pos + 2].copy_from_slice(&pointer.to_be_bytes());
+                        pos += 2;
+                    }
+                    owner = Some(back);
+                }
+            }
+            // Type and class, the set's TTL (as the general writer does), length and RDATA.
+            out[pos..pos + 4].copy_from_slice(&record[..4]);
+            out[pos + 4..pos + 8].copy_from_slice(&self.set.ttl.to_be_bytes());
+            out[pos + 8..pos + record.len()].copy_from_slice(&record[8..]);
+            pos += record.len();
+        }
+        Some(pos)
+    }
 }
 
 /// An error or empty answer: header, question, OPT.

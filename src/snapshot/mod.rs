@@ -379,9 +379,9 @@ impl Snapshot {
 
     /// The fast-path entry for (name, type) with its zone's index: a precompiled response, or
     /// the steering binding of an exact steered name or of a steered wildcard covering it.
-    /// With `dnssec` (the query set DO), a signed zone's answers come with their signatures
-    /// and proofs; a steered wildcard then takes the general path, which adds the proof that
-    /// the name itself does not exist.
+    /// With `dnssec` (the query set DO), a signed zone's static answers come with their
+    /// signatures and proofs; a steered wildcard's entry is the same either way (the answer
+    /// path adds its signature and the proof that the name itself does not exist).
     pub fn fast_path(
         &self,
         qname: &WireName,
@@ -389,21 +389,10 @@ impl Snapshot {
         dnssec: bool,
     ) -> Option<(usize, Cached<'_>)> {
         let compiled = &self.compiled;
-        compiled.precompiled.get(qname, qtype, dnssec).or_else(|| {
-            compiled
-                .precompiled
-                .wildcard(&compiled.zones, qname, qtype)
-                .filter(|&(zone, _)| !(dnssec && self.zone_signed(zone)))
-        })
-    }
-
-    /// Is the zone at this index signed?
-    pub fn zone_signed(&self, zone: usize) -> bool {
-        self.compiled
-            .zones
-            .zones()
-            .get(zone)
-            .is_some_and(|z| z.denial.is_some())
+        compiled
+            .precompiled
+            .get(qname, qtype, dnssec)
+            .or_else(|| compiled.precompiled.wildcard(&compiled.zones, qname, qtype))
     }
 
     /// The steering context for one query (None when no names are steered).

@@ -66,6 +66,10 @@ pub enum Cached<'a> {
     /// An A or AAAA query at a name bound to this steering binding, reached directly (no
     /// wildcard, CNAME or zone cut in between) and whose policy answers with addresses only.
     Steered(u32),
+    /// The same, for a name that does not exist, answered by the steered wildcard one label
+    /// up (bound to this binding): in a signed zone, a DO answer also carries the proof that
+    /// the name itself does not exist.
+    Wildcard(u32),
 }
 
 fn key_hash(qname: &[u8], qtype: u16) -> u64 {
@@ -169,7 +173,7 @@ impl Precompiled {
         if zones.zones().get(zone)?.node(qname.as_wire()).is_some() {
             return None;
         }
-        Some((zone, Cached::Steered(binding)))
+        Some((zone, Cached::Wildcard(binding)))
     }
 
     /// The fast-path entry for (name, type), with the index of its zone; with `dnssec` (the

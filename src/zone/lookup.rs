@@ -267,9 +267,10 @@ fn answer_missing<'z>(
                 // The proof that the name itself does not exist (RFC 4035 §3.1.3.3; with
                 // NSEC3, the record covering the next closer name, RFC 5155 §7.2.6).
                 let next_closer = name.suffix(encloser_skip - 1);
-                match nsec3(zone, plan) {
-                    Some(chain) => push_nsec3_covering(chain, next_closer, plan),
-                    None => push_covering(zone, name.as_wire(), plan),
+                if let Some((owner, set)) = denial(zone, plan)
+                    .and_then(|_| zone.wildcard_proof(name.as_wire(), next_closer))
+                {
+                    push_authority_once(owner, set, plan);
                 }
                 let answered = plan.answer.len();
                 let next = answer_node(zone, source_key, source, qtype, owner, steering, plan);

@@ -396,6 +396,25 @@ impl Zone {
         self.nodes.get(&self.apex)
     }
 
+    /// For a signed zone, the signed record (owner and RRset) proving that no closer match
+    /// than a wildcard exists for `name`, which does not exist and is answered by the
+    /// wildcard at its closest encloser: the NSEC covering `name` (RFC 4035 §3.1.3.3), or the
+    /// NSEC3 covering `next_closer`, the closest encloser's child on the way to `name` (RFC
+    /// 5155 §7.2.6). Both are lower-cased wire names; `None` for an unsigned zone.
+    pub fn wildcard_proof(&self, name: &[u8], next_closer: &[u8]) -> Option<(&[u8], &RRset)> {
+        let denial = self.denial.as_ref()?;
+        match &denial.chain {
+            Chain::Nsec3(chain) => {
+                let (owner, set) = chain.records.get(chain.covering(next_closer)?)?;
+                Some((owner, set))
+            }
+            Chain::Nsec(_) => {
+                let (owner, node) = self.nodes.get_key_value(denial.covering(name)?)?;
+                Some((owner, node.rrset(rtype::NSEC)?))
+            }
+        }
+    }
+
     pub fn soa(&self) -> Option<&RRset> {
         self.apex_node().and_then(|n| n.rrset(rtype::SOA))
     }
