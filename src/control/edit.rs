@@ -459,7 +459,7 @@ fn parse(text: &str) -> Result<DocumentMut, EditError> {
     text.parse::<DocumentMut>().map_err(|e| {
         let (line, column) = e
             .span()
-            .map(|span| crate::files::line_column(text, span.start))
+            .map(|span| crate::text_position::line_column(text, span.start))
             .unwrap_or((0, 0));
         EditError::Syntax {
             line,

@@ -268,7 +268,7 @@ impl History {
             source: meta.source.clone(),
             summary: meta.summary.clone(),
             text_bytes: text.len() as u64,
-            text_fnv1a64: format!("{:016x}", crate::files::fnv1a64(text.as_bytes())),
+            text_fnv1a64: format!("{:016x}", crate::hash::fnv1a64(text.as_bytes())),
         };
         // Serializing a struct of strings and integers cannot fail; mapped anyway, not unwrapped.
         let json = serde_json::to_vec_pretty(&stored).map_err(|e| HistoryError::Corrupt {
@@ -365,7 +365,7 @@ impl History {
         let Some(bytes) = read_if_present(&text_path)? else {
             return Err(corrupt(format!("{} is missing", text_path.display())));
         };
-        let hash = format!("{:016x}", crate::files::fnv1a64(&bytes));
+        let hash = format!("{:016x}", crate::hash::fnv1a64(&bytes));
         if bytes.len() as u64 != stored.text_bytes || hash != stored.text_fnv1a64 {
             return Err(corrupt(format!(
                 "{} does not match its metadata ({} bytes, expected {})",

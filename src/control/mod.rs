@@ -77,7 +77,7 @@ impl ControlFile {
         toml::from_str(text).map_err(|e| {
             let (line, column) = e
                 .span()
-                .map(|span| crate::files::line_column(text, span.start))
+                .map(|span| crate::text_position::line_column(text, span.start))
                 .unwrap_or((0, 0));
             ControlError::Syntax {
                 path: path.to_path_buf(),
@@ -119,7 +119,9 @@ pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
                         span = t.span().or(span);
                         next_table = Some(t);
                     }
-                    None => return span.map(|s| crate::files::line_column(text, s.start).0),
+                    None => {
+                        return span.map(|s| crate::text_position::line_column(text, s.start).0)
+                    }
                 },
                 toml_edit::Item::Value(toml_edit::Value::Array(values)) => {
                     match values.get(index) {
@@ -128,10 +130,12 @@ pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
                             next_table =
                                 v.as_inline_table().map(|t| t as &dyn toml_edit::TableLike);
                         }
-                        None => return span.map(|s| crate::files::line_column(text, s.start).0),
+                        None => {
+                            return span.map(|s| crate::text_position::line_column(text, s.start).0)
+                        }
                     }
                 }
-                _ => return span.map(|s| crate::files::line_column(text, s.start).0),
+                _ => return span.map(|s| crate::text_position::line_column(text, s.start).0),
             }
             // Nested indexes on array elements are not used by our paths.
             item = &toml_edit::Item::None;
@@ -141,7 +145,7 @@ pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
             None => break,
         }
     }
-    span.map(|s| crate::files::line_column(text, s.start).0)
+    span.map(|s| crate::text_position::line_column(text, s.start).0)
 }
 
 /// `"endpoints[1]"` -> `("endpoints", [1])`.

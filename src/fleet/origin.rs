@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
 use crate::config::Config;
-use crate::files::fnv1a64;
+use crate::hash::fnv1a64;
 use crate::reload::{ControlOrigin, FleetLinkStatus, RolloutView};
 use crate::rfc3339;
 

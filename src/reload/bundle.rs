@@ -168,13 +168,13 @@ impl Copy {
         std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
         Ok(Copy {
             root: root.to_path_buf(),
-            hash: crate::files::fnv1a64(b""),
+            hash: crate::hash::fnv1a64(b""),
             files: 0,
         })
     }
 
     fn mix(&mut self, bytes: &[u8]) {
-        self.hash = crate::files::fnv1a64_more(self.hash, bytes);
+        self.hash = crate::hash::fnv1a64_more(self.hash, bytes);
     }
 
     fn file(&mut self, from: &Path, to: &Path) -> Result<(), String> {

@@ -29,7 +29,7 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::control::history::{next_serial, summarize, History};
 use crate::control::ControlFile;
-use crate::files::fnv1a64;
+use crate::hash::fnv1a64;
 use crate::rfc3339;
 use crate::shield::live::Shield;
 use crate::snapshot::load::{load_after, ControlSource, Loaded};
