@@ -10,7 +10,7 @@
 //! Layout: each version is `<serial, 10 digits>.toml` (the exact control text) plus
 //! `<serial>.json` (its metadata). The text is written first, the metadata second, both through
 //! a temporary file and a rename, so readers see a version only once both are complete. Both
-//! are flushed to disk in the background ([`super::durable`]): a reload must not wait for a
+//! are flushed to disk in the background ([`crate::files::flush_in_background`]): a reload must not wait for a
 //! slow disk before it serves an operator's change. After a machine crash a version whose
 //! flush did not finish may be torn: a version whose metadata is missing, unreadable, or does
 //! not match its text (length and hash) is skipped.
@@ -23,8 +23,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use super::edit::{replace_file_unflushed, WriteError};
 use super::ControlFile;
+use crate::files::{flush_in_background, replace_file_unflushed, WriteError};
 use crate::policy::{EndpointKnobs, ForcedAnswer, RegionKnobs, ShieldMode};
 
 /// One accepted control version.
@@ -283,7 +283,7 @@ impl History {
         // listed version without its text.
         let text_written = replace_file_unflushed(&self.text_path(serial), text.as_bytes())?;
         let meta_written = replace_file_unflushed(&self.meta_path(serial), &json)?;
-        super::durable::flush_in_background(text_written.into_iter().chain(meta_written));
+        flush_in_background(text_written.into_iter().chain(meta_written));
         Ok(meta)
     }
 

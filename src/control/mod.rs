@@ -6,7 +6,6 @@
 //! that leaves a profile with nothing to serve) is the snapshot's job, through the same path as
 //! every other change.
 
-mod durable;
 pub mod edit;
 pub mod history;
 

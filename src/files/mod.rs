@@ -2,12 +2,21 @@
 //! pipe, a device (`/dev/zero`), a directory or a huge file named by a config, zone, control or
 //! load file must produce a clear error — not block a reload forever or eat the memory.
 //!
-//! Owns nothing but that; every file steerdns reads from an operator goes through here.
+//! Owns that, and the other file I/O helpers: replacing a file atomically ([`replace_file`]) and
+//! flushing to disk in the background ([`flush_in_background`]). Every file steerdns reads from
+//! an operator goes through here.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+mod durable;
+mod replace;
+
+pub(crate) use durable::flush_in_background;
+pub(crate) use replace::{parent_dir, replace_file_unflushed, resolve_symlink};
+pub use replace::{replace_file, WriteError};
 
 /// Largest config, control or load-feed file (they are small by nature).
 pub const SMALL_FILE_LIMIT: u64 = 16 << 20;

@@ -209,7 +209,7 @@ impl ControlOrigin for Origin {
             if cached.as_deref() == Some(text) {
                 return None;
             }
-            crate::control::edit::write_atomically(path, text)
+            crate::files::replace_file(path, text.as_bytes())
                 .err()
                 .map(|e| format!("fleet control cache not updated: {e}"))
         });

@@ -135,7 +135,7 @@ impl BundleStore {
     ) -> Result<(), String> {
         let marker = self.dir.join(SERVING);
         let text = format!("{serving}\n{}\n", previous.unwrap_or(""));
-        crate::control::edit::write_atomically(&marker, &text)
+        crate::files::replace_file(&marker, text.as_bytes())
             .map_err(|e| format!("{}: {e}", marker.display()))?;
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Ok(());
