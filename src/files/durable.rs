@@ -3,8 +3,9 @@
 //!
 //! The control history is the one user (with [`super::replace_file_unflushed`]): a version must
 //! be visible to readers (the CLI, a rollback) as soon as it is served, which the rename gives at
-//! once; its durability across a machine crash can follow a moment later (and a version torn by a crash is skipped when the
-//! history is read). Flush failures are logged; nothing waits on them.
+//! once; its durability across a machine crash can follow a moment later (and a version torn by
+//! a crash is skipped when the history is read). Flush failures are logged; nothing waits on
+//! them.
 
 use std::fs::File;
 use std::path::PathBuf;
