@@ -4,10 +4,14 @@
 //!
 //! Owns reading and checking the file. Compiling the knobs into policies (and refusing a change
 //! that leaves a profile with nothing to serve) is the snapshot's job, through the same path as
-//! every other change.
+//! every other change. Beside it: [`edit`] (the CLI's comment-preserving edits), [`history`]
+//! (the accepted versions on disk) and [`summarize`] (how two versions differ, in one line).
 
 pub mod edit;
 pub mod history;
+mod summary;
+
+pub use summary::summarize;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
