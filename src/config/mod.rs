@@ -461,7 +461,7 @@ impl Config {
         let config: Config = toml::from_str(text).map_err(|e| {
             let (line, column) = e
                 .span()
-                .map(|span| crate::files::line_column(text, span.start))
+                .map(|span| crate::text_position::line_column(text, span.start))
                 .unwrap_or((0, 0));
             ConfigError::Syntax {
                 path: path.to_path_buf(),
