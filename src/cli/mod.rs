@@ -641,10 +641,12 @@ fn print_dnssec(d: &steerdns::admin::DnssecView) {
             })
             .collect();
         println!(
-            "  {}: {} RRsets, {} NSEC; keys: {}",
+            "  {}: {} RRsets, {} NSEC; signatures valid {} .. {}; keys: {}",
             zone.zone,
             zone.rrsets,
             zone.nsec,
+            zone.signatures_from,
+            zone.signatures_until,
             keys.join("; ")
         );
     }
