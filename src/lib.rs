@@ -14,6 +14,7 @@ pub mod dnssec;
 pub mod files;
 pub mod fleet;
 pub mod geo;
+pub mod hash;
 pub mod health;
 pub mod http_client;
 pub mod metrics;
@@ -26,6 +27,7 @@ pub mod server;
 pub mod shield;
 pub mod snapshot;
 pub mod taster;
+pub mod text_position;
 pub mod tls;
 pub mod zone;
 

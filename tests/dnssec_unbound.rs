@@ -434,50 +434,69 @@ fn verify_dumps(setup: &Setup, denial: &str) {
         let text = std::fs::read_to_string(&zone_file).expect("zone file");
         std::fs::write(&zone_file, text + "open NS ns.example.net.\n").expect("write zone");
     }
+    let chain = if denial.is_empty() {
+        NSEC_TYPE
+    } else {
+        NSEC3_TYPE
+    };
     for zone in ["example.com.", "edge.example.net."] {
-        let text = run(&["dnssec", "dump", zone], &setup.config);
-        assert!(text.contains("TYPE46"), "RRSIGs in the dump of {zone}");
-        let chain = if denial.is_empty() {
-            "TYPE47"
-        } else {
-            "TYPE50"
-        };
-        assert!(text.contains(chain), "{zone}: {chain} in the dump {denial}");
-        let path = setup.path(&format!("{zone}zone"));
-        std::fs::write(&path, &text).expect("write dump");
-        let verified = Command::new("ldns-verify-zone")
-            .arg(&path)
-            .output()
-            .expect("ldns-verify-zone must be installed (apt-get install ldnsutils)");
-        assert!(
-            verified.status.success(),
-            "{zone}: {}{}",
-            String::from_utf8_lossy(&verified.stdout),
-            String::from_utf8_lossy(&verified.stderr)
-        );
-        // The verifier does check: one flipped signature byte fails it.
-        let broken: String = text
-            .lines()
-            .map(|line| {
-                if line.contains(" IN TYPE6 ") {
-                    // The SOA's RDATA: change the serial, so its RRSIG no longer matches.
-                    line.replace('7', "8")
-                } else {
-                    line.to_string()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        std::fs::write(&path, broken + "\n").expect("write broken dump");
-        let refused = Command::new("ldns-verify-zone")
-            .arg(&path)
-            .output()
-            .expect("ldns-verify-zone");
-        assert!(
-            !refused.status.success(),
-            "{zone}: a changed SOA still verified"
-        );
+        verify_dump(setup, zone, chain);
     }
+}
+
+/// The generic type names of NSEC and NSEC3 in a dump.
+const NSEC_TYPE: &str = "TYPE47";
+const NSEC3_TYPE: &str = "TYPE50";
+
+/// Dumps `zone` of `setup` (its denial chain of type `chain`) and has ldns-verify-zone check
+/// it; one changed SOA must then fail it.
+fn verify_dump(setup: &Setup, zone: &str, chain: &str) {
+    let text = run(&["dnssec", "dump", zone], &setup.config);
+    assert!(text.contains("TYPE46"), "RRSIGs in the dump of {zone}");
+    assert!(text.contains(chain), "{zone}: {chain} in the dump");
+    let other = if chain == NSEC_TYPE {
+        NSEC3_TYPE
+    } else {
+        NSEC_TYPE
+    };
+    assert!(
+        !text.contains(&format!(" IN {other} ")),
+        "{zone}: no {other} in the dump"
+    );
+    let path = setup.path(&format!("{zone}zone"));
+    std::fs::write(&path, &text).expect("write dump");
+    let verified = Command::new("ldns-verify-zone")
+        .arg(&path)
+        .output()
+        .expect("ldns-verify-zone must be installed (apt-get install ldnsutils)");
+    assert!(
+        verified.status.success(),
+        "{zone}: {}{}",
+        String::from_utf8_lossy(&verified.stdout),
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    // The verifier does check: one flipped signature byte fails it.
+    let broken: String = text
+        .lines()
+        .map(|line| {
+            if line.contains(" IN TYPE6 ") {
+                // The SOA's RDATA: change the serial, so its RRSIG no longer matches.
+                line.replace('7', "8")
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&path, broken + "\n").expect("write broken dump");
+    let refused = Command::new("ldns-verify-zone")
+        .arg(&path)
+        .output()
+        .expect("ldns-verify-zone");
+    assert!(
+        !refused.status.success(),
+        "{zone}: a changed SOA still verified"
+    );
 }
 
 #[test]
@@ -836,6 +855,162 @@ fn nsec3_with_opt_out_proves_every_kind_of_denial_to_unbound_and_ldns() {
         "{}",
         unbound.log_text()
     );
+}
+
+/// Per-zone settings: example.com. with the section's (NSEC, ECDSA P-256, 14-day signatures,
+/// keys in `keys/`), edge.example.net. with its own table (NSEC3, Ed25519, 7-day signatures,
+/// keys in `keys-edge/`).
+const PER_ZONE: &str = r#"
+[dnssec]
+keys = "keys"
+zones = ["example.com.", "edge.example.net."]
+denial = "nsec"
+[dnssec.zone."edge.example.net."]
+denial = "nsec3"
+algorithm = 15
+keys = "keys-edge"
+signature_validity_secs = 604800
+"#;
+
+/// The key files (`*.toml`) in `dir`, by file name.
+fn key_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".toml"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// An RRSIG time (`YYYYMMDDHHmmSS`) as Unix seconds.
+fn rrsig_secs(time: &str) -> u64 {
+    let digits = |range: std::ops::Range<usize>| &time[range];
+    let text = format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        digits(0..4),
+        digits(4..6),
+        digits(6..8),
+        digits(8..10),
+        digits(10..12),
+        digits(12..14)
+    );
+    rfc3339::parse(&text)
+        .unwrap_or_else(|e| panic!("{time}: {e}"))
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// (algorithm, expiration in Unix seconds) of every RRSIG in dig's output.
+fn rrsig_algorithms_and_expirations(text: &str) -> Vec<(String, u64)> {
+    rrsigs(text)
+        .iter()
+        .map(|sig| {
+            let fields: Vec<&str> = sig.split_whitespace().collect();
+            (fields[5].to_string(), rrsig_secs(fields[8]))
+        })
+        .collect()
+}
+
+#[test]
+fn zones_with_their_own_settings_each_validate_through_unbound_and_ldns() {
+    let setup = Setup::new("dnssec-per-zone");
+    setup.extend_config(PER_ZONE);
+    // keygen follows each zone's settings: no --algorithm, no key directory given.
+    run(&["dnssec", "keygen", "example.com."], &setup.config);
+    run(&["dnssec", "keygen", "edge.example.net."], &setup.config);
+    let (main_keys, edge_keys) = (
+        key_files(&setup.path("keys")),
+        key_files(&setup.path("keys-edge")),
+    );
+    assert!(
+        main_keys.iter().all(|k| k.contains("example.com")) && main_keys.len() == 1,
+        "keys/: {main_keys:?}"
+    );
+    assert!(
+        edge_keys.iter().all(|k| k.contains("edge.example.net")) && edge_keys.len() == 1,
+        "keys-edge/: {edge_keys:?}"
+    );
+    assert!(
+        setup.path("keys-edge/rollover.seed").exists(),
+        "each key directory has its seed"
+    );
+    let ds_main = run(&["dnssec", "ds", "example.com."], &setup.config);
+    let ds_edge = run(&["dnssec", "ds", "edge.example.net."], &setup.config);
+    assert!(ds_main.contains(" 13 2 "), "{ds_main}");
+    assert!(ds_edge.contains(" 15 2 "), "{ds_edge}");
+    let status = run(&["dnssec", "status"], &setup.config);
+    assert!(
+        status.contains("example.com.: key directory")
+            && status.contains("algorithm 13; denial nsec;"),
+        "{status}"
+    );
+    assert!(status.contains("algorithm 15; denial nsec3;"), "{status}");
+
+    let daemon = setup.start();
+    let unbound = Unbound::start(setup.dir.path(), daemon.dns, &(ds_main + &ds_edge));
+    for question in [
+        &["example.com", "SOA"][..],
+        &["mail.example.com", "A"],
+        &["gw.example.com", "A", "+subnet=81.2.69.0/24"],
+        &["edge.example.net", "SOA"],
+        &["edge.example.net", "TXT"],
+        &["contoso.edge.example.net", "A", "+subnet=81.2.69.0/24"],
+    ] {
+        assert!(
+            !unbound.validated(question).records.is_empty(),
+            "{question:?}"
+        );
+    }
+    for (question, status) in [
+        (["nope.example.com", "A"], "NXDOMAIN"),
+        (["no.such.ns1.edge.example.net", "A"], "NXDOMAIN"),
+        (["mail.example.com", "TXT"], "NOERROR"),
+        (["ns1.edge.example.net", "TXT"], "NOERROR"),
+    ] {
+        let answer = unbound.validated(&question);
+        assert_eq!(
+            (answer.status.as_str(), answer.records.len()),
+            (status, 0),
+            "{question:?}: {}",
+            answer.text
+        );
+    }
+    // Each zone is served as configured: its denial records, algorithm and validity.
+    let main_nx = dig_direct(daemon.dns, &["nope.example.com", "A"]);
+    assert!(
+        main_nx.contains("\tNSEC\t") && !main_nx.contains("NSEC3"),
+        "{main_nx}"
+    );
+    let edge_nx = dig_direct(daemon.dns, &["no.such.ns1.edge.example.net", "A"]);
+    assert!(
+        !nsec3_records(&edge_nx).is_empty() && !edge_nx.contains("\tNSEC\t"),
+        "{edge_nx}"
+    );
+    let main_sigs = rrsig_algorithms_and_expirations(&main_nx);
+    let edge_sigs = rrsig_algorithms_and_expirations(&edge_nx);
+    assert!(main_sigs.iter().all(|(alg, _)| alg == "13"), "{main_nx}");
+    assert!(edge_sigs.iter().all(|(alg, _)| alg == "15"), "{edge_nx}");
+    let now = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // Expiration: the window's start (at most a refresh period, a day, ago) plus validity.
+    for (sigs, validity) in [(&main_sigs, 14 * 86400), (&edge_sigs, 7 * 86400)] {
+        for (_, expiration) in sigs.iter() {
+            assert!(
+                (now + validity - 86400..=now + validity).contains(expiration),
+                "expiration {expiration} for validity {validity} at {now}"
+            );
+        }
+    }
+    assert!(
+        !unbound.log_text().contains("validation failure"),
+        "{}",
+        unbound.log_text()
+    );
+    verify_dump(&setup, "example.com.", NSEC_TYPE);
+    verify_dump(&setup, "edge.example.net.", NSEC3_TYPE);
 }
 
 /// Asks steerdns at `server` directly over UDP with a `payload`-byte EDNS buffer; `+ignore`

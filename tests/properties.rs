@@ -562,15 +562,15 @@ fn ticks() -> impl Strategy<Value = Vec<Tick>> {
 }
 
 fn settings() -> impl Strategy<Value = ShieldSettings> {
-    (0.3f64..0.9, 0.05f64..0.3, 0.02f64..1.0, any::<bool>()).prop_map(|(high, gap, slew, cross)| {
-        ShieldSettings {
+    (0.3f64..0.9, 0.05f64..0.3, 0.02f64..1.0, any::<bool>()).prop_map(
+        |(high, gap, max_step, cross)| ShieldSettings {
             high_watermark: high,
             low_watermark: high - gap,
-            slew,
+            max_step,
             allow_cross_continent: cross,
             ..ShieldSettings::default()
-        }
-    })
+        },
+    )
 }
 
 /// Load placed by every shedding region into each destination (fraction × natural × share).

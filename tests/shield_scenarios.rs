@@ -196,16 +196,19 @@ fn a_stale_feed_freezes_decisions_then_decays_them() {
             );
         }
     }
-    // Then it decays by at most the slew per tick, down to normal answers.
+    // Then it decays by at most max_step per tick, down to normal answers.
     let mut t = revert_from;
     while fraction(t) > 0.0 {
         let step = fraction(t - 1) - fraction(t);
-        assert!(step > 0.0 && step <= settings.slew + 1e-9, "t={t}: {step}");
+        assert!(
+            step > 0.0 && step <= settings.max_step + 1e-9,
+            "t={t}: {step}"
+        );
         t += 1;
         assert!(t < stopped + secs, "still shedding when the feed came back");
     }
     assert!(fraction(revert_from) < held);
-    assert!(t - revert_from <= (held / settings.slew).ceil() as u64 + 1);
+    assert!(t - revert_from <= (held / settings.max_step).ceil() as u64 + 1);
 }
 
 #[test]

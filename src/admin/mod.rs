@@ -231,7 +231,8 @@ pub struct StatusView {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct DnssecView {
     pub signed_at: String,
-    /// The signatures' inception and expiration (RFC 3339).
+    /// When every zone's signatures are valid (RFC 3339): the latest inception and the
+    /// earliest expiration (zones may have their own validity and refresh).
     pub signatures_from: String,
     pub signatures_until: String,
     /// When the server signs again by itself: the next refresh or key event.
@@ -244,6 +245,12 @@ pub struct DnssecView {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct DnssecZoneView {
     pub zone: String,
+    /// This zone's signatures' inception and expiration (RFC 3339; empty from servers older
+    /// than per-zone settings).
+    #[serde(default)]
+    pub signatures_from: String,
+    #[serde(default)]
+    pub signatures_until: String,
     /// RRsets signed and NSEC records in the chain.
     pub rrsets: usize,
     pub nsec: usize,
@@ -268,11 +275,14 @@ fn unix_rfc3339(secs: u64) -> String {
 /// The status of what `signing` signed.
 pub fn dnssec_view(signing: &crate::dnssec::Signing) -> DnssecView {
     let at = signing.signed_at;
+    let valid = signing.valid_everywhere();
     let zones = signing
         .zones
         .iter()
         .map(|(zone, signed)| DnssecZoneView {
             zone: zone.clone(),
+            signatures_from: unix_rfc3339(signed.window.inception.into()),
+            signatures_until: unix_rfc3339(signed.window.expiration.into()),
             rrsets: signed.rrsets,
             nsec: signed.nsec,
             keys: signing
@@ -294,12 +304,8 @@ pub fn dnssec_view(signing: &crate::dnssec::Signing) -> DnssecView {
         .collect();
     DnssecView {
         signed_at: unix_rfc3339(at),
-        signatures_from: signing
-            .window
-            .map_or_else(String::new, |w| unix_rfc3339(u64::from(w.inception))),
-        signatures_until: signing
-            .window
-            .map_or_else(String::new, |w| unix_rfc3339(u64::from(w.expiration))),
+        signatures_from: valid.map_or_else(String::new, |(from, _)| unix_rfc3339(from.into())),
+        signatures_until: valid.map_or_else(String::new, |(_, until)| unix_rfc3339(until.into())),
         next_event: signing.next_event().map(unix_rfc3339),
         steered_variants: signing.steered.variants,
         zones,

@@ -1,10 +1,14 @@
 //! CHAOS-class queries: `version.bind`, `id.server` / `hostname.bind`, and (for permitted
-//! clients) a trace of the steering decision for a name. Operators' tools, not the hot path.
+//! clients) a trace of the steering decision for a name. Operators' tools, not the hot path:
+//! they allocate.
 
-use crate::dns::wire::{class, flag, rcode, rtype, Client, Query};
+use crate::dns::wire::{class, flag, rcode, rtype, Client, Query, WireName};
 use crate::dns::writer::{Overflow, Writer};
+use crate::policy;
 use crate::snapshot::compose::{put_opt, write_simple};
+use crate::snapshot::steer::locate;
 use crate::snapshot::Snapshot;
+use crate::zone::lookup::{resolve, SteeredAnswer, Steering, ZoneSet};
 
 pub fn respond(
     snapshot: &Snapshot,
@@ -57,11 +61,65 @@ fn answer_text(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<St
             snapshot.serial(),
             snapshot.config_hash()
         )),
-        _ => snapshot.chaos_extra(
-            &query.qname,
-            client,
-            query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
-        ),
+        _ => decision_trace(snapshot, query, client),
+    }
+}
+
+/// A one-line explanation of how the steered name `query` asks for is decided for this
+/// client (its ECS option, else its address), for permitted clients: where the client is,
+/// the geo database's state, and each step of the policy.
+fn decision_trace(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<String> {
+    if !snapshot.may_trace(client.addr) {
+        return None;
+    }
+    let data = snapshot.steering()?;
+    let binding = first_binding(snapshot.zones(), &query.qname)?;
+    let steered = data.policies.steered().get(binding as usize)?;
+    let subnet = query.edns.as_ref().and_then(|e| e.client_subnet.as_ref());
+    let located = locate(&data.locator, client.addr, subnet);
+    let source = match subnet {
+        Some(ecs) if ecs.source_prefix > 0 => format!("ecs {}/{}", ecs.addr, ecs.source_prefix),
+        _ => "source address".to_string(),
+    };
+    let location = data.locator.describe(located.addr);
+    let database = match data.locator.degraded() {
+        Some(reason) => format!("; geo database degraded: {reason}"),
+        None => String::new(),
+    };
+    let decision = policy::explain_with_health(
+        &data.policies,
+        steered.root,
+        &located,
+        &snapshot.shield().view(),
+        &snapshot.health().view(),
+    );
+    Some(format!(
+        "{} via {source}; {location}{database}; name {}; {decision}",
+        located.addr, steered.name
+    ))
+}
+
+/// The steering binding an A (else an AAAA) lookup of `qname` reaches first: the name's own,
+/// its wildcard's, or one at the end of a CNAME chain. `None` outside our zones or when no
+/// steered name is reached.
+fn first_binding(zones: &ZoneSet, qname: &WireName) -> Option<u32> {
+    for qtype in [rtype::A, rtype::AAAA] {
+        let mut asked = FirstAsked(None);
+        resolve(zones, qname, qtype, &mut asked, false)?;
+        if asked.0.is_some() {
+            return asked.0;
+        }
+    }
+    None
+}
+
+/// A steering hook that decides nothing and keeps the first binding the lookup asks about.
+struct FirstAsked(Option<u32>);
+
+impl<'z> Steering<'z> for FirstAsked {
+    fn steer(&mut self, binding: u32, _: u16) -> Option<SteeredAnswer<'z>> {
+        self.0.get_or_insert(binding);
+        None
     }
 }
 

@@ -24,7 +24,6 @@ use crate::dns::wire::{
     CLASSIC_UDP_LIMIT, HEADER_LEN, MAX_MESSAGE,
 };
 use crate::metrics::{querylog, serving};
-use std::cell::Cell;
 
 use crate::rrl::{Class, Subject, Verdict};
 use crate::shield::live::DemandSample;
@@ -35,7 +34,7 @@ use crate::snapshot::compose::{
 use crate::snapshot::compose::SignedSet;
 use crate::snapshot::steer::{AddressSet, ClientSteering};
 use crate::snapshot::{Cached, Snapshot};
-use crate::zone::lookup::{resolve, NoSteering, Steering};
+use crate::zone::lookup::{resolve_in, NoSteering, Steering};
 use crate::zone::model::RRset;
 
 /// Answers `packet` into `out`; returns the response length, or `None` to stay silent.
@@ -51,7 +50,7 @@ pub fn respond(
     match parse_query_into(packet, &mut query) {
         Ok(()) => {}
         Err(Reject::Drop) => {
-            serving().record(client.transport, None);
+            count_query(snapshot, client, None, None);
             return None;
         }
         Err(Reject::Error {
@@ -69,15 +68,13 @@ pub fn respond(
             )
             .ok();
             let len = len.and_then(|n| limit_rate(snapshot, client, rcode, None, out, n));
-            let truncated = len.map(|n| is_truncated(&out[..n]));
-            serving().record(client.transport, truncated.map(|tc| (rcode, tc)));
-            if len.is_some() {
-                snapshot.counters().record_response(None, rcode);
-            }
+            let answered = len.map(|n| (rcode, is_truncated(&out[..n])));
+            count_query(snapshot, client, None, answered);
             return len;
         }
     }
-    // One lookup gives both the fast-path entry (if any) and the zone for the counters.
+    // One lookup gives both the fast-path entry (if any) and the zone: for the general
+    // lookup, the rate limiter and the counters.
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
     let precompiled = snapshot.fast_path(&query.qname, query.qtype, dnssec);
     let zone = match precompiled {
@@ -85,8 +82,9 @@ pub fn respond(
         None => zone_index(snapshot, &query),
     };
     let cached = precompiled.map(|(_, cached)| cached);
-    let demand = Cell::new(None);
-    let len = answer(snapshot, packet, &query, client, (zone, cached), &demand, out).and_then(|n| {
+    let mut demand = None;
+    let found = Found { zone, cached };
+    let len = answer(snapshot, packet, &query, client, found, &mut demand, out).and_then(|n| {
         let subject = Subject {
             qname: query.qname.as_wire(),
             qtype: query.qtype,
@@ -97,7 +95,7 @@ pub fn respond(
     });
     // The shield counts answers that go out whole: not one the rate limiter dropped or
     // slipped, not one truncated (its client asks again over TCP, and counts then).
-    if let (Some(n), Some(sample), Some(steering)) = (len, demand.get(), snapshot.steering()) {
+    if let (Some(n), Some(sample), Some(steering)) = (len, demand, snapshot.steering()) {
         if !is_truncated(&out[..n]) {
             steering.demand.record(&sample);
         }
@@ -187,14 +185,32 @@ fn count(
     response: Option<&[u8]>,
 ) {
     let Some(response) = response else {
-        serving().record(client.transport, None);
+        count_query(snapshot, client, zone, None);
         return;
     };
     let rcode = response_rcode(query, response);
-    serving().record(client.transport, Some((rcode, is_truncated(response))));
-    snapshot.counters().record_response(zone, rcode);
+    count_query(
+        snapshot,
+        client,
+        zone,
+        Some((rcode, is_truncated(response))),
+    );
     if querylog::sampled(snapshot.options().query_log_sample) {
         querylog::log(client, query, rcode);
+    }
+}
+
+/// Counts one query, by transport, answered (with its rcode and whether it was truncated) or
+/// not, and, when answered, by zone (`None`: no zone of ours, or no question).
+fn count_query(
+    snapshot: &Snapshot,
+    client: &Client,
+    zone: Option<usize>,
+    answered: Option<(u16, bool)>,
+) {
+    serving().record(client.transport, answered);
+    if let Some((rcode, _)) = answered {
+        snapshot.counters().record_response(zone, rcode);
     }
 }
 
@@ -210,15 +226,23 @@ fn zone_index(snapshot: &Snapshot, query: &Query) -> Option<usize> {
         .map(|(index, _)| index)
 }
 
-/// The answer proper, uncounted; a steered anycast answer's demand is left in `demand`.
-/// `fast_path` is the query's zone and fast-path entry (see [`Snapshot::fast_path`]).
+/// What the one probe of the query name found: its zone (index in the snapshot's zones;
+/// `None`: not ours) and its fast-path entry.
+#[derive(Clone, Copy)]
+struct Found<'a> {
+    zone: Option<usize>,
+    cached: Option<Cached<'a>>,
+}
+
+/// The answer proper, uncounted (but for the steering decisions it took); a steered anycast
+/// answer's demand is left in `demand`, for the caller to count once the answer is sent.
 fn answer(
     snapshot: &Snapshot,
     packet: &[u8],
     query: &Query,
     client: &Client,
-    (zone, precompiled): (Option<usize>, Option<Cached<'_>>),
-    demand: &Cell<Option<DemandSample>>,
+    found: Found<'_>,
+    demand: &mut Option<DemandSample>,
     out: &mut [u8],
 ) -> Option<usize> {
     let limit = response_limit(snapshot, query, client);
@@ -275,26 +299,26 @@ fn answer(
             .ok()
         }
     }
-    if let Some(Cached::Response(cached)) = precompiled {
+    if let Some(Cached::Response(cached)) = found.cached {
         if let Some(len) = serve_precompiled(snapshot, packet, query, cached, limit, out) {
             return Some(len);
         }
     }
-    // Located once, for the fast path and, if it hands over, for the general lookup.
-    let steering = snapshot.steering_for(
+    // One steering context for the fast path and, if it hands over, the general lookup.
+    let mut steering = snapshot.steering_for(
         client,
         query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
     );
-    let len = answer_located(
+    let len = answer_steerable(
         snapshot,
         packet,
         query,
-        steered_entry(snapshot, query, zone, precompiled),
-        steering.as_ref(),
+        found,
+        steering.as_mut(),
         limit,
         out,
     );
-    demand.set(steering.as_ref().and_then(ClientSteering::demand));
+    *demand = steering.as_ref().and_then(ClientSteering::demand);
     len
 }
 
@@ -312,16 +336,15 @@ struct SteeredEntry<'s> {
 fn steered_entry<'s>(
     snapshot: &'s Snapshot,
     query: &Query,
-    zone: Option<usize>,
-    precompiled: Option<Cached<'_>>,
+    found: Found<'_>,
 ) -> Option<SteeredEntry<'s>> {
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
-    let binding = match precompiled? {
+    let binding = match found.cached? {
         Cached::Response(_) => return None,
         Cached::Steered(binding) => return Some(SteeredEntry { binding, proof: None }),
         Cached::Wildcard(binding) => binding,
     };
-    let zone = snapshot.zones().zones().get(zone?)?;
+    let zone = snapshot.zones().zones().get(found.zone?)?;
     if !dnssec || zone.denial.is_none() {
         return Some(SteeredEntry { binding, proof: None });
     }
@@ -333,33 +356,39 @@ fn steered_entry<'s>(
     })
 }
 
-/// The answers that may be steered, for a located client (`steering`, when names are).
-fn answer_located(
-    snapshot: &Snapshot,
+/// The answers that may be steered (`steering`, when names are): the steered fast path, else
+/// the general lookup in the zone found.
+fn answer_steerable<'s>(
+    snapshot: &'s Snapshot,
     packet: &[u8],
     query: &Query,
-    entry: Option<SteeredEntry<'_>>,
-    steering: Option<&ClientSteering<'_>>,
+    found: Found<'_>,
+    mut steering: Option<&mut ClientSteering<'s>>,
     limit: usize,
     out: &mut [u8],
 ) -> Option<usize> {
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
-    if let (Some(entry), Some(steering)) = (entry, steering) {
+    let entry = steered_entry(snapshot, query, found);
+    if let (Some(entry), Some(steering)) = (entry, steering.as_mut()) {
         if let Some(len) = serve_steered(snapshot, packet, query, steering, &entry, limit, out) {
             return Some(len);
         }
     }
-    let steering: &dyn Steering<'_> = match steering {
+    let steering: &mut dyn Steering<'s> = match steering {
         Some(s) => s,
-        None => &NoSteering,
+        None => &mut NoSteering,
     };
-    match resolve(
-        snapshot.zones(),
-        &query.qname,
-        query.qtype,
-        steering,
-        dnssec,
-    ) {
+    let plan = found.zone.and_then(|zone| {
+        resolve_in(
+            snapshot.zones(),
+            zone,
+            &query.qname,
+            query.qtype,
+            steering,
+            dnssec,
+        )
+    });
+    match plan {
         Some(plan) => write_plan(snapshot.options(), packet, query, &plan, limit, out).ok(),
         None => write_simple(
             snapshot.options(),
@@ -419,13 +448,14 @@ fn serve_precompiled(
 /// Fast path for a steered name whose policy answers with addresses: the header, the client's
 /// question, one record per address (owned by a pointer to the question), with DO their
 /// signatures and a wildcard answer's proof, and OPT, written directly — the same bytes
-/// [`write_plan`] would write for that plan. `None` (nothing counted) hands the query to the
-/// general path: a CNAME or NODATA decision, or too big to fit.
+/// [`write_plan`] would write for that plan. `None` hands the query
+/// to the general path (a CNAME or NODATA decision, or too big to fit), which answers with the
+/// same decision, counted once (see [`ClientSteering::addresses`]).
 fn serve_steered(
     snapshot: &Snapshot,
     packet: &[u8],
     query: &Query,
-    steering: &ClientSteering<'_>,
+    steering: &mut ClientSteering<'_>,
     entry: &SteeredEntry<'_>,
     limit: usize,
     out: &mut [u8],
@@ -505,6 +535,5 @@ fn serve_steered(
             &mut out[pos..],
         )?;
     }
-    steering.answered(binding, &steered);
     Some(pos)
 }

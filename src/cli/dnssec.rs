@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 
 use steerdns::config::Config;
 use steerdns::dnssec::keys::{generate, load_zone_keys, normalize_zone, Timing};
-use steerdns::dnssec::{Algorithm, Role};
+use steerdns::dnssec::{Algorithm, Role, ZoneSettings};
 use steerdns::snapshot::load::load;
 use steerdns::zone::model::name_to_wire;
 
@@ -16,11 +16,24 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// `dnssec keygen ZONE`: a CSK (or, with `split`, a KSK and a ZSK), published and active now.
+/// The settings `zone` is signed with (its `[dnssec.zone."…"]` overrides over `[dnssec]`).
+fn zone_settings(config: &Config, zone: &str) -> Result<ZoneSettings> {
+    Ok(ZoneSettings::for_zone(
+        &config.dnssec,
+        &normalize_zone(zone),
+    )?)
+}
+
+/// `dnssec keygen ZONE`: a CSK (or, with `split`, a KSK and a ZSK), published and active now,
+/// in the zone's key directory, of the zone's algorithm unless `algorithm` says otherwise.
 pub fn keygen(config: &Config, zone: &str, split: bool, algorithm: Option<u8>) -> Result<ExitCode> {
-    let number = algorithm.unwrap_or(config.dnssec.algorithm);
-    let Some(algorithm) = Algorithm::from_number(number) else {
-        bail!("algorithm {number} is not supported (13 = ECDSA P-256, 15 = Ed25519)");
+    let settings = zone_settings(config, zone)?;
+    let algorithm = match algorithm {
+        None => settings.algorithm,
+        Some(number) => match Algorithm::from_number(number) {
+            Some(algorithm) => algorithm,
+            None => bail!("algorithm {number} is not supported (13 = ECDSA P-256, 15 = Ed25519)"),
+        },
     };
     let now = now();
     let timing = Timing {
@@ -36,7 +49,7 @@ pub fn keygen(config: &Config, zone: &str, split: bool, algorithm: Option<u8>) -
         &[Role::Csk]
     };
     for &role in roles {
-        let key = generate(&config.dnssec.keys, zone, algorithm, role, timing)?;
+        let key = generate(&settings.keys, zone, algorithm, role, timing)?;
         println!(
             "wrote {} ({} {}, algorithm {}, tag {})",
             key.path.display(),
@@ -46,7 +59,7 @@ pub fn keygen(config: &Config, zone: &str, split: bool, algorithm: Option<u8>) -
             key.tag
         );
     }
-    let (seed, made) = steerdns::dnssec::rollover::ensure_seed(&config.dnssec.keys)?;
+    let (seed, made) = steerdns::dnssec::rollover::ensure_seed(&settings.keys)?;
     if made {
         println!(
             "wrote {} (automatic rollover derives successor keys from it: ship it with the keys)",
@@ -64,8 +77,9 @@ pub fn keygen(config: &Config, zone: &str, split: bool, algorithm: Option<u8>) -
 
 /// `dnssec ds ZONE`: the DS of every key-signing key the parent should have, zone-file form.
 pub fn ds(config: &Config, zone: &str) -> Result<ExitCode> {
+    let settings = zone_settings(config, zone)?;
     let zone = normalize_zone(zone);
-    let keys = load_zone_keys(&config.dnssec.keys, &zone)?;
+    let keys = load_zone_keys(&settings.keys, &zone)?;
     let apex = name_to_wire(&zone.parse().context("zone name")?);
     let now = now();
     let mut printed = 0;
@@ -83,58 +97,35 @@ pub fn ds(config: &Config, zone: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `dnssec status`: every signed zone's keys, their states and next events.
+/// `dnssec status`: every signed zone's settings, keys, their states and next events.
 pub fn status(config: &Config) -> Result<ExitCode> {
     if config.dnssec.zones.is_empty() {
         println!("DNSSEC off: no zones in [dnssec] zones");
         return Ok(ExitCode::SUCCESS);
     }
     let now = now();
-    let window = steerdns::dnssec::Window::at(
-        now,
-        config.dnssec.signature_validity_secs,
-        config.dnssec.refresh_secs,
-    );
-    println!(
-        "key directory {}; algorithm {}; denial {}; signatures valid until {} (re-signed at {})",
-        config.dnssec.keys.display(),
-        config.dnssec.algorithm,
-        config.dnssec.denial,
-        rfc3339(u64::from(window.expiration)),
-        rfc3339(window.refresh_at)
-    );
     let mut bad = false;
     for zone in &config.dnssec.zones {
+        let settings = zone_settings(config, zone)?;
         let zone = normalize_zone(zone);
-        match load_zone_keys(&config.dnssec.keys, &zone) {
+        let window = settings.window(now);
+        println!(
+            "{zone}: key directory {}; algorithm {}; denial {}; signatures valid until {} \
+             (re-signed at {})",
+            settings.keys.display(),
+            settings.algorithm.number(),
+            settings.denial_name(),
+            rfc3339(u64::from(window.expiration)),
+            rfc3339(window.refresh_at)
+        );
+        match load_zone_keys(&settings.keys, &zone) {
             Err(e) => {
                 bad = true;
-                println!("{zone}: {e}");
+                println!("  {e}");
             }
             Ok(keys) => {
-                println!("{zone}:");
                 for key in &keys {
-                    let t = &key.timing;
-                    let state = t.state(now);
-                    // A key with a lifetime and no rollover under way: when the next starts.
-                    let rollover =
-                        steerdns::dnssec::rollover::next_start(key.role, t, &config.dnssec, now)
-                            .filter(|_| t.active(now))
-                            .map(|at| (at, "rollover starts"));
-                    let next = t
-                        .next_event(now)
-                        .or(rollover)
-                        .map_or("no event scheduled".to_string(), |(at, what)| {
-                            format!("{what} at {}", rfc3339(at))
-                        });
-                    println!(
-                        "  {} tag {:5} alg {} {:9} next: {next}  ({})",
-                        key.role.as_str(),
-                        key.tag,
-                        key.algorithm.number(),
-                        state,
-                        key.path.display()
-                    );
+                    print_key(key, &settings, now);
                 }
             }
         }
@@ -144,6 +135,30 @@ pub fn status(config: &Config) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// One key's line of `dnssec status`: role, tag, algorithm, state and next event.
+fn print_key(key: &steerdns::dnssec::Key, settings: &ZoneSettings, now: u64) {
+    let t = &key.timing;
+    let state = t.state(now);
+    // A key with a lifetime and no rollover under way: when the next starts.
+    let rollover = steerdns::dnssec::rollover::next_start(key.role, t, settings, now)
+        .filter(|_| t.active(now))
+        .map(|at| (at, "rollover starts"));
+    let next = t
+        .next_event(now)
+        .or(rollover)
+        .map_or("no event scheduled".to_string(), |(at, what)| {
+            format!("{what} at {}", rfc3339(at))
+        });
+    println!(
+        "  {} tag {:5} alg {} {:9} next: {next}  ({})",
+        key.role.as_str(),
+        key.tag,
+        key.algorithm.number(),
+        state,
+        key.path.display()
+    );
 }
 
 fn rfc3339(secs: u64) -> String {

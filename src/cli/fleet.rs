@@ -12,7 +12,7 @@ use etcd_client::Client;
 
 use steerdns::config::fleet::FleetConfig;
 use steerdns::config::Config;
-use steerdns::control::history::summarize;
+use steerdns::control::summarize;
 use steerdns::control::ControlFile;
 use steerdns::fleet::store::{self, Convergence, NodeRecord, WriteError};
 use steerdns::fleet::{client, Keys};

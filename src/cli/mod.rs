@@ -21,7 +21,8 @@ use steerdns::control::edit::{
     explicit_serial, parse_assignment, replace_if_unchanged, set_drain, set_serial, set_weights,
     ControlLock, EditError,
 };
-use steerdns::control::history::{summarize, History};
+use steerdns::control::history::History;
+use steerdns::control::summarize;
 use steerdns::control::ControlFile;
 use steerdns::reload::Source;
 use steerdns::snapshot::load::{load_with, ControlSource};
@@ -640,10 +641,12 @@ fn print_dnssec(d: &steerdns::admin::DnssecView) {
             })
             .collect();
         println!(
-            "  {}: {} RRsets, {} NSEC; keys: {}",
+            "  {}: {} RRsets, {} NSEC; signatures valid {} .. {}; keys: {}",
             zone.zone,
             zone.rrsets,
             zone.nsec,
+            zone.signatures_from,
+            zone.signatures_until,
             keys.join("; ")
         );
     }

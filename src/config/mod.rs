@@ -389,7 +389,7 @@ pub enum ConfigError {
     #[error("{path}: {field}: {message}")]
     Invalid {
         path: PathBuf,
-        field: &'static str,
+        field: String,
         message: String,
     },
 }
@@ -461,7 +461,7 @@ impl Config {
         let config: Config = toml::from_str(text).map_err(|e| {
             let (line, column) = e
                 .span()
-                .map(|span| crate::files::line_column(text, span.start))
+                .map(|span| crate::text_position::line_column(text, span.start))
                 .unwrap_or((0, 0));
             ConfigError::Syntax {
                 path: path.to_path_buf(),
@@ -475,9 +475,9 @@ impl Config {
     }
 
     fn check(&self, path: &Path) -> Result<(), ConfigError> {
-        let invalid = |field, message: String| ConfigError::Invalid {
+        let invalid = |field: &str, message: String| ConfigError::Invalid {
             path: path.to_path_buf(),
-            field,
+            field: field.to_string(),
             message,
         };
         let server = &self.server;
@@ -636,8 +636,8 @@ impl Config {
                 ));
             }
         }
-        if let Some((field, message)) = self.dnssec.problem() {
-            return Err(invalid(field, message));
+        if let Some(problem) = self.dnssec.problem() {
+            return Err(invalid(&problem.field, problem.message));
         }
         Ok(())
     }
@@ -676,8 +676,12 @@ impl Config {
                 }
             }
         }
-        if self.dnssec.keys.is_relative() {
-            self.dnssec.keys = base.join(&self.dnssec.keys);
+        let dnssec = &mut self.dnssec;
+        let zone_keys = dnssec.zone.values_mut().filter_map(|z| z.keys.as_mut());
+        for keys in std::iter::once(&mut dnssec.keys).chain(zone_keys) {
+            if keys.is_relative() {
+                *keys = base.join(&*keys);
+            }
         }
     }
 

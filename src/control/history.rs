@@ -10,12 +10,11 @@
 //! Layout: each version is `<serial, 10 digits>.toml` (the exact control text) plus
 //! `<serial>.json` (its metadata). The text is written first, the metadata second, both through
 //! a temporary file and a rename, so readers see a version only once both are complete. Both
-//! are flushed to disk in the background ([`super::durable`]): a reload must not wait for a
-//! slow disk before it serves an operator's change. After a machine crash a version whose
-//! flush did not finish may be torn: a version whose metadata is missing, unreadable, or does
-//! not match its text (length and hash) is skipped.
+//! are flushed to disk in the background ([`crate::files::flush_in_background`]): a reload must
+//! not wait for a slow disk before it serves an operator's change. After a machine crash a
+//! version whose flush did not finish may be torn: a version whose metadata is missing,
+//! unreadable, or does not match its text (length and hash) is skipped.
 
-use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -23,9 +22,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use super::edit::{replace_file_unflushed, WriteError};
-use super::ControlFile;
-use crate::policy::{EndpointKnobs, ForcedAnswer, RegionKnobs, ShieldMode};
+use crate::files::{flush_in_background, replace_file_unflushed, WriteError};
 
 /// One accepted control version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -36,7 +33,7 @@ pub struct VersionMeta {
     pub time: String,
     /// What brought it in, e.g. "control file", "startup", "rollback".
     pub source: String,
-    /// What it changed, from [`summarize`].
+    /// What it changed, from [`super::summarize`].
     pub summary: String,
 }
 
@@ -268,7 +265,7 @@ impl History {
             source: meta.source.clone(),
             summary: meta.summary.clone(),
             text_bytes: text.len() as u64,
-            text_fnv1a64: format!("{:016x}", crate::files::fnv1a64(text.as_bytes())),
+            text_fnv1a64: format!("{:016x}", crate::hash::fnv1a64(text.as_bytes())),
         };
         // Serializing a struct of strings and integers cannot fail; mapped anyway, not unwrapped.
         let json = serde_json::to_vec_pretty(&stored).map_err(|e| HistoryError::Corrupt {
@@ -283,7 +280,7 @@ impl History {
         // listed version without its text.
         let text_written = replace_file_unflushed(&self.text_path(serial), text.as_bytes())?;
         let meta_written = replace_file_unflushed(&self.meta_path(serial), &json)?;
-        super::durable::flush_in_background(text_written.into_iter().chain(meta_written));
+        flush_in_background(text_written.into_iter().chain(meta_written));
         Ok(meta)
     }
 
@@ -365,7 +362,7 @@ impl History {
         let Some(bytes) = read_if_present(&text_path)? else {
             return Err(corrupt(format!("{} is missing", text_path.display())));
         };
-        let hash = format!("{:016x}", crate::files::fnv1a64(&bytes));
+        let hash = format!("{:016x}", crate::hash::fnv1a64(&bytes));
         if bytes.len() as u64 != stored.text_bytes || hash != stored.text_fnv1a64 {
             return Err(corrupt(format!(
                 "{} does not match its metadata ({} bytes, expected {})",
@@ -422,127 +419,6 @@ pub fn next_serial(newest: Option<u64>, explicit: Option<u64>) -> u64 {
     explicit.unwrap_or_else(|| newest.map_or(1, |n| n.saturating_add(1)))
 }
 
-/// The most changes [`summarize`] spells out before counting the rest.
-const MAX_SUMMARY_ITEMS: usize = 12;
-
-/// A one-line, human description of how the knobs changed from `old` to `new`, e.g.
-/// `critical.frontdoor weight 100->0; eu-west drain off->on; shield auto->frozen`, or
-/// `no knob changes`. An unset knob reads `default` (the config's value applies). The serial
-/// is not a knob and is not mentioned. For a first version pass `ControlFile::default()`.
-pub fn summarize(old: &ControlFile, new: &ControlFile) -> String {
-    let mut changes = Vec::new();
-    endpoint_changes(old, new, &mut changes);
-    region_changes(old, new, &mut changes);
-    if old.shield != new.shield {
-        changes.push(format!(
-            "shield {}->{}",
-            shield_name(old.shield),
-            shield_name(new.shield)
-        ));
-    }
-    if changes.is_empty() {
-        return "no knob changes".to_owned();
-    }
-    let total = changes.len();
-    let mut line = changes[..total.min(MAX_SUMMARY_ITEMS)].join("; ");
-    if total > MAX_SUMMARY_ITEMS {
-        let _ = write!(line, "; and {} more", total - MAX_SUMMARY_ITEMS);
-    }
-    line
-}
-
-fn endpoint_changes(old: &ControlFile, new: &ControlFile, out: &mut Vec<String>) {
-    let none = EndpointKnobs::default();
-    let profiles = union(old.profiles.keys(), new.profiles.keys());
-    for profile in profiles {
-        let old_eps = old.profiles.get(profile).map(|p| &p.endpoints);
-        let new_eps = new.profiles.get(profile).map(|p| &p.endpoints);
-        let names = union(
-            old_eps.into_iter().flat_map(|e| e.keys()),
-            new_eps.into_iter().flat_map(|e| e.keys()),
-        );
-        for endpoint in names {
-            let a = old_eps.and_then(|e| e.get(endpoint)).unwrap_or(&none);
-            let b = new_eps.and_then(|e| e.get(endpoint)).unwrap_or(&none);
-            if a.weight != b.weight {
-                out.push(format!(
-                    "{profile}.{endpoint} weight {}->{}",
-                    or_default(a.weight),
-                    or_default(b.weight)
-                ));
-            }
-            if a.enabled != b.enabled {
-                out.push(format!(
-                    "{profile}.{endpoint} enabled {}->{}",
-                    on_off_default(a.enabled),
-                    on_off_default(b.enabled)
-                ));
-            }
-        }
-    }
-}
-
-fn region_changes(old: &ControlFile, new: &ControlFile, out: &mut Vec<String>) {
-    let none = RegionKnobs::default();
-    for region in union(old.regions.keys(), new.regions.keys()) {
-        let a = old.regions.get(region).unwrap_or(&none);
-        let b = new.regions.get(region).unwrap_or(&none);
-        if a.drain != b.drain {
-            out.push(format!(
-                "{region} drain {}->{}",
-                on_off(a.drain),
-                on_off(b.drain)
-            ));
-        }
-        if a.force != b.force {
-            out.push(format!(
-                "{region} force {}->{}",
-                force_name(a.force.as_ref()),
-                force_name(b.force.as_ref())
-            ));
-        }
-    }
-}
-
-/// Sorted, deduplicated union of two sets of names.
-fn union<'a>(
-    a: impl IntoIterator<Item = &'a String>,
-    b: impl IntoIterator<Item = &'a String>,
-) -> Vec<&'a String> {
-    let mut all: Vec<&String> = a.into_iter().chain(b).collect();
-    all.sort();
-    all.dedup();
-    all
-}
-
-fn or_default(weight: Option<u32>) -> String {
-    weight.map_or_else(|| "default".to_owned(), |w| w.to_string())
-}
-
-fn on_off(b: bool) -> &'static str {
-    if b {
-        "on"
-    } else {
-        "off"
-    }
-}
-
-fn on_off_default(b: Option<bool>) -> &'static str {
-    b.map_or("default", on_off)
-}
-
-fn force_name(force: Option<&ForcedAnswer>) -> String {
-    force.map_or_else(|| "none".to_owned(), ToString::to_string)
-}
-
-fn shield_name(mode: ShieldMode) -> &'static str {
-    match mode {
-        ShieldMode::Auto => "auto",
-        ShieldMode::Frozen => "frozen",
-        ShieldMode::Off => "off",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -557,10 +433,6 @@ mod tests {
             std::env::temp_dir().join(format!("steerdns-history-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         dir
-    }
-
-    fn control(text: &str) -> ControlFile {
-        ControlFile::parse(text, Path::new("c.toml")).unwrap()
     }
 
     fn file_names(dir: &Path) -> Vec<String> {
@@ -764,60 +636,5 @@ mod tests {
         assert_eq!(next_serial(Some(41), Some(7)), 7);
         assert_eq!(next_serial(None, Some(2024010101)), 2024010101);
         assert_eq!(next_serial(Some(u64::MAX), None), u64::MAX);
-    }
-
-    #[test]
-    fn summarize_weights_and_enabled() {
-        let old = control(
-            "[profiles.critical.endpoints]\nfrontdoor = { weight = 100 }\nalt-cdn = { weight = 0 }\nappgw = { weight = 0 }\n",
-        );
-        let new = control(
-            "[profiles.critical.endpoints]\nfrontdoor = { weight = 0 }\nalt-cdn = { weight = 100 }\nappgw = { weight = 0, enabled = false }\n[profiles.warm.endpoints]\nx = { weight = 5 }\n",
-        );
-        assert_eq!(
-            summarize(&old, &new),
-            "critical.alt-cdn weight 0->100; critical.appgw enabled default->off; \
-             critical.frontdoor weight 100->0; warm.x weight default->5"
-        );
-        assert_eq!(
-            summarize(&new, &old),
-            "critical.alt-cdn weight 100->0; critical.appgw enabled off->default; \
-             critical.frontdoor weight 0->100; warm.x weight 5->default"
-        );
-    }
-
-    #[test]
-    fn summarize_regions_and_shield() {
-        let old = control("shield = \"auto\"\n[regions.eu-west]\nforce = \"regional\"\n");
-        let new = control(
-            "serial = 9\nshield = \"frozen\"\n[regions.eu-west]\ndrain = true\n[regions.us-east]\nforce = \"fallback:fb-us\"\n",
-        );
-        assert_eq!(
-            summarize(&old, &new),
-            "eu-west drain off->on; eu-west force regional->none; \
-             us-east force none->fallback:fb-us; shield auto->frozen"
-        );
-    }
-
-    #[test]
-    fn summarize_no_change_ignores_serial_and_layout() {
-        let a = control("serial = 1\n[profiles.p.endpoints]\ne = { weight = 1 }\n");
-        let b = control("serial = 2\n# moved\n[profiles.p.endpoints.e]\nweight = 1\n");
-        assert_eq!(summarize(&a, &b), "no knob changes");
-        assert_eq!(
-            summarize(&ControlFile::default(), &ControlFile::default()),
-            "no knob changes"
-        );
-    }
-
-    #[test]
-    fn summarize_caps_long_changes() {
-        let mut text = String::from("[profiles.p.endpoints]\n");
-        for i in 0..20 {
-            text.push_str(&format!("e{i:02} = {{ weight = {i} }}\n"));
-        }
-        let line = summarize(&ControlFile::default(), &control(&text));
-        assert_eq!(line.matches("weight default->").count(), MAX_SUMMARY_ITEMS);
-        assert!(line.ends_with("; and 8 more"), "{line}");
     }
 }

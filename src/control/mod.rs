@@ -4,11 +4,14 @@
 //!
 //! Owns reading and checking the file. Compiling the knobs into policies (and refusing a change
 //! that leaves a profile with nothing to serve) is the snapshot's job, through the same path as
-//! every other change.
+//! every other change. Beside it: [`edit`] (the CLI's comment-preserving edits), [`history`]
+//! (the accepted versions on disk) and [`summarize`] (how two versions differ, in one line).
 
-mod durable;
 pub mod edit;
 pub mod history;
+mod summary;
+
+pub use summary::summarize;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -77,7 +80,7 @@ impl ControlFile {
         toml::from_str(text).map_err(|e| {
             let (line, column) = e
                 .span()
-                .map(|span| crate::files::line_column(text, span.start))
+                .map(|span| crate::text_position::line_column(text, span.start))
                 .unwrap_or((0, 0));
             ControlError::Syntax {
                 path: path.to_path_buf(),
@@ -119,7 +122,9 @@ pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
                         span = t.span().or(span);
                         next_table = Some(t);
                     }
-                    None => return span.map(|s| crate::files::line_column(text, s.start).0),
+                    None => {
+                        return span.map(|s| crate::text_position::line_column(text, s.start).0)
+                    }
                 },
                 toml_edit::Item::Value(toml_edit::Value::Array(values)) => {
                     match values.get(index) {
@@ -128,10 +133,12 @@ pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
                             next_table =
                                 v.as_inline_table().map(|t| t as &dyn toml_edit::TableLike);
                         }
-                        None => return span.map(|s| crate::files::line_column(text, s.start).0),
+                        None => {
+                            return span.map(|s| crate::text_position::line_column(text, s.start).0)
+                        }
                     }
                 }
-                _ => return span.map(|s| crate::files::line_column(text, s.start).0),
+                _ => return span.map(|s| crate::text_position::line_column(text, s.start).0),
             }
             // Nested indexes on array elements are not used by our paths.
             item = &toml_edit::Item::None;
@@ -141,7 +148,7 @@ pub fn line_of_field(text: &str, field: &str) -> Option<usize> {
             None => break,
         }
     }
-    span.map(|s| crate::files::line_column(text, s.start).0)
+    span.map(|s| crate::text_position::line_column(text, s.start).0)
 }
 
 /// `"endpoints[1]"` -> `("endpoints", [1])`.

@@ -1,5 +1,8 @@
-//! The `[dnssec]` section of the config file.
+//! The `[dnssec]` section of the config file: plain data. What one zone is signed with (the
+//! section's values under the zone's overrides, checked) is resolved by
+//! [`super::settings::ZoneSettings`].
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -45,6 +48,29 @@ pub struct DnssecConfig {
     pub propagation_delay_secs: u64,
     /// How long the parent's DS TTL is assumed to be during a KSK/CSK rollover.
     pub parent_ds_ttl: u32,
+    /// `[dnssec.zone."NAME"]`: settings of one zone of `zones` that differ from the values
+    /// above (by zone name as written).
+    pub zone: BTreeMap<String, DnssecZoneOverrides>,
+}
+
+/// `[dnssec.zone."NAME"]`: one zone's own values of the `[dnssec]` settings; each one left out
+/// is the section's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnssecZoneOverrides {
+    pub keys: Option<PathBuf>,
+    pub algorithm: Option<u8>,
+    pub denial: Option<String>,
+    pub nsec3_iterations: Option<u16>,
+    pub nsec3_salt: Option<String>,
+    pub nsec3_opt_out: Option<bool>,
+    pub signature_validity_secs: Option<u64>,
+    pub refresh_secs: Option<u64>,
+    pub dnskey_ttl: Option<u32>,
+    pub zsk_lifetime_secs: Option<u64>,
+    pub ksk_lifetime_secs: Option<u64>,
+    pub propagation_delay_secs: Option<u64>,
+    pub parent_ds_ttl: Option<u32>,
 }
 
 impl Default for DnssecConfig {
@@ -64,78 +90,22 @@ impl Default for DnssecConfig {
             ksk_lifetime_secs: 0,
             propagation_delay_secs: 300,
             parent_ds_ttl: 86400,
+            zone: BTreeMap::new(),
         }
     }
 }
 
 impl DnssecConfig {
-    /// The first problem with these settings, as (field, message).
-    pub fn problem(&self) -> Option<(&'static str, String)> {
-        if !matches!(self.algorithm, 13 | 15) {
-            return Some((
-                "dnssec.algorithm",
-                format!(
-                    "{} is not supported (13 = ECDSA P-256, 15 = Ed25519)",
-                    self.algorithm
-                ),
-            ));
-        }
-        match self.denial.as_str() {
-            "nsec" | "nsec3" => {}
-            other => {
-                return Some((
-                    "dnssec.denial",
-                    format!("{other:?} is neither \"nsec\" nor \"nsec3\""),
-                ))
-            }
-        }
-        if self.nsec3_iterations != 0 {
-            return Some((
-                "dnssec.nsec3_iterations",
-                "must be 0 (RFC 9276: extra iterations only cost the validators)".into(),
-            ));
-        }
-        if !self.nsec3_salt.is_empty() && self.nsec3_salt != "-" {
-            return Some((
-                "dnssec.nsec3_salt",
-                "must be empty (RFC 9276: a salt adds nothing)".into(),
-            ));
-        }
-        if self.nsec3_opt_out && self.denial != "nsec3" {
-            return Some((
-                "dnssec.nsec3_opt_out",
-                "needs denial = \"nsec3\" (NSEC has no opt-out)".into(),
-            ));
-        }
-        if self.refresh_secs < MIN_REFRESH_SECS {
-            return Some((
-                "dnssec.refresh_secs",
-                format!("must be at least {MIN_REFRESH_SECS} (a day is usual)"),
-            ));
-        }
-        if self.signature_validity_secs < 3 * self.refresh_secs {
-            return Some((
-                "dnssec.signature_validity_secs",
-                format!(
-                    "must be at least 3 × refresh_secs ({}): a re-sign that is late, or a \
-                     reload refused, must not let signatures expire",
-                    self.refresh_secs
-                ),
-            ));
-        }
-        for zone in &self.zones {
-            if !zone.ends_with('.') {
-                return Some((
-                    "dnssec.zones",
-                    format!("{zone:?} must be absolute (end with a dot)"),
-                ));
-            }
-        }
-        None
-    }
-
     /// Is `zone` (absolute, any case) one to sign?
     pub fn signs(&self, zone: &str) -> bool {
         self.zones.iter().any(|z| z.eq_ignore_ascii_case(zone))
+    }
+
+    /// The overrides of `zone` (absolute, any case), as (the table's name as written, values).
+    pub fn overrides(&self, zone: &str) -> Option<(&str, &DnssecZoneOverrides)> {
+        self.zone
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(zone))
+            .map(|(name, values)| (name.as_str(), values))
     }
 }

@@ -23,12 +23,14 @@ pub mod config;
 pub mod dump;
 pub mod keys;
 pub mod rollover;
+pub mod settings;
 pub mod sign;
 pub mod steered;
 pub mod zone;
 
 pub use config::DnssecConfig;
 pub use keys::{Algorithm, Key, KeyError, Role};
+pub use settings::ZoneSettings;
 pub use sign::Window;
 pub use steered::SteeredSigs;
 
@@ -42,12 +44,11 @@ pub struct KeyRecord {
     pub timing: keys::Timing,
 }
 
-/// What the snapshot keeps of signing: the steered answers' signatures, the window, and per
-/// signed zone what was signed with which keys (for status).
+/// What the snapshot keeps of signing: the steered answers' signatures, and per signed zone
+/// what was signed with which keys and for which window (for status and re-signing).
 #[derive(Default)]
 pub struct Signing {
     pub steered: SteeredSigs,
-    pub window: Option<Window>,
     pub zones: Vec<(String, zone::Signed)>,
     /// The keys signed with: a reload whose keys differ signs again.
     pub keys: Vec<KeyRecord>,
@@ -58,14 +59,13 @@ pub struct Signing {
 }
 
 impl Signing {
-    /// When this must be signed again (Unix seconds): the next refresh of the window, the
-    /// next key event after it was signed (a key published, activated, retired or removed) or
-    /// the start of the next rollover, whichever comes first.
+    /// When this must be signed again (Unix seconds): the next refresh of a zone's window,
+    /// the next key event after it was signed (a key published, activated, retired or
+    /// removed) or the start of the next rollover, whichever comes first.
     pub fn next_event(&self) -> Option<u64> {
         let key_events = self.keys.iter().flat_map(|k| k.timing.events());
-        self.window
+        self.windows()
             .map(|w| w.refresh_at)
-            .into_iter()
             .chain(key_events.filter(|&at| at > self.signed_at))
             .chain(self.rollover_at)
             .min()
@@ -77,5 +77,29 @@ impl Signing {
             .iter()
             .flat_map(|k| k.timing.events())
             .all(|at| at <= self.signed_at || at > now)
+    }
+
+    /// The window `zone` (normalized) was signed for.
+    pub fn window_of(&self, zone: &str) -> Option<Window> {
+        self.zones
+            .iter()
+            .find(|(z, _)| z == zone)
+            .map(|(_, signed)| signed.window)
+    }
+
+    /// When every zone's signatures are valid, as (latest inception, earliest expiration).
+    pub fn valid_everywhere(&self) -> Option<(u32, u32)> {
+        let inception = self.windows().map(|w| w.inception).max()?;
+        let expiration = self.windows().map(|w| w.expiration).min()?;
+        Some((inception, expiration))
+    }
+
+    /// The shortest refresh period of the signed zones (seconds).
+    pub fn shortest_refresh(&self) -> Option<u64> {
+        self.windows().map(|w| w.refresh_at - w.start).min()
+    }
+
+    fn windows(&self) -> impl Iterator<Item = Window> + '_ {
+        self.zones.iter().map(|(_, signed)| signed.window)
     }
 }

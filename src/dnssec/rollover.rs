@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 
 use p256::pkcs8::EncodePrivateKey;
 
-use super::config::DnssecConfig;
 use super::keys::{Algorithm, Key, KeyError, Role, Timing};
+use super::settings::ZoneSettings;
 
 /// The seed file's name in the key directory.
 pub const SEED_FILE: &str = "rollover.seed";
@@ -41,10 +41,10 @@ pub struct Intervals {
 }
 
 /// The waits of a rollover of a `role` key, in a zone whose largest TTL is `max_zone_ttl`.
-pub fn intervals(role: Role, config: &DnssecConfig, max_zone_ttl: u32) -> Intervals {
-    let propagation = config.propagation_delay_secs;
-    let dnskey = u64::from(config.dnskey_ttl);
-    let ds = u64::from(config.parent_ds_ttl);
+pub fn intervals(role: Role, settings: &ZoneSettings, max_zone_ttl: u32) -> Intervals {
+    let propagation = settings.propagation_delay_secs;
+    let dnskey = u64::from(settings.dnskey_ttl);
+    let ds = u64::from(settings.parent_ds_ttl);
     let zone = u64::from(max_zone_ttl).max(dnskey);
     match role {
         Role::Zsk => Intervals {
@@ -63,10 +63,10 @@ pub fn intervals(role: Role, config: &DnssecConfig, max_zone_ttl: u32) -> Interv
 }
 
 /// The configured lifetime of a `role` key (0: never rolled).
-pub fn lifetime(role: Role, config: &DnssecConfig) -> u64 {
+pub fn lifetime(role: Role, settings: &ZoneSettings) -> u64 {
     match role {
-        Role::Zsk => config.zsk_lifetime_secs,
-        Role::Ksk | Role::Csk => config.ksk_lifetime_secs,
+        Role::Zsk => settings.zsk_lifetime_secs,
+        Role::Ksk | Role::Csk => settings.ksk_lifetime_secs,
     }
 }
 
@@ -74,14 +74,14 @@ pub fn lifetime(role: Role, config: &DnssecConfig) -> u64 {
 pub fn due_at(
     role: Role,
     timing: &Timing,
-    config: &DnssecConfig,
+    settings: &ZoneSettings,
     max_zone_ttl: u32,
 ) -> Option<u64> {
-    let life = lifetime(role, config);
+    let life = lifetime(role, settings);
     if life == 0 || timing.retire.is_some() || timing.remove.is_some() {
         return None;
     }
-    let publish = intervals(role, config, max_zone_ttl).publish;
+    let publish = intervals(role, settings, max_zone_ttl).publish;
     Some(
         (timing.activate + life)
             .saturating_sub(publish)
@@ -92,8 +92,8 @@ pub fn due_at(
 /// When the next rollover of a key with `timing` starts, as seen at `now` (`None`: never, or
 /// under way already): what [`plan`] will choose (the publication wait it works back from
 /// does not depend on the zone's TTLs).
-pub fn next_start(role: Role, timing: &Timing, config: &DnssecConfig, now: u64) -> Option<u64> {
-    due_at(role, timing, config, 0).map(|due| align_up(due.max(now), config.refresh_secs))
+pub fn next_start(role: Role, timing: &Timing, settings: &ZoneSettings, now: u64) -> Option<u64> {
+    due_at(role, timing, settings, 0).map(|due| align_up(due.max(now), settings.refresh_secs))
 }
 
 /// One rollover to make.
@@ -115,19 +115,19 @@ fn align_up(t: u64, period: u64) -> u64 {
     t.div_ceil(period) * period
 }
 
-/// The rollovers due at `now` among `keys` (one zone's).
-pub fn plan(keys: &[Key], config: &DnssecConfig, max_zone_ttl: u32, now: u64) -> Vec<Roll> {
+/// The rollovers due at `now` among `keys` (one zone's, signed with `settings`).
+pub fn plan(keys: &[Key], settings: &ZoneSettings, max_zone_ttl: u32, now: u64) -> Vec<Roll> {
     let mut rolls = Vec::new();
     for key in keys.iter().filter(|k| k.timing.active(now)) {
-        let Some(due) = due_at(key.role, &key.timing, config, max_zone_ttl) else {
+        let Some(due) = due_at(key.role, &key.timing, settings, max_zone_ttl) else {
             continue;
         };
         if due > now {
             continue;
         }
         // Nodes that look within the same refresh period choose the same start.
-        let start = align_up(due.max(now), config.refresh_secs);
-        let waits = intervals(key.role, config, max_zone_ttl);
+        let start = align_up(due.max(now), settings.refresh_secs);
+        let waits = intervals(key.role, settings, max_zone_ttl);
         let activate = start + waits.publish;
         rolls.push(Roll {
             zone: key.zone.clone(),
@@ -310,16 +310,18 @@ pub fn retire_files(keys: &[Key], now: u64) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
-    fn config() -> DnssecConfig {
-        DnssecConfig {
+    fn config() -> ZoneSettings {
+        let section = super::super::DnssecConfig {
             zsk_lifetime_secs: 1000,
             ksk_lifetime_secs: 5000,
             dnskey_ttl: 60,
             parent_ds_ttl: 300,
             propagation_delay_secs: 10,
             refresh_secs: 20,
-            ..DnssecConfig::default()
-        }
+            signature_validity_secs: 60,
+            ..super::super::DnssecConfig::default()
+        };
+        ZoneSettings::for_zone(&section, "example.org.").expect("valid settings")
     }
 
     #[test]
@@ -360,9 +362,9 @@ mod tests {
             ..t
         };
         assert_eq!(due_at(Role::Zsk, &rolling, &c, 3600), None);
-        let never = DnssecConfig {
+        let never = ZoneSettings {
             zsk_lifetime_secs: 0,
-            ..c
+            ..c.clone()
         };
         assert_eq!(due_at(Role::Zsk, &t, &never, 3600), None);
     }

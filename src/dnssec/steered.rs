@@ -28,11 +28,12 @@ pub struct SteeredSigs {
 }
 
 /// Where a steered name sits: its owner name (wire; `*.x` for a wildcard), the apex of the
-/// signed zone it is in and that zone's active zone-signing keys.
+/// signed zone it is in, that zone's active zone-signing keys and its signature window.
 pub struct SteeredOwner<'k> {
     pub owner: Box<[u8]>,
     pub apex: Box<[u8]>,
     pub keys: Vec<&'k Key>,
+    pub window: Window,
 }
 
 impl SteeredSigs {
@@ -41,7 +42,6 @@ impl SteeredSigs {
     pub fn build(
         policies: &CompiledPolicies,
         owners: &[Option<SteeredOwner<'_>>],
-        window: &Window,
     ) -> Result<SteeredSigs, KeyError> {
         let mut sigs = SteeredSigs::default();
         for (steered, owner) in policies.steered().iter().zip(owners) {
@@ -62,7 +62,7 @@ impl SteeredSigs {
                         let slices: Vec<&[u8]> = rdatas.iter().map(Vec::as_slice).collect();
                         let set = rrset(rt, ttl, &slices);
                         if let Some(sig) =
-                            sign_set(&owner.keys, &owner.apex, &owner.owner, &set, window)?
+                            sign_set(&owner.keys, &owner.apex, &owner.owner, &set, &owner.window)?
                         {
                             variants.push((variant, sig));
                         }

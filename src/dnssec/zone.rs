@@ -2,8 +2,8 @@
 //! an RRSIG for every authoritative RRset (at a delegation only DS and NSEC are signed; glue
 //! never is).
 
-use super::config::DnssecConfig;
 use super::keys::{Key, KeyError};
+use super::settings::{Nsec3Params, ZoneSettings};
 use super::sign::{rrset, sign_set, type_bitmap, Window};
 use crate::dns::canonical::canonical_cmp;
 use crate::dns::wire::display_wire_name;
@@ -22,8 +22,10 @@ pub struct SteeredTypes {
 }
 
 /// What signing a zone did.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Signed {
+    /// The window its signatures are valid for (each zone has its own validity and refresh).
+    pub window: Window,
     pub rrsets: usize,
     pub nsec: usize,
     /// The largest TTL of the zone's signed data (what a rollover waits out).
@@ -49,18 +51,18 @@ const GENERATED: [u16; 7] = [
     rtype::CDNSKEY,
 ];
 
-/// Signs `zone` with its `keys` for `window` (keys' states at `now`). `steered` tells what the
-/// steered binding of a node can answer with.
+/// Signs `zone` with its `keys` as `settings` say, for `window` (keys' states at `now`).
+/// `steered` tells what the steered binding of a node can answer with.
 pub fn sign_zone(
     zone: &mut Zone,
     keys: &[Key],
-    config: &DnssecConfig,
+    settings: &ZoneSettings,
     window: &Window,
     now: u64,
     steered: &dyn Fn(u32) -> SteeredTypes,
 ) -> Result<Signed, KeyError> {
     let unusable = |message: &str| KeyError::Unusable {
-        dir: config.keys.clone(),
+        dir: settings.keys.clone(),
         zone: zone.origin.to_string(),
         message: message.to_string(),
     };
@@ -95,7 +97,7 @@ pub fn sign_zone(
         .collect();
     let cds: Vec<Vec<u8>> = parent.iter().map(|k| k.ds_rdata(&apex)).collect();
     let cdnskey: Vec<Vec<u8>> = parent.iter().map(|k| k.dnskey_rdata()).collect();
-    let ttl = config.dnskey_ttl;
+    let ttl = settings.dnskey_ttl;
     let mut apex_sets = vec![rrset(rtype::DNSKEY, ttl, &slices(&dnskeys))];
     if !cds.is_empty() {
         apex_sets.push(rrset(rtype::CDS, ttl, &slices(&cds)));
@@ -104,28 +106,35 @@ pub fn sign_zone(
     if let Some(node) = zone.nodes.get_mut(&apex) {
         node.rrsets.extend(apex_sets);
     }
-    if config.denial == "nsec3" {
-        if let Some(node) = zone.nodes.get_mut(&apex) {
-            node.rrsets.push(rrset(
-                rtype::NSEC3PARAM,
-                zone.negative_ttl,
-                &[&nsec3_param(config, 0)],
-            ));
-        }
+    let nsec3 = settings.nsec3();
+    if let (Some(params), Some(node)) = (nsec3, zone.nodes.get_mut(&apex)) {
+        node.rrsets.push(rrset(
+            rtype::NSEC3PARAM,
+            zone.negative_ttl,
+            &[&nsec3_param(params, 0)],
+        ));
     }
-    let order = chain_owners(zone, config);
-    let chain = if config.denial == "nsec3" {
-        nsec3_chain(zone, &order, config, &zone_signing, window, steered)?
-    } else {
-        nsec_chain(zone, &order, &zone_signing, window, steered)?
+    let order = chain_owners(zone, nsec3);
+    let chain = match nsec3 {
+        Some(params) => nsec3_chain(
+            zone,
+            &order,
+            settings,
+            params,
+            &zone_signing,
+            window,
+            steered,
+        )?,
+        None => nsec_chain(zone, &order, &zone_signing, window, steered)?,
     };
     let mut signed = Signed {
+        window: *window,
+        rrsets: 0,
         nsec: order.len(),
         max_ttl: chain.ttl,
         published: published.iter().map(|k| k.tag).collect(),
         key_signing: key_signing.iter().map(|k| k.tag).collect(),
         zone_signing: zone_signing.iter().map(|k| k.tag).collect(),
-        ..Signed::default()
     };
     for (owner, node) in zone.nodes.iter_mut() {
         if node.below_cut {
@@ -153,23 +162,12 @@ pub fn sign_zone(
 }
 
 /// NSEC3PARAM (and NSEC3 head) RDATA: SHA-1, `flags`, iterations, salt (RFC 5155 §3.2, §4.2).
-fn nsec3_param(config: &DnssecConfig, flags: u8) -> Vec<u8> {
-    let salt = nsec3_salt(config);
+fn nsec3_param(params: &Nsec3Params, flags: u8) -> Vec<u8> {
     let mut rdata = vec![1, flags];
-    rdata.extend_from_slice(&config.nsec3_iterations.to_be_bytes());
-    rdata.push(salt.len() as u8);
-    rdata.extend_from_slice(&salt);
+    rdata.extend_from_slice(&params.iterations.to_be_bytes());
+    rdata.push(params.salt.len() as u8);
+    rdata.extend_from_slice(&params.salt);
     rdata
-}
-
-/// The configured salt's bytes (hex; empty or `-` is none, as RFC 9276 asks).
-fn nsec3_salt(config: &DnssecConfig) -> Vec<u8> {
-    match config.nsec3_salt.as_str() {
-        "" | "-" => Vec::new(),
-        hex => data_encoding::HEXLOWER_PERMISSIVE
-            .decode(hex.as_bytes())
-            .unwrap_or_default(),
-    }
 }
 
 /// A denial chain built, with its signed NODATA variants of steered names.
@@ -183,16 +181,15 @@ struct BuiltChain {
 /// The names the chain proves things about, in canonical order: every authoritative name
 /// with data and every delegation point; with NSEC3 also the empty non-terminals (RFC 5155
 /// §7.1), less the unsigned delegations when opt-out is on.
-fn chain_owners(zone: &Zone, config: &DnssecConfig) -> Vec<Box<[u8]>> {
-    let nsec3 = config.denial == "nsec3";
+fn chain_owners(zone: &Zone, nsec3_params: Option<&Nsec3Params>) -> Vec<Box<[u8]>> {
+    let nsec3 = nsec3_params.is_some();
+    let opt_out = nsec3_params.is_some_and(|p| p.opt_out);
     let mut order: Vec<Box<[u8]>> = zone
         .nodes
         .iter()
         .filter(|(_, n)| !n.below_cut)
         .filter(|(_, n)| nsec3 || !n.is_empty_non_terminal())
-        .filter(|(_, n)| {
-            !(nsec3 && config.nsec3_opt_out && n.is_cut && n.rrset(rtype::DS).is_none())
-        })
+        .filter(|(_, n)| !(opt_out && n.is_cut && n.rrset(rtype::DS).is_none()))
         .map(|(k, _)| k.clone())
         .collect();
     order.sort_by(|a, b| canonical_cmp(a, b));
@@ -313,30 +310,31 @@ fn hashed_owner(hash: &[u8; NSEC3_HASH_LEN], apex: &[u8]) -> Box<[u8]> {
 fn nsec3_chain(
     zone: &Zone,
     order: &[Box<[u8]>],
-    config: &DnssecConfig,
+    settings: &ZoneSettings,
+    params: &Nsec3Params,
     zone_signing: &[&Key],
     window: &Window,
     steered: &dyn Fn(u32) -> SteeredTypes,
 ) -> Result<BuiltChain, KeyError> {
-    let salt = nsec3_salt(config);
-    let iterations = config.nsec3_iterations;
+    let salt = &params.salt;
+    let iterations = params.iterations;
     let ttl = zone.negative_ttl;
     let mut left_out: Vec<[u8; NSEC3_HASH_LEN]> = zone
         .nodes
         .iter()
         .filter(|(k, _)| order.binary_search_by(|o| canonical_cmp(o, k)).is_err())
         .filter(|(_, n)| n.is_cut && !n.below_cut)
-        .map(|(k, _)| nsec3_hash(k, &salt, iterations))
+        .map(|(k, _)| nsec3_hash(k, salt, iterations))
         .collect();
     left_out.sort_unstable();
     let mut hashed: Vec<([u8; NSEC3_HASH_LEN], &Box<[u8]>)> = order
         .iter()
-        .map(|name| (nsec3_hash(name, &salt, iterations), name))
+        .map(|name| (nsec3_hash(name, salt, iterations), name))
         .collect();
     hashed.sort_by_key(|a| a.0);
     if let Some(pair) = hashed.windows(2).find(|w| w[0].0 == w[1].0) {
         return Err(KeyError::Unusable {
-            dir: config.keys.clone(),
+            dir: settings.keys.clone(),
             zone: zone.origin.to_string(),
             message: format!(
                 "NSEC3 hashes of {} and {} collide; set another nsec3_salt",
@@ -357,7 +355,7 @@ fn nsec3_chain(
                 h > hash || h < next
             }
         };
-        let head = nsec3_param(config, u8::from(left_out.iter().any(spans)));
+        let head = nsec3_param(params, u8::from(left_out.iter().any(spans)));
         let owner = hashed_owner(hash, &zone.apex);
         let node = zone.nodes.get(*name);
         let steered_types = node.and_then(|n| n.steer).map(steered);
@@ -385,7 +383,7 @@ fn nsec3_chain(
     }
     Ok(BuiltChain {
         chain: Chain::Nsec3(Nsec3Chain {
-            salt: salt.into_boxed_slice(),
+            salt: salt.clone().into_boxed_slice(),
             iterations,
             hashes: hashed.iter().map(|(h, _)| *h).collect(),
             records: records.into_boxed_slice(),

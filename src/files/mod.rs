@@ -2,13 +2,21 @@
 //! pipe, a device (`/dev/zero`), a directory or a huge file named by a config, zone, control or
 //! load file must produce a clear error — not block a reload forever or eat the memory.
 //!
-//! Owns nothing but that (and two helpers about file contents: [`line_column`] for errors,
-//! [`fnv1a64`] for stable hashes); every file steerdns reads from an operator goes through here.
+//! Owns that, and the other file I/O helpers: replacing a file atomically ([`replace_file`]) and
+//! flushing to disk in the background ([`flush_in_background`]). Every file steerdns reads from
+//! an operator goes through here.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+mod durable;
+mod replace;
+
+pub(crate) use durable::flush_in_background;
+pub(crate) use replace::{parent_dir, replace_file_unflushed, resolve_symlink};
+pub use replace::{replace_file, WriteError};
 
 /// Largest config, control or load-feed file (they are small by nature).
 pub const SMALL_FILE_LIMIT: u64 = 16 << 20;
@@ -85,31 +93,6 @@ fn kind_of(metadata: &std::fs::Metadata) -> &'static str {
     } else {
         "not a file"
     }
-}
-
-/// 1-based line and column of a byte offset in a file's text, for errors that name
-/// `file:line:column`.
-pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before
-        .rfind('\n')
-        .map_or(before.len(), |nl| before.len() - nl - 1)
-        + 1;
-    (line, column)
-}
-
-/// FNV-1a, 64 bit, of a file's bytes: stable across builds and platforms (std's hasher, and
-/// so [`Digest`], is not guaranteed to be), for hashes that are written down and compared later.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    fnv1a64_more(0xcbf2_9ce4_8422_2325, bytes)
-}
-
-/// Continues an FNV-1a hash over more bytes (a hash of many pieces, read one at a time).
-pub fn fnv1a64_more(hash: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(hash, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
 use crate::config::Config;
-use crate::files::fnv1a64;
+use crate::hash::fnv1a64;
 use crate::reload::{ControlOrigin, FleetLinkStatus, RolloutView};
 use crate::rfc3339;
 
@@ -209,7 +209,7 @@ impl ControlOrigin for Origin {
             if cached.as_deref() == Some(text) {
                 return None;
             }
-            crate::control::edit::write_atomically(path, text)
+            crate::files::replace_file(path, text.as_bytes())
                 .err()
                 .map(|e| format!("fleet control cache not updated: {e}"))
         });

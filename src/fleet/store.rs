@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{FleetError, Keys};
 use crate::control::edit::set_serial;
-use crate::control::history::summarize;
+use crate::control::summarize;
 use crate::control::ControlFile;
 use crate::rfc3339;
 

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::hash::{fnv1a64_more, FNV1A64_OFFSET_BASIS};
 use crate::policy::monitor::MonitorSpec;
 use crate::policy::{CompiledPolicies, HealthView, SlotHealth};
 use machine::Machine;
@@ -570,10 +571,10 @@ fn phase(spec: &MonitorSpec, now: Duration) -> Duration {
     if spread == 0 {
         return Duration::ZERO;
     }
-    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ now.as_nanos() as u64;
-    for &b in spec.target.as_bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-    }
+    let h = fnv1a64_more(
+        FNV1A64_OFFSET_BASIS ^ now.as_nanos() as u64,
+        spec.target.as_bytes(),
+    );
     Duration::from_millis(h % spread)
 }
 

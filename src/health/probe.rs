@@ -9,6 +9,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio_rustls::rustls;
 
+use crate::hash::{fnv1a64_more, FNV1A64_OFFSET_BASIS};
 use crate::policy::monitor::{Check, TlsCheck};
 
 /// Most bytes of an HTTP response read (status line, headers and the start of the body).
@@ -207,10 +208,7 @@ fn query_id(name: &[u8]) -> u16 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ u64::from(nanos);
-    for &b in name {
-        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-    }
+    let h = fnv1a64_more(FNV1A64_OFFSET_BASIS ^ u64::from(nanos), name);
     (h >> 16) as u16
 }
 

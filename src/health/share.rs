@@ -17,6 +17,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::hash::{fnv1a64, fnv1a64_more};
+
 /// One live prober of the fleet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prober<'a> {
@@ -60,15 +62,11 @@ pub fn probers_of<'a>(target: &str, probers: &[Prober<'a>], wanted: usize) -> Ve
 /// that similar names do not score alike. Stable across versions and machines (it decides who
 /// probes what in a mixed fleet).
 fn score(target: &str, node: &str) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for &b in target
-        .as_bytes()
-        .iter()
-        .chain(&[0xff])
-        .chain(node.as_bytes())
-    {
-        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-    }
+    // 0xff between the two (a byte UTF-8 text never holds), so ("ab", "c") and ("a", "bc") differ.
+    let mut h = fnv1a64_more(
+        fnv1a64_more(fnv1a64(target.as_bytes()), &[0xff]),
+        node.as_bytes(),
+    );
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;

@@ -20,6 +20,17 @@ pub enum ShieldMode {
     Off,
 }
 
+impl ShieldMode {
+    /// The mode as the control file spells it (`auto`, `frozen`, `off`), for status and summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShieldMode::Auto => "auto",
+            ShieldMode::Frozen => "frozen",
+            ShieldMode::Off => "off",
+        }
+    }
+}
+
 /// Operator control state (from the control file). `ControlKnobs::default()` changes nothing.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

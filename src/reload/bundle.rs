@@ -135,7 +135,7 @@ impl BundleStore {
     ) -> Result<(), String> {
         let marker = self.dir.join(SERVING);
         let text = format!("{serving}\n{}\n", previous.unwrap_or(""));
-        crate::control::edit::write_atomically(&marker, &text)
+        crate::files::replace_file(&marker, text.as_bytes())
             .map_err(|e| format!("{}: {e}", marker.display()))?;
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Ok(());
@@ -168,13 +168,13 @@ impl Copy {
         std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
         Ok(Copy {
             root: root.to_path_buf(),
-            hash: crate::files::fnv1a64(b""),
+            hash: crate::hash::fnv1a64(b""),
             files: 0,
         })
     }
 
     fn mix(&mut self, bytes: &[u8]) {
-        self.hash = crate::files::fnv1a64_more(self.hash, bytes);
+        self.hash = crate::hash::fnv1a64_more(self.hash, bytes);
     }
 
     fn file(&mut self, from: &Path, to: &Path) -> Result<(), String> {

@@ -27,9 +27,10 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::control::history::{next_serial, summarize, History};
+use crate::control::history::{next_serial, History};
+use crate::control::summarize;
 use crate::control::ControlFile;
-use crate::files::fnv1a64;
+use crate::hash::fnv1a64;
 use crate::rfc3339;
 use crate::shield::live::Shield;
 use crate::snapshot::load::{load_after, ControlSource, Loaded};

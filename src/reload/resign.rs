@@ -1,6 +1,6 @@
 //! Renewing DNSSEC signatures off the serving path: a thread that sleeps until the served
-//! snapshot's signatures are due for renewal (the start of the next refresh period) or a key
-//! changes state (published, activated, retired, removed — see `crate::dnssec::rollover`), and
+//! snapshot's signatures are due for renewal (the start of a zone's next refresh period; zones
+//! may have their own) or a key changes state (published, activated, retired, removed — see `crate::dnssec::rollover`), and
 //! then rebuilds the snapshot through [`Reloader::reload`] like any other change: read, taste,
 //! sign in full, swap. Answers keep coming from the snapshot being served meanwhile, and its
 //! signatures stay valid for `signature_validity_secs - refresh_secs` more (at least two
@@ -31,7 +31,7 @@ pub fn spawn(reloader: Arc<Reloader>) -> std::io::Result<()> {
 
 fn resign_loop(reloader: &Reloader) {
     // After a refused re-sign: wait this long before the next try (doubling, up to a quarter
-    // of the refresh period), so a bad file on disk does not cause a reload storm.
+    // of the shortest refresh period), so a bad file on disk does not cause a reload storm.
     let mut retry = Duration::from_secs(1);
     loop {
         let snapshot = reloader.snapshot().load_full();
@@ -42,8 +42,8 @@ fn resign_loop(reloader: &Reloader) {
         };
         let due = signing.next_event();
         let refresh = signing
-            .window
-            .map_or(MAX_SLEEP, |w| Duration::from_secs(w.refresh_at - w.start));
+            .shortest_refresh()
+            .map_or(MAX_SLEEP, Duration::from_secs);
         drop(snapshot);
         let now = unix_now();
         match due {
@@ -92,12 +92,11 @@ fn signing_rollover_due(reloader: &Reloader, now: u64) -> bool {
         .is_some_and(|at| at <= now)
 }
 
-/// Starts the rollovers due at `now`: successors and new timings written to the key
+/// Starts the rollovers due at `now`: successors and new timings written to each zone's key
 /// directory (the reload that follows signs with them), removed keys' files moved aside.
 fn roll_keys(reloader: &Reloader, now: u64) -> Result<(), String> {
-    use crate::dnssec::{keys, rollover};
+    use crate::dnssec::{keys, rollover, ZoneSettings};
     let config = reloader.source().read_config()?;
-    let settings = &config.dnssec;
     let max_ttls: Vec<(String, u32)> = reloader
         .snapshot()
         .load()
@@ -109,7 +108,8 @@ fn roll_keys(reloader: &Reloader, now: u64) -> Result<(), String> {
                 .collect()
         })
         .unwrap_or_default();
-    for zone in &settings.zones {
+    for zone in &config.dnssec.zones {
+        let settings = ZoneSettings::for_zone(&config.dnssec, zone).map_err(|e| e.to_string())?;
         let zone = keys::normalize_zone(zone);
         let mut zone_keys =
             keys::load_zone_keys(&settings.keys, &zone).map_err(|e| e.to_string())?;
@@ -117,7 +117,7 @@ fn roll_keys(reloader: &Reloader, now: u64) -> Result<(), String> {
             .iter()
             .find(|(z, _)| *z == zone)
             .map_or(0, |(_, t)| *t);
-        let rolls = rollover::plan(&zone_keys, settings, max_ttl, now);
+        let rolls = rollover::plan(&zone_keys, &settings, max_ttl, now);
         for line in
             rollover::apply(&settings.keys, &mut zone_keys, &rolls).map_err(|e| e.to_string())?
         {

@@ -15,7 +15,7 @@ impl ShieldSettings {
         ShieldSettings {
             high_watermark: config.high_watermark,
             low_watermark: config.low_watermark,
-            slew: config.max_step,
+            max_step: config.max_step,
             hold_down_ms: config.hold_down_secs.saturating_mul(1000),
             short_ttl: config.short_ttl,
             steady_ttl: DEFAULT_STEADY_TTL,

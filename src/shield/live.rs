@@ -432,12 +432,7 @@ impl Shield {
     ) {
         let stats: FeedStats = self.feed.stats();
         let latest = self.feed.latest();
-        status.mode = match inputs.mode {
-            ShieldMode::Auto => "auto",
-            ShieldMode::Frozen => "frozen",
-            ShieldMode::Off => "off",
-        }
-        .to_string();
+        status.mode = inputs.mode.name().to_string();
         status.feed_age_secs = latest
             .as_ref()
             .map(|(feed, received, _)| feed_age(feed.time, *received, now).as_secs_f64());

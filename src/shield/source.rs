@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use crate::files::fnv1a64;
+use crate::hash::fnv1a64;
 use crate::rfc3339;
 use crate::shield::feed::{parse_feed, FeedError, LoadFeed, MAX_FEED_BYTES};
 

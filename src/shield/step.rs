@@ -9,8 +9,8 @@
 //! over the next short TTL. The step predicts loads by adding those in-flight moves to the
 //! (lagging) observations, and decides on the prediction:
 //! - above the high watermark: raise f to bring the region to the target (midway between the
-//!   watermarks), by at most `slew` per tick;
-//! - below the low watermark: lower f toward the target, also slew-capped;
+//!   watermarks), by at most `max_step` per tick;
+//! - below the low watermark: lower f toward the target, also capped by `max_step`;
 //! - a change of direction waits for the hold-down;
 //! - shed load goes to destinations in tiers — same-continent neighbours, same-continent
 //!   fallback sites, then (if allowed) other continents — split by headroom, never beyond a
@@ -29,7 +29,7 @@ pub struct ShieldSettings {
     pub high_watermark: f64,
     pub low_watermark: f64,
     /// Largest change of a region's shed fraction per tick.
-    pub slew: f64,
+    pub max_step: f64,
     /// Wait this long (ms) after a move before moving the other way.
     pub hold_down_ms: u64,
     /// TTL for a hot region's clients (s): once they all hold it, a move lands within it.
@@ -808,7 +808,7 @@ fn decide_region(
         }
         _ => {
             // Stale for long (or never seen): slew back to normal answers.
-            let to = snap_fraction(region.fraction - settings.slew);
+            let to = snap_fraction(region.fraction - settings.max_step);
             region.fraction = to;
             if to == 0.0 {
                 region.shares.clear();
@@ -839,7 +839,7 @@ fn decide_region(
         // answers move when those expire): shed enough that the part landing soon relieves it.
         let landing = landing_share(region.hot_since.unwrap_or(now_ms), now_ms, settings);
         let excess = (util - target) * capacity;
-        let step_up = (excess / (natural * landing)).min(settings.slew);
+        let step_up = (excess / (natural * landing)).min(settings.max_step);
         // Shedding more than needed in the end speeds relief (only expiring answers move), but
         // by a bounded factor: never more than OVERSHED times the fraction that will be needed
         // once everything has landed.
@@ -848,7 +848,7 @@ fn decide_region(
         (region.fraction + step_up).min(ceiling)
     } else if util < settings.low_watermark && region.fraction > 0.0 {
         let spare = (target - util) * capacity;
-        (region.fraction - (spare / natural).min(settings.slew)).max(0.0)
+        (region.fraction - (spare / natural).min(settings.max_step)).max(0.0)
     } else {
         region.fraction
     };

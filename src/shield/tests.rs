@@ -134,7 +134,7 @@ fn never_overfills_a_destination_and_uses_the_fallback_site_before_other_contine
         &[(100.0, 2000.0), (0.0, 2000.0)],
     );
     let mut s = settings();
-    s.slew = 1.0;
+    s.max_step = 1.0;
     // Clients already on the short TTL (as after a long hot spell): moves land within it.
     s.steady_ttl = s.short_ttl;
     let (state, _) = step(&ShieldState::default(), &i, &rings(), &s, 1000);
@@ -169,7 +169,7 @@ fn a_freshly_hot_region_sheds_more_than_it_needs_but_at_most_twice() {
         &[(100.0, 2000.0), (0.0, 2000.0)],
     );
     let mut s = settings();
-    s.slew = 1.0;
+    s.max_step = 1.0;
     let (state, _) = step(&ShieldState::default(), &i, &rings(), &s, 1000);
     let total = state.regions[EU_WEST].fraction * state.regions[EU_WEST].natural;
     assert!(
@@ -300,7 +300,7 @@ fn stale_data_freezes_then_reverts() {
 fn a_hot_fallback_site_takes_no_more_and_gives_back_its_excess() {
     let r = rings();
     let mut s = settings();
-    s.slew = 1.0;
+    s.max_step = 1.0;
     s.allow_cross_continent = false;
     // eu-north full; fb-eu has room at first.
     let first = inputs(
@@ -401,7 +401,7 @@ fn the_view_has_per_mille_fractions_shares_summing_to_1000_and_short_ttl() {
         &[(100.0, 2000.0), (0.0, 2000.0)],
     );
     let mut s = settings();
-    s.slew = 1.0;
+    s.max_step = 1.0;
     let (state, _) = step(&ShieldState::default(), &i, &rings(), &s, 1000);
     let view = shed_view(&state, &s);
     let west = view.region(EU_WEST as u16).expect("eu-west shed");

@@ -73,10 +73,7 @@ pub fn load_after(
         let steering = compile_steering(config, &control, &mut warnings)?;
         if steered_names(steering.as_ref()) == sources.steered {
             tracing::debug!("config and zone files unchanged: sharing the zones");
-            let signing = previous
-                .dnssec
-                .as_ref()
-                .map(|d| (d.zones.clone(), d.window));
+            let signing = previous.dnssec.as_ref().map(|d| d.zones.clone());
             shared = Some((
                 previous.zones.clone(),
                 Some(previous.precompiled.clone()),
@@ -116,24 +113,7 @@ pub fn load_after(
         }
     };
     let signing = keys.sign_steered(&zones, steering.as_ref(), signed)?;
-    if signing.as_ref().is_some_and(|s| s.rollover_at.is_some())
-        && !config
-            .dnssec
-            .keys
-            .join(crate::dnssec::rollover::SEED_FILE)
-            .exists()
-    {
-        warnings.push(format!(
-            "{}: dnssec: key lifetimes are set but {} is missing: keys cannot roll over \
-             (`steerdns dnssec keygen` makes it; every node needs the same file)",
-            config_location(config, "dnssec"),
-            config
-                .dnssec
-                .keys
-                .join(crate::dnssec::rollover::SEED_FILE)
-                .display()
-        ));
-    }
+    warnings.extend(keys.seed_warnings(config));
     if let Some(material) = &tls {
         warnings.extend(material.warning(crate::tls::unix_now()));
     }
@@ -225,62 +205,51 @@ pub fn shareable_sources(config: &Config, previous: &Compiled) -> Option<Arc<Sou
         .then(|| sources.clone())
 }
 
-/// What signing the zones did, and the window it signed for (shared with the snapshots that
-/// share the zones).
-type ZonesSigned = (
-    Vec<(String, crate::dnssec::zone::Signed)>,
-    Option<crate::dnssec::Window>,
-);
+/// What signing the zones did, each with the window it signed for (shared with the snapshots
+/// that share the zones).
+type ZonesSigned = Vec<(String, crate::dnssec::zone::Signed)>;
 
-/// The DNSSEC keys of every zone to sign, as read for one load, and the signing window.
-struct DnssecKeys {
-    zones: Vec<(String, Vec<crate::dnssec::Key>)>,
+/// One zone to sign, as read for one load: its settings, keys and signing window.
+struct ZoneKeys {
+    zone: String,
+    settings: crate::dnssec::ZoneSettings,
+    keys: Vec<crate::dnssec::Key>,
     window: crate::dnssec::Window,
+}
+
+/// The DNSSEC keys of every zone to sign, as read for one load at `now`.
+struct DnssecKeys {
+    zones: Vec<ZoneKeys>,
     now: u64,
-    settings: crate::dnssec::DnssecConfig,
 }
 
 impl DnssecKeys {
-    /// Reads the keys of every zone `[dnssec] zones` names; a missing or unreadable key
-    /// refuses the load.
+    /// Reads the keys of every zone `[dnssec] zones` names, each from its key directory; a
+    /// missing or unreadable key refuses the load.
     fn load(config: &Config) -> Result<DnssecKeys, Vec<String>> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let settings = &config.dnssec;
         let mut zones = Vec::new();
         let mut errors = Vec::new();
-        for zone in &settings.zones {
-            let zone = crate::dnssec::keys::normalize_zone(zone);
-            match crate::dnssec::keys::load_zone_keys(&settings.keys, &zone) {
-                Ok(keys) => zones.push((zone, keys)),
-                Err(e) => errors.push(format!(
-                    "{}: dnssec.zones: {e}",
-                    config_location(config, "dnssec")
-                )),
+        for zone in &config.dnssec.zones {
+            match ZoneKeys::load(&config.dnssec, zone, now) {
+                Ok(keys) => zones.push(keys),
+                Err(e) => errors.push(format!("{}: {e}", config_location(config, "dnssec"))),
             }
         }
         if !errors.is_empty() {
             return Err(errors);
         }
-        Ok(DnssecKeys {
-            zones,
-            window: crate::dnssec::Window::at(
-                now,
-                settings.signature_validity_secs,
-                settings.refresh_secs,
-            ),
-            now,
-            settings: settings.clone(),
-        })
+        Ok(DnssecKeys { zones, now })
     }
 
     fn fingerprint(&self) -> Vec<crate::dnssec::KeyRecord> {
         self.zones
             .iter()
-            .flat_map(|(zone, keys)| {
-                keys.iter().map(move |k| crate::dnssec::KeyRecord {
-                    zone: zone.clone(),
+            .flat_map(|z| {
+                z.keys.iter().map(move |k| crate::dnssec::KeyRecord {
+                    zone: z.zone.clone(),
                     tag: k.tag,
                     role: k.role,
                     algorithm: k.algorithm.number(),
@@ -291,12 +260,16 @@ impl DnssecKeys {
     }
 
     /// Would the zones of `previous` be signed the same way now (same keys, key states and
-    /// window)?
+    /// windows)?
     fn signed_alike(&self, previous: Option<&crate::dnssec::Signing>) -> bool {
         match previous {
             None => self.zones.is_empty(),
             Some(p) => {
-                p.window == Some(self.window)
+                p.zones.len() == self.zones.len()
+                    && self
+                        .zones
+                        .iter()
+                        .all(|z| p.window_of(&z.zone) == Some(z.window))
                     && p.keys == self.fingerprint()
                     && p.keys_unchanged_at(self.now)
             }
@@ -315,7 +288,8 @@ impl DnssecKeys {
         }
         let mut report = Vec::new();
         let mut errors = Vec::new();
-        for (name, keys) in &self.zones {
+        for to_sign in &self.zones {
+            let name = &to_sign.zone;
             let Some(zone) = zones
                 .iter_mut()
                 .find(|z| z.origin.to_string().eq_ignore_ascii_case(name))
@@ -332,9 +306,9 @@ impl DnssecKeys {
             };
             match crate::dnssec::zone::sign_zone(
                 zone,
-                keys,
-                &config.dnssec,
-                &self.window,
+                &to_sign.keys,
+                &to_sign.settings,
+                &to_sign.window,
                 self.now,
                 &types,
             ) {
@@ -345,7 +319,34 @@ impl DnssecKeys {
         if !errors.is_empty() {
             return Err(errors);
         }
-        Ok(Some((report, Some(self.window))))
+        Ok(Some(report))
+    }
+
+    /// The signing keys and window of the steered name at `owner` (wire), when it is in a
+    /// signed zone.
+    fn steered_owner<'k>(
+        &'k self,
+        zones: &ZoneSet,
+        owner: Box<[u8]>,
+    ) -> Option<crate::dnssec::steered::SteeredOwner<'k>> {
+        let name = WireName::from_wire(&owner)?;
+        let (zone, _) = zones.find(&name)?;
+        zone.denial.as_ref()?;
+        let origin = zone.origin.to_string().to_ascii_lowercase();
+        let to_sign = self.zones.iter().find(|z| z.zone == origin)?;
+        let keys = to_sign
+            .keys
+            .iter()
+            .filter(|k| {
+                k.role.signs_zone() && k.timing.published(self.now) && k.timing.active(self.now)
+            })
+            .collect();
+        Some(crate::dnssec::steered::SteeredOwner {
+            owner,
+            apex: zone.apex.clone(),
+            keys,
+            window: to_sign.window,
+        })
     }
 
     /// Pre-signs every steered answer in a signed zone; the snapshot's DNSSEC state.
@@ -355,7 +356,7 @@ impl DnssecKeys {
         steering: Option<&SteeringData>,
         signed: Option<ZonesSigned>,
     ) -> Result<Option<crate::dnssec::Signing>, Vec<String>> {
-        let Some((mut report, window)) = signed else {
+        let Some(mut report) = signed else {
             return Ok(None);
         };
         let mut steered = crate::dnssec::SteeredSigs::default();
@@ -364,29 +365,9 @@ impl DnssecKeys {
                 .policies
                 .steered()
                 .iter()
-                .map(|s| {
-                    let owner = name_to_wire(&s.name);
-                    let name = WireName::from_wire(&owner)?;
-                    let (zone, _) = zones.find(&name)?;
-                    zone.denial.as_ref()?;
-                    let origin = zone.origin.to_string().to_ascii_lowercase();
-                    let (_, keys) = self.zones.iter().find(|(z, _)| *z == origin)?;
-                    let keys = keys
-                        .iter()
-                        .filter(|k| {
-                            k.role.signs_zone()
-                                && k.timing.published(self.now)
-                                && k.timing.active(self.now)
-                        })
-                        .collect();
-                    Some(crate::dnssec::steered::SteeredOwner {
-                        owner,
-                        apex: zone.apex.clone(),
-                        keys,
-                    })
-                })
+                .map(|s| self.steered_owner(zones, name_to_wire(&s.name)))
                 .collect();
-            steered = crate::dnssec::SteeredSigs::build(&steering.policies, &owners, &self.window)
+            steered = crate::dnssec::SteeredSigs::build(&steering.policies, &owners)
                 .map_err(|e| vec![e.to_string()])?;
         }
         // A steered answer's TTL counts too in what a rollover must wait out.
@@ -405,26 +386,79 @@ impl DnssecKeys {
         let rollover_at = self
             .zones
             .iter()
-            .flat_map(|(zone, keys)| {
+            .filter_map(|z| {
                 let max_ttl = report
                     .iter()
-                    .find(|(z, _)| z == zone)
+                    .find(|(name, _)| *name == z.zone)
                     .map_or(steered_ttl, |(_, s)| s.max_ttl);
-                keys.iter()
-                    .filter(|k| k.timing.active(self.now))
-                    .filter_map(move |k| {
-                        crate::dnssec::rollover::due_at(k.role, &k.timing, &self.settings, max_ttl)
-                    })
+                z.rollover_at(self.now, max_ttl)
             })
             .min();
         Ok(Some(crate::dnssec::Signing {
             steered,
-            window,
             zones: report,
             keys: self.fingerprint(),
             signed_at: self.now,
             rollover_at,
         }))
+    }
+
+    /// The warning for each key directory whose zones have key lifetimes set but no rollover
+    /// seed to derive successors from.
+    fn seed_warnings(&self, config: &Config) -> Vec<String> {
+        let mut dirs: Vec<&Path> = self
+            .zones
+            .iter()
+            .filter(|z| z.rollover_at(self.now, 0).is_some())
+            .map(|z| z.settings.keys.as_path())
+            .collect();
+        dirs.sort();
+        dirs.dedup();
+        dirs.into_iter()
+            .map(|dir| dir.join(crate::dnssec::rollover::SEED_FILE))
+            .filter(|seed| !seed.exists())
+            .map(|seed| {
+                format!(
+                    "{}: dnssec: key lifetimes are set but {} is missing: keys cannot roll \
+                     over (`steerdns dnssec keygen` makes it; every node needs the same file)",
+                    config_location(config, "dnssec"),
+                    seed.display()
+                )
+            })
+            .collect()
+    }
+}
+
+impl ZoneKeys {
+    /// `zone`'s settings and keys (from its key directory) and its window at `now`.
+    fn load(
+        config: &crate::dnssec::DnssecConfig,
+        zone: &str,
+        now: u64,
+    ) -> Result<ZoneKeys, String> {
+        let settings =
+            crate::dnssec::ZoneSettings::for_zone(config, zone).map_err(|e| e.to_string())?;
+        let zone = crate::dnssec::keys::normalize_zone(zone);
+        let keys = crate::dnssec::keys::load_zone_keys(&settings.keys, &zone)
+            .map_err(|e| format!("dnssec.zones: {e}"))?;
+        Ok(ZoneKeys {
+            window: settings.window(now),
+            zone,
+            settings,
+            keys,
+        })
+    }
+
+    /// When the first rollover of this zone's active keys is due (`None`: no lifetime set, or
+    /// every rollover under way), in a zone whose largest TTL is `max_ttl`.
+    fn rollover_at(&self, now: u64, max_ttl: u32) -> Option<u64> {
+        self.keys
+            .iter()
+            .filter(|k| k.timing.active(now))
+            .filter_map(|k| {
+                crate::dnssec::rollover::due_at(k.role, &k.timing, &self.settings, max_ttl)
+            })
+            .min()
     }
 }
 

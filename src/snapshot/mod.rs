@@ -13,6 +13,7 @@ pub mod load;
 mod precompiled;
 pub mod steer;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -30,7 +31,7 @@ use crate::policy::CompiledPolicies;
 use crate::rrl::{RateLimiter, RrlLimits};
 use crate::shield::live::Shield;
 use crate::shield::step::ShieldSettings;
-use crate::zone::lookup::{resolve, ZoneSet};
+use crate::zone::lookup::ZoneSet;
 use steer::{ClientSteering, SteeringData};
 
 /// The pointer the serving path loads for every packet; reloads store a new snapshot into it.
@@ -395,60 +396,31 @@ impl Snapshot {
             .or_else(|| compiled.precompiled.wildcard(&compiled.zones, qname, qtype))
     }
 
-    /// The steering context for one query (None when no names are steered).
-    pub fn steering_for(
-        &self,
+    /// The steering context for one query from `client` (with `subnet`, its ECS option);
+    /// `None` when no names are steered. Cheap: the client is located only when a steered
+    /// name is decided.
+    pub fn steering_for<'s>(
+        &'s self,
         client: &Client,
         subnet: Option<&ClientSubnet>,
-    ) -> Option<ClientSteering<'_>> {
+    ) -> Option<ClientSteering<'s>> {
         let data = self.compiled.steering.as_ref()?;
         Some(ClientSteering::new(
             data,
             &self.services.counters,
             &self.services.shield,
             &self.services.health,
-            steer::locate(&data.locator, client, subnet),
+            client.addr,
+            subnet,
             self.compiled.dnssec.as_deref().map(|d| &d.steered),
-            steer::demand_address(data, client, subnet),
         ))
     }
 
-    /// CHAOS names beyond version/identity: the decision trace of a steered name, for
-    /// permitted clients.
-    pub fn chaos_extra(
-        &self,
-        qname: &WireName,
-        client: &Client,
-        subnet: Option<&ClientSubnet>,
-    ) -> Option<String> {
-        if !self
-            .compiled
+    /// May `addr` see decision traces over `CH TXT`?
+    pub fn may_trace(&self, addr: IpAddr) -> bool {
+        self.compiled
             .trace_allow
             .iter()
-            .any(|net| net.contains(&client.addr))
-        {
-            return None;
-        }
-        let data = self.compiled.steering.as_ref()?;
-        let steering = self.steering_for(client, subnet)?;
-        for qtype in [crate::dns::wire::rtype::A, crate::dns::wire::rtype::AAAA] {
-            resolve(&self.compiled.zones, qname, qtype, &steering, false)?;
-            if steering.asked.get().is_some() {
-                break;
-            }
-        }
-        let binding = steering.asked.get()?;
-        let source = match subnet {
-            Some(ecs) if ecs.source_prefix > 0 => format!("ecs {}/{}", ecs.addr, ecs.source_prefix),
-            _ => "source address".to_string(),
-        };
-        steer::trace(
-            data,
-            &self.services.shield.view(),
-            &self.services.health.view(),
-            binding,
-            steering.client(),
-            &source,
-        )
+            .any(|net| net.contains(&addr))
     }
 }

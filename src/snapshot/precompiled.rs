@@ -301,7 +301,7 @@ impl Precompiled {
                     if is_signed {
                         // The DO variant first: without it, the plain one must not answer DO
                         // queries either (see `get`), so neither is stored.
-                        let Some(plan) = resolve(inputs.zones, &name, qtype, &NoSteering, true)
+                        let Some(plan) = resolve(inputs.zones, &name, qtype, &mut NoSteering, true)
                         else {
                             continue;
                         };
@@ -317,7 +317,8 @@ impl Precompiled {
                             break 'zones;
                         }
                     }
-                    let Some(plan) = resolve(inputs.zones, &name, qtype, &NoSteering, false) else {
+                    let Some(plan) = resolve(inputs.zones, &name, qtype, &mut NoSteering, false)
+                    else {
                         continue;
                     };
                     if !plan.client_independent {

@@ -1,11 +1,10 @@
 //! Steering glue: turns a client (ECS or source address) into a location, asks the policy
 //! engine for a decision, and hands the lookup the records to answer with.
 
-use std::cell::{Cell, OnceCell};
+use std::cell::OnceCell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, OnceLock};
 
-use crate::dns::wire::Client;
 use crate::dns::wire::{rtype, ClientSubnet};
 use crate::dnssec::SteeredSigs;
 use crate::geo::Locator;
@@ -28,10 +27,10 @@ pub struct SteeringData {
 }
 
 /// Where the client is, from the ECS option when it carries a prefix, else the source address.
-pub fn locate(locator: &Locator, client: &Client, subnet: Option<&ClientSubnet>) -> policy::Client {
+pub fn locate(locator: &Locator, source: IpAddr, subnet: Option<&ClientSubnet>) -> policy::Client {
     let addr = match subnet {
         Some(ecs) if ecs.source_prefix > 0 => unmap(ecs.addr),
-        _ => client.addr,
+        _ => source,
     };
     let located = locator.locate(addr);
     policy::Client {
@@ -43,15 +42,15 @@ pub fn locate(locator: &Locator, client: &Client, subnet: Option<&ClientSubnet>)
 
 /// The address this query's demand counts by, if it counts (see
 /// [`DemandCounters::counted_address`]).
-pub fn demand_address(
+fn demand_address(
     data: &SteeringData,
-    client: &Client,
+    source: IpAddr,
     subnet: Option<&ClientSubnet>,
 ) -> Option<IpAddr> {
     let ecs = subnet
         .filter(|e| e.source_prefix > 0)
         .map(|e| unmap(e.addr));
-    data.demand.counted_address(client.addr, ecs)
+    data.demand.counted_address(source, ecs)
 }
 
 fn unmap(addr: IpAddr) -> IpAddr {
@@ -64,7 +63,9 @@ fn unmap(addr: IpAddr) -> IpAddr {
 /// What profile roots are evaluated with: they never read the shield's view.
 static NO_SHED: OnceLock<ShedView> = OnceLock::new();
 
-/// The steering hook for one query.
+/// The steering hook for one query. It locates the client only when a steered name is first
+/// decided (a query that reaches no steered name never touches the geo database), and counts
+/// every decision in one place ([`Self::decision`]), whichever path answers with it.
 pub struct ClientSteering<'s> {
     data: &'s SteeringData,
     counters: &'s SnapshotCounters,
@@ -76,16 +77,19 @@ pub struct ClientSteering<'s> {
     /// is monitored).
     health: &'s Board,
     health_view: OnceCell<arc_swap::Guard<Arc<HealthView>>>,
-    client: policy::Client,
+    /// The address that sent the query, and the ECS option it carried.
+    source: IpAddr,
+    subnet: Option<ClientSubnet>,
+    /// Where the client is: located when a decision first needs it.
+    located: OnceCell<policy::Client>,
     /// Pre-signed answers (signed zones), for queries that set DO.
     sigs: Option<&'s SteeredSigs>,
-    /// The address the shield's demand counts this query by (`None`: not counted).
-    demand_from: Option<IpAddr>,
-    /// The demand of the anycast answer decided, for the answer path to count once it is
-    /// sent ([`Self::demand`]).
-    demand: Cell<Option<DemandSample>>,
-    /// The first steered binding the lookup asked about (for traces).
-    pub asked: Cell<Option<u32>>,
+    /// The demand of the first anycast answer decided, for the answer path to count once it
+    /// is sent ([`Self::demand`]).
+    demand: Option<DemandSample>,
+    /// The decision the fast path made (and counted) and handed to the general lookup when it
+    /// could not answer with it: the lookup's question for that binding reuses it.
+    handed_over: Option<(u32, Decision<'s>)>,
 }
 
 impl<'s> ClientSteering<'s> {
@@ -94,9 +98,9 @@ impl<'s> ClientSteering<'s> {
         counters: &'s SnapshotCounters,
         shield: &'s Shield,
         health: &'s Board,
-        client: policy::Client,
+        source: IpAddr,
+        subnet: Option<&ClientSubnet>,
         sigs: Option<&'s SteeredSigs>,
-        demand_from: Option<IpAddr>,
     ) -> Self {
         ClientSteering {
             data,
@@ -105,18 +109,19 @@ impl<'s> ClientSteering<'s> {
             shed: OnceCell::new(),
             health,
             health_view: OnceCell::new(),
-            client,
+            source,
+            subnet: subnet.copied(),
+            located: OnceCell::new(),
             sigs,
-            demand_from,
-            demand: Cell::new(None),
-            asked: Cell::new(None),
+            demand: None,
+            handed_over: None,
         }
     }
 
     /// The demand of the answer, to be counted ([`DemandCounters::record`]) only if it is
     /// sent.
     pub fn demand(&self) -> Option<DemandSample> {
-        self.demand.get()
+        self.demand
     }
 
     /// The signature of `data` at `binding`, with the TTL to serve under it (never above the
@@ -128,64 +133,76 @@ impl<'s> ClientSteering<'s> {
         }
     }
 
-    pub fn client(&self) -> &policy::Client {
-        &self.client
+    /// Where the client is (located on first use).
+    fn client(&self) -> &policy::Client {
+        self.located
+            .get_or_init(|| locate(&self.data.locator, self.source, self.subnet.as_ref()))
     }
 }
 
 impl<'s> ClientSteering<'s> {
-    /// The policy's decision for `binding`, not yet counted.
+    /// The policy's decision for `binding`, not counted.
     fn decide(&self, binding: u32) -> Option<Decision<'s>> {
         let policies = &self.data.policies;
         let steered = policies.steered().get(binding as usize)?;
+        let client = self.client();
         let decision = match steered.root {
             PolicyRoot::Anycast { .. } => {
                 let shed = self.shed.get_or_init(|| self.shield.view());
-                evaluate(policies, steered.root, &self.client, shed)
+                evaluate(policies, steered.root, client, shed)
             }
             PolicyRoot::Profile { .. } if self.health.is_empty() => {
                 let shed = NO_SHED.get_or_init(ShedView::default);
-                evaluate(policies, steered.root, &self.client, shed)
+                evaluate(policies, steered.root, client, shed)
             }
             PolicyRoot::Profile { .. } => {
                 let shed = NO_SHED.get_or_init(ShedView::default);
                 let health = self.health_view.get_or_init(|| self.health.view());
-                evaluate_with_health(policies, steered.root, &self.client, shed, health)
+                evaluate_with_health(policies, steered.root, client, shed, health)
             }
         };
         Some(decision)
     }
 
-    /// Counts a decision that was answered (steered-answer counters) and notes its demand
-    /// for the shield (the first anycast answer of the query), counted once it is sent.
-    fn record(&self, binding: u32, decision: &Decision<'_>) {
-        self.counters
-            .record_steered(binding, self.client.region, &decision.trace);
-        if let (Some((region, choice)), Some(addr), None) =
-            (decision.trace.anycast, self.demand_from, self.demand.get())
-        {
-            let to = match choice {
-                AnycastChoice::Global | AnycastChoice::Kept { .. } => Destination::Global,
-                AnycastChoice::Forced(d) | AnycastChoice::Drained(d) => d,
-                AnycastChoice::Shed { destination, .. } => destination,
-            };
-            let sample = self.data.demand.sample(addr, region, to, decision.ttl);
-            self.demand.set(Some(sample));
+    /// The decision for `binding`, counted: the one the fast path handed over, or a new one,
+    /// counted here (steered-answer counters) with its demand noted for the shield (the first
+    /// anycast answer of the query, counted once it is sent). The only place a decision is
+    /// counted.
+    fn decision(&mut self, binding: u32) -> Option<Decision<'s>> {
+        if let Some((_, decision)) = self.handed_over.take_if(|(b, _)| *b == binding) {
+            return Some(decision);
         }
+        let decision = self.decide(binding)?;
+        let region = self.client().region;
+        self.counters
+            .record_steered(binding, region, &decision.trace);
+        if let (Some((region, choice)), None) = (decision.trace.anycast, self.demand) {
+            let subnet = self.subnet.as_ref();
+            if let Some(addr) = demand_address(self.data, self.source, subnet) {
+                let to = match choice {
+                    AnycastChoice::Global | AnycastChoice::Kept { .. } => Destination::Global,
+                    AnycastChoice::Forced(d) | AnycastChoice::Drained(d) => d,
+                    AnycastChoice::Shed { destination, .. } => destination,
+                };
+                self.demand = Some(self.data.demand.sample(addr, region, to, decision.ttl));
+            }
+        }
+        Some(decision)
     }
 
     /// The fast path's question: for an A (or AAAA) query at `binding`'s name, the addresses
     /// the policy answers with, if that is what it decided (not a CNAME, not NODATA). The
-    /// decision is counted only when the caller reports it answered ([`Self::answered`]), so a
-    /// fallback to the general path does not count it twice.
+    /// decision is counted here; when the fast path cannot answer with it, the general
+    /// lookup's question for the same binding gets it back, uncounted.
     /// With `dnssec`, the answer's signature too (and its TTL kept within the signed one).
     pub fn addresses(
-        &self,
+        &mut self,
         binding: u32,
         qtype: u16,
         dnssec: bool,
     ) -> Option<SteeredAddresses<'s>> {
-        let mut decision = self.decide(binding)?;
+        let mut decision = self.decision(binding)?;
+        self.handed_over = Some((binding, decision));
         let addresses = match (decision.target, qtype) {
             (Target::Addresses { v4, .. }, rtype::A) if !v4.is_empty() => AddressSet::V4(v4),
             (Target::Addresses { v6, .. }, rtype::AAAA) if !v6.is_empty() => AddressSet::V6(v6),
@@ -204,11 +221,6 @@ impl<'s> ClientSteering<'s> {
             decision,
             sig,
         })
-    }
-
-    /// Counts a fast-path answer made from [`Self::addresses`].
-    pub fn answered(&self, binding: u32, answer: &SteeredAddresses<'_>) {
-        self.record(binding, &answer.decision);
     }
 }
 
@@ -229,15 +241,11 @@ pub struct SteeredAddresses<'s> {
 }
 
 impl<'s> Steering<'s> for ClientSteering<'s> {
-    fn steer(&self, binding: u32, qtype: u16) -> Option<SteeredAnswer<'s>> {
-        if self.asked.get().is_none() {
-            self.asked.set(Some(binding));
-        }
+    fn steer(&mut self, binding: u32, qtype: u16) -> Option<SteeredAnswer<'s>> {
         if !matches!(qtype, rtype::A | rtype::AAAA | rtype::CNAME) {
             return None;
         }
-        let decision = self.decide(binding)?;
-        self.record(binding, &decision);
+        let decision = self.decision(binding)?;
         let data = match (decision.target, qtype) {
             (Target::Cname { wire, .. }, _) => Synth::Cname(wire),
             (Target::Addresses { v4, .. }, rtype::A) => Synth::V4(v4),
@@ -253,26 +261,4 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
             sig,
         })
     }
-}
-
-/// A one-line explanation of the decision for `binding` (for `CH TXT`); allocates.
-pub fn trace(
-    data: &SteeringData,
-    shed: &ShedView,
-    health: &HealthView,
-    binding: u32,
-    client: &policy::Client,
-    source: &str,
-) -> Option<String> {
-    let steered = data.policies.steered().get(binding as usize)?;
-    let location = data.locator.describe(client.addr);
-    let decision = policy::explain_with_health(&data.policies, steered.root, client, shed, health);
-    let database = match data.locator.degraded() {
-        Some(reason) => format!("; geo database degraded: {reason}"),
-        None => String::new(),
-    };
-    Some(format!(
-        "{} via {source}; {location}{database}; name {}; {decision}",
-        client.addr, steered.name
-    ))
 }

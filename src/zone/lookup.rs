@@ -121,14 +121,14 @@ pub struct SteeredAnswer<'z> {
 pub trait Steering<'z> {
     /// The answer for `binding` and query type A, AAAA or CNAME; `None` for other types (the
     /// name's static records answer those).
-    fn steer(&self, binding: u32, qtype: u16) -> Option<SteeredAnswer<'z>>;
+    fn steer(&mut self, binding: u32, qtype: u16) -> Option<SteeredAnswer<'z>>;
 }
 
 /// Steering for contexts with no client (precompiling static answers): never steers.
 pub struct NoSteering;
 
 impl<'z> Steering<'z> for NoSteering {
-    fn steer(&self, _: u32, _: u16) -> Option<SteeredAnswer<'z>> {
+    fn steer(&mut self, _: u32, _: u16) -> Option<SteeredAnswer<'z>> {
         None
     }
 }
@@ -158,10 +158,25 @@ pub fn resolve<'z>(
     zones: &'z ZoneSet,
     qname: &WireName,
     qtype: u16,
-    steering: &dyn Steering<'z>,
+    steering: &mut dyn Steering<'z>,
     dnssec: bool,
 ) -> Option<Plan<'z>> {
-    let (zone, depth) = zones.find(qname)?;
+    let (zone, _) = zones.find_index(qname)?;
+    resolve_in(zones, zone, qname, qtype, steering, dnssec)
+}
+
+/// [`resolve`] for a caller that found the zone already: `zone` is the index (in
+/// [`ZoneSet::zones`]) of the zone [`ZoneSet::find_index`] gives for `qname`.
+pub fn resolve_in<'z>(
+    zones: &'z ZoneSet,
+    zone: usize,
+    qname: &WireName,
+    qtype: u16,
+    steering: &mut dyn Steering<'z>,
+    dnssec: bool,
+) -> Option<Plan<'z>> {
+    let zone = zones.zones().get(zone)?;
+    let depth = qname.label_count().checked_sub(zone.apex_labels)?;
     let mut plan = Plan {
         authoritative: true,
         client_independent: true,
@@ -225,7 +240,7 @@ fn answer_in_zone<'z>(
     depth: usize,
     qtype: u16,
     owner: Owner<'z>,
-    steering: &dyn Steering<'z>,
+    steering: &mut dyn Steering<'z>,
     plan: &mut Plan<'z>,
     first: bool,
 ) -> Option<&'z [u8]> {
@@ -252,7 +267,7 @@ fn answer_missing<'z>(
     encloser_skip: usize,
     qtype: u16,
     owner: Owner<'z>,
-    steering: &dyn Steering<'z>,
+    steering: &mut dyn Steering<'z>,
     plan: &mut Plan<'z>,
 ) -> Option<&'z [u8]> {
     let encloser = name.suffix(encloser_skip);
@@ -318,7 +333,7 @@ fn answer_node<'z>(
     node: &'z Node,
     qtype: u16,
     owner: Owner<'z>,
-    steering: &dyn Steering<'z>,
+    steering: &mut dyn Steering<'z>,
     plan: &mut Plan<'z>,
 ) -> Option<&'z [u8]> {
     if let Some(binding) = node.steer {

@@ -120,7 +120,7 @@ impl Scenario {
         let scenario: Scenario = toml::from_str(text).map_err(|e| {
             let (line, column) = e
                 .span()
-                .map(|span| crate::files::line_column(text, span.start))
+                .map(|span| crate::text_position::line_column(text, span.start))
                 .unwrap_or((0, 0));
             SimError::Syntax {
                 path: path.to_path_buf(),

@@ -1,10 +1,11 @@
 //! Deferred durability: flushes files (and directories, for their renames) to disk on a
 //! background thread, so the reloader never waits for a slow disk while it holds its lock.
 //!
-//! The control history is the one user: a version must be visible to readers (the CLI, a
-//! rollback) as soon as it is served, which the rename gives at once; its durability across a
-//! machine crash can follow a moment later (and a version torn by a crash is skipped when the
-//! history is read). Flush failures are logged; nothing waits on them.
+//! The control history is the one user (with [`super::replace_file_unflushed`]): a version must
+//! be visible to readers (the CLI, a rollback) as soon as it is served, which the rename gives at
+//! once; its durability across a machine crash can follow a moment later (and a version torn by
+//! a crash is skipped when the history is read). Flush failures are logged; nothing waits on
+//! them.
 
 use std::fs::File;
 use std::path::PathBuf;
