@@ -27,11 +27,11 @@ use crate::metrics::{querylog, serving};
 
 use crate::rrl::{Class, Subject, Verdict};
 use crate::shield::live::DemandSample;
+use crate::snapshot::compose::SignedSet;
 use crate::snapshot::compose::{
     opt_len, put_address_record, response_flags, write_error, write_opt_raw, write_plan,
     write_simple,
 };
-use crate::snapshot::compose::SignedSet;
 use crate::snapshot::steer::{AddressSet, ClientSteering};
 use crate::snapshot::{Cached, Snapshot};
 use crate::zone::lookup::{resolve_in, NoSteering, Steering};
@@ -341,12 +341,20 @@ fn steered_entry<'s>(
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
     let binding = match found.cached? {
         Cached::Response(_) => return None,
-        Cached::Steered(binding) => return Some(SteeredEntry { binding, proof: None }),
+        Cached::Steered(binding) => {
+            return Some(SteeredEntry {
+                binding,
+                proof: None,
+            })
+        }
         Cached::Wildcard(binding) => binding,
     };
     let zone = snapshot.zones().zones().get(found.zone?)?;
     if !dnssec || zone.denial.is_none() {
-        return Some(SteeredEntry { binding, proof: None });
+        return Some(SteeredEntry {
+            binding,
+            proof: None,
+        });
     }
     let name = query.qname.as_wire();
     let proof = zone.wildcard_proof(name, name)?;

@@ -423,7 +423,12 @@ fn signed_wildcard_fast_path_answers_like_the_general_path() {
         // Warm-up: arc-swap registers this thread once, on its first load (not per query).
         // Both answer it, so that their counters stay comparable.
         for snapshot in [&fast, &general] {
-            let _ = respond(snapshot, &query(1, names[0], rtype::A, None), &client, &mut [0; 512]);
+            let _ = respond(
+                snapshot,
+                &query(1, names[0], rtype::A, None),
+                &client,
+                &mut [0; 512],
+            );
         }
         let mut proofs = 0;
         for name in names {
@@ -448,11 +453,17 @@ fn signed_wildcard_fast_path_answers_like_the_general_path() {
                     assert_eq!(allocations(), before, "{denial} {name}: allocated");
                     let nb = respond(&general, &packet, &client, &mut b);
                     let (fast_answer, general_answer) = (na.map(|n| &a[..n]), nb.map(|n| &b[..n]));
-                    assert_eq!(fast_answer, general_answer, "{denial} {name}/{qtype} {ecs:?}");
+                    assert_eq!(
+                        fast_answer, general_answer,
+                        "{denial} {name}/{qtype} {ecs:?}"
+                    );
                     // Answers with their RRSIG, and the proof with its RRSIG in authority.
                     let answer = fast_answer.unwrap_or_default();
                     let count = |at: usize| u16::from_be_bytes([answer[at], answer[at + 1]]);
-                    assert!(count(6) >= 2 && count(8) == 2, "{denial} {name}: {answer:?}");
+                    assert!(
+                        count(6) >= 2 && count(8) == 2,
+                        "{denial} {name}: {answer:?}"
+                    );
                     proofs += 1;
                 }
             }

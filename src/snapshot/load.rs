@@ -848,9 +848,7 @@ mod tests {
             .get(&name, qtype, false)
             .and_then(|(_, cached)| match cached {
                 crate::snapshot::Cached::Response(response) => Some(response.as_ptr()),
-                crate::snapshot::Cached::Steered(_) | crate::snapshot::Cached::Wildcard(_) => {
-                    None
-                }
+                crate::snapshot::Cached::Steered(_) | crate::snapshot::Cached::Wildcard(_) => None,
             })
     }
 
