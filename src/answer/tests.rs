@@ -144,10 +144,9 @@ fn answering_allocates_nothing() {
     assert!(allocations() > before, "the counting allocator saw nothing");
 }
 
-/// The bundled example plus steered names the fast path serves (exact names with address
-/// answers: weighted, anycast, a two-address geo profile), with absolute paths and no control
-/// file, so that it loads from any working directory.
-fn bundled_with_address_names() -> Snapshot {
+/// The bundled config's path and text, with absolute paths (zones from `zones`), no admin
+/// token and no control file, so that it loads from any working directory.
+fn bundled_text(zones: &Path) -> (std::path::PathBuf, String) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let path = root.join("steerdns.toml");
     let text = match std::fs::read_to_string(&path) {
@@ -157,7 +156,7 @@ fn bundled_with_address_names() -> Snapshot {
     let text = text
         .replace(
             "zones = \"zones\"",
-            &format!("zones = {:?}", root.join("zones").display().to_string()),
+            &format!("zones = {:?}", zones.display().to_string()),
         )
         .replace(
             "database = \"geoip/example.mmdb\"",
@@ -168,6 +167,15 @@ fn bundled_with_address_names() -> Snapshot {
         )
         .replace("token_file = \"admin.token\"\n", "")
         .replace("[control]\nfile = \"control.toml\"\n", "");
+    (path, text)
+}
+
+/// The bundled example plus steered names the fast path serves (exact names with address
+/// answers: weighted, anycast, a two-address geo profile), with absolute paths and no control
+/// file, so that it loads from any working directory.
+fn bundled_with_address_names() -> Snapshot {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (path, text) = bundled_text(&root.join("zones"));
     let extra = r#"
 [profiles.split]
 type = "weighted"
@@ -362,25 +370,7 @@ fn signed_bundled(denial: &str) -> Config {
             panic!("keygen {zone}: {e}");
         }
     }
-    let path = root.join("steerdns.toml");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) => panic!("{}: {e}", path.display()),
-    };
-    let text = text
-        .replace(
-            "zones = \"zones\"",
-            &format!("zones = {:?}", zones.display().to_string()),
-        )
-        .replace(
-            "database = \"geoip/example.mmdb\"",
-            &format!(
-                "database = {:?}",
-                root.join("geoip/example.mmdb").display().to_string()
-            ),
-        )
-        .replace("token_file = \"admin.token\"\n", "")
-        .replace("[control]\nfile = \"control.toml\"\n", "");
+    let (path, text) = bundled_text(&zones);
     let dnssec = format!(
         "\n[dnssec]\nkeys = {:?}\nzones = {apexes:?}\ndenial = {denial:?}\n",
         dir.join("keys").display().to_string()
