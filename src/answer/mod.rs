@@ -35,7 +35,7 @@ use crate::snapshot::compose::{
 use crate::snapshot::steer::{AddressSet, ClientSteering};
 use crate::snapshot::{Cached, Snapshot};
 use crate::zone::lookup::{resolve_in, NoSteering, Steering};
-use crate::zone::model::RRset;
+use crate::zone::model::Zone;
 
 /// Answers `packet` into `out`; returns the response length, or `None` to stay silent.
 /// `out` must hold at least [`MAX_MESSAGE`] bytes for TCP, or the UDP limit for UDP.
@@ -323,44 +323,34 @@ fn answer(
 }
 
 /// A steered name the fast path can answer: its binding and, for a DO answer through a
-/// signed zone's wildcard, the signed record proving that the name itself does not exist.
+/// signed zone's wildcard, that zone, whose proof that the name itself does not exist goes
+/// into the answer.
 struct SteeredEntry<'s> {
     binding: u32,
-    proof: Option<(&'s [u8], &'s RRset)>,
+    proving_zone: Option<&'s Zone>,
 }
 
 /// The fast path's steered entry for this query, if it has one (`None`: the general path
-/// answers). The proof of a wildcard answer is found here, on the stack: the NSEC covering
-/// the name (a binary search), or the NSEC3 covering its hash (one SHA-1). The name is one
-/// label below the wildcard's parent, so it is its own next closer name.
+/// answers).
 fn steered_entry<'s>(
     snapshot: &'s Snapshot,
     query: &Query,
     found: Found<'_>,
 ) -> Option<SteeredEntry<'s>> {
-    let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
-    let binding = match found.cached? {
+    let (binding, wildcard) = match found.cached? {
         Cached::Response(_) => return None,
-        Cached::Steered(binding) => {
-            return Some(SteeredEntry {
-                binding,
-                proof: None,
-            })
-        }
-        Cached::Wildcard(binding) => binding,
+        Cached::Steered(binding) => (binding, false),
+        Cached::Wildcard(binding) => (binding, true),
     };
-    let zone = snapshot.zones().zones().get(found.zone?)?;
-    if !dnssec || zone.denial.is_none() {
-        return Some(SteeredEntry {
-            binding,
-            proof: None,
-        });
-    }
-    let name = query.qname.as_wire();
-    let proof = zone.wildcard_proof(name, name)?;
+    let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
+    let proving_zone = found
+        .zone
+        .filter(|_| wildcard && dnssec)
+        .and_then(|zone| snapshot.zones().zones().get(zone))
+        .filter(|zone| zone.denial.is_some());
     Some(SteeredEntry {
         binding,
-        proof: Some(proof),
+        proving_zone,
     })
 }
 
@@ -488,9 +478,17 @@ fn serve_steered(
         .edns
         .as_ref()
         .map_or(0, |e| opt_len(snapshot.options(), e));
-    let proof = entry
-        .proof
-        .map(|(owner, set)| SignedSet::owned_after_question(&query.qname, owner, set));
+    // The proof is looked up only once the decision is one this path writes: the NSEC
+    // covering the name (a binary search) or the NSEC3 covering its hash (one SHA-1). The
+    // name is one label below the wildcard's parent, so it is its own next closer name.
+    let proof = match entry.proving_zone {
+        Some(zone) => {
+            let name = query.qname.as_wire();
+            let (owner, set) = zone.wildcard_proof(name, name)?;
+            Some(SignedSet::owned_after_question(&query.qname, owner, set))
+        }
+        None => None,
+    };
     let body = HEADER_LEN
         + question.len()
         + (count - sig_count) * record_len

@@ -144,6 +144,15 @@ fn answering_allocates_nothing() {
     assert!(allocations() > before, "the counting allocator saw nothing");
 }
 
+/// Every counter series of `snapshot` with its value, for comparing two snapshots' counts.
+fn counter_series(snapshot: &Snapshot) -> Vec<String> {
+    let mut all = Vec::new();
+    snapshot
+        .counters()
+        .each_series(|series, value| all.push(format!("{series:?}={value}")));
+    all
+}
+
 /// The bundled config's path and text, with absolute paths (zones from `zones`), no admin
 /// token and no control file, so that it loads from any working directory.
 fn bundled_text(zones: &Path) -> (std::path::PathBuf, String) {
@@ -310,13 +319,11 @@ fn steered_fast_path_answers_and_counts_like_the_general_path() {
         }
     }
     assert!(compared > 300, "{compared}");
-    let series = |s: &Snapshot| {
-        let mut all = Vec::new();
-        s.counters()
-            .each_series(|series, value| all.push(format!("{series:?}={value}")));
-        all
-    };
-    assert_eq!(series(&fast), series(&general), "counters differ");
+    assert_eq!(
+        counter_series(&fast),
+        counter_series(&general),
+        "counters differ"
+    );
     let demand = |s: &Snapshot| s.steering().map(|d| format!("{:?}", d.demand.take()));
     let fast_demand = demand(&fast);
     assert!(
@@ -459,13 +466,11 @@ fn signed_wildcard_fast_path_answers_like_the_general_path() {
             }
         }
         assert_eq!(proofs, names.len() * 2 * clients.len());
-        let series = |s: &Snapshot| {
-            let mut all = Vec::new();
-            s.counters()
-                .each_series(|series, value| all.push(format!("{series:?}={value}")));
-            all
-        };
-        assert_eq!(series(&fast), series(&general), "{denial}: counters differ");
+        assert_eq!(
+            counter_series(&fast),
+            counter_series(&general),
+            "{denial}: counters differ"
+        );
     }
 }
 

@@ -106,22 +106,17 @@ impl<'a> SignedSet<'a> {
             Some(pointer) if self.literal == 0 => pointer,
             _ => 0xC000 | u16::try_from(pos).ok().filter(|&p| p <= 0x3FFF)?,
         };
-        let mut owner: Option<u16> = None;
         let sigs = self.sigs().into_iter().flat_map(RRset::records);
-        for record in self.set.records().chain(sigs) {
-            match owner {
-                Some(back) => {
-                    out[pos..pos + 2].copy_from_slice(&back.to_be_bytes());
+        for (i, record) in self.set.records().chain(sigs).enumerate() {
+            if i > 0 {
+                out[pos..pos + 2].copy_from_slice(&back.to_be_bytes());
+                pos += 2;
+            } else {
+                out[pos..pos + self.literal].copy_from_slice(&self.owner[..self.literal]);
+                pos += self.literal;
+                if let Some(pointer) = self.pointer {
+                    out[pos..pos + 2].copy_from_slice(&pointer.to_be_bytes());
                     pos += 2;
-                }
-                None => {
-                    out[pos..pos + self.literal].copy_from_slice(&self.owner[..self.literal]);
-                    pos += self.literal;
-                    if let Some(pointer) = self.pointer {
-                        out[pos..pos + 2].copy_from_slice(&pointer.to_be_bytes());
-                        pos += 2;
-                    }
-                    owner = Some(back);
                 }
             }
             // Type and class, the set's TTL (as the general writer does), length and RDATA.

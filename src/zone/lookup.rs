@@ -282,8 +282,10 @@ fn answer_missing<'z>(
                 // The proof that the name itself does not exist (RFC 4035 §3.1.3.3; with
                 // NSEC3, the record covering the next closer name, RFC 5155 §7.2.6).
                 let next_closer = name.suffix(encloser_skip - 1);
-                if let Some((owner, set)) = denial(zone, plan)
-                    .and_then(|_| zone.wildcard_proof(name.as_wire(), next_closer))
+                if let Some((owner, set)) = plan
+                    .dnssec
+                    .then(|| zone.wildcard_proof(name.as_wire(), next_closer))
+                    .flatten()
                 {
                     push_authority_once(owner, set, plan);
                 }
