@@ -33,7 +33,7 @@ use crate::snapshot::compose::{
     write_simple,
 };
 use crate::snapshot::steer::{AddressSet, ClientSteering};
-use crate::snapshot::{Cached, Snapshot};
+use crate::snapshot::{FastPathEntry, Snapshot};
 use crate::zone::lookup::{resolve_in, NoSteering, Steering};
 use crate::zone::model::Zone;
 
@@ -81,9 +81,9 @@ pub fn respond(
         Some((zone, _)) => Some(zone),
         None => zone_index(snapshot, &query),
     };
-    let cached = precompiled.map(|(_, cached)| cached);
+    let entry = precompiled.map(|(_, entry)| entry);
     let mut demand = None;
-    let found = Found { zone, cached };
+    let found = Found { zone, entry };
     let len = answer(snapshot, packet, &query, client, found, &mut demand, out).and_then(|n| {
         let subject = Subject {
             qname: query.qname.as_wire(),
@@ -231,7 +231,7 @@ fn zone_index(snapshot: &Snapshot, query: &Query) -> Option<usize> {
 #[derive(Clone, Copy)]
 struct Found<'a> {
     zone: Option<usize>,
-    cached: Option<Cached<'a>>,
+    entry: Option<FastPathEntry<'a>>,
 }
 
 /// The answer proper, uncounted (but for the steering decisions it took); a steered anycast
@@ -299,7 +299,7 @@ fn answer(
             .ok()
         }
     }
-    if let Some(Cached::Response(cached)) = found.cached {
+    if let Some(FastPathEntry::Response(cached)) = found.entry {
         if let Some(len) = serve_precompiled(snapshot, packet, query, cached, limit, out) {
             return Some(len);
         }
@@ -337,10 +337,10 @@ fn steered_entry<'s>(
     query: &Query,
     found: Found<'_>,
 ) -> Option<SteeredEntry<'s>> {
-    let (binding, wildcard) = match found.cached? {
-        Cached::Response(_) => return None,
-        Cached::Steered(binding) => (binding, false),
-        Cached::Wildcard(binding) => (binding, true),
+    let (binding, wildcard) = match found.entry? {
+        FastPathEntry::Response(_) => return None,
+        FastPathEntry::Steered(binding) => (binding, false),
+        FastPathEntry::SteeredWildcard(binding) => (binding, true),
     };
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
     let proving_zone = found

@@ -223,7 +223,7 @@ ttl = 120
 #[test]
 fn steered_fast_path_answers_and_counts_like_the_general_path() {
     use crate::dns::wire::{rtype, WireName};
-    use crate::snapshot::Cached;
+    use crate::snapshot::FastPathEntry;
     let fast = bundled_with_address_names();
     let general = bundled_with_address_names().without_precompiled();
     let parsed = |name: &str| {
@@ -237,7 +237,10 @@ fn steered_fast_path_answers_and_counts_like_the_general_path() {
         let qname = parsed(name);
         matches!(
             fast.fast_path(&qname, qtype, false),
-            Some((_, Cached::Steered(_) | Cached::Wildcard(_)))
+            Some((
+                _,
+                FastPathEntry::Steered(_) | FastPathEntry::SteeredWildcard(_)
+            ))
         )
     };
     for (name, expected) in [
@@ -397,7 +400,7 @@ fn signed_bundled(denial: &str) -> Config {
 #[test]
 fn signed_wildcard_fast_path_answers_like_the_general_path() {
     use crate::dns::wire::{rtype, WireName};
-    use crate::snapshot::Cached;
+    use crate::snapshot::FastPathEntry;
     for denial in ["nsec", "nsec3"] {
         // Signing is deterministic: both builds serve the same signatures.
         let config = signed_bundled(denial);
@@ -436,7 +439,7 @@ fn signed_wildcard_fast_path_answers_like_the_general_path() {
             assert!(
                 matches!(
                     fast.fast_path(&qname, rtype::A, true),
-                    Some((_, Cached::Wildcard(_)))
+                    Some((_, FastPathEntry::SteeredWildcard(_)))
                 ),
                 "{denial} {name}: not on the fast path"
             );

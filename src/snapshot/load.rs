@@ -846,9 +846,10 @@ mod tests {
         snapshot
             .precompiled
             .get(&name, qtype, false)
-            .and_then(|(_, cached)| match cached {
-                crate::snapshot::Cached::Response(response) => Some(response.as_ptr()),
-                crate::snapshot::Cached::Steered(_) | crate::snapshot::Cached::Wildcard(_) => None,
+            .and_then(|(_, entry)| match entry {
+                crate::snapshot::FastPathEntry::Response(response) => Some(response.as_ptr()),
+                crate::snapshot::FastPathEntry::Steered(_)
+                | crate::snapshot::FastPathEntry::SteeredWildcard(_) => None,
             })
     }
 

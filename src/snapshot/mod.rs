@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-pub use precompiled::{Cached, Precompiled};
+pub use precompiled::{FastPathEntry, Precompiled};
 
 use ipnet::IpNet;
 
@@ -388,7 +388,7 @@ impl Snapshot {
         qname: &WireName,
         qtype: u16,
         dnssec: bool,
-    ) -> Option<(usize, Cached<'_>)> {
+    ) -> Option<(usize, FastPathEntry<'_>)> {
         let compiled = &self.compiled;
         compiled
             .precompiled

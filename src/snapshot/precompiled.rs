@@ -58,9 +58,10 @@ struct Slot {
 /// `Slot::response_len` of a steered entry.
 const STEERED: u32 = u32::MAX;
 
-/// A fast-path hit.
+/// What the fast-path probe of a (name, type) found: a precompiled response, or the binding of
+/// a steered name that the fast path answers by asking its policy (nothing cached).
 #[derive(Clone, Copy, Debug)]
-pub enum Cached<'a> {
+pub enum FastPathEntry<'a> {
     /// The complete static response (id 0, no EDNS, lower-cased question).
     Response(&'a [u8]),
     /// An A or AAAA query at a name bound to this steering binding, reached directly (no
@@ -69,7 +70,7 @@ pub enum Cached<'a> {
     /// The same, for a name that does not exist, answered by the steered wildcard one label
     /// up (bound to this binding): in a signed zone, a DO answer also carries the proof that
     /// the name itself does not exist.
-    Wildcard(u32),
+    SteeredWildcard(u32),
 }
 
 fn key_hash(qname: &[u8], qtype: u16) -> u64 {
@@ -98,15 +99,15 @@ impl Table {
         key_in(&self.bytes, slot)
     }
 
-    fn cached(&self, slot: &Slot) -> Option<Cached<'_>> {
+    fn entry(&self, slot: &Slot) -> Option<FastPathEntry<'_>> {
         let at = slot.at as usize + usize::from(slot.key_len);
         if slot.response_len == STEERED {
             let binding = self.bytes.get(at..at + 4)?.try_into().ok()?;
-            return Some(Cached::Steered(u32::from_be_bytes(binding)));
+            return Some(FastPathEntry::Steered(u32::from_be_bytes(binding)));
         }
         self.bytes
             .get(at..at + slot.response_len as usize)
-            .map(Cached::Response)
+            .map(FastPathEntry::Response)
     }
 
     /// Appends an entry: its key (name and type), then `payload` (a response, or a steered
@@ -158,7 +159,7 @@ impl Precompiled {
         zones: &ZoneSet,
         qname: &WireName,
         qtype: u16,
-    ) -> Option<(usize, Cached<'_>)> {
+    ) -> Option<(usize, FastPathEntry<'_>)> {
         let table = &*self.table;
         if table.wildcards.is_empty()
             || !matches!(qtype, rtype::A | rtype::AAAA)
@@ -173,15 +174,20 @@ impl Precompiled {
         if zones.zones().get(zone)?.node(qname.as_wire()).is_some() {
             return None;
         }
-        Some((zone, Cached::Wildcard(binding)))
+        Some((zone, FastPathEntry::SteeredWildcard(binding)))
     }
 
     /// The fast-path entry for (name, type), with the index of its zone; with `dnssec` (the
     /// query set DO), a signed zone's entry with signatures and proofs.
-    pub fn get(&self, qname: &WireName, qtype: u16, dnssec: bool) -> Option<(usize, Cached<'_>)> {
+    pub fn get(
+        &self,
+        qname: &WireName,
+        qtype: u16,
+        dnssec: bool,
+    ) -> Option<(usize, FastPathEntry<'_>)> {
         if dnssec && !self.signed.index.is_empty() {
             if let Some(slot) = self.signed.find(qname.as_wire(), qtype) {
-                return Some((usize::from(slot.zone), self.signed.cached(slot)?));
+                return Some((usize::from(slot.zone), self.signed.entry(slot)?));
             }
         }
         let table = &*self.table;
@@ -193,7 +199,7 @@ impl Precompiled {
         if dnssec && table.signed_zones.get(zone).copied().unwrap_or(false) {
             return None;
         }
-        Some((zone, table.cached(slot)?))
+        Some((zone, table.entry(slot)?))
     }
 
     pub fn len(&self) -> usize {
