@@ -9,6 +9,7 @@ use crate::snapshot::compose::{put_opt, write_simple};
 use crate::snapshot::steer::locate;
 use crate::snapshot::Snapshot;
 use crate::zone::lookup::{resolve, SteeredAnswer, Steering, ZoneSet};
+use crate::zone::model::SteeredBinding;
 
 pub fn respond(
     snapshot: &Snapshot,
@@ -74,7 +75,7 @@ fn decision_trace(snapshot: &Snapshot, query: &Query, client: &Client) -> Option
     }
     let data = snapshot.steering()?;
     let binding = first_binding(snapshot.zones(), &query.qname)?;
-    let steered = data.policies.steered().get(binding as usize)?;
+    let steered = data.policies.steered().get(binding.index())?;
     let subnet = query.edns.as_ref().and_then(|e| e.client_subnet.as_ref());
     let located = locate(&data.locator, client.addr, subnet);
     let source = match subnet {
@@ -102,7 +103,7 @@ fn decision_trace(snapshot: &Snapshot, query: &Query, client: &Client) -> Option
 /// The steering binding an A (else an AAAA) lookup of `qname` reaches first: the name's own,
 /// its wildcard's, or one at the end of a CNAME chain. `None` outside our zones or when no
 /// steered name is reached.
-fn first_binding(zones: &ZoneSet, qname: &WireName) -> Option<u32> {
+fn first_binding(zones: &ZoneSet, qname: &WireName) -> Option<SteeredBinding> {
     for qtype in [rtype::A, rtype::AAAA] {
         let mut asked = FirstAsked(None);
         resolve(zones, qname, qtype, &mut asked, false)?;
@@ -114,10 +115,10 @@ fn first_binding(zones: &ZoneSet, qname: &WireName) -> Option<u32> {
 }
 
 /// A steering hook that decides nothing and keeps the first binding the lookup asks about.
-struct FirstAsked(Option<u32>);
+struct FirstAsked(Option<SteeredBinding>);
 
 impl<'z> Steering<'z> for FirstAsked {
-    fn steer(&mut self, binding: u32, _: u16) -> Option<SteeredAnswer<'z>> {
+    fn steer(&mut self, binding: SteeredBinding, _: u16) -> Option<SteeredAnswer<'z>> {
         self.0.get_or_insert(binding);
         None
     }

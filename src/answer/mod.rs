@@ -35,7 +35,7 @@ use crate::snapshot::compose::{
 use crate::snapshot::steer::{AddressSet, ClientSteering};
 use crate::snapshot::{FastPathEntry, Snapshot};
 use crate::zone::lookup::{resolve_in, NoSteering, Steering};
-use crate::zone::model::Zone;
+use crate::zone::model::{SteeredBinding, Zone};
 
 /// Answers `packet` into `out`; returns the response length, or `None` to stay silent.
 /// `out` must hold at least [`MAX_MESSAGE`] bytes for TCP, or the UDP limit for UDP.
@@ -326,7 +326,7 @@ fn answer(
 /// signed zone's wildcard, that zone, whose proof that the name itself does not exist goes
 /// into the answer.
 struct SteeredEntry<'s> {
-    binding: u32,
+    binding: SteeredBinding,
     proving_zone: Option<&'s Zone>,
 }
 

@@ -11,7 +11,7 @@ use super::zone::SteeredTypes;
 use crate::dns::wire::rtype;
 use crate::policy::{CompiledPolicies, Target};
 use crate::zone::lookup::Synth;
-use crate::zone::model::RRset;
+use crate::zone::model::{RRset, SteeredBinding};
 
 enum Variant {
     V4(Box<[Ipv4Addr]>),
@@ -98,9 +98,9 @@ impl SteeredSigs {
 
     /// One signed answer per type (the first signed) at `binding`, as (RRset, RRSIGs): what a
     /// zone dump shows for a steered name.
-    pub fn examples(&self, binding: u32) -> Vec<(RRset, &RRset)> {
+    pub fn examples(&self, binding: SteeredBinding) -> Vec<(RRset, &RRset)> {
         let mut out: Vec<(RRset, &RRset)> = Vec::new();
-        for (variant, sig) in self.by_binding.get(binding as usize).into_iter().flatten() {
+        for (variant, sig) in self.by_binding.get(binding.index()).into_iter().flatten() {
             let (rt, rdatas): (u16, Vec<Vec<u8>>) = match variant {
                 Variant::V4(a) => (rtype::A, a.iter().map(|a| a.octets().to_vec()).collect()),
                 Variant::V6(a) => (rtype::AAAA, a.iter().map(|a| a.octets().to_vec()).collect()),
@@ -116,8 +116,8 @@ impl SteeredSigs {
     }
 
     /// The signature of this answer at this binding.
-    pub fn find(&self, binding: u32, data: &Synth<'_>) -> Option<&RRset> {
-        let variants = self.by_binding.get(binding as usize)?;
+    pub fn find(&self, binding: SteeredBinding, data: &Synth<'_>) -> Option<&RRset> {
+        let variants = self.by_binding.get(binding.index())?;
         variants
             .iter()
             .find(|(v, _)| match (v, data) {
@@ -131,9 +131,9 @@ impl SteeredSigs {
 }
 
 /// What the answers of this steered root can hold (for its NSEC type bitmap).
-pub fn steered_types(policies: &CompiledPolicies, binding: u32) -> SteeredTypes {
+pub fn steered_types(policies: &CompiledPolicies, binding: SteeredBinding) -> SteeredTypes {
     let mut types = SteeredTypes::default();
-    let Some(steered) = policies.steered().get(binding as usize) else {
+    let Some(steered) = policies.steered().get(binding.index()) else {
         return types;
     };
     for target in policies.possible_targets(steered.root) {

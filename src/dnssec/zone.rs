@@ -9,7 +9,8 @@ use crate::dns::canonical::canonical_cmp;
 use crate::dns::wire::display_wire_name;
 use crate::dns::wire::rtype;
 use crate::zone::model::{
-    nsec3_hash, Chain, Denial, Node, Nsec3Chain, RRset, SteeredNodata, Zone, NSEC3_HASH_LEN,
+    nsec3_hash, Chain, Denial, Node, Nsec3Chain, RRset, SteeredBinding, SteeredNodata, Zone,
+    NSEC3_HASH_LEN,
 };
 use rustc_hash::FxHashMap;
 
@@ -59,7 +60,7 @@ pub fn sign_zone(
     settings: &ZoneSettings,
     window: &Window,
     now: u64,
-    steered: &dyn Fn(u32) -> SteeredTypes,
+    steered: &dyn Fn(SteeredBinding) -> SteeredTypes,
 ) -> Result<Signed, KeyError> {
     let unusable = |message: &str| KeyError::Unusable {
         dir: settings.keys.clone(),
@@ -251,7 +252,7 @@ fn nsec_chain(
     order: &[Box<[u8]>],
     zone_signing: &[&Key],
     window: &Window,
-    steered: &dyn Fn(u32) -> SteeredTypes,
+    steered: &dyn Fn(SteeredBinding) -> SteeredTypes,
 ) -> Result<BuiltChain, KeyError> {
     let apex = zone.apex.clone();
     let ttl = zone.negative_ttl;
@@ -314,7 +315,7 @@ fn nsec3_chain(
     params: &Nsec3Params,
     zone_signing: &[&Key],
     window: &Window,
-    steered: &dyn Fn(u32) -> SteeredTypes,
+    steered: &dyn Fn(SteeredBinding) -> SteeredTypes,
 ) -> Result<BuiltChain, KeyError> {
     let salt = &params.salt;
     let iterations = params.iterations;

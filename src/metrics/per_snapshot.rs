@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::cells::{current_slot, Cells};
 use super::serving::{rcode_bucket, RCODES};
 use crate::policy::{AnycastChoice, CompiledPolicies, Destination, PolicyRoot, Trace};
-use crate::zone::model::Zone;
+use crate::zone::model::{SteeredBinding, Zone};
 
 /// Zones counted under their own name; more are counted as [`OTHER`] (bounded cardinality).
 pub const MAX_ZONE_SERIES: usize = 100;
@@ -148,12 +148,12 @@ impl SnapshotCounters {
             .bump(current_slot(), row * RCODES.len() + rcode_bucket(rcode));
     }
 
-    /// A steered answer for `binding` (index of the steered name) to a client of `region`,
+    /// A steered answer for `binding` (the steered name) to a client of `region`,
     /// decided as `trace` says.
     #[inline]
-    pub fn record_steered(&self, binding: u32, region: u16, trace: &Trace) {
+    pub fn record_steered(&self, binding: SteeredBinding, region: u16, trace: &Trace) {
         let slot = current_slot();
-        let binding = binding as usize;
+        let binding = binding.index();
         if binding < self.steered.len() {
             self.cells.bump(slot, self.layout.steered + binding);
         }

@@ -13,7 +13,7 @@ use crate::geo::Locator;
 use crate::policy::{CompiledPolicies, ControlKnobs, PolicyError};
 use crate::shield::live::DemandCounters;
 use crate::zone::lookup::ZoneSet;
-use crate::zone::model::{name_to_wire, RecordInput, Zone};
+use crate::zone::model::{name_to_wire, RecordInput, SteeredBinding, Zone};
 use crate::zone::parse::{load_zone_dir, zone_files_in, ZoneProblem, MAX_ZONE_FILE_BYTES};
 use crate::zone::validate::validate;
 
@@ -300,7 +300,7 @@ impl DnssecKeys {
                 ));
                 continue;
             };
-            let types = |binding: u32| match steering {
+            let types = |binding: SteeredBinding| match steering {
                 Some(s) => crate::dnssec::steered::steered_types(&s.policies, binding),
                 None => crate::dnssec::zone::SteeredTypes::default(),
             };
@@ -671,7 +671,8 @@ fn bind_steered_names(
     policies: &crate::policy::CompiledPolicies,
     zones: &mut [Zone],
 ) -> Result<(), Vec<String>> {
-    let mut per_zone: Vec<Vec<(&hickory_proto::rr::Name, u32)>> = vec![Vec::new(); zones.len()];
+    let mut per_zone: Vec<Vec<(&hickory_proto::rr::Name, SteeredBinding)>> =
+        vec![Vec::new(); zones.len()];
     let mut errors = Vec::new();
     for (i, steered) in policies.steered().iter().enumerate() {
         let owner = zones
@@ -680,7 +681,7 @@ fn bind_steered_names(
             .filter(|(_, z)| z.origin.zone_of(&steered.name))
             .max_by_key(|(_, z)| z.apex_labels);
         match owner {
-            Some((zi, _)) => per_zone[zi].push((&steered.name, i as u32)),
+            Some((zi, _)) => per_zone[zi].push((&steered.name, SteeredBinding::new(i as u32))),
             None => errors.push(format!(
                 "{}: steered[{i}].name: {} is not inside any served zone",
                 config_location(config, &format!("steered[{i}].name")),

@@ -18,7 +18,7 @@ use super::ServeOptions;
 use crate::dns::wire::{rtype, WireName, MAX_NAME_LEN};
 use crate::policy::CompiledPolicies;
 use crate::zone::lookup::{resolve, NoSteering, ZoneSet};
-use crate::zone::model::Node;
+use crate::zone::model::{Node, SteeredBinding};
 
 /// Past this many bytes of precompiled answers, the rest are answered by the general path.
 const MAX_PRECOMPILED_BYTES: usize = 256 << 20;
@@ -38,7 +38,7 @@ struct Table {
     index: HashTable<Slot>,
     /// Steered wildcards (`*.<parent>`) the fast path answers for, by parent name: the zone
     /// and the steering binding.
-    wildcards: FxHashMap<Box<[u8]>, (u16, u32)>,
+    wildcards: FxHashMap<Box<[u8]>, (u16, SteeredBinding)>,
     /// By zone index: is the zone signed (its DO answers are in the signed table only)?
     signed_zones: Vec<bool>,
 }
@@ -66,11 +66,11 @@ pub enum FastPathEntry<'a> {
     Response(&'a [u8]),
     /// An A or AAAA query at a name bound to this steering binding, reached directly (no
     /// wildcard, CNAME or zone cut in between) and whose policy answers with addresses only.
-    Steered(u32),
+    Steered(SteeredBinding),
     /// The same, for a name that does not exist, answered by the steered wildcard one label
     /// up (bound to this binding): in a signed zone, a DO answer also carries the proof that
     /// the name itself does not exist.
-    SteeredWildcard(u32),
+    SteeredWildcard(SteeredBinding),
 }
 
 fn key_hash(qname: &[u8], qtype: u16) -> u64 {
@@ -103,7 +103,9 @@ impl Table {
         let at = slot.at as usize + usize::from(slot.key_len);
         if slot.response_len == STEERED {
             let binding = self.bytes.get(at..at + 4)?.try_into().ok()?;
-            return Some(FastPathEntry::Steered(u32::from_be_bytes(binding)));
+            return Some(FastPathEntry::Steered(SteeredBinding::from_be_bytes(
+                binding,
+            )));
         }
         self.bytes
             .get(at..at + slot.response_len as usize)
@@ -363,13 +365,13 @@ struct Inputs<'a> {
 /// steered name that is not a delegation (whose answer would be a referral) and whose policy
 /// answers with addresses only (a CNAME chain needs the general lookup; trying the fast path
 /// first would evaluate the policy twice).
-fn steered_binding(inputs: &Inputs<'_>, node: &Node, qtype: u16) -> Option<u32> {
+fn steered_binding(inputs: &Inputs<'_>, node: &Node, qtype: u16) -> Option<SteeredBinding> {
     if node.is_cut || !matches!(qtype, rtype::A | rtype::AAAA) {
         return None;
     }
     let binding = node.steer?;
     let policies = inputs.policies?;
-    let steered = policies.steered().get(binding as usize)?;
+    let steered = policies.steered().get(binding.index())?;
     (!policies.may_answer_cname(steered.root)).then_some(binding)
 }
 
@@ -381,7 +383,7 @@ fn steered_wildcard(
     zone: usize,
     parent: &[u8],
     node: &Node,
-) -> Option<(u16, u32)> {
+) -> Option<(u16, SteeredBinding)> {
     let binding = steered_binding(inputs, node, rtype::A)?;
     let parent_name = WireName::from_wire(parent)?;
     let (answering, _) = inputs.zones.find_index(&parent_name)?;

@@ -16,7 +16,7 @@ use crate::policy::{
 };
 use crate::shield::live::{DemandCounters, DemandSample, Shield};
 use crate::zone::lookup::{SteeredAnswer, Steering, Synth};
-use crate::zone::model::RRset;
+use crate::zone::model::{RRset, SteeredBinding};
 
 /// Everything steering needs, compiled: policies, the locator, and the demand counters the
 /// shield reads. (The shield's decisions live outside the snapshot: they change every tick.)
@@ -89,7 +89,7 @@ pub struct ClientSteering<'s> {
     demand: Option<DemandSample>,
     /// The decision the fast path made (and counted) and handed to the general lookup when it
     /// could not answer with it: the lookup's question for that binding reuses it.
-    handed_over: Option<(u32, Decision<'s>)>,
+    handed_over: Option<(SteeredBinding, Decision<'s>)>,
 }
 
 impl<'s> ClientSteering<'s> {
@@ -126,7 +126,12 @@ impl<'s> ClientSteering<'s> {
 
     /// The signature of `data` at `binding`, with the TTL to serve under it (never above the
     /// TTL it was signed with).
-    fn signed(&self, binding: u32, data: &Synth<'_>, ttl: u32) -> (Option<&'s RRset>, u32) {
+    fn signed(
+        &self,
+        binding: SteeredBinding,
+        data: &Synth<'_>,
+        ttl: u32,
+    ) -> (Option<&'s RRset>, u32) {
         match self.sigs.and_then(|s| s.find(binding, data)) {
             Some(sig) => (Some(sig), ttl.min(sig.ttl)),
             None => (None, ttl),
@@ -142,9 +147,9 @@ impl<'s> ClientSteering<'s> {
 
 impl<'s> ClientSteering<'s> {
     /// The policy's decision for `binding`, not counted.
-    fn decide(&self, binding: u32) -> Option<Decision<'s>> {
+    fn decide(&self, binding: SteeredBinding) -> Option<Decision<'s>> {
         let policies = &self.data.policies;
-        let steered = policies.steered().get(binding as usize)?;
+        let steered = policies.steered().get(binding.index())?;
         let client = self.client();
         let decision = match steered.root {
             PolicyRoot::Anycast { .. } => {
@@ -168,7 +173,7 @@ impl<'s> ClientSteering<'s> {
     /// counted here (steered-answer counters) with its demand noted for the shield (the first
     /// anycast answer of the query, counted once it is sent). The only place a decision is
     /// counted.
-    fn decision(&mut self, binding: u32) -> Option<Decision<'s>> {
+    fn decision(&mut self, binding: SteeredBinding) -> Option<Decision<'s>> {
         if let Some((_, decision)) = self.handed_over.take_if(|(b, _)| *b == binding) {
             return Some(decision);
         }
@@ -197,7 +202,7 @@ impl<'s> ClientSteering<'s> {
     /// With `dnssec`, the answer's signature too (and its TTL kept within the signed one).
     pub fn addresses(
         &mut self,
-        binding: u32,
+        binding: SteeredBinding,
         qtype: u16,
         dnssec: bool,
     ) -> Option<SteeredAddresses<'s>> {
@@ -241,7 +246,7 @@ pub struct SteeredAddresses<'s> {
 }
 
 impl<'s> Steering<'s> for ClientSteering<'s> {
-    fn steer(&mut self, binding: u32, qtype: u16) -> Option<SteeredAnswer<'s>> {
+    fn steer(&mut self, binding: SteeredBinding, qtype: u16) -> Option<SteeredAnswer<'s>> {
         if !matches!(qtype, rtype::A | rtype::AAAA | rtype::CNAME) {
             return None;
         }

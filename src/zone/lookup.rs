@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrayvec::ArrayVec;
 use rustc_hash::FxHashMap;
 
-use super::model::{Chain, Denial, Node, Nsec3Chain, RRset, Zone};
+use super::model::{Chain, Denial, Node, Nsec3Chain, RRset, SteeredBinding, Zone};
 use crate::dns::wire::{rcode, rtype, WireName, MAX_NAME_LEN};
 
 /// Longest CNAME chain we follow inside our own zones.
@@ -121,14 +121,14 @@ pub struct SteeredAnswer<'z> {
 pub trait Steering<'z> {
     /// The answer for `binding` and query type A, AAAA or CNAME; `None` for other types (the
     /// name's static records answer those).
-    fn steer(&mut self, binding: u32, qtype: u16) -> Option<SteeredAnswer<'z>>;
+    fn steer(&mut self, binding: SteeredBinding, qtype: u16) -> Option<SteeredAnswer<'z>>;
 }
 
 /// Steering for contexts with no client (precompiling static answers): never steers.
 pub struct NoSteering;
 
 impl<'z> Steering<'z> for NoSteering {
-    fn steer(&mut self, _: u32, _: u16) -> Option<SteeredAnswer<'z>> {
+    fn steer(&mut self, _: SteeredBinding, _: u16) -> Option<SteeredAnswer<'z>> {
         None
     }
 }

@@ -67,8 +67,43 @@ pub struct Node {
     pub below_cut: bool,
     /// `*.<this name>` exists.
     pub has_wildcard_child: bool,
-    /// Index of a steered-name binding (set when the snapshot attaches policies).
-    pub steer: Option<u32>,
+    /// The steered name bound here (set when the snapshot attaches policies).
+    pub steer: Option<SteeredBinding>,
+}
+
+/// The binding of a name to a steered name of the policies: its index in their list of
+/// steered names (`CompiledPolicies::steered`), in config order. It travels with the query
+/// from the node (or the fast-path table) to the steering hook, the pre-computed signatures and
+/// the per-name counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct SteeredBinding(u32);
+
+impl SteeredBinding {
+    /// The binding of the steered name at `index`.
+    #[inline]
+    pub const fn new(index: u32) -> Self {
+        SteeredBinding(index)
+    }
+
+    /// The index of the steered name, into the policies' list (and the lists kept in the same
+    /// order: signatures, counters).
+    #[inline]
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// As stored in the fast-path table's byte arena.
+    #[inline]
+    pub const fn to_be_bytes(self) -> [u8; 4] {
+        self.0.to_be_bytes()
+    }
+
+    /// The inverse of [`Self::to_be_bytes`].
+    #[inline]
+    pub const fn from_be_bytes(bytes: [u8; 4]) -> Self {
+        SteeredBinding(u32::from_be_bytes(bytes))
+    }
 }
 
 impl Node {
@@ -421,7 +456,7 @@ impl Zone {
 
     /// Attaches steered-name bindings (name, binding index), creating nodes where needed.
     /// A steered name may not sit at or below a zone cut, nor beside a static CNAME.
-    pub fn bind_steered(&mut self, bindings: &[(&Name, u32)]) -> Result<(), ModelError> {
+    pub fn bind_steered(&mut self, bindings: &[(&Name, SteeredBinding)]) -> Result<(), ModelError> {
         let mut keys: Vec<Box<[u8]>> = Vec::with_capacity(bindings.len());
         for (name, binding) in bindings {
             if !self.origin.zone_of(name) {
@@ -596,10 +631,14 @@ mod tests {
     fn binding_steered_names_adds_their_ancestors_and_refuses_delegated_ones() {
         let mut zone = zone(TEXT);
         let (deep, star) = (name("x.new.c.example.com."), name("*.steered.example.com."));
-        zone.bind_steered(&[(&deep, 0), (&star, 1)]).expect("binds");
+        zone.bind_steered(&[
+            (&deep, SteeredBinding::new(0)),
+            (&star, SteeredBinding::new(1)),
+        ])
+        .expect("binds");
         assert_eq!(
             node(&zone, "x.new.c.example.com.").and_then(|n| n.steer),
-            Some(0)
+            Some(SteeredBinding::new(0))
         );
         let ent = node(&zone, "new.c.example.com.").expect("new empty non-terminal");
         assert!(ent.is_empty_non_terminal() && !ent.below_cut && !ent.is_cut);
@@ -613,7 +652,7 @@ mod tests {
         let (at_cut, below_cut) = (name("sub.example.com."), name("y.z.sub.example.com."));
         for steered in [&at_cut, &below_cut] {
             let mut zone = self::zone(TEXT);
-            let refused = zone.bind_steered(&[(steered, 0)]);
+            let refused = zone.bind_steered(&[(steered, SteeredBinding::new(0))]);
             assert!(
                 matches!(refused, Err(ModelError::SteeredConflict(_, reason)) if reason.contains("delegation")),
                 "{steered}: {refused:?}"
