@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use steerdns::answer::respond;
 use steerdns::config::Config;
-use steerdns::dns::wire::{Client, Transport, MAX_MESSAGE};
+use steerdns::dns::wire::{Requester, Transport, MAX_MESSAGE};
 use steerdns::rfc3339;
 use steerdns::shield::live::Shield;
 use steerdns::shield::source::{FeedOrigin, LoadSource};
@@ -187,7 +187,7 @@ fn shed_eu_west(snapshot: &Snapshot) -> f64 {
     panic!("eu-west never shed 28% of its clients");
 }
 
-fn answer(snapshot: &Snapshot, packet: &[u8], client: &Client) -> Vec<u8> {
+fn answer(snapshot: &Snapshot, packet: &[u8], client: &Requester) -> Vec<u8> {
     let mut out = vec![0u8; MAX_MESSAGE];
     let len = respond(snapshot, packet, client, &mut out).expect("an answer");
     out.truncate(len);
@@ -199,7 +199,7 @@ const GLOBAL_A_RDATA: [u8; 6] = [0, 4, 192, 0, 2, 1];
 
 /// The first eu-west /24 (RIPE space, 5.0.N.0/24, continent EU) whose anycast answer is not the
 /// global address: a subnet the shield sends elsewhere.
-fn shed_subnet(snapshot: &Snapshot, client: &Client) -> Ipv4Addr {
+fn shed_subnet(snapshot: &Snapshot, client: &Requester) -> Ipv4Addr {
     (0..=255u8)
         .map(|n| Ipv4Addr::new(5, 0, n, 0))
         .find(|&subnet| {
@@ -213,7 +213,7 @@ fn shed_subnet(snapshot: &Snapshot, client: &Client) -> Ipv4Addr {
 
 fn bench_answer_path(c: &mut Criterion) {
     let snapshot = load_example();
-    let client = Client::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77)), Transport::Udp);
+    let client = Requester::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77)), Transport::Udp);
     let eu = Some(Ipv4Addr::new(81, 2, 69, 0)); // GB -> eu-west
 
     let mut cases: Vec<(&str, Vec<u8>)> = vec![
@@ -346,7 +346,7 @@ fn bench_answer_path(c: &mut Criterion) {
 
 /// Answers `packet` `n` times (callgrind counts this function's inclusive instructions).
 #[inline(never)]
-fn repeat_case(snapshot: &Snapshot, packet: &[u8], client: &Client, out: &mut [u8], n: u64) {
+fn repeat_case(snapshot: &Snapshot, packet: &[u8], client: &Requester, out: &mut [u8], n: u64) {
     for _ in 0..n {
         black_box(respond(black_box(snapshot), black_box(packet), client, out));
     }

@@ -18,11 +18,11 @@ use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use steerdns::answer::respond;
 use steerdns::config::Config;
 use steerdns::dns::wire::{parse_query, Reject, WireName, MAX_NAME_LEN};
-use steerdns::dns::wire::{Client as DnsClient, Transport, MAX_MESSAGE};
+use steerdns::dns::wire::{Requester, Transport, MAX_MESSAGE};
 use steerdns::dns::writer::Writer;
 use steerdns::policy::ShieldMode;
 use steerdns::policy::{
-    compile, evaluate, AnycastChoice, Client, CompiledPolicies, ControlKnobs, Destination,
+    compile, evaluate, AnycastChoice, CompiledPolicies, ControlKnobs, Destination, LocatedClient,
     PolicyRoot, RegionShed, ShedShare, ShedView, StepChoice,
 };
 use steerdns::shield::step::{
@@ -258,7 +258,7 @@ proptest! {
         let name = wire(&labels);
         let packet = query(0x4242, &name, qtype, edns);
         let transport = if tcp { Transport::Tcp } else { Transport::Udp };
-        let client = DnsClient::new(IpAddr::from([81, 2, 69, 142]), transport);
+        let client = Requester::new(IpAddr::from([81, 2, 69, 142]), transport);
         let mut out = vec![0u8; MAX_MESSAGE];
         let len = respond(bundled(), &packet, &client, &mut out)
             .ok_or_else(|| TestCaseError::fail("no response"))?;
@@ -370,8 +370,8 @@ proptest! {
         let prefix = if addr.is_ipv4() { prefix_v4 } else { prefix_v6 };
         let other = same_subnet(addr, prefix, noise);
         let shed = ShedView::default();
-        let a = evaluate(&p, w, &Client { region, addr, prefix_len: 16 }, &shed);
-        let b = evaluate(&p, w, &Client { region, addr: other, prefix_len: 16 }, &shed);
+        let a = evaluate(&p, w, &LocatedClient { region, addr, prefix_len: 16 }, &shed);
+        let b = evaluate(&p, w, &LocatedClient { region, addr: other, prefix_len: 16 }, &shed);
         prop_assert_eq!(chosen_endpoint(&a), chosen_endpoint(&b), "{} vs {}", addr, other);
         prop_assert_eq!(a.target, b.target);
         let hashed = matches!(
@@ -381,7 +381,7 @@ proptest! {
         prop_assert!(hashed, "not decided by the subnet hash: {:?}", a.trace);
         prop_assert_eq!(a.scope, prefix);
         // Stable: the same client gets the same answer every time.
-        prop_assert_eq!(evaluate(&p, w, &Client { region, addr, prefix_len: 16 }, &shed), a);
+        prop_assert_eq!(evaluate(&p, w, &LocatedClient { region, addr, prefix_len: 16 }, &shed), a);
     }
 
     /// Shedding is decided per /24 (IPv4) or /56 (IPv6): host bits never matter, and raising a
@@ -411,7 +411,7 @@ proptest! {
         };
         let prefix = if addr.is_ipv4() { 24 } else { 56 };
         let other = same_subnet(addr, prefix, noise);
-        let client = |addr| Client { region: 0, addr, prefix_len: 20 };
+        let client = |addr| LocatedClient { region: 0, addr, prefix_len: 20 };
         let low = view(fraction);
         let a = evaluate(&p, anycast, &client(addr), &low);
         let b = evaluate(&p, anycast, &client(other), &low);
@@ -448,7 +448,7 @@ proptest! {
         let w = root(&p, "w.example.com.");
         let mut wins = vec![0u32; with_zero.len()];
         for i in 0..SAMPLES {
-            let client = Client { region: 0, addr: sample_subnet(i), prefix_len: 24 };
+            let client = LocatedClient { region: 0, addr: sample_subnet(i), prefix_len: 24 };
             let decision = evaluate(&p, w, &client, &ShedView::default());
             let endpoint = chosen_endpoint(&decision).ok_or_else(|| TestCaseError::fail("no choice"))?;
             wins[usize::from(endpoint)] += 1;

@@ -29,7 +29,7 @@ use steerdns::answer::respond;
 use steerdns::config::Config;
 use steerdns::control::ControlFile;
 use steerdns::dns::wire::{parse_query, ClientSubnet, Edns, Reject};
-use steerdns::dns::wire::{Client, Transport, CLASSIC_UDP_LIMIT, MAX_MESSAGE};
+use steerdns::dns::wire::{Requester, Transport, CLASSIC_UDP_LIMIT, MAX_MESSAGE};
 use steerdns::policy::{compile, ControlKnobs};
 use steerdns::shield::feed::{parse_feed, MAX_FUTURE_SKEW, MAX_LOAD_RATIO};
 use steerdns::snapshot::{Compiled, ServeOptions, Snapshot};
@@ -149,7 +149,7 @@ pub fn query_path(data: &[u8]) {
     };
     let addr = CLIENTS[data.len() % CLIENTS.len()];
     for transport in [Transport::Udp, Transport::Tcp] {
-        check_answer(snapshot, data, &Client::new(addr, transport), false);
+        check_answer(snapshot, data, &Requester::new(addr, transport), false);
     }
 }
 
@@ -187,7 +187,7 @@ fn udp_limit(snapshot: &Snapshot, query: &[u8]) -> usize {
 pub fn check_answer(
     snapshot: &Snapshot,
     query: &[u8],
-    client: &Client,
+    client: &Requester,
     rdata_from_fuzzed_zone: bool,
 ) {
     let mut out = vec![0u8; MAX_MESSAGE];
@@ -472,7 +472,7 @@ pub fn zone_file(data: &[u8]) {
         .map(|r| (&r.name, u16::from(r.rtype)))
         .collect();
     owners.dedup();
-    let client = |transport| Client::new(CLIENTS[1], transport);
+    let client = |transport| Requester::new(CLIENTS[1], transport);
     for (i, (name, rtype)) in owners.into_iter().take(12).enumerate() {
         let wire = name_wire_as_written(name);
         let id = i as u16;
@@ -947,6 +947,6 @@ pub fn ecs_edns(data: &[u8]) {
         bundled_shedding()
     };
     for transport in [Transport::Udp, Transport::Tcp] {
-        check_answer(snapshot, &packet, &Client::new(addr, transport), false);
+        check_answer(snapshot, &packet, &Requester::new(addr, transport), false);
     }
 }

@@ -2,7 +2,7 @@
 //! clients) a trace of the steering decision for a name. Operators' tools, not the hot path:
 //! they allocate.
 
-use crate::dns::wire::{class, flag, rcode, rtype, Client, Query, WireName};
+use crate::dns::wire::{class, flag, rcode, rtype, Query, Requester, WireName};
 use crate::dns::writer::{Overflow, Writer};
 use crate::policy;
 use crate::snapshot::compose::{put_opt, write_simple};
@@ -15,7 +15,7 @@ pub fn respond(
     snapshot: &Snapshot,
     packet: &[u8],
     query: &Query,
-    client: &Client,
+    client: &Requester,
     limit: usize,
     out: &mut [u8],
 ) -> Option<usize> {
@@ -50,7 +50,7 @@ pub fn respond(
     }
 }
 
-fn answer_text(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<String> {
+fn answer_text(snapshot: &Snapshot, query: &Query, client: &Requester) -> Option<String> {
     let name = query.qname.as_wire();
     let options = &snapshot.options();
     match name {
@@ -69,7 +69,7 @@ fn answer_text(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<St
 /// A one-line explanation of how the steered name `query` asks for is decided for this
 /// client (its ECS option, else its address), for permitted clients: where the client is,
 /// the geo database's state, and each step of the policy.
-fn decision_trace(snapshot: &Snapshot, query: &Query, client: &Client) -> Option<String> {
+fn decision_trace(snapshot: &Snapshot, query: &Query, client: &Requester) -> Option<String> {
     if !snapshot.may_trace(client.addr) {
         return None;
     }

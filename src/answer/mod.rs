@@ -20,7 +20,7 @@ pub mod probe;
 mod tests;
 
 use crate::dns::wire::{
-    class, flag, parse_query_into, rcode, rtype, Client, Query, Reject, Transport,
+    class, flag, parse_query_into, rcode, rtype, Query, Reject, Requester, Transport,
     CLASSIC_UDP_LIMIT, HEADER_LEN, MAX_MESSAGE,
 };
 use crate::metrics::{querylog, serving};
@@ -43,7 +43,7 @@ use crate::zone::model::{SteeredBinding, Zone};
 pub fn respond(
     snapshot: &Snapshot,
     packet: &[u8],
-    client: &Client,
+    client: &Requester,
     out: &mut [u8],
 ) -> Option<usize> {
     let mut query = Query::blank();
@@ -108,7 +108,7 @@ pub fn respond(
 /// same, or a slip's), or `None` to drop it.
 fn limit_rate(
     snapshot: &Snapshot,
-    client: &Client,
+    client: &Requester,
     rcode: u16,
     subject: Option<&Subject<'_>>,
     out: &mut [u8],
@@ -179,7 +179,7 @@ fn response_rcode(query: &Query, response: &[u8]) -> u16 {
 /// Counts one answered (or silently dropped) query, and logs it if it is sampled.
 fn count(
     snapshot: &Snapshot,
-    client: &Client,
+    client: &Requester,
     query: &Query,
     zone: Option<usize>,
     response: Option<&[u8]>,
@@ -204,7 +204,7 @@ fn count(
 /// not, and, when answered, by zone (`None`: no zone of ours, or no question).
 fn count_query(
     snapshot: &Snapshot,
-    client: &Client,
+    client: &Requester,
     zone: Option<usize>,
     answered: Option<(u16, bool)>,
 ) {
@@ -240,7 +240,7 @@ fn answer(
     snapshot: &Snapshot,
     packet: &[u8],
     query: &Query,
-    client: &Client,
+    client: &Requester,
     found: Found<'_>,
     demand: &mut Option<DemandSample>,
     out: &mut [u8],
@@ -401,7 +401,7 @@ fn answer_steerable<'s>(
 }
 
 /// The largest response this client can take over this transport.
-fn response_limit(snapshot: &Snapshot, query: &Query, client: &Client) -> usize {
+fn response_limit(snapshot: &Snapshot, query: &Query, client: &Requester) -> usize {
     match (client.transport, &query.edns) {
         (Transport::Tcp | Transport::Tls | Transport::Https | Transport::Quic, _) => MAX_MESSAGE,
         (Transport::Udp, None) => CLASSIC_UDP_LIMIT,

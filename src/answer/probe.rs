@@ -6,7 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::respond;
-use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
+use crate::dns::wire::{Requester, Transport, MAX_MESSAGE};
 
 use crate::snapshot::Snapshot;
 
@@ -52,7 +52,7 @@ pub fn probe(snapshot: &Snapshot, name: &str, rtype: &str) -> ProbeAnswer {
     let Some(packet) = query(name, code) else {
         return bad("not a valid name");
     };
-    let client = Client::new(IpAddr::V4(Ipv4Addr::LOCALHOST), Transport::Udp);
+    let client = Requester::new(IpAddr::V4(Ipv4Addr::LOCALHOST), Transport::Udp);
     let mut out = vec![0u8; MAX_MESSAGE];
     let Some(len) = respond(snapshot, &packet, &client, &mut out) else {
         return bad("no answer");

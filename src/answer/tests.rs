@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::respond;
 use crate::config::Config;
-use crate::dns::wire::{Client, Transport};
+use crate::dns::wire::{Requester, Transport};
 use crate::snapshot::load::load;
 use crate::snapshot::Snapshot;
 use crate::test_alloc::allocations;
@@ -102,7 +102,7 @@ fn answering_allocates_nothing() {
         .iter()
         .flat_map(|(name, qtype)| clients.iter().map(move |c| query(7, name, *qtype, *c)))
         .collect();
-    let client = Client::new(IpAddr::from([127, 0, 0, 1]), Transport::Udp);
+    let client = Requester::new(IpAddr::from([127, 0, 0, 1]), Transport::Udp);
     let mut out = vec![0u8; 4096];
     // Warm-up: arc-swap registers this thread once, on its first load (not per query).
     for packet in &packets {
@@ -297,7 +297,7 @@ fn steered_fast_path_answers_and_counts_like_the_general_path() {
         for qtype in [rtype::A, rtype::AAAA] {
             for ecs in &clients {
                 for source in sources {
-                    let client = Client::new(source, Transport::Udp);
+                    let client = Requester::new(source, Transport::Udp);
                     let mut with_edns = query(0x4242, name, qtype, *ecs);
                     let mut packets = vec![with_edns.clone()];
                     if ecs.is_none() {
@@ -419,7 +419,7 @@ fn signed_wildcard_fast_path_answers_like_the_general_path() {
         ];
         let ip = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0, 0, 0, 0]));
         let clients = [None, Some((ip("81.2.69.0"), 24)), Some((ip("8.8.8.0"), 24))];
-        let client = Client::new(ip("192.0.2.77"), Transport::Udp);
+        let client = Requester::new(ip("192.0.2.77"), Transport::Udp);
         // Warm-up: arc-swap registers this thread once, on its first load (not per query).
         // Both answer it, so that their counters stay comparable.
         for snapshot in [&fast, &general] {

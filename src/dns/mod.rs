@@ -1,6 +1,6 @@
 //! The DNS wire protocol: reading queries in place ([`wire`]), writing messages with
 //! compression ([`writer`]), DNSSEC's canonical order ([`canonical`]), and who asked
-//! ([`wire::Client`]).
+//! ([`wire::Requester`]).
 //!
 //! Owns byte-level correctness (header flags, EDNS, ECS, truncation, letter case). The lowest
 //! layer: it imports nothing else of steerdns. Answering a query is [`crate::answer`].

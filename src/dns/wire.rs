@@ -478,21 +478,23 @@ pub enum Transport {
     Quic,
 }
 
-/// Who asked, as the socket saw it.
+/// Who asked, as the socket saw it: the source address and the transport. (Where the client
+/// is, for steering, is located later from this address or the query's ECS option:
+/// `policy::LocatedClient`.)
 #[derive(Clone, Copy, Debug)]
-pub struct Client {
+pub struct Requester {
     pub addr: IpAddr,
     pub transport: Transport,
 }
 
-impl Client {
+impl Requester {
     pub fn new(addr: IpAddr, transport: Transport) -> Self {
         // An IPv4 client on a dual-stack socket shows up as ::ffff:a.b.c.d.
         let addr = match addr {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
             v4 => v4,
         };
-        Client { addr, transport }
+        Requester { addr, transport }
     }
 }
 

@@ -6,7 +6,7 @@ use std::cell::Cell;
 
 use super::serving::{rcode_bucket, RCODES};
 use crate::dns::wire::{display_wire_name, Query};
-use crate::dns::wire::{Client, Transport};
+use crate::dns::wire::{Requester, Transport};
 
 thread_local! {
     static COUNTDOWN: Cell<u32> = const { Cell::new(0) };
@@ -34,7 +34,7 @@ pub fn sampled(every: u32) -> bool {
 
 /// Logs one sampled query (allocates: only ever called for sampled ones).
 #[cold]
-pub fn log(client: &Client, query: &Query, rcode: u16) {
+pub fn log(client: &Requester, query: &Query, rcode: u16) {
     let transport = match client.transport {
         Transport::Udp => "udp",
         Transport::Tcp => "tcp",

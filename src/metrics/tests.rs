@@ -9,7 +9,7 @@ use std::path::Path;
 use super::per_snapshot::Series;
 use crate::answer::respond;
 use crate::config::Config;
-use crate::dns::wire::{Client, Transport};
+use crate::dns::wire::{Requester, Transport};
 use crate::snapshot::load::load;
 use crate::snapshot::Snapshot;
 use crate::test_alloc::allocations;
@@ -73,7 +73,7 @@ fn zone(zone: &str, rcode: &'static str) -> Series {
 #[test]
 fn answers_are_counted_by_zone_and_steering_decision() {
     let snapshot = bundled();
-    let client = Client::new(IpAddr::from([127, 0, 0, 1]), Transport::Udp);
+    let client = Requester::new(IpAddr::from([127, 0, 0, 1]), Transport::Udp);
     let mut out = vec![0u8; 4096];
     let eu_west = Some([81, 2, 69]);
     let asked = [
@@ -122,7 +122,7 @@ fn counting_and_unsampled_queries_allocate_nothing() {
     // Sampled once (the first query on this thread), then not for a very long time.
     config.server.query_log_sample = u32::MAX;
     let snapshot = serve(&config);
-    let client = Client::new(IpAddr::from([127, 0, 0, 1]), Transport::Tcp);
+    let client = Requester::new(IpAddr::from([127, 0, 0, 1]), Transport::Tcp);
     let packets = [
         query("example.com", 6, None),
         query("critical.example.com", 1, Some([81, 2, 69])),

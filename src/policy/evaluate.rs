@@ -31,9 +31,10 @@ pub const SHED_HASH_PREFIX_V4: u8 = 24;
 /// IPv6 prefix hashed to decide per-subnet shedding.
 pub const SHED_HASH_PREFIX_V6: u8 = 56;
 
-/// The client as located by the geo module.
+/// The client as located by the geo module: what a policy evaluates. (Who sent the query, as
+/// the socket saw it, is a `dns::wire::Requester`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Client {
+pub struct LocatedClient {
     /// Region index (topology order).
     pub region: u16,
     /// ECS address if the query carried one, else the source address (IPv4-mapped IPv6
@@ -157,7 +158,7 @@ pub struct Trace {
 pub fn evaluate<'a>(
     p: &'a CompiledPolicies,
     root: PolicyRoot,
-    client: &Client,
+    client: &LocatedClient,
     shed: &ShedView,
 ) -> Decision<'a> {
     evaluate_with_health(p, root, client, shed, &ALL_UP)
@@ -171,7 +172,7 @@ static ALL_UP: HealthView = HealthView::all_up();
 pub fn evaluate_with_health<'a>(
     p: &'a CompiledPolicies,
     root: PolicyRoot,
-    client: &Client,
+    client: &LocatedClient,
     shed: &ShedView,
     health: &HealthView,
 ) -> Decision<'a> {
@@ -195,7 +196,7 @@ fn family_bits(addr: IpAddr) -> u8 {
 fn evaluate_anycast<'a>(
     p: &'a CompiledPolicies,
     ttl: u32,
-    client: &Client,
+    client: &LocatedClient,
     shed: &ShedView,
 ) -> Decision<'a> {
     let region = client.region;
@@ -338,7 +339,7 @@ fn evaluate_profile<'a>(
     p: &'a CompiledPolicies,
     root: ProfileId,
     ttl_cap: u32,
-    client: &Client,
+    client: &LocatedClient,
     health: &Health<'_>,
 ) -> Decision<'a> {
     let mut trace = Trace::default();
@@ -458,7 +459,7 @@ impl Health<'_> {
 /// candidates that are up, else the profile's `all_down` rule.
 fn choose_with_health(
     profile: &Profile,
-    client: &Client,
+    client: &LocatedClient,
     health: &Health<'_>,
     depth: usize,
 ) -> (u16, StepChoice, u8, StepHealth) {
@@ -489,7 +490,7 @@ fn choose_with_health(
 /// one must be): (endpoint index, how, ECS scope contribution).
 fn choose_endpoint(
     profile: &Profile,
-    client: &Client,
+    client: &LocatedClient,
     eligible: impl Fn(u16) -> bool,
 ) -> (u16, StepChoice, u8) {
     match &profile.rule {

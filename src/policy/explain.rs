@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::evaluate::{
-    evaluate_with_health, AnycastChoice, Client, StepChoice, StepHealth, Target,
+    evaluate_with_health, AnycastChoice, LocatedClient, StepChoice, StepHealth, Target,
 };
 use super::health::HealthView;
 use super::knobs::{Destination, ShedView};
@@ -14,7 +14,12 @@ use super::model::{AllDown, CompiledPolicies, GeoRoute, PolicyRoot};
 /// bucket, TTL and ECS scope, e.g.
 /// `profile critical[weighted] -> endpoint frontdoor (single servable); answer CNAME
 /// critical.edge.example.net.; ttl 60; scope 0`.
-pub fn explain(p: &CompiledPolicies, root: PolicyRoot, client: &Client, shed: &ShedView) -> String {
+pub fn explain(
+    p: &CompiledPolicies,
+    root: PolicyRoot,
+    client: &LocatedClient,
+    shed: &ShedView,
+) -> String {
     explain_with_health(p, root, client, shed, &HealthView::all_up())
 }
 
@@ -23,7 +28,7 @@ pub fn explain(p: &CompiledPolicies, root: PolicyRoot, client: &Client, shed: &S
 pub fn explain_with_health(
     p: &CompiledPolicies,
     root: PolicyRoot,
-    client: &Client,
+    client: &LocatedClient,
     shed: &ShedView,
     health: &HealthView,
 ) -> String {

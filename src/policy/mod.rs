@@ -37,7 +37,7 @@ pub use config::{
     SteeredConfig, SteeredPolicyKind, TopologyConfig,
 };
 pub use evaluate::{
-    evaluate, evaluate_with_health, AnycastChoice, Client, Decision, StepChoice, StepHealth,
+    evaluate, evaluate_with_health, AnycastChoice, Decision, LocatedClient, StepChoice, StepHealth,
     Target, Trace, TraceStep, SHED_HASH_PREFIX_V4, SHED_HASH_PREFIX_V6,
 };
 pub use explain::{explain, explain_with_health};

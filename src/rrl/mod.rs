@@ -25,7 +25,7 @@ use ipnet::IpNet;
 
 use crate::config::rrl::{RrlConfig, MAX_RATE, MAX_TABLE};
 use crate::dns::wire::rcode;
-use crate::dns::wire::{Client, Transport};
+use crate::dns::wire::{Requester, Transport};
 use table::{hash_bytes, hash_value, Rate, Table};
 
 /// What kind of response is being limited; each has buckets of its own.
@@ -174,7 +174,7 @@ impl RateLimiter {
     /// caller counts a verdict in the serving metrics).
     pub fn check(
         &self,
-        client: &Client,
+        client: &Requester,
         class: Class,
         subject: Option<&Subject<'_>>,
     ) -> Option<Verdict> {

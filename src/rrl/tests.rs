@@ -178,11 +178,11 @@ fn tcp_is_never_limited() {
     let Some(l) = RateLimiter::from_config(&config) else {
         panic!("enabled");
     };
-    let client = Client::new(ip("192.0.2.1"), Transport::Tcp);
+    let client = Requester::new(ip("192.0.2.1"), Transport::Tcp);
     for _ in 0..50 {
         assert_eq!(l.check(&client, Class::Error, None), None);
     }
-    let udp = Client::new(ip("192.0.2.1"), Transport::Udp);
+    let udp = Requester::new(ip("192.0.2.1"), Transport::Udp);
     let v: Vec<Verdict> = (0..50)
         .filter_map(|_| l.check(&udp, Class::Error, None))
         .collect();

@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::admission::{Admission, AdmissionLimits, Admitted};
 use crate::answer::respond;
 use crate::config::TcpConfig;
-use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
+use crate::dns::wire::{Requester, Transport, MAX_MESSAGE};
 use crate::metrics::serving::EncryptedEvent;
 use crate::snapshot::SharedSnapshot;
 
@@ -73,7 +73,7 @@ pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpL
     let limits = Arc::new(limits);
     loop {
         let (stream, peer) = accept(&listener).await;
-        let client = Client::new(peer.ip(), Transport::Tcp);
+        let client = Requester::new(peer.ip(), Transport::Tcp);
         let Some(admitted) = admission.admit(client.addr).await else {
             // Closed at once: this client already holds its share.
             drop(stream);
@@ -112,7 +112,7 @@ pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
 /// one (DoT): answered in order, flushed when the client has nothing more queued.
 pub(crate) async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
-    client: Client,
+    client: Requester,
     snapshot: &SharedSnapshot,
     limits: &TcpLimits,
     admitted: &Admitted,

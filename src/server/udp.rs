@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::answer::respond;
-use crate::dns::wire::{Client, Transport};
+use crate::dns::wire::{Requester, Transport};
 use crate::snapshot::SharedSnapshot;
 
 /// Datagrams taken from the kernel per system call.
@@ -73,7 +73,7 @@ fn answer_batch(batch: &mut Batch, socket: &UdpSocket, snapshot: &SharedSnapshot
     let mut replies = 0;
     for i in 0..received {
         let Some(peer) = batch.peer(i) else { continue };
-        let client = Client::new(peer.ip(), Transport::Udp);
+        let client = Requester::new(peer.ip(), Transport::Udp);
         let query_len = batch.in_msgs[i].msg_len as usize;
         let (query, response) = batch.buffers(i);
         if let Some(len) = respond(&current, &query[..query_len], &client, response) {

@@ -24,7 +24,7 @@ use ipnet::IpNet;
 
 use crate::config::ServerConfig;
 use crate::control::ControlFile;
-use crate::dns::wire::Client;
+use crate::dns::wire::Requester;
 use crate::dns::wire::{ClientSubnet, WireName};
 use crate::metrics::SnapshotCounters;
 use crate::policy::CompiledPolicies;
@@ -401,7 +401,7 @@ impl Snapshot {
     /// name is decided.
     pub fn steering_for<'s>(
         &'s self,
-        client: &Client,
+        client: &Requester,
         subnet: Option<&ClientSubnet>,
     ) -> Option<ClientSteering<'s>> {
         let data = self.compiled.steering.as_ref()?;

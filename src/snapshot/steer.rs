@@ -27,13 +27,17 @@ pub struct SteeringData {
 }
 
 /// Where the client is, from the ECS option when it carries a prefix, else the source address.
-pub fn locate(locator: &Locator, source: IpAddr, subnet: Option<&ClientSubnet>) -> policy::Client {
+pub fn locate(
+    locator: &Locator,
+    source: IpAddr,
+    subnet: Option<&ClientSubnet>,
+) -> policy::LocatedClient {
     let addr = match subnet {
         Some(ecs) if ecs.source_prefix > 0 => unmap(ecs.addr),
         _ => source,
     };
     let located = locator.locate(addr);
-    policy::Client {
+    policy::LocatedClient {
         region: located.region,
         addr,
         prefix_len: located.prefix_len,
@@ -81,7 +85,7 @@ pub struct ClientSteering<'s> {
     source: IpAddr,
     subnet: Option<ClientSubnet>,
     /// Where the client is: located when a decision first needs it.
-    located: OnceCell<policy::Client>,
+    located: OnceCell<policy::LocatedClient>,
     /// Pre-signed answers (signed zones), for queries that set DO.
     sigs: Option<&'s SteeredSigs>,
     /// The demand of the first anycast answer decided, for the answer path to count once it
@@ -139,7 +143,7 @@ impl<'s> ClientSteering<'s> {
     }
 
     /// Where the client is (located on first use).
-    fn client(&self) -> &policy::Client {
+    fn client(&self) -> &policy::LocatedClient {
         self.located
             .get_or_init(|| locate(&self.data.locator, self.source, self.subnet.as_ref()))
     }

@@ -124,8 +124,8 @@ pub(super) fn v6_subnet(i: u32) -> IpAddr {
     IpAddr::V6(Ipv6Addr::from(base))
 }
 
-pub(super) fn client(region: u16, addr: IpAddr, prefix_len: u8) -> Client {
-    Client {
+pub(super) fn client(region: u16, addr: IpAddr, prefix_len: u8) -> LocatedClient {
+    LocatedClient {
         region,
         addr,
         prefix_len,

@@ -22,7 +22,7 @@ use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
 use super::{answer_bytes, handshake, server_config, Limits};
-use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
+use crate::dns::wire::{Requester, Transport, MAX_MESSAGE};
 use crate::metrics::serving::{serving, EncryptedEvent};
 use crate::server::admission::{Admission, Admitted};
 use crate::snapshot::SharedSnapshot;
@@ -45,7 +45,7 @@ pub async fn serve_doh(
     let limits = Arc::new(limits);
     loop {
         let (stream, peer) = super::accept(&listener).await;
-        let client = Client::new(peer.ip(), Transport::Https);
+        let client = Requester::new(peer.ip(), Transport::Https);
         let Some(admitted) = admission.admit(client.addr).await else {
             continue;
         };
@@ -67,7 +67,7 @@ pub async fn serve_doh(
 /// I/O) and each is answered in a task of its own.
 async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     io: S,
-    client: Client,
+    client: Requester,
     snapshot: SharedSnapshot,
     limits: &Limits,
     admitted: &Admitted,
@@ -126,7 +126,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
 async fn answer(
     request: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
-    client: &Client,
+    client: &Requester,
     snapshot: &SharedSnapshot,
     frame_timeout: std::time::Duration,
 ) {

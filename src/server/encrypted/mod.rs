@@ -33,7 +33,7 @@ use super::admission::{Admission, AdmissionLimits};
 use super::tcp::{accept, secs, serve_stream, TcpLimits};
 use crate::answer::respond;
 use crate::config::{TcpConfig, TlsConfig};
-use crate::dns::wire::{Client, Transport, MAX_MESSAGE};
+use crate::dns::wire::{Requester, Transport, MAX_MESSAGE};
 use crate::metrics::serving::{serving, EncryptedEvent};
 use crate::snapshot::SharedSnapshot;
 
@@ -118,7 +118,7 @@ thread_local! {
 pub(crate) fn answer_bytes(
     snapshot: &SharedSnapshot,
     query: &[u8],
-    client: &Client,
+    client: &Requester,
 ) -> Option<bytes::Bytes> {
     RESPONSE.with(|buffer| {
         let mut buffer = buffer.try_borrow_mut().ok()?;
@@ -162,7 +162,7 @@ pub async fn serve_dot(
     let limits = Arc::new(limits);
     loop {
         let (stream, peer) = accept(&listener).await;
-        let client = Client::new(peer.ip(), Transport::Tls);
+        let client = Requester::new(peer.ip(), Transport::Tls);
         let Some(admitted) = admission.admit(client.addr).await else {
             continue;
         };

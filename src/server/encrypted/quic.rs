@@ -18,7 +18,7 @@ use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use tokio::task::JoinSet;
 
 use super::{answer_bytes, server_config, Limits};
-use crate::dns::wire::{Client, Transport};
+use crate::dns::wire::{Requester, Transport};
 use crate::metrics::serving::{serving, EncryptedEvent};
 use crate::server::admission::{Admission, Admitted};
 use crate::snapshot::SharedSnapshot;
@@ -82,7 +82,7 @@ pub async fn serve_doq(endpoint: Endpoint, snapshot: SharedSnapshot, limits: Lim
             let _ = incoming.retry();
             continue;
         }
-        let client = Client::new(incoming.remote_address().ip(), Transport::Quic);
+        let client = Requester::new(incoming.remote_address().ip(), Transport::Quic);
         let Some(admitted) = admission.admit(client.addr).await else {
             incoming.refuse();
             continue;
@@ -124,7 +124,7 @@ async fn handshake(incoming: quinn::Incoming, limit: Duration) -> Option<Connect
 /// flight are given the frame timeout to finish and the connection is closed.
 async fn serve_connection(
     connection: Connection,
-    client: Client,
+    client: Requester,
     snapshot: SharedSnapshot,
     limits: &Limits,
     admitted: &Admitted,
@@ -155,7 +155,7 @@ async fn serve_connection(
 async fn answer_stream(
     mut send: SendStream,
     mut recv: RecvStream,
-    client: &Client,
+    client: &Requester,
     snapshot: &SharedSnapshot,
     frame_timeout: Duration,
 ) {

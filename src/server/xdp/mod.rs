@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::answer::respond;
 use crate::config::{XdpAttach, XdpConfig};
-use crate::dns::wire::{Client, Transport};
+use crate::dns::wire::{Requester, Transport};
 use crate::metrics::xdp::{QueueCounters, XdpView};
 use crate::snapshot::SharedSnapshot;
 use bpf::AttachMode;
@@ -393,7 +393,7 @@ fn answer_frame(
     let packet = frame.get_mut(offset..)?;
     let datagram = frame::parse(packet.get(..end.checked_sub(offset)?)?).ok()?;
     let query = &packet[datagram.header_len..datagram.header_len + datagram.payload_len];
-    let client = Client::new(datagram.source, Transport::Udp);
+    let client = Requester::new(datagram.source, Transport::Udp);
     let mut n = respond(snapshot, query, &client, response)?;
     let room = payload_room(mtu, &datagram, packet.len());
     if n > room {

@@ -8,7 +8,7 @@ use super::scenario::{Node, Resolved, Scenario};
 use super::{NodeSample, NodeSummary, SimError, SimResult, Summary, Tick};
 use crate::policy::ShieldMode;
 use crate::policy::{
-    evaluate, Client, CompiledPolicies, Destination, PolicyRoot, ShedView, Target,
+    evaluate, CompiledPolicies, Destination, LocatedClient, PolicyRoot, ShedView, Target,
 };
 use crate::shield::live::rings_of;
 use crate::shield::step::{shed_view, step, Demand, Inputs, Reading, ShieldSettings, ShieldState};
@@ -18,7 +18,7 @@ const GLOBAL_SHARE_BACK: f64 = 0.99;
 
 /// One client subnet and the answer its resolver holds.
 struct Subnet {
-    client: Client,
+    client: LocatedClient,
     answer: Destination,
     expires_at: u64,
 }
@@ -350,7 +350,7 @@ fn make_subnets(regions: usize, per_region: usize, steady_ttl: u64) -> Vec<Subne
             let index = (r * per_region + i) as u32;
             let addr = Ipv4Addr::from(0x0A00_0000u32.wrapping_add(index << 8));
             subnets.push(Subnet {
-                client: Client {
+                client: LocatedClient {
                     region: r as u16,
                     addr: IpAddr::V4(addr),
                     prefix_len: 24,
