@@ -32,9 +32,9 @@ use crate::snapshot::compose::{
     opt_len, put_address_record, response_flags, write_error, write_opt_raw, write_plan,
     write_simple,
 };
-use crate::snapshot::steer::{AddressSet, ClientSteering};
+use crate::snapshot::steer::ClientSteering;
 use crate::snapshot::{FastPathEntry, Snapshot};
-use crate::zone::lookup::{resolve_in, NoSteering, Steering};
+use crate::zone::lookup::{resolve_in, Addresses, NoSteering, Steering};
 use crate::zone::model::{SteeredBinding, Zone};
 
 /// Answers `packet` into `out`; returns the response length, or `None` to stay silent.
@@ -462,8 +462,8 @@ fn serve_steered(
     let binding = entry.binding;
     let steered = steering.addresses(binding, query.qtype, dnssec)?;
     let (count, record_len) = match steered.addresses {
-        AddressSet::V4(addrs) => (addrs.len(), 2 + 10 + 4),
-        AddressSet::V6(addrs) => (addrs.len(), 2 + 10 + 16),
+        Addresses::V4(addrs) => (addrs.len(), 2 + 10 + 4),
+        Addresses::V6(addrs) => (addrs.len(), 2 + 10 + 16),
     };
     // With DO, the answer's signatures follow (each owned by a pointer to the question).
     let (sig_count, sig_len) = steered.sig.map_or((0, 0), |sig| {
@@ -511,12 +511,12 @@ fn serve_steered(
     out[HEADER_LEN..pos].copy_from_slice(question);
     let ttl = steered.decision.ttl;
     match steered.addresses {
-        AddressSet::V4(addrs) => {
+        Addresses::V4(addrs) => {
             for addr in addrs {
                 pos = put_address_record(out, pos, rtype::A, ttl, &addr.octets());
             }
         }
-        AddressSet::V6(addrs) => {
+        Addresses::V6(addrs) => {
             for addr in addrs {
                 pos = put_address_record(out, pos, rtype::AAAA, ttl, &addr.octets());
             }

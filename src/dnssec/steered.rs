@@ -10,7 +10,7 @@ use super::sign::{rrset, sign_set, Window};
 use super::zone::SteeredTypes;
 use crate::dns::wire::rtype;
 use crate::policy::{CompiledPolicies, Target};
-use crate::zone::lookup::Synth;
+use crate::zone::lookup::{Addresses, SteeredData};
 use crate::zone::model::{RRset, SteeredBinding};
 
 enum Variant {
@@ -116,14 +116,14 @@ impl SteeredSigs {
     }
 
     /// The signature of this answer at this binding.
-    pub fn find(&self, binding: SteeredBinding, data: &Synth<'_>) -> Option<&RRset> {
+    pub fn find(&self, binding: SteeredBinding, data: &SteeredData<'_>) -> Option<&RRset> {
         let variants = self.by_binding.get(binding.index())?;
         variants
             .iter()
             .find(|(v, _)| match (v, data) {
-                (Variant::V4(a), Synth::V4(b)) => a[..] == b[..],
-                (Variant::V6(a), Synth::V6(b)) => a[..] == b[..],
-                (Variant::Cname(a), Synth::Cname(b)) => a[..] == b[..],
+                (Variant::V4(a), SteeredData::Addresses(Addresses::V4(b))) => a[..] == b[..],
+                (Variant::V6(a), SteeredData::Addresses(Addresses::V6(b))) => a[..] == b[..],
+                (Variant::Cname(a), SteeredData::Cname(b)) => a[..] == b[..],
                 _ => false,
             })
             .map(|(_, sig)| sig)

@@ -11,7 +11,7 @@ use crate::dns::wire::{
     CLASSIC_UDP_LIMIT, HEADER_LEN, MAX_MESSAGE, MAX_NAME_LEN,
 };
 use crate::dns::writer::{Overflow, Writer};
-use crate::zone::lookup::{Data, Entry, Owner, Plan, Synth};
+use crate::zone::lookup::{Addresses, Data, Entry, Owner, Plan, SteeredData};
 use crate::zone::model::RRset;
 
 /// Header flags of a response to `query`.
@@ -298,21 +298,21 @@ fn put_data(
             }
             Ok(set.count)
         }
-        Data::Synth(Synth::V4(addrs)) => put_addresses(
+        Data::Steered(SteeredData::Addresses(Addresses::V4(addrs))) => put_addresses(
             w,
             put_owner,
             rtype::A,
             entry.ttl,
             addrs.iter().map(|a| a.octets()),
         ),
-        Data::Synth(Synth::V6(addrs)) => put_addresses(
+        Data::Steered(SteeredData::Addresses(Addresses::V6(addrs))) => put_addresses(
             w,
             put_owner,
             rtype::AAAA,
             entry.ttl,
             addrs.iter().map(|a| a.octets()),
         ),
-        Data::Synth(Synth::Cname(target)) => {
+        Data::Steered(SteeredData::Cname(target)) => {
             put_owner(w)?;
             put_rr_head(w, rtype::CNAME, entry.ttl, 0)?;
             let rdata_start = w.len();

@@ -1,8 +1,9 @@
-//! Steering glue: turns a client (ECS or source address) into a location, asks the policy
-//! engine for a decision, and hands the lookup the records to answer with.
+//! Steering glue: turns a requester (ECS or source address) into a located client, asks the
+//! policy engine for a decision (a [`Target`]), and hands the records to answer with to the
+//! general lookup (a [`SteeredAnswer`]) or the fast path (a [`SteeredAddressAnswer`]).
 
 use std::cell::OnceCell;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
 use crate::dns::wire::{rtype, ClientSubnet};
@@ -15,7 +16,7 @@ use crate::policy::{
     HealthView, PolicyRoot, ShedView, Target,
 };
 use crate::shield::live::{DemandCounters, DemandSample, Shield};
-use crate::zone::lookup::{SteeredAnswer, Steering, Synth};
+use crate::zone::lookup::{Addresses, SteeredAnswer, SteeredData, Steering};
 use crate::zone::model::{RRset, SteeredBinding};
 
 /// Everything steering needs, compiled: policies, the locator, and the demand counters the
@@ -133,7 +134,7 @@ impl<'s> ClientSteering<'s> {
     fn signed(
         &self,
         binding: SteeredBinding,
-        data: &Synth<'_>,
+        data: &SteeredData<'_>,
         ttl: u32,
     ) -> (Option<&'s RRset>, u32) {
         match self.sigs.and_then(|s| s.find(binding, data)) {
@@ -209,23 +210,20 @@ impl<'s> ClientSteering<'s> {
         binding: SteeredBinding,
         qtype: u16,
         dnssec: bool,
-    ) -> Option<SteeredAddresses<'s>> {
+    ) -> Option<SteeredAddressAnswer<'s>> {
         let mut decision = self.decision(binding)?;
         self.handed_over = Some((binding, decision));
         let addresses = match (decision.target, qtype) {
-            (Target::Addresses { v4, .. }, rtype::A) if !v4.is_empty() => AddressSet::V4(v4),
-            (Target::Addresses { v6, .. }, rtype::AAAA) if !v6.is_empty() => AddressSet::V6(v6),
+            (Target::Addresses { v4, .. }, rtype::A) if !v4.is_empty() => Addresses::V4(v4),
+            (Target::Addresses { v6, .. }, rtype::AAAA) if !v6.is_empty() => Addresses::V6(v6),
             _ => return None,
         };
         let mut sig = None;
         if dnssec {
-            let data = match addresses {
-                AddressSet::V4(a) => Synth::V4(a),
-                AddressSet::V6(a) => Synth::V6(a),
-            };
+            let data = SteeredData::Addresses(addresses);
             (sig, decision.ttl) = self.signed(binding, &data, decision.ttl);
         }
-        Some(SteeredAddresses {
+        Some(SteeredAddressAnswer {
             addresses,
             decision,
             sig,
@@ -233,17 +231,11 @@ impl<'s> ClientSteering<'s> {
     }
 }
 
-/// The addresses of a steered answer, for an A or an AAAA query.
-#[derive(Clone, Copy, Debug)]
-pub enum AddressSet<'s> {
-    V4(&'s [Ipv4Addr]),
-    V6(&'s [Ipv6Addr]),
-}
-
-/// A steered answer made of addresses only (see [`ClientSteering::addresses`]).
-pub struct SteeredAddresses<'s> {
+/// The fast path's steered answer: addresses only (see [`ClientSteering::addresses`]). The
+/// general lookup's is a [`SteeredAnswer`].
+pub struct SteeredAddressAnswer<'s> {
     /// Never empty.
-    pub addresses: AddressSet<'s>,
+    pub addresses: Addresses<'s>,
     pub decision: Decision<'s>,
     /// Its signature, when asked for and the zone is signed.
     pub sig: Option<&'s RRset>,
@@ -256,9 +248,11 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
         }
         let decision = self.decision(binding)?;
         let data = match (decision.target, qtype) {
-            (Target::Cname { wire, .. }, _) => Synth::Cname(wire),
-            (Target::Addresses { v4, .. }, rtype::A) => Synth::V4(v4),
-            (Target::Addresses { v6, .. }, rtype::AAAA) => Synth::V6(v6),
+            (Target::Cname { wire, .. }, _) => SteeredData::Cname(wire),
+            (Target::Addresses { v4, .. }, rtype::A) => SteeredData::Addresses(Addresses::V4(v4)),
+            (Target::Addresses { v6, .. }, rtype::AAAA) => {
+                SteeredData::Addresses(Addresses::V6(v6))
+            }
             // A CNAME query at a name answered with addresses: the static data answers.
             (Target::Addresses { .. }, _) => return None,
         };

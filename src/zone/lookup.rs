@@ -69,19 +69,31 @@ pub enum Owner<'z> {
     Name(&'z [u8]),
 }
 
-/// Records computed per query by a steering policy.
+/// The addresses chosen for a steered answer to an A or an AAAA query: one family's (the
+/// policy's decision, `policy::Target::Addresses`, holds both; an empty family is a NODATA
+/// answer). The general lookup and the steered fast path answer with the same type.
 #[derive(Clone, Copy, Debug)]
-pub enum Synth<'z> {
+pub enum Addresses<'z> {
+    /// A records.
     V4(&'z [Ipv4Addr]),
+    /// AAAA records.
     V6(&'z [Ipv6Addr]),
+}
+
+/// The records a steering policy chose for one query, computed per query: one family's
+/// addresses, or a CNAME.
+#[derive(Clone, Copy, Debug)]
+pub enum SteeredData<'z> {
+    Addresses(Addresses<'z>),
     /// A CNAME to this uncompressed wire name.
     Cname(&'z [u8]),
 }
 
+/// What an answer record set is made of: a zone's stored records, or a policy's.
 #[derive(Clone, Copy, Debug)]
 pub enum Data<'z> {
     Static(&'z RRset),
-    Synth(Synth<'z>),
+    Steered(SteeredData<'z>),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -108,7 +120,7 @@ impl<'z> Entry<'z> {
 /// What a steering policy decided for one steered name.
 #[derive(Clone, Copy, Debug)]
 pub struct SteeredAnswer<'z> {
-    pub data: Synth<'z>,
+    pub data: SteeredData<'z>,
     pub ttl: u32,
     /// ECS scope prefix length that covers what decided this answer.
     pub scope: u8,
@@ -489,26 +501,28 @@ fn push_steered<'z>(
 ) -> Option<&'z [u8]> {
     let entry = Entry {
         owner,
-        data: Data::Synth(steered.data),
+        data: Data::Steered(steered.data),
         ttl: steered.ttl,
         sig: steered.sig,
     };
     match steered.data {
-        Synth::Cname(target) => {
+        SteeredData::Cname(target) => {
             let _ = plan.answer.try_push(entry);
             (qtype != rtype::CNAME).then_some(target)
         }
-        Synth::V4(addrs) if !addrs.is_empty() && qtype != rtype::AAAA => {
+        SteeredData::Addresses(Addresses::V4(addrs))
+            if !addrs.is_empty() && qtype != rtype::AAAA =>
+        {
             let _ = plan.answer.try_push(entry);
             None
         }
-        Synth::V6(addrs) if !addrs.is_empty() && qtype != rtype::A => {
+        SteeredData::Addresses(Addresses::V6(addrs)) if !addrs.is_empty() && qtype != rtype::A => {
             let _ = plan.answer.try_push(entry);
             None
         }
         _ => {
             negative(zone, plan);
-            // This address set has no records of the type: the NSEC (NSEC3) variant without it.
+            // The policy's addresses have none of this type: the NSEC (NSEC3) variant without it.
             let variant = denial(zone, plan)
                 .and_then(|d| d.steered_nodata.get(key))
                 .and_then(|nodata| match qtype {
