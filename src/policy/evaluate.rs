@@ -44,7 +44,8 @@ pub struct LocatedClient {
     pub prefix_len: u8,
 }
 
-/// What to answer with.
+/// What to answer with: the policy's decision, for every query type (the DNS code takes the
+/// query type's share of it: one family's addresses, or the CNAME).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target<'a> {
     /// A records from `v4`, AAAA records from `v6` (either may be empty: NODATA).

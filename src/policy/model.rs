@@ -86,7 +86,8 @@ pub enum ProfileKindTag {
     Failover,
 }
 
-/// What an endpoint answers with.
+/// What an endpoint answers with, as compiled: addresses, a CNAME, or a nested profile
+/// (evaluation follows nested profiles down to a [`super::Target`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum EndpointTarget {
     Addresses {

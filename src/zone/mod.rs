@@ -3,7 +3,8 @@
 //! answer engine ([`lookup`]).
 //!
 //! Owns authoritative semantics (RFC 1034/2308/4592/8482). Knows nothing of sockets, and of
-//! policies only the [`lookup::Steering`] hook through which steered names get their answers.
+//! policies only the [`lookup::Steering`] hook through which steered names (bound to them by a
+//! [`model::SteeredBinding`]) get their answers ([`lookup::SteeredData`]).
 
 pub mod group;
 pub mod lookup;

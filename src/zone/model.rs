@@ -138,7 +138,8 @@ pub struct Denial {
 }
 
 /// A steered owner's NSEC (or NSEC3) without A (index 0) and without AAAA (index 1), signed,
-/// for NODATA answers of address sets with only one family (the chain's record lists both).
+/// for NODATA answers of policy targets with addresses of one family only (the chain's record
+/// lists both).
 #[derive(Debug)]
 pub struct SteeredNodata {
     /// The records' owner: the steered name (NSEC) or its hashed name (NSEC3).
