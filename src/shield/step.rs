@@ -980,20 +980,7 @@ fn place(
     let old_fraction = region.fraction;
     let old_placed = current_placement(region, natural);
     let goal = wanted * natural;
-
-    // Start from the current placement, so that clients already moved stay where they are.
-    let mut placed = old_placed.clone();
-    give_back_over_watermark(&mut placed, room);
-    let mut total: f64 = placed.values().sum();
-    if total > goal {
-        let tiers = destination_tiers(r, rings, settings);
-        take_back_least_preferred(&mut placed, total - goal, &tiers, room);
-        total = placed.values().sum();
-    } else if goal > total {
-        let tiers = destination_tiers(r, rings, settings);
-        spread_over_tiers(&mut placed, goal - total, &tiers, predicted, settings, room);
-        total = placed.values().sum();
-    }
+    let (placed, total) = rebalance(&old_placed, goal, r, rings, settings, predicted, room);
     let fraction = placed_fraction(
         &placed,
         &old_placed,
@@ -1005,25 +992,17 @@ fn place(
     );
     let short = fraction + 1e-9 < wanted;
     let region = &mut state.regions[r];
-    region.note = if short {
-        Note::NoHeadroom
-    } else if fraction > 0.0 {
-        Note::Shedding
-    } else {
-        Note::Normal
-    };
-    if (fraction - old_fraction).abs() > 1e-9 {
-        region.last_direction = if fraction > old_fraction { 1 } else { -1 };
-        region.last_move_at = now_ms;
-    }
+    record_placement(
+        region,
+        &placed,
+        total,
+        fraction,
+        old_fraction,
+        short,
+        now_ms,
+    );
     let (mut moves, taken_back) =
         placement_moves(r, &old_placed, &placed, region.hot_since, settings, now_ms);
-    region.fraction = fraction;
-    region.shares = if total > 0.0 {
-        placed.iter().map(|(d, a)| (*d, a / total)).collect()
-    } else {
-        BTreeMap::new()
-    };
     moves.extend(return_taken_back(
         &mut state.moves,
         r,
@@ -1042,6 +1021,64 @@ fn place(
         predicted,
         settings,
     )
+}
+
+/// Region `r`'s placement of `goal` load, and its total. It starts from the current placement
+/// (`old_placed`), so that clients already moved stay where they are, and changes only what
+/// must: what a destination over its watermark gives back, then the difference to `goal`.
+fn rebalance(
+    old_placed: &BTreeMap<Destination, f64>,
+    goal: f64,
+    r: usize,
+    rings: &Rings,
+    settings: &ShieldSettings,
+    predicted: &Prediction,
+    room: &mut BTreeMap<Destination, f64>,
+) -> (BTreeMap<Destination, f64>, f64) {
+    let mut placed = old_placed.clone();
+    give_back_over_watermark(&mut placed, room);
+    let mut total: f64 = placed.values().sum();
+    if total > goal {
+        let tiers = destination_tiers(r, rings, settings);
+        take_back_least_preferred(&mut placed, total - goal, &tiers, room);
+        total = placed.values().sum();
+    } else if goal > total {
+        let tiers = destination_tiers(r, rings, settings);
+        spread_over_tiers(&mut placed, goal - total, &tiers, predicted, settings, room);
+        total = placed.values().sum();
+    }
+    (placed, total)
+}
+
+/// Writes the placement into the region: its fraction, its shares (proportions of what was
+/// placed, not of the goal: what fits nowhere is not shed), its note, and the direction and
+/// time of the move, which the hold-down reads next tick.
+fn record_placement(
+    region: &mut RegionState,
+    placed: &BTreeMap<Destination, f64>,
+    total: f64,
+    fraction: f64,
+    old_fraction: f64,
+    short: bool,
+    now_ms: u64,
+) {
+    region.note = if short {
+        Note::NoHeadroom
+    } else if fraction > 0.0 {
+        Note::Shedding
+    } else {
+        Note::Normal
+    };
+    if (fraction - old_fraction).abs() > 1e-9 {
+        region.last_direction = if fraction > old_fraction { 1 } else { -1 };
+        region.last_move_at = now_ms;
+    }
+    region.fraction = fraction;
+    region.shares = if total > 0.0 {
+        placed.iter().map(|(d, a)| (*d, a / total)).collect()
+    } else {
+        BTreeMap::new()
+    };
 }
 
 /// The load region `r` has placed at each destination: its shares in load units, so that
