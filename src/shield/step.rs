@@ -764,6 +764,8 @@ fn demand_own_share(demand: &[Demand], r: usize) -> Option<f64> {
     (own + incoming > 0.0).then(|| own / (own + incoming))
 }
 
+/// Decides region `r`'s fraction for this tick and places it; returns why it changed, for the
+/// change log. Regions are decided one by one, most loaded first, sharing `room`.
 #[allow(clippy::too_many_arguments)]
 fn decide_region(
     state: &mut ShieldState,
@@ -821,9 +823,9 @@ fn decide_region(
     reason
 }
 
-/// An operator-held region is the operator's alone: whatever the shield had shed is dropped at
-/// once (no decay: the operator's answers replace ours), and so is its bookkeeping, so that a
-/// release starts from normal answers rather than from a stale decision.
+/// An operator-held region is the operator's alone: the shield's decision for it is dropped
+/// whole, bookkeeping included, so that a release starts over from normal answers rather than
+/// resuming a decision taken before the hold.
 fn leave_to_operator(region: &mut RegionState) -> String {
     let from = region.fraction;
     *region = RegionState {
@@ -869,7 +871,7 @@ fn react_to_data_age(
             Freshness::Idle
         }
         _ => {
-            // Stale for long (or never seen): slew back to normal answers.
+            // Stale for long (or never seen): step back to normal answers, `max_step` a tick.
             let to = snap_fraction(region.fraction - settings.max_step);
             region.fraction = to;
             if to == 0.0 {
@@ -928,8 +930,9 @@ fn fraction_to_relieve(
 }
 
 /// The fraction a shedding region under its low watermark wants: less, by what its spare
-/// capacity below the target can take back (not down to the low watermark, or the returning
-/// load could lift it straight over the high one), at most `max_step` less.
+/// capacity below the target can take back, at most `max_step` less. It aims at the target,
+/// midway between the watermarks, not at the low watermark: the load coming back should leave
+/// the region inside the band, where neither rule moves it again.
 fn fraction_to_give_back(
     region: &RegionState,
     util: f64,
