@@ -764,6 +764,8 @@ fn demand_own_share(demand: &[Demand], r: usize) -> Option<f64> {
     (own + incoming > 0.0).then(|| own / (own + incoming))
 }
 
+/// Decides region `r`'s fraction for this tick and places it; returns why it changed, for the
+/// change log. Regions are decided one by one, most loaded first, sharing `room`.
 #[allow(clippy::too_many_arguments)]
 fn decide_region(
     state: &mut ShieldState,
@@ -782,88 +784,29 @@ fn decide_region(
     let region = &mut state.regions[r];
     region.predicted_utilisation = predicted.region_util[r];
     if held {
-        let from = region.fraction;
-        *region = RegionState {
-            note: Note::OperatorHeld,
-            ..RegionState::default()
-        };
-        return if from > 0.0 {
-            "operator override".into()
-        } else {
-            String::new()
-        };
+        return leave_to_operator(region);
     }
-    let age = predicted.region_age[r];
-    let stale = match age {
-        Some(a) if a < settings.stale_after_ms => None,
-        Some(a) if a < settings.revert_after_ms => {
-            region.note = Note::Stale;
-            Some("load data stale: frozen")
+    match react_to_data_age(region, predicted.region_age[r], settings) {
+        Freshness::Fresh => {}
+        Freshness::Idle => return String::new(),
+        Freshness::Stale(reason) => {
+            keep_frozen_share_placed(state, r, rings, settings, predicted, room, now_ms);
+            return reason.into();
         }
-        _ if region.fraction == 0.0 => {
-            // No data: keep the TTL as it is (a region reverted while hot keeps the short TTL
-            // until fresh data shows it cool, so a returning overload is answered quickly).
-            region.note = Note::Normal;
-            return String::new();
-        }
-        _ => {
-            // Stale for long (or never seen): slew back to normal answers.
-            let to = snap_fraction(region.fraction - settings.max_step);
-            region.fraction = to;
-            if to == 0.0 {
-                region.shares.clear();
-            }
-            region.note = Note::Reverting;
-            Some("load data stale too long: reverting")
-        }
-    };
-    if let Some(reason) = stale {
-        // Frozen, but not into a destination that closed meanwhile (held, or shedding
-        // itself): place the same share elsewhere, or shed nothing.
-        let region = &state.regions[r];
-        if region.fraction > 0.0 && region.shares.is_empty() {
-            let keep = region.fraction;
-            let note = region.note;
-            place(state, r, keep, rings, settings, predicted, room, now_ms);
-            state.regions[r].note = note;
-        }
-        return reason.into();
     }
+    let region = &state.regions[r];
     let capacity = predicted.region_capacity[r];
-    let natural = region.natural;
-    let target = settings.target();
-    let wanted = if natural <= 0.0 || capacity <= 0.0 {
+    let wanted = if region.natural <= 0.0 || capacity <= 0.0 {
+        // Without a load estimate or a capacity there is nothing to steer on: hold still.
         region.fraction
     } else if util > settings.high_watermark {
-        // Only part of a move made now lands within the horizon (clients still holding normal
-        // answers move when those expire): shed enough that the part landing soon relieves it.
-        let landing = landing_share(region.hot_since.unwrap_or(now_ms), now_ms, settings);
-        let excess = (util - target) * capacity;
-        let step_up = (excess / (natural * landing)).min(settings.max_step);
-        // Shedding more than needed in the end speeds relief (only expiring answers move), but
-        // by a bounded factor: never more than OVERSHED times the fraction that will be needed
-        // once everything has landed.
-        let needed = (1.0 - (target * capacity - incoming) / natural).clamp(0.0, 1.0);
-        let ceiling = (OVERSHED * needed).min(1.0).max(region.fraction);
-        (region.fraction + step_up).min(ceiling)
+        fraction_to_relieve(region, util, incoming, capacity, settings, now_ms)
     } else if util < settings.low_watermark && region.fraction > 0.0 {
-        let spare = (target - util) * capacity;
-        (region.fraction - (spare / natural).min(settings.max_step)).max(0.0)
+        fraction_to_give_back(region, util, capacity, settings)
     } else {
         region.fraction
     };
-    let direction: i8 = match wanted.total_cmp(&region.fraction) {
-        std::cmp::Ordering::Greater => 1,
-        std::cmp::Ordering::Less => -1,
-        std::cmp::Ordering::Equal => 0,
-    };
-    let reversing = direction != 0 && region.last_direction == -direction;
-    let wanted = if reversing && now_ms.saturating_sub(region.last_move_at) < settings.hold_down_ms
-    {
-        region.fraction
-    } else {
-        wanted
-    };
+    let wanted = respect_hold_down(region, wanted, settings, now_ms);
     // The region turns hot (short TTL) before its moves are scheduled: moves made now land
     // according to how long its clients have had the short TTL.
     let region = &mut state.regions[r];
@@ -880,6 +823,148 @@ fn decide_region(
     reason
 }
 
+/// An operator-held region is the operator's alone: the shield's decision for it is dropped
+/// whole, bookkeeping included, so that a release starts over from normal answers rather than
+/// resuming a decision taken before the hold.
+fn leave_to_operator(region: &mut RegionState) -> String {
+    let from = region.fraction;
+    *region = RegionState {
+        note: Note::OperatorHeld,
+        ..RegionState::default()
+    };
+    if from > 0.0 {
+        "operator override".into()
+    } else {
+        String::new()
+    }
+}
+
+/// What the age of a region's load data leaves for the step to decide.
+enum Freshness {
+    /// Fresh data: decide on it.
+    Fresh,
+    /// No usable data and nothing shed: nothing to decide.
+    Idle,
+    /// Stale data (decisions frozen) or stale for long (already stepped back toward normal
+    /// answers): only keep what is still shed placed. The reason is for the change log.
+    Stale(&'static str),
+}
+
+/// Applies the staleness rules to `region`. Stale data is not trusted to move a region
+/// either way, so its fraction is frozen; but a feed that stays away must not pin clients
+/// elsewhere for ever, so after `revert_after_ms` the shedding decays by `max_step` per tick.
+fn react_to_data_age(
+    region: &mut RegionState,
+    age: Option<u64>,
+    settings: &ShieldSettings,
+) -> Freshness {
+    match age {
+        Some(a) if a < settings.stale_after_ms => Freshness::Fresh,
+        Some(a) if a < settings.revert_after_ms => {
+            region.note = Note::Stale;
+            Freshness::Stale("load data stale: frozen")
+        }
+        _ if region.fraction == 0.0 => {
+            // No data: keep the TTL as it is (a region reverted while hot keeps the short TTL
+            // until fresh data shows it cool, so a returning overload is answered quickly).
+            region.note = Note::Normal;
+            Freshness::Idle
+        }
+        _ => {
+            // Stale for long (or never seen): step back to normal answers, `max_step` a tick.
+            let to = snap_fraction(region.fraction - settings.max_step);
+            region.fraction = to;
+            if to == 0.0 {
+                region.shares.clear();
+            }
+            region.note = Note::Reverting;
+            Freshness::Stale("load data stale too long: reverting")
+        }
+    }
+}
+
+/// A stale region keeps its fraction, but not into a destination that closed meanwhile (held,
+/// or shedding itself): its shares were dropped then, so the same share is placed elsewhere,
+/// or nothing is shed. The note stays what staleness made it: the region is not deciding.
+fn keep_frozen_share_placed(
+    state: &mut ShieldState,
+    r: usize,
+    rings: &Rings,
+    settings: &ShieldSettings,
+    predicted: &Prediction,
+    room: &mut BTreeMap<Destination, f64>,
+    now_ms: u64,
+) {
+    let region = &state.regions[r];
+    if region.fraction > 0.0 && region.shares.is_empty() {
+        let keep = region.fraction;
+        let note = region.note;
+        place(state, r, keep, rings, settings, predicted, room, now_ms);
+        state.regions[r].note = note;
+    }
+}
+
+/// The fraction a region over its high watermark wants: enough more, at most `max_step` more,
+/// to bring it back to the target.
+fn fraction_to_relieve(
+    region: &RegionState,
+    util: f64,
+    incoming: f64,
+    capacity: f64,
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> f64 {
+    let natural = region.natural;
+    let target = settings.target();
+    // Only part of a move made now lands within the horizon (clients still holding normal
+    // answers move when those expire): shed enough that the part landing soon relieves it.
+    let landing = landing_share(region.hot_since.unwrap_or(now_ms), now_ms, settings);
+    let excess = (util - target) * capacity;
+    let step_up = (excess / (natural * landing)).min(settings.max_step);
+    // Shedding more than needed in the end speeds relief (only expiring answers move), but
+    // by a bounded factor: never more than OVERSHED times the fraction that will be needed
+    // once everything has landed.
+    let needed = (1.0 - (target * capacity - incoming) / natural).clamp(0.0, 1.0);
+    let ceiling = (OVERSHED * needed).min(1.0).max(region.fraction);
+    (region.fraction + step_up).min(ceiling)
+}
+
+/// The fraction a shedding region under its low watermark wants: less, by what its spare
+/// capacity below the target can take back, at most `max_step` less. It aims at the target,
+/// midway between the watermarks, not at the low watermark: the load coming back should leave
+/// the region inside the band, where neither rule moves it again.
+fn fraction_to_give_back(
+    region: &RegionState,
+    util: f64,
+    capacity: f64,
+    settings: &ShieldSettings,
+) -> f64 {
+    let spare = (settings.target() - util) * capacity;
+    (region.fraction - (spare / region.natural).min(settings.max_step)).max(0.0)
+}
+
+/// `wanted`, unless it reverses the region's last move within the hold-down: then the current
+/// fraction. Readings lag the moves, so without it a region would flap between shedding more
+/// and less on its own in-flight corrections.
+fn respect_hold_down(
+    region: &RegionState,
+    wanted: f64,
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> f64 {
+    let direction: i8 = match wanted.total_cmp(&region.fraction) {
+        std::cmp::Ordering::Greater => 1,
+        std::cmp::Ordering::Less => -1,
+        std::cmp::Ordering::Equal => 0,
+    };
+    let reversing = direction != 0 && region.last_direction == -direction;
+    if reversing && now_ms.saturating_sub(region.last_move_at) < settings.hold_down_ms {
+        region.fraction
+    } else {
+        wanted
+    }
+}
+
 /// Places `wanted × natural` of region `r`'s load across destinations (keeping what is
 /// already placed where it still fits), records the moves, and sets the fraction to what fit.
 #[allow(clippy::too_many_arguments)]
@@ -893,19 +978,130 @@ fn place(
     room: &mut BTreeMap<Destination, f64>,
     now_ms: u64,
 ) -> String {
-    let region = &mut state.regions[r];
+    let region = &state.regions[r];
     let natural = region.natural.max(0.0);
     let old_fraction = region.fraction;
-    let old_placed: BTreeMap<Destination, f64> = region
+    let old_placed = current_placement(region, natural);
+    let goal = wanted * natural;
+    let (placed, total) = rebalance(&old_placed, goal, r, rings, settings, predicted, room);
+    let fraction = placed_fraction(
+        &placed,
+        &old_placed,
+        old_fraction,
+        wanted,
+        goal,
+        total,
+        natural,
+    );
+    let short = fraction + 1e-9 < wanted;
+    let region = &mut state.regions[r];
+    record_placement(
+        region,
+        &placed,
+        total,
+        fraction,
+        old_fraction,
+        short,
+        now_ms,
+    );
+    let (mut moves, taken_back) =
+        placement_moves(r, &old_placed, &placed, region.hot_since, settings, now_ms);
+    moves.extend(return_taken_back(
+        &mut state.moves,
+        r,
+        taken_back,
+        &placed,
+        settings,
+        now_ms,
+    ));
+    state.moves.extend(moves);
+    placement_reason(
+        r,
+        wanted,
+        fraction,
+        old_fraction,
+        short,
+        predicted,
+        settings,
+    )
+}
+
+/// Region `r`'s placement of `goal` load, and its total. It starts from the current placement
+/// (`old_placed`), so that clients already moved stay where they are, and changes only what
+/// must: what a destination over its watermark gives back, then the difference to `goal`.
+fn rebalance(
+    old_placed: &BTreeMap<Destination, f64>,
+    goal: f64,
+    r: usize,
+    rings: &Rings,
+    settings: &ShieldSettings,
+    predicted: &Prediction,
+    room: &mut BTreeMap<Destination, f64>,
+) -> (BTreeMap<Destination, f64>, f64) {
+    let mut placed = old_placed.clone();
+    give_back_over_watermark(&mut placed, room);
+    let mut total: f64 = placed.values().sum();
+    if total > goal {
+        let tiers = destination_tiers(r, rings, settings);
+        take_back_least_preferred(&mut placed, total - goal, &tiers, room);
+        total = placed.values().sum();
+    } else if goal > total {
+        let tiers = destination_tiers(r, rings, settings);
+        spread_over_tiers(&mut placed, goal - total, &tiers, predicted, settings, room);
+        total = placed.values().sum();
+    }
+    (placed, total)
+}
+
+/// Writes the placement into the region: its fraction, its shares (proportions of what was
+/// placed, not of the goal: what fits nowhere is not shed), its note, and the direction and
+/// time of the move, which the hold-down reads next tick.
+fn record_placement(
+    region: &mut RegionState,
+    placed: &BTreeMap<Destination, f64>,
+    total: f64,
+    fraction: f64,
+    old_fraction: f64,
+    short: bool,
+    now_ms: u64,
+) {
+    region.note = if short {
+        Note::NoHeadroom
+    } else if fraction > 0.0 {
+        Note::Shedding
+    } else {
+        Note::Normal
+    };
+    if (fraction - old_fraction).abs() > 1e-9 {
+        region.last_direction = if fraction > old_fraction { 1 } else { -1 };
+        region.last_move_at = now_ms;
+    }
+    region.fraction = fraction;
+    region.shares = if total > 0.0 {
+        placed.iter().map(|(d, a)| (*d, a / total)).collect()
+    } else {
+        BTreeMap::new()
+    };
+}
+
+/// The load region `r` has placed at each destination: its shares in load units, so that
+/// it can be compared with the destinations' headroom.
+fn current_placement(region: &RegionState, natural: f64) -> BTreeMap<Destination, f64> {
+    region
         .shares
         .iter()
-        .map(|(d, share)| (*d, old_fraction * natural * share))
-        .collect();
-    let goal = wanted * natural;
+        .map(|(d, share)| (*d, region.fraction * natural * share))
+        .collect()
+}
 
-    // Start from the current placement; shrink it first where a destination is over its
-    // watermark (a hot destination takes no more, and gives back its excess).
-    let mut placed = old_placed.clone();
+/// A destination over its watermark (negative room) takes no more and gives back its excess,
+/// as far as this region placed it there: it must not be pushed further over by shedding.
+/// A destination without fresh data has no room entry: what is there stays, but nothing is
+/// taken back on a guess.
+fn give_back_over_watermark(
+    placed: &mut BTreeMap<Destination, f64>,
+    room: &mut BTreeMap<Destination, f64>,
+) {
     for (dest, amount) in placed.iter_mut() {
         if let Some(free) = room.get_mut(dest) {
             if *free < 0.0 {
@@ -913,70 +1109,95 @@ fn place(
                 *amount -= give_back;
                 *free += give_back;
             }
-        } else {
-            // Destination has no fresh data: keep what is there, add nothing.
         }
     }
     placed.retain(|_, a| *a > 1e-9);
-    let mut total: f64 = placed.values().sum();
-    if total > goal {
-        // Shedding less: take back from the least preferred destinations first.
-        let tiers = destination_tiers(r, rings, settings);
-        let mut excess = total - goal;
-        for dest in tiers.iter().rev().flatten() {
-            if excess <= 0.0 {
-                break;
-            }
-            if let Some(amount) = placed.get_mut(dest) {
-                let take = amount.min(excess);
-                *amount -= take;
-                excess -= take;
-                if let Some(free) = room.get_mut(dest) {
-                    *free += take;
-                }
+}
+
+/// Shedding less: `excess` is taken back from the least preferred destinations first, so the
+/// load that stays shed stays as close to home as it can.
+fn take_back_least_preferred(
+    placed: &mut BTreeMap<Destination, f64>,
+    mut excess: f64,
+    tiers: &[Vec<Destination>],
+    room: &mut BTreeMap<Destination, f64>,
+) {
+    for dest in tiers.iter().rev().flatten() {
+        if excess <= 0.0 {
+            break;
+        }
+        if let Some(amount) = placed.get_mut(dest) {
+            let take = amount.min(excess);
+            *amount -= take;
+            excess -= take;
+            if let Some(free) = room.get_mut(dest) {
+                *free += take;
             }
         }
-        placed.retain(|_, a| *a > 1e-9);
-        total = placed.values().sum();
-    } else if goal > total {
-        let mut need = goal - total;
-        for tier in destination_tiers(r, rings, settings) {
-            if need <= 1e-9 {
-                break;
-            }
-            let eligible: Vec<(Destination, f64)> = tier
-                .iter()
-                .filter(|d| match d {
-                    Destination::Region(i) => {
-                        predicted.region_util[*i as usize] < settings.high_watermark
-                    }
-                    _ => true,
-                })
-                .filter_map(|d| room.get(d).map(|free| (*d, *free)))
-                .filter(|(_, free)| *free > 1e-9)
-                .collect();
-            let tier_room: f64 = eligible.iter().map(|(_, f)| f).sum();
-            if tier_room <= 0.0 {
-                continue;
-            }
-            let take = need.min(tier_room);
-            for (dest, free) in eligible {
-                let amount = take * free / tier_room;
-                *placed.entry(dest).or_insert(0.0) += amount;
-                if let Some(f) = room.get_mut(&dest) {
-                    *f -= amount;
-                }
-            }
-            need -= take;
-        }
-        total = placed.values().sum();
     }
-    let region = &mut state.regions[r];
+    placed.retain(|_, a| *a > 1e-9);
+}
+
+/// Shedding more: `need` goes to the most preferred tier with room first, split within the
+/// tier by headroom, so no destination fills up while a peer of the same preference has room
+/// to spare. A region already over its high watermark (once moves in flight land) takes
+/// nothing, whatever its room says. What fits nowhere is not placed.
+fn spread_over_tiers(
+    placed: &mut BTreeMap<Destination, f64>,
+    mut need: f64,
+    tiers: &[Vec<Destination>],
+    predicted: &Prediction,
+    settings: &ShieldSettings,
+    room: &mut BTreeMap<Destination, f64>,
+) {
+    for tier in tiers {
+        if need <= 1e-9 {
+            break;
+        }
+        let eligible: Vec<(Destination, f64)> = tier
+            .iter()
+            .filter(|d| match d {
+                Destination::Region(i) => {
+                    predicted.region_util[*i as usize] < settings.high_watermark
+                }
+                _ => true,
+            })
+            .filter_map(|d| room.get(d).map(|free| (*d, *free)))
+            .filter(|(_, free)| *free > 1e-9)
+            .collect();
+        let tier_room: f64 = eligible.iter().map(|(_, f)| f).sum();
+        if tier_room <= 0.0 {
+            continue;
+        }
+        let take = need.min(tier_room);
+        for (dest, free) in eligible {
+            let amount = take * free / tier_room;
+            *placed.entry(dest).or_insert(0.0) += amount;
+            if let Some(f) = room.get_mut(&dest) {
+                *f -= amount;
+            }
+        }
+        need -= take;
+    }
+}
+
+/// The fraction the placement amounts to. It is published and read back, so it is the
+/// decided number wherever the placement allows, rather than a float-rounded recomputation
+/// that would drift a little every tick.
+fn placed_fraction(
+    placed: &BTreeMap<Destination, f64>,
+    old_placed: &BTreeMap<Destination, f64>,
+    old_fraction: f64,
+    wanted: f64,
+    goal: f64,
+    total: f64,
+    natural: f64,
+) -> f64 {
     let unchanged = placed.len() == old_placed.len()
         && placed
             .iter()
             .all(|(d, a)| old_placed.get(d).is_some_and(|o| (o - a).abs() < 1e-9));
-    let fraction = snap_fraction(if placed.is_empty() {
+    snap_fraction(if placed.is_empty() {
         // Nowhere placed (no natural load, or every destination closed): nothing is shed.
         0.0
     } else if unchanged {
@@ -989,20 +1210,22 @@ fn place(
         (total / natural).clamp(0.0, 1.0)
     } else {
         0.0
-    });
-    let short = fraction + 1e-9 < wanted;
-    region.note = if short {
-        Note::NoHeadroom
-    } else if fraction > 0.0 {
-        Note::Shedding
-    } else {
-        Note::Normal
-    };
-    if (fraction - old_fraction).abs() > 1e-9 {
-        region.last_direction = if fraction > old_fraction { 1 } else { -1 };
-        region.last_move_at = now_ms;
-    }
-    // Record the moves (differences per destination) so predictions include them until visible.
+    })
+}
+
+/// The differences between the old and the new placement, per destination: the moves out
+/// (recorded so that predictions include them until they are visible in readings) and the
+/// amounts taken back (which [`return_taken_back`] settles against the moves in flight).
+/// The order is that of the destinations in the old placement, then the new: it is the order
+/// of the moves in the state, which later sums and cancellations follow.
+fn placement_moves(
+    r: usize,
+    old_placed: &BTreeMap<Destination, f64>,
+    placed: &BTreeMap<Destination, f64>,
+    hot_since: Option<u64>,
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> (Vec<Move>, Vec<(Destination, f64)>) {
     let mut moves = Vec::new();
     let mut taken_back = Vec::new();
     let dests: Vec<Destination> = old_placed.keys().chain(placed.keys()).copied().collect();
@@ -1019,7 +1242,7 @@ fn place(
             continue;
         }
         let steady_ms = u64::from(settings.steady_ttl) * 1000;
-        let hot_since = region.hot_since.unwrap_or(now_ms);
+        let hot_since = hot_since.unwrap_or(now_ms);
         // Shedding more moves clients that may still hold normal answers.
         let fast_share = if steady_ms == 0 {
             1.0
@@ -1035,17 +1258,25 @@ fn place(
             slow_until: hot_since + steady_ms,
         });
     }
-    region.fraction = fraction;
-    region.shares = if total > 0.0 {
-        placed.iter().map(|(d, a)| (*d, a / total)).collect()
-    } else {
-        BTreeMap::new()
-    };
+    (moves, taken_back)
+}
+
+/// Settles what region `r` took back from each destination against its moves in flight
+/// (see [`cancel_unlanded`]) and returns the moves back home for what had landed.
+fn return_taken_back(
+    in_flight: &mut Vec<Move>,
+    r: usize,
+    taken_back: Vec<(Destination, f64)>,
+    placed: &BTreeMap<Destination, f64>,
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> Vec<Move> {
     let short_ms = u64::from(settings.short_ttl) * 1000;
+    let mut moves = Vec::new();
     for (dest, amount) in taken_back {
         let still_placed = placed.get(&dest).copied().unwrap_or(0.0);
         let returning = cancel_unlanded(
-            &mut state.moves,
+            in_flight,
             (r as u16, dest),
             (amount, still_placed),
             now_ms,
@@ -1063,7 +1294,19 @@ fn place(
             });
         }
     }
-    state.moves.extend(moves);
+    moves
+}
+
+/// Why region `r`'s fraction is what [`place`] made it, for the change log.
+fn placement_reason(
+    r: usize,
+    wanted: f64,
+    fraction: f64,
+    old_fraction: f64,
+    short: bool,
+    predicted: &Prediction,
+    settings: &ShieldSettings,
+) -> String {
     // The decision is taken on the utilisation predicted one short TTL ahead (moves in
     // flight partly landed); say that next to what was measured, or the two contradict.
     let utilisation = match predicted.region_util_measured[r] {
