@@ -1,14 +1,22 @@
 //! From query bytes to response bytes: the whole per-packet path, transport-agnostic.
 //!
-//! 1. [`parse_query`] validates the header, question and EDNS in place.
-//! 2. Static answers are served from the snapshot's precompiled responses: one hash probe, one
-//!    copy, a few patched bytes.
-//! 3. Anything else (steered names, negative answers, wildcards, referrals, oversize) goes through
-//!    [`resolve`] and is written with compression by [`Writer`].
-//! 4. Over UDP, the response rate limiter ([`crate::rrl`]) may drop the response or have it
+//! 1. [`respond`] validates the header, question and EDNS in place
+//!    ([`crate::dns::wire::parse_query_into`]).
+//! 2. One probe of the snapshot's fast-path table ([`FastPathEntry`]) decides the rest:
+//!    - a static answer is the precompiled response: one copy, a few patched bytes
+//!      (`serve_precompiled`);
+//!    - a steered name, or a customer name under a steered wildcard, whose policy answers with
+//!      addresses is written directly: locate the client (lazily, only when the policy asks),
+//!      decide, copy the pre-encoded records and, with DO, their pre-computed signatures and
+//!      the wildcard's denial proof (`serve_steered`);
+//!    - anything else (negative answers, CNAME chains, referrals, oversize) goes through the
+//!      zone engine ([`crate::zone::lookup::resolve_in`]) and is written with compression by
+//!      [`crate::snapshot::compose::write_plan`].
+//! 3. Over UDP, the response rate limiter ([`crate::rrl`]) may drop the response or have it
 //!    *slipped*: cut to header and question with TC set.
 //!
-//! Nothing here allocates, locks or does I/O, except the CHAOS trace (operators' debugging aid).
+//! Nothing here allocates, locks or does I/O, except the CHAOS trace ([`chaos`], operators'
+//! debugging aid).
 //!
 //! The top of the query path: called by the transports ([`crate::server`]) and by snapshot
 //! probes ([`probe`]); reads the snapshot, writes through [`crate::snapshot::compose`], asks the
