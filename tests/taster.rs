@@ -9,7 +9,7 @@ mod control_common;
 
 use std::time::{Duration, Instant};
 
-use control_common::load::Load;
+use control_common::load::control_load;
 use control_common::*;
 
 /// Subnets asked to check what is served.
@@ -55,7 +55,7 @@ impl Scene {
     fn refused(&mut self, text: &str) -> (Vec<String>, serde_json::Value) {
         let serial = self.server.serial();
         let refused = self.server.refused();
-        let load = Load::start(self.server.dns, 2);
+        let load = control_load(self.server.dns, 2);
         self.setup.write_control_atomically(text);
         let status = self.server.wait_for_refusal(refused, REFUSAL_WAIT);
         let counts = load.stop();

@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod etcd;
+pub mod load;
 pub mod prometheus;
 
 use std::io::{BufRead, BufReader, Read, Write};
