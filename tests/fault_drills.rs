@@ -125,12 +125,8 @@ fn eu_subnets() -> Vec<String> {
 /// How many of `subnets` get something other than the global anycast address for an anycast
 /// name, i.e. were shed by the shield.
 fn shed_answers(resolver: &mut Resolver, subnets: &[String]) -> usize {
-    let queries: Vec<_> = subnets
-        .iter()
-        .map(|s| ecs_query("www.edge.example.net.", RecordType::A, s))
-        .collect();
     resolver
-        .ask_all(&queries)
+        .ask_a_from_each("www.edge.example.net.", subnets)
         .iter()
         .filter(|r| a_records(r) != vec![GLOBAL_V4])
         .count()
@@ -178,7 +174,7 @@ fn assert_refused_and_lkg(
         "{what}: expected a reason containing {expected:?}, got {reasons:?}"
     );
     assert_eq!(status["serial"], before["serial"], "{what}: serial moved");
-    assert_all_target(&critical_targets(resolver, subnets), subnets, ALT_CDN);
+    assert_all_critical(resolver, subnets, ALT_CDN);
     status
 }
 
@@ -203,11 +199,7 @@ fn kill_9_of_weight_set_leaves_the_old_or_the_new_control_file_never_a_mix() {
     let status = server.status();
     assert_eq!(status["serial"], start["serial"], "a temp file was tasted");
     assert_eq!(status["reloads_refused"], start["reloads_refused"]);
-    assert_all_target(
-        &critical_targets(&mut resolver, &subnets),
-        &subnets,
-        FRONTDOOR,
-    );
+    assert_all_critical(&mut resolver, &subnets, FRONTDOOR);
 
     // SIGKILL the CLI at spread-out moments: before it wrote, while it writes, while it waits
     // for the server to converge.
@@ -280,11 +272,7 @@ fn kill_9_of_weight_set_leaves_the_old_or_the_new_control_file_never_a_mix() {
     server.stop();
     let server = setup.start();
     let mut resolver = Resolver::new(server.dns);
-    assert_all_target(
-        &critical_targets(&mut resolver, &subnets),
-        &subnets,
-        FRONTDOOR,
-    );
+    assert_all_critical(&mut resolver, &subnets, FRONTDOOR);
     let status = server.status();
     assert_eq!(status["serial"].as_u64(), Some(serial), "{status:#}");
     assert_eq!(status["reloads_refused"].as_u64(), Some(0), "{status:#}");
@@ -1104,9 +1092,5 @@ fn a_zone_including_a_named_pipe_is_refused_and_the_control_plane_stays_responsi
         "the refusal names the line and the file: {reasons}"
     );
     assert_eq!(status["serial"], before["serial"]);
-    assert_all_target(
-        &critical_targets(&mut resolver, &subnets),
-        &subnets,
-        FRONTDOOR,
-    );
+    assert_all_critical(&mut resolver, &subnets, FRONTDOOR);
 }

@@ -363,14 +363,13 @@ fn one_leader_decides_for_the_fleet_survives_its_death_and_etcd_loss() {
 /// Every subnet answered with the global anycast (the decay may take a few ticks to reach the
 /// serving path after the status says so).
 fn wait_all_target_a(resolver: &mut Resolver, subnets: &[String]) {
-    let queries: Vec<Message> = subnets
-        .iter()
-        .map(|s| ecs_query(EDGE, RecordType::A, s))
-        .collect();
     let deadline = Instant::now() + WAIT;
     loop {
-        let answers: Vec<Vec<Ipv4Addr>> =
-            resolver.ask_all(&queries).iter().map(a_records).collect();
+        let answers: Vec<Vec<Ipv4Addr>> = resolver
+            .ask_a_from_each(EDGE, subnets)
+            .iter()
+            .map(a_records)
+            .collect();
         if answers.iter().all(|a| a.as_slice() == [GLOBAL_V4]) {
             return;
         }

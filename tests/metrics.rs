@@ -426,11 +426,7 @@ fn a_shedding_region_shows_its_fraction_destinations_and_utilisation() {
     let mut answered: BTreeMap<&str, f64> = BTreeMap::new();
     let mut resolver = Resolver::new(server.dns);
     let subnets: Vec<String> = (0..200).map(|i| format!("81.2.{i}.0/24")).collect();
-    let queries: Vec<Message> = subnets
-        .iter()
-        .map(|s| ecs_query("www.edge.example.net.", RecordType::A, s))
-        .collect();
-    for response in resolver.ask_all(&queries) {
+    for response in resolver.ask_a_from_each("www.edge.example.net.", &subnets) {
         for addr in a_records(&response) {
             *answered.entry(destination_of(addr)).or_insert(0.0) += 1.0;
         }

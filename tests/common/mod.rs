@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
@@ -153,6 +153,53 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Sends `packets` (encoded queries, ids set) over `socket` to `server` and collects the
+/// replies: what is still unanswered is sent again, `attempts` times at most, each time waiting
+/// up to `attempt_wait` for the replies; `slot` says which packet a reply answers (None: not
+/// one of these). One reply or None per packet.
+pub fn exchange_with_retries(
+    socket: &UdpSocket,
+    server: SocketAddr,
+    packets: &[Vec<u8>],
+    attempts: usize,
+    attempt_wait: Duration,
+    mut slot: impl FnMut(&Message) -> Option<usize>,
+) -> Vec<Option<Message>> {
+    let mut replies: Vec<Option<Message>> = vec![None; packets.len()];
+    let mut buf = vec![0u8; 65535];
+    for _ in 0..attempts {
+        let missing: Vec<&Vec<u8>> = packets
+            .iter()
+            .zip(&replies)
+            .filter(|(_, reply)| reply.is_none())
+            .map(|(packet, _)| packet)
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        for bytes in &missing {
+            socket.send_to(bytes, server).expect("send");
+        }
+        let mut outstanding = missing.len();
+        let deadline = Instant::now() + attempt_wait;
+        while outstanding > 0 && Instant::now() < deadline {
+            let Ok((n, _)) = socket.recv_from(&mut buf) else {
+                continue;
+            };
+            let Ok(message) = Message::from_vec(&buf[..n]) else {
+                panic!("malformed response: {:?}", &buf[..n]);
+            };
+            if let Some(i) = slot(&message) {
+                if replies[i].is_none() {
+                    replies[i] = Some(message);
+                    outstanding -= 1;
+                }
+            }
+        }
+    }
+    replies
 }
 
 pub fn write_frame(stream: &mut TcpStream, bytes: &[u8]) {

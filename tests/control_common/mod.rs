@@ -49,7 +49,10 @@ pub use common::etcd::Etcd;
 pub use common::prometheus::{Exporter, Prometheus};
 pub use common::TempDir;
 #[allow(unused_imports)]
-pub use common::{ecs_query, free_port, kdig, mkfifo, self_signed_cert, spki_pin, trace_text};
+pub use common::{
+    ecs_query, exchange_with_retries, free_port, kdig, mkfifo, self_signed_cert, spki_pin,
+    trace_text,
+};
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
 /// token file), `zones/`, `geoip/example.mmdb`, `control.toml`. The repo's own files are never
@@ -577,11 +580,58 @@ pub fn try_http(
 }
 
 /// Sends `request` (head and whatever body, as given) and reads the reply until the server
-/// closes the connection or [`HTTP_TIMEOUT`] passes without a byte; returns (code, body).
+/// closes the connection or [`HTTP_TIMEOUT`] passes without a byte; returns (code, body), the
+/// body de-chunked.
 pub fn send_http(addr: SocketAddr, request: &[u8]) -> Result<(u16, String), String> {
-    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).map_err(|e| e.to_string())?;
+    let reply = exchange_http(addr, request, HTTP_TIMEOUT)?;
+    let chunked = reply
+        .head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        steerdns::http_client::dechunk(&reply.body)
+    } else {
+        reply.body
+    };
+    Ok((reply.code, body))
+}
+
+/// One HTTP/1.1 request with a JSON `body`, as bytes to send.
+pub fn json_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// An HTTP reply as read: the status code, the head (status line and headers) and the body as
+/// sent (not de-chunked).
+pub struct RawReply {
+    pub code: u16,
+    pub head: String,
+    pub body: String,
+}
+
+/// Sends `request` and reads the reply (at most 4 MiB) until the server closes the connection
+/// or `wait` passes without a byte.
+pub fn exchange_http(addr: SocketAddr, request: &[u8], wait: Duration) -> Result<RawReply, String> {
+    let mut stream = TcpStream::connect_timeout(&addr, wait).map_err(|e| e.to_string())?;
     stream
-        .set_read_timeout(Some(HTTP_TIMEOUT))
+        .set_read_timeout(Some(wait))
         .map_err(|e| e.to_string())?;
     stream.write_all(request).map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
@@ -599,15 +649,11 @@ pub fn send_http(addr: SocketAddr, request: &[u8]) -> Result<(u16, String), Stri
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("no HTTP status in {head:?}"))?;
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        steerdns::http_client::dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Ok((code, body))
+    Ok(RawReply {
+        code,
+        head: head.to_string(),
+        body: body.to_string(),
+    })
 }
 
 /// A query with RD clear and no EDNS.
@@ -705,6 +751,15 @@ impl Resolver {
         }
     }
 
+    /// The answer to an `A` query for `name` from each subnet (ECS), in order.
+    pub fn ask_a_from_each(&mut self, name: &str, subnets: &[String]) -> Vec<Message> {
+        let queries: Vec<Message> = subnets
+            .iter()
+            .map(|s| ecs_query(name, RecordType::A, s))
+            .collect();
+        self.ask_all(&queries)
+    }
+
     pub fn ask(&mut self, query: &Message) -> Message {
         self.ask_all(std::slice::from_ref(query))
             .pop()
@@ -714,10 +769,8 @@ impl Resolver {
     /// Answers to every query, in order; at most [`WINDOW`] in flight; a query unanswered
     /// after [`ATTEMPTS`] sends fails the test.
     pub fn ask_all(&mut self, queries: &[Message]) -> Vec<Message> {
-        let mut answers: Vec<Option<Message>> = vec![None; queries.len()];
-        let mut buf = vec![0u8; 65535];
-        for (chunk_no, chunk) in queries.chunks(WINDOW).enumerate() {
-            let base = chunk_no * WINDOW;
+        let mut answers: Vec<Option<Message>> = Vec::with_capacity(queries.len());
+        for chunk in queries.chunks(WINDOW) {
             let mut by_id = HashMap::new();
             let mut packets = Vec::new();
             for (i, q) in chunk.iter().enumerate() {
@@ -725,35 +778,17 @@ impl Resolver {
                 self.next_id = self.next_id.wrapping_add(1);
                 let mut q = q.clone();
                 q.metadata.id = id;
-                by_id.insert(id, base + i);
-                packets.push((base + i, q.to_vec().expect("encode query")));
+                by_id.insert(id, i);
+                packets.push(q.to_vec().expect("encode query"));
             }
-            for _ in 0..ATTEMPTS {
-                let missing: Vec<&(usize, Vec<u8>)> = packets
-                    .iter()
-                    .filter(|(i, _)| answers[*i].is_none())
-                    .collect();
-                if missing.is_empty() {
-                    break;
-                }
-                for (_, bytes) in &missing {
-                    self.socket.send_to(bytes, self.server).expect("send");
-                }
-                let mut outstanding = missing.len();
-                let deadline = Instant::now() + ATTEMPT_WAIT;
-                while outstanding > 0 && Instant::now() < deadline {
-                    let Ok((n, _)) = self.socket.recv_from(&mut buf) else {
-                        continue;
-                    };
-                    let message = Message::from_vec(&buf[..n]).expect("well-formed answer");
-                    if let Some(&i) = by_id.get(&message.metadata.id) {
-                        if answers[i].is_none() {
-                            answers[i] = Some(message);
-                            outstanding -= 1;
-                        }
-                    }
-                }
-            }
+            answers.extend(exchange_with_retries(
+                &self.socket,
+                self.server,
+                &packets,
+                ATTEMPTS,
+                ATTEMPT_WAIT,
+                |message| by_id.get(&message.metadata.id).copied(),
+            ));
         }
         answers
             .into_iter()
@@ -765,11 +800,16 @@ impl Resolver {
 
 /// The first CNAME target of `critical.example.com` for each subnet (None: no CNAME).
 pub fn critical_targets(resolver: &mut Resolver, subnets: &[String]) -> Vec<Option<String>> {
-    let queries: Vec<Message> = subnets
+    resolver
+        .ask_a_from_each("critical.example.com.", subnets)
         .iter()
-        .map(|s| ecs_query("critical.example.com.", RecordType::A, s))
-        .collect();
-    resolver.ask_all(&queries).iter().map(first_cname).collect()
+        .map(first_cname)
+        .collect()
+}
+
+/// Asserts every subnet is answered `target` for `critical.example.com` now.
+pub fn assert_all_critical(resolver: &mut Resolver, subnets: &[String], target: &str) {
+    assert_all_target(&critical_targets(resolver, subnets), subnets, target);
 }
 
 /// Asserts every subnet gets `target`, naming the ones that do not.
@@ -832,4 +872,72 @@ pub fn eu_west_feed(time: &str, eu_west_load: f64, source: &str) -> String {
         "fallback": {"fb-eu": {"load": 200, "capacity": 2000}},
     })
     .to_string()
+}
+
+/// A load feed for every region and fallback site of the bundled example, measured now, from
+/// `source`: eu-west at `eu_west_load` of 1000, eu-north 200/600, fb-eu 100/2000, every other
+/// region and site at about half its capacity.
+pub fn every_region_feed(eu_west_load: f64, source: &str) -> serde_json::Value {
+    serde_json::json!({
+        "time": steerdns::rfc3339::format_utc(std::time::SystemTime::now()),
+        "source": source,
+        "regions": {
+            "na-east": {"load": 500, "capacity": 1000},
+            "na-west": {"load": 400, "capacity": 800},
+            "sa-east": {"load": 150, "capacity": 300},
+            "eu-west": {"load": eu_west_load, "capacity": 1000},
+            "eu-north": {"load": 200, "capacity": 600},
+            "af-south": {"load": 100, "capacity": 200},
+            "ap-east": {"load": 450, "capacity": 900},
+            "ap-south": {"load": 250, "capacity": 500},
+        },
+        "fallback": {
+            "fb-na": {"load": 1000, "capacity": 2000},
+            "fb-eu": {"load": 100, "capacity": 2000},
+            "fb-ap": {"load": 1000, "capacity": 2000},
+        }
+    })
+}
+
+/// A server on a private copy with break-glass active: every subnet asked answered alt-cdn,
+/// which differs from the config's own weights (frontdoor), so that "the old answers are still
+/// served" cannot be confused with "fell back to the config".
+pub struct BreakGlass {
+    pub setup: Setup,
+    pub server: Daemon,
+    pub resolver: Resolver,
+    pub subnets: Vec<String>,
+}
+
+impl BreakGlass {
+    /// Writes the break-glass control file (critical → alt-cdn) for `server` running on `setup`
+    /// and waits (at most `within`) until `subnets` distinct subnets are all answered alt-cdn.
+    pub fn engage(setup: Setup, server: Daemon, subnets: usize, within: Duration) -> BreakGlass {
+        let mut resolver = Resolver::new(server.dns);
+        let subnets = distinct_subnets(subnets);
+        let written = Instant::now();
+        setup.write_control_atomically(&critical_control(0, 100, 0));
+        wait_all_target(&mut resolver, &subnets, ALT_CDN, written, within);
+        BreakGlass {
+            setup,
+            server,
+            resolver,
+            subnets,
+        }
+    }
+
+    /// Writes the config's own weights (critical → frontdoor) as the control file and waits (at
+    /// most `within`) until every subnet is answered frontdoor.
+    pub fn release(&mut self, within: Duration) {
+        let written = Instant::now();
+        self.setup
+            .write_control_atomically(&critical_control(100, 0, 0));
+        wait_all_target(
+            &mut self.resolver,
+            &self.subnets,
+            FRONTDOOR,
+            written,
+            within,
+        );
+    }
 }
