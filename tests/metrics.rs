@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use hickory_proto::op::{Message, ResponseCode};
@@ -567,15 +566,7 @@ fn json_logs_carry_the_sampled_query_log() {
         .spawn()
         .expect("start steerdns");
     let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = lines_of(child.stderr.take().expect("stderr"));
     let mut dns = None;
     for line in stdout.lines().map_while(Result::ok) {
         if let Some(rest) = line.strip_prefix("listening on ") {

@@ -65,15 +65,7 @@ impl Server {
             command.args(["--admin-listen", "127.0.0.1:0"]);
         }
         let mut child = command.spawn().expect("start steerdns");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(child.stdout.take().expect("stdout"));
         let mut addr = None;
         let mut admin = None;
         let mut startup = Vec::new();
@@ -214,6 +206,49 @@ pub fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
     stream.read_exact(&mut buf).ok()?;
     Some(buf)
+}
+
+/// The lines `pipe` gives (e.g. a child's stdout), read by a thread of their own until the pipe
+/// closes or the receiver is dropped.
+pub fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+pub fn a_records(response: &Message) -> Vec<std::net::Ipv4Addr> {
+    response
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(a.0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs `steerdns check` with `args` in `dir`; returns its exit status and all it printed
+/// (stdout, then stderr).
+pub fn steerdns_check(dir: &Path, args: &[&std::ffi::OsStr]) -> (std::process::ExitStatus, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_steerdns"))
+        .current_dir(dir)
+        .arg("check")
+        .args(args)
+        .env("STEERDNS_LOG", "warn")
+        .output()
+        .expect("run steerdns check");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status, text)
 }
 
 /// A plain query (RD clear, no EDNS).

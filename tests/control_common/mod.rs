@@ -15,7 +15,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, Query};
@@ -50,8 +50,8 @@ pub use common::prometheus::{Exporter, Prometheus};
 pub use common::TempDir;
 #[allow(unused_imports)]
 pub use common::{
-    ecs_query, exchange_with_retries, free_port, kdig, mkfifo, self_signed_cert, spki_pin,
-    trace_text,
+    a_records, ecs_query, exchange_with_retries, free_port, kdig, lines_of, mkfifo,
+    self_signed_cert, spki_pin, steerdns_check, trace_text,
 };
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
@@ -233,14 +233,7 @@ impl Daemon {
                 }
             });
         }
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(stdout);
         let (mut dns, mut admin) = (None, None);
         let mut startup = Vec::new();
         let deadline = Instant::now() + START_TIMEOUT;
@@ -470,6 +463,28 @@ impl Daemon {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Waits for a refusal after `refused_before` (see [`Daemon::wait_for_refusal`]), prints its
+    /// reasons and asserts that one of them holds every `expected` fragment; returns the status
+    /// and the reasons.
+    pub fn expect_refusal(
+        &self,
+        refused_before: u64,
+        limit: Duration,
+        expected: &[&str],
+        what: &str,
+    ) -> (serde_json::Value, Vec<String>) {
+        let status = self.wait_for_refusal(refused_before, limit);
+        let reasons = refusal_reasons(&status);
+        println!("{what}: refused: {reasons:?}");
+        assert!(
+            reasons
+                .iter()
+                .any(|r| expected.iter().all(|e| r.contains(e))),
+            "{what}: expected a reason containing {expected:?}, got {reasons:?}"
+        );
+        (status, reasons)
     }
 
     /// `CH TXT serial.steerdns`: the text answer.
@@ -713,17 +728,6 @@ pub fn first_cname(response: &Message) -> Option<String> {
         RData::CNAME(c) => Some(c.0.to_ascii()),
         _ => None,
     })
-}
-
-pub fn a_records(response: &Message) -> Vec<Ipv4Addr> {
-    response
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(a.0),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A UDP client on loopback that matches replies by id and retries lost datagrams.

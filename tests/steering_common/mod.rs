@@ -18,7 +18,7 @@ use hickory_proto::rr::{Name, RData, RecordType};
 
 // Not every test that includes this module asks with ECS.
 #[allow(unused_imports)]
-pub use crate::common::{ecs_query, ecs_query_addr, subnet};
+pub use crate::common::{a_records, ecs_query, ecs_query_addr, subnet};
 use crate::common::{exchange_with_retries, query, repo_path, Server, TempDir};
 
 /// The regions of the bundled example, in topology order, with their regional anycast index
@@ -173,17 +173,6 @@ pub fn scope(response: &Message) -> u8 {
     ecs_of(response)
         .unwrap_or_else(|| panic!("no ECS option echoed in {response:?}"))
         .1
-}
-
-pub fn a_records(response: &Message) -> Vec<Ipv4Addr> {
-    response
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(a.0),
-            _ => None,
-        })
-        .collect()
 }
 
 pub fn aaaa_records(response: &Message) -> Vec<Ipv6Addr> {
