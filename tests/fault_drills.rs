@@ -44,18 +44,6 @@ const REACT: Duration = Duration::from_secs(5);
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// Polls `probe` every 20 ms until it returns `Some`, at most `limit`; fails naming `what`.
-fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// One `GET /metrics`, parsed.
 fn scrape(admin: SocketAddr) -> Scrape {
     let (code, body) = http(admin, "GET", "/metrics", None);

@@ -12,7 +12,6 @@ mod control_common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use hickory_proto::op::{Message, ResponseCode};
@@ -554,15 +553,7 @@ fn json_logs_carry_the_sampled_query_log() {
         1,
     );
     std::fs::write(&setup.config, text).expect("write config");
-    let mut child = Command::new(BIN)
-        .current_dir(setup.dir.path())
-        .args(["serve", "--log-format", "json", "--config"])
-        .arg(&setup.config)
-        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .env("STEERDNS_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut child = serve_command(&setup, &[], &["--log-format", "json"])
         .spawn()
         .expect("start steerdns");
     let stdout = BufReader::new(child.stdout.take().expect("stdout"));

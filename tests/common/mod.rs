@@ -208,6 +208,18 @@ pub fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
     Some(buf)
 }
 
+/// Polls `probe` every 20 ms until it returns `Some`, at most `limit`; fails naming `what`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The lines `pipe` gives (e.g. a child's stdout), read by a thread of their own until the pipe
 /// closes or the receiver is dropped.
 pub fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {

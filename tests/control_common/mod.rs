@@ -51,7 +51,7 @@ pub use common::TempDir;
 #[allow(unused_imports)]
 pub use common::{
     a_records, ecs_query, exchange_with_retries, free_port, kdig, lines_of, mkfifo,
-    self_signed_cert, spki_pin, steerdns_check, trace_text,
+    self_signed_cert, spki_pin, steerdns_check, trace_text, wait_for,
 };
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
@@ -144,6 +144,31 @@ impl Setup {
     }
 }
 
+/// The command line of `steerdns serve` on `setup` (run under `wrapper`, if any, with `extra`
+/// arguments): DNS and admin on 127.0.0.1:0, logging at info, stdout and stderr piped.
+pub fn serve_command(setup: &Setup, wrapper: &[&str], extra: &[&str]) -> Command {
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(BIN);
+            command
+        }
+        None => Command::new(BIN),
+    };
+    command
+        .current_dir(setup.dir.path())
+        .arg("serve")
+        .arg("--config")
+        .arg(&setup.config)
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(extra)
+        .env("STEERDNS_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
 /// Writes a token file the way the runbook says: readable by its owner only (a token every
 /// user can read is refused).
 pub fn write_token(path: &Path, token: &str) {
@@ -199,25 +224,7 @@ impl Daemon {
     }
 
     fn start_full(setup: &Setup, wrapper: &[&str], extra: &[&str]) -> Daemon {
-        let mut command = match wrapper.split_first() {
-            Some((program, args)) => {
-                let mut command = Command::new(program);
-                command.args(args).arg(BIN);
-                command
-            }
-            None => Command::new(BIN),
-        };
-        let mut child = command
-            .current_dir(setup.dir.path())
-            .arg("serve")
-            .arg("--config")
-            .arg(&setup.config)
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("STEERDNS_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+        let mut child = serve_command(setup, wrapper, extra)
             .spawn()
             .expect("start steerdns");
         let stdout = child.stdout.take().expect("stdout");
