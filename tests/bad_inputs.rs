@@ -159,6 +159,29 @@ fn check_refusal(
     });
 }
 
+/// Runs `check` (by `run`, given the file and its bytes) on every file of the corpus `folder`
+/// and checks each is refused (see [`check_refusal`]) with the `expect` directives of its
+/// comments (lines starting with `comment`).
+fn every_file_refused_by_check(
+    folder: &str,
+    comment: &str,
+    mut run: impl FnMut(&Path, &[u8]) -> Result<(i32, String), String>,
+) {
+    let files = corpus(folder);
+    let mut failures = Failures::default();
+    for file in &files {
+        let bytes = std::fs::read(file).expect("read corpus file");
+        let result = run(file, &bytes);
+        check_refusal(
+            &mut failures,
+            file,
+            result,
+            &directives(&bytes, comment, "expect"),
+        );
+    }
+    failures.finish(folder, files.len());
+}
+
 // ---------------------------------------------------------------------------------------------
 // README
 
@@ -214,29 +237,19 @@ fn the_readme_describes_every_corpus_file() {
 
 #[test]
 fn every_bad_zone_file_is_refused_by_check_with_its_file_and_line() {
-    let files = corpus("zones");
-    let mut failures = Failures::default();
-    for file in &files {
-        let bytes = std::fs::read(file).expect("read corpus file");
+    every_file_refused_by_check("zones", ";", |file, bytes| {
         let dir = TempDir::new("bad-zone");
         let zones = dir.path().join("zones");
         std::fs::create_dir_all(&zones).expect("mkdir zones");
-        std::fs::write(zones.join(file_name(file)), &bytes).expect("copy zone");
-        for setup in directives(&bytes, ";", "setup") {
+        std::fs::write(zones.join(file_name(file)), bytes).expect("copy zone");
+        for setup in directives(bytes, ";", "setup") {
             if let Some(name) = setup.strip_prefix("fifo ") {
                 mkfifo(&zones.join(name.trim()));
             }
         }
         // Run where there is no steerdns.toml: built-in defaults plus --zones.
-        let result = run_bounded(dir.path(), &["check", "--zones", "zones"]);
-        check_refusal(
-            &mut failures,
-            file,
-            result,
-            &directives(&bytes, ";", "expect"),
-        );
-    }
-    failures.finish("zones", files.len());
+        run_bounded(dir.path(), &["check", "--zones", "zones"])
+    });
 }
 
 /// `$INCLUDE` fan-out (issue 12 item 10): six includes per file, five levels deep, is 7776
@@ -378,24 +391,14 @@ fn a_refusal_points_at_the_file_and_line_that_holds_the_bad_value() {
 
 #[test]
 fn every_bad_config_is_refused_by_check_with_its_reason() {
-    let files = corpus("configs");
-    let mut failures = Failures::default();
-    for file in &files {
-        let bytes = std::fs::read(file).expect("read corpus file");
+    every_file_refused_by_check("configs", "#", |file, bytes| {
         // Next to the bundled example's zones, geo database and control file, so that only the
         // file's own badness can be refused.
         let setup = Setup::new("bad-config");
         let name = file_name(file);
-        std::fs::write(setup.path(&name), &bytes).expect("copy config");
-        let result = run_bounded(setup.dir.path(), &["check", "--config", &name]);
-        check_refusal(
-            &mut failures,
-            file,
-            result,
-            &directives(&bytes, "#", "expect"),
-        );
-    }
-    failures.finish("configs", files.len());
+        std::fs::write(setup.path(&name), bytes).expect("copy config");
+        run_bounded(setup.dir.path(), &["check", "--config", &name])
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
