@@ -286,6 +286,16 @@ fn an_include_fan_out_is_refused_by_the_zone_budget() {
     assert!(line.contains(".inc:") || line.contains(".zone:"), "{line}");
 }
 
+/// Runs `check` on `steerdns.toml` in `dir`; asserts it refuses (exit 1) saying `expected`;
+/// returns all it printed.
+fn refused_by_check(dir: &Path, expected: &str) -> String {
+    let (code, output) =
+        run_bounded(dir, &["check", "--config", "steerdns.toml"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code, 1, "{output}");
+    assert!(output.contains(expected), "want {expected:?} in:\n{output}");
+    output
+}
+
 /// The 1-based line of the `nth` (0-based) line of `text` that equals `wanted` after trimming.
 fn line_number(text: &str, wanted: &str, nth: usize) -> usize {
     text.lines()
@@ -320,13 +330,7 @@ fn a_refusal_points_at_the_file_and_line_that_holds_the_bad_value() {
     let expected = format!(
         "steerdns.toml:{weight_line}: profiles.critical.endpoints[0].weight: 1001 is above 1000"
     );
-    let (code, output) = run_bounded(setup.dir.path(), &["check", "--config", "steerdns.toml"])
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(code, 1, "{output}");
-    assert!(
-        output.contains(&expected),
-        "want {expected:?} in:\n{output}"
-    );
+    let output = refused_by_check(setup.dir.path(), &expected);
     assert!(!output.contains("control.toml:"), "{output}");
 
     // 2. The same bad value in the control file: the control file's line.
@@ -340,13 +344,7 @@ fn a_refusal_points_at_the_file_and_line_that_holds_the_bad_value() {
     let expected = format!(
         "control.toml:{frontdoor}: profiles.critical.endpoints.frontdoor.weight: 1001 is above 1000"
     );
-    let (code, output) = run_bounded(setup.dir.path(), &["check", "--config", "steerdns.toml"])
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(code, 1, "{output}");
-    assert!(
-        output.contains(&expected),
-        "want {expected:?} in:\n{output}"
-    );
+    refused_by_check(setup.dir.path(), &expected);
 
     // 3. A profile the control file leaves with no servable endpoint: the control file, and
     //    where the profile is configured.
@@ -357,14 +355,8 @@ fn a_refusal_points_at_the_file_and_line_that_holds_the_bad_value() {
     ));
     let section = line_number(&good_control, "[profiles.critical.endpoints]", 0);
     let profile = line_number(&good_config, "[profiles.critical]", 0);
-    let (code, output) = run_bounded(setup.dir.path(), &["check", "--config", "steerdns.toml"])
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(code, 1, "{output}");
     let expected = format!("control.toml:{section}: profiles.critical: no servable endpoint");
-    assert!(
-        output.contains(&expected),
-        "want {expected:?} in:\n{output}"
-    );
+    let output = refused_by_check(setup.dir.path(), &expected);
     assert!(
         output.contains(&format!("(the profile: steerdns.toml:{profile})")),
         "{output}"

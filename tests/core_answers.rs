@@ -270,44 +270,27 @@ fn nxdomain_carries_soa_with_negative_ttl() {
 fn nodata_carries_soa_with_negative_ttl() {
     let server = Server::bundled();
     let ttl = negative_ttl(&server, "example.com.");
-    assert_nodata(
-        &server,
-        "mail.example.com.",
-        RecordType::TXT,
-        "example.com.",
-        ttl,
-    );
-    assert_nodata(
-        &server,
-        "example.com.",
-        RecordType::AAAA,
-        "example.com.",
-        ttl,
-    );
-    assert_nodata(
-        &server,
-        "ns1.example.com.",
-        RecordType::AAAA,
-        "example.com.",
-        ttl,
-    );
-
     let edge_ttl = negative_ttl(&server, "edge.example.net.");
-    assert_nodata(
-        &server,
-        "ns1.edge.example.net.",
-        RecordType::MX,
-        "edge.example.net.",
-        edge_ttl,
-    );
-    // The wildcard exists but has no MX: NODATA, not NXDOMAIN.
-    assert_nodata(
-        &server,
-        "anything.edge.example.net.",
-        RecordType::MX,
-        "edge.example.net.",
-        edge_ttl,
-    );
+    for (name, rtype, zone, ttl) in [
+        ("mail.example.com.", RecordType::TXT, "example.com.", ttl),
+        ("example.com.", RecordType::AAAA, "example.com.", ttl),
+        ("ns1.example.com.", RecordType::AAAA, "example.com.", ttl),
+        (
+            "ns1.edge.example.net.",
+            RecordType::MX,
+            "edge.example.net.",
+            edge_ttl,
+        ),
+        // The wildcard exists but has no MX: NODATA, not NXDOMAIN.
+        (
+            "anything.edge.example.net.",
+            RecordType::MX,
+            "edge.example.net.",
+            edge_ttl,
+        ),
+    ] {
+        assert_nodata(&server, name, rtype, zone, ttl);
+    }
 }
 
 // --- CNAME ---
