@@ -19,7 +19,7 @@ mod control_common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -823,15 +823,6 @@ fn wait_for(expect: &Expect) -> Duration {
     }
 }
 
-fn over_udp(server: SocketAddr, bytes: &[u8], wait: Duration) -> Option<Vec<u8>> {
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket.set_read_timeout(Some(wait)).expect("timeout");
-    socket.send_to(bytes, server).expect("send");
-    let mut buf = vec![0u8; 65535];
-    let (n, _) = socket.recv_from(&mut buf).ok()?;
-    Some(buf[..n].to_vec())
-}
-
 /// Sends `bytes` (framed unless `raw`) on a new TCP connection; returns the first framed reply.
 fn over_tcp(server: SocketAddr, bytes: &[u8], raw: bool, wait: Duration) -> Option<Vec<u8>> {
     let mut stream = TcpStream::connect_timeout(&server, Duration::from_secs(2)).ok()?;
@@ -854,7 +845,7 @@ fn normal_query_answered(server: SocketAddr) -> Result<(), String> {
         .to_vec()
         .expect("encode");
     for (transport, reply) in [
-        ("UDP", over_udp(server, &query, Duration::from_secs(2))),
+        ("UDP", udp_once(server, &query, Duration::from_secs(2))),
         (
             "TCP",
             over_tcp(server, &query, false, Duration::from_secs(2)),
@@ -882,7 +873,7 @@ fn every_bad_packet_gets_an_error_or_silence_and_the_server_keeps_answering() {
             "no `# expect:` line".into()
         });
         if let Some(expect) = &case.udp {
-            let reply = over_udp(server.dns, &case.bytes, wait_for(expect));
+            let reply = udp_once(server.dns, &case.bytes, wait_for(expect));
             let verdict = judge(&case.bytes, reply.as_deref(), expect);
             failures.check(file, verdict.is_ok(), || {
                 format!("UDP: {}", verdict.clone().err().unwrap_or_default())

@@ -44,23 +44,10 @@ const REACT: Duration = Duration::from_secs(5);
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// One `GET /metrics`, parsed.
-fn scrape(admin: SocketAddr) -> Scrape {
-    let (code, body) = http(admin, "GET", "/metrics", None);
-    assert_eq!(code, 200, "GET /metrics: {body}");
-    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("the exposition parses")
-}
-
 /// The value of the one sample of `metric` with exactly `labels`.
 fn metric(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    scrape
-        .samples
-        .iter()
-        .find(|s| {
-            s.metric == metric
-                && s.labels.len() == labels.len()
-                && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
-        })
+    samples_with(scrape, metric, labels)
+        .first()
         .and_then(|s| match s.value {
             Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => Some(v),
             _ => None,
@@ -69,7 +56,7 @@ fn metric(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64>
 
 fn refused_reloads_metric(admin: SocketAddr) -> f64 {
     metric(
-        &scrape(admin),
+        &scrape_metrics(admin),
         "steerdns_reloads_total",
         &[("result", "refused")],
     )
@@ -411,7 +398,7 @@ fn a_load_feed_file_cut_short_is_refused_and_the_last_good_feed_stays() {
         Some(990.0),
         "the last good feed must stay in use: {status:#}"
     );
-    let metrics = scrape(server.admin);
+    let metrics = scrape_metrics(server.admin);
     assert_eq!(
         metric(
             &metrics,
@@ -609,14 +596,14 @@ fn a_missing_geo_database_at_start_serves_everyone_from_the_default_region_and_s
     // Default region na-east: the NA gateway for an EU client, and NA-counted answers.
     let na_gateway = std::net::Ipv4Addr::new(203, 0, 113, 20);
     assert_eq!(eu_gateway(&mut resolver), vec![na_gateway]);
-    let before = scrape(server.admin);
+    let before = scrape_metrics(server.admin);
     let answer = resolver.ask(&ecs_query(
         "www.edge.example.net.",
         RecordType::A,
         EU_WEST_SUBNET,
     ));
     assert_eq!(a_records(&answer), vec![GLOBAL_V4]);
-    let after = scrape(server.admin);
+    let after = scrape_metrics(server.admin);
     let counted = |m: &Scrape, region: &str| {
         metric(
             m,
@@ -679,7 +666,7 @@ fn when_every_feed_goes_stale_the_shield_freezes_then_reverts_to_normal_answers(
         alerts(&status).contains("stale"),
         "status alerts should mention the stale feed: {status:#}"
     );
-    let metrics = scrape(server.admin);
+    let metrics = scrape_metrics(server.admin);
     assert!(metric(&metrics, "steerdns_shield_alerts", &[]) >= Some(1.0));
     assert!(metric(&metrics, "steerdns_load_feed_age_seconds", &[]) >= Some(2.0));
     std::thread::sleep(Duration::from_millis(400));
@@ -777,7 +764,11 @@ fn feed_clock_jumps_ahead_are_refused_and_backwards_or_far_behind_are_seen_as_su
         .expect("feed age");
     assert!(age >= 1.5, "feed age {age} s for a feed 1.5 s older");
     assert_fresh(&status);
-    let scraped = metric(&scrape(server.admin), "steerdns_load_feed_age_seconds", &[]);
+    let scraped = metric(
+        &scrape_metrics(server.admin),
+        "steerdns_load_feed_age_seconds",
+        &[],
+    );
     assert!(scraped >= Some(1.5), "metric feed age {scraped:?}");
 
     // A day behind: it is stale from the start; the shield does not act on it and says so.
@@ -798,7 +789,11 @@ fn feed_clock_jumps_ahead_are_refused_and_backwards_or_far_behind_are_seen_as_su
         "eu-west state {state}: {status:#}"
     );
     assert!(alerts(&status).contains("stale"), "{status:#}");
-    let scraped = metric(&scrape(server.admin), "steerdns_load_feed_age_seconds", &[]);
+    let scraped = metric(
+        &scrape_metrics(server.admin),
+        "steerdns_load_feed_age_seconds",
+        &[],
+    );
     assert!(scraped >= Some(86_400.0), "metric feed age {scraped:?}");
 }
 
@@ -881,7 +876,7 @@ fn a_storm_of_200_sighups_under_load_loses_nothing_and_never_servfails() {
         "nothing changed, same serial"
     );
     let reloads = metric(
-        &scrape(server.admin),
+        &scrape_metrics(server.admin),
         "steerdns_reloads_total",
         &[("result", "accepted")],
     );
@@ -1015,7 +1010,7 @@ fn out_of_file_descriptors_on_tcp_accept_keeps_udp_answering_and_tcp_recovers() 
         let (_, answered) = tcp_query(server.dns, Duration::from_millis(500));
         answered.then_some(())
     });
-    let metrics = scrape(server.admin);
+    let metrics = scrape_metrics(server.admin);
     let accepted = metric(&metrics, "steerdns_tcp_connections_total", &[]).unwrap_or(0.0);
     assert!(
         accepted > answered as f64,

@@ -11,7 +11,7 @@ mod control_common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime};
 
 use hickory_proto::op::{Message, ResponseCode};
@@ -28,23 +28,13 @@ struct Metrics(Scrape);
 
 impl Metrics {
     fn scrape(admin: SocketAddr) -> Metrics {
-        let (code, body) = http(admin, "GET", "/metrics", None);
-        assert_eq!(code, 200, "GET /metrics: {body}");
-        let lines = body.lines().map(|l| Ok(l.to_string()));
-        Metrics(Scrape::parse(lines).expect("the exposition parses"))
+        Metrics(scrape_metrics(admin))
     }
 
     /// The sample of `metric` with exactly these labels.
     fn sample(&self, metric: &str, labels: &[(&str, &str)]) -> Option<&Value> {
-        let matching: Vec<&Value> = self
-            .0
-            .samples
-            .iter()
-            .filter(|s| {
-                s.metric == metric
-                    && s.labels.len() == labels.len()
-                    && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
-            })
+        let matching: Vec<&Value> = samples_with(&self.0, metric, labels)
+            .into_iter()
             .map(|s| &s.value)
             .collect();
         assert!(matching.len() <= 1, "{metric} {labels:?} appears twice");
@@ -96,18 +86,6 @@ impl Delta<'_> {
     fn counter(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
         self.after.counter(metric, labels) - self.before.counter(metric, labels)
     }
-}
-
-/// Sends one UDP query from a fresh socket (no retries: every send is counted) and returns the
-/// reply, or `None` if none came within `wait`.
-fn udp_once(server: SocketAddr, packet: &[u8], wait: Duration) -> Option<Vec<u8>> {
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket.set_read_timeout(Some(wait)).expect("timeout");
-    socket.send_to(packet, server).expect("send");
-    let mut buf = vec![0u8; 65535];
-    let (n, _) = socket.recv_from(&mut buf).ok()?;
-    buf.truncate(n);
-    Some(buf)
 }
 
 fn udp_ask(server: SocketAddr, query: &Message) -> Message {

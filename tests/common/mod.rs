@@ -109,13 +109,7 @@ impl Server {
 
     /// Sends raw bytes over UDP and returns the raw reply, or None if none came in time.
     pub fn udp_raw(&self, packet: &[u8], wait: Duration) -> Option<Vec<u8>> {
-        let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        socket.set_read_timeout(Some(wait)).expect("timeout");
-        socket.send_to(packet, self.addr).expect("send");
-        let mut buf = vec![0u8; 65535];
-        let (n, _) = socket.recv_from(&mut buf).ok()?;
-        buf.truncate(n);
-        Some(buf)
+        udp_once(self.addr, packet, wait)
     }
 
     /// A query over UDP, parsed.
@@ -205,6 +199,18 @@ pub fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
     stream.read_exact(&mut len).ok()?;
     let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
     stream.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
+/// Sends `packet` once over UDP from a fresh loopback socket (no retries) and returns the raw
+/// reply, or None if none came within `wait`.
+pub fn udp_once(server: SocketAddr, packet: &[u8], wait: Duration) -> Option<Vec<u8>> {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.set_read_timeout(Some(wait)).expect("timeout");
+    socket.send_to(packet, server).expect("send");
+    let mut buf = vec![0u8; 65535];
+    let (n, _) = socket.recv_from(&mut buf).ok()?;
+    buf.truncate(n);
     Some(buf)
 }
 

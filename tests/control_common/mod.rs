@@ -51,7 +51,7 @@ pub use common::TempDir;
 #[allow(unused_imports)]
 pub use common::{
     a_records, ecs_query, exchange_with_retries, free_port, kdig, lines_of, mkfifo,
-    self_signed_cert, spki_pin, steerdns_check, trace_text, wait_for,
+    self_signed_cert, spki_pin, steerdns_check, trace_text, udp_once, wait_for,
 };
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
@@ -676,6 +676,31 @@ pub fn exchange_http(addr: SocketAddr, request: &[u8], wait: Duration) -> Result
         head: head.to_string(),
         body: body.to_string(),
     })
+}
+
+/// One `GET /metrics` from the admin endpoint at `admin`, parsed.
+pub fn scrape_metrics(admin: SocketAddr) -> prometheus_parse::Scrape {
+    let (code, body) = http(admin, "GET", "/metrics", None);
+    assert_eq!(code, 200, "GET /metrics: {body}");
+    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .expect("the exposition parses")
+}
+
+/// The samples of `metric` in `scrape` with exactly `labels`.
+pub fn samples_with<'a>(
+    scrape: &'a prometheus_parse::Scrape,
+    metric: &str,
+    labels: &[(&str, &str)],
+) -> Vec<&'a prometheus_parse::Sample> {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| {
+            s.metric == metric
+                && s.labels.len() == labels.len()
+                && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+        })
+        .collect()
 }
 
 /// A query with RD clear and no EDNS.
