@@ -158,14 +158,9 @@ impl Load {
     /// load is flowing.
     pub fn wait_for_answers(&self, more: u64, limit: Duration) {
         let target = self.answered() + more;
-        let deadline = Instant::now() + limit;
-        while self.answered() < target {
-            assert!(
-                Instant::now() < deadline,
-                "the query load is not being answered"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        super::wait_for("the query load is answered", limit, || {
+            (self.answered() >= target).then_some(())
+        });
     }
 
     /// Stops sending, waits for what is in flight (each query at most `lost_after` after it was

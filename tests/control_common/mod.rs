@@ -328,15 +328,27 @@ impl Daemon {
 
     /// Waits (at most `limit`) until the status shows more accepted reloads than `before`.
     pub fn wait_for_accepted(&self, before: u64, limit: Duration) -> serde_json::Value {
+        self.wait_for_more("reloads_accepted", before, limit, "accepted reload")
+    }
+
+    /// Waits (at most `limit`) until the status count `field` is above `before`; returns the
+    /// status. Fails saying "no `missing` within …".
+    fn wait_for_more(
+        &self,
+        field: &str,
+        before: u64,
+        limit: Duration,
+        missing: &str,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + limit;
         loop {
             let status = self.status();
-            if status["reloads_accepted"].as_u64().unwrap_or(0) > before {
+            if status[field].as_u64().unwrap_or(0) > before {
                 return status;
             }
             assert!(
                 Instant::now() < deadline,
-                "no accepted reload within {limit:?}; status: {status:#}"
+                "no {missing} within {limit:?}; status: {status:#}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -441,18 +453,7 @@ impl Daemon {
 
     /// Waits (at most `limit`) until the status shows more refusals than `before`; returns it.
     pub fn wait_for_refusal(&self, before: u64, limit: Duration) -> serde_json::Value {
-        let deadline = Instant::now() + limit;
-        loop {
-            let status = self.status();
-            if status["reloads_refused"].as_u64().unwrap_or(0) > before {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no refusal reported within {limit:?}; status: {status:#}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.wait_for_more("reloads_refused", before, limit, "refusal reported")
     }
 
     /// Waits (at most `limit`) until the status serial differs from `old`; returns the new one.
