@@ -19,7 +19,7 @@ mod control_common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -159,6 +159,29 @@ fn check_refusal(
     });
 }
 
+/// Runs `check` (by `run`, given the file and its bytes) on every file of the corpus `folder`
+/// and checks each is refused (see [`check_refusal`]) with the `expect` directives of its
+/// comments (lines starting with `comment`).
+fn every_file_refused_by_check(
+    folder: &str,
+    comment: &str,
+    mut run: impl FnMut(&Path, &[u8]) -> Result<(i32, String), String>,
+) {
+    let files = corpus(folder);
+    let mut failures = Failures::default();
+    for file in &files {
+        let bytes = std::fs::read(file).expect("read corpus file");
+        let result = run(file, &bytes);
+        check_refusal(
+            &mut failures,
+            file,
+            result,
+            &directives(&bytes, comment, "expect"),
+        );
+    }
+    failures.finish(folder, files.len());
+}
+
 // ---------------------------------------------------------------------------------------------
 // README
 
@@ -214,29 +237,19 @@ fn the_readme_describes_every_corpus_file() {
 
 #[test]
 fn every_bad_zone_file_is_refused_by_check_with_its_file_and_line() {
-    let files = corpus("zones");
-    let mut failures = Failures::default();
-    for file in &files {
-        let bytes = std::fs::read(file).expect("read corpus file");
+    every_file_refused_by_check("zones", ";", |file, bytes| {
         let dir = TempDir::new("bad-zone");
         let zones = dir.path().join("zones");
         std::fs::create_dir_all(&zones).expect("mkdir zones");
-        std::fs::write(zones.join(file_name(file)), &bytes).expect("copy zone");
-        for setup in directives(&bytes, ";", "setup") {
+        std::fs::write(zones.join(file_name(file)), bytes).expect("copy zone");
+        for setup in directives(bytes, ";", "setup") {
             if let Some(name) = setup.strip_prefix("fifo ") {
                 mkfifo(&zones.join(name.trim()));
             }
         }
         // Run where there is no steerdns.toml: built-in defaults plus --zones.
-        let result = run_bounded(dir.path(), &["check", "--zones", "zones"]);
-        check_refusal(
-            &mut failures,
-            file,
-            result,
-            &directives(&bytes, ";", "expect"),
-        );
-    }
-    failures.finish("zones", files.len());
+        run_bounded(dir.path(), &["check", "--zones", "zones"])
+    });
 }
 
 /// `$INCLUDE` fan-out (issue 12 item 10): six includes per file, five levels deep, is 7776
@@ -273,6 +286,16 @@ fn an_include_fan_out_is_refused_by_the_zone_budget() {
     assert!(line.contains(".inc:") || line.contains(".zone:"), "{line}");
 }
 
+/// Runs `check` on `steerdns.toml` in `dir`; asserts it refuses (exit 1) saying `expected`;
+/// returns all it printed.
+fn refused_by_check(dir: &Path, expected: &str) -> String {
+    let (code, output) =
+        run_bounded(dir, &["check", "--config", "steerdns.toml"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code, 1, "{output}");
+    assert!(output.contains(expected), "want {expected:?} in:\n{output}");
+    output
+}
+
 /// The 1-based line of the `nth` (0-based) line of `text` that equals `wanted` after trimming.
 fn line_number(text: &str, wanted: &str, nth: usize) -> usize {
     text.lines()
@@ -307,13 +330,7 @@ fn a_refusal_points_at_the_file_and_line_that_holds_the_bad_value() {
     let expected = format!(
         "steerdns.toml:{weight_line}: profiles.critical.endpoints[0].weight: 1001 is above 1000"
     );
-    let (code, output) = run_bounded(setup.dir.path(), &["check", "--config", "steerdns.toml"])
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(code, 1, "{output}");
-    assert!(
-        output.contains(&expected),
-        "want {expected:?} in:\n{output}"
-    );
+    let output = refused_by_check(setup.dir.path(), &expected);
     assert!(!output.contains("control.toml:"), "{output}");
 
     // 2. The same bad value in the control file: the control file's line.
@@ -327,13 +344,7 @@ fn a_refusal_points_at_the_file_and_line_that_holds_the_bad_value() {
     let expected = format!(
         "control.toml:{frontdoor}: profiles.critical.endpoints.frontdoor.weight: 1001 is above 1000"
     );
-    let (code, output) = run_bounded(setup.dir.path(), &["check", "--config", "steerdns.toml"])
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(code, 1, "{output}");
-    assert!(
-        output.contains(&expected),
-        "want {expected:?} in:\n{output}"
-    );
+    refused_by_check(setup.dir.path(), &expected);
 
     // 3. A profile the control file leaves with no servable endpoint: the control file, and
     //    where the profile is configured.
@@ -344,14 +355,8 @@ fn a_refusal_points_at_the_file_and_line_that_holds_the_bad_value() {
     ));
     let section = line_number(&good_control, "[profiles.critical.endpoints]", 0);
     let profile = line_number(&good_config, "[profiles.critical]", 0);
-    let (code, output) = run_bounded(setup.dir.path(), &["check", "--config", "steerdns.toml"])
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(code, 1, "{output}");
     let expected = format!("control.toml:{section}: profiles.critical: no servable endpoint");
-    assert!(
-        output.contains(&expected),
-        "want {expected:?} in:\n{output}"
-    );
+    let output = refused_by_check(setup.dir.path(), &expected);
     assert!(
         output.contains(&format!("(the profile: steerdns.toml:{profile})")),
         "{output}"
@@ -378,24 +383,14 @@ fn a_refusal_points_at_the_file_and_line_that_holds_the_bad_value() {
 
 #[test]
 fn every_bad_config_is_refused_by_check_with_its_reason() {
-    let files = corpus("configs");
-    let mut failures = Failures::default();
-    for file in &files {
-        let bytes = std::fs::read(file).expect("read corpus file");
+    every_file_refused_by_check("configs", "#", |file, bytes| {
         // Next to the bundled example's zones, geo database and control file, so that only the
         // file's own badness can be refused.
         let setup = Setup::new("bad-config");
         let name = file_name(file);
-        std::fs::write(setup.path(&name), &bytes).expect("copy config");
-        let result = run_bounded(setup.dir.path(), &["check", "--config", &name]);
-        check_refusal(
-            &mut failures,
-            file,
-            result,
-            &directives(&bytes, "#", "expect"),
-        );
-    }
-    failures.finish("configs", files.len());
+        std::fs::write(setup.path(&name), bytes).expect("copy config");
+        run_bounded(setup.dir.path(), &["check", "--config", &name])
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -828,15 +823,6 @@ fn wait_for(expect: &Expect) -> Duration {
     }
 }
 
-fn over_udp(server: SocketAddr, bytes: &[u8], wait: Duration) -> Option<Vec<u8>> {
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket.set_read_timeout(Some(wait)).expect("timeout");
-    socket.send_to(bytes, server).expect("send");
-    let mut buf = vec![0u8; 65535];
-    let (n, _) = socket.recv_from(&mut buf).ok()?;
-    Some(buf[..n].to_vec())
-}
-
 /// Sends `bytes` (framed unless `raw`) on a new TCP connection; returns the first framed reply.
 fn over_tcp(server: SocketAddr, bytes: &[u8], raw: bool, wait: Duration) -> Option<Vec<u8>> {
     let mut stream = TcpStream::connect_timeout(&server, Duration::from_secs(2)).ok()?;
@@ -859,7 +845,7 @@ fn normal_query_answered(server: SocketAddr) -> Result<(), String> {
         .to_vec()
         .expect("encode");
     for (transport, reply) in [
-        ("UDP", over_udp(server, &query, Duration::from_secs(2))),
+        ("UDP", udp_once(server, &query, Duration::from_secs(2))),
         (
             "TCP",
             over_tcp(server, &query, false, Duration::from_secs(2)),
@@ -887,7 +873,7 @@ fn every_bad_packet_gets_an_error_or_silence_and_the_server_keeps_answering() {
             "no `# expect:` line".into()
         });
         if let Some(expect) = &case.udp {
-            let reply = over_udp(server.dns, &case.bytes, wait_for(expect));
+            let reply = udp_once(server.dns, &case.bytes, wait_for(expect));
             let verdict = judge(&case.bytes, reply.as_deref(), expect);
             failures.check(file, verdict.is_ok(), || {
                 format!("UDP: {}", verdict.clone().err().unwrap_or_default())

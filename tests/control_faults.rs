@@ -23,12 +23,7 @@ const REFUSAL_WAIT: Duration = Duration::from_secs(5);
 const CONVERGENCE: Duration = Duration::from_secs(1);
 
 /// A server on a private copy with break-glass already active (every subnet on alt-cdn).
-struct Scene {
-    setup: Setup,
-    server: Daemon,
-    resolver: Resolver,
-    subnets: Vec<String>,
-}
+type Scene = BreakGlass;
 
 impl Scene {
     fn new(label: &str) -> Scene {
@@ -40,17 +35,7 @@ impl Scene {
     fn new_under(label: &str, wrapper: &[&str]) -> Scene {
         let setup = Setup::new(label);
         let server = setup.start_under_with(wrapper, &[]);
-        let mut resolver = Resolver::new(server.dns);
-        let subnets = distinct_subnets(SUBNETS);
-        let written = Instant::now();
-        setup.write_control_atomically(&critical_control(0, 100, 0));
-        wait_all_target(&mut resolver, &subnets, ALT_CDN, written, CONVERGENCE);
-        Scene {
-            setup,
-            server,
-            resolver,
-            subnets,
-        }
+        BreakGlass::engage(setup, server, SUBNETS, CONVERGENCE)
     }
 
     fn assert_still_alt_cdn(&mut self, what: &str) {
@@ -69,15 +54,9 @@ impl Scene {
         let serial = status["serial"].as_u64().expect("serial");
         let refused = status["reloads_refused"].as_u64().expect("refused");
         fault(&self.setup);
-        let status = self.server.wait_for_refusal(refused, REFUSAL_WAIT);
-        let reasons = refusal_reasons(&status);
-        println!("{what}: refused: {reasons:?}");
-        assert!(
-            reasons
-                .iter()
-                .any(|r| expected.iter().all(|e| r.contains(e))),
-            "{what}: expected a reason containing {expected:?}, got {reasons:?}"
-        );
+        let (status, reasons) = self
+            .server
+            .expect_refusal(refused, REFUSAL_WAIT, expected, what);
         assert_eq!(
             status["serial"].as_u64(),
             Some(serial),
@@ -90,31 +69,18 @@ impl Scene {
             "{what}: CH TXT serial moved"
         );
         self.assert_still_alt_cdn(what);
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while !self.server.log().contains("refused") {
-            assert!(
-                Instant::now() < deadline,
-                "{what}: the refusal was not logged:\n{}",
-                self.server.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            self.server.log_shows("refused", Duration::from_secs(2)),
+            "{what}: the refusal was not logged:\n{}",
+            self.server.log()
+        );
         reasons
     }
 
     /// A good control file again: accepted, answers follow.
     fn recover(&mut self) {
         let serial = self.server.serial();
-        let written = Instant::now();
-        self.setup
-            .write_control_atomically(&critical_control(100, 0, 0));
-        wait_all_target(
-            &mut self.resolver,
-            &self.subnets,
-            FRONTDOOR,
-            written,
-            REFUSAL_WAIT,
-        );
+        self.release(REFUSAL_WAIT);
         assert_ne!(self.server.serial(), serial, "recovery is a new version");
     }
 }
@@ -387,11 +353,7 @@ fn a_restart_with_a_bad_control_file_serves_the_newest_valid_history_version() {
 
     let server = setup.start();
     let mut resolver = Resolver::new(server.dns);
-    assert_all_target(
-        &critical_targets(&mut resolver, &subnets),
-        &subnets,
-        ALT_CDN,
-    );
+    assert_all_critical(&mut resolver, &subnets, ALT_CDN);
     let status = server.status();
     assert_eq!(status["serial"].as_u64(), Some(good_serial), "{status:#}");
     assert!(status["reloads_refused"].as_u64() >= Some(1), "{status:#}");

@@ -7,12 +7,9 @@
 
 mod control_common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use control_common::load::{load_loop, query_templates, Counts, IN_FLIGHT_PER_SOCKET};
+use control_common::load::{control_load, IN_FLIGHT_PER_SOCKET};
 use control_common::*;
 
 const RELOADS: usize = 100;
@@ -40,15 +37,8 @@ fn warm_weight(status: &serde_json::Value, endpoint: &str) -> Option<u64> {
 fn a_hundred_reloads_under_load_lose_nothing_and_never_servfail() {
     let setup = Setup::new("reload-load");
     let server = setup.start();
-    let templates = Arc::new(query_templates());
-    let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
-    let generators: Vec<JoinHandle<Counts>> = (0..SOCKETS)
-        .map(|_| {
-            let (templates, stop, addr) = (templates.clone(), stop.clone(), server.dns);
-            std::thread::spawn(move || load_loop(addr, templates, stop))
-        })
-        .collect();
+    let load = control_load(server.dns, SOCKETS);
 
     let mut reload_ms = Vec::with_capacity(RELOADS);
     let mut write_to_served = Vec::with_capacity(RELOADS);
@@ -64,7 +54,6 @@ fn a_hundred_reloads_under_load_lose_nothing_and_never_servfail() {
                 break status;
             }
             if written.elapsed() > RELOAD_WAIT {
-                stop.store(true, Ordering::Relaxed);
                 panic!("reload {i} not served within {RELOAD_WAIT:?}: {status:#}");
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -102,11 +91,7 @@ fn a_hundred_reloads_under_load_lose_nothing_and_never_servfail() {
         }
     }
     let reloading = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    let mut counts = Counts::default();
-    for generator in generators {
-        counts.add(&generator.join().expect("load thread"));
-    }
+    let counts = load.stop();
     let elapsed = started.elapsed();
 
     let status = server.status();
@@ -138,12 +123,7 @@ fn a_hundred_reloads_under_load_lose_nothing_and_never_servfail() {
         inconsistent.len()
     );
 
-    assert!(counts.sent > 0 && counts.answered > 0, "no load ran");
-    assert_eq!(counts.lost, 0, "queries lost during reloads: {counts:?}");
-    assert_eq!(counts.servfail, 0, "SERVFAIL during reloads: {counts:?}");
-    assert_eq!(counts.other_rcode, 0, "unexpected rcodes: {counts:?}");
-    assert_eq!(counts.empty, 0, "empty answers during reloads: {counts:?}");
-    assert_eq!(counts.unexpected, 0, "unmatched replies: {counts:?}");
+    counts.assert_all_answered(" during reloads");
     assert_eq!(counts.sent, counts.answered + counts.lost);
     assert!(
         accepted > RELOADS as u64,

@@ -6,7 +6,6 @@ mod common;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
@@ -271,44 +270,27 @@ fn nxdomain_carries_soa_with_negative_ttl() {
 fn nodata_carries_soa_with_negative_ttl() {
     let server = Server::bundled();
     let ttl = negative_ttl(&server, "example.com.");
-    assert_nodata(
-        &server,
-        "mail.example.com.",
-        RecordType::TXT,
-        "example.com.",
-        ttl,
-    );
-    assert_nodata(
-        &server,
-        "example.com.",
-        RecordType::AAAA,
-        "example.com.",
-        ttl,
-    );
-    assert_nodata(
-        &server,
-        "ns1.example.com.",
-        RecordType::AAAA,
-        "example.com.",
-        ttl,
-    );
-
     let edge_ttl = negative_ttl(&server, "edge.example.net.");
-    assert_nodata(
-        &server,
-        "ns1.edge.example.net.",
-        RecordType::MX,
-        "edge.example.net.",
-        edge_ttl,
-    );
-    // The wildcard exists but has no MX: NODATA, not NXDOMAIN.
-    assert_nodata(
-        &server,
-        "anything.edge.example.net.",
-        RecordType::MX,
-        "edge.example.net.",
-        edge_ttl,
-    );
+    for (name, rtype, zone, ttl) in [
+        ("mail.example.com.", RecordType::TXT, "example.com.", ttl),
+        ("example.com.", RecordType::AAAA, "example.com.", ttl),
+        ("ns1.example.com.", RecordType::AAAA, "example.com.", ttl),
+        (
+            "ns1.edge.example.net.",
+            RecordType::MX,
+            "edge.example.net.",
+            edge_ttl,
+        ),
+        // The wildcard exists but has no MX: NODATA, not NXDOMAIN.
+        (
+            "anything.edge.example.net.",
+            RecordType::MX,
+            "edge.example.net.",
+            edge_ttl,
+        ),
+    ] {
+        assert_nodata(&server, name, rtype, zone, ttl);
+    }
 }
 
 // --- CNAME ---
@@ -706,24 +688,13 @@ fn ns_answer_carries_the_server_addresses() {
 
 /// Runs `steerdns check` with `args` in `dir`; returns whether it passed and all it printed.
 fn run_check(dir: &Path, args: &[&str]) -> (bool, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_steerdns"))
-        .current_dir(dir)
-        .arg("check")
-        .args(args)
-        .env("STEERDNS_LOG", "warn")
-        .output()
-        .expect("run steerdns check");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    let (status, text) = steerdns_check(dir, &args);
     assert!(
-        output.status.code() == Some(0) || output.status.code() == Some(1),
-        "check exits 0 or 1, got {:?}: {text}",
-        output.status
+        status.code() == Some(0) || status.code() == Some(1),
+        "check exits 0 or 1, got {status:?}: {text}"
     );
-    (output.status.success(), text)
+    (status.success(), text)
 }
 
 #[test]

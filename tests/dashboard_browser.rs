@@ -12,15 +12,15 @@
 mod control_common;
 mod fleet_common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Read;
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use control_common::{Backend, Daemon, Etcd, Setup, TempDir, TOKEN};
+use control_common::{exchange_http, json_request, Backend, Daemon, Etcd, Setup, TempDir, TOKEN};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 /// Longest one browser run may take before it is killed.
@@ -61,35 +61,13 @@ impl Reply {
 
 /// One HTTP/1.1 request with a body (the shared helper sends none); fixed-length replies only.
 fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &str) -> Reply {
-    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).expect("connect to admin");
-    stream
-        .set_read_timeout(Some(HTTP_TIMEOUT))
-        .expect("read timeout");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(token) = token {
-        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).expect("send head");
-    stream.write_all(body.as_bytes()).expect("send body");
-    let mut raw = Vec::new();
-    stream
-        .take(1 << 22)
-        .read_to_end(&mut raw)
-        .expect("read reply");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP head");
-    let mut lines = head.lines();
-    let code = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .expect("an HTTP status");
-    let headers: Vec<(String, String)> = lines
+    let request = json_request(addr, method, path, token, body.as_bytes());
+    let reply = exchange_http(addr, &request, HTTP_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"));
+    let headers: Vec<(String, String)> = reply
+        .head
+        .lines()
+        .skip(1)
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
@@ -100,9 +78,9 @@ fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body
         "{method} {path}: chunked reply, which this test client does not read"
     );
     Reply {
-        code,
+        code: reply.code,
         headers,
-        body: body.to_string(),
+        body: reply.body,
     }
 }
 

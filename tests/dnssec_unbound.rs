@@ -18,7 +18,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use control_common::*;
-use serde_json::json;
 use steerdns::rfc3339;
 
 /// The most any wait may take.
@@ -271,26 +270,7 @@ impl Answer {
 
 /// A load feed measured now: eu-west at `eu_west`/1000, the rest with room.
 fn feed(eu_west: f64) -> String {
-    json!({
-        "time": rfc3339::format_utc(SystemTime::now()),
-        "source": "dnssec test",
-        "regions": {
-            "na-east": {"load": 500, "capacity": 1000},
-            "na-west": {"load": 400, "capacity": 800},
-            "sa-east": {"load": 150, "capacity": 300},
-            "eu-west": {"load": eu_west, "capacity": 1000},
-            "eu-north": {"load": 200, "capacity": 600},
-            "af-south": {"load": 100, "capacity": 200},
-            "ap-east": {"load": 450, "capacity": 900},
-            "ap-south": {"load": 250, "capacity": 500},
-        },
-        "fallback": {
-            "fb-na": {"load": 1000, "capacity": 2000},
-            "fb-eu": {"load": 100, "capacity": 2000},
-            "fb-ap": {"load": 1000, "capacity": 2000},
-        }
-    })
-    .to_string()
+    every_region_feed(eu_west, "dnssec test").to_string()
 }
 
 #[test]

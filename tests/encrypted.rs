@@ -9,7 +9,6 @@ mod control_common;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hickory_proto::rr::RecordType;
@@ -293,18 +292,8 @@ fn hostile_tls_clients_do_not_disturb_udp_or_other_clients() {
 }
 
 fn check(config: &std::path::Path) -> (bool, String) {
-    let output = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(config)
-        .env("STEERDNS_LOG", "warn")
-        .output()
-        .expect("run steerdns check");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
+    let (status, text) = steerdns_check(&repo_path(""), &["--config".as_ref(), config.as_os_str()]);
+    (status.success(), text)
 }
 
 #[test]

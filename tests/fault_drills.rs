@@ -35,7 +35,7 @@ use steerdns::control::edit::set_weights;
 use steerdns::control::ControlFile;
 use steerdns::rfc3339;
 
-use control_common::load::Load;
+use control_common::load::control_load;
 use control_common::*;
 
 /// The watcher reacts within milliseconds (inotify) or at its 2 s backstop poll.
@@ -44,35 +44,10 @@ const REACT: Duration = Duration::from_secs(5);
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// Polls `probe` every 20 ms until it returns `Some`, at most `limit`; fails naming `what`.
-fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// One `GET /metrics`, parsed.
-fn scrape(admin: SocketAddr) -> Scrape {
-    let (code, body) = http(admin, "GET", "/metrics", None);
-    assert_eq!(code, 200, "GET /metrics: {body}");
-    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("the exposition parses")
-}
-
 /// The value of the one sample of `metric` with exactly `labels`.
 fn metric(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    scrape
-        .samples
-        .iter()
-        .find(|s| {
-            s.metric == metric
-                && s.labels.len() == labels.len()
-                && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
-        })
+    samples_with(scrape, metric, labels)
+        .first()
         .and_then(|s| match s.value {
             Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => Some(v),
             _ => None,
@@ -81,7 +56,7 @@ fn metric(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64>
 
 fn refused_reloads_metric(admin: SocketAddr) -> f64 {
     metric(
-        &scrape(admin),
+        &scrape_metrics(admin),
         "steerdns_reloads_total",
         &[("result", "refused")],
     )
@@ -125,12 +100,8 @@ fn eu_subnets() -> Vec<String> {
 /// How many of `subnets` get something other than the global anycast address for an anycast
 /// name, i.e. were shed by the shield.
 fn shed_answers(resolver: &mut Resolver, subnets: &[String]) -> usize {
-    let queries: Vec<_> = subnets
-        .iter()
-        .map(|s| ecs_query("www.edge.example.net.", RecordType::A, s))
-        .collect();
     resolver
-        .ask_all(&queries)
+        .ask_a_from_each("www.edge.example.net.", subnets)
         .iter()
         .filter(|r| a_records(r) != vec![GLOBAL_V4])
         .count()
@@ -168,17 +139,9 @@ fn assert_refused_and_lkg(
     what: &str,
 ) -> Json {
     let refused = before["reloads_refused"].as_u64().expect("refused");
-    let status = server.wait_for_refusal(refused, REACT);
-    let reasons = refusal_reasons(&status);
-    println!("{what}: refused: {reasons:?}");
-    assert!(
-        reasons
-            .iter()
-            .any(|r| expected.iter().all(|e| r.contains(e))),
-        "{what}: expected a reason containing {expected:?}, got {reasons:?}"
-    );
+    let (status, _) = server.expect_refusal(refused, REACT, expected, what);
     assert_eq!(status["serial"], before["serial"], "{what}: serial moved");
-    assert_all_target(&critical_targets(resolver, subnets), subnets, ALT_CDN);
+    assert_all_critical(resolver, subnets, ALT_CDN);
     status
 }
 
@@ -203,11 +166,7 @@ fn kill_9_of_weight_set_leaves_the_old_or_the_new_control_file_never_a_mix() {
     let status = server.status();
     assert_eq!(status["serial"], start["serial"], "a temp file was tasted");
     assert_eq!(status["reloads_refused"], start["reloads_refused"]);
-    assert_all_target(
-        &critical_targets(&mut resolver, &subnets),
-        &subnets,
-        FRONTDOOR,
-    );
+    assert_all_critical(&mut resolver, &subnets, FRONTDOOR);
 
     // SIGKILL the CLI at spread-out moments: before it wrote, while it writes, while it waits
     // for the server to converge.
@@ -280,11 +239,7 @@ fn kill_9_of_weight_set_leaves_the_old_or_the_new_control_file_never_a_mix() {
     server.stop();
     let server = setup.start();
     let mut resolver = Resolver::new(server.dns);
-    assert_all_target(
-        &critical_targets(&mut resolver, &subnets),
-        &subnets,
-        FRONTDOOR,
-    );
+    assert_all_critical(&mut resolver, &subnets, FRONTDOOR);
     let status = server.status();
     assert_eq!(status["serial"].as_u64(), Some(serial), "{status:#}");
     assert_eq!(status["reloads_refused"].as_u64(), Some(0), "{status:#}");
@@ -443,7 +398,7 @@ fn a_load_feed_file_cut_short_is_refused_and_the_last_good_feed_stays() {
         Some(990.0),
         "the last good feed must stay in use: {status:#}"
     );
-    let metrics = scrape(server.admin);
+    let metrics = scrape_metrics(server.admin);
     assert_eq!(
         metric(
             &metrics,
@@ -641,14 +596,14 @@ fn a_missing_geo_database_at_start_serves_everyone_from_the_default_region_and_s
     // Default region na-east: the NA gateway for an EU client, and NA-counted answers.
     let na_gateway = std::net::Ipv4Addr::new(203, 0, 113, 20);
     assert_eq!(eu_gateway(&mut resolver), vec![na_gateway]);
-    let before = scrape(server.admin);
+    let before = scrape_metrics(server.admin);
     let answer = resolver.ask(&ecs_query(
         "www.edge.example.net.",
         RecordType::A,
         EU_WEST_SUBNET,
     ));
     assert_eq!(a_records(&answer), vec![GLOBAL_V4]);
-    let after = scrape(server.admin);
+    let after = scrape_metrics(server.admin);
     let counted = |m: &Scrape, region: &str| {
         metric(
             m,
@@ -711,7 +666,7 @@ fn when_every_feed_goes_stale_the_shield_freezes_then_reverts_to_normal_answers(
         alerts(&status).contains("stale"),
         "status alerts should mention the stale feed: {status:#}"
     );
-    let metrics = scrape(server.admin);
+    let metrics = scrape_metrics(server.admin);
     assert!(metric(&metrics, "steerdns_shield_alerts", &[]) >= Some(1.0));
     assert!(metric(&metrics, "steerdns_load_feed_age_seconds", &[]) >= Some(2.0));
     std::thread::sleep(Duration::from_millis(400));
@@ -809,7 +764,11 @@ fn feed_clock_jumps_ahead_are_refused_and_backwards_or_far_behind_are_seen_as_su
         .expect("feed age");
     assert!(age >= 1.5, "feed age {age} s for a feed 1.5 s older");
     assert_fresh(&status);
-    let scraped = metric(&scrape(server.admin), "steerdns_load_feed_age_seconds", &[]);
+    let scraped = metric(
+        &scrape_metrics(server.admin),
+        "steerdns_load_feed_age_seconds",
+        &[],
+    );
     assert!(scraped >= Some(1.5), "metric feed age {scraped:?}");
 
     // A day behind: it is stale from the start; the shield does not act on it and says so.
@@ -830,7 +789,11 @@ fn feed_clock_jumps_ahead_are_refused_and_backwards_or_far_behind_are_seen_as_su
         "eu-west state {state}: {status:#}"
     );
     assert!(alerts(&status).contains("stale"), "{status:#}");
-    let scraped = metric(&scrape(server.admin), "steerdns_load_feed_age_seconds", &[]);
+    let scraped = metric(
+        &scrape_metrics(server.admin),
+        "steerdns_load_feed_age_seconds",
+        &[],
+    );
     assert!(scraped >= Some(86_400.0), "metric feed age {scraped:?}");
 }
 
@@ -882,7 +845,7 @@ fn a_storm_of_200_sighups_under_load_loses_nothing_and_never_servfails() {
     let server = setup.start();
     let before = server.status();
     let accepted = before["reloads_accepted"].as_u64().expect("accepted");
-    let load = Load::start(server.dns, 2);
+    let load = control_load(server.dns, 2);
     std::thread::sleep(Duration::from_millis(200));
     // A millisecond apart, so that signals keep arriving while reloads run (back to back,
     // the kernel merges them all into one pending SIGHUP).
@@ -906,19 +869,14 @@ fn a_storm_of_200_sighups_under_load_loses_nothing_and_never_servfails() {
         "SIGHUP storm: 200 signals in {storm:.1?} -> {} reloads; load {counts:?}",
         status_after["reloads_accepted"].as_u64().unwrap_or(0) - accepted
     );
-    assert!(counts.sent > 0 && counts.answered > 0, "no load ran");
-    assert_eq!(counts.lost, 0, "queries lost: {counts:?}");
-    assert_eq!(counts.servfail, 0, "SERVFAIL: {counts:?}");
-    assert_eq!(counts.other_rcode, 0, "unexpected rcodes: {counts:?}");
-    assert_eq!(counts.empty, 0, "empty answers: {counts:?}");
-    assert_eq!(counts.unexpected, 0, "unmatched replies: {counts:?}");
+    counts.assert_all_answered("");
     assert_eq!(status["reloads_refused"].as_u64(), Some(0), "{status:#}");
     assert_eq!(
         status["serial"], before["serial"],
         "nothing changed, same serial"
     );
     let reloads = metric(
-        &scrape(server.admin),
+        &scrape_metrics(server.admin),
         "steerdns_reloads_total",
         &[("result", "accepted")],
     );
@@ -1052,7 +1010,7 @@ fn out_of_file_descriptors_on_tcp_accept_keeps_udp_answering_and_tcp_recovers() 
         let (_, answered) = tcp_query(server.dns, Duration::from_millis(500));
         answered.then_some(())
     });
-    let metrics = scrape(server.admin);
+    let metrics = scrape_metrics(server.admin);
     let accepted = metric(&metrics, "steerdns_tcp_connections_total", &[]).unwrap_or(0.0);
     assert!(
         accepted > answered as f64,
@@ -1109,9 +1067,5 @@ fn a_zone_including_a_named_pipe_is_refused_and_the_control_plane_stays_responsi
         "the refusal names the line and the file: {reasons}"
     );
     assert_eq!(status["serial"], before["serial"]);
-    assert_all_target(
-        &critical_targets(&mut resolver, &subnets),
-        &subnets,
-        FRONTDOOR,
-    );
+    assert_all_critical(&mut resolver, &subnets, FRONTDOOR);
 }

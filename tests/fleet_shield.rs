@@ -218,7 +218,14 @@ fn assert_all_agree(fleet: &Fleet, subnets: &[String]) -> usize {
 
 #[test]
 fn one_leader_decides_for_the_fleet_survives_its_death_and_etcd_loss() {
-    let mut fleet = Fleet::start_with("shield", 3, LEASE_TTL, &shield_section(), &[]);
+    let mut fleet = Fleet::start_on(
+        Etcd::start(),
+        "shield",
+        3,
+        LEASE_TTL,
+        &shield_section(),
+        &[],
+    );
     fleet.wait_connected(WAIT);
     let statuses = wait_all(&fleet, "agreeing on a leader", |s| {
         shield_fleet(s)["leader"].is_string()
@@ -363,14 +370,13 @@ fn one_leader_decides_for_the_fleet_survives_its_death_and_etcd_loss() {
 /// Every subnet answered with the global anycast (the decay may take a few ticks to reach the
 /// serving path after the status says so).
 fn wait_all_target_a(resolver: &mut Resolver, subnets: &[String]) {
-    let queries: Vec<Message> = subnets
-        .iter()
-        .map(|s| ecs_query(EDGE, RecordType::A, s))
-        .collect();
     let deadline = Instant::now() + WAIT;
     loop {
-        let answers: Vec<Vec<Ipv4Addr>> =
-            resolver.ask_all(&queries).iter().map(a_records).collect();
+        let answers: Vec<Vec<Ipv4Addr>> = resolver
+            .ask_a_from_each(EDGE, subnets)
+            .iter()
+            .map(a_records)
+            .collect();
         if answers.iter().all(|a| a.as_slice() == [GLOBAL_V4]) {
             return;
         }
@@ -381,7 +387,14 @@ fn wait_all_target_a(resolver: &mut Resolver, subnets: &[String]) {
 
 #[test]
 fn bad_contents_in_etcd_are_refused_and_never_served() {
-    let fleet = Fleet::start_with("shield-bad", 2, LEASE_TTL, &shield_section(), &[]);
+    let fleet = Fleet::start_on(
+        Etcd::start(),
+        "shield-bad",
+        2,
+        LEASE_TTL,
+        &shield_section(),
+        &[],
+    );
     fleet.wait_connected(WAIT);
     let prefix = fleet.prefix.clone();
     let feeder = Feeder::start(fleet.nodes[0].daemon().admin);

@@ -11,9 +11,7 @@ mod control_common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime};
 
 use hickory_proto::op::{Message, ResponseCode};
@@ -30,23 +28,13 @@ struct Metrics(Scrape);
 
 impl Metrics {
     fn scrape(admin: SocketAddr) -> Metrics {
-        let (code, body) = http(admin, "GET", "/metrics", None);
-        assert_eq!(code, 200, "GET /metrics: {body}");
-        let lines = body.lines().map(|l| Ok(l.to_string()));
-        Metrics(Scrape::parse(lines).expect("the exposition parses"))
+        Metrics(scrape_metrics(admin))
     }
 
     /// The sample of `metric` with exactly these labels.
     fn sample(&self, metric: &str, labels: &[(&str, &str)]) -> Option<&Value> {
-        let matching: Vec<&Value> = self
-            .0
-            .samples
-            .iter()
-            .filter(|s| {
-                s.metric == metric
-                    && s.labels.len() == labels.len()
-                    && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
-            })
+        let matching: Vec<&Value> = samples_with(&self.0, metric, labels)
+            .into_iter()
             .map(|s| &s.value)
             .collect();
         assert!(matching.len() <= 1, "{metric} {labels:?} appears twice");
@@ -98,18 +86,6 @@ impl Delta<'_> {
     fn counter(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
         self.after.counter(metric, labels) - self.before.counter(metric, labels)
     }
-}
-
-/// Sends one UDP query from a fresh socket (no retries: every send is counted) and returns the
-/// reply, or `None` if none came within `wait`.
-fn udp_once(server: SocketAddr, packet: &[u8], wait: Duration) -> Option<Vec<u8>> {
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket.set_read_timeout(Some(wait)).expect("timeout");
-    socket.send_to(packet, server).expect("send");
-    let mut buf = vec![0u8; 65535];
-    let (n, _) = socket.recv_from(&mut buf).ok()?;
-    buf.truncate(n);
-    Some(buf)
 }
 
 fn udp_ask(server: SocketAddr, query: &Message) -> Message {
@@ -426,11 +402,7 @@ fn a_shedding_region_shows_its_fraction_destinations_and_utilisation() {
     let mut answered: BTreeMap<&str, f64> = BTreeMap::new();
     let mut resolver = Resolver::new(server.dns);
     let subnets: Vec<String> = (0..200).map(|i| format!("81.2.{i}.0/24")).collect();
-    let queries: Vec<Message> = subnets
-        .iter()
-        .map(|s| ecs_query("www.edge.example.net.", RecordType::A, s))
-        .collect();
-    for response in resolver.ask_all(&queries) {
+    for response in resolver.ask_a_from_each("www.edge.example.net.", &subnets) {
         for addr in a_records(&response) {
             *answered.entry(destination_of(addr)).or_insert(0.0) += 1.0;
         }
@@ -559,27 +531,11 @@ fn json_logs_carry_the_sampled_query_log() {
         1,
     );
     std::fs::write(&setup.config, text).expect("write config");
-    let mut child = Command::new(BIN)
-        .current_dir(setup.dir.path())
-        .args(["serve", "--log-format", "json", "--config"])
-        .arg(&setup.config)
-        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .env("STEERDNS_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut child = serve_command(&setup, &[], &["--log-format", "json"])
         .spawn()
         .expect("start steerdns");
     let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = lines_of(child.stderr.take().expect("stderr"));
     let mut dns = None;
     for line in stdout.lines().map_while(Result::ok) {
         if let Some(rest) = line.strip_prefix("listening on ") {

@@ -613,6 +613,28 @@ fn run_ticks(
     Ok(())
 }
 
+/// Like [`run_ticks`], with `check` called for each region `r` of the state after each tick
+/// `t` (and the regions the operator held then).
+fn run_ticks_per_region(
+    topology: &Topology,
+    settings: &ShieldSettings,
+    ticks: &[Tick],
+    mut check: impl FnMut(
+        usize,
+        &[bool],
+        &ShieldState,
+        usize,
+        &RegionState,
+    ) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    run_ticks(topology, settings, ticks, |t, held, state| {
+        for (r, region) in state.regions.iter().enumerate() {
+            check(t, held, state, r, region)?;
+        }
+        Ok(())
+    })
+}
+
 /// Regions that `region` sheds into.
 fn region_destinations(region: &RegionState) -> impl Iterator<Item = usize> + '_ {
     region.shares.keys().filter_map(|d| match d {
@@ -666,13 +688,11 @@ proptest! {
         settings in settings(),
         ticks in ticks(),
     ) {
-        run_ticks(&topology, &settings, &ticks, |t, _, state| {
-            for (r, region) in state.regions.iter().enumerate() {
-                if region.fraction > 0.0 {
-                    let sum: f64 = region.shares.values().sum();
-                    prop_assert!((sum - 1.0).abs() < 1e-6,
-                        "tick {}: r{} sheds {} but its shares sum to {}", t, r, region.fraction, sum);
-                }
+        run_ticks_per_region(&topology, &settings, &ticks, |t, _, _, r, region| {
+            if region.fraction > 0.0 {
+                let sum: f64 = region.shares.values().sum();
+                prop_assert!((sum - 1.0).abs() < 1e-6,
+                    "tick {}: r{} sheds {} but its shares sum to {}", t, r, region.fraction, sum);
             }
             Ok(())
         })?;
@@ -686,11 +706,9 @@ proptest! {
         settings in settings(),
         ticks in ticks(),
     ) {
-        run_ticks(&topology, &settings, &ticks, |t, held, state| {
-            for (r, region) in state.regions.iter().enumerate() {
-                for d in region_destinations(region) {
-                    prop_assert!(!held[d], "tick {}: r{} sheds into held r{}", t, r, d);
-                }
+        run_ticks_per_region(&topology, &settings, &ticks, |t, held, _, r, region| {
+            for d in region_destinations(region) {
+                prop_assert!(!held[d], "tick {}: r{} sheds into held r{}", t, r, d);
             }
             Ok(())
         })?;
@@ -703,13 +721,11 @@ proptest! {
         settings in settings(),
         ticks in ticks(),
     ) {
-        run_ticks(&topology, &settings, &ticks, |t, _, state| {
-            for (r, region) in state.regions.iter().enumerate() {
-                for d in region_destinations(region) {
-                    let theirs = state.regions[d].fraction;
-                    prop_assert!(theirs == 0.0,
-                        "tick {}: r{} sheds into r{}, itself shedding {}", t, r, d, theirs);
-                }
+        run_ticks_per_region(&topology, &settings, &ticks, |t, _, state, r, region| {
+            for d in region_destinations(region) {
+                let theirs = state.regions[d].fraction;
+                prop_assert!(theirs == 0.0,
+                    "tick {}: r{} sheds into r{}, itself shedding {}", t, r, d, theirs);
             }
             Ok(())
         })?;

@@ -45,22 +45,76 @@ fn served(node: &Node) -> i64 {
         .unwrap_or(0)
 }
 
-/// Polls `what` on the fleet until it returns `Some`, failing after [`LIMIT`] with `context`.
-fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        if let Some(value) = check() {
-            return value;
+/// Polls `check` on the fleet until it returns `Some`, failing after [`LIMIT`] naming `what`.
+fn wait_for<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
+    control_common::wait_for(what, LIMIT, check)
+}
+
+/// Starts `steerdns weight set critical frontdoor=0 alt-cdn=100` against `node`'s config,
+/// without waiting for it (the rollout it starts takes a while).
+fn spawn_alt_cdn_weight_set(node: &Node) -> std::process::Child {
+    std::process::Command::new(BIN)
+        .args([
+            "weight",
+            "set",
+            "critical",
+            "frontdoor=0",
+            "alt-cdn=100",
+            "--config",
+        ])
+        .arg(&node.setup.config)
+        .env("STEERDNS_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("weight set")
+}
+
+/// How long after `since` each node first served the change (`serves` holds), waiting (see
+/// [`wait_for`]) until every node does; when the canary (the first node) serves it, `unchanged`
+/// checks each other node still serves the old.
+fn canary_then_the_rest(
+    fleet: &Fleet,
+    since: Instant,
+    what: &str,
+    serves: impl Fn(&Node) -> bool,
+    unchanged: impl Fn(&Node),
+) -> Vec<Option<Duration>> {
+    let mut first: Vec<Option<Duration>> = vec![None; 3];
+    wait_for(what, || {
+        for (i, node) in fleet.nodes.iter().enumerate() {
+            if first[i].is_none() && serves(node) {
+                first[i] = Some(since.elapsed());
+                if i == 0 {
+                    for other in &fleet.nodes[1..] {
+                        unchanged(other);
+                    }
+                }
+            }
         }
-        assert!(Instant::now() < deadline, "not within {LIMIT:?}: {what}");
-        std::thread::sleep(Duration::from_millis(20));
+        first.iter().all(Option::is_some).then_some(())
+    });
+    first
+}
+
+/// Asserts every node after the canary served the change later than it, and not within
+/// `bake_secs` of the change.
+fn assert_after_the_canary_and_the_bake(first: &[Option<Duration>], bake_secs: u64) {
+    let canary = first[0].unwrap_or_default();
+    for (i, at) in first.iter().enumerate().skip(1) {
+        let at = at.unwrap_or_default();
+        assert!(at > canary, "ns{} before the canary", i + 1);
+        assert!(
+            at >= Duration::from_secs(bake_secs),
+            "ns{} served it {at:?} after the change, within the bake time",
+            i + 1
+        );
     }
 }
 
 /// Starts the fleet and waits until the coordinator settled the seeded version (every node
 /// sees a completed rollout of the control revision in etcd); returns that revision.
 fn settled_fleet(label: &str, rollout: &str, env: &[&str]) -> (Fleet, i64) {
-    settle(Fleet::start_with(label, 3, 3, rollout, env))
+    settle(Fleet::start_on(Etcd::start(), label, 3, 3, rollout, env))
 }
 
 /// Waits until the coordinator settled the seeded version on every node of `fleet`.
@@ -228,31 +282,15 @@ fn a_good_change_reaches_the_canary_then_after_the_bake_the_rest() {
             fleet.nodes[1].cli(&["weight", "set", "critical", "frontdoor=0", "alt-cdn=100"])
         });
         // Who serves the change first, and when.
-        let mut first: Vec<Option<Duration>> = vec![None; 3];
-        wait_for("every node serves the change", || {
-            for (i, node) in fleet.nodes.iter().enumerate() {
-                if first[i].is_none() && served(node) > lkg {
-                    first[i] = Some(written.elapsed());
-                    if i == 0 {
-                        for other in &fleet.nodes[1..] {
-                            assert_eq!(served(other), lkg, "{} before the bake", other.name);
-                        }
-                    }
-                }
-            }
-            first.iter().all(Option::is_some).then_some(())
-        });
+        let first = canary_then_the_rest(
+            &fleet,
+            written,
+            "every node serves the change",
+            |node| served(node) > lkg,
+            |other| assert_eq!(served(other), lkg, "{} before the bake", other.name),
+        );
         println!("good change: first served at {first:?} after the write");
-        let canary = first[0].unwrap_or_default();
-        for (i, at) in first.iter().enumerate().skip(1) {
-            let at = at.unwrap_or_default();
-            assert!(at > canary, "ns{} before the canary", i + 1);
-            assert!(
-                at >= Duration::from_secs(BAKE),
-                "ns{} served it {at:?} after the write, within the bake time",
-                i + 1
-            );
-        }
+        assert_after_the_canary_and_the_bake(&first, BAKE);
         cli.join().expect("weight set")
     });
     let text = ok(&output, "weight set");
@@ -375,24 +413,7 @@ fn the_rollout_survives_its_coordinator_dying() {
         fleet.nodes[i].start();
     }
     let subnets = distinct_subnets(SUBNETS);
-    let cli = {
-        let node = &fleet.nodes[2];
-        let config = node.setup.config.clone();
-        std::process::Command::new(BIN)
-            .args([
-                "weight",
-                "set",
-                "critical",
-                "frontdoor=0",
-                "alt-cdn=100",
-                "--config",
-            ])
-            .arg(config)
-            .env("STEERDNS_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("weight set")
-    };
+    let cli = spawn_alt_cdn_weight_set(&fleet.nodes[2]);
     wait_for("the first wave serves it", || {
         (served(&fleet.nodes[1]) > lkg).then_some(())
     });
@@ -423,23 +444,7 @@ fn a_canary_restarting_during_the_bake_halts_the_rollout() {
     const BAKE: u64 = 60;
     let (mut fleet, lkg) = settled_fleet("restart", &plan(CANARY_FIRST, BAKE, &[]), &[]);
     let subnets = distinct_subnets(SUBNETS);
-    let cli = {
-        let config = fleet.nodes[1].setup.config.clone();
-        std::process::Command::new(BIN)
-            .args([
-                "weight",
-                "set",
-                "critical",
-                "frontdoor=0",
-                "alt-cdn=100",
-                "--config",
-            ])
-            .arg(config)
-            .env("STEERDNS_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("weight set")
-    };
+    let cli = spawn_alt_cdn_weight_set(&fleet.nodes[1]);
     let candidate = wait_for("the canary serves the change", || {
         Some(served(&fleet.nodes[0])).filter(|r| *r > lkg)
     });
@@ -510,31 +515,15 @@ fn a_zone_change_reaches_the_canary_then_after_the_bake_the_rest() {
     let (fleet, lkg) = settled_fleet("zones", &plan(CANARY_FIRST, BAKE, &[]), &[]);
     let deployed = Instant::now();
     deploy_zone(&fleet, NEW, str::to_string);
-    let mut first: Vec<Option<Duration>> = vec![None; 3];
-    wait_for("every node serves the new zone serial", || {
-        for (i, node) in fleet.nodes.iter().enumerate() {
-            if first[i].is_none() && zone_serial(node) == NEW {
-                first[i] = Some(deployed.elapsed());
-                if i == 0 {
-                    for other in &fleet.nodes[1..] {
-                        assert_eq!(zone_serial(other), ZONE_SERIAL, "{} first", other.name);
-                    }
-                }
-            }
-        }
-        first.iter().all(Option::is_some).then_some(())
-    });
+    let first = canary_then_the_rest(
+        &fleet,
+        deployed,
+        "every node serves the new zone serial",
+        |node| zone_serial(node) == NEW,
+        |other| assert_eq!(zone_serial(other), ZONE_SERIAL, "{} first", other.name),
+    );
     println!("zone change: first served at {first:?} after the deployment");
-    let canary = first[0].unwrap_or_default();
-    for (i, at) in first.iter().enumerate().skip(1) {
-        let at = at.unwrap_or_default();
-        assert!(at > canary, "ns{} before the canary", i + 1);
-        assert!(
-            at >= Duration::from_secs(BAKE),
-            "ns{} within the bake",
-            i + 1
-        );
-    }
+    assert_after_the_canary_and_the_bake(&first, BAKE);
     let bundles = bundles_in_phase(&fleet, "completed");
     let rollout = &bundles["rollout"];
     let wave_two_after = rollout["released_at_ms"].as_u64().unwrap_or(0)
@@ -563,7 +552,7 @@ fn a_zone_change_reaches_the_canary_then_after_the_bake_the_rest() {
 fn a_zone_change_the_canarys_taster_crashes_on_halts_at_the_canary() {
     let drill = format!("STEERDNS_TASTER_FAULT=abort:{BOOM}");
     let rollout = plan(CANARY_FIRST, 1, &[]);
-    let mut fleet = Fleet::start_with("zonedrill", 1, 3, &rollout, &[&drill]);
+    let mut fleet = Fleet::start_on(Etcd::start(), "zonedrill", 1, 3, &rollout, &[&drill]);
     for _ in 0..2 {
         fleet.add_node("zonedrill", 3, &rollout, &[]);
     }

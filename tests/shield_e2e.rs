@@ -12,16 +12,15 @@
 
 mod control_common;
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
 use hickory_proto::rr::{RData, RecordType};
 use serde_json::{json, Value};
-use steerdns::rfc3339;
 
 use control_common::*;
 
@@ -102,25 +101,7 @@ fn feed(eu_west_load: f64) -> String {
 }
 
 fn feed_value(eu_west_load: f64) -> Value {
-    json!({
-        "time": rfc3339::format_utc(SystemTime::now()),
-        "source": "shield-e2e test",
-        "regions": {
-            "na-east": {"load": 500, "capacity": 1000},
-            "na-west": {"load": 400, "capacity": 800},
-            "sa-east": {"load": 150, "capacity": 300},
-            "eu-west": {"load": eu_west_load, "capacity": 1000},
-            "eu-north": {"load": 200, "capacity": 600},
-            "af-south": {"load": 100, "capacity": 200},
-            "ap-east": {"load": 450, "capacity": 900},
-            "ap-south": {"load": 250, "capacity": 500},
-        },
-        "fallback": {
-            "fb-na": {"load": 1000, "capacity": 2000},
-            "fb-eu": {"load": 100, "capacity": 2000},
-            "fb-ap": {"load": 1000, "capacity": 2000},
-        }
-    })
+    every_region_feed(eu_west_load, "shield-e2e test")
 }
 
 const OVERLOAD: f64 = 990.0;
@@ -134,35 +115,10 @@ fn http_with_body(
     token: Option<&str>,
     body: &[u8],
 ) -> (u16, String) {
-    let mut stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect to admin");
-    stream.set_read_timeout(Some(WAIT)).expect("read timeout");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(token) = token {
-        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).expect("write head");
-    stream.write_all(body).expect("write body");
-    let mut raw = Vec::new();
-    stream
-        .take(1 << 20)
-        .read_to_end(&mut raw)
-        .expect("read response");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no HTTP head in {text:?}"));
-    let code = head
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP status in {head:?}"));
-    (code, body.to_string())
+    let request = json_request(addr, method, path, token, body);
+    let reply = exchange_http(addr, &request, WAIT)
+        .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"));
+    (reply.code, reply.body)
 }
 
 fn post_load(daemon: &Daemon, body: &str, token: Option<&str>) -> (u16, String) {
@@ -302,12 +258,8 @@ fn number_after(trace: &str, label: &str) -> Option<u16> {
 
 /// The A answer of the steered name for every subnet.
 fn ask(resolver: &mut Resolver, subnets: &[String]) -> Vec<Answer> {
-    let queries: Vec<Message> = subnets
-        .iter()
-        .map(|s| ecs_query(EDGE, RecordType::A, s))
-        .collect();
     resolver
-        .ask_all(&queries)
+        .ask_a_from_each(EDGE, subnets)
         .iter()
         .zip(subnets)
         .map(|(r, s)| answer_of(r, s))

@@ -9,7 +9,6 @@ mod control_common;
 
 use std::time::Duration;
 
-use hickory_proto::rr::RecordType;
 use serde_json::Value;
 
 use control_common::*;
@@ -67,12 +66,8 @@ fn refusal(status: &Value) -> String {
 
 /// How many of `subnets` are answered something other than global anycast.
 fn shed_answers(resolver: &mut Resolver, subnets: &[String]) -> usize {
-    let queries: Vec<_> = subnets
-        .iter()
-        .map(|s| ecs_query(EDGE, RecordType::A, s))
-        .collect();
     resolver
-        .ask_all(&queries)
+        .ask_a_from_each(EDGE, subnets)
         .iter()
         .zip(subnets)
         .filter(|(response, subnet)| {

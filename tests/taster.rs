@@ -9,7 +9,7 @@ mod control_common;
 
 use std::time::{Duration, Instant};
 
-use control_common::load::Load;
+use control_common::load::control_load;
 use control_common::*;
 
 /// Subnets asked to check what is served.
@@ -21,12 +21,7 @@ const CONVERGENCE: Duration = Duration::from_secs(5);
 /// A server on a private copy, started under `env` with `vars`, with break-glass active
 /// (every subnet on alt-cdn): "old weights still served" cannot be confused with the
 /// config's own weights (frontdoor).
-struct Scene {
-    setup: Setup,
-    server: Daemon,
-    resolver: Resolver,
-    subnets: Vec<String>,
-}
+type Scene = BreakGlass;
 
 impl Scene {
     fn new(label: &str, config_extra: &str, vars: &[&str]) -> Scene {
@@ -37,17 +32,7 @@ impl Scene {
         let mut wrapper = vec!["env"];
         wrapper.extend_from_slice(vars);
         let server = Daemon::start_under(&setup, &wrapper);
-        let mut resolver = Resolver::new(server.dns);
-        let subnets = distinct_subnets(SUBNETS);
-        let written = Instant::now();
-        setup.write_control_atomically(&critical_control(0, 100, 0));
-        wait_all_target(&mut resolver, &subnets, ALT_CDN, written, CONVERGENCE);
-        Scene {
-            setup,
-            server,
-            resolver,
-            subnets,
-        }
+        BreakGlass::engage(setup, server, SUBNETS, CONVERGENCE)
     }
 
     /// Writes `text` as the control file under a query load; waits for the refusal and
@@ -55,7 +40,7 @@ impl Scene {
     fn refused(&mut self, text: &str) -> (Vec<String>, serde_json::Value) {
         let serial = self.server.serial();
         let refused = self.server.refused();
-        let load = Load::start(self.server.dns, 2);
+        let load = control_load(self.server.dns, 2);
         self.setup.write_control_atomically(text);
         let status = self.server.wait_for_refusal(refused, REFUSAL_WAIT);
         let counts = load.stop();
@@ -81,35 +66,16 @@ impl Scene {
             (0, 0, 0, 0),
             "the server stopped answering well while the taster crashed: {counts:?}"
         );
-        let targets = critical_targets(&mut self.resolver, &self.subnets);
-        assert_all_target(&targets, &self.subnets, ALT_CDN);
+        assert_all_critical(&mut self.resolver, &self.subnets, ALT_CDN);
         (reasons, status)
     }
 
-    /// A good change is served again: the refusal is not sticky.
-    fn recovers(&mut self) {
-        let written = Instant::now();
-        self.setup
-            .write_control_atomically(&critical_control(100, 0, 0));
-        wait_all_target(
-            &mut self.resolver,
-            &self.subnets,
-            FRONTDOOR,
-            written,
-            CONVERGENCE,
-        );
-    }
-
     fn wait_for_log(&self, fragment: &str) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !self.server.log().contains(fragment) {
-            assert!(
-                Instant::now() < deadline,
-                "the log never said {fragment:?}:\n{}",
-                self.server.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            self.server.log_shows(fragment, Duration::from_secs(5)),
+            "the log never said {fragment:?}:\n{}",
+            self.server.log()
+        );
     }
 }
 
@@ -156,7 +122,8 @@ fn a_change_the_taster_crashes_on_is_refused_and_the_old_weights_stay() {
     assert!(text.contains("1 crashed"), "{text}");
 
     // The same weights without the marker: tasted, accepted, served.
-    scene.recovers();
+    // A good change is served again: the refusal is not sticky.
+    scene.release(CONVERGENCE);
     let taster = &scene.server.status()["taster"];
     assert!(taster["ok"].as_u64().unwrap_or(0) >= 2, "{taster:#}");
 }
@@ -177,7 +144,8 @@ fn a_change_the_taster_hangs_on_is_refused_at_the_time_limit() {
         "{reasons:?}"
     );
     assert_eq!(status["taster"]["timed_out"], 1);
-    scene.recovers();
+    // A good change is served again: the refusal is not sticky.
+    scene.release(CONVERGENCE);
 }
 
 /// A taster that runs out of memory (RLIMIT_AS) dies; the reason names the memory limit.
@@ -197,7 +165,8 @@ fn a_change_that_exhausts_the_tasters_memory_is_refused() {
                 && r.contains("memory_mb = 256")),
         "{reasons:?}"
     );
-    scene.recovers();
+    // A good change is served again: the refusal is not sticky.
+    scene.release(CONVERGENCE);
 }
 
 /// An invalid change is still refused with the loader's own lines (found by the taster).
@@ -210,7 +179,8 @@ fn an_invalid_change_is_refused_with_the_loaders_reasons() {
         "{reasons:?}"
     );
     assert_eq!(status["taster"]["problems"], 1, "{:#}", status["taster"]);
-    scene.recovers();
+    // A good change is served again: the refusal is not sticky.
+    scene.release(CONVERGENCE);
 }
 
 /// With `[taster] enabled = false` the drill variable does nothing: the serving process never
@@ -264,5 +234,6 @@ fn the_taster_loads_the_zones_only_when_they_change() {
     }
     let taster = &scene.server.status()["taster"];
     assert_eq!(taster["last_result"], "ok: loaded everything", "{taster:#}");
-    scene.recovers();
+    // A good change is served again: the refusal is not sticky.
+    scene.release(CONVERGENCE);
 }

@@ -6,14 +6,11 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::SocketAddr;
 use std::sync::mpsc::RecvTimeoutError;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::load::{Load, Pace, Spec, Verdict};
 use common::{free_port, query, Server};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::RecordType;
@@ -29,198 +26,40 @@ const RATE: u64 = 20_000;
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most queries in flight at once (the load pauses rather than pile up).
 const WINDOW: usize = 2000;
+/// How long the load may take to show it is being answered.
+const FLOWING: Duration = Duration::from_secs(5);
 
-/// Queries in flight: (client, id) → when sent.
-type InFlight = Arc<Mutex<HashMap<(usize, u16), Instant>>>;
-
-struct Load {
-    stop: Arc<AtomicBool>,
-    sent: Arc<AtomicU64>,
-    answered: Arc<AtomicU64>,
-    bad_answers: Arc<AtomicU64>,
-    in_flight: InFlight,
-    threads: Vec<JoinHandle<()>>,
+/// The upgrade's load: `example.com SOA` queries at [`RATE`] over [`CLIENTS`] sockets.
+fn start_load(server: SocketAddr) -> Load {
+    let template = query("example.com.", RecordType::SOA)
+        .to_vec()
+        .expect("encode query");
+    Load::start(
+        server,
+        Spec {
+            sockets: CLIENTS,
+            pace: Pace::Rate {
+                per_second: RATE,
+                window: WINDOW,
+            },
+            queries: vec![template],
+            check: authoritative_soa,
+            lost_after: ANSWER_TIMEOUT,
+        },
+    )
 }
 
-impl Load {
-    /// Starts sending `example.com SOA` queries with unique IDs at [`RATE`] to `server`.
-    fn start(server: SocketAddr) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(AtomicU64::new(0));
-        let answered = Arc::new(AtomicU64::new(0));
-        let bad_answers = Arc::new(AtomicU64::new(0));
-        let in_flight: InFlight = Arc::default();
-        let template = query("example.com.", RecordType::SOA)
-            .to_vec()
-            .expect("encode query");
-        let mut sockets = Vec::new();
-        let mut threads = Vec::new();
-        for client in 0..CLIENTS {
-            let socket = UdpSocket::bind("127.0.0.1:0").expect("bind client");
-            socket
-                .set_read_timeout(Some(Duration::from_millis(50)))
-                .expect("timeout");
-            let receiver = socket.try_clone().expect("clone socket");
-            sockets.push(socket);
-            let (stop, answered, bad, in_flight) = (
-                stop.clone(),
-                answered.clone(),
-                bad_answers.clone(),
-                in_flight.clone(),
-            );
-            threads.push(std::thread::spawn(move || {
-                receive(client, &receiver, &stop, &answered, &bad, &in_flight)
-            }));
-        }
-        let sender = {
-            let (stop, sent, in_flight) = (stop.clone(), sent.clone(), in_flight.clone());
-            std::thread::spawn(move || send(server, &sockets, &template, &stop, &sent, &in_flight))
-        };
-        threads.push(sender);
-        Load {
-            stop,
-            sent,
-            answered,
-            bad_answers,
-            in_flight,
-            threads,
-        }
-    }
-
-    fn answered(&self) -> u64 {
-        self.answered.load(Ordering::Relaxed)
-    }
-
-    /// Stops sending, waits [`ANSWER_TIMEOUT`] for the last answers, and returns the send times
-    /// of the queries never answered.
-    fn finish(self) -> Outcome {
-        self.stop.store(true, Ordering::Relaxed);
-        let deadline = Instant::now() + ANSWER_TIMEOUT;
-        while Instant::now() < deadline && !self.in_flight.lock().expect("lock").is_empty() {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for t in self.threads {
-            t.join().expect("load thread");
-        }
-        let lost: Vec<Instant> = self
-            .in_flight
-            .lock()
-            .expect("lock")
-            .values()
-            .copied()
-            .collect();
-        Outcome {
-            sent: self.sent.load(Ordering::Relaxed),
-            answered: self.answered.load(Ordering::Relaxed),
-            bad_answers: self.bad_answers.load(Ordering::Relaxed),
-            lost,
-        }
-    }
-}
-
-struct Outcome {
-    sent: u64,
-    answered: u64,
-    bad_answers: u64,
-    lost: Vec<Instant>,
-}
-
-fn send(
-    server: SocketAddr,
-    sockets: &[UdpSocket],
-    template: &[u8],
-    stop: &AtomicBool,
-    sent: &AtomicU64,
-    in_flight: &InFlight,
-) {
-    let interval = Duration::from_nanos(1_000_000_000 / RATE);
-    let started = Instant::now();
-    let mut packet = template.to_vec();
-    let mut next_id = vec![0u16; sockets.len()];
-    let mut n: u64 = 0;
-    while !stop.load(Ordering::Relaxed) {
-        // Paced against the start time, so a slow moment is made up rather than lost.
-        let due = started + interval * n as u32;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        if in_flight.lock().expect("lock").len() >= WINDOW {
-            std::thread::sleep(Duration::from_millis(1));
-            continue;
-        }
-        let client = (n as usize) % sockets.len();
-        let id = next_id[client];
-        next_id[client] = id.wrapping_add(1);
-        packet[..2].copy_from_slice(&id.to_be_bytes());
-        in_flight
-            .lock()
-            .expect("lock")
-            .insert((client, id), Instant::now());
-        // A failed send (e.g. a port-unreachable reported back) stays in flight: lost.
-        let _ = sockets[client].send_to(&packet, server);
-        sent.fetch_add(1, Ordering::Relaxed);
-        n += 1;
-    }
-}
-
-fn receive(
-    client: usize,
-    socket: &UdpSocket,
-    stop: &AtomicBool,
-    answered: &AtomicU64,
-    bad: &AtomicU64,
-    in_flight: &InFlight,
-) {
-    let mut buf = [0u8; 4096];
-    // Keep reading until stopped and nothing of ours is in flight, at most the timeout longer.
-    let mut stopped_at = None;
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            let since = *stopped_at.get_or_insert_with(Instant::now);
-            let mine_left = in_flight
-                .lock()
-                .expect("lock")
-                .keys()
-                .any(|(c, _)| *c == client);
-            if !mine_left || since.elapsed() > ANSWER_TIMEOUT {
-                return;
-            }
-        }
-        let Ok((n, _)) = socket.recv_from(&mut buf) else {
-            continue;
-        };
-        let Ok(message) = Message::from_vec(&buf[..n]) else {
-            bad.fetch_add(1, Ordering::Relaxed);
-            continue;
-        };
-        let id = message.metadata.id;
-        let good = message.metadata.response_code == ResponseCode::NoError
-            && message.metadata.authoritative
-            && message.answers.len() == 1;
-        if !good {
-            bad.fetch_add(1, Ordering::Relaxed);
-        }
-        if in_flight
-            .lock()
-            .expect("lock")
-            .remove(&(client, id))
-            .is_some()
+/// Every answer is the authoritative SOA.
+fn authoritative_soa(reply: &[u8]) -> Verdict {
+    match Message::from_vec(reply) {
+        Ok(message)
+            if message.metadata.response_code == ResponseCode::NoError
+                && message.metadata.authoritative
+                && message.answers.len() == 1 =>
         {
-            answered.fetch_add(1, Ordering::Relaxed);
+            Verdict::Good
         }
-    }
-}
-
-/// Waits (bounded) until `answered` has grown by `more`, proving the load is flowing.
-fn wait_for_answers(load: &Load, more: u64) {
-    let target = load.answered() + more;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while load.answered() < target {
-        assert!(
-            Instant::now() < deadline,
-            "the query load is not being answered"
-        );
-        std::thread::sleep(Duration::from_millis(10));
+        _ => Verdict::Bad,
     }
 }
 
@@ -256,15 +95,15 @@ fn upgrade_with_a_second_process_on_the_same_port_loses_no_query() {
     // Each process has one UDP socket per core (udp_workers = 0), all in one SO_REUSEPORT group.
     let args = ["--listen", listen.as_str()];
     let mut old = Server::start(&args);
-    let load = Load::start(old.addr);
-    wait_for_answers(&load, RATE / 4);
+    let load = start_load(old.addr);
+    load.wait_for_answers(RATE / 4, FLOWING);
 
     // SIGTERM times, to place any lost query relative to the nearest one.
     let mut sigterms = Vec::new();
     for _ in 0..HANDOVERS {
         let new = Server::start(&args);
         assert_eq!(new.addr, old.addr, "the new process shares the port");
-        wait_for_answers(&load, RATE / 4);
+        load.wait_for_answers(RATE / 4, FLOWING);
         let sent = terminate(&old);
         eprintln!(
             "upgrade: old process exited {:?} after SIGTERM",
@@ -274,23 +113,22 @@ fn upgrade_with_a_second_process_on_the_same_port_loses_no_query() {
         drop(old);
         old = new;
         // The survivor alone answers (the old one is gone).
-        wait_for_answers(&load, RATE / 4);
+        load.wait_for_answers(RATE / 4, FLOWING);
     }
-    let outcome = load.finish();
+    let outcome = load.stop();
     drop(old);
 
     eprintln!(
         "upgrade: {HANDOVERS} handovers, {} queries sent, {} answered, {} lost",
-        outcome.sent,
-        outcome.answered,
-        outcome.lost.len()
+        outcome.sent, outcome.answered, outcome.lost
     );
     assert_eq!(
-        outcome.bad_answers, 0,
-        "every answer is the authoritative SOA"
+        (outcome.bad, outcome.unexpected),
+        (0, 0),
+        "every answer is the authoritative SOA, to a query in flight: {outcome:?}"
     );
     let lost: Vec<String> = outcome
-        .lost
+        .lost_sent_at
         .iter()
         .map(|t| offset_from_nearest(*t, &sigterms))
         .collect();

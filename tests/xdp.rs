@@ -9,14 +9,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{repo_path, TempDir, TIMEOUT};
+use common::{lines_of, repo_path, TempDir, TIMEOUT};
 
 const SERVER_V4: &str = "198.18.0.1";
 const SERVER_V6: &str = "fd00:5d::1";
@@ -195,15 +193,7 @@ impl Steerdns {
             command.args(["--listen", addr]);
         }
         let mut child = command.spawn().expect("start steerdns");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(child.stdout.take().expect("stdout"));
         let (mut admin, mut xdp_line, mut listen) = (None, String::new(), None);
         loop {
             let Ok(line) = rx.recv_timeout(TIMEOUT * 2) else {

@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod etcd;
+pub mod load;
 pub mod prometheus;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -12,7 +13,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
@@ -64,15 +65,7 @@ impl Server {
             command.args(["--admin-listen", "127.0.0.1:0"]);
         }
         let mut child = command.spawn().expect("start steerdns");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(child.stdout.take().expect("stdout"));
         let mut addr = None;
         let mut admin = None;
         let mut startup = Vec::new();
@@ -116,13 +109,7 @@ impl Server {
 
     /// Sends raw bytes over UDP and returns the raw reply, or None if none came in time.
     pub fn udp_raw(&self, packet: &[u8], wait: Duration) -> Option<Vec<u8>> {
-        let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        socket.set_read_timeout(Some(wait)).expect("timeout");
-        socket.send_to(packet, self.addr).expect("send");
-        let mut buf = vec![0u8; 65535];
-        let (n, _) = socket.recv_from(&mut buf).ok()?;
-        buf.truncate(n);
-        Some(buf)
+        udp_once(self.addr, packet, wait)
     }
 
     /// A query over UDP, parsed.
@@ -154,6 +141,53 @@ impl Drop for Server {
     }
 }
 
+/// Sends `packets` (encoded queries, ids set) over `socket` to `server` and collects the
+/// replies: what is still unanswered is sent again, `attempts` times at most, each time waiting
+/// up to `attempt_wait` for the replies; `slot` says which packet a reply answers (None: not
+/// one of these). One reply or None per packet.
+pub fn exchange_with_retries(
+    socket: &UdpSocket,
+    server: SocketAddr,
+    packets: &[Vec<u8>],
+    attempts: usize,
+    attempt_wait: Duration,
+    mut slot: impl FnMut(&Message) -> Option<usize>,
+) -> Vec<Option<Message>> {
+    let mut replies: Vec<Option<Message>> = vec![None; packets.len()];
+    let mut buf = vec![0u8; 65535];
+    for _ in 0..attempts {
+        let missing: Vec<&Vec<u8>> = packets
+            .iter()
+            .zip(&replies)
+            .filter(|(_, reply)| reply.is_none())
+            .map(|(packet, _)| packet)
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        for bytes in &missing {
+            socket.send_to(bytes, server).expect("send");
+        }
+        let mut outstanding = missing.len();
+        let deadline = Instant::now() + attempt_wait;
+        while outstanding > 0 && Instant::now() < deadline {
+            let Ok((n, _)) = socket.recv_from(&mut buf) else {
+                continue;
+            };
+            let Ok(message) = Message::from_vec(&buf[..n]) else {
+                panic!("malformed response: {:?}", &buf[..n]);
+            };
+            if let Some(i) = slot(&message) {
+                if replies[i].is_none() {
+                    replies[i] = Some(message);
+                    outstanding -= 1;
+                }
+            }
+        }
+    }
+    replies
+}
+
 pub fn write_frame(stream: &mut TcpStream, bytes: &[u8]) {
     let mut framed = (bytes.len() as u16).to_be_bytes().to_vec();
     framed.extend_from_slice(bytes);
@@ -166,6 +200,73 @@ pub fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
     stream.read_exact(&mut buf).ok()?;
     Some(buf)
+}
+
+/// Sends `packet` once over UDP from a fresh loopback socket (no retries) and returns the raw
+/// reply, or None if none came within `wait`.
+pub fn udp_once(server: SocketAddr, packet: &[u8], wait: Duration) -> Option<Vec<u8>> {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.set_read_timeout(Some(wait)).expect("timeout");
+    socket.send_to(packet, server).expect("send");
+    let mut buf = vec![0u8; 65535];
+    let (n, _) = socket.recv_from(&mut buf).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+/// Polls `probe` every 20 ms until it returns `Some`, at most `limit`; fails naming `what`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The lines `pipe` gives (e.g. a child's stdout), read by a thread of their own until the pipe
+/// closes or the receiver is dropped.
+pub fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+pub fn a_records(response: &Message) -> Vec<std::net::Ipv4Addr> {
+    response
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(a.0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs `steerdns check` with `args` in `dir`; returns its exit status and all it printed
+/// (stdout, then stderr).
+pub fn steerdns_check(dir: &Path, args: &[&std::ffi::OsStr]) -> (std::process::ExitStatus, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_steerdns"))
+        .current_dir(dir)
+        .arg("check")
+        .args(args)
+        .env("STEERDNS_LOG", "warn")
+        .output()
+        .expect("run steerdns check");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status, text)
 }
 
 /// A plain query (RD clear, no EDNS).

@@ -88,14 +88,9 @@ impl Exporter {
     /// the call is then in Prometheus.
     pub fn wait_scraped(&self, n: u64, limit: Duration) {
         let target = self.scrapes() + n;
-        let deadline = Instant::now() + limit;
-        while self.scrapes() < target {
-            assert!(
-                Instant::now() < deadline,
-                "the exporter was not scraped {n} more times within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::wait_for(&format!("{n} more scrapes of the exporter"), limit, || {
+            (self.scrapes() >= target).then_some(())
+        });
     }
 }
 

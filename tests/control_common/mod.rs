@@ -15,7 +15,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, Query};
@@ -49,7 +49,10 @@ pub use common::etcd::Etcd;
 pub use common::prometheus::{Exporter, Prometheus};
 pub use common::TempDir;
 #[allow(unused_imports)]
-pub use common::{ecs_query, free_port, kdig, mkfifo, self_signed_cert, spki_pin, trace_text};
+pub use common::{
+    a_records, ecs_query, exchange_with_retries, free_port, kdig, lines_of, mkfifo,
+    self_signed_cert, spki_pin, steerdns_check, trace_text, udp_once, wait_for,
+};
 
 /// A private copy of the bundled example: `steerdns.toml` (the repo's text plus an `[admin]`
 /// token file), `zones/`, `geoip/example.mmdb`, `control.toml`. The repo's own files are never
@@ -141,6 +144,31 @@ impl Setup {
     }
 }
 
+/// The command line of `steerdns serve` on `setup` (run under `wrapper`, if any, with `extra`
+/// arguments): DNS and admin on 127.0.0.1:0, logging at info, stdout and stderr piped.
+pub fn serve_command(setup: &Setup, wrapper: &[&str], extra: &[&str]) -> Command {
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(BIN);
+            command
+        }
+        None => Command::new(BIN),
+    };
+    command
+        .current_dir(setup.dir.path())
+        .arg("serve")
+        .arg("--config")
+        .arg(&setup.config)
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(extra)
+        .env("STEERDNS_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
 /// Writes a token file the way the runbook says: readable by its owner only (a token every
 /// user can read is refused).
 pub fn write_token(path: &Path, token: &str) {
@@ -196,25 +224,7 @@ impl Daemon {
     }
 
     fn start_full(setup: &Setup, wrapper: &[&str], extra: &[&str]) -> Daemon {
-        let mut command = match wrapper.split_first() {
-            Some((program, args)) => {
-                let mut command = Command::new(program);
-                command.args(args).arg(BIN);
-                command
-            }
-            None => Command::new(BIN),
-        };
-        let mut child = command
-            .current_dir(setup.dir.path())
-            .arg("serve")
-            .arg("--config")
-            .arg(&setup.config)
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("STEERDNS_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+        let mut child = serve_command(setup, wrapper, extra)
             .spawn()
             .expect("start steerdns");
         let stdout = child.stdout.take().expect("stdout");
@@ -230,14 +240,7 @@ impl Daemon {
                 }
             });
         }
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(stdout);
         let (mut dns, mut admin) = (None, None);
         let mut startup = Vec::new();
         let deadline = Instant::now() + START_TIMEOUT;
@@ -325,15 +328,27 @@ impl Daemon {
 
     /// Waits (at most `limit`) until the status shows more accepted reloads than `before`.
     pub fn wait_for_accepted(&self, before: u64, limit: Duration) -> serde_json::Value {
+        self.wait_for_more("reloads_accepted", before, limit, "accepted reload")
+    }
+
+    /// Waits (at most `limit`) until the status count `field` is above `before`; returns the
+    /// status. Fails saying "no `missing` within …".
+    fn wait_for_more(
+        &self,
+        field: &str,
+        before: u64,
+        limit: Duration,
+        missing: &str,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + limit;
         loop {
             let status = self.status();
-            if status["reloads_accepted"].as_u64().unwrap_or(0) > before {
+            if status[field].as_u64().unwrap_or(0) > before {
                 return status;
             }
             assert!(
                 Instant::now() < deadline,
-                "no accepted reload within {limit:?}; status: {status:#}"
+                "no {missing} within {limit:?}; status: {status:#}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -438,18 +453,7 @@ impl Daemon {
 
     /// Waits (at most `limit`) until the status shows more refusals than `before`; returns it.
     pub fn wait_for_refusal(&self, before: u64, limit: Duration) -> serde_json::Value {
-        let deadline = Instant::now() + limit;
-        loop {
-            let status = self.status();
-            if status["reloads_refused"].as_u64().unwrap_or(0) > before {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no refusal reported within {limit:?}; status: {status:#}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.wait_for_more("reloads_refused", before, limit, "refusal reported")
     }
 
     /// Waits (at most `limit`) until the status serial differs from `old`; returns the new one.
@@ -467,6 +471,28 @@ impl Daemon {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Waits for a refusal after `refused_before` (see [`Daemon::wait_for_refusal`]), prints its
+    /// reasons and asserts that one of them holds every `expected` fragment; returns the status
+    /// and the reasons.
+    pub fn expect_refusal(
+        &self,
+        refused_before: u64,
+        limit: Duration,
+        expected: &[&str],
+        what: &str,
+    ) -> (serde_json::Value, Vec<String>) {
+        let status = self.wait_for_refusal(refused_before, limit);
+        let reasons = refusal_reasons(&status);
+        println!("{what}: refused: {reasons:?}");
+        assert!(
+            reasons
+                .iter()
+                .any(|r| expected.iter().all(|e| r.contains(e))),
+            "{what}: expected a reason containing {expected:?}, got {reasons:?}"
+        );
+        (status, reasons)
     }
 
     /// `CH TXT serial.steerdns`: the text answer.
@@ -577,11 +603,58 @@ pub fn try_http(
 }
 
 /// Sends `request` (head and whatever body, as given) and reads the reply until the server
-/// closes the connection or [`HTTP_TIMEOUT`] passes without a byte; returns (code, body).
+/// closes the connection or [`HTTP_TIMEOUT`] passes without a byte; returns (code, body), the
+/// body de-chunked.
 pub fn send_http(addr: SocketAddr, request: &[u8]) -> Result<(u16, String), String> {
-    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).map_err(|e| e.to_string())?;
+    let reply = exchange_http(addr, request, HTTP_TIMEOUT)?;
+    let chunked = reply
+        .head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        steerdns::http_client::dechunk(&reply.body)
+    } else {
+        reply.body
+    };
+    Ok((reply.code, body))
+}
+
+/// One HTTP/1.1 request with a JSON `body`, as bytes to send.
+pub fn json_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// An HTTP reply as read: the status code, the head (status line and headers) and the body as
+/// sent (not de-chunked).
+pub struct RawReply {
+    pub code: u16,
+    pub head: String,
+    pub body: String,
+}
+
+/// Sends `request` and reads the reply (at most 4 MiB) until the server closes the connection
+/// or `wait` passes without a byte.
+pub fn exchange_http(addr: SocketAddr, request: &[u8], wait: Duration) -> Result<RawReply, String> {
+    let mut stream = TcpStream::connect_timeout(&addr, wait).map_err(|e| e.to_string())?;
     stream
-        .set_read_timeout(Some(HTTP_TIMEOUT))
+        .set_read_timeout(Some(wait))
         .map_err(|e| e.to_string())?;
     stream.write_all(request).map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
@@ -599,15 +672,36 @@ pub fn send_http(addr: SocketAddr, request: &[u8]) -> Result<(u16, String), Stri
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("no HTTP status in {head:?}"))?;
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        steerdns::http_client::dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Ok((code, body))
+    Ok(RawReply {
+        code,
+        head: head.to_string(),
+        body: body.to_string(),
+    })
+}
+
+/// One `GET /metrics` from the admin endpoint at `admin`, parsed.
+pub fn scrape_metrics(admin: SocketAddr) -> prometheus_parse::Scrape {
+    let (code, body) = http(admin, "GET", "/metrics", None);
+    assert_eq!(code, 200, "GET /metrics: {body}");
+    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .expect("the exposition parses")
+}
+
+/// The samples of `metric` in `scrape` with exactly `labels`.
+pub fn samples_with<'a>(
+    scrape: &'a prometheus_parse::Scrape,
+    metric: &str,
+    labels: &[(&str, &str)],
+) -> Vec<&'a prometheus_parse::Sample> {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| {
+            s.metric == metric
+                && s.labels.len() == labels.len()
+                && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+        })
+        .collect()
 }
 
 /// A query with RD clear and no EDNS.
@@ -669,17 +763,6 @@ pub fn first_cname(response: &Message) -> Option<String> {
     })
 }
 
-pub fn a_records(response: &Message) -> Vec<Ipv4Addr> {
-    response
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(a.0),
-            _ => None,
-        })
-        .collect()
-}
-
 /// A UDP client on loopback that matches replies by id and retries lost datagrams.
 pub struct Resolver {
     socket: UdpSocket,
@@ -705,6 +788,15 @@ impl Resolver {
         }
     }
 
+    /// The answer to an `A` query for `name` from each subnet (ECS), in order.
+    pub fn ask_a_from_each(&mut self, name: &str, subnets: &[String]) -> Vec<Message> {
+        let queries: Vec<Message> = subnets
+            .iter()
+            .map(|s| ecs_query(name, RecordType::A, s))
+            .collect();
+        self.ask_all(&queries)
+    }
+
     pub fn ask(&mut self, query: &Message) -> Message {
         self.ask_all(std::slice::from_ref(query))
             .pop()
@@ -714,10 +806,8 @@ impl Resolver {
     /// Answers to every query, in order; at most [`WINDOW`] in flight; a query unanswered
     /// after [`ATTEMPTS`] sends fails the test.
     pub fn ask_all(&mut self, queries: &[Message]) -> Vec<Message> {
-        let mut answers: Vec<Option<Message>> = vec![None; queries.len()];
-        let mut buf = vec![0u8; 65535];
-        for (chunk_no, chunk) in queries.chunks(WINDOW).enumerate() {
-            let base = chunk_no * WINDOW;
+        let mut answers: Vec<Option<Message>> = Vec::with_capacity(queries.len());
+        for chunk in queries.chunks(WINDOW) {
             let mut by_id = HashMap::new();
             let mut packets = Vec::new();
             for (i, q) in chunk.iter().enumerate() {
@@ -725,35 +815,17 @@ impl Resolver {
                 self.next_id = self.next_id.wrapping_add(1);
                 let mut q = q.clone();
                 q.metadata.id = id;
-                by_id.insert(id, base + i);
-                packets.push((base + i, q.to_vec().expect("encode query")));
+                by_id.insert(id, i);
+                packets.push(q.to_vec().expect("encode query"));
             }
-            for _ in 0..ATTEMPTS {
-                let missing: Vec<&(usize, Vec<u8>)> = packets
-                    .iter()
-                    .filter(|(i, _)| answers[*i].is_none())
-                    .collect();
-                if missing.is_empty() {
-                    break;
-                }
-                for (_, bytes) in &missing {
-                    self.socket.send_to(bytes, self.server).expect("send");
-                }
-                let mut outstanding = missing.len();
-                let deadline = Instant::now() + ATTEMPT_WAIT;
-                while outstanding > 0 && Instant::now() < deadline {
-                    let Ok((n, _)) = self.socket.recv_from(&mut buf) else {
-                        continue;
-                    };
-                    let message = Message::from_vec(&buf[..n]).expect("well-formed answer");
-                    if let Some(&i) = by_id.get(&message.metadata.id) {
-                        if answers[i].is_none() {
-                            answers[i] = Some(message);
-                            outstanding -= 1;
-                        }
-                    }
-                }
-            }
+            answers.extend(exchange_with_retries(
+                &self.socket,
+                self.server,
+                &packets,
+                ATTEMPTS,
+                ATTEMPT_WAIT,
+                |message| by_id.get(&message.metadata.id).copied(),
+            ));
         }
         answers
             .into_iter()
@@ -765,11 +837,16 @@ impl Resolver {
 
 /// The first CNAME target of `critical.example.com` for each subnet (None: no CNAME).
 pub fn critical_targets(resolver: &mut Resolver, subnets: &[String]) -> Vec<Option<String>> {
-    let queries: Vec<Message> = subnets
+    resolver
+        .ask_a_from_each("critical.example.com.", subnets)
         .iter()
-        .map(|s| ecs_query("critical.example.com.", RecordType::A, s))
-        .collect();
-    resolver.ask_all(&queries).iter().map(first_cname).collect()
+        .map(first_cname)
+        .collect()
+}
+
+/// Asserts every subnet is answered `target` for `critical.example.com` now.
+pub fn assert_all_critical(resolver: &mut Resolver, subnets: &[String], target: &str) {
+    assert_all_target(&critical_targets(resolver, subnets), subnets, target);
 }
 
 /// Asserts every subnet gets `target`, naming the ones that do not.
@@ -832,4 +909,72 @@ pub fn eu_west_feed(time: &str, eu_west_load: f64, source: &str) -> String {
         "fallback": {"fb-eu": {"load": 200, "capacity": 2000}},
     })
     .to_string()
+}
+
+/// A load feed for every region and fallback site of the bundled example, measured now, from
+/// `source`: eu-west at `eu_west_load` of 1000, eu-north 200/600, fb-eu 100/2000, every other
+/// region and site at about half its capacity.
+pub fn every_region_feed(eu_west_load: f64, source: &str) -> serde_json::Value {
+    serde_json::json!({
+        "time": steerdns::rfc3339::format_utc(std::time::SystemTime::now()),
+        "source": source,
+        "regions": {
+            "na-east": {"load": 500, "capacity": 1000},
+            "na-west": {"load": 400, "capacity": 800},
+            "sa-east": {"load": 150, "capacity": 300},
+            "eu-west": {"load": eu_west_load, "capacity": 1000},
+            "eu-north": {"load": 200, "capacity": 600},
+            "af-south": {"load": 100, "capacity": 200},
+            "ap-east": {"load": 450, "capacity": 900},
+            "ap-south": {"load": 250, "capacity": 500},
+        },
+        "fallback": {
+            "fb-na": {"load": 1000, "capacity": 2000},
+            "fb-eu": {"load": 100, "capacity": 2000},
+            "fb-ap": {"load": 1000, "capacity": 2000},
+        }
+    })
+}
+
+/// A server on a private copy with break-glass active: every subnet asked answered alt-cdn,
+/// which differs from the config's own weights (frontdoor), so that "the old answers are still
+/// served" cannot be confused with "fell back to the config".
+pub struct BreakGlass {
+    pub setup: Setup,
+    pub server: Daemon,
+    pub resolver: Resolver,
+    pub subnets: Vec<String>,
+}
+
+impl BreakGlass {
+    /// Writes the break-glass control file (critical → alt-cdn) for `server` running on `setup`
+    /// and waits (at most `within`) until `subnets` distinct subnets are all answered alt-cdn.
+    pub fn engage(setup: Setup, server: Daemon, subnets: usize, within: Duration) -> BreakGlass {
+        let mut resolver = Resolver::new(server.dns);
+        let subnets = distinct_subnets(subnets);
+        let written = Instant::now();
+        setup.write_control_atomically(&critical_control(0, 100, 0));
+        wait_all_target(&mut resolver, &subnets, ALT_CDN, written, within);
+        BreakGlass {
+            setup,
+            server,
+            resolver,
+            subnets,
+        }
+    }
+
+    /// Writes the config's own weights (critical → frontdoor) as the control file and waits (at
+    /// most `within`) until every subnet is answered frontdoor.
+    pub fn release(&mut self, within: Duration) {
+        let written = Instant::now();
+        self.setup
+            .write_control_atomically(&critical_control(100, 0, 0));
+        wait_all_target(
+            &mut self.resolver,
+            &self.subnets,
+            FRONTDOOR,
+            written,
+            within,
+        );
+    }
 }

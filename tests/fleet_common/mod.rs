@@ -110,22 +110,12 @@ profile = \"{name}\"
 impl Fleet {
     /// etcd and `n` nodes (ns1..nsN), started one after another; ns1 seeds the fleet.
     pub fn start(label: &str, n: usize, lease_ttl_secs: u64) -> Fleet {
-        Fleet::start_with(label, n, lease_ttl_secs, "", &[])
+        Fleet::start_on(Etcd::start(), label, n, lease_ttl_secs, "", &[])
     }
 
-    /// Like [`Fleet::start`], with `extra` appended to every node's `[fleet]` section (e.g. a
-    /// `[fleet.rollout]` table) and every node's server run with the `env` settings.
-    pub fn start_with(
-        label: &str,
-        n: usize,
-        lease_ttl_secs: u64,
-        extra: &str,
-        env: &[&str],
-    ) -> Fleet {
-        Fleet::start_on(Etcd::start(), label, n, lease_ttl_secs, extra, env)
-    }
-
-    /// Like [`Fleet::start_with`], on a given etcd (e.g. [`Etcd::start_secure`]).
+    /// Like [`Fleet::start`], on a given etcd (e.g. [`Etcd::start`] or [`Etcd::start_secure`]),
+    /// with `extra` appended to every node's `[fleet]` section (e.g. a `[fleet.rollout]` table)
+    /// and every node's server run with the `env` settings.
     pub fn start_on(
         etcd: Etcd,
         label: &str,

@@ -18,8 +18,8 @@ use hickory_proto::rr::{Name, RData, RecordType};
 
 // Not every test that includes this module asks with ECS.
 #[allow(unused_imports)]
-pub use crate::common::{ecs_query, ecs_query_addr, subnet};
-use crate::common::{query, repo_path, Server, TempDir};
+pub use crate::common::{a_records, ecs_query, ecs_query_addr, subnet};
+use crate::common::{exchange_with_retries, query, repo_path, Server, TempDir};
 
 /// The regions of the bundled example, in topology order, with their regional anycast index
 /// (`198.51.100.N`, `2001:db8:1::N`).
@@ -175,17 +175,6 @@ pub fn scope(response: &Message) -> u8 {
         .1
 }
 
-pub fn a_records(response: &Message) -> Vec<Ipv4Addr> {
-    response
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(a.0),
-            _ => None,
-        })
-        .collect()
-}
-
 pub fn aaaa_records(response: &Message) -> Vec<Ipv6Addr> {
     response
         .answers
@@ -290,59 +279,36 @@ impl Exchanger {
     }
 
     pub fn all(&self, queries: &[Message]) -> Vec<Message> {
-        let mut responses: Vec<Option<Message>> = vec![None; queries.len()];
-        let mut buf = vec![0u8; 65535];
+        let mut responses: Vec<Option<Message>> = Vec::with_capacity(queries.len());
         for (chunk_index, chunk) in queries.chunks(self.window).enumerate() {
             let base = chunk_index * self.window;
             // Ids are the global index (mod 2^16), so a late reply to an earlier chunk cannot
             // be taken for a reply in this one.
-            let packets: Vec<(u16, Vec<u8>)> = chunk
+            let id = |i: usize| ((base + i) % 65536) as u16;
+            let packets: Vec<Vec<u8>> = chunk
                 .iter()
                 .enumerate()
                 .map(|(i, q)| {
-                    let id = ((base + i) % 65536) as u16;
                     let mut q = q.clone();
-                    q.metadata.id = id;
-                    (id, q.to_vec().expect("encode query"))
+                    q.metadata.id = id(i);
+                    q.to_vec().expect("encode query")
                 })
                 .collect();
-            let by_id: HashMap<u16, usize> = packets
-                .iter()
-                .enumerate()
-                .map(|(i, (id, _))| (*id, base + i))
-                .collect();
-            for _ in 0..ATTEMPTS {
-                let missing: Vec<&(u16, Vec<u8>)> = packets
-                    .iter()
-                    .filter(|(id, _)| responses[by_id[id]].is_none())
-                    .collect();
-                if missing.is_empty() {
-                    break;
-                }
-                for (_, bytes) in &missing {
-                    self.socket.send_to(bytes, self.server).expect("send");
-                }
-                let mut outstanding = missing.len();
-                let deadline = Instant::now() + RECV_TIMEOUT;
-                while outstanding > 0 && Instant::now() < deadline {
-                    let Ok((n, _)) = self.socket.recv_from(&mut buf) else {
-                        continue;
-                    };
-                    let Ok(message) = Message::from_vec(&buf[..n]) else {
-                        panic!("malformed response: {:?}", &buf[..n]);
-                    };
-                    let Some(&index) = by_id.get(&message.metadata.id) else {
-                        continue;
-                    };
-                    if responses[index].is_none()
-                        && message.queries.first().map(|q| q.name())
-                            == queries[index].queries.first().map(|q| q.name())
-                    {
-                        responses[index] = Some(message);
-                        outstanding -= 1;
-                    }
-                }
-            }
+            let by_id: HashMap<u16, usize> = (0..chunk.len()).map(|i| (id(i), i)).collect();
+            let name = |m: &Message| m.queries.first().map(|q| q.name().clone());
+            responses.extend(exchange_with_retries(
+                &self.socket,
+                self.server,
+                &packets,
+                ATTEMPTS,
+                RECV_TIMEOUT,
+                |message| {
+                    by_id
+                        .get(&message.metadata.id)
+                        .copied()
+                        .filter(|&i| name(message) == name(&chunk[i]))
+                },
+            ));
             // Stop at the first chunk that stays unanswered: waiting out every later chunk
             // against a dead server would only delay the failure.
             if let Some(i) = (base..base + chunk.len()).find(|&i| responses[i].is_none()) {
