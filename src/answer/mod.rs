@@ -517,7 +517,7 @@ fn serve_steered(
     header[10..12].fill(0);
     let mut pos = HEADER_LEN + question.len();
     out[HEADER_LEN..pos].copy_from_slice(question);
-    let ttl = steered.decision.ttl;
+    let ttl = steered.ttl;
     match steered.addresses {
         Addresses::V4(addrs) => {
             for addr in addrs {
@@ -545,7 +545,7 @@ fn serve_steered(
             snapshot.options(),
             edns,
             rcode::NOERROR,
-            steered.decision.scope,
+            steered.scope,
             &mut out[pos..],
         )?;
     }

@@ -92,9 +92,13 @@ pub struct ClientSteering<'s> {
     /// The demand of the first anycast answer decided, for the answer path to count once it
     /// is sent ([`Self::demand`]).
     demand: Option<DemandSample>,
-    /// The decision the fast path made (and counted) and handed to the general lookup when it
-    /// could not answer with it: the lookup's question for that binding reuses it.
-    handed_over: Option<(SteeredBinding, Decision<'s>)>,
+    /// The last decision made (and counted), with its binding. Kept here rather than passed
+    /// up by value: a decision (target and trace) is ~100 bytes, and copying it through each
+    /// caller was a tenth of a steered answer's instructions.
+    decided: Option<(SteeredBinding, Decision<'s>)>,
+    /// Whether the fast path handed `decided` to the general lookup (it could not answer
+    /// with it): the lookup's question for that binding reuses it, uncounted, once.
+    handed_over: bool,
 }
 
 impl<'s> ClientSteering<'s> {
@@ -119,7 +123,8 @@ impl<'s> ClientSteering<'s> {
             located: OnceCell::new(),
             sigs,
             demand: None,
-            handed_over: None,
+            decided: None,
+            handed_over: false,
         }
     }
 
@@ -178,11 +183,22 @@ impl<'s> ClientSteering<'s> {
     /// counted here (steered-answer counters) with its demand noted for the shield (the first
     /// anycast answer of the query, counted once it is sent). The only place a decision is
     /// counted.
-    fn decision(&mut self, binding: SteeredBinding) -> Option<Decision<'s>> {
-        if let Some((_, decision)) = self.handed_over.take_if(|(b, _)| *b == binding) {
-            return Some(decision);
+    /// (The fast path hands over the decision for the query's own name, which is the first
+    /// one the general lookup asks for; a decision for another binding replaces it.)
+    fn decision(&mut self, binding: SteeredBinding) -> Option<&Decision<'s>> {
+        let reuse = self.handed_over && matches!(self.decided, Some((b, _)) if b == binding);
+        self.handed_over = false;
+        if !reuse {
+            let decision = self.decide(binding)?;
+            self.count(binding, &decision);
+            self.decided = Some((binding, decision));
         }
-        let decision = self.decide(binding)?;
+        self.decided.as_ref().map(|(_, decision)| decision)
+    }
+
+    /// Counts a new decision (steered-answer counters) and notes the demand of the query's
+    /// first anycast answer for the shield.
+    fn count(&mut self, binding: SteeredBinding, decision: &Decision<'s>) {
         let region = self.client().region;
         self.counters
             .record_steered(binding, region, &decision.trace);
@@ -197,7 +213,6 @@ impl<'s> ClientSteering<'s> {
                 self.demand = Some(self.data.demand.sample(addr, region, to, decision.ttl));
             }
         }
-        Some(decision)
     }
 
     /// The fast path's question: for an A (or AAAA) query at `binding`'s name, the addresses
@@ -211,9 +226,11 @@ impl<'s> ClientSteering<'s> {
         qtype: u16,
         dnssec: bool,
     ) -> Option<SteeredAddressAnswer<'s>> {
-        let mut decision = self.decision(binding)?;
-        self.handed_over = Some((binding, decision));
-        let addresses = match (decision.target, qtype) {
+        let decision = self.decision(binding)?;
+        let (target, mut ttl, scope) = (decision.target, decision.ttl, decision.scope);
+        // Until the fast path has written its answer, the general lookup may need it.
+        self.handed_over = true;
+        let addresses = match (target, qtype) {
             (Target::Addresses { v4, .. }, rtype::A) if !v4.is_empty() => Addresses::V4(v4),
             (Target::Addresses { v6, .. }, rtype::AAAA) if !v6.is_empty() => Addresses::V6(v6),
             _ => return None,
@@ -221,11 +238,12 @@ impl<'s> ClientSteering<'s> {
         let mut sig = None;
         if dnssec {
             let data = SteeredData::Addresses(addresses);
-            (sig, decision.ttl) = self.signed(binding, &data, decision.ttl);
+            (sig, ttl) = self.signed(binding, &data, ttl);
         }
         Some(SteeredAddressAnswer {
             addresses,
-            decision,
+            ttl,
+            scope,
             sig,
         })
     }
@@ -236,7 +254,10 @@ impl<'s> ClientSteering<'s> {
 pub struct SteeredAddressAnswer<'s> {
     /// Never empty.
     pub addresses: Addresses<'s>,
-    pub decision: Decision<'s>,
+    /// The records' TTL (with DO, never above the signature's).
+    pub ttl: u32,
+    /// ECS scope prefix length to send back.
+    pub scope: u8,
     /// Its signature, when asked for and the zone is signed.
     pub sig: Option<&'s RRset>,
 }
@@ -247,7 +268,8 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
             return None;
         }
         let decision = self.decision(binding)?;
-        let data = match (decision.target, qtype) {
+        let (target, ttl, scope) = (decision.target, decision.ttl, decision.scope);
+        let data = match (target, qtype) {
             (Target::Cname { wire, .. }, _) => SteeredData::Cname(wire),
             (Target::Addresses { v4, .. }, rtype::A) => SteeredData::Addresses(Addresses::V4(v4)),
             (Target::Addresses { v6, .. }, rtype::AAAA) => {
@@ -256,11 +278,11 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
             // A CNAME query at a name answered with addresses: the static data answers.
             (Target::Addresses { .. }, _) => return None,
         };
-        let (sig, ttl) = self.signed(binding, &data, decision.ttl);
+        let (sig, ttl) = self.signed(binding, &data, ttl);
         Some(SteeredAnswer {
             data,
             ttl,
-            scope: decision.scope,
+            scope,
             sig,
         })
     }
