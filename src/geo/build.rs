@@ -2,8 +2,8 @@
 //!
 //! Records look like GeoIP2-Country (`{"country":{"iso_code":"GB"},"continent":{"code":"EU"}}`)
 //! so the same code reads our databases and MaxMind's. The file is written by the
-//! `mmdb-writer` crate as an IPv6 tree with the usual IPv4 aliases, then renamed into place so
-//! a running server never sees half a file.
+//! `mmdb-writer` crate as an IPv6 tree with the usual IPv4 aliases, then put in place by
+//! [`crate::files::replace_file`] so a running server never sees half a file.
 
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
