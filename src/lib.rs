@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod answer;
+pub mod civil;
 pub mod config;
 pub mod control;
 pub mod dns;

@@ -3,9 +3,12 @@
 //!
 //! Written here rather than taken from a crate (`chrono` is only a transitive dependency): the
 //! parser's errors say which field is wrong without echoing the value, which load-feed errors
-//! rely on, and the whole is two small functions with the tests below.
+//! rely on, and the whole is two small functions with the tests below. The calendar arithmetic
+//! (dates to days and back) lives in [`crate::civil`].
 
 use std::time::{Duration, SystemTime};
+
+use crate::civil;
 
 /// RFC 3339 UTC with second precision, e.g. `2024-03-01T12:00:00Z` (times before 1970 read
 /// as 1970-01-01T00:00:00Z).
@@ -14,7 +17,8 @@ pub fn format_utc(time: SystemTime) -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_date(days);
+    // Lossless: u64::MAX seconds are about 2.1e14 days.
+    let (year, month, day) = civil::civil_from_days(days as i64);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         rest / 3600,
@@ -31,28 +35,6 @@ pub fn format_utc_millis(time: SystemTime) -> String {
         .map_or(0, |d| d.subsec_millis());
     let whole = format_utc(time);
     format!("{}.{millis:03}Z", whole.trim_end_matches('Z'))
-}
-
-/// Year, month, day of a count of days since 1970-01-01 (proleptic Gregorian calendar).
-/// Counts in 400-year eras starting on 1 March, where leap days fall at the end of a year.
-fn civil_date(days_since_epoch: u64) -> (u64, u64, u64) {
-    const DAYS_PER_ERA: u64 = 146_097;
-    // 1970-01-01 is day 719_468 counted from 0000-03-01.
-    let z = days_since_epoch + 719_468;
-    let era = z / DAYS_PER_ERA;
-    let day_of_era = z % DAYS_PER_ERA;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = era * 400 + year_of_era + u64::from(month <= 2);
-    (year, month, day)
 }
 
 /// Parses an RFC 3339 time, `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`; `t`, `z` and a space for
@@ -80,12 +62,14 @@ pub fn parse(text: &str) -> Result<SystemTime, String> {
         return Err("unexpected text after the offset".into());
     }
     check_range("month", month, 1, 12)?;
-    check_range("day", day, 1, days_in_month(year, month))?;
+    // 28..=31, so the cast is exact.
+    let month_length = civil::days_in_month(i64::from(year), i64::from(month)) as u32;
+    check_range("day", day, 1, month_length)?;
     check_range("hour", hour, 0, 23)?;
     check_range("minute", minute, 0, 59)?;
     check_range("second", second, 0, 60)?;
-    let local =
-        days_since_epoch(year, month, day) * 86_400 + i64::from(hour * 3600 + minute * 60 + second);
+    let local = civil::days_from_civil(i64::from(year), i64::from(month), i64::from(day)) * 86_400
+        + i64::from(hour * 3600 + minute * 60 + second);
     let utc = local - offset_secs;
     let secs = u64::try_from(utc).map_err(|_| "before 1970".to_string())?;
     Ok(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
@@ -166,33 +150,6 @@ fn check_range(what: &str, value: u32, low: u32, high: u32) -> Result<(), String
     } else {
         Err(format!("{what} {value} is not in {low}..={high}"))
     }
-}
-
-fn is_leap_year(year: u32) -> bool {
-    year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400))
-}
-
-fn days_in_month(year: u32, month: u32) -> u32 {
-    match month {
-        2 if is_leap_year(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (negative before 1970).
-fn days_since_epoch(year: u32, month: u32, day: u32) -> i64 {
-    let days_before_month: u32 = (1..month).map(|m| days_in_month(year, m)).sum();
-    let year = i64::from(year);
-    let days_before_year = 365 * (year - 1970) + leap_days_before(year) - leap_days_before(1970);
-    days_before_year + i64::from(days_before_month + day) - 1
-}
-
-/// Leap years in 1..year (year ≥ 1), i.e. before 1 January of `year`.
-fn leap_days_before(year: i64) -> i64 {
-    let y = year - 1;
-    y / 4 - y / 100 + y / 400
 }
 
 #[cfg(test)]

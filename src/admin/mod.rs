@@ -1,7 +1,7 @@
 //! The admin HTTP endpoint (loopback by default): `GET /v1/status` for operators and the CLI,
 //! `POST /v1/reload` (token required) to taste and swap in the current files.
 //!
-//! Every request passes [`guard`] first: a `Host` that is not a loopback literal, `localhost`,
+//! Every request passes `guard` first: a `Host` that is not a loopback literal, `localhost`,
 //! the listen address or a name in `[admin] allowed_hosts` is refused (DNS rebinding: a hostile
 //! page whose name now points at 127.0.0.1); a write whose `Origin`/`Referer` names another
 //! site is refused (a browser form posting here); and a write is authorized before its body is

@@ -11,7 +11,7 @@
 //!      the wildcard's denial proof (`serve_steered`);
 //!    - anything else (negative answers, CNAME chains, referrals, oversize) goes through the
 //!      zone engine ([`crate::zone::lookup::resolve_in`]) and is written with compression by
-//!      [`crate::snapshot::compose::write_plan`].
+//!      `crate::snapshot::compose::write_plan`.
 //! 3. Over UDP, the response rate limiter ([`crate::rrl`]) may drop the response or have it
 //!    *slipped*: cut to header and question with TC set.
 //!

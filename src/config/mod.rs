@@ -208,7 +208,7 @@ pub struct ServerConfig {
     pub nsid: Option<String>,
     /// Answer to `dig CH TXT id.server` / `hostname.bind`; unset refuses.
     pub identity: Option<String>,
-    /// Answer to `dig CH TXT version.bind`; "" refuses. Default: "steerdns <version>".
+    /// Answer to `dig CH TXT version.bind`; "" refuses. Default: `"steerdns <version>"`.
     pub version: Option<String>,
     /// Log one query in this many at info (client, name, type, rcode); 0 (default) = none.
     pub query_log_sample: u32,

@@ -10,7 +10,7 @@
 //! Layout: each version is `<serial, 10 digits>.toml` (the exact control text) plus
 //! `<serial>.json` (its metadata). The text is written first, the metadata second, both through
 //! a temporary file and a rename, so readers see a version only once both are complete. Both
-//! are flushed to disk in the background ([`crate::files::flush_in_background`]): a reload must
+//! are flushed to disk in the background (`crate::files::flush_in_background`): a reload must
 //! not wait for a slow disk before it serves an operator's change. After a machine crash a
 //! version whose flush did not finish may be torn: a version whose metadata is missing,
 //! unreadable, or does not match its text (length and hash) is skipped.

@@ -3,7 +3,7 @@
 //! load file must produce a clear error — not block a reload forever or eat the memory.
 //!
 //! Owns that, and the other file I/O helpers: replacing a file atomically ([`replace_file`]) and
-//! flushing to disk in the background ([`flush_in_background`]). Every file steerdns reads from
+//! flushing to disk in the background (`flush_in_background`). Every file steerdns reads from
 //! an operator goes through here.
 
 use std::fs::File;

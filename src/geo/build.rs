@@ -2,13 +2,12 @@
 //!
 //! Records look like GeoIP2-Country (`{"country":{"iso_code":"GB"},"continent":{"code":"EU"}}`)
 //! so the same code reads our databases and MaxMind's. The file is written by the
-//! `mmdb-writer` crate as an IPv6 tree with the usual IPv4 aliases, then renamed into place so
-//! a running server never sees half a file.
+//! `mmdb-writer` crate as an IPv6 tree with the usual IPv4 aliases, then put in place by
+//! [`crate::files::replace_file`] so a running server never sees half a file.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::net::Ipv6Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ipnet::{IpNet, Ipv6Net};
 use mmdb_writer::{MetadataPointers, Value, Writer};
@@ -44,7 +43,8 @@ pub fn build_mmdb_from_csv(csv: &Path, out: &Path) -> Result<BuildReport, GeoErr
     })?;
     let rows = parse_csv(&text, csv)?;
     let bytes = write_database(&rows, csv, out)?;
-    write_atomically(out, &bytes)?;
+    // Atomic for a running server's reader, durable, permissions kept: the one shared dance.
+    crate::files::replace_file(out, &bytes)?;
     Ok(BuildReport {
         ipv4_networks: rows.iter().filter(|r| r.network.addr().is_ipv4()).count(),
         ipv6_networks: rows.iter().filter(|r| r.network.addr().is_ipv6()).count(),
@@ -221,32 +221,6 @@ fn write_database(rows: &[CsvRow], csv: &Path, out: &Path) -> Result<Vec<u8>, Ge
         path: out.to_path_buf(),
         message: e.to_string(),
     })
-}
-
-/// Writes to a temporary file beside `out`, syncs it and renames it over `out`.
-fn write_atomically(out: &Path, bytes: &[u8]) -> Result<(), GeoError> {
-    let write_error = |source| GeoError::Write {
-        path: out.to_path_buf(),
-        source,
-    };
-    let file_name = out
-        .file_name()
-        .ok_or_else(|| write_error(std::io::Error::other("output path has no file name")))?;
-    let mut temp_name = std::ffi::OsString::from(".");
-    temp_name.push(file_name);
-    temp_name.push(format!(".tmp{}", std::process::id()));
-    let temp: PathBuf = out.with_file_name(temp_name);
-    let result = (|| {
-        let mut file = std::fs::File::create(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&temp, out)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&temp);
-        return Err(write_error(e));
-    }
-    Ok(())
 }
 
 /// The record a lookup of `ip` in a database built from `rows` should find (longest match),

@@ -32,13 +32,9 @@ pub enum GeoError {
         line: usize,
         message: String,
     },
-    /// Writing the built database failed.
-    #[error("{}: cannot write: {source}", .path.display())]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Writing the built database failed (names the file and the step that failed).
+    #[error(transparent)]
+    Write(#[from] crate::files::WriteError),
     /// The MaxMind DB writer failed for a reason not tied to one CSV row.
     #[error("{}: cannot build database: {message}", .path.display())]
     Build { path: PathBuf, message: String },

@@ -675,6 +675,30 @@ fn built_database_reads_back_with_maxminddb() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `geoip build` writes through `files::replace_file`: a rebuild keeps the database's
+/// permissions, and a write that cannot happen names the output file and the failed step.
+#[test]
+fn rebuilt_database_keeps_its_permissions_and_errors_name_the_output() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch_dir("rebuild");
+    let csv = dir.join("rows.csv");
+    std::fs::write(&csv, "81.2.69.0/24,GB,EU\n").unwrap();
+    let out = dir.join("out.mmdb");
+    build_mmdb_from_csv(&csv, &out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).unwrap();
+    build_mmdb_from_csv(&csv, &out).unwrap();
+    let mode = std::fs::metadata(&out).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o640);
+
+    let nowhere = dir.join("missing-dir/out.mmdb");
+    let message = build_mmdb_from_csv(&csv, &nowhere).unwrap_err().to_string();
+    assert!(
+        message.starts_with(&format!("{}: cannot ", nowhere.display())),
+        "{message}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn committed_example_database_matches_its_csv() {
     let dir = scratch_dir("example");

@@ -1,6 +1,6 @@
 //! The encrypted transports (`[server.tls]`) as `/v1/status` and `/metrics` show them: the
 //! listeners this process serves (recorded once at startup), the certificate in service (from
-//! the snapshot) and each transport's connection counters (from [`super::serving`]).
+//! the snapshot) and each transport's connection counters (from [`mod@super::serving`]).
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, PoisonError};

@@ -1,7 +1,7 @@
 //! Observability: the serving counters, their Prometheus exposition (`GET /metrics` on the
 //! admin endpoint) and the sampled query log.
 //!
-//! - [`serving`]: process-wide counters of fixed shape (queries, responses by transport and
+//! - [`mod@serving`]: process-wide counters of fixed shape (queries, responses by transport and
 //!   rcode, truncations, drops, TCP connections and limits, rate-limited responses).
 //! - [`per_snapshot`]: counters shaped by the config (per zone, per steered name, per profile
 //!   endpoint and client region, per anycast destination), sized when a snapshot is built and

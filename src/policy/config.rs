@@ -1,6 +1,6 @@
 //! The policy part of the configuration file, as written by operators.
 //!
-//! These types are deserialised as-is and checked by [`super::compile`]; addresses and names are
+//! These types are deserialised as-is and checked by [`super::compile()`]; addresses and names are
 //! kept as strings here so that every problem is reported with its field path rather than as a
 //! bare parser error.
 

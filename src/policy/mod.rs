@@ -2,8 +2,8 @@
 //!
 //! Owns the `[topology]`, `[profiles]` and `[[steered]]` config types, their validation and
 //! compilation (with the operator's control knobs applied) into [`CompiledPolicies`], the
-//! traffic shield's read-side [`ShedView`] type, and the per-query [`evaluate`] function
-//! (pure, lock-free, allocation-free) plus [`explain`] for traces. Endpoint monitors are
+//! traffic shield's read-side [`ShedView`] type, and the per-query [`evaluate()`] function
+//! (pure, lock-free, allocation-free) plus [`explain()`] for traces. Endpoint monitors are
 //! compiled here too ([`monitor`]); their results come in as a [`HealthView`], read per query
 //! like the shield's view.
 //!

@@ -1,4 +1,4 @@
-//! The compiled, immutable policy tables that [`super::evaluate`] reads per query.
+//! The compiled, immutable policy tables that [`super::evaluate()`] reads per query.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 

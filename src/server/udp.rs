@@ -22,7 +22,7 @@ const MAX_RESPONSE: usize = 4096;
 /// How often a blocked worker wakes to look at the stop flag.
 const WAKE_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Runs one worker until `stop` is set, then leaves gracefully (see [`leave_and_drain`]).
+/// Runs one worker until `stop` is set, then leaves gracefully (see `leave_and_drain`).
 pub fn run_worker(
     socket: UdpSocket,
     snapshot: SharedSnapshot,

@@ -1,5 +1,5 @@
 //! The shield's thin I/O shell: every tick it polls the load sources, reads the demand
-//! counters, runs the pure [`step`], publishes the new [`ShedView`] for the serving path, logs
+//! counters, runs the pure [`super::step::step`] (as [`checked_step`]), publishes the new [`ShedView`] for the serving path, logs
 //! each changed decision with its reason, and keeps a status for operators.
 
 use std::collections::VecDeque;

@@ -70,7 +70,7 @@ static NO_SHED: OnceLock<ShedView> = OnceLock::new();
 
 /// The steering hook for one query. It locates the client only when a steered name is first
 /// decided (a query that reaches no steered name never touches the geo database), and counts
-/// every decision in one place ([`Self::decision`]), whichever path answers with it.
+/// every decision in one place (`ClientSteering::decision`), whichever path answers with it.
 pub struct ClientSteering<'s> {
     data: &'s SteeringData,
     counters: &'s SnapshotCounters,

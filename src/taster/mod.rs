@@ -121,7 +121,7 @@ impl Outcome {
 /// The taster's part of `/v1/status` (and of `/metrics`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct TasterStatus {
-    /// `child process`, `off` ([taster] enabled = false) or `in-process` (no program to run).
+    /// `child process`, `off` (`[taster] enabled = false`) or `in-process` (no program to run).
     pub mode: String,
     pub timeout_ms: u64,
     pub memory_mb: u64,
