@@ -216,6 +216,16 @@ fn site_dest(i: usize) -> Destination {
     Destination::Fallback(i as u16)
 }
 
+/// What every decision of one tick reads and none changes: the topology, the settings, the
+/// loads predicted at the start of the tick, and the time. Borrowed, so regions are decided
+/// against the same prediction, whatever the regions decided before them placed.
+struct Tick<'a> {
+    rings: &'a Rings,
+    settings: &'a ShieldSettings,
+    predicted: &'a Prediction,
+    now_ms: u64,
+}
+
 /// Runs one tick.
 pub fn step(
     previous: &ShieldState,
@@ -290,11 +300,15 @@ pub fn step(
     // Relieve the most loaded regions first: they get first pick of headroom.
     let mut order: Vec<usize> = (0..rings.regions.len()).collect();
     order.sort_by(|&a, &b| predicted.region_util[b].total_cmp(&predicted.region_util[a]));
+    let tick = Tick {
+        rings,
+        settings,
+        predicted: &predicted,
+        now_ms,
+    };
     for r in order {
         let before = state.regions[r].fraction;
-        let reason = decide_region(
-            &mut state, r, inputs, rings, settings, &predicted, &mut room, now_ms,
-        );
+        let reason = decide_region(&mut state, r, inputs, &tick, &mut room);
         let after = state.regions[r].fraction;
         if (after - before).abs() > 1e-9 {
             changes.push(Change {
@@ -766,17 +780,19 @@ fn demand_own_share(demand: &[Demand], r: usize) -> Option<f64> {
 
 /// Decides region `r`'s fraction for this tick and places it; returns why it changed, for the
 /// change log. Regions are decided one by one, most loaded first, sharing `room`.
-#[allow(clippy::too_many_arguments)]
 fn decide_region(
     state: &mut ShieldState,
     r: usize,
     inputs: &Inputs,
-    rings: &Rings,
-    settings: &ShieldSettings,
-    predicted: &Prediction,
+    tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
-    now_ms: u64,
 ) -> String {
+    let Tick {
+        settings,
+        predicted,
+        now_ms,
+        ..
+    } = *tick;
     let held = inputs.operator_held.get(r).copied().unwrap_or(false);
     let incoming = placed_into(state, r);
     // Steer on the load one short TTL ahead: moves landing later cannot relieve it sooner.
@@ -790,7 +806,7 @@ fn decide_region(
         Freshness::Fresh => {}
         Freshness::Idle => return String::new(),
         Freshness::Stale(reason) => {
-            keep_frozen_share_placed(state, r, rings, settings, predicted, room, now_ms);
+            keep_frozen_share_placed(state, r, tick, room);
             return reason.into();
         }
     }
@@ -814,7 +830,7 @@ fn decide_region(
         region.hot_since = Some(now_ms);
     }
     let wanted = snap_fraction(wanted);
-    let reason = place(state, r, wanted, rings, settings, predicted, room, now_ms);
+    let reason = place(state, r, wanted, tick, room);
     let region = &mut state.regions[r];
     region.hot = util > settings.low_watermark || region.fraction > 0.0;
     if !region.hot {
@@ -889,17 +905,14 @@ fn react_to_data_age(
 fn keep_frozen_share_placed(
     state: &mut ShieldState,
     r: usize,
-    rings: &Rings,
-    settings: &ShieldSettings,
-    predicted: &Prediction,
+    tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
-    now_ms: u64,
 ) {
     let region = &state.regions[r];
     if region.fraction > 0.0 && region.shares.is_empty() {
         let keep = region.fraction;
         let note = region.note;
-        place(state, r, keep, rings, settings, predicted, room, now_ms);
+        place(state, r, keep, tick, room);
         state.regions[r].note = note;
     }
 }
@@ -967,63 +980,97 @@ fn respect_hold_down(
 
 /// Places `wanted × natural` of region `r`'s load across destinations (keeping what is
 /// already placed where it still fits), records the moves, and sets the fraction to what fit.
-#[allow(clippy::too_many_arguments)]
 fn place(
     state: &mut ShieldState,
     r: usize,
     wanted: f64,
-    rings: &Rings,
-    settings: &ShieldSettings,
-    predicted: &Prediction,
+    tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
-    now_ms: u64,
 ) -> String {
-    let region = &state.regions[r];
-    let natural = region.natural.max(0.0);
-    let old_fraction = region.fraction;
-    let old_placed = current_placement(region, natural);
-    let goal = wanted * natural;
-    let (placed, total) = rebalance(&old_placed, goal, r, rings, settings, predicted, room);
-    let fraction = placed_fraction(
-        &placed,
-        &old_placed,
-        old_fraction,
-        wanted,
-        goal,
-        total,
-        natural,
-    );
+    let placement = Placement::rebalanced(&state.regions[r], r, wanted, tick, room);
+    let fraction = placement.fraction();
     let short = fraction + 1e-9 < wanted;
     let region = &mut state.regions[r];
-    record_placement(
-        region,
-        &placed,
-        total,
-        fraction,
-        old_fraction,
-        short,
-        now_ms,
-    );
-    let (mut moves, taken_back) =
-        placement_moves(r, &old_placed, &placed, region.hot_since, settings, now_ms);
+    record_placement(region, &placement, fraction, short, tick.now_ms);
+    let (mut moves, taken_back) = placement_moves(r, &placement, region.hot_since, tick);
     moves.extend(return_taken_back(
         &mut state.moves,
         r,
         taken_back,
-        &placed,
-        settings,
-        now_ms,
+        &placement.placed,
+        tick,
     ));
     state.moves.extend(moves);
-    placement_reason(
-        r,
-        wanted,
-        fraction,
-        old_fraction,
-        short,
-        predicted,
-        settings,
-    )
+    placement_reason(r, &placement, fraction, short, tick)
+}
+
+/// Region `r`'s placement of its shed load this tick next to the one it replaces, in load
+/// units (its shares × its fraction × its natural load), so that it can be compared with the
+/// destinations' headroom.
+struct Placement {
+    /// The region's natural load (never negative).
+    natural: f64,
+    /// The fraction decided for this tick, and the load it amounts to.
+    wanted: f64,
+    goal: f64,
+    /// The fraction and the placement at the start of the tick.
+    old_fraction: f64,
+    old_placed: BTreeMap<Destination, f64>,
+    /// The new placement and its total: `goal`, unless it did not all fit.
+    placed: BTreeMap<Destination, f64>,
+    total: f64,
+}
+
+impl Placement {
+    /// Region `r`'s placement rebalanced to `wanted` (see [`rebalance`]).
+    fn rebalanced(
+        region: &RegionState,
+        r: usize,
+        wanted: f64,
+        tick: &Tick,
+        room: &mut BTreeMap<Destination, f64>,
+    ) -> Self {
+        let natural = region.natural.max(0.0);
+        let old_fraction = region.fraction;
+        let old_placed = current_placement(region, natural);
+        let goal = wanted * natural;
+        let (placed, total) = rebalance(&old_placed, goal, r, tick, room);
+        Placement {
+            natural,
+            wanted,
+            goal,
+            old_fraction,
+            old_placed,
+            placed,
+            total,
+        }
+    }
+
+    /// The fraction the placement amounts to. It is published and read back, so it is the
+    /// decided number wherever the placement allows, rather than a float-rounded
+    /// recomputation that would drift a little every tick.
+    fn fraction(&self) -> f64 {
+        let unchanged = self.placed.len() == self.old_placed.len()
+            && self
+                .placed
+                .iter()
+                .all(|(d, a)| self.old_placed.get(d).is_some_and(|o| (o - a).abs() < 1e-9));
+        let (goal, total) = (self.goal, self.total);
+        snap_fraction(if self.placed.is_empty() {
+            // Nowhere placed (no natural load, or every destination closed): nothing is shed.
+            0.0
+        } else if unchanged {
+            self.old_fraction
+        } else if goal > 0.0 && (total - goal).abs() <= 1e-9 * goal.max(1.0) {
+            // Everything wanted was placed (perhaps re-placed after a hot destination gave some
+            // back): the fraction is exactly what was decided, not a float-rounded neighbour.
+            self.wanted
+        } else if self.natural > 0.0 {
+            (total / self.natural).clamp(0.0, 1.0)
+        } else {
+            0.0
+        })
+    }
 }
 
 /// Region `r`'s placement of `goal` load, and its total. It starts from the current placement
@@ -1033,38 +1080,36 @@ fn rebalance(
     old_placed: &BTreeMap<Destination, f64>,
     goal: f64,
     r: usize,
-    rings: &Rings,
-    settings: &ShieldSettings,
-    predicted: &Prediction,
+    tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
 ) -> (BTreeMap<Destination, f64>, f64) {
     let mut placed = old_placed.clone();
     give_back_over_watermark(&mut placed, room);
     let mut total: f64 = placed.values().sum();
     if total > goal {
-        let tiers = destination_tiers(r, rings, settings);
+        let tiers = destination_tiers(r, tick.rings, tick.settings);
         take_back_least_preferred(&mut placed, total - goal, &tiers, room);
         total = placed.values().sum();
     } else if goal > total {
-        let tiers = destination_tiers(r, rings, settings);
-        spread_over_tiers(&mut placed, goal - total, &tiers, predicted, settings, room);
+        let tiers = destination_tiers(r, tick.rings, tick.settings);
+        spread_over_tiers(&mut placed, goal - total, &tiers, tick, room);
         total = placed.values().sum();
     }
     (placed, total)
 }
 
-/// Writes the placement into the region: its fraction, its shares (proportions of what was
-/// placed, not of the goal: what fits nowhere is not shed), its note, and the direction and
-/// time of the move, which the hold-down reads next tick.
+/// Writes the placement into the region: its `fraction`, its shares (proportions of what was
+/// placed, not of the goal: what fits nowhere is not shed), its note (`short`: the fraction
+/// falls short of the one wanted), and the direction and time of the move, which the
+/// hold-down reads next tick.
 fn record_placement(
     region: &mut RegionState,
-    placed: &BTreeMap<Destination, f64>,
-    total: f64,
+    placement: &Placement,
     fraction: f64,
-    old_fraction: f64,
     short: bool,
     now_ms: u64,
 ) {
+    let old_fraction = placement.old_fraction;
     region.note = if short {
         Note::NoHeadroom
     } else if fraction > 0.0 {
@@ -1077,8 +1122,13 @@ fn record_placement(
         region.last_move_at = now_ms;
     }
     region.fraction = fraction;
+    let total = placement.total;
     region.shares = if total > 0.0 {
-        placed.iter().map(|(d, a)| (*d, a / total)).collect()
+        placement
+            .placed
+            .iter()
+            .map(|(d, a)| (*d, a / total))
+            .collect()
     } else {
         BTreeMap::new()
     };
@@ -1146,8 +1196,7 @@ fn spread_over_tiers(
     placed: &mut BTreeMap<Destination, f64>,
     mut need: f64,
     tiers: &[Vec<Destination>],
-    predicted: &Prediction,
-    settings: &ShieldSettings,
+    tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
 ) {
     for tier in tiers {
@@ -1158,7 +1207,7 @@ fn spread_over_tiers(
             .iter()
             .filter(|d| match d {
                 Destination::Region(i) => {
-                    predicted.region_util[*i as usize] < settings.high_watermark
+                    tick.predicted.region_util[*i as usize] < tick.settings.high_watermark
                 }
                 _ => true,
             })
@@ -1181,38 +1230,6 @@ fn spread_over_tiers(
     }
 }
 
-/// The fraction the placement amounts to. It is published and read back, so it is the
-/// decided number wherever the placement allows, rather than a float-rounded recomputation
-/// that would drift a little every tick.
-fn placed_fraction(
-    placed: &BTreeMap<Destination, f64>,
-    old_placed: &BTreeMap<Destination, f64>,
-    old_fraction: f64,
-    wanted: f64,
-    goal: f64,
-    total: f64,
-    natural: f64,
-) -> f64 {
-    let unchanged = placed.len() == old_placed.len()
-        && placed
-            .iter()
-            .all(|(d, a)| old_placed.get(d).is_some_and(|o| (o - a).abs() < 1e-9));
-    snap_fraction(if placed.is_empty() {
-        // Nowhere placed (no natural load, or every destination closed): nothing is shed.
-        0.0
-    } else if unchanged {
-        old_fraction
-    } else if goal > 0.0 && (total - goal).abs() <= 1e-9 * goal.max(1.0) {
-        // Everything wanted was placed (perhaps re-placed after a hot destination gave some
-        // back): the fraction is exactly what was decided, not a float-rounded neighbour.
-        wanted
-    } else if natural > 0.0 {
-        (total / natural).clamp(0.0, 1.0)
-    } else {
-        0.0
-    })
-}
-
 /// The differences between the old and the new placement, per destination: the moves out
 /// (recorded so that predictions include them until they are visible in readings) and the
 /// amounts taken back (which [`return_taken_back`] settles against the moves in flight).
@@ -1220,12 +1237,12 @@ fn placed_fraction(
 /// of the moves in the state, which later sums and cancellations follow.
 fn placement_moves(
     r: usize,
-    old_placed: &BTreeMap<Destination, f64>,
-    placed: &BTreeMap<Destination, f64>,
+    placement: &Placement,
     hot_since: Option<u64>,
-    settings: &ShieldSettings,
-    now_ms: u64,
+    tick: &Tick,
 ) -> (Vec<Move>, Vec<(Destination, f64)>) {
+    let (old_placed, placed) = (&placement.old_placed, &placement.placed);
+    let (settings, now_ms) = (tick.settings, tick.now_ms);
     let mut moves = Vec::new();
     let mut taken_back = Vec::new();
     let dests: Vec<Destination> = old_placed.keys().chain(placed.keys()).copied().collect();
@@ -1268,10 +1285,10 @@ fn return_taken_back(
     r: usize,
     taken_back: Vec<(Destination, f64)>,
     placed: &BTreeMap<Destination, f64>,
-    settings: &ShieldSettings,
-    now_ms: u64,
+    tick: &Tick,
 ) -> Vec<Move> {
-    let short_ms = u64::from(settings.short_ttl) * 1000;
+    let now_ms = tick.now_ms;
+    let short_ms = u64::from(tick.settings.short_ttl) * 1000;
     let mut moves = Vec::new();
     for (dest, amount) in taken_back {
         let still_placed = placed.get(&dest).copied().unwrap_or(0.0);
@@ -1300,13 +1317,13 @@ fn return_taken_back(
 /// Why region `r`'s fraction is what [`place`] made it, for the change log.
 fn placement_reason(
     r: usize,
-    wanted: f64,
+    placement: &Placement,
     fraction: f64,
-    old_fraction: f64,
     short: bool,
-    predicted: &Prediction,
-    settings: &ShieldSettings,
+    tick: &Tick,
 ) -> String {
+    let (wanted, old_fraction) = (placement.wanted, placement.old_fraction);
+    let (predicted, settings) = (tick.predicted, tick.settings);
     // The decision is taken on the utilisation predicted one short TTL ahead (moves in
     // flight partly landed); say that next to what was measured, or the two contradict.
     let utilisation = match predicted.region_util_measured[r] {
