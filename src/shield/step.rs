@@ -234,7 +234,36 @@ pub fn step(
     settings: &ShieldSettings,
     now_ms: u64,
 ) -> (ShieldState, Vec<Change>) {
-    match inputs.mode {
+    if let Some(outcome) = outside_auto(previous, inputs.mode) {
+        return outcome;
+    }
+    let mut state = carried_over(previous, rings, settings, now_ms);
+    let predicted = Prediction::new(&state, inputs, rings, settings, now_ms);
+    let elapsed_ms = previous.last_tick_ms.map(|t| now_ms.saturating_sub(t));
+    smooth_demand(&mut state, inputs, settings, elapsed_ms.unwrap_or(0));
+    estimate_natural(&mut state, &predicted, settings, elapsed_ms);
+    state.last_tick_ms = Some(now_ms);
+    let tick = Tick {
+        rings,
+        settings,
+        predicted: &predicted,
+        now_ms,
+    };
+    let mut room = predicted.headroom(&state, rings, settings);
+    let closed = closed_regions(&state, inputs, &tick);
+    close_to_shed_load(&mut state, &closed, &mut room);
+    let changes = decide_regions(&mut state, inputs, &tick, &mut room);
+    for (i, u) in predicted.site_util.iter().enumerate() {
+        state.site_utilisation[i] = *u;
+    }
+    (state, changes)
+}
+
+/// The outcome of a tick outside automatic mode, if the mode says so: off drops every
+/// decision (each region shedding goes back to normal answers, logged as a change); frozen
+/// keeps the state exactly as it is, moves in flight and all.
+fn outside_auto(previous: &ShieldState, mode: ShieldMode) -> Option<(ShieldState, Vec<Change>)> {
+    match mode {
         ShieldMode::Off => {
             let changes = previous
                 .regions
@@ -248,37 +277,53 @@ pub fn step(
                     reason: "shield off".into(),
                 })
                 .collect();
-            return (ShieldState::default(), changes);
+            Some((ShieldState::default(), changes))
         }
-        ShieldMode::Frozen => return (previous.clone(), Vec::new()),
-        ShieldMode::Auto => {}
+        ShieldMode::Frozen => Some((previous.clone(), Vec::new())),
+        ShieldMode::Auto => None,
     }
+}
+
+/// The previous state as this tick starts from it: one entry per region and site of the
+/// current rings (a region new to the rings starts from normal answers), and only the moves
+/// still in flight (those that have fully landed are visible in the readings).
+fn carried_over(
+    previous: &ShieldState,
+    rings: &Rings,
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> ShieldState {
     let mut state = previous.clone();
     state
         .regions
         .resize(rings.regions.len(), RegionState::default());
     state.site_utilisation.resize(rings.sites.len(), 0.0);
-    // Moves that have fully landed are visible in the readings.
     let short_ms = u64::from(settings.short_ttl) * 1000;
     state.moves.retain(|m| !m.landed(now_ms, short_ms));
+    state
+}
 
-    let predicted = Prediction::new(&state, inputs, rings, settings, now_ms);
-    let elapsed_ms = previous.last_tick_ms.map(|t| now_ms.saturating_sub(t));
-    smooth_demand(&mut state, inputs, settings, elapsed_ms.unwrap_or(0));
-    estimate_natural(&mut state, &predicted, settings, elapsed_ms);
-    state.last_tick_ms = Some(now_ms);
-    let mut changes = Vec::new();
-    let mut room = predicted.headroom(&state, rings, settings);
-    // A region that is held by the operator, already shedding, or about to (over its high
-    // watermark one short TTL ahead) takes no shed load: nothing may be shed into a region
-    // that sheds. Whatever was placed there is taken back and placed again elsewhere.
-    let closed: Vec<bool> = (0..rings.regions.len())
+/// The regions that take no shed load this tick: held by the operator, already shedding, or
+/// about to (over the high watermark one short TTL ahead): nothing may be shed into a region
+/// that sheds.
+fn closed_regions(state: &ShieldState, inputs: &Inputs, tick: &Tick) -> Vec<bool> {
+    (0..tick.rings.regions.len())
         .map(|r| {
             inputs.operator_held.get(r).copied().unwrap_or(false)
                 || state.regions[r].fraction > 0.0
-                || predicted.region_util_soon[r] > settings.high_watermark
+                || tick.predicted.region_util_soon[r] > tick.settings.high_watermark
         })
-        .collect();
+        .collect()
+}
+
+/// Closes the `closed` regions: they offer no room, and whatever other regions placed there
+/// is taken out of their shares (the rest rescaled to sum to 1), so that their decision this
+/// tick places it again elsewhere.
+fn close_to_shed_load(
+    state: &mut ShieldState,
+    closed: &[bool],
+    room: &mut BTreeMap<Destination, f64>,
+) {
     for (r, closed) in closed.iter().enumerate() {
         if *closed {
             room.remove(&region_dest(r));
@@ -297,18 +342,23 @@ pub fn step(
             }
         }
     }
-    // Relieve the most loaded regions first: they get first pick of headroom.
-    let mut order: Vec<usize> = (0..rings.regions.len()).collect();
-    order.sort_by(|&a, &b| predicted.region_util[b].total_cmp(&predicted.region_util[a]));
-    let tick = Tick {
-        rings,
-        settings,
-        predicted: &predicted,
-        now_ms,
-    };
+}
+
+/// Decides every region, the most loaded first (they get first pick of headroom, as `room`
+/// is shared), and returns the fractions that changed, with why.
+fn decide_regions(
+    state: &mut ShieldState,
+    inputs: &Inputs,
+    tick: &Tick,
+    room: &mut BTreeMap<Destination, f64>,
+) -> Vec<Change> {
+    let util = &tick.predicted.region_util;
+    let mut order: Vec<usize> = (0..tick.rings.regions.len()).collect();
+    order.sort_by(|&a, &b| util[b].total_cmp(&util[a]));
+    let mut changes = Vec::new();
     for r in order {
         let before = state.regions[r].fraction;
-        let reason = decide_region(&mut state, r, inputs, &tick, &mut room);
+        let reason = decide_region(state, r, inputs, tick, room);
         let after = state.regions[r].fraction;
         if (after - before).abs() > 1e-9 {
             changes.push(Change {
@@ -319,10 +369,7 @@ pub fn step(
             });
         }
     }
-    for (i, u) in predicted.site_util.iter().enumerate() {
-        state.site_utilisation[i] = *u;
-    }
-    (state, changes)
+    changes
 }
 
 /// [`step`] with the state checked on the way in and out: any non-finite number (which would
