@@ -394,27 +394,24 @@ pub fn checked_step(
 /// Replaces every non-finite number in `state` (see [`checked_step`]); returns what it fixed.
 pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
     let mut repairs = Vec::new();
+    let reset = reset_broken_regions(&mut state.regions, rings, &mut repairs);
+    drop_broken_moves(&mut state.moves, &reset, &mut repairs);
+    zero_broken_site_utilisation(&mut state.site_utilisation, rings, &mut repairs);
+    restart_broken_demand(state, &mut repairs);
+    repairs
+}
+
+/// Starts every region with a non-finite number over from normal answers (keeping its TTL
+/// state: whether its clients hold the short TTL is a fact, not a decision); returns them.
+fn reset_broken_regions(
+    regions: &mut [RegionState],
+    rings: &Rings,
+    repairs: &mut Vec<String>,
+) -> Vec<u16> {
     let name = |r: usize| rings.regions.get(r).map_or("?", |n| n.name.as_str());
     let mut reset = Vec::new();
-    for (r, region) in state.regions.iter_mut().enumerate() {
-        let numbers = [
-            ("fraction", region.fraction),
-            ("natural load", region.natural),
-            ("trend", region.trend),
-            ("predicted utilisation", region.predicted_utilisation),
-        ];
-        let bad: Vec<&str> = numbers
-            .iter()
-            .filter(|(_, v)| !v.is_finite())
-            .map(|(what, _)| *what)
-            .chain(
-                region
-                    .shares
-                    .values()
-                    .any(|v| !v.is_finite())
-                    .then_some("destination shares"),
-            )
-            .collect();
+    for (r, region) in regions.iter_mut().enumerate() {
+        let bad = non_finite_fields(region);
         if !bad.is_empty() {
             repairs.push(format!(
                 "{}: {} not finite: reset to normal answers",
@@ -429,17 +426,51 @@ pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
             reset.push(r as u16);
         }
     }
-    let moves = state.moves.len();
-    state
-        .moves
-        .retain(|m| m.amount.is_finite() && m.fast_share.is_finite() && !reset.contains(&m.from));
-    if state.moves.len() != moves {
+    reset
+}
+
+/// What in `region` is not a finite number, named for the repair report.
+fn non_finite_fields(region: &RegionState) -> Vec<&'static str> {
+    let numbers = [
+        ("fraction", region.fraction),
+        ("natural load", region.natural),
+        ("trend", region.trend),
+        ("predicted utilisation", region.predicted_utilisation),
+    ];
+    numbers
+        .iter()
+        .filter(|(_, v)| !v.is_finite())
+        .map(|(what, _)| *what)
+        .chain(
+            region
+                .shares
+                .values()
+                .any(|v| !v.is_finite())
+                .then_some("destination shares"),
+        )
+        .collect()
+}
+
+/// Drops the moves in flight with a non-finite number, and those of a region just `reset`:
+/// they belong to a decision it no longer has.
+fn drop_broken_moves(moves: &mut Vec<Move>, reset: &[u16], repairs: &mut Vec<String>) {
+    let before = moves.len();
+    moves.retain(|m| m.amount.is_finite() && m.fast_share.is_finite() && !reset.contains(&m.from));
+    if moves.len() != before {
         repairs.push(format!(
             "{} move(s) in flight dropped (not finite, or from a reset region)",
-            moves - state.moves.len()
+            before - moves.len()
         ));
     }
-    for (i, u) in state.site_utilisation.iter_mut().enumerate() {
+}
+
+/// Sets a non-finite site utilisation to 0: it is a prediction, made again next tick.
+fn zero_broken_site_utilisation(
+    site_utilisation: &mut [f64],
+    rings: &Rings,
+    repairs: &mut Vec<String>,
+) {
+    for (i, u) in site_utilisation.iter_mut().enumerate() {
         if !u.is_finite() {
             let site = rings.sites.get(i).map_or("?", |n| n.name.as_str());
             repairs.push(format!(
@@ -448,6 +479,11 @@ pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
             *u = 0.0;
         }
     }
+}
+
+/// Starts the smoothed demand over if any figure in it is not finite: it is one average, so
+/// one bad figure spoils the shares computed from all of them.
+fn restart_broken_demand(state: &mut ShieldState, repairs: &mut Vec<String>) {
     let demand_ok = state
         .demand
         .iter()
@@ -457,7 +493,6 @@ pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
         state.demand.clear();
         state.demand_age_ms = 0;
     }
-    repairs
 }
 
 /// Loads as they will be once the moves in flight have landed.
