@@ -521,112 +521,38 @@ impl Prediction {
         settings: &ShieldSettings,
         now_ms: u64,
     ) -> Self {
+        let (regions, sites) = (rings.regions.len(), rings.sites.len());
         let short_ms = u64::from(settings.short_ttl) * 1000;
-        let unseen = |m: &Move| m.unseen(now_ms, short_ms);
         // What lands within the next short TTL: the horizon a source region is steered on.
-        let landing_soon =
-            |m: &Move| m.unseen(now_ms, short_ms) - m.unseen(now_ms + short_ms, short_ms);
-        let mut region_load_soon: Vec<Option<f64>> = (0..rings.regions.len())
-            .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.load))
-            .collect();
-        for m in &state.moves {
-            let amount = landing_soon(m);
-            if let Some(Some(load)) = region_load_soon.get_mut(m.from as usize) {
-                *load = (*load - amount).max(0.0);
-            }
-            if let Destination::Region(d) = m.to {
-                if let Some(Some(load)) = region_load_soon.get_mut(d as usize) {
-                    *load += amount;
-                }
-            }
-        }
-        let mut region_load: Vec<Option<f64>> = (0..rings.regions.len())
-            .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.load))
-            .collect();
-        let mut site_load: Vec<Option<f64>> = (0..rings.sites.len())
-            .map(|i| inputs.sites.get(i).copied().flatten().map(|r| r.load))
-            .collect();
-        for m in &state.moves {
-            let amount = unseen(m);
-            if let Some(Some(load)) = region_load.get_mut(m.from as usize) {
-                *load = (*load - amount).max(0.0);
-            }
-            match m.to {
-                Destination::Region(d) => {
-                    if let Some(Some(load)) = region_load.get_mut(d as usize) {
-                        *load += amount;
-                    }
-                }
-                Destination::Fallback(d) => {
-                    if let Some(Some(load)) = site_load.get_mut(d as usize) {
-                        *load += amount;
-                    }
-                }
-                Destination::Global => {}
-            }
-        }
-        let capacity = |readings: &[Option<Reading>], i: usize| {
-            readings
-                .get(i)
-                .copied()
-                .flatten()
-                .map_or(0.0, |r| r.capacity)
-        };
-        let region_capacity: Vec<f64> = (0..rings.regions.len())
-            .map(|i| capacity(&inputs.regions, i))
-            .collect();
-        let site_capacity: Vec<f64> = (0..rings.sites.len())
-            .map(|i| capacity(&inputs.sites, i))
-            .collect();
-        let util = |load: &Option<f64>, cap: f64| match load {
-            Some(l) if cap > 0.0 => l / cap,
-            _ => 0.0,
-        };
-        let region_util = region_load
-            .iter()
-            .zip(&region_capacity)
-            .map(|(l, c)| util(l, *c))
-            .collect();
-        let region_util_soon = region_load_soon
-            .iter()
-            .zip(&region_capacity)
-            .map(|(l, c)| util(l, *c))
-            .collect();
-        let site_util = site_load
-            .iter()
-            .zip(&site_capacity)
-            .map(|(l, c)| util(l, *c))
-            .collect();
-        let region_util_measured = (0..rings.regions.len())
-            .map(|i| {
-                let reading = inputs.regions.get(i).copied().flatten()?;
-                (reading.capacity > 0.0).then(|| reading.load / reading.capacity)
-            })
-            .collect();
-        let region_age = (0..rings.regions.len())
-            .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.age_ms))
-            .collect();
-        let site_fresh = (0..rings.sites.len())
-            .map(|i| {
-                inputs
-                    .sites
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .is_some_and(|r| r.age_ms < settings.stale_after_ms)
-            })
-            .collect();
+        // Only regions steer, so sites are left out of it.
+        let mut region_load_soon = measured_loads(&inputs.regions, regions);
+        shift_by_moves(
+            &state.moves,
+            |m| m.unseen(now_ms, short_ms) - m.unseen(now_ms + short_ms, short_ms),
+            &mut region_load_soon,
+            &mut [],
+        );
+        let mut region_load = measured_loads(&inputs.regions, regions);
+        let mut site_load = measured_loads(&inputs.sites, sites);
+        shift_by_moves(
+            &state.moves,
+            |m| m.unseen(now_ms, short_ms),
+            &mut region_load,
+            &mut site_load,
+        );
+        let region_capacity = capacities(&inputs.regions, regions);
+        let site_capacity = capacities(&inputs.sites, sites);
         Prediction {
+            region_util: utilisations(&region_load, &region_capacity),
+            region_util_soon: utilisations(&region_load_soon, &region_capacity),
+            site_util: utilisations(&site_load, &site_capacity),
+            region_util_measured: measured_utilisations(&inputs.regions, regions),
+            region_age: ages(&inputs.regions, regions),
+            site_fresh: fresh(&inputs.sites, sites, settings.stale_after_ms),
             region_load,
             region_capacity,
-            region_util,
-            region_util_soon,
-            region_util_measured,
             site_load,
             site_capacity,
-            site_util,
-            region_age,
-            site_fresh,
         }
     }
 
@@ -670,6 +596,93 @@ impl Prediction {
             }
         }
         room
+    }
+}
+
+/// The `n` loads as read (none where there is no reading).
+fn measured_loads(readings: &[Option<Reading>], n: usize) -> Vec<Option<f64>> {
+    (0..n)
+        .map(|i| readings.get(i).copied().flatten().map(|r| r.load))
+        .collect()
+}
+
+/// The `n` capacities as read (0 where there is no reading: no utilisation can be told).
+fn capacities(readings: &[Option<Reading>], n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            readings
+                .get(i)
+                .copied()
+                .flatten()
+                .map_or(0.0, |r| r.capacity)
+        })
+        .collect()
+}
+
+/// Load over capacity, 0 where either is unknown.
+fn utilisations(loads: &[Option<f64>], capacities: &[f64]) -> Vec<f64> {
+    loads
+        .iter()
+        .zip(capacities)
+        .map(|(load, &cap)| match load {
+            Some(l) if cap > 0.0 => l / cap,
+            _ => 0.0,
+        })
+        .collect()
+}
+
+/// The `n` utilisations as read, before any move in flight is allowed for.
+fn measured_utilisations(readings: &[Option<Reading>], n: usize) -> Vec<Option<f64>> {
+    (0..n)
+        .map(|i| {
+            let reading = readings.get(i).copied().flatten()?;
+            (reading.capacity > 0.0).then(|| reading.load / reading.capacity)
+        })
+        .collect()
+}
+
+/// The ages of the `n` readings (none where there is no reading).
+fn ages(readings: &[Option<Reading>], n: usize) -> Vec<Option<u64>> {
+    (0..n)
+        .map(|i| readings.get(i).copied().flatten().map(|r| r.age_ms))
+        .collect()
+}
+
+/// Whether each of the `n` readings is younger than `stale_after_ms` (no reading: not fresh).
+fn fresh(readings: &[Option<Reading>], n: usize, stale_after_ms: u64) -> Vec<bool> {
+    (0..n)
+        .map(|i| {
+            readings
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|r| r.age_ms < stale_after_ms)
+        })
+        .collect()
+}
+
+/// Moves `amount(m)` of each move in flight, in order, from its source region's load to its
+/// destination's (a load never drops below 0). Destinations without a load (no reading, or
+/// sites when `site_load` is empty) are left alone.
+fn shift_by_moves(
+    moves: &[Move],
+    amount: impl Fn(&Move) -> f64,
+    region_load: &mut [Option<f64>],
+    site_load: &mut [Option<f64>],
+) {
+    for m in moves {
+        let amount = amount(m);
+        if let Some(Some(load)) = region_load.get_mut(m.from as usize) {
+            *load = (*load - amount).max(0.0);
+        }
+        let to = match m.to {
+            Destination::Region(d) => region_load.get_mut(d as usize),
+            Destination::Fallback(d) => site_load.get_mut(d as usize),
+            Destination::Global => None,
+        };
+        if let Some(Some(load)) = to {
+            *load += amount;
+        }
     }
 }
 
