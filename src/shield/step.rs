@@ -882,19 +882,10 @@ fn decide_region(
     tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
 ) -> String {
-    let Tick {
-        settings,
-        predicted,
-        now_ms,
-        ..
-    } = *tick;
-    let held = inputs.operator_held.get(r).copied().unwrap_or(false);
-    let incoming = placed_into(state, r);
-    // Steer on the load one short TTL ahead: moves landing later cannot relieve it sooner.
-    let util = predicted.region_util_soon[r];
+    let (settings, predicted, now_ms) = (tick.settings, tick.predicted, tick.now_ms);
     let region = &mut state.regions[r];
     region.predicted_utilisation = predicted.region_util[r];
-    if held {
+    if inputs.operator_held.get(r).copied().unwrap_or(false) {
         return leave_to_operator(region);
     }
     match react_to_data_age(region, predicted.region_age[r], settings) {
@@ -905,33 +896,47 @@ fn decide_region(
             return reason.into();
         }
     }
-    let region = &state.regions[r];
-    let capacity = predicted.region_capacity[r];
-    let wanted = if region.natural <= 0.0 || capacity <= 0.0 {
-        // Without a load estimate or a capacity there is nothing to steer on: hold still.
-        region.fraction
-    } else if util > settings.high_watermark {
-        fraction_to_relieve(region, util, incoming, capacity, settings, now_ms)
-    } else if util < settings.low_watermark && region.fraction > 0.0 {
-        fraction_to_give_back(region, util, capacity, settings)
-    } else {
-        region.fraction
-    };
-    let wanted = respect_hold_down(region, wanted, settings, now_ms);
+    // Steer on the load one short TTL ahead: moves landing later cannot relieve it sooner.
+    let util = predicted.region_util_soon[r];
+    let wanted = wanted_fraction(state, r, util, tick);
+    let wanted = respect_hold_down(&state.regions[r], wanted, settings, now_ms);
     // The region turns hot (short TTL) before its moves are scheduled: moves made now land
     // according to how long its clients have had the short TTL.
     let region = &mut state.regions[r];
     if region.hot_since.is_none() && (util > settings.low_watermark || wanted > 0.0) {
         region.hot_since = Some(now_ms);
     }
-    let wanted = snap_fraction(wanted);
-    let reason = place(state, r, wanted, tick, room);
-    let region = &mut state.regions[r];
+    let reason = place(state, r, snap_fraction(wanted), tick, room);
+    keep_hot_while_needed(&mut state.regions[r], util, settings);
+    reason
+}
+
+/// The fraction region `r` wants at utilisation `util`, before the hold-down: more over the
+/// high watermark, less under the low one while it sheds, the same in between.
+fn wanted_fraction(state: &ShieldState, r: usize, util: f64, tick: &Tick) -> f64 {
+    let settings = tick.settings;
+    let region = &state.regions[r];
+    let capacity = tick.predicted.region_capacity[r];
+    if region.natural <= 0.0 || capacity <= 0.0 {
+        // Without a load estimate or a capacity there is nothing to steer on: hold still.
+        region.fraction
+    } else if util > settings.high_watermark {
+        let incoming = placed_into(state, r);
+        fraction_to_relieve(region, util, incoming, capacity, settings, tick.now_ms)
+    } else if util < settings.low_watermark && region.fraction > 0.0 {
+        fraction_to_give_back(region, util, capacity, settings)
+    } else {
+        region.fraction
+    }
+}
+
+/// A region stays hot (its clients get the short TTL) while it is over the low watermark or
+/// sheds, so that a correction lands quickly; otherwise it goes back to the normal TTL.
+fn keep_hot_while_needed(region: &mut RegionState, util: f64, settings: &ShieldSettings) {
     region.hot = util > settings.low_watermark || region.fraction > 0.0;
     if !region.hot {
         region.hot_since = None;
     }
-    reason
 }
 
 /// An operator-held region is the operator's alone: the shield's decision for it is dropped
