@@ -216,6 +216,16 @@ fn site_dest(i: usize) -> Destination {
     Destination::Fallback(i as u16)
 }
 
+/// What every decision of one tick reads and none changes: the topology, the settings, the
+/// loads predicted at the start of the tick, and the time. Borrowed, so regions are decided
+/// against the same prediction, whatever the regions decided before them placed.
+struct Tick<'a> {
+    rings: &'a Rings,
+    settings: &'a ShieldSettings,
+    predicted: &'a Prediction,
+    now_ms: u64,
+}
+
 /// Runs one tick.
 pub fn step(
     previous: &ShieldState,
@@ -224,7 +234,36 @@ pub fn step(
     settings: &ShieldSettings,
     now_ms: u64,
 ) -> (ShieldState, Vec<Change>) {
-    match inputs.mode {
+    if let Some(outcome) = outside_auto(previous, inputs.mode) {
+        return outcome;
+    }
+    let mut state = carried_over(previous, rings, settings, now_ms);
+    let predicted = Prediction::new(&state, inputs, rings, settings, now_ms);
+    let elapsed_ms = previous.last_tick_ms.map(|t| now_ms.saturating_sub(t));
+    smooth_demand(&mut state, inputs, settings, elapsed_ms.unwrap_or(0));
+    estimate_natural(&mut state, &predicted, settings, elapsed_ms);
+    state.last_tick_ms = Some(now_ms);
+    let tick = Tick {
+        rings,
+        settings,
+        predicted: &predicted,
+        now_ms,
+    };
+    let mut room = predicted.headroom(&state, rings, settings);
+    let closed = closed_regions(&state, inputs, &tick);
+    close_to_shed_load(&mut state, &closed, &mut room);
+    let changes = decide_regions(&mut state, inputs, &tick, &mut room);
+    for (i, u) in predicted.site_util.iter().enumerate() {
+        state.site_utilisation[i] = *u;
+    }
+    (state, changes)
+}
+
+/// The outcome of a tick outside automatic mode, if the mode says so: off drops every
+/// decision (each region shedding goes back to normal answers, logged as a change); frozen
+/// keeps the state exactly as it is, moves in flight and all.
+fn outside_auto(previous: &ShieldState, mode: ShieldMode) -> Option<(ShieldState, Vec<Change>)> {
+    match mode {
         ShieldMode::Off => {
             let changes = previous
                 .regions
@@ -238,37 +277,53 @@ pub fn step(
                     reason: "shield off".into(),
                 })
                 .collect();
-            return (ShieldState::default(), changes);
+            Some((ShieldState::default(), changes))
         }
-        ShieldMode::Frozen => return (previous.clone(), Vec::new()),
-        ShieldMode::Auto => {}
+        ShieldMode::Frozen => Some((previous.clone(), Vec::new())),
+        ShieldMode::Auto => None,
     }
+}
+
+/// The previous state as this tick starts from it: one entry per region and site of the
+/// current rings (a region new to the rings starts from normal answers), and only the moves
+/// still in flight (those that have fully landed are visible in the readings).
+fn carried_over(
+    previous: &ShieldState,
+    rings: &Rings,
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> ShieldState {
     let mut state = previous.clone();
     state
         .regions
         .resize(rings.regions.len(), RegionState::default());
     state.site_utilisation.resize(rings.sites.len(), 0.0);
-    // Moves that have fully landed are visible in the readings.
     let short_ms = u64::from(settings.short_ttl) * 1000;
     state.moves.retain(|m| !m.landed(now_ms, short_ms));
+    state
+}
 
-    let predicted = Prediction::new(&state, inputs, rings, settings, now_ms);
-    let elapsed_ms = previous.last_tick_ms.map(|t| now_ms.saturating_sub(t));
-    smooth_demand(&mut state, inputs, settings, elapsed_ms.unwrap_or(0));
-    estimate_natural(&mut state, &predicted, settings, elapsed_ms);
-    state.last_tick_ms = Some(now_ms);
-    let mut changes = Vec::new();
-    let mut room = predicted.headroom(&state, rings, settings);
-    // A region that is held by the operator, already shedding, or about to (over its high
-    // watermark one short TTL ahead) takes no shed load: nothing may be shed into a region
-    // that sheds. Whatever was placed there is taken back and placed again elsewhere.
-    let closed: Vec<bool> = (0..rings.regions.len())
+/// The regions that take no shed load this tick: held by the operator, already shedding, or
+/// about to (over the high watermark one short TTL ahead): nothing may be shed into a region
+/// that sheds.
+fn closed_regions(state: &ShieldState, inputs: &Inputs, tick: &Tick) -> Vec<bool> {
+    (0..tick.rings.regions.len())
         .map(|r| {
             inputs.operator_held.get(r).copied().unwrap_or(false)
                 || state.regions[r].fraction > 0.0
-                || predicted.region_util_soon[r] > settings.high_watermark
+                || tick.predicted.region_util_soon[r] > tick.settings.high_watermark
         })
-        .collect();
+        .collect()
+}
+
+/// Closes the `closed` regions: they offer no room, and whatever other regions placed there
+/// is taken out of their shares (the rest rescaled to sum to 1), so that their decision this
+/// tick places it again elsewhere.
+fn close_to_shed_load(
+    state: &mut ShieldState,
+    closed: &[bool],
+    room: &mut BTreeMap<Destination, f64>,
+) {
     for (r, closed) in closed.iter().enumerate() {
         if *closed {
             room.remove(&region_dest(r));
@@ -287,14 +342,23 @@ pub fn step(
             }
         }
     }
-    // Relieve the most loaded regions first: they get first pick of headroom.
-    let mut order: Vec<usize> = (0..rings.regions.len()).collect();
-    order.sort_by(|&a, &b| predicted.region_util[b].total_cmp(&predicted.region_util[a]));
+}
+
+/// Decides every region, the most loaded first (they get first pick of headroom, as `room`
+/// is shared), and returns the fractions that changed, with why.
+fn decide_regions(
+    state: &mut ShieldState,
+    inputs: &Inputs,
+    tick: &Tick,
+    room: &mut BTreeMap<Destination, f64>,
+) -> Vec<Change> {
+    let util = &tick.predicted.region_util;
+    let mut order: Vec<usize> = (0..tick.rings.regions.len()).collect();
+    order.sort_by(|&a, &b| util[b].total_cmp(&util[a]));
+    let mut changes = Vec::new();
     for r in order {
         let before = state.regions[r].fraction;
-        let reason = decide_region(
-            &mut state, r, inputs, rings, settings, &predicted, &mut room, now_ms,
-        );
+        let reason = decide_region(state, r, inputs, tick, room);
         let after = state.regions[r].fraction;
         if (after - before).abs() > 1e-9 {
             changes.push(Change {
@@ -305,10 +369,7 @@ pub fn step(
             });
         }
     }
-    for (i, u) in predicted.site_util.iter().enumerate() {
-        state.site_utilisation[i] = *u;
-    }
-    (state, changes)
+    changes
 }
 
 /// [`step`] with the state checked on the way in and out: any non-finite number (which would
@@ -333,27 +394,24 @@ pub fn checked_step(
 /// Replaces every non-finite number in `state` (see [`checked_step`]); returns what it fixed.
 pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
     let mut repairs = Vec::new();
+    let reset = reset_broken_regions(&mut state.regions, rings, &mut repairs);
+    drop_broken_moves(&mut state.moves, &reset, &mut repairs);
+    zero_broken_site_utilisation(&mut state.site_utilisation, rings, &mut repairs);
+    restart_broken_demand(state, &mut repairs);
+    repairs
+}
+
+/// Starts every region with a non-finite number over from normal answers (keeping its TTL
+/// state: whether its clients hold the short TTL is a fact, not a decision); returns them.
+fn reset_broken_regions(
+    regions: &mut [RegionState],
+    rings: &Rings,
+    repairs: &mut Vec<String>,
+) -> Vec<u16> {
     let name = |r: usize| rings.regions.get(r).map_or("?", |n| n.name.as_str());
     let mut reset = Vec::new();
-    for (r, region) in state.regions.iter_mut().enumerate() {
-        let numbers = [
-            ("fraction", region.fraction),
-            ("natural load", region.natural),
-            ("trend", region.trend),
-            ("predicted utilisation", region.predicted_utilisation),
-        ];
-        let bad: Vec<&str> = numbers
-            .iter()
-            .filter(|(_, v)| !v.is_finite())
-            .map(|(what, _)| *what)
-            .chain(
-                region
-                    .shares
-                    .values()
-                    .any(|v| !v.is_finite())
-                    .then_some("destination shares"),
-            )
-            .collect();
+    for (r, region) in regions.iter_mut().enumerate() {
+        let bad = non_finite_fields(region);
         if !bad.is_empty() {
             repairs.push(format!(
                 "{}: {} not finite: reset to normal answers",
@@ -368,17 +426,51 @@ pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
             reset.push(r as u16);
         }
     }
-    let moves = state.moves.len();
-    state
-        .moves
-        .retain(|m| m.amount.is_finite() && m.fast_share.is_finite() && !reset.contains(&m.from));
-    if state.moves.len() != moves {
+    reset
+}
+
+/// What in `region` is not a finite number, named for the repair report.
+fn non_finite_fields(region: &RegionState) -> Vec<&'static str> {
+    let numbers = [
+        ("fraction", region.fraction),
+        ("natural load", region.natural),
+        ("trend", region.trend),
+        ("predicted utilisation", region.predicted_utilisation),
+    ];
+    numbers
+        .iter()
+        .filter(|(_, v)| !v.is_finite())
+        .map(|(what, _)| *what)
+        .chain(
+            region
+                .shares
+                .values()
+                .any(|v| !v.is_finite())
+                .then_some("destination shares"),
+        )
+        .collect()
+}
+
+/// Drops the moves in flight with a non-finite number, and those of a region just `reset`:
+/// they belong to a decision it no longer has.
+fn drop_broken_moves(moves: &mut Vec<Move>, reset: &[u16], repairs: &mut Vec<String>) {
+    let before = moves.len();
+    moves.retain(|m| m.amount.is_finite() && m.fast_share.is_finite() && !reset.contains(&m.from));
+    if moves.len() != before {
         repairs.push(format!(
             "{} move(s) in flight dropped (not finite, or from a reset region)",
-            moves - state.moves.len()
+            before - moves.len()
         ));
     }
-    for (i, u) in state.site_utilisation.iter_mut().enumerate() {
+}
+
+/// Sets a non-finite site utilisation to 0: it is a prediction, made again next tick.
+fn zero_broken_site_utilisation(
+    site_utilisation: &mut [f64],
+    rings: &Rings,
+    repairs: &mut Vec<String>,
+) {
+    for (i, u) in site_utilisation.iter_mut().enumerate() {
         if !u.is_finite() {
             let site = rings.sites.get(i).map_or("?", |n| n.name.as_str());
             repairs.push(format!(
@@ -387,6 +479,11 @@ pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
             *u = 0.0;
         }
     }
+}
+
+/// Starts the smoothed demand over if any figure in it is not finite: it is one average, so
+/// one bad figure spoils the shares computed from all of them.
+fn restart_broken_demand(state: &mut ShieldState, repairs: &mut Vec<String>) {
     let demand_ok = state
         .demand
         .iter()
@@ -396,7 +493,6 @@ pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
         state.demand.clear();
         state.demand_age_ms = 0;
     }
-    repairs
 }
 
 /// Loads as they will be once the moves in flight have landed.
@@ -425,112 +521,38 @@ impl Prediction {
         settings: &ShieldSettings,
         now_ms: u64,
     ) -> Self {
+        let (regions, sites) = (rings.regions.len(), rings.sites.len());
         let short_ms = u64::from(settings.short_ttl) * 1000;
-        let unseen = |m: &Move| m.unseen(now_ms, short_ms);
         // What lands within the next short TTL: the horizon a source region is steered on.
-        let landing_soon =
-            |m: &Move| m.unseen(now_ms, short_ms) - m.unseen(now_ms + short_ms, short_ms);
-        let mut region_load_soon: Vec<Option<f64>> = (0..rings.regions.len())
-            .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.load))
-            .collect();
-        for m in &state.moves {
-            let amount = landing_soon(m);
-            if let Some(Some(load)) = region_load_soon.get_mut(m.from as usize) {
-                *load = (*load - amount).max(0.0);
-            }
-            if let Destination::Region(d) = m.to {
-                if let Some(Some(load)) = region_load_soon.get_mut(d as usize) {
-                    *load += amount;
-                }
-            }
-        }
-        let mut region_load: Vec<Option<f64>> = (0..rings.regions.len())
-            .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.load))
-            .collect();
-        let mut site_load: Vec<Option<f64>> = (0..rings.sites.len())
-            .map(|i| inputs.sites.get(i).copied().flatten().map(|r| r.load))
-            .collect();
-        for m in &state.moves {
-            let amount = unseen(m);
-            if let Some(Some(load)) = region_load.get_mut(m.from as usize) {
-                *load = (*load - amount).max(0.0);
-            }
-            match m.to {
-                Destination::Region(d) => {
-                    if let Some(Some(load)) = region_load.get_mut(d as usize) {
-                        *load += amount;
-                    }
-                }
-                Destination::Fallback(d) => {
-                    if let Some(Some(load)) = site_load.get_mut(d as usize) {
-                        *load += amount;
-                    }
-                }
-                Destination::Global => {}
-            }
-        }
-        let capacity = |readings: &[Option<Reading>], i: usize| {
-            readings
-                .get(i)
-                .copied()
-                .flatten()
-                .map_or(0.0, |r| r.capacity)
-        };
-        let region_capacity: Vec<f64> = (0..rings.regions.len())
-            .map(|i| capacity(&inputs.regions, i))
-            .collect();
-        let site_capacity: Vec<f64> = (0..rings.sites.len())
-            .map(|i| capacity(&inputs.sites, i))
-            .collect();
-        let util = |load: &Option<f64>, cap: f64| match load {
-            Some(l) if cap > 0.0 => l / cap,
-            _ => 0.0,
-        };
-        let region_util = region_load
-            .iter()
-            .zip(&region_capacity)
-            .map(|(l, c)| util(l, *c))
-            .collect();
-        let region_util_soon = region_load_soon
-            .iter()
-            .zip(&region_capacity)
-            .map(|(l, c)| util(l, *c))
-            .collect();
-        let site_util = site_load
-            .iter()
-            .zip(&site_capacity)
-            .map(|(l, c)| util(l, *c))
-            .collect();
-        let region_util_measured = (0..rings.regions.len())
-            .map(|i| {
-                let reading = inputs.regions.get(i).copied().flatten()?;
-                (reading.capacity > 0.0).then(|| reading.load / reading.capacity)
-            })
-            .collect();
-        let region_age = (0..rings.regions.len())
-            .map(|i| inputs.regions.get(i).copied().flatten().map(|r| r.age_ms))
-            .collect();
-        let site_fresh = (0..rings.sites.len())
-            .map(|i| {
-                inputs
-                    .sites
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .is_some_and(|r| r.age_ms < settings.stale_after_ms)
-            })
-            .collect();
+        // Only regions steer, so sites are left out of it.
+        let mut region_load_soon = measured_loads(&inputs.regions, regions);
+        shift_by_moves(
+            &state.moves,
+            |m| m.unseen(now_ms, short_ms) - m.unseen(now_ms + short_ms, short_ms),
+            &mut region_load_soon,
+            &mut [],
+        );
+        let mut region_load = measured_loads(&inputs.regions, regions);
+        let mut site_load = measured_loads(&inputs.sites, sites);
+        shift_by_moves(
+            &state.moves,
+            |m| m.unseen(now_ms, short_ms),
+            &mut region_load,
+            &mut site_load,
+        );
+        let region_capacity = capacities(&inputs.regions, regions);
+        let site_capacity = capacities(&inputs.sites, sites);
         Prediction {
+            region_util: utilisations(&region_load, &region_capacity),
+            region_util_soon: utilisations(&region_load_soon, &region_capacity),
+            site_util: utilisations(&site_load, &site_capacity),
+            region_util_measured: measured_utilisations(&inputs.regions, regions),
+            region_age: ages(&inputs.regions, regions),
+            site_fresh: fresh(&inputs.sites, sites, settings.stale_after_ms),
             region_load,
             region_capacity,
-            region_util,
-            region_util_soon,
-            region_util_measured,
             site_load,
             site_capacity,
-            site_util,
-            region_age,
-            site_fresh,
         }
     }
 
@@ -574,6 +596,93 @@ impl Prediction {
             }
         }
         room
+    }
+}
+
+/// The `n` loads as read (none where there is no reading).
+fn measured_loads(readings: &[Option<Reading>], n: usize) -> Vec<Option<f64>> {
+    (0..n)
+        .map(|i| readings.get(i).copied().flatten().map(|r| r.load))
+        .collect()
+}
+
+/// The `n` capacities as read (0 where there is no reading: no utilisation can be told).
+fn capacities(readings: &[Option<Reading>], n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            readings
+                .get(i)
+                .copied()
+                .flatten()
+                .map_or(0.0, |r| r.capacity)
+        })
+        .collect()
+}
+
+/// Load over capacity, 0 where either is unknown.
+fn utilisations(loads: &[Option<f64>], capacities: &[f64]) -> Vec<f64> {
+    loads
+        .iter()
+        .zip(capacities)
+        .map(|(load, &cap)| match load {
+            Some(l) if cap > 0.0 => l / cap,
+            _ => 0.0,
+        })
+        .collect()
+}
+
+/// The `n` utilisations as read, before any move in flight is allowed for.
+fn measured_utilisations(readings: &[Option<Reading>], n: usize) -> Vec<Option<f64>> {
+    (0..n)
+        .map(|i| {
+            let reading = readings.get(i).copied().flatten()?;
+            (reading.capacity > 0.0).then(|| reading.load / reading.capacity)
+        })
+        .collect()
+}
+
+/// The ages of the `n` readings (none where there is no reading).
+fn ages(readings: &[Option<Reading>], n: usize) -> Vec<Option<u64>> {
+    (0..n)
+        .map(|i| readings.get(i).copied().flatten().map(|r| r.age_ms))
+        .collect()
+}
+
+/// Whether each of the `n` readings is younger than `stale_after_ms` (no reading: not fresh).
+fn fresh(readings: &[Option<Reading>], n: usize, stale_after_ms: u64) -> Vec<bool> {
+    (0..n)
+        .map(|i| {
+            readings
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|r| r.age_ms < stale_after_ms)
+        })
+        .collect()
+}
+
+/// Moves `amount(m)` of each move in flight, in order, from its source region's load to its
+/// destination's (a load never drops below 0). Destinations without a load (no reading, or
+/// sites when `site_load` is empty) are left alone.
+fn shift_by_moves(
+    moves: &[Move],
+    amount: impl Fn(&Move) -> f64,
+    region_load: &mut [Option<f64>],
+    site_load: &mut [Option<f64>],
+) {
+    for m in moves {
+        let amount = amount(m);
+        if let Some(Some(load)) = region_load.get_mut(m.from as usize) {
+            *load = (*load - amount).max(0.0);
+        }
+        let to = match m.to {
+            Destination::Region(d) => region_load.get_mut(d as usize),
+            Destination::Fallback(d) => site_load.get_mut(d as usize),
+            Destination::Global => None,
+        };
+        if let Some(Some(load)) = to {
+            *load += amount;
+        }
     }
 }
 
@@ -766,61 +875,68 @@ fn demand_own_share(demand: &[Demand], r: usize) -> Option<f64> {
 
 /// Decides region `r`'s fraction for this tick and places it; returns why it changed, for the
 /// change log. Regions are decided one by one, most loaded first, sharing `room`.
-#[allow(clippy::too_many_arguments)]
 fn decide_region(
     state: &mut ShieldState,
     r: usize,
     inputs: &Inputs,
-    rings: &Rings,
-    settings: &ShieldSettings,
-    predicted: &Prediction,
+    tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
-    now_ms: u64,
 ) -> String {
-    let held = inputs.operator_held.get(r).copied().unwrap_or(false);
-    let incoming = placed_into(state, r);
-    // Steer on the load one short TTL ahead: moves landing later cannot relieve it sooner.
-    let util = predicted.region_util_soon[r];
+    let (settings, predicted, now_ms) = (tick.settings, tick.predicted, tick.now_ms);
     let region = &mut state.regions[r];
     region.predicted_utilisation = predicted.region_util[r];
-    if held {
+    if inputs.operator_held.get(r).copied().unwrap_or(false) {
         return leave_to_operator(region);
     }
     match react_to_data_age(region, predicted.region_age[r], settings) {
         Freshness::Fresh => {}
         Freshness::Idle => return String::new(),
         Freshness::Stale(reason) => {
-            keep_frozen_share_placed(state, r, rings, settings, predicted, room, now_ms);
+            keep_frozen_share_placed(state, r, tick, room);
             return reason.into();
         }
     }
-    let region = &state.regions[r];
-    let capacity = predicted.region_capacity[r];
-    let wanted = if region.natural <= 0.0 || capacity <= 0.0 {
-        // Without a load estimate or a capacity there is nothing to steer on: hold still.
-        region.fraction
-    } else if util > settings.high_watermark {
-        fraction_to_relieve(region, util, incoming, capacity, settings, now_ms)
-    } else if util < settings.low_watermark && region.fraction > 0.0 {
-        fraction_to_give_back(region, util, capacity, settings)
-    } else {
-        region.fraction
-    };
-    let wanted = respect_hold_down(region, wanted, settings, now_ms);
+    // Steer on the load one short TTL ahead: moves landing later cannot relieve it sooner.
+    let util = predicted.region_util_soon[r];
+    let wanted = wanted_fraction(state, r, util, tick);
+    let wanted = respect_hold_down(&state.regions[r], wanted, settings, now_ms);
     // The region turns hot (short TTL) before its moves are scheduled: moves made now land
     // according to how long its clients have had the short TTL.
     let region = &mut state.regions[r];
     if region.hot_since.is_none() && (util > settings.low_watermark || wanted > 0.0) {
         region.hot_since = Some(now_ms);
     }
-    let wanted = snap_fraction(wanted);
-    let reason = place(state, r, wanted, rings, settings, predicted, room, now_ms);
-    let region = &mut state.regions[r];
+    let reason = place(state, r, snap_fraction(wanted), tick, room);
+    keep_hot_while_needed(&mut state.regions[r], util, settings);
+    reason
+}
+
+/// The fraction region `r` wants at utilisation `util`, before the hold-down: more over the
+/// high watermark, less under the low one while it sheds, the same in between.
+fn wanted_fraction(state: &ShieldState, r: usize, util: f64, tick: &Tick) -> f64 {
+    let settings = tick.settings;
+    let region = &state.regions[r];
+    let capacity = tick.predicted.region_capacity[r];
+    if region.natural <= 0.0 || capacity <= 0.0 {
+        // Without a load estimate or a capacity there is nothing to steer on: hold still.
+        region.fraction
+    } else if util > settings.high_watermark {
+        let incoming = placed_into(state, r);
+        fraction_to_relieve(region, util, incoming, capacity, settings, tick.now_ms)
+    } else if util < settings.low_watermark && region.fraction > 0.0 {
+        fraction_to_give_back(region, util, capacity, settings)
+    } else {
+        region.fraction
+    }
+}
+
+/// A region stays hot (its clients get the short TTL) while it is over the low watermark or
+/// sheds, so that a correction lands quickly; otherwise it goes back to the normal TTL.
+fn keep_hot_while_needed(region: &mut RegionState, util: f64, settings: &ShieldSettings) {
     region.hot = util > settings.low_watermark || region.fraction > 0.0;
     if !region.hot {
         region.hot_since = None;
     }
-    reason
 }
 
 /// An operator-held region is the operator's alone: the shield's decision for it is dropped
@@ -889,17 +1005,14 @@ fn react_to_data_age(
 fn keep_frozen_share_placed(
     state: &mut ShieldState,
     r: usize,
-    rings: &Rings,
-    settings: &ShieldSettings,
-    predicted: &Prediction,
+    tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
-    now_ms: u64,
 ) {
     let region = &state.regions[r];
     if region.fraction > 0.0 && region.shares.is_empty() {
         let keep = region.fraction;
         let note = region.note;
-        place(state, r, keep, rings, settings, predicted, room, now_ms);
+        place(state, r, keep, tick, room);
         state.regions[r].note = note;
     }
 }
@@ -967,63 +1080,97 @@ fn respect_hold_down(
 
 /// Places `wanted × natural` of region `r`'s load across destinations (keeping what is
 /// already placed where it still fits), records the moves, and sets the fraction to what fit.
-#[allow(clippy::too_many_arguments)]
 fn place(
     state: &mut ShieldState,
     r: usize,
     wanted: f64,
-    rings: &Rings,
-    settings: &ShieldSettings,
-    predicted: &Prediction,
+    tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
-    now_ms: u64,
 ) -> String {
-    let region = &state.regions[r];
-    let natural = region.natural.max(0.0);
-    let old_fraction = region.fraction;
-    let old_placed = current_placement(region, natural);
-    let goal = wanted * natural;
-    let (placed, total) = rebalance(&old_placed, goal, r, rings, settings, predicted, room);
-    let fraction = placed_fraction(
-        &placed,
-        &old_placed,
-        old_fraction,
-        wanted,
-        goal,
-        total,
-        natural,
-    );
+    let placement = Placement::rebalanced(&state.regions[r], r, wanted, tick, room);
+    let fraction = placement.fraction();
     let short = fraction + 1e-9 < wanted;
     let region = &mut state.regions[r];
-    record_placement(
-        region,
-        &placed,
-        total,
-        fraction,
-        old_fraction,
-        short,
-        now_ms,
-    );
-    let (mut moves, taken_back) =
-        placement_moves(r, &old_placed, &placed, region.hot_since, settings, now_ms);
+    record_placement(region, &placement, fraction, short, tick.now_ms);
+    let (mut moves, taken_back) = placement_moves(r, &placement, region.hot_since, tick);
     moves.extend(return_taken_back(
         &mut state.moves,
         r,
         taken_back,
-        &placed,
-        settings,
-        now_ms,
+        &placement.placed,
+        tick,
     ));
     state.moves.extend(moves);
-    placement_reason(
-        r,
-        wanted,
-        fraction,
-        old_fraction,
-        short,
-        predicted,
-        settings,
-    )
+    placement_reason(r, &placement, fraction, short, tick)
+}
+
+/// Region `r`'s placement of its shed load this tick next to the one it replaces, in load
+/// units (its shares × its fraction × its natural load), so that it can be compared with the
+/// destinations' headroom.
+struct Placement {
+    /// The region's natural load (never negative).
+    natural: f64,
+    /// The fraction decided for this tick, and the load it amounts to.
+    wanted: f64,
+    goal: f64,
+    /// The fraction and the placement at the start of the tick.
+    old_fraction: f64,
+    old_placed: BTreeMap<Destination, f64>,
+    /// The new placement and its total: `goal`, unless it did not all fit.
+    placed: BTreeMap<Destination, f64>,
+    total: f64,
+}
+
+impl Placement {
+    /// Region `r`'s placement rebalanced to `wanted` (see [`rebalance`]).
+    fn rebalanced(
+        region: &RegionState,
+        r: usize,
+        wanted: f64,
+        tick: &Tick,
+        room: &mut BTreeMap<Destination, f64>,
+    ) -> Self {
+        let natural = region.natural.max(0.0);
+        let old_fraction = region.fraction;
+        let old_placed = current_placement(region, natural);
+        let goal = wanted * natural;
+        let (placed, total) = rebalance(&old_placed, goal, r, tick, room);
+        Placement {
+            natural,
+            wanted,
+            goal,
+            old_fraction,
+            old_placed,
+            placed,
+            total,
+        }
+    }
+
+    /// The fraction the placement amounts to. It is published and read back, so it is the
+    /// decided number wherever the placement allows, rather than a float-rounded
+    /// recomputation that would drift a little every tick.
+    fn fraction(&self) -> f64 {
+        let unchanged = self.placed.len() == self.old_placed.len()
+            && self
+                .placed
+                .iter()
+                .all(|(d, a)| self.old_placed.get(d).is_some_and(|o| (o - a).abs() < 1e-9));
+        let (goal, total) = (self.goal, self.total);
+        snap_fraction(if self.placed.is_empty() {
+            // Nowhere placed (no natural load, or every destination closed): nothing is shed.
+            0.0
+        } else if unchanged {
+            self.old_fraction
+        } else if goal > 0.0 && (total - goal).abs() <= 1e-9 * goal.max(1.0) {
+            // Everything wanted was placed (perhaps re-placed after a hot destination gave some
+            // back): the fraction is exactly what was decided, not a float-rounded neighbour.
+            self.wanted
+        } else if self.natural > 0.0 {
+            (total / self.natural).clamp(0.0, 1.0)
+        } else {
+            0.0
+        })
+    }
 }
 
 /// Region `r`'s placement of `goal` load, and its total. It starts from the current placement
@@ -1033,38 +1180,36 @@ fn rebalance(
     old_placed: &BTreeMap<Destination, f64>,
     goal: f64,
     r: usize,
-    rings: &Rings,
-    settings: &ShieldSettings,
-    predicted: &Prediction,
+    tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
 ) -> (BTreeMap<Destination, f64>, f64) {
     let mut placed = old_placed.clone();
     give_back_over_watermark(&mut placed, room);
     let mut total: f64 = placed.values().sum();
     if total > goal {
-        let tiers = destination_tiers(r, rings, settings);
+        let tiers = destination_tiers(r, tick.rings, tick.settings);
         take_back_least_preferred(&mut placed, total - goal, &tiers, room);
         total = placed.values().sum();
     } else if goal > total {
-        let tiers = destination_tiers(r, rings, settings);
-        spread_over_tiers(&mut placed, goal - total, &tiers, predicted, settings, room);
+        let tiers = destination_tiers(r, tick.rings, tick.settings);
+        spread_over_tiers(&mut placed, goal - total, &tiers, tick, room);
         total = placed.values().sum();
     }
     (placed, total)
 }
 
-/// Writes the placement into the region: its fraction, its shares (proportions of what was
-/// placed, not of the goal: what fits nowhere is not shed), its note, and the direction and
-/// time of the move, which the hold-down reads next tick.
+/// Writes the placement into the region: its `fraction`, its shares (proportions of what was
+/// placed, not of the goal: what fits nowhere is not shed), its note (`short`: the fraction
+/// falls short of the one wanted), and the direction and time of the move, which the
+/// hold-down reads next tick.
 fn record_placement(
     region: &mut RegionState,
-    placed: &BTreeMap<Destination, f64>,
-    total: f64,
+    placement: &Placement,
     fraction: f64,
-    old_fraction: f64,
     short: bool,
     now_ms: u64,
 ) {
+    let old_fraction = placement.old_fraction;
     region.note = if short {
         Note::NoHeadroom
     } else if fraction > 0.0 {
@@ -1077,8 +1222,13 @@ fn record_placement(
         region.last_move_at = now_ms;
     }
     region.fraction = fraction;
+    let total = placement.total;
     region.shares = if total > 0.0 {
-        placed.iter().map(|(d, a)| (*d, a / total)).collect()
+        placement
+            .placed
+            .iter()
+            .map(|(d, a)| (*d, a / total))
+            .collect()
     } else {
         BTreeMap::new()
     };
@@ -1146,8 +1296,7 @@ fn spread_over_tiers(
     placed: &mut BTreeMap<Destination, f64>,
     mut need: f64,
     tiers: &[Vec<Destination>],
-    predicted: &Prediction,
-    settings: &ShieldSettings,
+    tick: &Tick,
     room: &mut BTreeMap<Destination, f64>,
 ) {
     for tier in tiers {
@@ -1158,7 +1307,7 @@ fn spread_over_tiers(
             .iter()
             .filter(|d| match d {
                 Destination::Region(i) => {
-                    predicted.region_util[*i as usize] < settings.high_watermark
+                    tick.predicted.region_util[*i as usize] < tick.settings.high_watermark
                 }
                 _ => true,
             })
@@ -1181,38 +1330,6 @@ fn spread_over_tiers(
     }
 }
 
-/// The fraction the placement amounts to. It is published and read back, so it is the
-/// decided number wherever the placement allows, rather than a float-rounded recomputation
-/// that would drift a little every tick.
-fn placed_fraction(
-    placed: &BTreeMap<Destination, f64>,
-    old_placed: &BTreeMap<Destination, f64>,
-    old_fraction: f64,
-    wanted: f64,
-    goal: f64,
-    total: f64,
-    natural: f64,
-) -> f64 {
-    let unchanged = placed.len() == old_placed.len()
-        && placed
-            .iter()
-            .all(|(d, a)| old_placed.get(d).is_some_and(|o| (o - a).abs() < 1e-9));
-    snap_fraction(if placed.is_empty() {
-        // Nowhere placed (no natural load, or every destination closed): nothing is shed.
-        0.0
-    } else if unchanged {
-        old_fraction
-    } else if goal > 0.0 && (total - goal).abs() <= 1e-9 * goal.max(1.0) {
-        // Everything wanted was placed (perhaps re-placed after a hot destination gave some
-        // back): the fraction is exactly what was decided, not a float-rounded neighbour.
-        wanted
-    } else if natural > 0.0 {
-        (total / natural).clamp(0.0, 1.0)
-    } else {
-        0.0
-    })
-}
-
 /// The differences between the old and the new placement, per destination: the moves out
 /// (recorded so that predictions include them until they are visible in readings) and the
 /// amounts taken back (which [`return_taken_back`] settles against the moves in flight).
@@ -1220,12 +1337,12 @@ fn placed_fraction(
 /// of the moves in the state, which later sums and cancellations follow.
 fn placement_moves(
     r: usize,
-    old_placed: &BTreeMap<Destination, f64>,
-    placed: &BTreeMap<Destination, f64>,
+    placement: &Placement,
     hot_since: Option<u64>,
-    settings: &ShieldSettings,
-    now_ms: u64,
+    tick: &Tick,
 ) -> (Vec<Move>, Vec<(Destination, f64)>) {
+    let (old_placed, placed) = (&placement.old_placed, &placement.placed);
+    let (settings, now_ms) = (tick.settings, tick.now_ms);
     let mut moves = Vec::new();
     let mut taken_back = Vec::new();
     let dests: Vec<Destination> = old_placed.keys().chain(placed.keys()).copied().collect();
@@ -1268,10 +1385,10 @@ fn return_taken_back(
     r: usize,
     taken_back: Vec<(Destination, f64)>,
     placed: &BTreeMap<Destination, f64>,
-    settings: &ShieldSettings,
-    now_ms: u64,
+    tick: &Tick,
 ) -> Vec<Move> {
-    let short_ms = u64::from(settings.short_ttl) * 1000;
+    let now_ms = tick.now_ms;
+    let short_ms = u64::from(tick.settings.short_ttl) * 1000;
     let mut moves = Vec::new();
     for (dest, amount) in taken_back {
         let still_placed = placed.get(&dest).copied().unwrap_or(0.0);
@@ -1300,13 +1417,13 @@ fn return_taken_back(
 /// Why region `r`'s fraction is what [`place`] made it, for the change log.
 fn placement_reason(
     r: usize,
-    wanted: f64,
+    placement: &Placement,
     fraction: f64,
-    old_fraction: f64,
     short: bool,
-    predicted: &Prediction,
-    settings: &ShieldSettings,
+    tick: &Tick,
 ) -> String {
+    let (wanted, old_fraction) = (placement.wanted, placement.old_fraction);
+    let (predicted, settings) = (tick.predicted, tick.settings);
     // The decision is taken on the utilisation predicted one short TTL ahead (moves in
     // flight partly landed); say that next to what was measured, or the two contradict.
     let utilisation = match predicted.region_util_measured[r] {

@@ -83,7 +83,7 @@ fn nothing_happens_below_the_high_watermark() {
 }
 
 #[test]
-fn overload_sheds_slew_capped_to_the_same_continent_neighbour_first() {
+fn overload_sheds_max_step_capped_to_the_same_continent_neighbour_first() {
     let i = inputs(
         &[
             (1000.0, 1000.0),
@@ -97,7 +97,7 @@ fn overload_sheds_slew_capped_to_the_same_continent_neighbour_first() {
     let west = &state.regions[EU_WEST];
     assert!(
         (west.fraction - 0.1).abs() < 1e-9,
-        "slew cap: {}",
+        "max_step cap: {}",
         west.fraction
     );
     assert_eq!(changes.len(), 1);
