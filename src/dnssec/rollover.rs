@@ -18,6 +18,15 @@
 //! `steerdns dnssec keygen`, 0600, shipped with the keys), the zone, the old key and the start:
 //! nodes that roll independently make byte-identical successors with identical timings.
 //!
+//! Algorithm: a rollover keeps the old key's algorithm, whatever `algorithm` says. Changing a
+//! zone's algorithm is an algorithm rollover (RFC 6781 §4.1.4, RFC 7583 §3.1.5): the new
+//! algorithm's signatures must be in caches before its DNSKEY, and its DS at the parent only
+//! after that, a sequence steerdns does not carry out. Rolling to a key of the configured,
+//! different algorithm as if it were an ordinary rollover would retire the old algorithm's
+//! key while validators still hold RRsets signed only with it; so a zone whose keys differ
+//! from its configured algorithm keeps its keys' algorithm, and [`algorithm_mismatch`] says
+//! so (a load warning, `steerdns dnssec status`, `/v1/status`).
+//!
 //! [`plan`] is pure; [`apply`] writes the key files.
 
 use std::io::Write;
@@ -94,6 +103,40 @@ pub fn due_at(
 /// does not depend on the zone's TTLs).
 pub fn next_start(role: Role, timing: &Timing, settings: &ZoneSettings, now: u64) -> Option<u64> {
     due_at(role, timing, settings, 0).map(|due| align_up(due.max(now), settings.refresh_secs))
+}
+
+/// When `keys` (one zone's) hold keys that are not yet removed at `now` and whose algorithm
+/// is not the one `settings` configure: the message saying what steerdns does about it (it
+/// keeps them, and rolls them over to keys of their own algorithm; see the module doc).
+pub fn algorithm_mismatch(keys: &[Key], settings: &ZoneSettings, now: u64) -> Option<String> {
+    let configured = settings.algorithm;
+    let others: Vec<&Key> = keys
+        .iter()
+        .filter(|k| k.timing.remove.is_none_or(|r| now < r))
+        .filter(|k| k.algorithm != configured)
+        .collect();
+    let first = others.first()?;
+    let zone = &first.zone;
+    let mut algorithms: Vec<String> = others.iter().map(|k| k.algorithm.describe()).collect();
+    algorithms.sort();
+    algorithms.dedup();
+    let listed: Vec<String> = others
+        .iter()
+        .map(|k| format!("{} {}", k.role.as_str(), k.tag))
+        .collect();
+    let field = &settings.algorithm_field;
+    Some(format!(
+        "{zone}: {field} is {} but its keys {} in {} are algorithm {}: steerdns keeps signing \
+         with them and rolls them over to keys of their own algorithm, never to {field} \
+         (changing a zone's algorithm is an algorithm rollover, RFC 6781 §4.1.4, which it does \
+         not carry out); set {field} = {} to match the keys, or see \"Changing the algorithm\" \
+         in the README",
+        configured.describe(),
+        listed.join(", "),
+        settings.keys.display(),
+        algorithms.join(" and "),
+        first.algorithm.number(),
+    ))
 }
 
 /// One rollover to make.

@@ -35,6 +35,9 @@ pub struct Signed {
     pub published: Vec<u16>,
     pub key_signing: Vec<u16>,
     pub zone_signing: Vec<u16>,
+    /// Keys whose algorithm is not the configured one: what steerdns does about them
+    /// ([`super::rollover::algorithm_mismatch`]).
+    pub algorithm_note: Option<String>,
 }
 
 fn slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
@@ -136,6 +139,7 @@ pub fn sign_zone(
         published: published.iter().map(|k| k.tag).collect(),
         key_signing: key_signing.iter().map(|k| k.tag).collect(),
         zone_signing: zone_signing.iter().map(|k| k.tag).collect(),
+        algorithm_note: super::rollover::algorithm_mismatch(keys, settings, now),
     };
     for (owner, node) in zone.nodes.iter_mut() {
         if node.below_cut {
