@@ -461,4 +461,80 @@ mod tests {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    #[test]
+    fn keys_of_another_algorithm_are_kept_said_and_rolled_to_their_own() {
+        let dir = std::env::temp_dir().join(format!("steerdns-roll-alg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        ensure_seed(&dir).expect("seed");
+        // Configured Ed25519 (15) for the zone; its key directory holds ECDSA P-256 (13).
+        let section = super::super::DnssecConfig {
+            keys: dir.clone(),
+            zones: vec!["example.org.".into()],
+            zsk_lifetime_secs: 1000,
+            dnskey_ttl: 60,
+            propagation_delay_secs: 10,
+            refresh_secs: 20,
+            signature_validity_secs: 60,
+            zone: [(
+                "example.org.".to_string(),
+                super::super::config::DnssecZoneOverrides {
+                    algorithm: Some(15),
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            ..super::super::DnssecConfig::default()
+        };
+        let c = ZoneSettings::for_zone(&section, "example.org.").expect("valid settings");
+        assert_eq!(c.algorithm, Algorithm::Ed25519);
+        let t = Timing {
+            created: 100,
+            publish: 100,
+            activate: 100,
+            retire: None,
+            remove: None,
+        };
+        let gen = |role| {
+            super::super::keys::generate(&dir, "example.org.", Algorithm::EcdsaP256Sha256, role, t)
+                .expect("keygen")
+        };
+        let mut keys = vec![gen(Role::Ksk), gen(Role::Zsk)];
+        let note = algorithm_mismatch(&keys, &c, 500).expect("said");
+        for part in [
+            "example.org.: dnssec.zone.\"example.org.\".algorithm is 15 (Ed25519)",
+            &format!("ksk {}, zsk {}", keys[0].tag, keys[1].tag),
+            "are algorithm 13 (ECDSA P-256)",
+            "keeps signing with them",
+            "RFC 6781",
+            "dnssec.zone.\"example.org.\".algorithm = 13",
+        ] {
+            assert!(note.contains(part), "{part:?} not in {note}");
+        }
+        // The rollover the ZSK's lifetime brings makes an algorithm-13 successor.
+        let rolls = plan(&keys, &c, 3600, 1031);
+        assert_eq!(rolls.len(), 1);
+        assert_eq!(rolls[0].algorithm, Algorithm::EcdsaP256Sha256);
+        apply(&dir, &mut keys, &rolls).expect("apply");
+        let all = super::super::keys::load_zone_keys(&dir, "example.org.").expect("load");
+        assert_eq!(all.len(), 3);
+        assert!(all
+            .iter()
+            .all(|k| k.algorithm == Algorithm::EcdsaP256Sha256));
+        // Keys of the configured algorithm: nothing to say.
+        let matching = ZoneSettings {
+            algorithm: Algorithm::EcdsaP256Sha256,
+            ..c.clone()
+        };
+        assert_eq!(algorithm_mismatch(&all, &matching, 500), None);
+        // A removed key of another algorithm (an algorithm change done by hand) is not one.
+        let mut ed =
+            super::super::keys::generate(&dir, "example.org.", Algorithm::Ed25519, Role::Csk, t)
+                .expect("keygen");
+        ed.timing.retire = Some(200);
+        ed.timing.remove = Some(300);
+        assert_eq!(algorithm_mismatch(&[ed], &matching, 500), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
