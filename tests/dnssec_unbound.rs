@@ -1278,3 +1278,122 @@ fn a_csk_rolls_over_with_the_parent_following_cds_and_validation_never_breaks() 
     assert_eq!(states, ["retired", "active"], "{keys:?}");
     assert!(keys[0].2.starts_with("remove at "), "{keys:?}");
 }
+
+#[test]
+fn keys_of_another_algorithm_than_configured_keep_signing_and_roll_and_are_said() {
+    // example.com.'s KSK and ZSK are ECDSA P-256 (13, the default when they were made); the
+    // config then says Ed25519 (15) for it. edge.example.net.'s CSK is 15 and so is its
+    // setting: nothing to say there. A 12-second ZSK lifetime brings a rollover.
+    let setup = signed_setup(
+        "dnssec-alg",
+        "refresh_secs = 2\nsignature_validity_secs = 60\nzsk_lifetime_secs = 12\n\
+         dnskey_ttl = 2\npropagation_delay_secs = 1\n",
+    );
+    setup.extend_config(
+        "[dnssec.zone.\"example.com.\"]\nalgorithm = 15\n\
+         [dnssec.zone.\"edge.example.net.\"]\nalgorithm = 15\n",
+    );
+    let said = "example.com.: dnssec.zone.\"example.com.\".algorithm is 15 (Ed25519) but its keys";
+    let keeps = "are algorithm 13 (ECDSA P-256): steerdns keeps signing with them";
+    // `check` (what the server loads) warns; `dnssec status` says it under the zone.
+    let check = run(&["check"], &setup.config);
+    assert!(check.contains(said) && check.contains(keeps), "{check}");
+    assert!(!check.contains("edge.example.net.: dnssec"), "{check}");
+    let status = run(&["dnssec", "status"], &setup.config);
+    assert!(
+        status.contains(&format!("  warning: {said}")),
+        "dnssec status:\n{status}"
+    );
+    assert_eq!(status.matches("warning:").count(), 1, "{status}");
+    // keygen will not add an Ed25519 key next to them (an unsequenced algorithm rollover).
+    let keys_before = key_files(&setup.path("keys"));
+    let output = Command::new(BIN)
+        .args(["dnssec", "keygen", "example.com.", "--config"])
+        .arg(&setup.config)
+        .output()
+        .expect("run steerdns");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "keygen added a key: {stderr}");
+    assert!(
+        stderr.contains("would start an algorithm rollover") && stderr.contains("--algorithm 13"),
+        "{stderr}"
+    );
+    assert_eq!(key_files(&setup.path("keys")), keys_before);
+    // The key of their own algorithm is still made.
+    run(
+        &["dnssec", "keygen", "example.com.", "--algorithm", "13"],
+        &setup.config,
+    );
+    let made: Vec<String> = key_files(&setup.path("keys"))
+        .into_iter()
+        .filter(|k| !keys_before.contains(k))
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!(made[0].starts_with("Kexample.com.+013+"), "{made:?}");
+    std::fs::remove_file(setup.path("keys").join(&made[0])).expect("remove the extra key");
+
+    let anchors = run(&["dnssec", "ds", "example.com."], &setup.config)
+        + &run(&["dnssec", "ds", "edge.example.net."], &setup.config);
+    let daemon = setup.start();
+    assert!(daemon.log_shows(said, WAIT), "{}", daemon.log());
+    let served = daemon.status();
+    let zones = served["dnssec"]["zones"].as_array().expect("zones").clone();
+    let note = |zone: &str| {
+        zones
+            .iter()
+            .find(|z| z["zone"] == zone)
+            .map(|z| z["algorithm_note"].clone())
+            .unwrap_or_else(|| panic!("{zone} not in {zones:?}"))
+    };
+    assert!(
+        note("example.com.")
+            .as_str()
+            .is_some_and(|n| n.contains(keeps)),
+        "{zones:?}"
+    );
+    assert!(note("edge.example.net.").is_null(), "{zones:?}");
+    let warnings = served["warnings"].to_string();
+    assert!(warnings.contains(keeps), "{warnings}");
+    // Signing and the rollover stay with algorithm 13, and every answer validates.
+    let questions: [&[&str]; 4] = [
+        &["example.com", "SOA"],
+        &["example.com", "DNSKEY"],
+        &["mail.example.com", "A"],
+        &["nope.example.com", "A"],
+    ];
+    let unbound = Unbound::start_strict(setup.dir.path(), daemon.dns, &anchors);
+    let old_zsk = signer_tags(&dig_direct(daemon.dns, &["mail.example.com", "A"]), "A");
+    assert_eq!(old_zsk.len(), 1, "one ZSK signs: {old_zsk:?}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for question in questions {
+            unbound.validated(question);
+        }
+        let text = dig_direct(daemon.dns, &["example.com", "DNSKEY"]);
+        let algorithms: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with(';') && l.split_whitespace().nth(3) == Some("DNSKEY"))
+            .filter_map(|l| l.split_whitespace().nth(6))
+            .collect();
+        assert!(algorithms.iter().all(|a| *a == "13"), "{text}");
+        let answer = dig_direct(daemon.dns, &["mail.example.com", "A"]);
+        let algorithms: Vec<String> = rrsig_algorithms_and_expirations(&answer)
+            .into_iter()
+            .map(|(algorithm, _)| algorithm)
+            .collect();
+        assert!(algorithms.iter().all(|a| a == "13"), "{answer}");
+        let tags = signer_tags(&answer, "A");
+        if tags != old_zsk {
+            assert_eq!(tags.len(), 1, "one ZSK signs: {tags:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the successor never signed");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for question in questions {
+        unbound.validated(question);
+    }
+    // Still said after the rollover's reloads.
+    let status = run(&["dnssec", "status"], &setup.config);
+    assert!(status.contains(&format!("  warning: {said}")), "{status}");
+}

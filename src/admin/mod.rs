@@ -255,6 +255,10 @@ pub struct DnssecZoneView {
     pub rrsets: usize,
     pub nsec: usize,
     pub keys: Vec<DnssecKeyView>,
+    /// The zone's keys are not of its configured algorithm: they are kept (and rolled over
+    /// to keys of their own algorithm) and this says so (`None`: they are).
+    #[serde(default)]
+    pub algorithm_note: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -300,6 +304,7 @@ pub fn dnssec_view(signing: &crate::dnssec::Signing) -> DnssecView {
                         .map(|(when, what)| format!("{what} at {}", unix_rfc3339(when))),
                 })
                 .collect(),
+            algorithm_note: signed.algorithm_note.clone(),
         })
         .collect();
     DnssecView {

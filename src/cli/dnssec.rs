@@ -36,6 +36,7 @@ pub fn keygen(config: &Config, zone: &str, split: bool, algorithm: Option<u8>) -
         },
     };
     let now = now();
+    refuse_algorithm_change(&settings, zone, algorithm, now)?;
     let timing = Timing {
         created: now,
         publish: now,
@@ -73,6 +74,51 @@ pub fn keygen(config: &Config, zone: &str, split: bool, algorithm: Option<u8>) -
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses a key of `algorithm` for a zone that has keys (not yet removed) of another: that
+/// key, published and signing at once and listed in CDS, would start an algorithm rollover
+/// without its sequence (RFC 6781 §4.1.4: the new algorithm's signatures in caches before its
+/// DNSKEY, its DS at the parent only after), which steerdns does not carry out.
+fn refuse_algorithm_change(
+    settings: &ZoneSettings,
+    zone: &str,
+    algorithm: Algorithm,
+    now: u64,
+) -> Result<()> {
+    let zone = normalize_zone(zone);
+    // No key yet (or no directory): nothing to change from. An unreadable key file is for
+    // `dnssec status` and the server to report; it does not hide the others here.
+    let Ok(keys) = load_zone_keys(&settings.keys, &zone) else {
+        return Ok(());
+    };
+    let others: Vec<&steerdns::dnssec::Key> = keys
+        .iter()
+        .filter(|k| k.timing.remove.is_none_or(|r| now < r))
+        .filter(|k| k.algorithm != algorithm)
+        .collect();
+    let Some(existing) = others.first() else {
+        return Ok(());
+    };
+    let listed: Vec<String> = others
+        .iter()
+        .map(|k| format!("{} {}", k.role.as_str(), k.tag))
+        .collect();
+    bail!(
+        "{zone} has keys of algorithm {} in {} ({}): a new key of algorithm {} would start an \
+         algorithm rollover, which steerdns does not carry out (RFC 6781 §4.1.4: the new \
+         algorithm's signatures must reach caches before its DNSKEY, and its DS the parent \
+         after that). Keep algorithm {} (pass --algorithm {}, and set {} = {} so that the \
+         server agrees), or change algorithms as the README's \"Changing the algorithm\" says",
+        existing.algorithm.describe(),
+        settings.keys.display(),
+        listed.join(", "),
+        algorithm.describe(),
+        existing.algorithm.number(),
+        existing.algorithm.number(),
+        settings.algorithm_field,
+        existing.algorithm.number(),
+    )
 }
 
 /// `dnssec ds ZONE`: the DS of every key-signing key the parent should have, zone-file form.
@@ -124,6 +170,11 @@ pub fn status(config: &Config) -> Result<ExitCode> {
                 println!("  {e}");
             }
             Ok(keys) => {
+                if let Some(note) =
+                    steerdns::dnssec::rollover::algorithm_mismatch(&keys, &settings, now)
+                {
+                    println!("  warning: {note}");
+                }
                 for key in &keys {
                     print_key(key, &settings, now);
                 }

@@ -649,6 +649,9 @@ fn print_dnssec(d: &steerdns::admin::DnssecView) {
             zone.signatures_until,
             keys.join("; ")
         );
+        if let Some(note) = &zone.algorithm_note {
+            println!("    warning: {note}");
+        }
     }
 }
 

@@ -40,6 +40,15 @@ impl Algorithm {
             Algorithm::Ed25519 => 15,
         }
     }
+
+    /// `13 (ECDSA P-256)`, `15 (Ed25519)`: for messages.
+    pub fn describe(self) -> String {
+        let name = match self {
+            Algorithm::EcdsaP256Sha256 => "ECDSA P-256",
+            Algorithm::Ed25519 => "Ed25519",
+        };
+        format!("{} ({name})", self.number())
+    }
 }
 
 /// What a key signs.

@@ -18,6 +18,15 @@
 //! `steerdns dnssec keygen`, 0600, shipped with the keys), the zone, the old key and the start:
 //! nodes that roll independently make byte-identical successors with identical timings.
 //!
+//! Algorithm: a rollover keeps the old key's algorithm, whatever `algorithm` says. Changing a
+//! zone's algorithm is an algorithm rollover (RFC 6781 §4.1.4, RFC 7583 §3.1.5): the new
+//! algorithm's signatures must be in caches before its DNSKEY, and its DS at the parent only
+//! after that, a sequence steerdns does not carry out. Rolling to a key of the configured,
+//! different algorithm as if it were an ordinary rollover would retire the old algorithm's
+//! key while validators still hold RRsets signed only with it; so a zone whose keys differ
+//! from its configured algorithm keeps its keys' algorithm, and [`algorithm_mismatch`] says
+//! so (a load warning, `steerdns dnssec status`, `/v1/status`).
+//!
 //! [`plan`] is pure; [`apply`] writes the key files.
 
 use std::io::Write;
@@ -94,6 +103,40 @@ pub fn due_at(
 /// does not depend on the zone's TTLs).
 pub fn next_start(role: Role, timing: &Timing, settings: &ZoneSettings, now: u64) -> Option<u64> {
     due_at(role, timing, settings, 0).map(|due| align_up(due.max(now), settings.refresh_secs))
+}
+
+/// When `keys` (one zone's) hold keys that are not yet removed at `now` and whose algorithm
+/// is not the one `settings` configure: the message saying what steerdns does about it (it
+/// keeps them, and rolls them over to keys of their own algorithm; see the module doc).
+pub fn algorithm_mismatch(keys: &[Key], settings: &ZoneSettings, now: u64) -> Option<String> {
+    let configured = settings.algorithm;
+    let others: Vec<&Key> = keys
+        .iter()
+        .filter(|k| k.timing.remove.is_none_or(|r| now < r))
+        .filter(|k| k.algorithm != configured)
+        .collect();
+    let first = others.first()?;
+    let zone = &first.zone;
+    let mut algorithms: Vec<String> = others.iter().map(|k| k.algorithm.describe()).collect();
+    algorithms.sort();
+    algorithms.dedup();
+    let listed: Vec<String> = others
+        .iter()
+        .map(|k| format!("{} {}", k.role.as_str(), k.tag))
+        .collect();
+    let field = &settings.algorithm_field;
+    Some(format!(
+        "{zone}: {field} is {} but its keys {} in {} are algorithm {}: steerdns keeps signing \
+         with them and rolls them over to keys of their own algorithm, never to {field} \
+         (changing a zone's algorithm is an algorithm rollover, RFC 6781 §4.1.4, which it does \
+         not carry out); set {field} = {} to match the keys, or see \"Changing the algorithm\" \
+         in the README",
+        configured.describe(),
+        listed.join(", "),
+        settings.keys.display(),
+        algorithms.join(" and "),
+        first.algorithm.number(),
+    ))
 }
 
 /// One rollover to make.
@@ -416,6 +459,82 @@ mod tests {
                 let _ = std::fs::remove_file(&k.path);
             }
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn keys_of_another_algorithm_are_kept_said_and_rolled_to_their_own() {
+        let dir = std::env::temp_dir().join(format!("steerdns-roll-alg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        ensure_seed(&dir).expect("seed");
+        // Configured Ed25519 (15) for the zone; its key directory holds ECDSA P-256 (13).
+        let section = super::super::DnssecConfig {
+            keys: dir.clone(),
+            zones: vec!["example.org.".into()],
+            zsk_lifetime_secs: 1000,
+            dnskey_ttl: 60,
+            propagation_delay_secs: 10,
+            refresh_secs: 20,
+            signature_validity_secs: 60,
+            zone: [(
+                "example.org.".to_string(),
+                super::super::config::DnssecZoneOverrides {
+                    algorithm: Some(15),
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            ..super::super::DnssecConfig::default()
+        };
+        let c = ZoneSettings::for_zone(&section, "example.org.").expect("valid settings");
+        assert_eq!(c.algorithm, Algorithm::Ed25519);
+        let t = Timing {
+            created: 100,
+            publish: 100,
+            activate: 100,
+            retire: None,
+            remove: None,
+        };
+        let gen = |role| {
+            super::super::keys::generate(&dir, "example.org.", Algorithm::EcdsaP256Sha256, role, t)
+                .expect("keygen")
+        };
+        let mut keys = vec![gen(Role::Ksk), gen(Role::Zsk)];
+        let note = algorithm_mismatch(&keys, &c, 500).expect("said");
+        for part in [
+            "example.org.: dnssec.zone.\"example.org.\".algorithm is 15 (Ed25519)",
+            &format!("ksk {}, zsk {}", keys[0].tag, keys[1].tag),
+            "are algorithm 13 (ECDSA P-256)",
+            "keeps signing with them",
+            "RFC 6781",
+            "dnssec.zone.\"example.org.\".algorithm = 13",
+        ] {
+            assert!(note.contains(part), "{part:?} not in {note}");
+        }
+        // The rollover the ZSK's lifetime brings makes an algorithm-13 successor.
+        let rolls = plan(&keys, &c, 3600, 1031);
+        assert_eq!(rolls.len(), 1);
+        assert_eq!(rolls[0].algorithm, Algorithm::EcdsaP256Sha256);
+        apply(&dir, &mut keys, &rolls).expect("apply");
+        let all = super::super::keys::load_zone_keys(&dir, "example.org.").expect("load");
+        assert_eq!(all.len(), 3);
+        assert!(all
+            .iter()
+            .all(|k| k.algorithm == Algorithm::EcdsaP256Sha256));
+        // Keys of the configured algorithm: nothing to say.
+        let matching = ZoneSettings {
+            algorithm: Algorithm::EcdsaP256Sha256,
+            ..c.clone()
+        };
+        assert_eq!(algorithm_mismatch(&all, &matching, 500), None);
+        // A removed key of another algorithm (an algorithm change done by hand) is not one.
+        let mut ed =
+            super::super::keys::generate(&dir, "example.org.", Algorithm::Ed25519, Role::Csk, t)
+                .expect("keygen");
+        ed.timing.retire = Some(200);
+        ed.timing.remove = Some(300);
+        assert_eq!(algorithm_mismatch(&[ed], &matching, 500), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -31,8 +31,13 @@ pub struct Nsec3Params {
 pub struct ZoneSettings {
     /// The key directory (absolute once the config file's paths are resolved).
     pub keys: PathBuf,
-    /// The algorithm of new keys (`dnssec keygen`); a rollover keeps the old key's.
+    /// The algorithm of new keys (`dnssec keygen`); a rollover keeps the old key's, and a
+    /// zone's keys of another algorithm are kept and reported
+    /// ([`super::rollover::algorithm_mismatch`]).
     pub algorithm: Algorithm,
+    /// The field `algorithm` was read from (`dnssec.algorithm`,
+    /// `dnssec.zone."edge.example.net.".algorithm`), for messages.
+    pub algorithm_field: String,
     pub denial: Denial,
     pub signature_validity_secs: u64,
     pub refresh_secs: u64,
@@ -139,10 +144,10 @@ fn resolve(
         }};
     }
     let fail = |field: String, message: String| Err(SettingsProblem { field, message });
-    let (number, from) = pick!(algorithm);
+    let (number, algorithm_field) = pick!(algorithm);
     let Some(algorithm) = Algorithm::from_number(number) else {
         return fail(
-            from,
+            algorithm_field,
             format!("{number} is not supported (13 = ECDSA P-256, 15 = Ed25519)"),
         );
     };
@@ -199,6 +204,7 @@ fn resolve(
     Ok(ZoneSettings {
         keys: pick!(keys).0,
         algorithm,
+        algorithm_field,
         denial,
         signature_validity_secs,
         refresh_secs,
@@ -242,6 +248,11 @@ signature_validity_secs = 604800
         let edge = ZoneSettings::for_zone(&config, "EDGE.example.net.").expect("resolves");
         assert_eq!(edge.keys, PathBuf::from("keys-edge"));
         assert_eq!(edge.algorithm, Algorithm::Ed25519);
+        assert_eq!(
+            edge.algorithm_field,
+            "dnssec.zone.\"edge.example.net.\".algorithm"
+        );
+        assert_eq!(plain.algorithm_field, "dnssec.algorithm");
         assert_eq!(
             edge.denial,
             Denial::Nsec3(Nsec3Params {

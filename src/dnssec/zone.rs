@@ -35,6 +35,9 @@ pub struct Signed {
     pub published: Vec<u16>,
     pub key_signing: Vec<u16>,
     pub zone_signing: Vec<u16>,
+    /// Keys whose algorithm is not the configured one: what steerdns does about them
+    /// ([`super::rollover::algorithm_mismatch`]).
+    pub algorithm_note: Option<String>,
 }
 
 fn slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
@@ -84,6 +87,20 @@ pub fn sign_zone(
     if zone_signing.is_empty() {
         return Err(unusable("no published, active CSK or ZSK"));
     }
+    // NSEC3: the chain's names are hashed and checked for a collision before the zone is
+    // touched, so a refused zone is left as it was. (Its owners do not depend on the types
+    // removed below: every node not below a cut is one, but unsigned delegations with opt-out.)
+    let nsec3 = settings.nsec3();
+    let nsec3_order = match nsec3 {
+        Some(params) => {
+            let order = chain_owners(zone, Some(params));
+            let origin = zone.origin.to_string();
+            let hash = |name: &[u8]| nsec3_hash(name, &params.salt, params.iterations);
+            let hashed = hash_chain(&origin, &order, &hash).map_err(|m| unusable(&m))?;
+            Some((order, hashed))
+        }
+        None => None,
+    };
     let apex = zone.apex.clone();
     for node in zone.nodes.values_mut() {
         node.rrsets.retain(|s| !GENERATED.contains(&s.rtype));
@@ -107,7 +124,6 @@ pub fn sign_zone(
     if let Some(node) = zone.nodes.get_mut(&apex) {
         node.rrsets.extend(apex_sets);
     }
-    let nsec3 = settings.nsec3();
     if let (Some(params), Some(node)) = (nsec3, zone.nodes.get_mut(&apex)) {
         node.rrsets.push(rrset(
             rtype::NSEC3PARAM,
@@ -115,27 +131,36 @@ pub fn sign_zone(
             &[&nsec3_param(params, 0)],
         ));
     }
-    let order = chain_owners(zone, nsec3);
-    let chain = match nsec3 {
-        Some(params) => nsec3_chain(
-            zone,
-            &order,
-            settings,
-            params,
-            &zone_signing,
-            window,
-            steered,
-        )?,
-        None => nsec_chain(zone, &order, &zone_signing, window, steered)?,
+    let (chain, chain_len) = match (nsec3, nsec3_order) {
+        (Some(params), Some((order, hashed))) => (
+            nsec3_chain(
+                zone,
+                &order,
+                &hashed,
+                params,
+                &zone_signing,
+                window,
+                steered,
+            )?,
+            order.len(),
+        ),
+        _ => {
+            let order = chain_owners(zone, None);
+            (
+                nsec_chain(zone, &order, &zone_signing, window, steered)?,
+                order.len(),
+            )
+        }
     };
     let mut signed = Signed {
         window: *window,
         rrsets: 0,
-        nsec: order.len(),
+        nsec: chain_len,
         max_ttl: chain.ttl,
         published: published.iter().map(|k| k.tag).collect(),
         key_signing: key_signing.iter().map(|k| k.tag).collect(),
         zone_signing: zone_signing.iter().map(|k| k.tag).collect(),
+        algorithm_note: super::rollover::algorithm_mismatch(keys, settings, now),
     };
     for (owner, node) in zone.nodes.iter_mut() {
         if node.below_cut {
@@ -303,15 +328,43 @@ fn hashed_owner(hash: &[u8; NSEC3_HASH_LEN], apex: &[u8]) -> Box<[u8]> {
     owner.into_boxed_slice()
 }
 
+/// The names of `order` (indices into it) with their NSEC3 hashes (`hash`), in hash order;
+/// or, when two names of zone `origin` hash alike, the message refusing the zone. No salt can
+/// change the hashes (RFC 9276: none, which is all steerdns accepts), so the way out is the
+/// NSEC chain for that zone.
+fn hash_chain(
+    origin: &str,
+    order: &[Box<[u8]>],
+    hash: &dyn Fn(&[u8]) -> [u8; NSEC3_HASH_LEN],
+) -> Result<Vec<([u8; NSEC3_HASH_LEN], usize)>, String> {
+    let mut hashed: Vec<([u8; NSEC3_HASH_LEN], usize)> = order
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (hash(name), i))
+        .collect();
+    hashed.sort_by_key(|a| a.0);
+    if let Some(pair) = hashed.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(format!(
+            "NSEC3 hashes of {} and {} collide (SHA-1; RFC 9276 leaves no salt to change them, \
+             and steerdns accepts none): sign this zone with the NSEC chain instead, \
+             denial = \"nsec\" in [dnssec.zone.\"{origin}\"]",
+            display_wire_name(&order[pair[0].1]),
+            display_wire_name(&order[pair[1].1])
+        ));
+    }
+    Ok(hashed)
+}
+
 /// The NSEC3 chain (RFC 5155 §7.1): one signed record per name of `order`, at its hashed
-/// owner, in hash order, each pointing at the next. With opt-out, only the records whose
-/// span holds a left-out delegation get the flag (it is per record, §3.1.2.1): a validator
-/// cannot tell an NXDOMAIN proven by a flagged record from an unsigned delegation, so it
-/// calls it insecure (no AD); every other span keeps authenticated denial.
+/// owner, in hash order (`hashed`, from [`hash_chain`]), each pointing at the next. With
+/// opt-out, only the records whose span holds a left-out delegation get the flag (it is per
+/// record, §3.1.2.1): a validator cannot tell an NXDOMAIN proven by a flagged record from an
+/// unsigned delegation, so it calls it insecure (no AD); every other span keeps authenticated
+/// denial.
 fn nsec3_chain(
     zone: &Zone,
     order: &[Box<[u8]>],
-    settings: &ZoneSettings,
+    hashed: &[([u8; NSEC3_HASH_LEN], usize)],
     params: &Nsec3Params,
     zone_signing: &[&Key],
     window: &Window,
@@ -328,26 +381,11 @@ fn nsec3_chain(
         .map(|(k, _)| nsec3_hash(k, salt, iterations))
         .collect();
     left_out.sort_unstable();
-    let mut hashed: Vec<([u8; NSEC3_HASH_LEN], &Box<[u8]>)> = order
-        .iter()
-        .map(|name| (nsec3_hash(name, salt, iterations), name))
-        .collect();
-    hashed.sort_by_key(|a| a.0);
-    if let Some(pair) = hashed.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(KeyError::Unusable {
-            dir: settings.keys.clone(),
-            zone: zone.origin.to_string(),
-            message: format!(
-                "NSEC3 hashes of {} and {} collide; set another nsec3_salt",
-                display_wire_name(pair[0].1),
-                display_wire_name(pair[1].1)
-            ),
-        });
-    }
     let mut records = Vec::with_capacity(hashed.len());
     let mut by_name = FxHashMap::default();
     let mut steered_nodata = FxHashMap::default();
-    for (i, (hash, name)) in hashed.iter().enumerate() {
+    for (i, (hash, index)) in hashed.iter().enumerate() {
+        let name = &order[*index];
         let next = &hashed[(i + 1) % hashed.len()].0;
         let spans = |h: &[u8; NSEC3_HASH_LEN]| {
             if hash < next {
@@ -358,7 +396,7 @@ fn nsec3_chain(
         };
         let head = nsec3_param(params, u8::from(left_out.iter().any(spans)));
         let owner = hashed_owner(hash, &zone.apex);
-        let node = zone.nodes.get(*name);
+        let node = zone.nodes.get(name);
         let steered_types = node.and_then(|n| n.steer).map(steered);
         let types = node.map_or_else(Vec::new, |n| node_types(n, steered_types));
         let nsec3 = |types: &[u16]| -> RRset {
@@ -375,11 +413,11 @@ fn nsec3_chain(
                 owner: owner.clone(),
                 without: pair,
             };
-            steered_nodata.insert((*name).clone(), nodata);
+            steered_nodata.insert(name.clone(), nodata);
         }
         let mut set = nsec3(&types);
         set.rrsig = sign(&set)?.map(Box::new);
-        by_name.insert((*name).clone(), i as u32);
+        by_name.insert(name.clone(), i as u32);
         records.push((owner, set));
     }
     Ok(BuiltChain {
@@ -393,4 +431,60 @@ fn nsec3_chain(
         steered_nodata,
         ttl,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(labels: &[&str]) -> Box<[u8]> {
+        let mut name = Vec::new();
+        for label in labels {
+            name.push(label.len() as u8);
+            name.extend_from_slice(label.as_bytes());
+        }
+        name.push(0);
+        name.into_boxed_slice()
+    }
+
+    #[test]
+    fn an_nsec3_collision_is_refused_with_advice_that_can_be_followed() {
+        let order = [
+            wire(&["example", "com"]),
+            wire(&["a", "example", "com"]),
+            wire(&["b", "example", "com"]),
+        ];
+        // The real hash: no collision, every name once, in hash order.
+        let sha1 = |name: &[u8]| nsec3_hash(name, &[], 0);
+        let hashed = hash_chain("example.com.", &order, &sha1).expect("no collision");
+        let mut indices: Vec<usize> = hashed.iter().map(|(_, i)| *i).collect();
+        assert!(hashed.windows(2).all(|w| w[0].0 < w[1].0));
+        indices.sort_unstable();
+        assert_eq!(indices, [0, 1, 2]);
+        // Two names hashing alike (SHA-1 will not oblige a test: an injected hash does).
+        let colliding = |name: &[u8]| {
+            let mut hash = sha1(name);
+            if name.starts_with(b"\x01") {
+                hash = [7; NSEC3_HASH_LEN];
+            }
+            hash
+        };
+        let message = hash_chain("example.com.", &order, &colliding).expect_err("collision");
+        assert!(
+            message.contains("a.example.com.") && message.contains("b.example.com."),
+            "{message}"
+        );
+        // The way out is one the config accepts (a salt is refused, RFC 9276).
+        assert!(
+            message.contains("denial = \"nsec\" in [dnssec.zone.\"example.com.\"]"),
+            "{message}"
+        );
+        assert!(!message.contains("set another nsec3_salt"), "{message}");
+        let advice = "zones = [\"example.com.\"]\ndenial = \"nsec3\"\n\
+                      [zone.\"example.com.\"]\ndenial = \"nsec\"\n";
+        let config: super::super::DnssecConfig = toml::from_str(advice).expect("parses");
+        assert_eq!(config.problem(), None);
+        let settings = ZoneSettings::for_zone(&config, "example.com.").expect("resolves");
+        assert_eq!(settings.nsec3(), None);
+    }
 }

@@ -114,6 +114,7 @@ pub fn load_after(
     };
     let signing = keys.sign_steered(&zones, steering.as_ref(), signed)?;
     warnings.extend(keys.seed_warnings(config));
+    warnings.extend(keys.algorithm_warnings(config));
     if let Some(material) = &tls {
         warnings.extend(material.warning(crate::tls::unix_now()));
     }
@@ -401,6 +402,18 @@ impl DnssecKeys {
             signed_at: self.now,
             rollover_at,
         }))
+    }
+
+    /// The warning for each zone whose keys are not of its configured algorithm: they are
+    /// kept, and rolled over to keys of their own algorithm (see `crate::dnssec::rollover`).
+    fn algorithm_warnings(&self, config: &Config) -> Vec<String> {
+        self.zones
+            .iter()
+            .filter_map(|z| {
+                crate::dnssec::rollover::algorithm_mismatch(&z.keys, &z.settings, self.now)
+            })
+            .map(|note| format!("{}: {note}", config_location(config, "dnssec")))
+            .collect()
     }
 
     /// The warning for each key directory whose zones have key lifetimes set but no rollover
