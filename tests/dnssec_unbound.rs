@@ -1140,8 +1140,9 @@ fn parent_zone(ds: &[String]) -> String {
     text
 }
 
-/// The CDS records `server` publishes for example.com., as DS lines (`… IN DS tag 13 2 HEX`).
-fn child_cds(server: SocketAddr) -> Vec<String> {
+/// The CDS records `server` publishes for example.com., as DS lines (`… IN DS tag 13 2 HEX`),
+/// sorted, and dig's whole output (for a failure's message).
+fn child_cds(server: SocketAddr) -> (Vec<String>, String) {
     let text = dig_direct(server, &["+nosplit", "example.com", "CDS"]);
     let mut ds: Vec<String> = text
         .lines()
@@ -1153,7 +1154,7 @@ fn child_cds(server: SocketAddr) -> Vec<String> {
         })
         .collect();
     ds.sort();
-    ds
+    (ds, text)
 }
 
 /// The CSK lines of `steerdns dnssec status`: (tag, state, next event).
@@ -1231,8 +1232,12 @@ fn a_csk_rolls_over_with_the_parent_following_cds_and_validation_never_breaks() 
             unbound.validated(question);
         }
         // The parent operator (RFC 7344): publish what the child's CDS says.
-        let cds = child_cds(child_daemon.dns);
-        assert!(!cds.is_empty(), "the child always publishes CDS");
+        let (cds, dig_output) = child_cds(child_daemon.dns);
+        assert!(
+            !cds.is_empty(),
+            "the child always publishes CDS; dig said:\n{dig_output}\nkeys: {:?}",
+            csk_status(&child.config)
+        );
         if cds != delegated {
             let before = parent_daemon.accepted();
             std::fs::write(&zone_path, parent_zone(&cds)).expect("parent zone");
