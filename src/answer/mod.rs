@@ -210,6 +210,7 @@ fn count(
 
 /// Counts one query, by transport, answered (with its rcode and whether it was truncated) or
 /// not, and, when answered, by zone (`None`: no zone of ours, or no question).
+#[inline]
 fn count_query(
     snapshot: &Snapshot,
     client: &Requester,

@@ -65,6 +65,24 @@ fn unmap(addr: IpAddr) -> IpAddr {
     }
 }
 
+/// The demand of an anycast answer for the shield (see [`DemandCounters::sample`]); `None`
+/// for other answers and for clients whose demand does not count.
+fn demand_of(
+    data: &SteeringData,
+    source: IpAddr,
+    subnet: Option<&ClientSubnet>,
+    decision: &Decision<'_>,
+) -> Option<DemandSample> {
+    let (region, choice) = decision.trace.anycast?;
+    let addr = demand_address(data, source, subnet)?;
+    let to = match choice {
+        AnycastChoice::Global | AnycastChoice::Kept { .. } => Destination::Global,
+        AnycastChoice::Forced(d) | AnycastChoice::Drained(d) => d,
+        AnycastChoice::Shed { destination, .. } => destination,
+    };
+    Some(data.demand.sample(addr, region, to, decision.ttl))
+}
+
 /// What profile roots are evaluated with: they never read the shield's view.
 static NO_SHED: OnceLock<ShedView> = OnceLock::new();
 
@@ -156,27 +174,26 @@ impl<'s> ClientSteering<'s> {
 }
 
 impl<'s> ClientSteering<'s> {
-    /// The policy's decision for `binding`, not counted.
-    fn decide(&self, binding: SteeredBinding) -> Option<Decision<'s>> {
+    /// The policy's decision under `root`, not counted.
+    #[inline]
+    fn decide(&self, root: PolicyRoot) -> Decision<'s> {
         let policies = &self.data.policies;
-        let steered = policies.steered().get(binding.index())?;
         let client = self.client();
-        let decision = match steered.root {
+        match root {
             PolicyRoot::Anycast { .. } => {
                 let shed = self.shed.get_or_init(|| self.shield.view());
-                evaluate(policies, steered.root, client, shed)
+                evaluate(policies, root, client, shed)
             }
             PolicyRoot::Profile { .. } if self.health.is_empty() => {
                 let shed = NO_SHED.get_or_init(ShedView::default);
-                evaluate(policies, steered.root, client, shed)
+                evaluate(policies, root, client, shed)
             }
             PolicyRoot::Profile { .. } => {
                 let shed = NO_SHED.get_or_init(ShedView::default);
                 let health = self.health_view.get_or_init(|| self.health.view());
-                evaluate_with_health(policies, steered.root, client, shed, health)
+                evaluate_with_health(policies, root, client, shed, health)
             }
-        };
-        Some(decision)
+        }
     }
 
     /// The decision for `binding`, counted: the one the fast path handed over, or a new one,
@@ -189,30 +206,18 @@ impl<'s> ClientSteering<'s> {
         let reuse = self.handed_over && matches!(self.decided, Some((b, _)) if b == binding);
         self.handed_over = false;
         if !reuse {
-            let decision = self.decide(binding)?;
-            self.count(binding, &decision);
-            self.decided = Some((binding, decision));
-        }
-        self.decided.as_ref().map(|(_, decision)| decision)
-    }
-
-    /// Counts a new decision (steered-answer counters) and notes the demand of the query's
-    /// first anycast answer for the shield.
-    fn count(&mut self, binding: SteeredBinding, decision: &Decision<'s>) {
-        let region = self.client().region;
-        self.counters
-            .record_steered(binding, region, &decision.trace);
-        if let (Some((region, choice)), None) = (decision.trace.anycast, self.demand) {
-            let subnet = self.subnet.as_ref();
-            if let Some(addr) = demand_address(self.data, self.source, subnet) {
-                let to = match choice {
-                    AnycastChoice::Global | AnycastChoice::Kept { .. } => Destination::Global,
-                    AnycastChoice::Forced(d) | AnycastChoice::Drained(d) => d,
-                    AnycastChoice::Shed { destination, .. } => destination,
-                };
-                self.demand = Some(self.data.demand.sample(addr, region, to, decision.ttl));
+            let root = self.data.policies.steered().get(binding.index())?.root;
+            let region = self.client().region;
+            // Built in its slot and counted there: no copy of the decision on the way.
+            let (_, decision) = self.decided.insert((binding, self.decide(root)));
+            self.counters
+                .record_steered(binding, region, &decision.trace);
+            if self.demand.is_none() {
+                let subnet = self.subnet.as_ref();
+                self.demand = demand_of(self.data, self.source, subnet, decision);
             }
         }
+        self.decided.as_ref().map(|(_, decision)| decision)
     }
 
     /// The fast path's question: for an A (or AAAA) query at `binding`'s name, the addresses
