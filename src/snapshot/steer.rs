@@ -34,7 +34,7 @@ pub fn locate(
     subnet: Option<&ClientSubnet>,
 ) -> policy::LocatedClient {
     let addr = match subnet {
-        Some(ecs) if ecs.source_prefix > 0 => unmap(ecs.addr),
+        Some(ecs) if located_by_ecs(subnet) => unmap(ecs.addr),
         _ => source,
     };
     let located = locator.locate(addr);
@@ -45,17 +45,9 @@ pub fn locate(
     }
 }
 
-/// The address this query's demand counts by, if it counts (see
-/// [`DemandCounters::counted_address`]).
-fn demand_address(
-    data: &SteeringData,
-    source: IpAddr,
-    subnet: Option<&ClientSubnet>,
-) -> Option<IpAddr> {
-    let ecs = subnet
-        .filter(|e| e.source_prefix > 0)
-        .map(|e| unmap(e.addr));
-    data.demand.counted_address(source, ecs)
+/// Whether the client was located by its ECS address (else by the query's source).
+fn located_by_ecs(subnet: Option<&ClientSubnet>) -> bool {
+    subnet.is_some_and(|ecs| ecs.source_prefix > 0)
 }
 
 fn unmap(addr: IpAddr) -> IpAddr {
@@ -71,10 +63,13 @@ fn demand_of(
     data: &SteeringData,
     source: IpAddr,
     subnet: Option<&ClientSubnet>,
+    client: &policy::LocatedClient,
     decision: &Decision<'_>,
 ) -> Option<DemandSample> {
     let (region, choice) = decision.trace.anycast?;
-    let addr = demand_address(data, source, subnet)?;
+    // The address the client was located by is the ECS address when there is one.
+    let ecs = located_by_ecs(subnet).then_some(client.addr);
+    let addr = data.demand.counted_address(source, ecs)?;
     let to = match choice {
         AnycastChoice::Global | AnycastChoice::Kept { .. } => Destination::Global,
         AnycastChoice::Forced(d) | AnycastChoice::Drained(d) => d,
@@ -212,9 +207,9 @@ impl<'s> ClientSteering<'s> {
             let (_, decision) = self.decided.insert((binding, self.decide(root)));
             self.counters
                 .record_steered(binding, region, &decision.trace);
-            if self.demand.is_none() {
+            if let (None, Some(client)) = (self.demand, self.located.get()) {
                 let subnet = self.subnet.as_ref();
-                self.demand = demand_of(self.data, self.source, subnet, decision);
+                self.demand = demand_of(self.data, self.source, subnet, client, decision);
             }
         }
         self.decided.as_ref().map(|(_, decision)| decision)
