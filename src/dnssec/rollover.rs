@@ -412,12 +412,18 @@ mod tests {
         assert_eq!(due_at(Role::Zsk, &t, &never, 3600), None);
     }
 
-    #[test]
-    fn nodes_rolling_apart_make_the_same_successor() {
-        let dir = std::env::temp_dir().join(format!("steerdns-roll-{}", std::process::id()));
+    /// A fresh key directory for this test process, with its rollover seed.
+    fn seeded_key_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("dir");
         ensure_seed(&dir).expect("seed");
+        dir
+    }
+
+    #[test]
+    fn nodes_rolling_apart_make_the_same_successor() {
+        let dir = seeded_key_dir("steerdns-roll");
         let c = config();
         let t = Timing {
             created: 100,
@@ -464,10 +470,7 @@ mod tests {
 
     #[test]
     fn keys_of_another_algorithm_are_kept_said_and_rolled_to_their_own() {
-        let dir = std::env::temp_dir().join(format!("steerdns-roll-alg-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        ensure_seed(&dir).expect("seed");
+        let dir = seeded_key_dir("steerdns-roll-alg");
         // Configured Ed25519 (15) for the zone; its key directory holds ECDSA P-256 (13).
         let section = super::super::DnssecConfig {
             keys: dir.clone(),

@@ -599,23 +599,22 @@ impl Prediction {
     }
 }
 
+/// The reading of ring member `i`, if there is one.
+fn reading_at(readings: &[Option<Reading>], i: usize) -> Option<Reading> {
+    readings.get(i).copied().flatten()
+}
+
 /// The `n` loads as read (none where there is no reading).
 fn measured_loads(readings: &[Option<Reading>], n: usize) -> Vec<Option<f64>> {
     (0..n)
-        .map(|i| readings.get(i).copied().flatten().map(|r| r.load))
+        .map(|i| reading_at(readings, i).map(|r| r.load))
         .collect()
 }
 
 /// The `n` capacities as read (0 where there is no reading: no utilisation can be told).
 fn capacities(readings: &[Option<Reading>], n: usize) -> Vec<f64> {
     (0..n)
-        .map(|i| {
-            readings
-                .get(i)
-                .copied()
-                .flatten()
-                .map_or(0.0, |r| r.capacity)
-        })
+        .map(|i| reading_at(readings, i).map_or(0.0, |r| r.capacity))
         .collect()
 }
 
@@ -635,7 +634,7 @@ fn utilisations(loads: &[Option<f64>], capacities: &[f64]) -> Vec<f64> {
 fn measured_utilisations(readings: &[Option<Reading>], n: usize) -> Vec<Option<f64>> {
     (0..n)
         .map(|i| {
-            let reading = readings.get(i).copied().flatten()?;
+            let reading = reading_at(readings, i)?;
             (reading.capacity > 0.0).then(|| reading.load / reading.capacity)
         })
         .collect()
@@ -644,20 +643,14 @@ fn measured_utilisations(readings: &[Option<Reading>], n: usize) -> Vec<Option<f
 /// The ages of the `n` readings (none where there is no reading).
 fn ages(readings: &[Option<Reading>], n: usize) -> Vec<Option<u64>> {
     (0..n)
-        .map(|i| readings.get(i).copied().flatten().map(|r| r.age_ms))
+        .map(|i| reading_at(readings, i).map(|r| r.age_ms))
         .collect()
 }
 
 /// Whether each of the `n` readings is younger than `stale_after_ms` (no reading: not fresh).
 fn fresh(readings: &[Option<Reading>], n: usize, stale_after_ms: u64) -> Vec<bool> {
     (0..n)
-        .map(|i| {
-            readings
-                .get(i)
-                .copied()
-                .flatten()
-                .is_some_and(|r| r.age_ms < stale_after_ms)
-        })
+        .map(|i| reading_at(readings, i).is_some_and(|r| r.age_ms < stale_after_ms))
         .collect()
 }
 
