@@ -6,8 +6,7 @@
 //! forward and writes back, so a restarted server resumes a rollover where it was.
 
 use std::fmt;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use data_encoding::BASE64;
@@ -162,6 +161,8 @@ pub enum KeyError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Replace(#[from] crate::files::WriteError),
     #[error("{path}: {message}")]
     Bad { path: PathBuf, message: String },
     #[error("{path}: readable by group or others (mode {mode:o}); private keys must be 0600")]
@@ -353,7 +354,7 @@ impl Key {
         }
     }
 
-    /// Writes the key file (new or updated timing), 0600, atomically (temp file + rename).
+    /// Writes the key file (new or updated timing), 0600, atomically ([`crate::files::replace_private_file`]).
     pub fn save(&self) -> Result<(), KeyError> {
         let file = KeyFile {
             zone: self.zone.clone(),
@@ -377,23 +378,10 @@ impl Key {
             self.role.as_str(),
             self.tag
         );
-        let tmp = self.path.with_extension("toml.tmp");
-        let write = || -> std::io::Result<()> {
-            let mut out = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            out.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-            out.write_all(text.as_bytes())?;
-            out.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
-        };
-        write().map_err(|source| KeyError::Write {
-            path: self.path.clone(),
-            source,
-        })
+        // Two nodes (or a node and `keygen`) may save the same key: each writes its own
+        // temporary file, and the rename and the directory are flushed before this returns.
+        crate::files::replace_private_file(&self.path, text.as_bytes())?;
+        Ok(())
     }
 }
 

@@ -16,7 +16,7 @@ mod replace;
 
 pub(crate) use durable::flush_in_background;
 pub(crate) use replace::{parent_dir, replace_file_unflushed, resolve_symlink};
-pub use replace::{replace_file, WriteError};
+pub use replace::{replace_file, replace_private_file, WriteError};
 
 /// Largest config, control or load-feed file (they are small by nature).
 pub const SMALL_FILE_LIMIT: u64 = 16 << 20;

@@ -1,14 +1,19 @@
 //! Replacing a file atomically: readers see the old content or the new, never a mix, and a
 //! crash leaves one of the two on disk. Used for the control file's edits (CLI and fleet cache),
-//! the control history's versions and bundle markers.
+//! the control history's versions, bundle markers, the GeoIP database `geoip build` writes and
+//! DNSSEC key files (private: [`replace_private_file`]).
 //!
 //! Owns the temporary-file-and-rename dance (permissions, owner and symbolic links kept) and
 //! its errors; what is written, and under which lock, is the caller's business.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The mode of a private file (DNSSEC keys): its owner may read and write it, nobody else.
+const PRIVATE_MODE: u32 = 0o600;
 
 /// A failed step of an atomic file replacement; names the file being replaced.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +34,13 @@ pub struct WriteError {
 /// and flushes the directory. The original file's permissions are kept (and, best effort, its
 /// owner). If `path` is a symbolic link, the file it points to is replaced and the link kept.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    replace(path, bytes, Flush::Now).map(|_| ())
+    replace(path, bytes, Flush::Now, Access::KeepOriginal).map(|_| ())
+}
+
+/// Like [`replace_file`], for secrets: the file is 0600 whatever the original's mode was, and
+/// so is the temporary file from the moment it is created, before a byte is written to it.
+pub fn replace_private_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    replace(path, bytes, Flush::Now, Access::OwnerOnly).map(|_| ())
 }
 
 /// Like [`replace_file`], atomic for readers (they see the old or the new content) but not yet
@@ -39,13 +50,22 @@ pub(crate) fn replace_file_unflushed(
     path: &Path,
     bytes: &[u8],
 ) -> Result<[PathBuf; 2], WriteError> {
-    replace(path, bytes, Flush::Later)
+    replace(path, bytes, Flush::Later, Access::KeepOriginal)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Flush {
     Now,
     Later,
+}
+
+/// Who may read the new file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Whoever could read the file it replaces (the umask's default for a new file).
+    KeepOriginal,
+    /// Its owner only (0600), from the temporary file's creation on.
+    OwnerOnly,
 }
 
 /// The directory holding `target` (`.` for a bare file name).
@@ -57,7 +77,12 @@ pub(crate) fn parent_dir(target: &Path) -> PathBuf {
 }
 
 /// Replaces the file; returns the file replaced (a symbolic link followed) and its directory.
-fn replace(path: &Path, bytes: &[u8], flush: Flush) -> Result<[PathBuf; 2], WriteError> {
+fn replace(
+    path: &Path,
+    bytes: &[u8],
+    flush: Flush,
+    access: Access,
+) -> Result<[PathBuf; 2], WriteError> {
     let target = resolve_symlink(path)?;
     let fail = |action: &'static str| {
         let target = target.clone();
@@ -74,14 +99,16 @@ fn replace(path: &Path, bytes: &[u8], flush: Flush) -> Result<[PathBuf; 2], Writ
         Err(e) => return Err(fail("read the current file's permissions")(e)),
     };
     let (temp_path, mut temp) =
-        create_temp(&dir, &target).map_err(fail("create a temporary file next to it"))?;
+        create_temp(&dir, &target, access).map_err(fail("create a temporary file next to it"))?;
     let result = (|| {
         temp.write_all(bytes)
             .map_err(fail("write the temporary file"))?;
         if let Some(meta) = &original {
             copy_ownership_best_effort(&temp_path, meta);
-            temp.set_permissions(meta.permissions())
-                .map_err(fail("copy the permissions to the temporary file"))?;
+            if access == Access::KeepOriginal {
+                temp.set_permissions(meta.permissions())
+                    .map_err(fail("copy the permissions to the temporary file"))?;
+            }
         }
         if flush == Flush::Now {
             temp.sync_all()
@@ -118,8 +145,9 @@ pub(crate) fn resolve_symlink(path: &Path) -> Result<PathBuf, WriteError> {
     }
 }
 
-/// Creates a fresh, uniquely named hidden file next to `target`.
-fn create_temp(dir: &Path, target: &Path) -> io::Result<(PathBuf, File)> {
+/// Creates a fresh, uniquely named hidden file next to `target` (0600 for [`Access::OwnerOnly`],
+/// set again after creation: the umask cannot widen it, but an odd umask could narrow it).
+fn create_temp(dir: &Path, target: &Path, access: Access) -> io::Result<(PathBuf, File)> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let name = target
         .file_name()
@@ -128,12 +156,18 @@ fn create_temp(dir: &Path, target: &Path) -> io::Result<(PathBuf, File)> {
     loop {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let temp_path = dir.join(format!(".{name}.tmp.{}.{n}", std::process::id()));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp_path)
-        {
-            Ok(file) => return Ok((temp_path, file)),
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        if access == Access::OwnerOnly {
+            options.mode(PRIVATE_MODE);
+        }
+        match options.open(&temp_path) {
+            Ok(file) => {
+                if access == Access::OwnerOnly {
+                    file.set_permissions(fs::Permissions::from_mode(PRIVATE_MODE))?;
+                }
+                return Ok((temp_path, file));
+            }
             // A leftover from a crashed process with the same pid: try the next name.
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
@@ -187,6 +221,27 @@ mod tests {
             fs::read_to_string(dir.join("fresh.toml")).unwrap(),
             "x = 1\n"
         );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_private_file_is_owner_only_whatever_it_replaces() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("private");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let fresh = dir.join("Kexample.toml");
+        replace_private_file(&fresh, b"secret = 1\n").unwrap();
+        assert_eq!(mode(&fresh), 0o600);
+        // An existing world-readable file becomes private too (not kept at its mode).
+        fs::set_permissions(&fresh, fs::Permissions::from_mode(0o644)).unwrap();
+        replace_private_file(&fresh, b"secret = 2\n").unwrap();
+        assert_eq!(fs::read_to_string(&fresh).unwrap(), "secret = 2\n");
+        assert_eq!(mode(&fresh), 0o600);
+        let names: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["Kexample.toml"], "no temporary file left");
         fs::remove_dir_all(&dir).unwrap();
     }
 
