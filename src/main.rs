@@ -453,7 +453,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("steerdns: {e:#}");
+            eprintln!("steerdns: {}", cli::report(&e));
             ExitCode::FAILURE
         }
     }

@@ -6,7 +6,10 @@
 pub mod dnssec;
 pub mod fleet;
 mod http;
+mod report;
 pub mod rollout;
+
+pub use report::report;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -328,7 +331,7 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
         }
         Err(e) => {
             // No server: show what the files would serve.
-            eprintln!("{e:#}; showing the files instead");
+            eprintln!("{}; showing the files instead", report(&e));
             let loaded = load_with(&config, ControlSource::FromConfig)
                 .map_err(|p| anyhow::anyhow!("the files do not load: {}", p.join("; ")))?;
             let Some(steering) = loaded.compiled.steering() else {
