@@ -98,8 +98,10 @@ pub struct ClientSteering<'s> {
     /// The address that sent the query, and the ECS option it carried.
     source: IpAddr,
     subnet: Option<ClientSubnet>,
-    /// Where the client is: located when a decision first needs it.
-    located: OnceCell<policy::LocatedClient>,
+    /// Where the client is: located when a decision first needs it. (An `Option` filled
+    /// through `&mut self`, not a `OnceCell`: the cell's out-of-line initialisation was a
+    /// visible part of a steered answer's instructions.)
+    located: Option<policy::LocatedClient>,
     /// Pre-signed answers (signed zones), for queries that set DO.
     sigs: Option<&'s SteeredSigs>,
     /// The demand of the first anycast answer decided, for the answer path to count once it
@@ -133,7 +135,7 @@ impl<'s> ClientSteering<'s> {
             health_view: OnceCell::new(),
             source,
             subnet: subnet.copied(),
-            located: OnceCell::new(),
+            located: None,
             sigs,
             demand: None,
             decided: None,
@@ -162,18 +164,24 @@ impl<'s> ClientSteering<'s> {
     }
 
     /// Where the client is (located on first use).
-    fn client(&self) -> &policy::LocatedClient {
-        self.located
-            .get_or_init(|| locate(&self.data.locator, self.source, self.subnet.as_ref()))
+    #[inline]
+    fn client(&mut self) -> policy::LocatedClient {
+        match self.located {
+            Some(client) => client,
+            None => {
+                let client = locate(&self.data.locator, self.source, self.subnet.as_ref());
+                self.located = Some(client);
+                client
+            }
+        }
     }
 }
 
 impl<'s> ClientSteering<'s> {
-    /// The policy's decision under `root`, not counted.
+    /// The policy's decision under `root` for `client`, not counted.
     #[inline]
-    fn decide(&self, root: PolicyRoot) -> Decision<'s> {
+    fn decide(&self, root: PolicyRoot, client: &policy::LocatedClient) -> Decision<'s> {
         let policies = &self.data.policies;
-        let client = self.client();
         match root {
             PolicyRoot::Anycast { .. } => {
                 let shed = self.shed.get_or_init(|| self.shield.view());
@@ -202,14 +210,14 @@ impl<'s> ClientSteering<'s> {
         self.handed_over = false;
         if !reuse {
             let root = self.data.policies.steered().get(binding.index())?.root;
-            let region = self.client().region;
+            let client = self.client();
             // Built in its slot and counted there: no copy of the decision on the way.
-            let (_, decision) = self.decided.insert((binding, self.decide(root)));
+            let (_, decision) = self.decided.insert((binding, self.decide(root, &client)));
             self.counters
-                .record_steered(binding, region, &decision.trace);
-            if let (None, Some(client)) = (self.demand, self.located.get()) {
+                .record_steered(binding, client.region, &decision.trace);
+            if self.demand.is_none() {
                 let subnet = self.subnet.as_ref();
-                self.demand = demand_of(self.data, self.source, subnet, client, decision);
+                self.demand = demand_of(self.data, self.source, subnet, &client, decision);
             }
         }
         self.decided.as_ref().map(|(_, decision)| decision)
