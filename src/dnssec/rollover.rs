@@ -391,13 +391,7 @@ mod tests {
                 retire: 70
             }
         );
-        let t = Timing {
-            created: 100,
-            publish: 100,
-            activate: 100,
-            retire: None,
-            remove: None,
-        };
+        let t = active_since(100);
         assert_eq!(due_at(Role::Zsk, &t, &c, 3600), Some(100 + 1000 - 70));
         assert_eq!(due_at(Role::Csk, &t, &c, 3600), Some(100 + 5000 - 310));
         let rolling = Timing {
@@ -410,6 +404,17 @@ mod tests {
             ..c.clone()
         };
         assert_eq!(due_at(Role::Zsk, &t, &never, 3600), None);
+    }
+
+    /// A key created, published and active at `t`, with no retirement planned.
+    fn active_since(t: u64) -> Timing {
+        Timing {
+            created: t,
+            publish: t,
+            activate: t,
+            retire: None,
+            remove: None,
+        }
     }
 
     /// A fresh key directory for this test process, with its rollover seed.
@@ -425,13 +430,7 @@ mod tests {
     fn nodes_rolling_apart_make_the_same_successor() {
         let dir = seeded_key_dir("steerdns-roll");
         let c = config();
-        let t = Timing {
-            created: 100,
-            publish: 100,
-            activate: 100,
-            retire: None,
-            remove: None,
-        };
+        let t = active_since(100);
         for algorithm in [Algorithm::EcdsaP256Sha256, Algorithm::Ed25519] {
             let key = super::super::keys::generate(&dir, "example.org.", algorithm, Role::Zsk, t)
                 .expect("keygen");
@@ -492,13 +491,7 @@ mod tests {
         };
         let c = ZoneSettings::for_zone(&section, "example.org.").expect("valid settings");
         assert_eq!(c.algorithm, Algorithm::Ed25519);
-        let t = Timing {
-            created: 100,
-            publish: 100,
-            activate: 100,
-            retire: None,
-            remove: None,
-        };
+        let t = active_since(100);
         let gen = |role| {
             super::super::keys::generate(&dir, "example.org.", Algorithm::EcdsaP256Sha256, role, t)
                 .expect("keygen")
