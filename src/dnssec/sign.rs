@@ -77,7 +77,6 @@ pub fn rrsig_labels(owner: &[u8]) -> u8 {
 
 /// Signs one RRset (`rdatas` in any order, duplicates allowed) with `key`; returns the
 /// RRSIG RDATA. `owner` and `signer` are uncompressed wire names.
-#[allow(clippy::too_many_arguments)]
 pub fn sign_rrset(
     key: &Key,
     signer: &[u8],

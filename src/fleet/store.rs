@@ -332,7 +332,6 @@ pub async fn seed(
 /// writer got in first) re-reads and re-applies the edit, so concurrent edits all land. The
 /// written text carries `serial` one above the newest in etcd. `emergency` is recorded in
 /// the history entry (the staged rollout then skips its bake times).
-#[allow(clippy::too_many_arguments)]
 pub async fn update(
     client: &mut Client,
     keys: &Keys,

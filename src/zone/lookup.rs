@@ -340,7 +340,6 @@ fn answer_missing<'z>(
 
 /// Answers from an existing node (exact match or wildcard source, `key` its name); returns a
 /// CNAME to follow.
-#[allow(clippy::too_many_arguments)]
 fn answer_node<'z>(
     zone: &'z Zone,
     key: &'z [u8],
