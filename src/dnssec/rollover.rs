@@ -533,4 +533,153 @@ mod tests {
         assert_eq!(algorithm_mismatch(&[ed], &matching, 500), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// example.com. built from zone-file text (unsigned).
+    fn test_zone(text: &str) -> crate::zone::model::Zone {
+        use crate::zone::model::{RecordInput, Zone};
+        let origin = hickory_proto::rr::Name::from_ascii("example.com.").expect("origin");
+        let parsed = crate::zone::parse::parse_zone_text(
+            text,
+            std::path::Path::new("example.com.zone"),
+            &origin,
+        )
+        .expect("test zone parses");
+        let records = parsed.records.iter().map(|r| RecordInput {
+            name: &r.name,
+            rtype: u16::from(r.rtype),
+            ttl: r.ttl,
+            rdata: &r.rdata,
+        });
+        Zone::build(&origin, records).expect("test zone builds")
+    }
+
+    /// The DS RDATA of the CDS records at the apex of a signed `zone`.
+    fn served_cds(zone: &crate::zone::model::Zone) -> Vec<Vec<u8>> {
+        let apex = zone.nodes.get(&zone.apex).expect("apex");
+        apex.rrsets
+            .iter()
+            .filter(|s| s.rtype == crate::dns::wire::rtype::CDS)
+            // type, class, TTL, RDLENGTH, then the RDATA.
+            .flat_map(|s| s.records().map(|r| r[10..].to_vec()).collect::<Vec<_>>())
+            .collect()
+    }
+
+    #[test]
+    fn a_csk_rollover_never_leaves_the_cds_set_empty_at_any_second() {
+        use super::super::zone::{parent_keys, sign_zone, SteeredTypes};
+        // The integration test's child (tests/dnssec_unbound.rs): a CSK living 20 s, DNSKEY and
+        // DS TTLs of 2 s, 4 s of propagation, a 2-second refresh period.
+        let settings_in = |dir: &Path| {
+            let section = super::super::DnssecConfig {
+                keys: dir.to_path_buf(),
+                zones: vec!["example.com.".into()],
+                refresh_secs: 2,
+                signature_validity_secs: 60,
+                ksk_lifetime_secs: 20,
+                dnskey_ttl: 2,
+                parent_ds_ttl: 2,
+                propagation_delay_secs: 4,
+                ..super::super::DnssecConfig::default()
+            };
+            ZoneSettings::for_zone(&section, "example.com.").expect("valid settings")
+        };
+        let text = "$TTL 3\n@ IN SOA ns1 h 1 2 3 4 5\n@ IN NS ns1\nns1 IN A 192.0.2.1\n\
+                    mail IN A 192.0.2.2\n";
+        let t0: u64 = 1_700_000_001;
+        // The re-signing thread plans rollovers when it wakes: every second, or late (under
+        // load) every `lag` seconds. Whatever reloads the snapshot at second `now` (the
+        // re-signing thread after its plan, a SIGHUP, a config change) reads the key files as
+        // they are then and signs with the key states at that same `now`: what it serves until
+        // the next reload is the CDS set of that moment. So every (`lag`, `now`) is checked.
+        for lag in [1u64, 2, 3, 5, 7] {
+            let dir = seeded_key_dir(&format!("steerdns-roll-cds-{lag}"));
+            let settings = settings_in(&dir);
+            let first = Timing {
+                created: t0,
+                publish: t0,
+                activate: t0,
+                retire: None,
+                remove: None,
+            };
+            super::super::keys::generate(
+                &dir,
+                "example.com.",
+                Algorithm::Ed25519,
+                Role::Csk,
+                first,
+            )
+            .expect("keygen");
+            let mut max_ttl = 0;
+            let mut successors = std::collections::BTreeSet::new();
+            let mut double_ds_seconds = 0;
+            let mut previous: Option<Vec<Vec<u8>>> = None;
+            for now in t0..t0 + 150 {
+                if (now - t0).is_multiple_of(lag) {
+                    let mut keys =
+                        super::super::keys::load_zone_keys(&dir, "example.com.").expect("load");
+                    let rolls = plan(&keys, &settings, max_ttl, now);
+                    apply(&dir, &mut keys, &rolls).expect("apply");
+                    retire_files(&keys, now);
+                }
+                let keys = super::super::keys::load_zone_keys(&dir, "example.com.").expect("load");
+                let states: Vec<String> = keys
+                    .iter()
+                    .map(|k| format!("{} {} {:?}", k.tag, k.timing.state(now), k.timing))
+                    .collect();
+                let mut zone = test_zone(text);
+                let signed = sign_zone(
+                    &mut zone,
+                    &keys,
+                    &settings,
+                    &settings.window(now),
+                    now,
+                    &|_| SteeredTypes::default(),
+                )
+                .unwrap_or_else(|e| panic!("lag {lag}, at t0+{}: {e}; {states:#?}", now - t0));
+                max_ttl = signed.max_ttl;
+                let cds = served_cds(&zone);
+                assert!(
+                    !cds.is_empty(),
+                    "lag {lag}, at t0+{}: no CDS; keys {states:#?}",
+                    now - t0
+                );
+                let expected: Vec<Vec<u8>> = parent_keys(&keys, now)
+                    .iter()
+                    .map(|k| k.ds_rdata(&zone.apex))
+                    .collect();
+                assert_eq!(cds, expected, "lag {lag}, at t0+{}", now - t0);
+                // The key signing the DNSKEY RRset is always one the parent has (or is told
+                // to have) a DS for.
+                assert!(
+                    signed
+                        .key_signing
+                        .iter()
+                        .all(|tag| parent_keys(&keys, now).iter().any(|k| k.tag == *tag)),
+                    "lag {lag}, at t0+{}: signing keys {:?}; {states:#?}",
+                    now - t0,
+                    signed.key_signing
+                );
+                // A parent following CDS moves one key at a time: each change adds or drops.
+                if let Some(before) = &previous {
+                    if *before != cds {
+                        let kept = cds.iter().filter(|d| before.contains(d)).count();
+                        assert!(
+                            kept >= 1,
+                            "lag {lag}, at t0+{}: CDS replaced whole",
+                            now - t0
+                        );
+                    }
+                }
+                if cds.len() == 2 {
+                    double_ds_seconds += 1;
+                }
+                successors.extend(keys.iter().map(|k| k.tag));
+                previous = Some(cds);
+            }
+            // Not vacuous: the 150 seconds held several rollovers, each with a double-DS phase.
+            assert!(successors.len() >= 5, "lag {lag}: keys {successors:?}");
+            assert!(double_ds_seconds >= 4 * 6, "lag {lag}: {double_ds_seconds}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 }

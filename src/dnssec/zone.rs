@@ -108,11 +108,7 @@ pub fn sign_zone(
     // The apex: the keys, and what the parent should publish (RFC 7344): every key-signing
     // key that has not retired (during a rollover, the old and the new: double-DS).
     let dnskeys: Vec<Vec<u8>> = published.iter().map(|k| k.dnskey_rdata()).collect();
-    let parent: Vec<&Key> = published
-        .iter()
-        .copied()
-        .filter(|k| k.role.signs_keys() && k.timing.retire.is_none_or(|r| now < r))
-        .collect();
+    let parent = parent_keys(keys, now);
     let cds: Vec<Vec<u8>> = parent.iter().map(|k| k.ds_rdata(&apex)).collect();
     let cdnskey: Vec<Vec<u8>> = parent.iter().map(|k| k.dnskey_rdata()).collect();
     let ttl = settings.dnskey_ttl;
@@ -185,6 +181,17 @@ pub fn sign_zone(
         steered_nodata: chain.steered_nodata,
     });
     Ok(signed)
+}
+
+/// The keys the parent should have DS records for at `now`, in CDS and CDNSKEY (RFC 7344):
+/// every published key-signing key that has not retired. During a double-DS rollover
+/// (RFC 7583 §3.3.2) that is the old key and its successor from the successor's publication
+/// until the old key retires, which is when the successor activates.
+pub fn parent_keys(keys: &[Key], now: u64) -> Vec<&Key> {
+    keys.iter()
+        .filter(|k| k.timing.published(now))
+        .filter(|k| k.role.signs_keys() && k.timing.retire.is_none_or(|r| now < r))
+        .collect()
 }
 
 /// NSEC3PARAM (and NSEC3 head) RDATA: SHA-1, `flags`, iterations, salt (RFC 5155 §3.2, §4.2).
