@@ -25,5 +25,7 @@ pub use locator::{
 };
 pub use table::{DatabaseInfo, GeoBlock, GeoHit, GeoLocation, GeoTable};
 
+#[cfg(all(test, feature = "tools"))]
+mod build_tests;
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 
-use super::build::{expected_row, parse_csv};
 use super::*;
 
 fn fixture(name: &str) -> PathBuf {
@@ -15,28 +14,28 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn example_path(name: &str) -> PathBuf {
+pub(super) fn example_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("geoip")
         .join(name)
 }
 
-fn ip(text: &str) -> IpAddr {
+pub(super) fn ip(text: &str) -> IpAddr {
     text.parse().unwrap()
 }
 
 /// A scratch directory unique to this process and test.
-fn scratch_dir(test: &str) -> PathBuf {
+pub(super) fn scratch_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("steerdns-geo-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
 /// Deterministic pseudo-random numbers (splitmix64) so failures reproduce.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next_u64(&mut self) -> u64 {
+    pub(super) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -49,10 +48,10 @@ impl Rng {
     }
 }
 
-type Answer = (Option<(Option<String>, Option<String>)>, usize);
+pub(super) type Answer = (Option<(Option<String>, Option<String>)>, usize);
 
 /// What `maxminddb` itself says: (country, continent) if there is a record, and the prefix.
-fn reference_lookup(reader: &maxminddb::Reader<Vec<u8>>, addr: IpAddr) -> Answer {
+pub(super) fn reference_lookup(reader: &maxminddb::Reader<Vec<u8>>, addr: IpAddr) -> Answer {
     let (record, prefix) = reader
         .lookup_prefix::<maxminddb::geoip2::Country>(addr)
         .unwrap();
@@ -583,143 +582,6 @@ region = "eu-west"
     );
 }
 
-fn csv_error(text: &str) -> String {
-    parse_csv(text, Path::new("rows.csv"))
-        .unwrap_err()
-        .to_string()
-}
-
-#[test]
-fn csv_errors_name_file_and_line() {
-    assert!(
-        csv_error("network,country,continent\n# c\n\n10.0.0.0/33,GB,EU\n")
-            .starts_with("rows.csv:4: ")
-    );
-    assert!(csv_error("10.0.0.1/8,GB,EU\n").contains("did you mean 10.0.0.0/8"));
-    assert!(csv_error("10.0.0.0/8,gb,EU\n").starts_with("rows.csv:1: \"gb\" is not a country code"));
-    assert!(
-        csv_error("10.0.0.0/8,GB,XX\n").starts_with("rows.csv:1: \"XX\" is not a continent code")
-    );
-    assert!(csv_error("10.0.0.0/8,GB\n").contains("expected 3 fields"));
-    let dup = csv_error("10.0.0.0/8,GB,EU\n11.0.0.0/8,,EU\n10.0.0.0/8,,EU\n");
-    assert!(
-        dup.starts_with("rows.csv:3: ") && dup.contains("line 1"),
-        "{dup}"
-    );
-    assert!(csv_error("::ffff:10.0.0.0/104,,EU\n").contains("IPv4 form"));
-    assert!(csv_error("2002:a00::/24,,EU\n").contains("2002::/16"));
-    assert!(csv_error("# only comments\n").contains("no networks"));
-    let missing = build_mmdb_from_csv(Path::new("/nonexistent/x.csv"), Path::new("/tmp/x.mmdb"));
-    assert!(missing
-        .unwrap_err()
-        .to_string()
-        .starts_with("/nonexistent/x.csv: cannot read"));
-}
-
-#[test]
-fn built_database_reads_back_with_maxminddb() {
-    let dir = scratch_dir("build");
-    let csv = dir.join("rows.csv");
-    let text = "network,country,continent\n\
-        81.2.69.0/24,GB,EU\n81.0.0.0/8,,EU\n81.2.69.128/25,SE,EU\n\
-        8.0.0.0/8,,NA\n214.1.1.0/24,,\n\
-        2a00::/12,,EU\n2a02:e700::/29,LY,AF\n2001:218::/32,JP,AS\n";
-    std::fs::write(&csv, text).unwrap();
-    let out = dir.join("out.mmdb");
-    let report = build_mmdb_from_csv(&csv, &out).unwrap();
-    assert_eq!((report.ipv4_networks, report.ipv6_networks), (5, 3));
-    assert_eq!(report.bytes as u64, std::fs::metadata(&out).unwrap().len());
-    let leftovers: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
-        .collect();
-    assert!(leftovers.is_empty(), "temporary file left behind");
-
-    let rows = parse_csv(text, &csv).unwrap();
-    let reader = maxminddb::Reader::open_readfile(&out).unwrap();
-    assert_eq!(reader.metadata.ip_version, 6);
-    let mut probes: Vec<IpAddr> = rows
-        .iter()
-        .flat_map(|r| [r.network.network(), r.network.broadcast()])
-        .collect();
-    probes.extend(
-        [
-            "81.2.69.127",
-            "81.2.70.0",
-            "80.255.255.255",
-            "9.0.0.0",
-            "2a02:e6ff::1",
-            "2001:219::",
-        ]
-        .map(ip),
-    );
-    let mut rng = Rng(5);
-    for _ in 0..2000 {
-        probes.push(IpAddr::V4(Ipv4Addr::from(rng.next_u64() as u32)));
-    }
-    for addr in probes {
-        let (codes, _) = reference_lookup(&reader, addr);
-        let expected = expected_row(&rows, addr).map(|r| (r.country.clone(), r.continent.clone()));
-        assert_eq!(codes, expected, "{addr}");
-    }
-    // IPv4 data is reachable through the IPv4-mapped alias of the IPv6 tree.
-    let (mapped, _) = reference_lookup(&reader, ip("::ffff:81.2.69.200"));
-    assert_eq!(mapped, Some((Some("SE".into()), Some("EU".into()))));
-    // Our own table reads it too.
-    let table = GeoTable::open(&out).unwrap();
-    assert_eq!(
-        table.lookup(ip("81.2.69.1")).map(|h| h.prefix_len),
-        Some(25)
-    );
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-/// `geoip build` writes through `files::replace_file`: a rebuild keeps the database's
-/// permissions, and a write that cannot happen names the output file and the failed step.
-#[test]
-fn rebuilt_database_keeps_its_permissions_and_errors_name_the_output() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = scratch_dir("rebuild");
-    let csv = dir.join("rows.csv");
-    std::fs::write(&csv, "81.2.69.0/24,GB,EU\n").unwrap();
-    let out = dir.join("out.mmdb");
-    build_mmdb_from_csv(&csv, &out).unwrap();
-    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).unwrap();
-    build_mmdb_from_csv(&csv, &out).unwrap();
-    let mode = std::fs::metadata(&out).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o640);
-
-    let nowhere = dir.join("missing-dir/out.mmdb");
-    let message = build_mmdb_from_csv(&csv, &nowhere).unwrap_err().to_string();
-    assert!(
-        message.starts_with(&format!("{}: cannot ", nowhere.display())),
-        "{message}"
-    );
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-#[test]
-fn committed_example_database_matches_its_csv() {
-    let dir = scratch_dir("example");
-    let rebuilt = dir.join("example.mmdb");
-    build_mmdb_from_csv(&example_path("example.csv"), &rebuilt).unwrap();
-    let committed = GeoTable::open(&example_path("example.mmdb")).unwrap();
-    let fresh = GeoTable::open(&rebuilt).unwrap();
-    assert_eq!(
-        committed.v4_entries(),
-        fresh.v4_entries(),
-        "rebuild geoip/example.mmdb (see geoip/README.md)"
-    );
-    assert_eq!(
-        committed.v6_entries(),
-        fresh.v6_entries(),
-        "rebuild geoip/example.mmdb (see geoip/README.md)"
-    );
-    assert_eq!(committed.locations(), fresh.locations());
-    let _ = std::fs::remove_dir_all(dir);
-}
-
 /// Demo IPs from MaxMind's test data (and geoip/README.md).
 const DEMO_IPS: [&str; 20] = [
     "81.2.69.142",
@@ -802,14 +664,4 @@ fn example_database_places_everyday_addresses_by_registry() {
         (ripe_loc.country_str(), ripe_loc.continent_str()),
         (None, Some("EU"))
     );
-}
-
-/// Regenerates geoip/example.mmdb until `steerdns geoip build` is wired:
-/// `cargo test --lib geo::tests::regenerate_example_database -- --ignored`.
-#[test]
-#[ignore = "writes geoip/example.mmdb; run by hand after editing geoip/example.csv"]
-fn regenerate_example_database() {
-    let report =
-        build_mmdb_from_csv(&example_path("example.csv"), &example_path("example.mmdb")).unwrap();
-    assert!(report.ipv4_networks > 200);
 }
