@@ -534,25 +534,6 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// example.com. built from zone-file text (unsigned).
-    fn test_zone(text: &str) -> crate::zone::model::Zone {
-        use crate::zone::model::{RecordInput, Zone};
-        let origin = hickory_proto::rr::Name::from_ascii("example.com.").expect("origin");
-        let parsed = crate::zone::parse::parse_zone_text(
-            text,
-            std::path::Path::new("example.com.zone"),
-            &origin,
-        )
-        .expect("test zone parses");
-        let records = parsed.records.iter().map(|r| RecordInput {
-            name: &r.name,
-            rtype: u16::from(r.rtype),
-            ttl: r.ttl,
-            rdata: &r.rdata,
-        });
-        Zone::build(&origin, records).expect("test zone builds")
-    }
-
     /// The DS RDATA of the CDS records at the apex of a signed `zone`.
     fn served_cds(zone: &crate::zone::model::Zone) -> Vec<Vec<u8>> {
         let apex = zone.nodes.get(&zone.apex).expect("apex");
@@ -626,7 +607,7 @@ mod tests {
                     .iter()
                     .map(|k| format!("{} {} {:?}", k.tag, k.timing.state(now), k.timing))
                     .collect();
-                let mut zone = test_zone(text);
+                let mut zone = crate::zone::model::example_zone(text);
                 let signed = sign_zone(
                     &mut zone,
                     &keys,

@@ -576,27 +576,35 @@ fn soa_numbers(rdata: &[u8]) -> Option<(u32, u32)> {
     Some((word(0), word(16)))
 }
 
+/// Tests' zone: example.com. built from zone-file text (unsigned).
+#[cfg(test)]
+pub(crate) fn example_zone(text: &str) -> Zone {
+    let origin = Name::from_ascii("example.com.").expect("test origin");
+    let parsed = crate::zone::parse::parse_zone_text(
+        text,
+        std::path::Path::new("example.com.zone"),
+        &origin,
+    )
+    .expect("test zone parses");
+    let records = parsed.records.iter().map(|r| RecordInput {
+        name: &r.name,
+        rtype: u16::from(r.rtype),
+        ttl: r.ttl,
+        rdata: &r.rdata,
+    });
+    Zone::build(&origin, records).expect("test zone builds")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zone::parse::parse_zone_text;
-    use std::path::Path;
 
     fn name(text: &str) -> Name {
         Name::from_ascii(text).expect("test name")
     }
 
     fn zone(text: &str) -> Zone {
-        let origin = name("example.com.");
-        let parsed = parse_zone_text(text, Path::new("example.com.zone"), &origin)
-            .expect("test zone parses");
-        let records = parsed.records.iter().map(|r| RecordInput {
-            name: &r.name,
-            rtype: u16::from(r.rtype),
-            ttl: r.ttl,
-            rdata: &r.rdata,
-        });
-        Zone::build(&origin, records).expect("test zone builds")
+        example_zone(text)
     }
 
     fn node<'z>(zone: &'z Zone, text: &str) -> Option<&'z Node> {
