@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 
 use steerdns::config::Config;
 use steerdns::dnssec::keys::{generate, load_zone_keys, normalize_zone, Timing};
+use steerdns::dnssec::rollover::{keys_of_another_algorithm, role_and_tag_list};
 use steerdns::dnssec::{Algorithm, Role, ZoneSettings};
 use steerdns::snapshot::load::load;
 use steerdns::zone::model::name_to_wire;
@@ -92,18 +93,10 @@ fn refuse_algorithm_change(
     let Ok(keys) = load_zone_keys(&settings.keys, &zone) else {
         return Ok(());
     };
-    let others: Vec<&steerdns::dnssec::Key> = keys
-        .iter()
-        .filter(|k| k.timing.remove.is_none_or(|r| now < r))
-        .filter(|k| k.algorithm != algorithm)
-        .collect();
+    let others = keys_of_another_algorithm(&keys, algorithm, now);
     let Some(existing) = others.first() else {
         return Ok(());
     };
-    let listed: Vec<String> = others
-        .iter()
-        .map(|k| format!("{} {}", k.role.as_str(), k.tag))
-        .collect();
     bail!(
         "{zone} has keys of algorithm {} in {} ({}): a new key of algorithm {} would start an \
          algorithm rollover, which steerdns does not carry out (RFC 6781 §4.1.4: the new \
@@ -112,7 +105,7 @@ fn refuse_algorithm_change(
          server agrees), or change algorithms as the README's \"Changing the algorithm\" says",
         existing.algorithm.describe(),
         settings.keys.display(),
-        listed.join(", "),
+        role_and_tag_list(&others),
         algorithm.describe(),
         existing.algorithm.number(),
         existing.algorithm.number(),

@@ -98,7 +98,12 @@ pub struct Timing {
 
 impl Timing {
     pub fn published(&self, now: u64) -> bool {
-        self.publish <= now && self.remove.is_none_or(|r| now < r)
+        self.publish <= now && !self.removed(now)
+    }
+
+    /// Whether the key is gone from the DNSKEY RRset for good at `now`.
+    pub fn removed(&self, now: u64) -> bool {
+        self.remove.is_some_and(|r| r <= now)
     }
 
     pub fn active(&self, now: u64) -> bool {

@@ -110,20 +110,12 @@ pub fn next_start(role: Role, timing: &Timing, settings: &ZoneSettings, now: u64
 /// keeps them, and rolls them over to keys of their own algorithm; see the module doc).
 pub fn algorithm_mismatch(keys: &[Key], settings: &ZoneSettings, now: u64) -> Option<String> {
     let configured = settings.algorithm;
-    let others: Vec<&Key> = keys
-        .iter()
-        .filter(|k| k.timing.remove.is_none_or(|r| now < r))
-        .filter(|k| k.algorithm != configured)
-        .collect();
+    let others = keys_of_another_algorithm(keys, configured, now);
     let first = others.first()?;
     let zone = &first.zone;
     let mut algorithms: Vec<String> = others.iter().map(|k| k.algorithm.describe()).collect();
     algorithms.sort();
     algorithms.dedup();
-    let listed: Vec<String> = others
-        .iter()
-        .map(|k| format!("{} {}", k.role.as_str(), k.tag))
-        .collect();
     let field = &settings.algorithm_field;
     Some(format!(
         "{zone}: {field} is {} but its keys {} in {} are algorithm {}: steerdns keeps signing \
@@ -132,11 +124,27 @@ pub fn algorithm_mismatch(keys: &[Key], settings: &ZoneSettings, now: u64) -> Op
          not carry out); set {field} = {} to match the keys, or see \"Changing the algorithm\" \
          in the README",
         configured.describe(),
-        listed.join(", "),
+        role_and_tag_list(&others),
         settings.keys.display(),
         algorithms.join(" and "),
         first.algorithm.number(),
     ))
+}
+
+/// The keys (of one zone) not yet removed at `now` whose algorithm is not `algorithm`.
+pub fn keys_of_another_algorithm(keys: &[Key], algorithm: Algorithm, now: u64) -> Vec<&Key> {
+    keys.iter()
+        .filter(|k| !k.timing.removed(now) && k.algorithm != algorithm)
+        .collect()
+}
+
+/// `ksk 12345, zsk 23456`: keys as messages name them.
+pub fn role_and_tag_list(keys: &[&Key]) -> String {
+    let listed: Vec<String> = keys
+        .iter()
+        .map(|k| format!("{} {}", k.role.as_str(), k.tag))
+        .collect();
+    listed.join(", ")
 }
 
 /// One rollover to make.

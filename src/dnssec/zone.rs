@@ -91,13 +91,13 @@ pub fn sign_zone(
     // touched, so a refused zone is left as it was. (Its owners do not depend on the types
     // removed below: every node not below a cut is one, but unsigned delegations with opt-out.)
     let nsec3 = settings.nsec3();
-    let nsec3_order = match nsec3 {
+    let nsec3_chain_names = match nsec3 {
         Some(params) => {
             let order = chain_owners(zone, Some(params));
             let origin = zone.origin.to_string();
             let hash = |name: &[u8]| nsec3_hash(name, &params.salt, params.iterations);
             let hashed = hash_chain(&origin, &order, &hash).map_err(|m| unusable(&m))?;
-            Some((order, hashed))
+            Some((params, order, hashed))
         }
         None => None,
     };
@@ -127,8 +127,8 @@ pub fn sign_zone(
             &[&nsec3_param(params, 0)],
         ));
     }
-    let (chain, chain_len) = match (nsec3, nsec3_order) {
-        (Some(params), Some((order, hashed))) => (
+    let (chain, chain_len) = match nsec3_chain_names {
+        Some((params, order, hashed)) => (
             nsec3_chain(
                 zone,
                 &order,
@@ -140,7 +140,7 @@ pub fn sign_zone(
             )?,
             order.len(),
         ),
-        _ => {
+        None => {
             let order = chain_owners(zone, None);
             (
                 nsec_chain(zone, &order, &zone_signing, window, steered)?,
