@@ -679,6 +679,33 @@ fn signatures_are_renewed_before_they_expire_and_validation_never_breaks() {
 }
 
 /// The key tags of the RRSIGs over `rtype` in dig's output.
+/// Every 300 ms until `deadline`: validates `questions` through `unbound`, asks `server` for
+/// mail.example.com A and hands the answer to `check`; returns once one ZSK other than
+/// `old_zsk` signs it.
+fn until_a_new_zsk_signs(
+    unbound: &Unbound,
+    server: SocketAddr,
+    questions: &[&[&str]],
+    old_zsk: &[String],
+    deadline: Instant,
+    mut check: impl FnMut(&str),
+) {
+    loop {
+        for question in questions {
+            unbound.validated(question);
+        }
+        let answer = dig_direct(server, &["mail.example.com", "A"]);
+        check(&answer);
+        let tags = signer_tags(&answer, "A");
+        if tags != old_zsk {
+            assert_eq!(tags.len(), 1, "one ZSK signs: {tags:?}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "the successor never signed");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 fn signer_tags(text: &str, rtype: &str) -> Vec<String> {
     rrsigs(text)
         .iter()
@@ -737,23 +764,12 @@ fn a_zsk_rolls_over_by_itself_across_a_restart_and_validation_never_breaks() {
     let daemon = setup.start();
     let unbound = Unbound::start_strict(setup.dir.path(), daemon.dns, &anchors);
     // Step 2: the successor signs; the old ZSK stays published for what caches hold.
-    loop {
-        for question in questions {
-            unbound.validated(question);
-        }
-        let tags = signer_tags(&dig_direct(daemon.dns, &["mail.example.com", "A"]), "A");
-        if tags != old_zsk {
-            assert_eq!(tags.len(), 1, "one ZSK signs: {tags:?}");
-            assert_eq!(
-                dnskey_count(daemon.dns),
-                3,
-                "the old ZSK is still published"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "the successor never signed");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    until_a_new_zsk_signs(&unbound, daemon.dns, &questions, &old_zsk, deadline, |_| {});
+    assert_eq!(
+        dnskey_count(daemon.dns),
+        3,
+        "the old ZSK is still published"
+    );
     for question in questions {
         unbound.validated(question);
     }
@@ -1406,31 +1422,27 @@ fn keys_of_another_algorithm_than_configured_keep_signing_and_roll_and_are_said(
     let old_zsk = signer_tags(&dig_direct(daemon.dns, &["mail.example.com", "A"]), "A");
     assert_eq!(old_zsk.len(), 1, "one ZSK signs: {old_zsk:?}");
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        for question in questions {
-            unbound.validated(question);
-        }
-        let text = dig_direct(daemon.dns, &["example.com", "DNSKEY"]);
-        let algorithms: Vec<&str> = text
-            .lines()
-            .filter(|l| !l.starts_with(';') && l.split_whitespace().nth(3) == Some("DNSKEY"))
-            .filter_map(|l| l.split_whitespace().nth(6))
-            .collect();
-        assert!(algorithms.iter().all(|a| *a == "13"), "{text}");
-        let answer = dig_direct(daemon.dns, &["mail.example.com", "A"]);
-        let algorithms: Vec<String> = rrsig_algorithms_and_expirations(&answer)
-            .into_iter()
-            .map(|(algorithm, _)| algorithm)
-            .collect();
-        assert!(algorithms.iter().all(|a| a == "13"), "{answer}");
-        let tags = signer_tags(&answer, "A");
-        if tags != old_zsk {
-            assert_eq!(tags.len(), 1, "one ZSK signs: {tags:?}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the successor never signed");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    until_a_new_zsk_signs(
+        &unbound,
+        daemon.dns,
+        &questions,
+        &old_zsk,
+        deadline,
+        |answer| {
+            let text = dig_direct(daemon.dns, &["example.com", "DNSKEY"]);
+            let algorithms: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.starts_with(';') && l.split_whitespace().nth(3) == Some("DNSKEY"))
+                .filter_map(|l| l.split_whitespace().nth(6))
+                .collect();
+            assert!(algorithms.iter().all(|a| *a == "13"), "{text}");
+            let algorithms: Vec<String> = rrsig_algorithms_and_expirations(answer)
+                .into_iter()
+                .map(|(algorithm, _)| algorithm)
+                .collect();
+            assert!(algorithms.iter().all(|a| a == "13"), "{answer}");
+        },
+    );
     for question in questions {
         unbound.validated(question);
     }
