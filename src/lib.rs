@@ -24,6 +24,7 @@ pub mod reload;
 pub mod rfc3339;
 pub mod rollout;
 pub mod rrl;
+pub mod safety;
 pub mod server;
 pub mod shield;
 pub mod snapshot;

@@ -65,6 +65,9 @@ pub struct Config {
     /// The taster: a child process that loads every change before the server does.
     #[serde(default)]
     pub taster: TasterConfig,
+    /// Safety rules every control change must pass (`[[safety.rules]]`).
+    #[serde(default)]
+    pub safety: crate::safety::SafetyConfig,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -392,6 +395,14 @@ pub enum ConfigError {
         field: String,
         message: String,
     },
+    /// A problem of one field whose line is known.
+    #[error("{path}:{line}: {field}: {message}")]
+    InvalidAt {
+        path: PathBuf,
+        line: usize,
+        field: String,
+        message: String,
+    },
 }
 
 impl Default for Config {
@@ -410,6 +421,7 @@ impl Default for Config {
             fleet: None,
             dnssec: crate::dnssec::DnssecConfig::default(),
             taster: TasterConfig::default(),
+            safety: crate::safety::SafetyConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -471,6 +483,7 @@ impl Config {
             }
         })?;
         config.check(path)?;
+        config.check_safety(text, path)?;
         Ok(config)
     }
 
@@ -640,6 +653,20 @@ impl Config {
             return Err(invalid(&problem.field, problem.message));
         }
         Ok(())
+    }
+
+    /// The safety rules against the profiles and regions, the error naming the rule's line.
+    fn check_safety(&self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let Some(problem) = self.safety.problem(&self.profiles, &self.topology) else {
+            return Ok(());
+        };
+        let line = crate::control::line_of_field(text, &problem.field).unwrap_or(0);
+        Err(ConfigError::InvalidAt {
+            path: path.to_path_buf(),
+            line,
+            field: problem.field,
+            message: problem.message,
+        })
     }
 
     fn resolve_paths(&mut self, base: &Path) {
