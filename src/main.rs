@@ -46,6 +46,8 @@ enum Command {
         /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
         #[arg(long)]
         emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
     },
     /// Undo `drain`: the region's clients get their normal answers again.
     Undrain {
@@ -56,6 +58,8 @@ enum Command {
         /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
         #[arg(long)]
         emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
     },
     /// Fleet mode (`[fleet]`): every node's state, seeding, forgetting retired nodes.
     #[command(subcommand)]
@@ -67,6 +71,12 @@ enum Command {
     /// Accepted control versions: list, roll back, compare.
     #[command(subcommand)]
     Control(ControlCommand),
+    /// Safety rules (`[[safety.rules]]`): check a candidate control file against them.
+    #[command(subcommand)]
+    Safety(SafetyCommand),
+    /// Gates in the control file (`[gates]`) that gating safety rules look at.
+    #[command(subcommand)]
+    Gate(GateCommand),
     /// What the running server serves: serial, last refused change, weights, overrides.
     Status {
         #[command(flatten)]
@@ -206,6 +216,8 @@ enum WeightCommand {
         /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
         #[arg(long)]
         emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
     },
     /// Show the weights being served (from the running server, else from the files).
     Show {
@@ -278,6 +290,47 @@ enum RolloutCommand {
 }
 
 #[derive(Subcommand)]
+enum SafetyCommand {
+    /// Evaluate a candidate control file: the safety rules (against the control state now and
+    /// its history) and the loader; exit 1 naming each broken rule or problem.
+    Check {
+        #[command(flatten)]
+        target: cli::Target,
+        /// The candidate control file.
+        file: PathBuf,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum GateCommand {
+    /// Set a gate, e.g. `steerdns gate set break-glass armed` (a change like any other).
+    Set {
+        #[command(flatten)]
+        target: cli::Target,
+        name: String,
+        value: String,
+        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
+        #[arg(long)]
+        emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
+    },
+    /// Remove a gate (`steerdns gate clear break-glass`).
+    Clear {
+        #[command(flatten)]
+        target: cli::Target,
+        name: String,
+        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
+        #[arg(long)]
+        emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
+    },
+}
+
+#[derive(Subcommand)]
 enum ControlCommand {
     /// List accepted control versions (serial, time, source, what changed).
     History {
@@ -293,6 +346,8 @@ enum ControlCommand {
         /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
         #[arg(long)]
         emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
     },
     /// Show what differs between two accepted versions.
     Diff {
@@ -404,7 +459,8 @@ fn main() -> ExitCode {
             profile,
             assignments,
             emergency,
-        }) => cli::weight_set(&target, &profile, &assignments, emergency),
+            overrides,
+        }) => cli::weight_set(&target, &profile, &assignments, emergency, &overrides),
         Command::Weight(WeightCommand::Show { target, profile }) => {
             cli::weight_show(&target, profile.as_deref())
         }
@@ -412,19 +468,40 @@ fn main() -> ExitCode {
             target,
             region,
             emergency,
-        } => cli::drain(&target, &region, true, emergency),
+            overrides,
+        } => cli::drain(&target, &region, true, emergency, &overrides),
         Command::Undrain {
             target,
             region,
             emergency,
-        } => cli::drain(&target, &region, false, emergency),
+            overrides,
+        } => cli::drain(&target, &region, false, emergency, &overrides),
         Command::Control(ControlCommand::History { target }) => cli::history_list(&target),
         Command::Control(ControlCommand::Rollback {
             target,
             version,
             emergency,
-        }) => cli::rollback(&target, version, emergency),
+            overrides,
+        }) => cli::rollback(&target, version, emergency, &overrides),
         Command::Control(ControlCommand::Diff { target, a, b }) => cli::diff(&target, a, b),
+        Command::Safety(SafetyCommand::Check {
+            target,
+            file,
+            overrides,
+        }) => cli::safety::check(&target, &file, &overrides),
+        Command::Gate(GateCommand::Set {
+            target,
+            name,
+            value,
+            emergency,
+            overrides,
+        }) => cli::safety::gate(&target, &name, Some(&value), emergency, &overrides),
+        Command::Gate(GateCommand::Clear {
+            target,
+            name,
+            emergency,
+            overrides,
+        }) => cli::safety::gate(&target, &name, None, emergency, &overrides),
         Command::Status { target, json } => cli::status(&target, json),
         Command::Fleet(FleetCommand::Status { target, json }) => {
             target.config().and_then(|c| cli::fleet::status(&c, json))
@@ -718,6 +795,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     };
     println!("{}", source.config_description());
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;
+    steerdns::safety::tally::configure(&config.safety);
     if !args.listen.is_empty() {
         config.server.listen = args.listen.clone();
     }

@@ -43,6 +43,8 @@ pub struct Scrape {
     encrypted: Option<crate::metrics::encrypted::EncryptedView>,
     /// Endpoint monitors (targets and monitored endpoints).
     health: Option<crate::health::HealthReport>,
+    /// Safety rules: refusals and overrides by rule.
+    safety: crate::safety::tally::SafetyStatus,
 }
 
 /// Reads the state to report.
@@ -80,6 +82,7 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         xdp: crate::metrics::xdp::view(),
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         health: reloader.health().report(snapshot.policies()),
+        safety: crate::safety::tally::status(),
     }
 }
 
@@ -962,6 +965,32 @@ impl Collector for Scrape {
         self.encode_control(&mut encoder)?;
         self.encode_shield(&mut encoder)?;
         self.encode_xdp(&mut encoder)?;
+        encode_safety(&mut encoder, &self.safety)?;
         self.encode_fleet(&mut encoder)
     }
+}
+
+/// Changes refused and overrides recorded, by safety rule id.
+fn encode_safety(
+    encoder: &mut DescriptorEncoder,
+    safety: &crate::safety::tally::SafetyStatus,
+) -> fmt::Result {
+    let by_rule = |counts: &BTreeMap<String, u64>| -> Vec<(Labels, u64)> {
+        counts
+            .iter()
+            .map(|(rule, n)| (vec![("rule", rule.clone())], *n))
+            .collect()
+    };
+    counters(
+        encoder,
+        "steerdns_safety_refusals",
+        "Control changes refused by a safety rule (by the CLI, reported here, or the admin API).",
+        by_rule(&safety.refusals),
+    )?;
+    counters(
+        encoder,
+        "steerdns_safety_overrides",
+        "Control changes the admin API let through with an override of the rule.",
+        by_rule(&safety.overrides),
+    )
 }

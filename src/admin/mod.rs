@@ -27,6 +27,7 @@ use crate::reload::{Reloader, Status, Trigger};
 use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
+mod control;
 mod dashboard;
 pub mod metrics;
 pub mod token;
@@ -130,6 +131,7 @@ fn host_without_port(value: &str) -> Option<&str> {
 pub fn router(state: AdminState) -> Router {
     Router::new()
         .merge(dashboard::routes())
+        .merge(control::routes())
         .route("/v1/status", get(status))
         .route("/metrics", get(metrics))
         .route("/v1/reload", post(reload))
@@ -225,6 +227,9 @@ pub struct StatusView {
     /// error and latency, and each monitored endpoint's state.
     #[serde(default)]
     pub health: Option<crate::health::HealthReport>,
+    /// Safety rules: the configured ids, refusals and overrides counted by rule.
+    #[serde(default)]
+    pub safety: crate::safety::tally::SafetyStatus,
 }
 
 /// The DNSSEC state of the snapshot being served.
@@ -454,6 +459,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         dnssec: snapshot.dnssec().map(dnssec_view),
         health: reloader.health().report(snapshot.policies()),
+        safety: crate::safety::tally::status(),
     }
 }
 

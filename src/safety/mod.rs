@@ -21,6 +21,8 @@
 //! reason, who, when) is recorded in the version's text (`[[overrides]]`) and so in the
 //! history, file or etcd alike.
 
+pub mod tally;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -413,6 +415,13 @@ pub struct Violation {
     pub text: String,
     /// Why this change breaks it.
     pub why: String,
+    /// The first knob the change touched that the rule watches (`profiles.critical.endpoints.
+    /// frontdoor.weight`), to name in the refusal.
+    #[serde(default)]
+    pub field: Option<String>,
+    /// That knob's line in the candidate text, when the caller looked it up.
+    #[serde(default)]
+    pub line: Option<usize>,
     /// Let through by an override naming the rule.
     pub overridden: bool,
 }
@@ -450,10 +459,17 @@ pub fn evaluate(
             why = too_soon(rule, baseline, change, &touched);
         }
         if let Some(why) = why {
+            let targets = rule.targets();
+            let field = touched
+                .iter()
+                .find(|k| targets.iter().any(|t| covers(t, k)))
+                .map(|k| k.to_string());
             out.push(Violation {
                 rule: rule.id.clone(),
                 text: rule.text.clone(),
                 why,
+                field,
+                line: None,
                 overridden: overrides.contains(&rule.id),
             });
         }
