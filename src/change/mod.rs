@@ -78,6 +78,19 @@ pub fn screen(
     overrides: &[OverrideRequest],
     by: &str,
 ) -> Result<Screened, ChangeError> {
+    screen_at(config, before, candidate, recent, overrides, by, SystemTime::now())
+}
+
+/// [`screen`] at a given time (wait periods count to `now`; the override records it).
+pub fn screen_at(
+    config: &Config,
+    before: &str,
+    candidate: &str,
+    recent: &[Recorded],
+    overrides: &[OverrideRequest],
+    by: &str,
+    now: SystemTime,
+) -> Result<Screened, ChangeError> {
     for o in overrides {
         if config.safety.rule(&o.rule).is_none() {
             let ids: Vec<&str> = config.safety.rules.iter().map(|r| r.id.as_str()).collect();
@@ -103,7 +116,6 @@ pub fn screen(
         });
     };
     let before = ControlFile::parse(before, path).unwrap_or_default();
-    let now = SystemTime::now();
     let ids: Vec<String> = overrides.iter().map(|o| o.rule.clone()).collect();
     let change = Change {
         before: &before,
