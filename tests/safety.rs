@@ -53,7 +53,10 @@ fn a_third_drain_is_refused_by_max_two_drained_until_overridden_and_the_history_
     let text = said(&output);
     println!("{text}");
     assert!(!output.status.success(), "a third drain must be refused");
-    assert!(text.contains("max-two-drained"), "names the rule id:\n{text}");
+    assert!(
+        text.contains("max-two-drained"),
+        "names the rule id:\n{text}"
+    );
     assert!(
         text.contains("no more than two regions drained at once"),
         "names the rule text:\n{text}"
@@ -66,10 +69,19 @@ fn a_third_drain_is_refused_by_max_two_drained_until_overridden_and_the_history_
     assert_eq!(server.serial(), serial);
     assert_eq!(refusals(&server, "max-two-drained"), 1.0, "counted by rule");
     let status = server.status();
-    assert_eq!(status["safety"]["refusals"]["max-two-drained"], 1, "{status:#}");
-    assert_eq!(status["safety"]["refusals"]["critical-serves"], 0, "{status:#}");
+    assert_eq!(
+        status["safety"]["refusals"]["max-two-drained"], 1,
+        "{status:#}"
+    );
+    assert_eq!(
+        status["safety"]["refusals"]["critical-serves"], 0,
+        "{status:#}"
+    );
     let shown = stdout(&server.cli(&["status"]));
-    assert!(shown.contains("max-two-drained 1"), "status shows it:\n{shown}");
+    assert!(
+        shown.contains("max-two-drained 1"),
+        "status shows it:\n{shown}"
+    );
 
     // --override without --reason is refused too.
     let output = server.cli(&["drain", "ap-east", "--override", "max-two-drained"]);
@@ -141,7 +153,10 @@ fn every_readme_breakglass_line_passes_the_example_rules() {
         let text = said(&output);
         println!("$ steerdns {}\n{text}", args.join(" "));
         assert!(output.status.success(), "steerdns {args:?} failed:\n{text}");
-        assert!(!text.contains("refused by safety rules"), "steerdns {args:?}:\n{text}");
+        assert!(
+            !text.contains("refused by safety rules"),
+            "steerdns {args:?}:\n{text}"
+        );
     }
     let status = server.status();
     assert_eq!(status["safety"]["refusals"]["critical-serves"], 0);
@@ -199,7 +214,10 @@ wait_secs = 3600
     let text = said(&output);
     assert!(!output.status.success(), "{text}");
     assert!(text.contains("warm-needs-break-glass"), "{text}");
-    assert!(text.contains("gates.break-glass is not \"armed\""), "{text}");
+    assert!(
+        text.contains("gates.break-glass is not \"armed\""),
+        "{text}"
+    );
 
     ok(&server.cli(&["gate", "set", "break-glass", "armed"]), "arm");
     ok(
@@ -275,8 +293,11 @@ fn the_admin_api_write_is_held_to_the_same_rules_and_records_its_overrides() {
         history.contains("OVERRIDE max-two-drained by oncall-bob via admin API: region exit drill")
     });
     let scrape = scrape_metrics(server.admin);
-    let overrides =
-        samples_with(&scrape, "steerdns_safety_overrides_total", &[("rule", "max-two-drained")]);
+    let overrides = samples_with(
+        &scrape,
+        "steerdns_safety_overrides_total",
+        &[("rule", "max-two-drained")],
+    );
     assert!(
         matches!(overrides.first().map(|s| &s.value), Some(prometheus_parse::Value::Counter(v)) if *v == 1.0),
         "{overrides:?}"

@@ -49,18 +49,35 @@ fn json(status: StatusCode, value: serde_json::Value) -> Response {
     (status, Json(value)).into_response()
 }
 
-fn config_of(state: &AdminState) -> Result<Config, Response> {
-    let config = state
-        .reloader
-        .source()
-        .read_config()
-        .map_err(|e| json(StatusCode::CONFLICT, serde_json::json!({ "error": e })))?;
+fn config_of(state: &AdminState) -> Result<Config, Box<Response>> {
+    let config = state.reloader.source().read_config().map_err(|e| {
+        Box::new(json(
+            StatusCode::CONFLICT,
+            serde_json::json!({ "error": e }),
+        ))
+    })?;
     tally::configure(&config.safety);
     Ok(config)
 }
 
+/// The response of a blocking handler body (or why the task failed).
+fn finished(outcome: Result<Result<Response, Box<Response>>, tokio::task::JoinError>) -> Response {
+    match outcome {
+        Ok(Ok(response)) => response,
+        Ok(Err(response)) => *response,
+        Err(e) => json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            serde_json::json!({ "error": e.to_string() }),
+        ),
+    }
+}
+
 /// A refusal as JSON (and counted).
-fn refused(error: ChangeError) -> Response {
+fn refused(error: ChangeError) -> Box<Response> {
+    Box::new(refusal_response(error))
+}
+
+fn refusal_response(error: ChangeError) -> Response {
     match error {
         ChangeError::Refused(violations) => {
             tally::count_refusal(
@@ -93,15 +110,20 @@ fn refused(error: ChangeError) -> Response {
 async fn write_control(State(state): State<AdminState>, body: axum::body::Bytes) -> Response {
     let request: ControlRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return json(StatusCode::BAD_REQUEST, serde_json::json!({ "error": e.to_string() })),
+        Err(e) => {
+            return json(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({ "error": e.to_string() }),
+            )
+        }
     };
     let outcome = tokio::task::spawn_blocking(move || {
         let config = config_of(&state)?;
         if config.fleet.is_some() {
-            return Err(json(
+            return Err(Box::new(json(
                 StatusCode::CONFLICT,
                 serde_json::json!({ "error": "fleet mode: the control state is in etcd; change it with the CLI (weight set, drain, control rollback)", "written": false }),
-            ));
+            )));
         }
         let served = state.reloader.status().serial;
         let floor = crate::change::recorded_floor(&config).max(served);
@@ -127,13 +149,7 @@ async fn write_control(State(state): State<AdminState>, body: axum::body::Bytes)
         ))
     })
     .await;
-    match outcome {
-        Ok(Ok(response)) | Ok(Err(response)) => response,
-        Err(e) => json(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            serde_json::json!({ "error": e.to_string() }),
-        ),
-    }
+    finished(outcome)
 }
 
 /// `POST /v1/safety/check`: the safety rules on a candidate against the control file now and
@@ -141,7 +157,12 @@ async fn write_control(State(state): State<AdminState>, body: axum::body::Bytes)
 async fn check(State(state): State<AdminState>, body: axum::body::Bytes) -> Response {
     let request: ControlRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return json(StatusCode::BAD_REQUEST, serde_json::json!({ "error": e.to_string() })),
+        Err(e) => {
+            return json(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({ "error": e.to_string() }),
+            )
+        }
     };
     let outcome = tokio::task::spawn_blocking(move || {
         let config = config_of(&state)?;
@@ -154,8 +175,15 @@ async fn check(State(state): State<AdminState>, body: axum::body::Bytes) -> Resp
         let recent = crate::change::history(&config)
             .map(|h| crate::safety::recent_from_history(&h, crate::safety::RECENT_VERSIONS))
             .unwrap_or_default();
-        Ok::<_, Response>(
-            match screen(&config, &current, &request.text, &recent, &request.overrides, &request.by()) {
+        Ok::<_, Box<Response>>(
+            match screen(
+                &config,
+                &current,
+                &request.text,
+                &recent,
+                &request.overrides,
+                &request.by(),
+            ) {
                 Ok(screened) => json(
                     StatusCode::OK,
                     serde_json::json!({ "passes": true, "overridden": screened.overridden }),
@@ -164,18 +192,15 @@ async fn check(State(state): State<AdminState>, body: axum::body::Bytes) -> Resp
                     StatusCode::OK,
                     serde_json::json!({ "passes": false, "violations": violations }),
                 ),
-                Err(e) => json(StatusCode::BAD_REQUEST, serde_json::json!({ "error": e.to_string() })),
+                Err(e) => json(
+                    StatusCode::BAD_REQUEST,
+                    serde_json::json!({ "error": e.to_string() }),
+                ),
             },
         )
     })
     .await;
-    match outcome {
-        Ok(Ok(response)) | Ok(Err(response)) => response,
-        Err(e) => json(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            serde_json::json!({ "error": e.to_string() }),
-        ),
-    }
+    finished(outcome)
 }
 
 #[derive(Deserialize)]
@@ -189,9 +214,18 @@ async fn refusals(body: axum::body::Bytes) -> Response {
     match serde_json::from_slice::<RefusalReport>(&body) {
         Ok(report) if !report.rules.is_empty() => {
             tally::count_refusal(report.rules.iter().map(String::as_str));
-            json(StatusCode::OK, serde_json::json!({ "counted": report.rules.len() }))
+            json(
+                StatusCode::OK,
+                serde_json::json!({ "counted": report.rules.len() }),
+            )
         }
-        Ok(_) => json(StatusCode::BAD_REQUEST, serde_json::json!({ "error": "no rules" })),
-        Err(e) => json(StatusCode::BAD_REQUEST, serde_json::json!({ "error": e.to_string() })),
+        Ok(_) => json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({ "error": "no rules" }),
+        ),
+        Err(e) => json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({ "error": e.to_string() }),
+        ),
     }
 }

@@ -78,7 +78,15 @@ pub fn screen(
     overrides: &[OverrideRequest],
     by: &str,
 ) -> Result<Screened, ChangeError> {
-    screen_at(config, before, candidate, recent, overrides, by, SystemTime::now())
+    screen_at(
+        config,
+        before,
+        candidate,
+        recent,
+        overrides,
+        by,
+        SystemTime::now(),
+    )
 }
 
 /// [`screen`] at a given time (wait periods count to `now`; the override records it).
@@ -97,7 +105,11 @@ pub fn screen_at(
             return Err(ChangeError::BadOverride(format!(
                 "--override {}: no such safety rule (configured: {})",
                 o.rule,
-                if ids.is_empty() { "none".to_string() } else { ids.join(", ") }
+                if ids.is_empty() {
+                    "none".to_string()
+                } else {
+                    ids.join(", ")
+                }
             )));
         }
         if o.reason.trim().is_empty() {
@@ -162,7 +174,11 @@ pub fn screen_at(
 
 /// The control file's history as the config places it.
 pub fn history(config: &Config) -> Result<History, String> {
-    let file = config.control.file.as_ref().ok_or("no control file configured")?;
+    let file = config
+        .control
+        .file
+        .as_ref()
+        .ok_or("no control file configured")?;
     let dir = config
         .control
         .history_dir
@@ -200,8 +216,13 @@ pub fn edit_file(
     by: &str,
     edit: impl Fn(&str) -> Result<String, String>,
 ) -> Result<Written, ChangeError> {
-    let path = config.control.file.clone().ok_or(ChangeError::NoControlFile)?;
-    let _lock = ControlLock::acquire(&path, LOCK_WAIT).map_err(|e| ChangeError::Edit(e.to_string()))?;
+    let path = config
+        .control
+        .file
+        .clone()
+        .ok_or(ChangeError::NoControlFile)?;
+    let _lock =
+        ControlLock::acquire(&path, LOCK_WAIT).map_err(|e| ChangeError::Edit(e.to_string()))?;
     let recent = history(config)
         .map(|h| crate::safety::recent_from_history(&h, crate::safety::RECENT_VERSIONS))
         .unwrap_or_default();
@@ -209,7 +230,10 @@ pub fn edit_file(
         let old = match crate::files::read_text_limited(&path, crate::files::SMALL_FILE_LIMIT) {
             Ok(text) => Some(text),
             Err(e) if path.exists() => {
-                return Err(ChangeError::Edit(format!("{}: cannot read: {e}", path.display())))
+                return Err(ChangeError::Edit(format!(
+                    "{}: cannot read: {e}",
+                    path.display()
+                )))
             }
             Err(_) => None,
         };

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use steerdns::admin::{read_token, StatusView};
-use steerdns::config::Config;
 use steerdns::change::ChangeError;
+use steerdns::config::Config;
 use steerdns::control::edit::{parse_assignment, set_drain, set_weights};
 use steerdns::control::history::History;
 use steerdns::control::summarize;

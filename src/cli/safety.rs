@@ -41,7 +41,9 @@ impl OverrideArgs {
             .reason
             .clone()
             .filter(|r| !r.trim().is_empty())
-            .context("--override needs --reason TEXT (it is recorded in the history); nothing written")?;
+            .context(
+                "--override needs --reason TEXT (it is recorded in the history); nothing written",
+            )?;
         Ok(self
             .rules
             .iter()
@@ -75,7 +77,9 @@ pub(super) fn print_overridden(overridden: &[Violation], unused: &[String]) {
         println!("OVERRIDE recorded: {v}");
     }
     for id in unused {
-        println!("note: --override {id} was not needed (the change breaks no such rule); not recorded");
+        println!(
+            "note: --override {id} was not needed (the change breaks no such rule); not recorded"
+        );
     }
 }
 
@@ -193,7 +197,11 @@ pub fn check(target: &Target, file: &Path, overrides: &OverrideArgs) -> Result<E
         }
         Err(e) => bail!("{e}"),
     }
-    let path = config.control.file.clone().unwrap_or_else(|| file.to_path_buf());
+    let path = config
+        .control
+        .file
+        .clone()
+        .unwrap_or_else(|| file.to_path_buf());
     let source = steerdns::snapshot::load::ControlSource::Text {
         path: &path,
         text: &candidate,

@@ -260,7 +260,10 @@ pub fn set_gate(text: &str, gate: &str, value: Option<&str>) -> Result<String, E
 /// Replaces the text's `[[overrides]]` (the safety-rule overrides of the version it was last
 /// written as) with `overrides`, the ones this change needs: an override covers one change,
 /// never the next.
-pub fn set_overrides(text: &str, overrides: &[crate::control::Override]) -> Result<String, EditError> {
+pub fn set_overrides(
+    text: &str,
+    overrides: &[crate::control::Override],
+) -> Result<String, EditError> {
     let mut doc = parse(text)?;
     doc.remove("overrides");
     if !overrides.is_empty() {

@@ -115,7 +115,13 @@ impl SafetyConfig {
                 })
             };
             if !valid_name(&rule.id) {
-                return at("id", format!("{:?} is not a valid rule id (1 to 63 letters, digits, '-' or '_')", rule.id));
+                return at(
+                    "id",
+                    format!(
+                        "{:?} is not a valid rule id (1 to 63 letters, digits, '-' or '_')",
+                        rule.id
+                    ),
+                );
             }
             if seen.contains(&rule.id.as_str()) {
                 return at("id", format!("{:?} is used by an earlier rule", rule.id));
@@ -156,7 +162,10 @@ impl Rule {
             .iter()
             .find(|r| !topology.regions.iter().any(|t| &t.name == *r));
         if let Some(region) = unknown_region {
-            return Some(("regions", format!("{region:?} is not a region of [topology]")));
+            return Some((
+                "regions",
+                format!("{region:?} is not a region of [topology]"),
+            ));
         }
         let unused = |field: &'static str, set: bool| {
             set.then(|| (field, format!("is not used by a {} rule", self.kind_name())))
@@ -175,14 +184,20 @@ impl Rule {
                     }
                     (Some(name), true) => {
                         let Some(profile) = profiles.get(name) else {
-                            return Some(("profile", format!("{name:?} is not a configured profile")));
+                            return Some((
+                                "profile",
+                                format!("{name:?} is not a configured profile"),
+                            ));
                         };
                         if let Some(e) = self
                             .endpoints
                             .iter()
                             .find(|e| !profile.endpoints.iter().any(|c| &c.name == *e))
                         {
-                            return Some(("endpoints", format!("{e:?} is not an endpoint of profile {name:?}")));
+                            return Some((
+                                "endpoints",
+                                format!("{e:?} is not an endpoint of profile {name:?}"),
+                            ));
                         }
                     }
                     (None, false) => {
@@ -483,14 +498,21 @@ pub fn refused(violations: &[Violation]) -> bool {
 }
 
 /// The assertion or gate `rule` states, broken by `change`: why, if so.
-fn breach(rule: &Rule, baseline: &Baseline, change: Change<'_>, touched: &[&String]) -> Option<String> {
-    let (before, after) = (baseline.count(rule, change.before), baseline.count(rule, change.after));
+fn breach(
+    rule: &Rule,
+    baseline: &Baseline,
+    change: Change<'_>,
+    touched: &[&String],
+) -> Option<String> {
+    let (before, after) = (
+        baseline.count(rule, change.before),
+        baseline.count(rule, change.after),
+    );
     match rule.kind {
         RuleKind::MinServing => {
             let min = rule.min.unwrap_or(0);
-            (after < min && after < before).then(|| {
-                format!("{after} would serve, at least {min} must (before: {before})")
-            })
+            (after < min && after < before)
+                .then(|| format!("{after} would serve, at least {min} must (before: {before})"))
         }
         RuleKind::MaxDrained | RuleKind::MaxFallback => {
             let max = rule.max.unwrap_or(usize::MAX);
@@ -523,14 +545,22 @@ fn breach(rule: &Rule, baseline: &Baseline, change: Change<'_>, touched: &[&Stri
 }
 
 /// The change touches the rule's targets within `wait_secs` of their last recorded change.
-fn too_soon(rule: &Rule, baseline: &Baseline, change: Change<'_>, touched: &[&String]) -> Option<String> {
+fn too_soon(
+    rule: &Rule,
+    baseline: &Baseline,
+    change: Change<'_>,
+    touched: &[&String],
+) -> Option<String> {
     let targets = rule.targets();
     let hits = |key: &String| targets.iter().any(|t| covers(t, key));
     if !touched.iter().any(|k| hits(k)) {
         return None;
     }
     let last = change.recent.windows(2).rev().find_map(|pair| {
-        let (a, b) = (baseline.knobs(&pair[0].control), baseline.knobs(&pair[1].control));
+        let (a, b) = (
+            baseline.knobs(&pair[0].control),
+            baseline.knobs(&pair[1].control),
+        );
         let changed = b.iter().any(|(k, v)| hits(k) && a.get(k) != Some(v));
         changed.then_some(pair[1].at)
     })?;

@@ -37,7 +37,9 @@ static COUNTS: Mutex<Counts> = Mutex::new(Counts {
 });
 
 fn counts() -> std::sync::MutexGuard<'static, Counts> {
-    COUNTS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    COUNTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Longest rule id counted (ids come from the CLI's report: bounded, like the config's).

@@ -70,8 +70,11 @@ fn ids(v: &[Violation]) -> Vec<&str> {
 
 #[test]
 fn the_bundled_example_ships_the_two_assertion_rules() {
-    let config = Config::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/steerdns.toml")))
-        .unwrap();
+    let config = Config::load(Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/steerdns.toml"
+    )))
+    .unwrap();
     let found: Vec<(&str, RuleKind)> = config
         .safety
         .rules
@@ -90,7 +93,8 @@ fn the_bundled_example_ships_the_two_assertion_rules() {
 #[test]
 fn min_serving_refuses_an_all_zero_profile_but_not_a_flip() {
     let config = example_with_rules();
-    let flip = "[profiles.critical.endpoints]\nfrontdoor = { weight = 0 }\nalt-cdn = { weight = 100 }\n";
+    let flip =
+        "[profiles.critical.endpoints]\nfrontdoor = { weight = 0 }\nalt-cdn = { weight = 100 }\n";
     assert!(check(&config, "", flip).is_empty());
     let zero = "[profiles.critical.endpoints]\nfrontdoor = { weight = 0 }\n";
     let v = check(&config, "", zero);
@@ -130,10 +134,15 @@ fn fallback_forcing_is_counted() {
 #[test]
 fn a_gate_must_be_armed_in_the_version_before() {
     let config = example_with_rules();
-    let change = "[profiles.warm.endpoints]\nalt-cdn = { weight = 50 }\nfrontdoor = { weight = 50 }\n";
+    let change =
+        "[profiles.warm.endpoints]\nalt-cdn = { weight = 50 }\nfrontdoor = { weight = 50 }\n";
     let v = check(&config, "", change);
     assert_eq!(ids(&v), ["warm-gated"]);
-    assert!(v[0].why.contains("profiles.warm.endpoints.alt-cdn.weight"), "{}", v[0]);
+    assert!(
+        v[0].why.contains("profiles.warm.endpoints.alt-cdn.weight"),
+        "{}",
+        v[0]
+    );
     // Arming in the same change does not open the gate...
     let armed_too = format!("[gates]\nbreak-glass = \"armed\"\n{change}");
     assert_eq!(ids(&check(&config, "", &armed_too)), ["warm-gated"]);
@@ -165,7 +174,9 @@ fn a_wait_period_counts_from_the_last_recorded_change_of_its_targets() {
         at(10, "shield = \"frozen\"\n[regions.eu-west]\ndrain = true\n"),
     ];
     let before = recent[2].control.clone();
-    let after = control(&format!("shield = \"off\"\n[regions.eu-west]\ndrain = true\n{open}"));
+    let after = control(&format!(
+        "shield = \"off\"\n[regions.eu-west]\ndrain = true\n{open}"
+    ));
     let change = Change {
         before: &before,
         after: &after,
@@ -191,9 +202,8 @@ fn rule_errors_name_the_line_and_field() {
     let base = include_str!("../../steerdns.toml");
     let start = base.find("[[safety.rules]]").unwrap_or(base.len());
     let base = &base[..start];
-    let line_of = |needle: &str, text: &str| {
-        text.lines().position(|l| l.contains(needle)).unwrap() + 1
-    };
+    let line_of =
+        |needle: &str, text: &str| text.lines().position(|l| l.contains(needle)).unwrap() + 1;
     let cases = [
         (
             "[[safety.rules]]\nid = \"a\"\ntext = \"t\"\nkind = \"max-drained\"\nmax = 2\ncolour = 1\n",
@@ -233,9 +243,18 @@ fn rule_errors_name_the_line_and_field() {
 
 #[test]
 fn patterns_cover_what_is_below_them() {
-    assert!(covers("profiles.critical", "profiles.critical.endpoints.a.weight"));
+    assert!(covers(
+        "profiles.critical",
+        "profiles.critical.endpoints.a.weight"
+    ));
     assert!(covers("regions.*.drain", "regions.eu-west.drain"));
     assert!(!covers("regions.*.drain", "regions.eu-west.force"));
-    assert!(!covers("profiles.critical", "profiles.criticalx.endpoints.a.weight"));
-    assert!(!covers("profiles.critical.endpoints.a.weight.x", "profiles.critical.endpoints.a.weight"));
+    assert!(!covers(
+        "profiles.critical",
+        "profiles.criticalx.endpoints.a.weight"
+    ));
+    assert!(!covers(
+        "profiles.critical.endpoints.a.weight.x",
+        "profiles.critical.endpoints.a.weight"
+    ));
 }
