@@ -13,6 +13,7 @@ pub mod config;
 pub mod control;
 pub mod dns;
 pub mod dnssec;
+pub mod drill;
 pub mod files;
 pub mod fleet;
 pub mod geo;

@@ -77,6 +77,9 @@ enum Command {
     /// Gates in the control file (`[gates]`) that gating safety rules look at.
     #[command(subcommand)]
     Gate(GateCommand),
+    /// Practice drills (`[[drills]]`): list them, run one now.
+    #[command(subcommand)]
+    Drill(DrillCommand),
     /// What the running server serves: serial, last refused change, weights, overrides.
     Status {
         #[command(flatten)]
@@ -304,6 +307,25 @@ enum SafetyCommand {
 }
 
 #[derive(Subcommand)]
+enum DrillCommand {
+    /// The configured drills, one per line, name first.
+    List {
+        #[command(flatten)]
+        target: cli::Target,
+    },
+    /// Run a drill now against the running server: checks before, the change, checks while
+    /// it is held, the revert; prints the measured times (ms) and records the run.
+    Run {
+        #[command(flatten)]
+        target: cli::Target,
+        name: String,
+        /// The server's DNS address (default: the config's first listen address).
+        #[arg(long, value_name = "ADDR")]
+        dns: Option<std::net::SocketAddr>,
+    },
+}
+
+#[derive(Subcommand)]
 enum GateCommand {
     /// Set a gate, e.g. `steerdns gate set break-glass armed` (a change like any other).
     Set {
@@ -489,6 +511,10 @@ fn main() -> ExitCode {
             file,
             overrides,
         }) => cli::safety::check(&target, &file, &overrides),
+        Command::Drill(DrillCommand::List { target }) => cli::drill::list(&target),
+        Command::Drill(DrillCommand::Run { target, name, dns }) => {
+            cli::drill::run_now(&target, &name, dns)
+        }
         Command::Gate(GateCommand::Set {
             target,
             name,
@@ -783,6 +809,35 @@ fn install_signals(runtime: &tokio::runtime::Runtime) -> Result<Signals> {
     })
 }
 
+/// The `[[drills]]` schedule, asking this server over its first listen address (an
+/// unspecified one through loopback) and its admin endpoint.
+fn start_drill_schedule(
+    reloader: &Arc<steerdns::reload::Reloader>,
+    admin: Option<std::net::SocketAddr>,
+    listening: &[std::net::SocketAddr],
+) {
+    let loopback = |mut addr: std::net::SocketAddr| {
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        addr
+    };
+    let (Some(admin), Some(dns)) = (admin, listening.first()) else {
+        return;
+    };
+    let at = steerdns::drill::Endpoints {
+        admin: loopback(admin),
+        dns: loopback(*dns),
+    };
+    let reloader = reloader.clone();
+    if steerdns::drill::schedule::start(move || reloader.source().read_config().ok(), at).is_some() {
+        println!("drill schedule running ({} via {})", at.dns, at.admin);
+    }
+}
+
 fn serve(args: ServeArgs) -> Result<ExitCode> {
     let source = Source {
         config: args.source.config.clone(),
@@ -796,6 +851,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     println!("{}", source.config_description());
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;
     steerdns::safety::tally::configure(&config.safety);
+    steerdns::drill::log::configure(&config);
     if !args.listen.is_empty() {
         config.server.listen = args.listen.clone();
     }
@@ -886,6 +942,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         };
         runtime.spawn(steerdns::admin::serve(admin, admin_state));
     }
+    start_drill_schedule(&reloader, admin_addr, &listening);
     if let Some((fleet, name, _)) = &fleet {
         if fleet.health.probers > 0 {
             reloader

@@ -45,6 +45,8 @@ pub struct Scrape {
     health: Option<crate::health::HealthReport>,
     /// Safety rules: refusals and overrides by rule.
     safety: crate::safety::tally::SafetyStatus,
+    /// Practice drills: runs, last measured times, alerts.
+    drills: crate::drill::log::DrillStatus,
 }
 
 /// Reads the state to report.
@@ -83,6 +85,7 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         health: reloader.health().report(snapshot.policies()),
         safety: crate::safety::tally::status(),
+        drills: crate::drill::log::status(),
     }
 }
 
@@ -966,8 +969,60 @@ impl Collector for Scrape {
         self.encode_shield(&mut encoder)?;
         self.encode_xdp(&mut encoder)?;
         encode_safety(&mut encoder, &self.safety)?;
+        encode_drills(&mut encoder, &self.drills)?;
         self.encode_fleet(&mut encoder)
     }
+}
+
+/// Drill runs by result, each drill's last measured times and whether its failure alerts.
+fn encode_drills(
+    encoder: &mut DescriptorEncoder,
+    drills: &crate::drill::log::DrillStatus,
+) -> fmt::Result {
+    counters(
+        encoder,
+        "steerdns_drill_runs",
+        "Drill runs in the drill log, by drill and result (passed, failed, blocked).",
+        drills.runs.iter().flat_map(|(drill, results)| {
+            results.iter().map(move |(result, n)| {
+                (vec![("drill", drill.clone()), ("result", result.clone())], *n)
+            })
+        }),
+    )?;
+    let last = |f: fn(&crate::drill::DrillRun) -> Option<f64>| -> Vec<(Labels, f64)> {
+        drills
+            .drills
+            .iter()
+            .filter_map(|d| Some((vec![("drill", d.name.clone())], f(d.last.as_ref()?)?)))
+            .collect()
+    };
+    gauges(
+        encoder,
+        "steerdns_drill_change_to_served_ms",
+        "The drill's last run: from writing the change to every sample subnet served (ms).",
+        last(|r| r.change_to_served_ms),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_drill_revert_to_served_ms",
+        "The drill's last run: from writing the revert to every sample subnet served (ms).",
+        last(|r| r.revert_to_served_ms),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_drill_alert",
+        "1 while the drill's last run failed (an alert), else 0.",
+        drills.drills.iter().map(|d| {
+            let failed = d.last.as_ref().is_some_and(|r| r.result == "failed");
+            (vec![("drill", d.name.clone())], bool_value(failed))
+        }),
+    )?;
+    gauge(
+        encoder,
+        "steerdns_drill_running",
+        "1 while a drill holds the drill lock.",
+        bool_value(drills.running),
+    )
 }
 
 /// Changes refused and overrides recorded, by safety rule id.

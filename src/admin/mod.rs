@@ -230,6 +230,9 @@ pub struct StatusView {
     /// Safety rules: the configured ids, refusals and overrides counted by rule.
     #[serde(default)]
     pub safety: crate::safety::tally::SafetyStatus,
+    /// Practice drills: each one's last run and measured times, alerts, recent runs.
+    #[serde(default)]
+    pub drills: crate::drill::log::DrillStatus,
 }
 
 /// The DNSSEC state of the snapshot being served.
@@ -460,6 +463,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         dnssec: snapshot.dnssec().map(dnssec_view),
         health: reloader.health().report(snapshot.policies()),
         safety: crate::safety::tally::status(),
+        drills: crate::drill::log::status(),
     }
 }
 

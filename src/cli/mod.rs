@@ -4,6 +4,7 @@
 //! server serves.
 
 pub mod dnssec;
+pub mod drill;
 pub mod fleet;
 mod http;
 mod report;
@@ -455,6 +456,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     }
     print_taster(&c.taster);
     print_safety(&status.safety);
+    print_drills(&status.drills);
     if let Some(b) = &c.bundle {
         print_bundle(b);
     }
@@ -504,6 +506,35 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         print_dnssec(dnssec);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_drills(d: &steerdns::drill::log::DrillStatus) {
+    for drill in &d.drills {
+        match &drill.last {
+            Some(r) => println!(
+                "drill {}: last run {} {} ({}): change to served {}, revert to served {}{}",
+                drill.name,
+                r.started,
+                r.result,
+                r.trigger,
+                r.change_to_served_ms
+                    .map_or("-".into(), |v| format!("{v:.0} ms")),
+                r.revert_to_served_ms
+                    .map_or("-".into(), |v| format!("{v:.0} ms")),
+                r.reason
+                    .as_ref()
+                    .map(|x| format!("; {x}"))
+                    .unwrap_or_default()
+            ),
+            None => println!("drill {}: never run", drill.name),
+        }
+    }
+    if d.running {
+        println!("a drill is running now");
+    }
+    for alert in &d.alerts {
+        println!("ALERT: {alert}");
+    }
 }
 
 fn print_safety(s: &steerdns::safety::tally::SafetyStatus) {

@@ -17,6 +17,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 pub mod admin;
+pub mod drill;
 pub mod fleet;
 pub mod prometheus;
 pub mod rrl;
@@ -68,6 +69,9 @@ pub struct Config {
     /// Safety rules every control change must pass (`[[safety.rules]]`).
     #[serde(default)]
     pub safety: crate::safety::SafetyConfig,
+    /// Practice drills (`[[drills]]`): run by `steerdns drill run` or the server's schedule.
+    #[serde(default)]
+    pub drills: Vec<drill::DrillConfig>,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -422,6 +426,7 @@ impl Default for Config {
             dnssec: crate::dnssec::DnssecConfig::default(),
             taster: TasterConfig::default(),
             safety: crate::safety::SafetyConfig::default(),
+            drills: Vec::new(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -655,17 +660,23 @@ impl Config {
         Ok(())
     }
 
-    /// The safety rules against the profiles and regions, the error naming the rule's line.
+    /// The safety rules and drills against the profiles and regions, the error naming the
+    /// line of the field (or of its rule or drill).
     fn check_safety(&self, text: &str, path: &Path) -> Result<(), ConfigError> {
-        let Some(problem) = self.safety.problem(&self.profiles, &self.topology) else {
+        let problem = self
+            .safety
+            .problem(&self.profiles, &self.topology)
+            .map(|p| (p.field, p.message))
+            .or_else(|| drill::problem(&self.drills, &self.profiles, &self.topology));
+        let Some((field, message)) = problem else {
             return Ok(());
         };
-        let line = crate::control::line_of_field(text, &problem.field).unwrap_or(0);
+        let line = crate::control::line_of_field(text, &field).unwrap_or(0);
         Err(ConfigError::InvalidAt {
             path: path.to_path_buf(),
             line,
-            field: problem.field,
-            message: problem.message,
+            field,
+            message,
         })
     }
 

@@ -238,6 +238,29 @@ pub fn set_drain(text: &str, region: &str, drain: bool) -> Result<String, EditEr
     Ok(doc.to_string())
 }
 
+/// Sets `regions.<region>.force` (`"global"`, `"regional"`, `"fallback:SITE"`), or removes it
+/// with `None`.
+pub fn set_force(text: &str, region: &str, force: Option<&str>) -> Result<String, EditError> {
+    check_name("region", region)?;
+    let mut doc = parse(text)?;
+    let regions = child(doc.as_item_mut(), "regions", "", Create::Section)?;
+    let table = child(regions, region, "regions", Create::Section)?;
+    match force {
+        Some(force) => set_value(
+            table,
+            "force",
+            Value::from(force),
+            &format!("regions.{region}"),
+        )?,
+        None => {
+            if let Some(t) = table.as_table_like_mut() {
+                t.remove("force");
+            }
+        }
+    }
+    Ok(doc.to_string())
+}
+
 /// Sets `gates.<gate>` (a value the safety rules' gates look at, e.g. `"armed"`), or removes
 /// it with `None`.
 pub fn set_gate(text: &str, gate: &str, value: Option<&str>) -> Result<String, EditError> {
