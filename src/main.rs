@@ -833,7 +833,8 @@ fn start_drill_schedule(
         dns: loopback(*dns),
     };
     let reloader = reloader.clone();
-    if steerdns::drill::schedule::start(move || reloader.source().read_config().ok(), at).is_some() {
+    if steerdns::drill::schedule::start(move || reloader.source().read_config().ok(), at).is_some()
+    {
         println!("drill schedule running ({} via {})", at.dns, at.admin);
     }
 }

@@ -985,7 +985,10 @@ fn encode_drills(
         "Drill runs in the drill log, by drill and result (passed, failed, blocked).",
         drills.runs.iter().flat_map(|(drill, results)| {
             results.iter().map(move |(result, n)| {
-                (vec![("drill", drill.clone()), ("result", result.clone())], *n)
+                (
+                    vec![("drill", drill.clone()), ("result", result.clone())],
+                    *n,
+                )
             })
         }),
     )?;

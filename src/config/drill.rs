@@ -88,7 +88,8 @@ pub fn problem(
         let at = |field: &str, message: String| Some((format!("drills[{i}].{field}"), message));
         let valid = |n: &str| {
             (1..=63).contains(&n.len())
-                && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         };
         if !valid(&d.name) {
             return at("name", format!("{:?} is not a valid drill name", d.name));
@@ -109,13 +110,16 @@ pub fn problem(
             return at("query", format!("{:?} needs the trailing dot", d.query));
         }
         if d.check_interval_ms < 50 || d.serve_timeout_ms < 100 {
-            return at("check_interval_ms", "need check_interval_ms >= 50 and serve_timeout_ms >= 100".into());
+            return at(
+                "check_interval_ms",
+                "need check_interval_ms >= 50 and serve_timeout_ms >= 100".into(),
+            );
         }
         if !(0.0..=1.0).contains(&d.max_servfail_increase) {
             return at("max_servfail_increase", "must be within 0..=1".into());
         }
-        if d.every_secs.is_some_and(|e| e < d.duration_secs + 60) {
-            return at("every_secs", "must be at least duration_secs + 60".into());
+        if d.every_secs.is_some_and(|e| e <= d.duration_secs) {
+            return at("every_secs", "must be longer than duration_secs".into());
         }
         if let Some(p) = action_problem(d, profiles, topology) {
             return at(p.0, p.1);
@@ -164,9 +168,10 @@ fn action_problem(
         DrillAction::Drain => region_ok(&d.region),
         DrillAction::Fallback => region_ok(&d.region).or_else(|| match &d.site {
             None => Some(("site", "is required".into())),
-            Some(s) if !topology.fallback.iter().any(|f| &f.name == s) => {
-                Some(("site", format!("{s:?} is not a fallback site of [topology]")))
-            }
+            Some(s) if !topology.fallback.iter().any(|f| &f.name == s) => Some((
+                "site",
+                format!("{s:?} is not a fallback site of [topology]"),
+            )),
             Some(_) => None,
         }),
     }

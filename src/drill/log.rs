@@ -169,7 +169,8 @@ pub fn status() -> DrillStatus {
             ));
         }
     }
-    let running = crate::control::edit::ControlLock::acquire(&log, std::time::Duration::ZERO).is_err();
+    let running =
+        crate::control::edit::ControlLock::acquire(&log, std::time::Duration::ZERO).is_err();
     DrillStatus {
         drills,
         recent: runs.iter().rev().take(10).cloned().collect(),

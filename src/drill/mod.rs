@@ -112,7 +112,13 @@ pub fn run(
     let log_path = log::path(config).ok_or(DrillError::Unsupported)?;
     let mut record = DrillRun::new(drill, trigger);
     let outcome = match ControlLock::acquire(&log_path, LOCK_WAIT) {
-        Ok(_lock) => Runner { config, drill, at, progress }.run(&mut record),
+        Ok(_lock) => Runner {
+            config,
+            drill,
+            at,
+            progress,
+        }
+        .run(&mut record),
         Err(_) => Err(Blocked("another drill is in progress".into())),
     };
     match outcome {
@@ -155,30 +161,56 @@ struct Runner<'a> {
 
 impl Runner<'_> {
     fn run(&mut self, record: &mut DrillRun) -> Result<(), Stop> {
-        let control_path = self.config.control.file.clone().ok_or(Blocked("no control file".into()))?;
-        let before_text = crate::files::read_text_limited(&control_path, crate::files::SMALL_FILE_LIMIT)
-            .map_err(|e| Blocked(format!("{}: cannot read: {e}", control_path.display())))?;
+        let control_path = self
+            .config
+            .control
+            .file
+            .clone()
+            .ok_or(Blocked("no control file".into()))?;
+        let before_text =
+            crate::files::read_text_limited(&control_path, crate::files::SMALL_FILE_LIMIT)
+                .map_err(|e| Blocked(format!("{}: cannot read: {e}", control_path.display())))?;
         let status = self.status().map_err(Blocked)?;
         self.pre_checks(&status)?;
-        let before = ControlFile::parse(&before_text, &control_path).map_err(|e| Blocked(e.to_string()))?;
+        let before =
+            ControlFile::parse(&before_text, &control_path).map_err(|e| Blocked(e.to_string()))?;
         let drill_text = self.apply(&before_text, &before).map_err(Blocked)?;
         let expected_before = self.predict(&control_path, &before_text).map_err(Blocked)?;
         let expected_during = self.predict(&control_path, &drill_text).map_err(Blocked)?;
         if expected_before == expected_during {
-            return Err(Blocked("the drill's change would not change any sample subnet's answer".into()));
+            return Err(Blocked(
+                "the drill's change would not change any sample subnet's answer".into(),
+            ));
         }
-        if let Some((subnet, answer)) = self.drill.subnets.iter().zip(&expected_during).find(|(_, a)| !a.serves()) {
-            return Err(Blocked(format!("the destination does not answer {subnet}: {} {:?}", answer.rcode, answer.records)));
+        if let Some((subnet, answer)) = self
+            .drill
+            .subnets
+            .iter()
+            .zip(&expected_during)
+            .find(|(_, a)| !a.serves())
+        {
+            return Err(Blocked(format!(
+                "the destination does not answer {subnet}: {} {:?}",
+                answer.rcode, answer.records
+            )));
         }
         let observed = self.observe().map_err(Blocked)?;
         if observed != expected_before {
-            return Err(Blocked("the server does not answer as its control file says (before the drill)".into()));
+            return Err(Blocked(
+                "the server does not answer as its control file says (before the drill)".into(),
+            ));
         }
         let servfail_before = self.servfail().map_err(Blocked)?;
-        (self.progress)(&format!("drill {}: checks before passed; changing", self.drill.name));
+        (self.progress)(&format!(
+            "drill {}: checks before passed; changing",
+            self.drill.name
+        ));
 
         let started = Instant::now();
-        let floor = status["serial"].as_u64().unwrap_or(0).max(crate::change::recorded_floor(self.config));
+        let floor = status["serial"]
+            .as_u64()
+            .unwrap_or(0)
+            .max(crate::change::recorded_floor(self.config));
         let by = format!("drill {} ({})", self.drill.name, record.trigger);
         let change = edit_file(self.config, floor, &[], &by, |text| {
             let now = ControlFile::parse(text, &control_path).map_err(|e| e.to_string())?;
@@ -194,17 +226,34 @@ impl Runner<'_> {
         let during = match self.wait_served(&expected_during, started) {
             Ok(ms) => {
                 record.change_to_served_ms = Some(ms);
-                (self.progress)(&format!("drill {}: change served in {ms:.0} ms; holding {} s", self.drill.name, self.drill.duration_secs));
+                (self.progress)(&format!(
+                    "drill {}: change served in {ms:.0} ms; holding {} s",
+                    self.drill.name, self.drill.duration_secs
+                ));
                 self.hold(&expected_during, &servfail_before, record)
             }
             Err(e) => Err(e),
         };
         let revert_started = Instant::now();
-        self.revert(&control_path, &before, floor, &by)?;
-        let ms = self.wait_served(&expected_before, revert_started).map_err(|e| Fail(format!("revert: {e}")))?;
-        record.revert_to_served_ms = Some(ms);
-        (self.progress)(&format!("drill {}: reverted, served in {ms:.0} ms", self.drill.name));
-        during.map_err(Fail)
+        let reverted = self
+            .revert(&control_path, &before, floor, &by)
+            .and_then(|()| self.wait_served(&expected_before, revert_started));
+        match &reverted {
+            Ok(ms) => {
+                record.revert_to_served_ms = Some(*ms);
+                (self.progress)(&format!(
+                    "drill {}: reverted, served in {ms:.0} ms",
+                    self.drill.name
+                ));
+            }
+            Err(e) => (self.progress)(&format!("drill {}: revert: {e}", self.drill.name)),
+        }
+        match (during, reverted) {
+            (Ok(()), Ok(_)) => Ok(()),
+            (Err(e), Ok(_)) => Err(Fail(e)),
+            (Ok(()), Err(r)) => Err(Fail(format!("revert: {r}"))),
+            (Err(e), Err(r)) => Err(Fail(format!("{e}; revert: {r}"))),
+        }
     }
 
     fn status(&self) -> Result<serde_json::Value, String> {
@@ -226,7 +275,10 @@ impl Runner<'_> {
         }
         for target in status["health"]["targets"].as_array().into_iter().flatten() {
             if target["state"] == "down" {
-                return Err(Blocked(format!("alert standing: health target {} is down", target["target"])));
+                return Err(Blocked(format!(
+                    "alert standing: health target {} is down",
+                    target["target"]
+                )));
             }
         }
         for alert in status["drills"]["alerts"].as_array().into_iter().flatten() {
@@ -249,9 +301,19 @@ impl Runner<'_> {
         let (Some(profile), Some(to)) = (&self.drill.profile, &self.drill.to) else {
             return Ok(());
         };
-        for e in status["health"]["endpoints"].as_array().into_iter().flatten() {
-            if e["profile"] == profile.as_str() && e["endpoint"] == to.as_str() && e["served"] == false {
-                return Err(format!("destination {profile}/{to} is not healthy ({})", e["state"]));
+        for e in status["health"]["endpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if e["profile"] == profile.as_str()
+                && e["endpoint"] == to.as_str()
+                && e["served"] == false
+            {
+                return Err(format!(
+                    "destination {profile}/{to} is not healthy ({})",
+                    e["state"]
+                ));
             }
         }
         Ok(())
@@ -263,14 +325,21 @@ impl Runner<'_> {
         match d.action {
             DrillAction::Shift => {
                 let (profile, from, to) = shift_names(d);
-                let (wf, wt) = (self.weight(now, profile, from), self.weight(now, profile, to));
+                let (wf, wt) = (
+                    self.weight(now, profile, from),
+                    self.weight(now, profile, to),
+                );
                 let total: u32 = self.total_weight(now, profile);
                 let moved = (total * d.share.unwrap_or(0)).div_ceil(100).min(wf);
                 if moved == 0 {
                     return Err(format!("{profile}/{from} has no weight to move"));
                 }
-                set_weights(text, profile, &[(from.to_owned(), wf - moved), (to.to_owned(), wt + moved)])
-                    .map_err(|e| e.to_string())
+                set_weights(
+                    text,
+                    profile,
+                    &[(from.to_owned(), wf - moved), (to.to_owned(), wt + moved)],
+                )
+                .map_err(|e| e.to_string())
             }
             DrillAction::Drain => {
                 let region = d.region.as_deref().unwrap_or_default();
@@ -282,7 +351,12 @@ impl Runner<'_> {
             DrillAction::Fallback => {
                 let region = d.region.as_deref().unwrap_or_default();
                 let force = format!("fallback:{}", d.site.as_deref().unwrap_or_default());
-                if now.regions.get(region).and_then(|k| k.force.as_ref()).is_some() {
+                if now
+                    .regions
+                    .get(region)
+                    .and_then(|k| k.force.as_ref())
+                    .is_some()
+                {
                     return Err(format!("{region} has a forced answer already"));
                 }
                 set_force(text, region, Some(&force)).map_err(|e| e.to_string())
@@ -293,7 +367,13 @@ impl Runner<'_> {
     /// Puts the drill's knobs back as they were in `before`, keeping every other change made
     /// meanwhile; let through every safety rule (a revert must never be held back), each
     /// override recorded.
-    fn revert(&self, path: &std::path::Path, before: &ControlFile, floor: u64, by: &str) -> Result<(), Stop> {
+    fn revert(
+        &self,
+        path: &std::path::Path,
+        before: &ControlFile,
+        floor: u64,
+        by: &str,
+    ) -> Result<(), Failed> {
         let d = self.drill;
         let overrides: Vec<OverrideRequest> = self
             .config
@@ -316,15 +396,14 @@ impl Runner<'_> {
             }
             DrillAction::Drain => set_drain(text, d.region.as_deref().unwrap_or_default(), false)
                 .map_err(|e| e.to_string()),
-            DrillAction::Fallback => {
-                set_force(text, d.region.as_deref().unwrap_or_default(), None).map_err(|e| e.to_string())
-            }
+            DrillAction::Fallback => set_force(text, d.region.as_deref().unwrap_or_default(), None)
+                .map_err(|e| e.to_string()),
         });
         result.map(|_| ()).map_err(|e| {
-            Fail(format!(
+            format!(
                 "REVERT FAILED, the drill's change is still in {}: {e}",
                 path.display()
-            ))
+            )
         })
     }
 
@@ -347,15 +426,22 @@ impl Runner<'_> {
 
     fn total_weight(&self, control: &ControlFile, profile: &str) -> u32 {
         self.config.profiles.get(profile).map_or(0, |p| {
-            p.endpoints.iter().map(|e| self.weight(control, profile, &e.name)).sum()
+            p.endpoints
+                .iter()
+                .map(|e| self.weight(control, profile, &e.name))
+                .sum()
         })
     }
 
     /// The answers the server's own loader and answer path give each sample subnet with
     /// control text `text`.
     fn predict(&self, path: &std::path::Path, text: &str) -> Result<Vec<Answer>, String> {
-        let loaded = load_with(self.config, ControlSource::Text { path, text })
-            .map_err(|p| format!("the drill's control version does not load: {}", p.join("; ")))?;
+        let loaded = load_with(self.config, ControlSource::Text { path, text }).map_err(|p| {
+            format!(
+                "the drill's control version does not load: {}",
+                p.join("; ")
+            )
+        })?;
         let snapshot = Snapshot::standalone(loaded.compiled);
         let client = Requester::new(IpAddr::V4(Ipv4Addr::LOCALHOST), Transport::Udp);
         let mut out = vec![0u8; MAX_MESSAGE];
@@ -374,23 +460,35 @@ impl Runner<'_> {
 
     fn query(&self, id: u16, subnet: &IpNet) -> Result<Vec<u8>, String> {
         let name = Name::from_ascii(&self.drill.query).map_err(|e| e.to_string())?;
-        let rtype = if self.drill.qtype == "AAAA" { RecordType::AAAA } else { RecordType::A };
+        let rtype = if self.drill.qtype == "AAAA" {
+            RecordType::AAAA
+        } else {
+            RecordType::A
+        };
         let mut message = Message::query();
         message.metadata.id = id;
         message.add_query(hickory_proto::op::Query::query(name, rtype));
         let mut edns = Edns::new();
         edns.set_max_payload(1232);
         edns.options_mut()
-            .insert(EdnsOption::Subnet(ClientSubnet::new(subnet.addr(), subnet.prefix_len(), 0)));
+            .insert(EdnsOption::Subnet(ClientSubnet::new(
+                subnet.addr(),
+                subnet.prefix_len(),
+                0,
+            )));
         message.set_edns(edns);
         message.to_vec().map_err(|e| e.to_string())
     }
 
     /// What the server answers each sample subnet now (over UDP).
     fn observe(&self) -> Result<Vec<Answer>, String> {
-        let local: SocketAddr = if self.at.dns.is_ipv6() { "[::1]:0" } else { "127.0.0.1:0" }
-            .parse()
-            .map_err(|e| format!("{e}"))?;
+        let local: SocketAddr = if self.at.dns.is_ipv6() {
+            "[::1]:0"
+        } else {
+            "127.0.0.1:0"
+        }
+        .parse()
+        .map_err(|e| format!("{e}"))?;
         let socket = UdpSocket::bind(local).map_err(|e| format!("UDP socket: {e}"))?;
         socket
             .set_read_timeout(Some(Duration::from_millis(500)))
@@ -405,10 +503,18 @@ impl Runner<'_> {
     }
 
     /// One question, retried once on a lost datagram.
-    fn ask(&self, socket: &UdpSocket, id: u16, subnet: &IpNet, buffer: &mut [u8]) -> Result<Answer, String> {
+    fn ask(
+        &self,
+        socket: &UdpSocket,
+        id: u16,
+        subnet: &IpNet,
+        buffer: &mut [u8],
+    ) -> Result<Answer, String> {
         let packet = self.query(id, subnet)?;
         for _ in 0..2 {
-            socket.send_to(&packet, self.at.dns).map_err(|e| format!("DNS to {}: {e}", self.at.dns))?;
+            socket
+                .send_to(&packet, self.at.dns)
+                .map_err(|e| format!("DNS to {}: {e}", self.at.dns))?;
             let deadline = Instant::now() + Duration::from_millis(500);
             while Instant::now() < deadline {
                 let Ok((len, from)) = socket.recv_from(buffer) else {
@@ -436,7 +542,11 @@ impl Runner<'_> {
                 return Ok(since.elapsed().as_secs_f64() * 1000.0);
             }
             if since.elapsed() >= limit {
-                let wrong = observed.iter().zip(expected).filter(|(o, e)| o != e).count();
+                let wrong = observed
+                    .iter()
+                    .zip(expected)
+                    .filter(|(o, e)| o != e)
+                    .count();
                 return Err(format!(
                     "{wrong} of {} sample subnets not served as expected within {limit:?}",
                     expected.len()
@@ -448,7 +558,12 @@ impl Runner<'_> {
 
     /// Holds the change for the drill's duration, checking answers, the destination's health
     /// and the SERVFAIL share every interval; the first failed check ends it.
-    fn hold(&mut self, expected: &[Answer], servfail_before: &(u64, u64), record: &mut DrillRun) -> Result<(), Failed> {
+    fn hold(
+        &mut self,
+        expected: &[Answer],
+        servfail_before: &(u64, u64),
+        record: &mut DrillRun,
+    ) -> Result<(), Failed> {
         let held = Instant::now();
         let duration = Duration::from_secs(self.drill.duration_secs);
         let interval = Duration::from_millis(self.drill.check_interval_ms);
@@ -498,7 +613,10 @@ impl Runner<'_> {
     fn servfail(&self) -> Result<(u64, u64), String> {
         let text = get(self.at.admin, "/metrics")?;
         let (mut servfail, mut total) = (0u64, 0u64);
-        for line in text.lines().filter(|l| l.starts_with("steerdns_responses_total{")) {
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("steerdns_responses_total{"))
+        {
             let value = line
                 .rsplit(' ')
                 .next()
@@ -534,7 +652,10 @@ fn get(admin: SocketAddr, path: &str) -> Result<String, String> {
     )
     .map_err(|e| format!("admin endpoint {admin}{path}: {e}"))?;
     if response.status != 200 {
-        return Err(format!("admin endpoint {admin}{path}: HTTP {}", response.status));
+        return Err(format!(
+            "admin endpoint {admin}{path}: HTTP {}",
+            response.status
+        ));
     }
     Ok(response.body)
 }

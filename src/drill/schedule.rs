@@ -29,7 +29,9 @@ pub fn start(
             std::thread::sleep(Duration::from_secs(1));
             let Some(config) = config() else { continue };
             if let Some(name) = due(&config, started, SystemTime::now()) {
-                match run(&config, &name, at, "schedule", &mut |line| tracing::info!("{line}")) {
+                match run(&config, &name, at, "schedule", &mut |line| {
+                    tracing::info!("{line}")
+                }) {
                     Ok(record) if record.result == "failed" => tracing::error!(
                         "scheduled drill {name} FAILED: {}",
                         record.reason.as_deref().unwrap_or("?")
