@@ -1,5 +1,7 @@
 //! The admin HTTP endpoint (loopback by default): `GET /v1/status` for operators and the CLI,
-//! `POST /v1/reload` (token required) to taste and swap in the current files.
+//! `POST /v1/reload` (token required) to taste and swap in the current files; the control
+//! writes and safety checks (`POST /v1/control`, `/v1/safety/check`, `/v1/safety/refusals`)
+//! are in [`control`].
 //!
 //! Every request passes `guard` first: a `Host` that is not a loopback literal, `localhost`,
 //! the listen address or a name in `[admin] allowed_hosts` is refused (DNS rebinding: a hostile
