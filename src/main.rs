@@ -863,6 +863,9 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     let fleet = config.fleet.clone().map(|fleet| {
         let name = steerdns::fleet::node_name(&config);
         let origin = steerdns::fleet::origin::FleetOrigin::new(&name, &fleet.prefix, &fleet.etcd);
+        if let Some(paths) = steerdns::fleet::direct::paths(&config) {
+            origin.restore_direct(paths);
+        }
         (fleet, name, origin)
     });
     let origin: Arc<dyn steerdns::reload::ControlOrigin> = match &fleet {
@@ -940,6 +943,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             reloader: reloader.clone(),
             token: admin_token,
             hosts: Arc::new(AllowedHosts::new(local, &config.admin.allowed_hosts)),
+            fleet: fleet.as_ref().map(|(_, _, origin)| origin.clone()),
         };
         runtime.spawn(steerdns::admin::serve(admin, admin_state));
     }

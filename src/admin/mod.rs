@@ -30,6 +30,7 @@ use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
 mod control;
+mod direct;
 mod dashboard;
 pub mod metrics;
 pub mod token;
@@ -44,6 +45,8 @@ pub struct AdminState {
     pub reloader: Arc<Reloader>,
     pub token: Arc<AdminToken>,
     pub hosts: Arc<AllowedHosts>,
+    /// The fleet node's control origin (`None`: single node), for the `--direct` routes.
+    pub fleet: Option<Arc<crate::fleet::origin::FleetOrigin>>,
 }
 
 /// What `Host` (and the host of a write's `Origin`/`Referer`) may name.
@@ -134,6 +137,7 @@ pub fn router(state: AdminState) -> Router {
     Router::new()
         .merge(dashboard::routes())
         .merge(control::routes())
+        .merge(direct::routes())
         .route("/v1/status", get(status))
         .route("/metrics", get(metrics))
         .route("/v1/reload", post(reload))

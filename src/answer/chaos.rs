@@ -58,9 +58,14 @@ fn answer_text(snapshot: &Snapshot, query: &Query, client: &Requester) -> Option
         b"\x02id\x06server\x00" | b"\x08hostname\x04bind\x00" => options.identity.clone(),
         // For fleets: `for ns in ...; do dig @$ns CH TXT serial.steerdns; done` shows convergence.
         b"\x06serial\x08steerdns\x00" => Some(format!(
-            "serial {} config {:016x}",
+            "serial {} config {:016x}{}",
             snapshot.serial(),
-            snapshot.config_hash()
+            snapshot.config_hash(),
+            if snapshot.local_override() {
+                " local-override"
+            } else {
+                ""
+            }
         )),
         _ => decision_trace(snapshot, query, client),
     }

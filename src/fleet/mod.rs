@@ -71,6 +71,7 @@
 pub mod bundles;
 pub mod client;
 pub mod coordinator;
+pub mod direct;
 pub mod health;
 pub mod node;
 pub mod origin;

@@ -147,6 +147,8 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, Fl
     register_member(ctx, &mut client).await?;
     let mut last_record = put_record(ctx, &mut client, lease, None).await?;
     let mut last_put = Instant::now();
+    keep_known(ctx, &mut client).await;
+    super::direct::reconcile(&ctx.config, &mut client, keys, &ctx.origin, &ctx.info.name).await?;
 
     let options = WatchOptions::new()
         .with_range(keys.watch_range_end())
@@ -251,12 +253,22 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, Fl
                     last_record = put_record(ctx, &mut client, lease, None).await?;
                     last_put = Instant::now();
                 }
+                keep_known(ctx, &mut client).await;
             }
             _ = ctx.origin.changed.notified() => {
                 last_record = put_record(ctx, &mut client, lease, Some(&last_record)).await?;
                 last_put = Instant::now();
+                // A local override served while etcd is up goes to etcd at once.
+                super::direct::reconcile(&ctx.config, &mut client, keys, &ctx.origin, &ctx.info.name).await?;
             }
         }
+    }
+}
+
+/// Keeps the registry `--direct` reaches during an outage (a failure only delays it).
+async fn keep_known(ctx: &Ctx, client: &mut Client) {
+    if let Err(e) = super::direct::refresh_known(&ctx.config, client, &ctx.keys, &ctx.origin).await {
+        tracing::warn!("fleet: node registry not refreshed for --direct: {e}");
     }
 }
 
@@ -545,6 +557,7 @@ pub fn record(
                 .map(|r| (r.bundle.clone(), r.reasons.join("; "))),
         }),
         rollout: rollout.map(|(boot, probes)| report((&snapshot, &status), origin, boot, probes)),
+        local_override: origin.local_override().map(|o| o.view()),
     }
 }
 

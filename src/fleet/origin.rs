@@ -1,11 +1,13 @@
 //! The control origin of a fleet node: the newest version from etcd when there is one, else
 //! the local control file — the cache of the last version this node accepted, so that a node
-//! restarting while etcd is unreachable serves the newest good state it had.
+//! restarting while etcd is unreachable serves the newest good state it had. A local override
+//! sent with `--direct` (see [`super::direct`]) wins over both until etcd holds it.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
+use super::direct::{self, DirectPaths, KnownNode, LocalOverride, Verdict};
 use crate::config::Config;
 use crate::hash::fnv1a64;
 use crate::reload::{ControlOrigin, FleetLinkStatus, RolloutView};
@@ -37,6 +39,15 @@ struct Inner {
     /// task holds the coordinator key.
     rollout: Option<RolloutView>,
     coordinator: bool,
+    /// Break-glass state (see [`super::direct`]).
+    direct: DirectState,
+}
+
+#[derive(Debug, Default)]
+struct DirectState {
+    local_override: Option<LocalOverride>,
+    known: Vec<KnownNode>,
+    paths: Option<DirectPaths>,
 }
 
 /// Shared by the node's etcd task (which offers new versions and reports the link) and the
@@ -80,6 +91,7 @@ impl FleetOrigin {
         let mut inner = self.lock();
         let hash = fnv1a64(remote.text.as_bytes());
         inner.link.revision_latest = inner.link.revision_latest.max(remote.revision);
+        let held = judge_locked(&mut inner, &remote.text, remote.revision);
         let same_as_served = inner.served_hash == Some(hash);
         let same_as_refused = inner.refused_hash == Some(hash);
         if same_as_served {
@@ -90,7 +102,85 @@ impl FleetOrigin {
             inner.link.refused_revision = Some(remote.revision);
         }
         inner.latest = Some(remote);
-        !(same_as_served || same_as_refused)
+        // A held override wins: there is nothing to taste until it is resolved or dropped.
+        // Once resolved, the same text is served again, no longer as an override.
+        let overridden = matches!(held, Some(Verdict::WriteBack | Verdict::Conflict));
+        let resolved = held == Some(Verdict::Resolved);
+        resolved || !(same_as_served || same_as_refused || overridden)
+    }
+
+    /// Judges fleet version (`text`, `revision`) against the override held, if any: drops a
+    /// resolved one, flags a conflict (see [`super::direct`]).
+    pub fn judge_override(&self, text: &str, revision: i64) -> Option<Verdict> {
+        judge_locked(&mut self.lock(), text, revision)
+    }
+
+    /// Flags the override held as in conflict with fleet revision `revision`.
+    pub fn mark_conflict(&self, revision: i64) {
+        let mut inner = self.lock();
+        flag_conflict(&mut inner, revision);
+    }
+
+    /// Where the override and the registry are kept; restores what a previous run left.
+    pub fn restore_direct(&self, paths: DirectPaths) {
+        let mut inner = self.lock();
+        inner.direct.local_override = direct::load_json(&paths.override_file);
+        inner.direct.known = direct::load_json(&paths.nodes_file).unwrap_or_default();
+        if let Some(held) = &inner.direct.local_override {
+            tracing::warn!(
+                "fleet: restored the LOCAL OVERRIDE serial {} ({} by {}) from {}",
+                held.serial,
+                held.what,
+                held.by,
+                paths.override_file.display()
+            );
+        }
+        inner.direct.paths = Some(paths);
+    }
+
+    pub fn local_override(&self) -> Option<LocalOverride> {
+        self.lock().direct.local_override.clone()
+    }
+
+    /// Holds (or, with `None`, forgets) a local override, on disk too.
+    pub fn set_override(&self, held: Option<LocalOverride>) {
+        let mut inner = self.lock();
+        set_override_locked(&mut inner, held);
+    }
+
+    /// Forgets `held` and serves the fleet's version again: the newest from etcd, else the
+    /// one the override replaced.
+    pub fn drop_override(&self, held: &LocalOverride) {
+        let mut inner = self.lock();
+        set_override_locked(&mut inner, None);
+        if inner.latest.is_none() {
+            inner.latest = Some(Remote {
+                text: held.replaced.clone(),
+                revision: held.base_revision,
+                received: Instant::now(),
+            });
+        }
+    }
+
+    /// The node registry as last seen in etcd.
+    pub fn known(&self) -> Vec<KnownNode> {
+        self.lock().direct.known.clone()
+    }
+
+    pub fn set_known(&self, known: Vec<KnownNode>) {
+        let mut inner = self.lock();
+        if inner.direct.known == known {
+            return;
+        }
+        if let Some(paths) = &inner.direct.paths {
+            direct::save_json(&paths.nodes_file, Some(&known));
+        }
+        inner.direct.known = known;
+    }
+
+    /// The control text served now (after the first accepted reload).
+    pub fn served_text(&self) -> Option<String> {
+        self.lock().served_text.clone()
     }
 
     /// The link went up (connected and watching) or down (with the reason).
@@ -155,6 +245,8 @@ impl FleetOrigin {
     pub fn link(&self) -> FleetLinkStatus {
         let inner = self.lock();
         let mut link = inner.link.clone();
+        link.local_override = inner.direct.local_override.as_ref().map(LocalOverride::view);
+        link.known_nodes = inner.direct.known.len();
         link.rollout = inner.rollout.clone().map(|view| RolloutView {
             coordinator: inner.coordinator,
             ..view
@@ -177,6 +269,11 @@ impl ControlOrigin for Origin {
             return Ok(None);
         };
         let mut inner = self.0.lock();
+        if let Some(held) = &inner.direct.local_override {
+            let text = held.text.clone();
+            inner.tasting = None;
+            return Ok(Some((path, text)));
+        }
         let refused = |r: &Remote| inner.refused_hash == Some(fnv1a64(r.text.as_bytes()));
         if let (Some(remote), Some(served)) = (&inner.latest, &inner.served_text) {
             if refused(remote) {
@@ -255,4 +352,56 @@ impl ControlOrigin for Origin {
     fn fleet_status(&self) -> Option<FleetLinkStatus> {
         Some(self.0.link())
     }
+
+    fn is_local_override(&self, text: &str) -> bool {
+        self.0
+            .lock()
+            .direct
+            .local_override
+            .as_ref()
+            .is_some_and(|held| held.text == text)
+    }
+}
+
+fn set_override_locked(inner: &mut Inner, held: Option<LocalOverride>) {
+    if let Some(paths) = &inner.direct.paths {
+        direct::save_json(&paths.override_file, held.as_ref());
+    }
+    inner.direct.local_override = held;
+}
+
+fn flag_conflict(inner: &mut Inner, revision: i64) {
+    let Some(held) = &inner.direct.local_override else {
+        return;
+    };
+    if held.conflict.is_some() {
+        return;
+    }
+    tracing::error!(
+        "fleet: etcd holds revision {revision}, newer than and different from the LOCAL OVERRIDE serial {} this node serves: not written over, still serving the override; `steerdns control override drop` to serve etcd's version",
+        held.serial
+    );
+    let flagged = LocalOverride {
+        conflict: Some(revision),
+        ..held.clone()
+    };
+    set_override_locked(inner, Some(flagged));
+}
+
+/// [`FleetOrigin::judge_override`] under the lock.
+fn judge_locked(inner: &mut Inner, text: &str, revision: i64) -> Option<Verdict> {
+    let held = inner.direct.local_override.as_ref()?;
+    let verdict = direct::judge(held, text, revision);
+    match verdict {
+        Verdict::Resolved => {
+            tracing::info!(
+                "fleet: etcd holds the local override serial {} (revision {revision}); override dropped",
+                held.serial
+            );
+            set_override_locked(inner, None);
+        }
+        Verdict::Conflict => flag_conflict(inner, revision),
+        Verdict::WriteBack => {}
+    }
+    Some(verdict)
 }

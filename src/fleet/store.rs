@@ -79,6 +79,10 @@ pub struct NodeRecord {
     /// Its config/zone/GeoIP bundles (nodes with `[fleet.rollout]` only).
     #[serde(default)]
     pub bundle: Option<super::bundles::BundleReport>,
+    /// A version sent with `--direct` that the node serves over the fleet's (see
+    /// [`super::direct`]): present while it waits to be written back, or in conflict.
+    #[serde(default)]
+    pub local_override: Option<crate::reload::OverrideView>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -16,7 +16,7 @@ pub mod resign;
 pub mod shield;
 pub mod watch;
 
-pub use origin::{ControlOrigin, FileOrigin, FleetLinkStatus, RolloutView};
+pub use origin::{ControlOrigin, FileOrigin, FleetLinkStatus, OverrideView, RolloutView};
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -721,6 +721,9 @@ impl Reloader {
                 previous: Some(&previous),
                 serial,
                 config_hash,
+                local_override: control
+                    .as_ref()
+                    .is_some_and(|(_, text)| self.origin.is_local_override(text)),
             },
         );
         let config_hash = format!("{config_hash:016x}");

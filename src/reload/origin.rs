@@ -39,6 +39,12 @@ pub trait ControlOrigin: Send + Sync {
     fn fleet_status(&self) -> Option<FleetLinkStatus> {
         None
     }
+    /// Whether `text` is a fleet node's local override (served although etcd does not hold
+    /// it; `CH TXT serial.steerdns` says so).
+    fn is_local_override(&self, text: &str) -> bool {
+        let _ = text;
+        false
+    }
 }
 
 /// The control file named by the config: read on every reload.
@@ -78,6 +84,29 @@ pub struct FleetLinkStatus {
     pub last_convergence_ms: Option<f64>,
     /// The fleet's staged rollout as this node sees it (`None`: no `[fleet.rollout]` here).
     pub rollout: Option<RolloutView>,
+    /// A version sent with `--direct` that this node serves over the fleet's (until etcd
+    /// holds it, or `control override drop`).
+    #[serde(default)]
+    pub local_override: Option<OverrideView>,
+    /// Nodes in the registry this node last saw in etcd (what `--direct` reaches).
+    #[serde(default)]
+    pub known_nodes: usize,
+}
+
+/// A fleet node's local override (`crate::fleet::direct`) as status, the node registry and
+/// `fleet status` show it (without the texts).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverrideView {
+    pub serial: u64,
+    /// The newest fleet revision a reached node served when the override was sent.
+    pub base_revision: i64,
+    pub by: String,
+    pub what: String,
+    /// When this node began serving it.
+    pub at: String,
+    /// A newer, different fleet revision in etcd: not written over, waiting for `steerdns
+    /// control override drop`.
+    pub conflict: Option<i64>,
 }
 
 /// A node's view of the fleet's staged rollout, for status, metrics and the dashboard.

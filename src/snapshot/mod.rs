@@ -231,6 +231,9 @@ pub struct Serving<'a> {
     pub serial: u64,
     /// Fingerprint of config + control + zone serials, to compare nodes.
     pub config_hash: u64,
+    /// The control version is a fleet node's local override (sent with `--direct`, not yet
+    /// in etcd): `CH TXT serial.steerdns` says so.
+    pub local_override: bool,
 }
 
 /// The unit the serving path reads: compiled data plus the runtime services it is served
@@ -240,6 +243,7 @@ pub struct Snapshot {
     services: Services,
     serial: u64,
     config_hash: u64,
+    local_override: bool,
 }
 
 impl Snapshot {
@@ -260,6 +264,7 @@ impl Snapshot {
             services,
             serial: serving.serial,
             config_hash: serving.config_hash,
+            local_override: serving.local_override,
         }
     }
 
@@ -275,6 +280,7 @@ impl Snapshot {
                 previous: None,
                 serial,
                 config_hash: 0,
+                local_override: false,
             },
         )
     }
@@ -333,6 +339,11 @@ impl Snapshot {
     /// Fingerprint of config + control + zone serials, to compare nodes.
     pub fn config_hash(&self) -> u64 {
         self.config_hash
+    }
+
+    /// Whether the control version is a fleet node's local override (not yet in etcd).
+    pub fn local_override(&self) -> bool {
+        self.local_override
     }
 
     /// The traffic shield this snapshot reads decisions from.
