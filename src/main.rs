@@ -48,6 +48,8 @@ enum Command {
         emergency: bool,
         #[command(flatten)]
         overrides: cli::safety::OverrideArgs,
+        #[command(flatten)]
+        direct: cli::direct::DirectArgs,
     },
     /// Undo `drain`: the region's clients get their normal answers again.
     Undrain {
@@ -60,6 +62,8 @@ enum Command {
         emergency: bool,
         #[command(flatten)]
         overrides: cli::safety::OverrideArgs,
+        #[command(flatten)]
+        direct: cli::direct::DirectArgs,
     },
     /// Fleet mode (`[fleet]`): every node's state, seeding, forgetting retired nodes.
     #[command(subcommand)]
@@ -221,6 +225,8 @@ enum WeightCommand {
         emergency: bool,
         #[command(flatten)]
         overrides: cli::safety::OverrideArgs,
+        #[command(flatten)]
+        direct: cli::direct::DirectArgs,
     },
     /// Show the weights being served (from the running server, else from the files).
     Show {
@@ -241,6 +247,10 @@ enum FleetCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Ask every node's admin endpoint instead of etcd (done by itself when etcd is out
+        /// of reach).
+        #[command(flatten)]
+        direct: cli::direct::DirectArgs,
     },
     /// Seed an empty fleet's control state from FILE (tasted first; refused if the fleet
     /// already has one). The first node started against an empty prefix does this by itself.
@@ -338,6 +348,8 @@ enum GateCommand {
         emergency: bool,
         #[command(flatten)]
         overrides: cli::safety::OverrideArgs,
+        #[command(flatten)]
+        direct: cli::direct::DirectArgs,
     },
     /// Remove a gate (`steerdns gate clear break-glass`).
     Clear {
@@ -349,6 +361,19 @@ enum GateCommand {
         emergency: bool,
         #[command(flatten)]
         overrides: cli::safety::OverrideArgs,
+        #[command(flatten)]
+        direct: cli::direct::DirectArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum OverrideCommand {
+    /// Every node forgets its local override and serves the fleet's version again (etcd's
+    /// newest, else the one the override replaced): the way out of an override in conflict
+    /// with a newer version written to etcd meanwhile.
+    Drop {
+        #[command(flatten)]
+        target: cli::Target,
     },
 }
 
@@ -370,7 +395,12 @@ enum ControlCommand {
         emergency: bool,
         #[command(flatten)]
         overrides: cli::safety::OverrideArgs,
+        #[command(flatten)]
+        direct: cli::direct::DirectArgs,
     },
+    /// A fleet node's local override (sent with `--direct` while etcd was down).
+    #[command(subcommand)]
+    Override(OverrideCommand),
     /// Show what differs between two accepted versions.
     Diff {
         #[command(flatten)]
@@ -482,7 +512,21 @@ fn main() -> ExitCode {
             assignments,
             emergency,
             overrides,
-        }) => cli::weight_set(&target, &profile, &assignments, emergency, &overrides),
+            direct,
+        }) => {
+            if direct.direct {
+                let pairs = assignments.clone();
+                cli::direct::edit(&target, &format!("weight set {profile}"), &overrides, |text| {
+                    let pairs = pairs
+                        .iter()
+                        .map(|a| steerdns::control::edit::parse_assignment(a).map_err(|e| e.to_string()))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    steerdns::control::edit::set_weights(text, &profile, &pairs).map_err(|e| e.to_string())
+                })
+            } else {
+                cli::weight_set(&target, &profile, &assignments, emergency, &overrides)
+            }
+        }
         Command::Weight(WeightCommand::Show { target, profile }) => {
             cli::weight_show(&target, profile.as_deref())
         }
@@ -491,20 +535,39 @@ fn main() -> ExitCode {
             region,
             emergency,
             overrides,
-        } => cli::drain(&target, &region, true, emergency, &overrides),
+            direct,
+        } => match direct.direct {
+            true => cli::direct::edit(&target, &format!("drain {region}"), &overrides, |text| {
+                steerdns::control::edit::set_drain(text, &region, true).map_err(|e| e.to_string())
+            }),
+            false => cli::drain(&target, &region, true, emergency, &overrides),
+        },
         Command::Undrain {
             target,
             region,
             emergency,
             overrides,
-        } => cli::drain(&target, &region, false, emergency, &overrides),
+            direct,
+        } => match direct.direct {
+            true => cli::direct::edit(&target, &format!("undrain {region}"), &overrides, |text| {
+                steerdns::control::edit::set_drain(text, &region, false).map_err(|e| e.to_string())
+            }),
+            false => cli::drain(&target, &region, false, emergency, &overrides),
+        },
         Command::Control(ControlCommand::History { target }) => cli::history_list(&target),
         Command::Control(ControlCommand::Rollback {
             target,
             version,
             emergency,
             overrides,
-        }) => cli::rollback(&target, version, emergency, &overrides),
+            direct,
+        }) => match direct.direct {
+            true => cli::direct::rollback(&target, version, &overrides),
+            false => cli::rollback(&target, version, emergency, &overrides),
+        },
+        Command::Control(ControlCommand::Override(OverrideCommand::Drop { target })) => {
+            cli::direct::drop_override(&target)
+        }
         Command::Control(ControlCommand::Diff { target, a, b }) => cli::diff(&target, a, b),
         Command::Safety(SafetyCommand::Check {
             target,
@@ -521,17 +584,31 @@ fn main() -> ExitCode {
             value,
             emergency,
             overrides,
-        }) => cli::safety::gate(&target, &name, Some(&value), emergency, &overrides),
+            direct,
+        }) => match direct.direct {
+            true => cli::direct::edit(&target, &format!("gate {name} = {value:?}"), &overrides, |text| {
+                steerdns::control::edit::set_gate(text, &name, Some(&value)).map_err(|e| e.to_string())
+            }),
+            false => cli::safety::gate(&target, &name, Some(&value), emergency, &overrides),
+        },
         Command::Gate(GateCommand::Clear {
             target,
             name,
             emergency,
             overrides,
-        }) => cli::safety::gate(&target, &name, None, emergency, &overrides),
+            direct,
+        }) => match direct.direct {
+            true => cli::direct::edit(&target, &format!("gate {name} cleared"), &overrides, |text| {
+                steerdns::control::edit::set_gate(text, &name, None).map_err(|e| e.to_string())
+            }),
+            false => cli::safety::gate(&target, &name, None, emergency, &overrides),
+        },
         Command::Status { target, json } => cli::status(&target, json),
-        Command::Fleet(FleetCommand::Status { target, json }) => {
-            target.config().and_then(|c| cli::fleet::status(&c, json))
-        }
+        Command::Fleet(FleetCommand::Status {
+            target,
+            json,
+            direct,
+        }) => cli::direct::fleet_status(&target, json, direct.direct),
         Command::Fleet(FleetCommand::Init { target, from }) => {
             target.config().and_then(|c| cli::fleet::init(&c, &from))
         }

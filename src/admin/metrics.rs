@@ -885,6 +885,29 @@ impl Scrape {
         )?;
         gauge(
             encoder,
+            "steerdns_fleet_local_override",
+            "1 while this node serves a local override sent with --direct (etcd does not hold it yet); 0 otherwise.",
+            bool_value(fleet.local_override.is_some()),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_local_override_conflict",
+            "1 while this node's local override waits for `control override drop` because etcd holds a newer, different version.",
+            bool_value(
+                fleet
+                    .local_override
+                    .as_ref()
+                    .is_some_and(|o| o.conflict.is_some()),
+            ),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_known_nodes",
+            "Nodes in the registry this node last saw in etcd (what --direct reaches during an outage).",
+            fleet.known_nodes as f64,
+        )?;
+        gauge(
+            encoder,
             "steerdns_fleet_control_revision",
             "etcd revision of the fleet control version this node serves.",
             fleet.revision_served as f64,

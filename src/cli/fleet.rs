@@ -610,6 +610,9 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             r.admin,
             r.uptime_secs
         );
+        if let Some(o) = &r.local_override {
+            println!("    {}", super::override_line(o));
+        }
         if let Some(refusal) = r.last_refusal.as_ref().filter(|f| f.revision.is_some()) {
             println!("    refused {}: {}", refusal.at, refusal.reasons.join("; "));
         }

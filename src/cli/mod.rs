@@ -3,6 +3,7 @@
 //! loader the server uses before it is written (atomically), then the command reports what the
 //! server serves.
 
+pub mod direct;
 pub mod dnssec;
 pub mod drill;
 pub mod fleet;
@@ -488,6 +489,10 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
                 _ => String::new(),
             }
         );
+        if let Some(o) = &f.local_override {
+            println!("{}", override_line(o));
+        }
+        println!("fleet registry kept for --direct: {} node(s)", f.known_nodes);
         if let Some(r) = &f.rollout {
             print_rollout(r);
         }
@@ -506,6 +511,24 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         print_dnssec(dnssec);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A local override as status and `fleet status` print it.
+pub(crate) fn override_line(o: &steerdns::reload::OverrideView) -> String {
+    format!(
+        "LOCAL OVERRIDE serial {} ({} by {}, since {}; replaced revision {}){}",
+        o.serial,
+        o.what,
+        o.by,
+        o.at,
+        o.base_revision,
+        match o.conflict {
+            Some(r) => format!(
+                "; CONFLICT: etcd has a newer revision {r}, not written over; `steerdns control override drop` to serve it"
+            ),
+            None => "; written to etcd when etcd is back".to_string(),
+        }
+    )
 }
 
 fn print_drills(d: &steerdns::drill::log::DrillStatus) {

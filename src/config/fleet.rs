@@ -65,6 +65,11 @@ pub struct FleetConfig {
     /// `[fleet.health]`: how the fleet shares health probing.
     #[serde(default)]
     pub health: HealthSharing,
+    /// Every node's admin endpoint (`"http://10.0.0.1:8053"` or `"10.0.0.1:8053"`), for
+    /// break-glass with `--direct` when etcd is down. Empty (default): the registry the local
+    /// node last saw in etcd.
+    #[serde(default)]
+    pub direct: Vec<String>,
 }
 
 /// `[fleet.health]`: each monitored target is probed by `probers` nodes of the fleet (chosen
