@@ -61,6 +61,10 @@ pub struct LocalOverride {
     /// `control override drop`.
     #[serde(default)]
     pub conflict: Option<i64>,
+    /// The fleet revision found holding this very text: the override is dropped as soon as
+    /// the node serves it again as etcd's (so status and `CH TXT` change together).
+    #[serde(default)]
+    pub resolved: Option<i64>,
 }
 
 impl LocalOverride {
@@ -117,7 +121,7 @@ pub enum Verdict {
 
 /// Judges fleet version (`text`, `revision`) against `held`.
 pub fn judge(held: &LocalOverride, text: &str, revision: i64) -> Verdict {
-    if text == held.text {
+    if text == held.text || held.resolved.is_some() {
         Verdict::Resolved
     } else if revision <= held.base_revision && held.conflict.is_none() {
         Verdict::WriteBack
@@ -385,6 +389,7 @@ pub fn serve(
         at: crate::rfc3339::format_utc(SystemTime::now()),
         replaced: previous.as_ref().map_or(before, |p| p.replaced.clone()),
         conflict: None,
+        resolved: None,
         text: request.text,
     };
     origin.set_override(Some(held));
@@ -438,6 +443,7 @@ mod tests {
             at: "2026-01-01T00:00:00Z".into(),
             replaced: "serial = 8\n".into(),
             conflict: None,
+            resolved: None,
         }
     }
 

@@ -269,7 +269,7 @@ impl ControlOrigin for Origin {
             return Ok(None);
         };
         let mut inner = self.0.lock();
-        if let Some(held) = &inner.direct.local_override {
+        if let Some(held) = inner.direct.local_override.as_ref().filter(|h| h.resolved.is_none()) {
             let text = held.text.clone();
             inner.tasting = None;
             return Ok(Some((path, text)));
@@ -315,6 +315,15 @@ impl ControlOrigin for Origin {
             let mut inner = self.0.lock();
             inner.served_hash = Some(hash);
             inner.served_text = Some(text.to_string());
+            // A resolved override ends once its text serves as etcd's (this snapshot).
+            let resolved = inner
+                .direct
+                .local_override
+                .as_ref()
+                .is_some_and(|held| held.resolved.is_some() && held.text == text);
+            if resolved {
+                set_override_locked(&mut inner, None);
+            }
             if let Some((tasted, revision, received)) = inner.tasting.take() {
                 if tasted == hash {
                     inner.link.revision_served = revision;
@@ -359,7 +368,7 @@ impl ControlOrigin for Origin {
             .direct
             .local_override
             .as_ref()
-            .is_some_and(|held| held.text == text)
+            .is_some_and(|held| held.text == text && held.resolved.is_none())
     }
 }
 
@@ -393,13 +402,18 @@ fn judge_locked(inner: &mut Inner, text: &str, revision: i64) -> Option<Verdict>
     let held = inner.direct.local_override.as_ref()?;
     let verdict = direct::judge(held, text, revision);
     match verdict {
-        Verdict::Resolved => {
+        Verdict::Resolved if held.resolved.is_none() => {
             tracing::info!(
-                "fleet: etcd holds the local override serial {} (revision {revision}); override dropped",
+                "fleet: etcd holds the local override serial {} (revision {revision}); served as etcd's version from now on",
                 held.serial
             );
-            set_override_locked(inner, None);
+            let resolved = LocalOverride {
+                resolved: Some(revision),
+                ..held.clone()
+            };
+            set_override_locked(inner, Some(resolved));
         }
+        Verdict::Resolved => {}
         Verdict::Conflict => flag_conflict(inner, revision),
         Verdict::WriteBack => {}
     }
