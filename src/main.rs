@@ -516,13 +516,22 @@ fn main() -> ExitCode {
         }) => {
             if direct.direct {
                 let pairs = assignments.clone();
-                cli::direct::edit(&target, &format!("weight set {profile}"), &overrides, |text| {
-                    let pairs = pairs
-                        .iter()
-                        .map(|a| steerdns::control::edit::parse_assignment(a).map_err(|e| e.to_string()))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    steerdns::control::edit::set_weights(text, &profile, &pairs).map_err(|e| e.to_string())
-                })
+                cli::direct::edit(
+                    &target,
+                    &format!("weight set {profile}"),
+                    &overrides,
+                    |text| {
+                        let pairs = pairs
+                            .iter()
+                            .map(|a| {
+                                steerdns::control::edit::parse_assignment(a)
+                                    .map_err(|e| e.to_string())
+                            })
+                            .collect::<Result<Vec<_>, _>>()?;
+                        steerdns::control::edit::set_weights(text, &profile, &pairs)
+                            .map_err(|e| e.to_string())
+                    },
+                )
             } else {
                 cli::weight_set(&target, &profile, &assignments, emergency, &overrides)
             }
@@ -586,9 +595,15 @@ fn main() -> ExitCode {
             overrides,
             direct,
         }) => match direct.direct {
-            true => cli::direct::edit(&target, &format!("gate {name} = {value:?}"), &overrides, |text| {
-                steerdns::control::edit::set_gate(text, &name, Some(&value)).map_err(|e| e.to_string())
-            }),
+            true => cli::direct::edit(
+                &target,
+                &format!("gate {name} = {value:?}"),
+                &overrides,
+                |text| {
+                    steerdns::control::edit::set_gate(text, &name, Some(&value))
+                        .map_err(|e| e.to_string())
+                },
+            ),
             false => cli::safety::gate(&target, &name, Some(&value), emergency, &overrides),
         },
         Command::Gate(GateCommand::Clear {
@@ -598,9 +613,14 @@ fn main() -> ExitCode {
             overrides,
             direct,
         }) => match direct.direct {
-            true => cli::direct::edit(&target, &format!("gate {name} cleared"), &overrides, |text| {
-                steerdns::control::edit::set_gate(text, &name, None).map_err(|e| e.to_string())
-            }),
+            true => cli::direct::edit(
+                &target,
+                &format!("gate {name} cleared"),
+                &overrides,
+                |text| {
+                    steerdns::control::edit::set_gate(text, &name, None).map_err(|e| e.to_string())
+                },
+            ),
             false => cli::safety::gate(&target, &name, None, emergency, &overrides),
         },
         Command::Status { target, json } => cli::status(&target, json),

@@ -86,7 +86,8 @@ fn with_etcd_down_a_direct_flip_reaches_every_node_and_lands_in_etcd_once_when_i
         assert!(
             printed
                 .lines()
-                .any(|l| l.contains(&format!("{} (", node.name)) && l.contains("reached, serves serial")),
+                .any(|l| l.contains(&format!("{} (", node.name))
+                    && l.contains("reached, serves serial")),
             "{} reported as reached:\n{printed}",
             node.name
         );
@@ -151,7 +152,11 @@ fn with_etcd_down_a_direct_flip_reaches_every_node_and_lands_in_etcd_once_when_i
     );
     let after = history_serials(&fleet);
     let new: Vec<&u64> = after.iter().filter(|s| !before.contains(s)).collect();
-    assert_eq!(new, vec![&serial], "one new version: {before:?} -> {after:?}");
+    assert_eq!(
+        new,
+        vec![&serial],
+        "one new version: {before:?} -> {after:?}"
+    );
     fleet.wait_revision(revision, LIMIT);
     for node in &fleet.nodes {
         let chaos = node.daemon().chaos_serial();
@@ -184,7 +189,10 @@ fn a_node_refusing_the_override_and_a_node_down_are_reported_and_the_command_fai
         "--direct",
     ]);
     let printed = stdout(&out);
-    assert!(!out.status.success(), "not every node serves it:\n{printed}");
+    assert!(
+        !out.status.success(),
+        "not every node serves it:\n{printed}"
+    );
     let line = |name: &str| {
         printed
             .lines()

@@ -30,8 +30,8 @@ use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
 mod control;
-mod direct;
 mod dashboard;
+mod direct;
 pub mod metrics;
 pub mod token;
 

@@ -63,7 +63,13 @@ fn address_of(text: &str) -> String {
     bare.to_string()
 }
 
-fn request(addr: &str, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> Result<Response> {
+fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> Result<Response> {
     let headers: Vec<String> = token
         .map(|t| format!("Authorization: Bearer {t}"))
         .into_iter()
@@ -139,10 +145,7 @@ fn endpoints(target: &Target, config: &Config) -> Result<Vec<Endpoint>> {
 /// Asks every endpoint at once.
 fn each<T: Send>(endpoints: &[Endpoint], ask: impl Fn(&Endpoint) -> T + Sync) -> Vec<T> {
     std::thread::scope(|scope| {
-        let handles: Vec<_> = endpoints
-            .iter()
-            .map(|e| scope.spawn(|| ask(e)))
-            .collect();
+        let handles: Vec<_> = endpoints.iter().map(|e| scope.spawn(|| ask(e))).collect();
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
@@ -180,7 +183,11 @@ pub fn edit(
     let screened = match screen(&config, &base.text, &edited, &recent, &requests, &by) {
         Ok(screened) => screened,
         Err(ChangeError::Refused(violations)) => {
-            print_refusal(&format!("the version {} serves", base.node), what, &violations);
+            print_refusal(
+                &format!("the version {} serves", base.node),
+                what,
+                &violations,
+            );
             return Ok(ExitCode::FAILURE);
         }
         Err(e) => bail!("{e}"),
@@ -255,7 +262,11 @@ pub fn edit(
 
 /// `control rollback [VERSION] --direct`: a version from this node's own history (etcd's is
 /// out of reach); default the one before the serial served.
-pub fn rollback(target: &Target, version: Option<u64>, overrides: &OverrideArgs) -> Result<ExitCode> {
+pub fn rollback(
+    target: &Target,
+    version: Option<u64>,
+    overrides: &OverrideArgs,
+) -> Result<ExitCode> {
     let config = target.config()?;
     let history = steerdns::change::history(&config).map_err(anyhow::Error::msg)?;
     let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -277,7 +288,12 @@ pub fn rollback(target: &Target, version: Option<u64>, overrides: &OverrideArgs)
     let (_, text) = history
         .get(serial)
         .map_err(|e| anyhow::anyhow!("{e}"))?
-        .with_context(|| format!("version {serial} is not in this node's history ({})", history.dir().display()))?;
+        .with_context(|| {
+            format!(
+                "version {serial} is not in this node's history ({})",
+                history.dir().display()
+            )
+        })?;
     edit(target, &format!("rollback to {serial}"), overrides, |_| {
         Ok(text.clone())
     })
@@ -291,7 +307,13 @@ pub fn drop_override(target: &Target) -> Result<ExitCode> {
     let token = steerdns::admin::read_token(config.admin.token_file.as_ref())
         .map_err(|e| anyhow::anyhow!("{e}; nothing was changed"))?;
     let outcomes = each(&endpoints, |e| {
-        request(&e.addr, "POST", "/v1/fleet/override/drop", Some(&token), b"")
+        request(
+            &e.addr,
+            "POST",
+            "/v1/fleet/override/drop",
+            Some(&token),
+            b"",
+        )
     });
     let mut ok = true;
     for (endpoint, outcome) in endpoints.iter().zip(outcomes) {
@@ -301,9 +323,14 @@ pub fn drop_override(target: &Target) -> Result<ExitCode> {
                 let body: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
                 match (r.status, body["dropped"].as_bool()) {
                     (200, Some(true)) => {
-                        println!("  {name}: override dropped, serves serial {}", body["serial"])
+                        println!(
+                            "  {name}: override dropped, serves serial {}",
+                            body["serial"]
+                        )
                     }
-                    (200, _) => println!("  {name}: no override (serves serial {})", body["serial"]),
+                    (200, _) => {
+                        println!("  {name}: no override (serves serial {})", body["serial"])
+                    }
                     _ => {
                         ok = false;
                         println!("  {name}: FAILED ({})", r.body.trim());
@@ -316,7 +343,11 @@ pub fn drop_override(target: &Target) -> Result<ExitCode> {
             }
         }
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// `fleet status`: from etcd; when etcd is out of reach (or with `--direct`), from the nodes.
@@ -341,7 +372,10 @@ pub fn fleet_status(target: &Target, json: bool, direct: bool) -> Result<ExitCod
                 Err(err) => serde_json::json!({ "admin": e.addr, "reached": false, "error": super::report(err) }),
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "direct": true, "nodes": list }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "direct": true, "nodes": list }))?
+        );
         return Ok(ExitCode::SUCCESS);
     }
     println!(
@@ -363,7 +397,11 @@ pub fn fleet_status(target: &Target, json: bool, direct: bool) -> Result<ExitCod
                     .map(|o| format!("; {}", super::override_line(o)))
                     .unwrap_or_default()
             ),
-            Err(e) => println!("  {:<12} UNREACHABLE ({})", endpoint.label(), super::report(e)),
+            Err(e) => println!(
+                "  {:<12} UNREACHABLE ({})",
+                endpoint.label(),
+                super::report(e)
+            ),
         }
     }
     Ok(ExitCode::SUCCESS)

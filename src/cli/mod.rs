@@ -492,7 +492,10 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         if let Some(o) = &f.local_override {
             println!("{}", override_line(o));
         }
-        println!("fleet registry kept for --direct: {} node(s)", f.known_nodes);
+        println!(
+            "fleet registry kept for --direct: {} node(s)",
+            f.known_nodes
+        );
         if let Some(r) = &f.rollout {
             print_rollout(r);
         }

@@ -148,9 +148,7 @@ pub fn save_json<T: Serialize>(path: &Path, value: Option<&T>) {
     let outcome = match value {
         Some(value) => serde_json::to_vec_pretty(value)
             .map_err(|e| e.to_string())
-            .and_then(|bytes| {
-                crate::files::replace_file(path, &bytes).map_err(|e| e.to_string())
-            }),
+            .and_then(|bytes| crate::files::replace_file(path, &bytes).map_err(|e| e.to_string())),
         None => match std::fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.to_string()),
             _ => Ok(()),

@@ -267,7 +267,8 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, Fl
 
 /// Keeps the registry `--direct` reaches during an outage (a failure only delays it).
 async fn keep_known(ctx: &Ctx, client: &mut Client) {
-    if let Err(e) = super::direct::refresh_known(&ctx.config, client, &ctx.keys, &ctx.origin).await {
+    if let Err(e) = super::direct::refresh_known(&ctx.config, client, &ctx.keys, &ctx.origin).await
+    {
         tracing::warn!("fleet: node registry not refreshed for --direct: {e}");
     }
 }

@@ -245,7 +245,11 @@ impl FleetOrigin {
     pub fn link(&self) -> FleetLinkStatus {
         let inner = self.lock();
         let mut link = inner.link.clone();
-        link.local_override = inner.direct.local_override.as_ref().map(LocalOverride::view);
+        link.local_override = inner
+            .direct
+            .local_override
+            .as_ref()
+            .map(LocalOverride::view);
         link.known_nodes = inner.direct.known.len();
         link.rollout = inner.rollout.clone().map(|view| RolloutView {
             coordinator: inner.coordinator,
@@ -269,7 +273,12 @@ impl ControlOrigin for Origin {
             return Ok(None);
         };
         let mut inner = self.0.lock();
-        if let Some(held) = inner.direct.local_override.as_ref().filter(|h| h.resolved.is_none()) {
+        if let Some(held) = inner
+            .direct
+            .local_override
+            .as_ref()
+            .filter(|h| h.resolved.is_none())
+        {
             let text = held.text.clone();
             inner.tasting = None;
             return Ok(Some((path, text)));
