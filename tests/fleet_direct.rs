@@ -137,6 +137,21 @@ fn with_etcd_down_a_direct_flip_reaches_every_node_and_lands_in_etcd_once_when_i
         );
     }
 
+    // A node restarted during the outage still serves the flip, and still as an override.
+    fleet.nodes[1].kill();
+    fleet.nodes[1].start();
+    let status = fleet.nodes[1].status();
+    assert_eq!(status["serial"], serial, "{status:#}");
+    assert_eq!(
+        status["fleet"]["local_override"]["serial"], serial,
+        "restarted: {:#}",
+        status["fleet"]
+    );
+    assert!(fleet.nodes[1]
+        .daemon()
+        .chaos_serial()
+        .ends_with(" local-override"));
+
     fleet.etcd.restart();
     let key = format!("{}/control", fleet.prefix);
     wait_every(&fleet, "serving the flip from etcd", |s| {

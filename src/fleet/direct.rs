@@ -179,8 +179,15 @@ pub async fn reconcile(
     else {
         return Ok(());
     };
-    if origin.judge_override(&control.text, control.revision) != Some(Verdict::WriteBack) {
-        return Ok(());
+    // Judged here without dropping a resolved override: that happens when the node serves
+    // etcd's copy (offered by the watch, or released by a staged rollout).
+    match judge(&held, &control.text, control.revision) {
+        Verdict::WriteBack => {}
+        Verdict::Conflict => {
+            origin.mark_conflict(control.revision);
+            return Ok(());
+        }
+        Verdict::Resolved => return Ok(()),
     }
     let newest = store::newest_history_serial(client, keys).await?;
     if held.serial <= newest {

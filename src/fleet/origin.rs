@@ -109,12 +109,6 @@ impl FleetOrigin {
         resolved || !(same_as_served || same_as_refused || overridden)
     }
 
-    /// Judges fleet version (`text`, `revision`) against the override held, if any: drops a
-    /// resolved one, flags a conflict (see [`super::direct`]).
-    pub fn judge_override(&self, text: &str, revision: i64) -> Option<Verdict> {
-        judge_locked(&mut self.lock(), text, revision)
-    }
-
     /// Flags the override held as in conflict with fleet revision `revision`.
     pub fn mark_conflict(&self, revision: i64) {
         let mut inner = self.lock();
@@ -406,7 +400,9 @@ fn flag_conflict(inner: &mut Inner, revision: i64) {
     set_override_locked(inner, Some(flagged));
 }
 
-/// [`FleetOrigin::judge_override`] under the lock.
+/// Judges fleet version (`text`, `revision`) against the override held, if any: marks a
+/// resolved one (dropped once its text serves as etcd's), flags a conflict (see
+/// [`super::direct`]).
 fn judge_locked(inner: &mut Inner, text: &str, revision: i64) -> Option<Verdict> {
     let held = inner.direct.local_override.as_ref()?;
     let verdict = direct::judge(held, text, revision);
