@@ -246,6 +246,12 @@
     byId("alerts").replaceChildren(...list(alerts.map((a) => el("li", { className: "alert" }, a)), "No alerts."));
   }
 
+  // A local override sent with --direct (etcd down): what, by whom, since when.
+  function overrideText(o) {
+    if (!o) return null;
+    return `serial ${o.serial}: ${o.what} by ${o.by} since ${o.at} (replaced revision ${o.base_revision})`;
+  }
+
   function renderFleet(status) {
     const f = status.fleet;
     if (!f) {
@@ -263,7 +269,15 @@
       ["Fleet convergence", typeof f.last_convergence_ms === "number" ? `${f.last_convergence_ms.toFixed(0)} ms (last change, every live node)` : null],
       ["Rollout", rolloutText(f.rollout)],
       ["Bundle", bundleText(status.bundle)],
+      ["Local override", overrideText(f.local_override)],
+      ["Registry for --direct", typeof f.known_nodes === "number" ? `${f.known_nodes} node(s)` : null],
     ]);
+    const o = f.local_override;
+    if (o && typeof o.conflict === "number") {
+      serverAlerts.push(`fleet: local override serial ${o.serial} CONFLICTS with newer revision ${o.conflict} in etcd: not written over; \`steerdns control override drop\` to serve etcd's`);
+    } else if (o) {
+      serverAlerts.push(`fleet: serving a LOCAL OVERRIDE (serial ${o.serial}, ${o.what} by ${o.by}), not yet in etcd`);
+    }
     const b = status.bundle;
     if (b && b.refused) {
       serverAlerts.push(`fleet: bundle ${b.refused.bundle} (config/zone/GeoIP files) refused, serving ${b.serving}: ${(b.refused.reasons || []).join("; ")}`);
