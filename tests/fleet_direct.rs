@@ -3,7 +3,9 @@
 //! each serves the flip as a local override (status, `fleet status`, `CH TXT serial`, metrics
 //! say so); when etcd is back the flip is in etcd as one new version and the overrides are
 //! gone. A node whose own safety rules refuse the change reports it and keeps serving; a
-//! node that is down is reported unreachable.
+//! node that is down is reported unreachable. An override older than a version written to
+//! etcd meanwhile is neither written over it nor dropped: flagged, until `control override
+//! drop`.
 
 mod control_common;
 mod fleet_common;
@@ -235,4 +237,93 @@ fn a_node_refusing_the_override_and_a_node_down_are_reported_and_the_command_fai
         status["fleet"]
     );
     assert!(!ns3.daemon().chaos_serial().contains("local-override"));
+}
+
+#[test]
+fn an_override_older_than_a_version_written_to_etcd_meanwhile_is_kept_flagged_and_dropped_on_demand(
+) {
+    let mut fleet = fleet_with_registry("direct-conflict");
+    let subnets = distinct_subnets(SUBNETS);
+    fleet.etcd.stop();
+    wait_every(&fleet, "seeing the etcd link down", |s| {
+        s["fleet"]["connected"] == false
+    });
+    ok(
+        &fleet.nodes[0].cli(&[
+            "weight",
+            "set",
+            "critical",
+            "frontdoor=0",
+            "alt-cdn=100",
+            "--direct",
+        ]),
+        "weight set --direct",
+    );
+    // ns3 goes down holding the override; the others write it back when etcd returns, and
+    // then someone changes the fleet through etcd while ns3 is away.
+    fleet.nodes[2].kill();
+    fleet.etcd.restart();
+    wait_every(&fleet, "serving the flip from etcd", |s| {
+        s["fleet"]["connected"] == true && s["fleet"]["local_override"].is_null()
+    });
+    ok(
+        &fleet.nodes[0].cli(&["weight", "set", "critical", "frontdoor=100", "alt-cdn=0"]),
+        "weight set through etcd",
+    );
+    let (newer, newer_text) = fleet.control_in_etcd();
+
+    fleet.nodes[2].start();
+    let ns3 = &fleet.nodes[2];
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let status = ns3.status();
+        if status["fleet"]["local_override"]["conflict"] == newer {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ns3 flags no conflict with revision {newer}: {:#}",
+            status["fleet"]
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Kept, said, and etcd's newer version not written over.
+    let mut resolver = Resolver::new(ns3.daemon().dns);
+    assert_all_critical(&mut resolver, &subnets, ALT_CDN);
+    let metrics = scrape_metrics(ns3.daemon().admin);
+    let conflict = metrics
+        .samples
+        .iter()
+        .find(|s| s.metric == "steerdns_fleet_local_override_conflict")
+        .map(|s| format!("{:?}", s.value));
+    assert_eq!(conflict.as_deref(), Some("Gauge(1.0)"));
+    let shown = ok(&ns3.cli(&["fleet", "status"]), "fleet status");
+    assert!(shown.contains("CONFLICT"), "{shown}");
+    assert_eq!(fleet.control_in_etcd(), (newer, newer_text));
+
+    // ns3 came back on a new admin port: ns1's registry learns it within a refresh.
+    let admin = ns3.daemon().admin.to_string();
+    let ns1 = fleet.nodes[0].daemon().admin;
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let (_, body) = http(ns1, "GET", "/v1/fleet/direct", None);
+        if body.contains(&admin) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ns1's registry: {body}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dropped = ok(
+        &fleet.nodes[0].cli(&["control", "override", "drop"]),
+        "control override drop",
+    );
+    assert!(
+        dropped
+            .lines()
+            .any(|l| l.contains("ns3") && l.contains("override dropped")),
+        "{dropped}"
+    );
+    assert!(ns3.status()["fleet"]["local_override"].is_null());
+    assert_all_critical(&mut resolver, &subnets, FRONTDOOR);
+    fleet.wait_revision(newer, LIMIT);
 }
