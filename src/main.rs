@@ -515,23 +515,7 @@ fn main() -> ExitCode {
             direct,
         }) => {
             if direct.direct {
-                let pairs = assignments.clone();
-                cli::direct::edit(
-                    &target,
-                    &format!("weight set {profile}"),
-                    &overrides,
-                    |text| {
-                        let pairs = pairs
-                            .iter()
-                            .map(|a| {
-                                steerdns::control::edit::parse_assignment(a)
-                                    .map_err(|e| e.to_string())
-                            })
-                            .collect::<Result<Vec<_>, _>>()?;
-                        steerdns::control::edit::set_weights(text, &profile, &pairs)
-                            .map_err(|e| e.to_string())
-                    },
-                )
+                cli::direct::weight_set(&target, &profile, &assignments, &overrides)
             } else {
                 cli::weight_set(&target, &profile, &assignments, emergency, &overrides)
             }
@@ -546,9 +530,7 @@ fn main() -> ExitCode {
             overrides,
             direct,
         } => match direct.direct {
-            true => cli::direct::edit(&target, &format!("drain {region}"), &overrides, |text| {
-                steerdns::control::edit::set_drain(text, &region, true).map_err(|e| e.to_string())
-            }),
+            true => cli::direct::drain(&target, &region, true, &overrides),
             false => cli::drain(&target, &region, true, emergency, &overrides),
         },
         Command::Undrain {
@@ -558,9 +540,7 @@ fn main() -> ExitCode {
             overrides,
             direct,
         } => match direct.direct {
-            true => cli::direct::edit(&target, &format!("undrain {region}"), &overrides, |text| {
-                steerdns::control::edit::set_drain(text, &region, false).map_err(|e| e.to_string())
-            }),
+            true => cli::direct::drain(&target, &region, false, &overrides),
             false => cli::drain(&target, &region, false, emergency, &overrides),
         },
         Command::Control(ControlCommand::History { target }) => cli::history_list(&target),
@@ -595,15 +575,7 @@ fn main() -> ExitCode {
             overrides,
             direct,
         }) => match direct.direct {
-            true => cli::direct::edit(
-                &target,
-                &format!("gate {name} = {value:?}"),
-                &overrides,
-                |text| {
-                    steerdns::control::edit::set_gate(text, &name, Some(&value))
-                        .map_err(|e| e.to_string())
-                },
-            ),
+            true => cli::direct::gate(&target, &name, Some(&value), &overrides),
             false => cli::safety::gate(&target, &name, Some(&value), emergency, &overrides),
         },
         Command::Gate(GateCommand::Clear {
@@ -613,14 +585,7 @@ fn main() -> ExitCode {
             overrides,
             direct,
         }) => match direct.direct {
-            true => cli::direct::edit(
-                &target,
-                &format!("gate {name} cleared"),
-                &overrides,
-                |text| {
-                    steerdns::control::edit::set_gate(text, &name, None).map_err(|e| e.to_string())
-                },
-            ),
+            true => cli::direct::gate(&target, &name, None, &overrides),
             false => cli::safety::gate(&target, &name, None, emergency, &overrides),
         },
         Command::Status { target, json } => cli::status(&target, json),
