@@ -487,6 +487,27 @@ impl Scrape {
             "steerdns_rrl_dropped",
             "Rate-limited responses not sent.",
             s.rrl_dropped,
+        )?;
+        counters(
+            encoder,
+            "steerdns_cookie_queries",
+            "Queries with a DNS COOKIE option (RFC 7873), by what their server cookie proved: \
+             client_only (none yet), invalid (not ours, another address, or expired), valid.",
+            crate::dns::cookie::Verdict::ALL
+                .iter()
+                .zip(&s.cookies)
+                .map(|(v, n)| (vec![("verdict", v.label().to_string())], *n)),
+        )?;
+        counters(
+            encoder,
+            "steerdns_shield_demand_answers",
+            "Anycast answers by whether their client counted in the shield's demand and why: \
+             a proven source (TCP or encrypted, or a valid cookie), a trusted resolver, or not \
+             counted (plain UDP from an untrusted source, or ECS from an untrusted resolver).",
+            crate::metrics::serving::DEMAND_SOURCE_LABELS
+                .iter()
+                .zip(&s.demand_sources)
+                .map(|(label, n)| (vec![("source", label.to_string())], *n)),
         )
     }
 

@@ -225,6 +225,40 @@ pub struct StatusView {
     /// error and latency, and each monitored endpoint's state.
     #[serde(default)]
     pub health: Option<crate::health::HealthReport>,
+    /// DNS Cookies (`[server.cookies]`; `None`: off): the secret's origin, queries by cookie
+    /// verdict, and anycast answers by whether their demand counted.
+    #[serde(default)]
+    pub cookies: Option<CookieView>,
+}
+
+/// DNS Cookies and the demand they prove, as status shows them.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CookieView {
+    /// Where the server secret is from (a file, or generated at start).
+    pub secret: String,
+    /// Queries with a COOKIE option since start, by verdict (`client_only`, `invalid`,
+    /// `valid`).
+    pub queries: BTreeMap<String, u64>,
+    /// Anycast answers since start by whether the shield counted their client, and why.
+    pub demand_answers: BTreeMap<String, u64>,
+}
+
+fn cookie_view(setup: &crate::snapshot::cookies::CookieSetup) -> CookieView {
+    let totals = crate::metrics::serving::serving().totals();
+    let queries = crate::dns::cookie::Verdict::ALL
+        .iter()
+        .map(|v| (v.label().to_string(), totals.cookies[v.index()]))
+        .collect();
+    let demand_answers = crate::metrics::serving::DEMAND_SOURCE_LABELS
+        .iter()
+        .zip(totals.demand_sources)
+        .map(|(label, n)| (label.to_string(), n))
+        .collect();
+    CookieView {
+        secret: setup.describe(),
+        queries,
+        demand_answers,
+    }
 }
 
 /// The DNSSEC state of the snapshot being served.
@@ -454,6 +488,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         dnssec: snapshot.dnssec().map(dnssec_view),
         health: reloader.health().report(snapshot.policies()),
+        cookies: snapshot.options().cookies.as_ref().map(cookie_view),
     }
 }
 

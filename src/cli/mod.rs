@@ -541,6 +541,9 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     if let Some(encrypted) = &status.encrypted {
         print_encrypted(encrypted);
     }
+    if let Some(cookies) = &status.cookies {
+        print_cookies(cookies);
+    }
     if let Some(dnssec) = &status.dnssec {
         print_dnssec(dnssec);
     }
@@ -614,6 +617,19 @@ fn print_rollout(r: &steerdns::reload::RolloutView) {
     if let Some(reason) = &r.halted {
         println!("  HALTED: {reason}");
     }
+}
+
+fn print_cookies(view: &steerdns::admin::CookieView) {
+    let join = |counts: &std::collections::BTreeMap<String, u64>| {
+        counts
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!("dns cookies: {}", view.secret);
+    println!("  queries with a cookie: {}", join(&view.queries));
+    println!("  anycast answers, demand: {}", join(&view.demand_answers));
 }
 
 fn print_dnssec(d: &steerdns::admin::DnssecView) {

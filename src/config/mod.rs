@@ -119,9 +119,11 @@ pub struct ShieldConfig {
     pub load_file: Option<PathBuf>,
     /// A Prometheus server to query for load (`[shield.prometheus]`).
     pub prometheus: Option<prometheus::PrometheusConfig>,
-    /// Resolvers (source address networks) whose ECS addresses the shield's demand count
-    /// trusts; ECS from any other source still steers the answer but is not counted
-    /// (queries without ECS count by their source). Empty (default): no ECS is counted.
+    /// Resolvers (source address networks) the shield's demand count trusts: their ECS
+    /// addresses count, and so do their queries without ECS over UDP without a valid DNS
+    /// cookie. ECS from any other source still steers the answer but is not counted; other
+    /// queries without ECS count by their source only when it is proven (TCP, DoT/DoH/DoQ,
+    /// or a valid server cookie). Empty (default): nothing counts unproven.
     pub trusted_ecs_resolvers: Vec<IpNet>,
 }
 
@@ -217,6 +219,31 @@ pub struct ServerConfig {
     pub xdp: Option<XdpConfig>,
     /// DNS over TLS, HTTPS and QUIC (optional).
     pub tls: Option<TlsConfig>,
+    /// DNS Cookies (RFC 7873, RFC 9018 server cookies).
+    pub cookies: CookieConfig,
+}
+
+/// `[server.cookies]`: DNS Cookies (RFC 7873) with RFC 9018's interoperable server cookie.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CookieConfig {
+    /// Answer COOKIE options (on by default); off, the option is ignored like any unknown one.
+    pub enabled: bool,
+    /// The server secret: a file (0600) whose first line is 32 hex digits (16 bytes), and
+    /// optionally a second line with the previous secret, still accepted while a new one is
+    /// rolled out. Give every node of a fleet the same file, so each verifies the cookies
+    /// the others issued. Unset: a random secret made when the process starts (kept across
+    /// reloads; cookies from other nodes or an earlier process do not verify).
+    pub secret_file: Option<PathBuf>,
+}
+
+impl Default for CookieConfig {
+    fn default() -> Self {
+        CookieConfig {
+            enabled: true,
+            secret_file: None,
+        }
+    }
 }
 
 /// `[server.tls]`: the encrypted transports -- DNS over TLS (RFC 7858), over HTTPS (RFC 8484,
@@ -326,6 +353,7 @@ impl Default for ServerConfig {
             tcp: TcpConfig::default(),
             xdp: None,
             tls: None,
+            cookies: CookieConfig::default(),
         }
     }
 }
@@ -649,6 +677,7 @@ impl Config {
             &mut self.control.history_dir,
             &mut self.admin.token_file,
             &mut self.shield.load_file,
+            &mut self.server.cookies.secret_file,
         ]
         .into_iter()
         .chain(self.fleet.iter_mut().flat_map(|f| {

@@ -174,7 +174,12 @@ impl CookieSecrets {
     /// made is echoed while it is younger than half an hour; otherwise a fresh one, stamped
     /// `now`. One hash in the common cases, two when a cookie is renewed.
     pub fn check(&self, cookie: &Cookie, client: IpAddr, now: u32) -> (Verdict, Cookie) {
-        let fresh = |verdict| (verdict, cookie.with_server(self.issue(&cookie.client, client, now)));
+        let fresh = |verdict| {
+            (
+                verdict,
+                cookie.with_server(self.issue(&cookie.client, client, now)),
+            )
+        };
         let server = cookie.server();
         if server.is_empty() {
             return fresh(Verdict::ClientOnly);
@@ -349,7 +354,10 @@ mod tests {
         assert_eq!(stranger.verify(&issued, client, now), Verdict::Invalid);
         // An hour old, the last second it holds; five minutes ahead, the most it may be.
         assert_eq!(secrets.verify(&issued, client, now + 3600), Verdict::Valid);
-        assert_eq!(secrets.verify(&issued, client, now + 3601), Verdict::Invalid);
+        assert_eq!(
+            secrets.verify(&issued, client, now + 3601),
+            Verdict::Invalid
+        );
         assert_eq!(secrets.verify(&issued, client, now - 300), Verdict::Valid);
         assert_eq!(secrets.verify(&issued, client, now - 301), Verdict::Invalid);
         // Young: echoed as it is; past half an hour: renewed.

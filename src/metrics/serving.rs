@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use super::cells::{current_slot, SLOTS};
+use crate::dns::cookie::Verdict as CookieVerdict;
 use crate::dns::wire::rcode;
 use crate::dns::wire::Transport;
 use crate::rrl::{Class, Verdict};
@@ -18,9 +19,29 @@ pub const TRANSPORTS: [&str; 5] = ["udp", "tcp", "tls", "https", "quic"];
 /// The encrypted transports' label values, indexed by [`encrypted_index`].
 pub const ENCRYPTED: [&str; 3] = ["tls", "https", "quic"];
 /// Rcode label values, indexed by [`rcode_bucket`]; the last collects anything unexpected.
-pub const RCODES: [&str; 8] = [
-    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "other",
+pub const RCODES: [&str; 9] = [
+    "NOERROR",
+    "FORMERR",
+    "SERVFAIL",
+    "NXDOMAIN",
+    "NOTIMP",
+    "REFUSED",
+    "BADVERS",
+    "BADCOOKIE",
+    "other",
 ];
+/// DNS Cookie verdicts, indexed by [`CookieVerdict::index`].
+pub const COOKIE_VERDICTS: usize = CookieVerdict::ALL.len();
+/// Why anycast answers' demand counted or not (label values, indexed by the shield's
+/// `DemandSource::index`).
+pub const DEMAND_SOURCE_LABELS: [&str; 5] = [
+    "tcp_or_encrypted",
+    "cookie",
+    "trusted",
+    "unproven_not_counted",
+    "untrusted_ecs_not_counted",
+];
+const DEMAND_SOURCES: usize = DEMAND_SOURCE_LABELS.len();
 
 pub fn transport_index(transport: Transport) -> usize {
     match transport {
@@ -94,6 +115,7 @@ pub fn rcode_bucket(code: u16) -> usize {
         rcode::NOTIMP => 4,
         rcode::REFUSED => 5,
         rcode::BADVERS => 6,
+        rcode::BADCOOKIE => 7,
         _ => RCODES.len() - 1,
     }
 }
@@ -113,6 +135,8 @@ struct Slot {
     rrl_limited: [AtomicU64; RRL_CLASSES],
     rrl_slipped: AtomicU64,
     rrl_dropped: AtomicU64,
+    cookies: [AtomicU64; COOKIE_VERDICTS],
+    demand_sources: [AtomicU64; DEMAND_SOURCES],
 }
 
 impl Slot {
@@ -126,6 +150,8 @@ impl Slot {
             rrl_limited: zeros(),
             rrl_slipped: AtomicU64::new(0),
             rrl_dropped: AtomicU64::new(0),
+            cookies: zeros(),
+            demand_sources: zeros(),
         }
     }
 }
@@ -202,6 +228,10 @@ pub struct ServingTotals {
     pub rrl_slipped: u64,
     /// Limited responses not sent.
     pub rrl_dropped: u64,
+    /// Queries with a COOKIE option, by verdict ([`CookieVerdict::index`]).
+    pub cookies: [u64; COOKIE_VERDICTS],
+    /// Anycast answers by why their demand counted or not ([`DEMAND_SOURCE_LABELS`]).
+    pub demand_sources: [u64; DEMAND_SOURCES],
 }
 
 impl ServingCounters {
@@ -284,6 +314,18 @@ impl ServingCounters {
         bump(&slot.rrl_limited[class.index() % RRL_CLASSES]);
     }
 
+    /// A query's COOKIE option and what its server cookie proved.
+    #[inline]
+    pub fn record_cookie(&self, verdict: CookieVerdict) {
+        bump(&self.slot().cookies[verdict.index() % COOKIE_VERDICTS]);
+    }
+
+    /// An anycast answer's demand, counted or not, and why (a [`DEMAND_SOURCE_LABELS`] index).
+    #[inline]
+    pub fn record_demand_source(&self, index: usize) {
+        bump(&self.slot().demand_sources[index % DEMAND_SOURCES]);
+    }
+
     /// A TCP connection was closed at once: its client already had its share open.
     pub fn record_tcp_refused_per_client(&self) {
         self.connections
@@ -349,6 +391,12 @@ impl ServingCounters {
         }
         for c in 0..RRL_CLASSES {
             totals.rrl_limited[c] = sum(&|s| &s.rrl_limited[c]);
+        }
+        for v in 0..COOKIE_VERDICTS {
+            totals.cookies[v] = sum(&|s| &s.cookies[v]);
+        }
+        for d in 0..DEMAND_SOURCES {
+            totals.demand_sources[d] = sum(&|s| &s.demand_sources[d]);
         }
         for t in 0..TRANSPORTS.len() {
             totals.queries[t] = sum(&|s| &s.queries[t]);

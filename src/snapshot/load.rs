@@ -118,7 +118,8 @@ pub fn load_after(
     if let Some(material) = &tls {
         warnings.extend(material.warning(crate::tls::unix_now()));
     }
-    let options = super::ServeOptions::from_config(&config.server);
+    let cookies = super::cookies::load(&config.server.cookies).map_err(|e| vec![e])?;
+    let options = super::ServeOptions::from_config(&config.server, cookies);
     let policies = steering.as_ref().map(|s| &s.policies);
     let precompiled =
         precompiled.unwrap_or_else(|| super::Precompiled::build(&zones, policies, &options));
