@@ -227,7 +227,8 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CookieConfig {
-    /// Answer COOKIE options (on by default); off, the option is ignored like any unknown one.
+    /// Answer COOKIE options (on by default); off, no cookie is sent back and none proves a
+    /// source (a malformed option is FORMERR either way: RFC 7873 §5.2.2).
     pub enabled: bool,
     /// The server secret: a file (0600) whose first line is 32 hex digits (16 bytes), and
     /// optionally a second line with the previous secret, still accepted while a new one is
