@@ -43,6 +43,8 @@ pub struct Scrape {
     encrypted: Option<crate::metrics::encrypted::EncryptedView>,
     /// Endpoint monitors (targets and monitored endpoints).
     health: Option<crate::health::HealthReport>,
+    /// Zones to sign left out for their keys.
+    dnssec_not_served: Vec<String>,
 }
 
 /// Reads the state to report.
@@ -80,6 +82,11 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         xdp: crate::metrics::xdp::view(),
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         health: reloader.health().report(snapshot.policies()),
+        dnssec_not_served: snapshot
+            .dnssec_not_served()
+            .iter()
+            .map(|n| n.zone.clone())
+            .collect(),
     }
 }
 
@@ -594,6 +601,15 @@ impl Scrape {
                 ),
                 (vec![("result", "refused".to_string())], st.reloads_refused),
             ],
+        )?;
+        gauges(
+            encoder,
+            "steerdns_dnssec_zone_not_served",
+            "1 for each zone of [dnssec] zones left out of service because its keys could not \
+             be read (never served unsigned; the other zones are served).",
+            self.dnssec_not_served
+                .iter()
+                .map(|zone| (vec![("zone", zone.clone())], 1.0)),
         )?;
         counter(
             encoder,

@@ -229,6 +229,9 @@ pub struct StatusView {
     /// verdict, and anycast answers by whether their demand counted.
     #[serde(default)]
     pub cookies: Option<CookieView>,
+    /// Zones to sign that are not served because their keys could not be read, and why.
+    #[serde(default)]
+    pub dnssec_not_served: Vec<crate::snapshot::load::NotServed>,
 }
 
 /// DNS Cookies and the demand they prove, as status shows them.
@@ -489,6 +492,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         dnssec: snapshot.dnssec().map(dnssec_view),
         health: reloader.health().report(snapshot.policies()),
         cookies: snapshot.options().cookies.as_ref().map(cookie_view),
+        dnssec_not_served: snapshot.dnssec_not_served().to_vec(),
     }
 }
 

@@ -544,6 +544,9 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     if let Some(cookies) = &status.cookies {
         print_cookies(cookies);
     }
+    for zone in &status.dnssec_not_served {
+        println!("dnssec: {} NOT SERVED: {}", zone.zone, zone.reason);
+    }
     if let Some(dnssec) = &status.dnssec {
         print_dnssec(dnssec);
     }

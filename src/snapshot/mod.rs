@@ -114,6 +114,8 @@ pub struct Compiled {
     sources: Option<Arc<load::Sources>>,
     /// DNSSEC: pre-signed steered answers and what was signed; `None` when nothing is signed.
     dnssec: Option<Arc<crate::dnssec::Signing>>,
+    /// Zones to sign left out of this snapshot because their keys could not be read.
+    dnssec_not_served: Vec<load::NotServed>,
     /// The certificate and key of the encrypted transports (`[server.tls]`), re-read on
     /// every load; TLS handshakes use the one of the snapshot in service.
     tls: Option<Arc<crate::tls::Material>>,
@@ -157,6 +159,7 @@ impl Compiled {
             rrl: None,
             sources: None,
             dnssec: None,
+            dnssec_not_served: Vec::new(),
             tls: None,
         }
     }
@@ -326,6 +329,11 @@ impl Snapshot {
     /// DNSSEC: pre-signed steered answers and what was signed; `None` when nothing is signed.
     pub fn dnssec(&self) -> Option<&crate::dnssec::Signing> {
         self.compiled.dnssec()
+    }
+
+    /// Zones to sign that are not served because their keys could not be read.
+    pub fn dnssec_not_served(&self) -> &[load::NotServed] {
+        &self.compiled.dnssec_not_served
     }
 
     /// The encrypted transports' certificate and key; `None` without `[server.tls]`.
