@@ -156,6 +156,15 @@ enum DnssecCommand {
         #[arg(long)]
         algorithm: Option<u8>,
     },
+    /// Replace the rollover seed of ZONE's key directory with a fresh random one (0600):
+    /// successors made from now on derive from it. Ship the new file to every node before
+    /// the next rollover starts (`dnssec status` shows when).
+    RotateSeed {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The zone whose key directory's seed is replaced, e.g. example.com.
+        zone: String,
+    },
     /// Print ZONE's DS records in zone-file form (for the parent, or as a validator's trust
     /// anchor).
     Ds {
@@ -565,6 +574,9 @@ fn dnssec(command: DnssecCommand) -> Result<ExitCode> {
             split,
             algorithm,
         } => cli::dnssec::keygen(&read_config(&source)?, &zone, split, algorithm),
+        DnssecCommand::RotateSeed { source, zone } => {
+            cli::dnssec::rotate_seed(&read_config(&source)?, &zone)
+        }
         DnssecCommand::Ds { source, zone } => cli::dnssec::ds(&read_config(&source)?, &zone),
         DnssecCommand::Status { source } => cli::dnssec::status(&read_config(&source)?),
         DnssecCommand::Dump { source, zone } => cli::dnssec::dump(&read_config(&source)?, &zone),
