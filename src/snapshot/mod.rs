@@ -427,9 +427,11 @@ impl Snapshot {
             &self.services.counters,
             &self.services.shield,
             &self.services.health,
-            client.addr,
-            subnet,
-            proven,
+            steer::Asker {
+                source: client.addr,
+                subnet,
+                proven,
+            },
             self.compiled.dnssec.as_deref().map(|d| &d.steered),
         ))
     }

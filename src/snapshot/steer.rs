@@ -81,6 +81,15 @@ fn demand_of(
     Some(data.demand.sample(addr, region, to, decision.ttl))
 }
 
+/// Who asked, as steering sees it: the source address, the ECS option the query carried, and
+/// how the source is proven (`None`: plain UDP without a valid cookie).
+#[derive(Clone, Copy)]
+pub struct Asker<'q> {
+    pub source: IpAddr,
+    pub subnet: Option<&'q ClientSubnet>,
+    pub proven: Option<Proof>,
+}
+
 /// What profile roots are evaluated with: they never read the shield's view.
 static NO_SHED: OnceLock<ShedView> = OnceLock::new();
 
@@ -127,11 +136,14 @@ impl<'s> ClientSteering<'s> {
         counters: &'s SnapshotCounters,
         shield: &'s Shield,
         health: &'s Board,
-        source: IpAddr,
-        subnet: Option<&ClientSubnet>,
-        proven: Option<Proof>,
+        asker: Asker<'_>,
         sigs: Option<&'s SteeredSigs>,
     ) -> Self {
+        let Asker {
+            source,
+            subnet,
+            proven,
+        } = asker;
         ClientSteering {
             data,
             counters,
