@@ -23,7 +23,7 @@ while read -r case; do
     fi
     ANSWER_PATH_REPEAT=$n ANSWER_PATH_CASE=$case valgrind --tool=callgrind \
         --callgrind-out-file="$out/cg.out" "$bin" --bench >/dev/null 2>&1
-    callgrind_annotate --inclusive=yes "$out/cg.out" 2>/dev/null |
+    callgrind_annotate --inclusive=yes --threshold=100 "$out/cg.out" 2>/dev/null |
         python3 -c '
 import re, sys
 for line in sys.stdin:
