@@ -40,12 +40,15 @@ const FUTURE_SKEW_SECS: u32 = 300;
 const RENEW_AFTER_SECS: u32 = 1800;
 
 /// The COOKIE option of a message: the client cookie and the server cookie (empty when the
-/// client has none yet). In a query it is what the client sent; [`CookieSecrets::answer`]
-/// turns it into the one we send back.
+/// client has none yet). In a query it is what the client sent; [`CookieSecrets::check`]
+/// turns it into the one we send back. Only a 16-byte server cookie can be ours, so only
+/// that length is kept: a query's cookie of another length is remembered as such (never
+/// valid) without its bytes, which keeps every parsed query small.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Cookie {
     pub client: [u8; CLIENT_LEN],
-    server: [u8; MAX_SERVER_LEN],
+    server: [u8; SERVER_LEN],
+    /// The server cookie's length as sent (0: none; only 16 has its bytes in `server`).
     server_len: u8,
 }
 
@@ -68,23 +71,30 @@ impl Cookie {
         if !(server.is_empty() || (MIN_SERVER_LEN..=MAX_SERVER_LEN).contains(&server.len())) {
             return None;
         }
-        let mut cookie = Cookie {
+        Some(Cookie {
             client: client.try_into().ok()?,
-            server: [0; MAX_SERVER_LEN],
+            server: server.try_into().unwrap_or([0; SERVER_LEN]),
             server_len: server.len() as u8,
-        };
-        cookie.server[..server.len()].copy_from_slice(server);
-        Some(cookie)
+        })
     }
 
-    /// The server cookie (empty when the client sent only its own).
+    /// The server cookie, when it has our length (empty when the client sent only its own,
+    /// or one of another length: see [`Self::has_server`]).
     pub fn server(&self) -> &[u8] {
-        &self.server[..usize::from(self.server_len)]
+        match usize::from(self.server_len) {
+            SERVER_LEN => &self.server,
+            _ => &[],
+        }
     }
 
-    /// The option's data length (client and server cookie).
+    /// Whether the client sent a server cookie (of any length).
+    pub fn has_server(&self) -> bool {
+        self.server_len != 0
+    }
+
+    /// The option's data length as [`Self::write`] writes it (client and server cookie).
     pub fn len(&self) -> usize {
-        CLIENT_LEN + usize::from(self.server_len)
+        CLIENT_LEN + self.server().len()
     }
 
     /// Never: a cookie always holds its client part (for clippy's `len` convention).
@@ -100,13 +110,11 @@ impl Cookie {
     }
 
     fn with_server(&self, server: [u8; SERVER_LEN]) -> Cookie {
-        let mut cookie = Cookie {
+        Cookie {
             client: self.client,
-            server: [0; MAX_SERVER_LEN],
+            server,
             server_len: SERVER_LEN as u8,
-        };
-        cookie.server[..SERVER_LEN].copy_from_slice(&server);
-        cookie
+        }
     }
 }
 
@@ -180,11 +188,10 @@ impl CookieSecrets {
                 cookie.with_server(self.issue(&cookie.client, client, now)),
             )
         };
-        let server = cookie.server();
-        if server.is_empty() {
+        if !cookie.has_server() {
             return fresh(Verdict::ClientOnly);
         }
-        let Ok(server) = <[u8; SERVER_LEN]>::try_from(server) else {
+        let Ok(server) = <[u8; SERVER_LEN]>::try_from(cookie.server()) else {
             return fresh(Verdict::Invalid);
         };
         let stamp = timestamp(&server);
@@ -333,7 +340,8 @@ mod tests {
         }
         for len in [8, 16, 24, 40] {
             let parsed = Cookie::parse(&vec![7; len]).unwrap();
-            assert_eq!(parsed.len(), len);
+            assert_eq!(parsed.has_server(), len > 8);
+            assert_eq!(parsed.server().len(), if len == 24 { 16 } else { 0 });
         }
     }
 
