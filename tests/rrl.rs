@@ -265,7 +265,7 @@ fn rcode_tc_cookie(reply: &[u8]) -> (u16, bool, Option<Vec<u8>>) {
 #[test]
 fn a_cookie_client_is_slipped_badcookie_and_a_valid_cookie_is_never_limited() {
     let config = config();
-    let (server, _admin) = start_with_admin(&config, &[]);
+    let (server, admin) = start_with_admin(&config, &[]);
     let plain = query("mail.example.com.", RecordType::A)
         .to_vec()
         .expect("encode");
@@ -309,4 +309,14 @@ fn a_cookie_client_is_slipped_badcookie_and_a_valid_cookie_is_never_limited() {
             .count();
     }
     assert_eq!(answers, 100, "a valid cookie is never limited");
+    let sent = metric(
+        admin,
+        "steerdns_responses_total",
+        &[("transport", "udp"), ("rcode", "BADCOOKIE")],
+    );
+    assert_eq!(
+        sent,
+        badcookie.len() as f64,
+        "BADCOOKIE responses are counted as such"
+    );
 }

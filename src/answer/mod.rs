@@ -289,15 +289,20 @@ fn question_end(message: &[u8]) -> Option<usize> {
     (end <= message.len()).then_some(end)
 }
 
-/// The response's rcode: BADVERS is the only extended rcode we send, and every query with
-/// EDNS version > 0 gets it; otherwise the header says.
+/// The response's rcode: the extended rcodes we send are BADVERS, which every query with
+/// EDNS version > 0 gets, and BADCOOKIE (a rate limiter's slip for a query with a cookie,
+/// header bits 7: YXDOMAIN, which we never send otherwise); else the header says.
 fn response_rcode(query: &Query, response: &[u8]) -> u16 {
     if query.edns.as_ref().is_some_and(|e| e.version > 0) {
-        rcode::BADVERS
+        return rcode::BADVERS;
+    }
+    let low = response
+        .get(3)
+        .map_or(rcode::SERVFAIL, |b| u16::from(b & 0x0F));
+    if low == rcode::BADCOOKIE & 0xF && query.edns.as_ref().is_some_and(|e| e.cookie.is_some()) {
+        rcode::BADCOOKIE
     } else {
-        response
-            .get(3)
-            .map_or(rcode::SERVFAIL, |b| u16::from(b & 0x0F))
+        low
     }
 }
 
