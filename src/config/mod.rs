@@ -365,7 +365,7 @@ impl Default for TcpConfig {
             max_connections: 1024,
             max_connections_per_client: 32,
             client_prefix_v4: 24,
-            client_prefix_v6: 56,
+            client_prefix_v6: 48,
             frame_timeout_secs: 3,
             max_queries_per_connection: 10_000,
         }

@@ -34,7 +34,7 @@ use super::tcp::{accept, secs, serve_stream, TcpLimits};
 use crate::answer::respond;
 use crate::config::{TcpConfig, TlsConfig};
 use crate::dns::wire::{Requester, Transport, MAX_MESSAGE};
-use crate::metrics::serving::{serving, EncryptedEvent};
+use crate::metrics::serving::{serving, ConnectionEvent};
 use crate::snapshot::SharedSnapshot;
 
 /// The limits of one encrypted transport: TCP's per-connection limits and a handshake timeout.
@@ -140,11 +140,11 @@ pub(crate) async fn handshake(
         Ok(Ok(tls)) => Some(tls),
         Ok(Err(e)) => {
             tracing::debug!("{transport:?} handshake failed: {e}");
-            serving().record_encrypted(transport, EncryptedEvent::HandshakeFailed);
+            serving().record_connection(transport, ConnectionEvent::HandshakeFailed);
             None
         }
         Err(_) => {
-            serving().record_encrypted(transport, EncryptedEvent::HandshakeTimeout);
+            serving().record_connection(transport, ConnectionEvent::HandshakeTimeout);
             None
         }
     }
@@ -163,7 +163,7 @@ pub async fn serve_dot(
     loop {
         let (stream, peer) = accept(&listener).await;
         let client = Requester::new(peer.ip(), Transport::Tls);
-        let Some(admitted) = admission.admit(client.addr).await else {
+        let Some(admitted) = admission.admit(client.addr) else {
             continue;
         };
         let snapshot = snapshot.clone();
