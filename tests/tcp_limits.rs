@@ -617,6 +617,20 @@ fn busy_holders_of_every_slot_keep_no_tcp_or_dot_client_out() {
         stalled >= 1.0 && dot_stalled >= 1.0,
         "busy holders closed to make room: TCP {stalled}, DoT {dot_stalled}"
     );
+    // Status shows the encrypted transports' closes by why, as /metrics does.
+    let (code, text) = http(admin, "GET", "/v1/status", Vec::new());
+    assert_eq!(code, 200, "GET /v1/status: {text}");
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let status: serde_json::Value = serde_json::from_str(body).expect("status JSON");
+    let tls = status["encrypted"]["transports"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["transport"] == "tls"))
+        .unwrap_or_else(|| panic!("no tls transport in the status: {status:#}"));
+    assert_eq!(
+        tls["closed_stalled_to_make_room"].as_f64(),
+        Some(dot_stalled),
+        "{tls:#}"
+    );
     stop.store(true, Ordering::Relaxed);
     runtime.shutdown_timeout(Duration::from_secs(1));
 }

@@ -6,8 +6,9 @@
 //!
 //! Owned here: the accept loops and their limits. Who gets a slot and for how long is
 //! [`crate::server::admission`]'s, the same mechanism as TCP's with each transport's own
-//! numbers: `max_connections` at once, `max_connections_per_client` per client prefix, idle
-//! time shrinking as slots fill (a handshake in progress counts as idle), a lifetime. Here: a
+//! numbers: `max_connections` at once (a newcomer to full slots takes back the worst holder,
+//! never waits), `max_connections_per_client` per client prefix, idle time shrinking as slots
+//! fill (a handshake in progress counts as idle), a lifetime. Here: a
 //! handshake timeout, a frame timeout and `max_queries_per_connection`. Every handshake runs
 //! in its own task, so a client that stalls one holds nothing but its own slot; none of it
 //! shares a thread or a socket with the UDP workers.
