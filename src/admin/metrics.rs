@@ -17,7 +17,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::metrics::per_snapshot::{self, Series};
-use crate::metrics::serving::{serving, ServingTotals, RCODES, TRANSPORTS};
+use crate::metrics::serving::{serving, ConnectionEvent, ServingTotals, RCODES, TRANSPORTS};
 use crate::policy::{ProfileId, ProfileKindTag};
 use crate::reload::{Reloader, Status};
 use crate::shield::live::ShieldStatus;
@@ -368,14 +368,14 @@ impl Scrape {
             "steerdns_tcp_refused_per_client",
             "TCP connections closed at once: the client already had [server.tcp] \
              max_connections_per_client open.",
-            s.tcp_refused_per_client,
+            s.tcp_events[ConnectionEvent::RefusedPerClient.index()],
         )?;
         counter(
             encoder,
             "steerdns_tcp_frame_timeouts",
             "TCP connections closed because a started query was not completed within \
              [server.tcp] frame_timeout_secs.",
-            s.tcp_frame_timeouts,
+            s.tcp_events[ConnectionEvent::FrameTimeout.index()],
         )?;
         counter(
             encoder,
@@ -383,13 +383,28 @@ impl Scrape {
             "Idle TCP connections closed early because the slots were filling up (past half \
              of [server.tcp] max_connections the idle time allowed shrinks toward \
              busy_idle_timeout_ms; a newcomer to full slots closes the one idle longest).",
-            s.tcp_reaped,
+            s.tcp_events[ConnectionEvent::Reaped.index()],
         )?;
         counter(
             encoder,
             "steerdns_tcp_closed_at_lifetime",
             "TCP connections closed at [server.tcp] max_connection_lifetime_secs.",
-            s.tcp_lifetime,
+            s.tcp_events[ConnectionEvent::Lifetime.index()],
+        )?;
+        counters(
+            encoder,
+            "steerdns_tcp_connections_closed",
+            "TCP connections the server closed, by reason: refused_per_client (over the \
+             client prefix's share), refused_full (every slot taken, no holder could be taken \
+             back), frame_timeout, idle_timeout, closed_idle_to_make_room, \
+             closed_stalled_to_make_room (the worst holder of a full table: mid-query or \
+             completing few queries for its time), closed_at_lifetime.",
+            ConnectionEvent::TCP.iter().map(|e| {
+                (
+                    vec![("reason", e.label().to_string())],
+                    s.tcp_events[e.index()],
+                )
+            }),
         )?;
         counter(
             encoder,
@@ -435,6 +450,11 @@ impl Scrape {
                 ("handshake_timeout", t.handshake_timeout),
                 ("frame_timeout", t.frame_timeout),
                 ("bad_request", t.bad_request),
+                ("refused_full", t.refused_full),
+                ("idle_timeout", t.idle_timeout),
+                ("closed_idle_to_make_room", t.closed_idle_to_make_room),
+                ("closed_stalled_to_make_room", t.closed_stalled_to_make_room),
+                ("closed_at_lifetime", t.closed_at_lifetime),
             ]
             .map(|(event, n)| {
                 let labels = vec![
@@ -447,10 +467,11 @@ impl Scrape {
         counters(
             encoder,
             "steerdns_encrypted_connection_events",
-            "Encrypted connections or requests turned away: over the per-client share, failed or \
-             timed-out handshakes, queries not completed in time, DoH requests that carry no \
-             DNS query, idle connections closed to make room, connections closed at their \
-             lifetime.",
+            "Encrypted connections or requests turned away: over the per-client share, every \
+             slot taken with no holder to take back, failed or timed-out handshakes, queries \
+             not completed in time, DoH requests that carry no DNS query, idle timeouts, \
+             connections closed to make room while idle or stalled (mid-query, or completing \
+             few queries for their time), connections closed at their lifetime.",
             events,
         )?;
         if let Some(cert) = &view.certificate {

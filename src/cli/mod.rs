@@ -570,16 +570,22 @@ fn print_encrypted(view: &steerdns::metrics::encrypted::EncryptedView) {
     for t in &view.transports {
         println!(
             "  {}: {} queries, {} connections open, {} accepted; refused per client {}, \
-             handshakes failed {} timed out {}, frame timeouts {}, bad requests {}",
+             refused full {}, handshakes failed {} timed out {}, frame timeouts {}, bad requests \
+             {}, idle timeouts {}; closed to make room: idle {}, stalled {}; closed at lifetime {}",
             t.transport,
             t.queries,
             t.connections_open,
             t.connections_accepted,
             t.refused_per_client,
+            t.refused_full,
             t.handshake_failed,
             t.handshake_timeout,
             t.frame_timeout,
-            t.bad_request
+            t.bad_request,
+            t.idle_timeout,
+            t.closed_idle_to_make_room,
+            t.closed_stalled_to_make_room,
+            t.closed_at_lifetime
         );
     }
 }

@@ -340,13 +340,15 @@ pub struct TcpConfig {
     pub busy_idle_timeout_ms: u64,
     /// Seconds a connection may live, however busy (wall clock); the client reconnects.
     pub max_connection_lifetime_secs: u64,
-    /// TCP connections served at once.
+    /// TCP connections served at once. A newcomer to full slots closes the worst holder (idle,
+    /// or mid-query longest for the queries it completed) or, if every holder is answering
+    /// right now, is closed itself; the accept loop never waits.
     pub max_connections: usize,
     /// Connections one client (a `client_prefix_v4`/`client_prefix_v6` prefix) may hold
     /// open; further ones are closed at once.
     pub max_connections_per_client: usize,
     /// Prefix lengths that make one client for `max_connections_per_client`, here and on the
-    /// encrypted transports ([server.tls]).
+    /// encrypted transports ([server.tls]): /24 and /48 by default.
     pub client_prefix_v4: u8,
     pub client_prefix_v6: u8,
     /// Seconds a client has to finish a query (length and message) once it sent its first
@@ -365,7 +367,7 @@ impl Default for TcpConfig {
             max_connections: 1024,
             max_connections_per_client: 32,
             client_prefix_v4: 24,
-            client_prefix_v6: 56,
+            client_prefix_v6: 48,
             frame_timeout_secs: 3,
             max_queries_per_connection: 10_000,
         }

@@ -7,6 +7,7 @@ pub mod backend;
 pub mod etcd;
 pub mod load;
 pub mod prometheus;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};

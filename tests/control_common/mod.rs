@@ -47,6 +47,8 @@ pub use common::backend::{closed_port, Backend, Reply};
 pub use common::etcd::Etcd;
 #[allow(unused_imports)]
 pub use common::prometheus::{Exporter, Prometheus};
+#[allow(unused_imports)]
+pub use common::tls;
 pub use common::TempDir;
 #[allow(unused_imports)]
 pub use common::{

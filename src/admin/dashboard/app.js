@@ -425,10 +425,12 @@
   // What each turned-away counter means, in the order the table shows them.
   const TURNED_AWAY = [
     ["refused_per_client", "over the per-client share"],
+    ["refused_full", "every slot busy"],
     ["handshake_failed", "bad handshake"],
     ["handshake_timeout", "handshake too slow"],
     ["frame_timeout", "query too slow"],
     ["bad_request", "bad HTTP request"],
+    ["closed_stalled_to_make_room", "holding a slot, making no progress"],
   ];
 
   function renderEncrypted(status) {
