@@ -119,7 +119,7 @@ async fn session_inner(ctx: &Ctx, own: &mut super::OwnLeases) -> Result<Infallib
         }
         // Campaign while not leading; while leading, check now and then that the key is
         // still on this lease (deleted or overwritten by hand: campaign again).
-        if !campaigned.is_some_and(|at| at.elapsed() < CAMPAIGN) {
+        if campaigned.is_none_or(|at| at.elapsed() >= CAMPAIGN) {
             campaigned = Some(Instant::now());
             leader = if leader {
                 super::holds(&ctx.config, &mut client, &ctx.keys.coordinator(), lease).await?

@@ -125,7 +125,7 @@ async fn session_inner(
     };
     let watch_from = header.max(control.revision) + 1;
     let mut rollout = match timed(ctx, "reading the rollout", staged::get(&mut client, keys)).await? {
-        staged::Stored::Found(record, _) => Seen::Record(record),
+        staged::Stored::Found(record, _) => Seen::Record(Box::new(record)),
         staged::Stored::Missing => Seen::Never,
         staged::Stored::Unreadable { reason, .. } => Seen::Unreadable(reason),
     };
@@ -233,7 +233,7 @@ async fn session_inner(
                     let key = kv.key_str().unwrap_or("");
                     match (event.event_type(), key) {
                         (EventType::Put, k) if k == keys.rollout() => match staged::decode(k, kv.value()) {
-                            Ok(record) => rollout = Seen::Record(record),
+                            Ok(record) => rollout = Seen::Record(Box::new(record)),
                             Err(e) => {
                                 tracing::error!("fleet: {e}; holding at what this node serves");
                                 rollout = Seen::Unreadable(e.to_string());
@@ -288,7 +288,7 @@ enum Seen {
     Deleted,
     /// Does not decode: why.
     Unreadable(String),
-    Record(RolloutRecord),
+    Record(Box<RolloutRecord>),
 }
 
 /// Serves what the rollout allows this node (with `[fleet.rollout]`), else the newest version.
