@@ -227,7 +227,9 @@ fn hold_unreadable(ctx: &Ctx, which: &'static str, reason: &str) {
         } else {
             ctx.keys.rollout()
         },
-        reason: format!("{reason}; every node holds at what it serves until `steerdns rollout reset`"),
+        reason: format!(
+            "{reason}; every node holds at what it serves until `steerdns rollout reset`"
+        ),
         seen_by: String::new(),
     };
     let seen_by = if which == "bundle" {
@@ -270,7 +272,8 @@ async fn step_control(
     let reports = staged::reports(nodes);
     let now = staged::now_ms();
     if !matches!(state, staged::Stored::Unreadable { .. }) {
-        ctx.origin.set_bad_records("coordinator (rollout)", Vec::new());
+        ctx.origin
+            .set_bad_records("coordinator (rollout)", Vec::new());
     }
     let (next, expected, log) = match state {
         staged::Stored::Missing => {

@@ -305,7 +305,9 @@ pub async fn claim(
     match put_claimed(config, client, key, name, lease, own).await? {
         Claim::Held => Ok(true),
         Claim::TakenOver(from) => {
-            tracing::warn!("fleet: {key} held {from:?} on no lease (written by hand?); {name} took it over");
+            tracing::warn!(
+                "fleet: {key} held {from:?} on no lease (written by hand?); {name} took it over"
+            );
             Ok(true)
         }
         Claim::Refused { .. } => Ok(false),

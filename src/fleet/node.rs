@@ -124,15 +124,22 @@ async fn session_inner(
         None => seed(ctx, &mut client).await?,
     };
     let watch_from = header.max(control.revision) + 1;
-    let mut rollout = match timed(ctx, "reading the rollout", staged::get(&mut client, keys)).await? {
-        staged::Stored::Found(record, _) => Seen::Record(Box::new(record)),
-        staged::Stored::Missing => Seen::Never,
-        staged::Stored::Unreadable { reason, .. } => Seen::Unreadable(reason),
-    };
+    let mut rollout =
+        match timed(ctx, "reading the rollout", staged::get(&mut client, keys)).await? {
+            staged::Stored::Found(record, _) => Seen::Record(Box::new(record)),
+            staged::Stored::Missing => Seen::Never,
+            staged::Stored::Unreadable { reason, .. } => Seen::Unreadable(reason),
+        };
     apply(ctx, &control, &rollout).await;
     if ctx.config.rollout.is_some() {
         let key = keys.bundle_rollout();
-        match timed(ctx, "reading the bundle rollout", staged::get_state::<BundleRecord>(&mut client, &key)).await? {
+        match timed(
+            ctx,
+            "reading the bundle rollout",
+            staged::get_state::<BundleRecord>(&mut client, &key),
+        )
+        .await?
+        {
             staged::Stored::Found(record, _) => apply_bundle(ctx, &record).await,
             staged::Stored::Missing => {}
             staged::Stored::Unreadable { reason, .. } => {

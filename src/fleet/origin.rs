@@ -163,7 +163,11 @@ impl FleetOrigin {
             .collect();
         let mut inner = self.lock();
         let before = inner.bad_records.get(seen_by).cloned().unwrap_or_default();
-        let new = bad.iter().filter(|b| !before.contains(b)).cloned().collect();
+        let new = bad
+            .iter()
+            .filter(|b| !before.contains(b))
+            .cloned()
+            .collect();
         if bad.is_empty() {
             inner.bad_records.remove(seen_by);
         } else {

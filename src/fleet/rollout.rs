@@ -142,7 +142,10 @@ pub enum Stored<T> {
     Missing,
     /// Does not decode (written by hand, truncated, another version's format): its
     /// `mod_revision` (for the compare-and-swap that replaces it) and why.
-    Unreadable { revision: i64, reason: String },
+    Unreadable {
+        revision: i64,
+        reason: String,
+    },
     /// The state and its `mod_revision`.
     Found(T, i64),
 }
@@ -367,6 +370,57 @@ mod tests {
             revision,
             serial,
         }
+    }
+
+    fn version(revision: i64, serial: u64) -> store::FleetVersion {
+        store::FleetVersion {
+            serial,
+            time: String::new(),
+            source: String::new(),
+            summary: String::new(),
+            text: format!("serial = {serial}\n"),
+            revision,
+            emergency: false,
+        }
+    }
+
+    fn serving(revisions: &[Option<u64>]) -> BTreeMap<String, NodeReport> {
+        revisions
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let report = NodeReport {
+                    serving: *r,
+                    ..NodeReport::default()
+                };
+                (format!("ns{}", i + 1), report)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_recovered_state_settles_on_what_every_node_serves_never_the_newest() {
+        let newest = control(9, 3);
+        let history = [version(5, 1), version(7, 2), version(9, 3)];
+        // The canary refused 9, another lags at 5: the last version every node serves is 5.
+        let (record, line) = recovered(&newest, &history, &serving(&[Some(7), Some(5), None]), 0)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((record.rollout.lkg, record.lkg_serial), (5, 1));
+        assert!(!record.is_about(&newest), "{line}");
+        assert_eq!(record.target("ns1", &newest).revision, 5);
+        // Every node serves the newest: settled there.
+        let (record, _) = recovered(&newest, &history, &serving(&[Some(9), Some(9)]), 0)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(record.is_about(&newest));
+        // A new fleet (nobody serves a fleet version yet) settles at the newest.
+        let (record, _) =
+            recovered(&newest, &history, &serving(&[None]), 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(record.rollout.lkg, 9);
+        // The version is no longer in the history: hold, with the reason.
+        let error = recovered(&newest, &history[1..], &serving(&[Some(5)]), 0)
+            .err()
+            .unwrap_or_else(|| panic!("recovered without the version"));
+        assert!(error.contains("revision 5"), "{error}");
     }
 
     #[test]

@@ -250,10 +250,7 @@ impl<T> Listed<T> {
 }
 
 /// The fleet's versions, oldest first (entries that do not decode are skipped and named).
-pub async fn history(
-    client: &mut Client,
-    keys: &Keys,
-) -> Result<Listed<FleetVersion>, FleetError> {
+pub async fn history(client: &mut Client, keys: &Keys) -> Result<Listed<FleetVersion>, FleetError> {
     let options = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Key, SortOrder::Ascend);
@@ -529,10 +526,7 @@ fn node_of(dir: &str, kv: &KeyValue) -> Result<NodeRecord, FleetError> {
     let record: NodeRecord = json_of(kv)?;
     let name = key.strip_prefix(dir).unwrap_or(&key);
     if record.name != name {
-        return Err(bad(format!(
-            "names node {:?}, not {name:?}",
-            record.name
-        )));
+        return Err(bad(format!("names node {:?}, not {name:?}", record.name)));
     }
     if kv.lease() == 0 {
         return Err(bad(

@@ -497,7 +497,11 @@ impl Rollout {
                 at_ms.saturating_sub(self.started_at_ms) as f64 / 1000.0
             ),
             Phase::Aborted { at_ms } => {
-                format!("aborted {}: every node is sent back to {}", ago(*at_ms), self.lkg)
+                format!(
+                    "aborted {}: every node is sent back to {}",
+                    ago(*at_ms),
+                    self.lkg
+                )
             }
         });
         lines.push(format!("last known good: revision {}", self.lkg_now()));

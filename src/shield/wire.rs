@@ -618,7 +618,9 @@ mod tests {
             .err()
             .unwrap_or_else(|| panic!("a last move an hour ahead accepted"));
         assert!(
-            error.to_string().starts_with("state.regions.eu-west.last_move_at"),
+            error
+                .to_string()
+                .starts_with("state.regions.eu-west.last_move_at"),
             "{error}"
         );
     }

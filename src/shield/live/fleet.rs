@@ -220,7 +220,10 @@ impl Shield {
             tick.settings,
             side.served.is_some(),
         );
-        let stale = renewed_ms.is_some_and(|age| u128::from(age) >= (REPUBLISH * STALE_PERIODS).as_millis());
+        // Alerted on no later than it decays.
+        let stale_after_ms =
+            ((REPUBLISH * STALE_PERIODS).as_millis() as u64).min(tick.settings.revert_after_ms);
+        let stale = renewed_ms.is_some_and(|age| age >= stale_after_ms);
         if role != Role::Leader {
             side.proposed = None;
         }
@@ -557,7 +560,10 @@ mod tests {
             error: Some("etcd: connection refused".into()),
             ..Inbox::default()
         };
-        assert_eq!(role_of(&linked, None, None, &settings, false), Role::Waiting);
+        assert_eq!(
+            role_of(&linked, None, None, &settings, false),
+            Role::Waiting
+        );
         assert_eq!(
             role_of(&linked, Some(50), None, &settings, false),
             Role::Waiting
