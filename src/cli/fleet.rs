@@ -275,6 +275,20 @@ async fn wait_for_nodes(
     Ok(ExitCode::FAILURE)
 }
 
+/// What `steerdns status` adds to a node's fleet line: records skipped, a failing
+/// coordinator, a refused registration.
+pub(super) fn print_link_problems(link: &steerdns::reload::FleetLinkStatus) {
+    for bad in &link.bad_records {
+        println!("  fleet record SKIPPED ({}): {bad}", bad.seen_by);
+    }
+    if let Some(error) = &link.coordinator_error {
+        println!("  fleet rollout coordinator FAILING: {error}");
+    }
+    if let Some(reason) = &link.registration_refused {
+        println!("  fleet registration REFUSED: {reason}");
+    }
+}
+
 /// Records skipped because they do not decode, each with its key.
 pub(super) fn print_bad(bad: &[store::BadRecord]) {
     for record in bad {

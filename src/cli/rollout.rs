@@ -427,6 +427,12 @@ pub async fn follow(
                 for line in rollout.describe(staged::now_ms()) {
                     println!("{line}");
                 }
+                // What the nodes themselves report, not only what the state says.
+                if let Ok(listed) = store::nodes(client, keys).await {
+                    for line in served_lines(&record, &listed.records) {
+                        println!("{line}");
+                    }
+                }
                 return Ok(match (&rollout.phase, about) {
                     (Phase::Completed { .. }, true) => {
                         println!(

@@ -101,11 +101,6 @@ pub fn decode(keys: &Keys, key: &str, value: &[u8], lease: i64) -> Result<Prober
     let name = key
         .strip_prefix(&keys.health_probers_dir())
         .ok_or_else(|| format!("{key}: not a prober key"))?;
-    if lease == 0 {
-        return Err(format!(
-            "{key}: not on a lease (a prober publishes on its lease; written by hand?)"
-        ));
-    }
     let record: ProberRecord =
         serde_json::from_slice(value).map_err(|e| format!("{key}: not a prober record: {e}"))?;
     if record.node != name {
@@ -140,6 +135,12 @@ pub fn decode(keys: &Keys, key: &str, value: &[u8], lease: i64) -> Result<Prober
         if !seen.insert(result.target.as_str()) {
             return Err(format!("{key}: {} appears twice", result.target));
         }
+    }
+    // Checked last: a record that does not even parse says so first.
+    if lease == 0 {
+        return Err(format!(
+            "{key}: not on a lease (a prober publishes on its lease; written by hand?)"
+        ));
     }
     Ok(record)
 }

@@ -157,8 +157,14 @@ async fn session_inner(
         mut keeper,
         mut keepalives,
     } = grant_lease(&ctx.config, &mut client, "a lease").await?;
-    let earlier = own.clone();
+    let mut earlier = own.clone();
     own.add(lease);
+    // The lease of this node's previous process (a restart): its registry entry is this
+    // node's own, not another node's with the same name.
+    if let Some(previous) = remembered_lease(ctx) {
+        earlier.add(previous);
+    }
+    remember_lease(ctx, lease);
     let registry = Registry {
         lease,
         earlier: earlier.all(),
@@ -274,7 +280,10 @@ async fn session_inner(
                     _ => return Err(FleetError::Other("the node's lease expired".into())),
                 }
                 // A rollout judges the query and SERVFAIL counters: keep them fresh.
-                if last_put.elapsed() >= REFRESH || ctx.config.rollout.is_some() {
+                // A refused registration is tried again every tick (the other holder's lease
+                // may have ended).
+                let refused = ctx.origin.link().registration_refused.is_some();
+                if last_put.elapsed() >= REFRESH || ctx.config.rollout.is_some() || refused {
                     last_record = put_record(ctx, &mut client, &registry, None).await?;
                     last_put = Instant::now();
                 }
@@ -600,6 +609,34 @@ pub fn record(
                 .map(|r| (r.bundle.clone(), r.reasons.join("; "))),
         }),
         rollout: rollout.map(|(boot, probes)| report((&snapshot, &status), origin, boot, probes)),
+    }
+}
+
+/// Where a node remembers the lease it registers on, for its next start: next to its
+/// control cache (`<control file>.lease`).
+fn lease_file(ctx: &Ctx) -> Option<std::path::PathBuf> {
+    let config = ctx.reloader.source().read_config().ok()?;
+    let file = config.control.file?;
+    let mut name = file.file_name()?.to_os_string();
+    name.push(".lease");
+    Some(file.with_file_name(name))
+}
+
+fn remembered_lease(ctx: &Ctx) -> Option<i64> {
+    let path = lease_file(ctx)?;
+    let text = crate::files::read_text_limited(&path, 64).ok()?;
+    i64::from_str_radix(text.trim(), 16).ok()
+}
+
+/// Best effort: without it, a restart waits for its previous process's lease to end before
+/// it registers again (as a second node with the same name must).
+fn remember_lease(ctx: &Ctx, lease: i64) {
+    let Some(path) = lease_file(ctx) else { return };
+    if let Err(e) = crate::files::replace_file(&path, format!("{lease:x}\n").as_bytes()) {
+        tracing::warn!(
+            "fleet: {}: cannot remember the registry lease: {e}",
+            path.display()
+        );
     }
 }
 
