@@ -35,7 +35,9 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// A connection whose first request is bounded: an unreachable etcd is a clear error.
 pub(super) async fn connect(fleet: &FleetConfig) -> Result<(Client, Keys)> {
-    let mut client = client::connect(fleet).await.map_err(|e| down(fleet, &e))?;
+    let mut client = client::connect(fleet)
+        .await
+        .map_err(|e| failed(fleet, "connecting to etcd", &e))?;
     let keys = Keys::new(&fleet.prefix);
     let limit = steerdns::fleet::request_timeout(fleet);
     match tokio::time::timeout(limit, client.status()).await {

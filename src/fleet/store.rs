@@ -632,3 +632,35 @@ pub fn who() -> String {
         .unwrap_or_else(|_| "?".to_string());
     format!("{user}@{}", super::host_name())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, serial: u64) -> NodeRecord {
+        NodeRecord {
+            name: name.to_string(),
+            serial,
+            ..NodeRecord::default()
+        }
+    }
+
+    #[test]
+    fn an_out_of_range_node_serial_is_ignored_and_named() {
+        let nodes = [
+            node("ns1", 12),
+            node("huge", i64::MAX as u64),
+            node("ns2", 9),
+        ];
+        let (floor, ignored) = serial_floor(&nodes);
+        assert_eq!(floor, 12);
+        assert_eq!(
+            ignored,
+            vec![format!("node huge reports serial {}", i64::MAX)]
+        );
+        // The largest believed floor still leaves room for the next write's serial.
+        let (floor, ignored) = serial_floor(&[node("ns1", MAX_SERIAL_FLOOR)]);
+        assert!(ignored.is_empty());
+        assert!(set_serial("serial = 1\n", floor + 1).is_ok());
+    }
+}
