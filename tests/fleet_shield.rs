@@ -567,3 +567,45 @@ fn a_leader_that_stops_publishing_is_alerted_on_then_decays() {
         "{metrics}"
     );
 }
+
+/// Issue #28 item 7: a published state whose timers run ahead of a node's clock by more than a
+/// hold-down (a leader with a fast clock would freeze every hold-down after a failover) is
+/// refused with the field; before, anything up to two days ahead was accepted.
+#[test]
+fn a_published_state_with_timers_beyond_the_hold_down_is_refused() {
+    let fleet = Fleet::start_on(
+        Etcd::start(),
+        "shield-clock",
+        2,
+        LEASE_TTL,
+        &shield_section(),
+        &[],
+    );
+    fleet.wait_connected(WAIT);
+    wait_all(&fleet, "serving a published state", |s| {
+        shield_fleet(s)["revision"].is_i64()
+    });
+    // Nobody else publishes meanwhile: the leader key on a live lease no node holds.
+    let lease = grant_lease(&fleet, 60);
+    fleet.etcd.etcdctl(&[
+        "put",
+        &format!("--lease={lease}"),
+        &format!("{}/shield/leader", fleet.prefix),
+        "fast-clock",
+    ]);
+    let now_ms = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let ahead = now_ms + 3_600_000;
+    let state = format!(
+        r#"{{"leader":"fast-clock","at_ms":{now_ms},"feed":null,"demand_from":[],"state":{{"regions":{{"eu-west":{{"fraction":0.5,"shares":{{}},"last_direction":1,"last_move_at":{ahead},"natural":0,"trend":0,"predicted_utilisation":0,"hot":false,"hot_since":null,"note":"normal"}}}},"moves":[],"sites":{{}},"last_tick_ms":null,"demand":{{}},"demand_age_ms":0}}}}"#
+    );
+    fleet
+        .etcd
+        .etcdctl(&["put", &format!("{}/shield/state", fleet.prefix), &state]);
+    wait_all(&fleet, "refusing the state from a fast clock", |s| {
+        shield_fleet(s)["last_refusal"]
+            .as_str()
+            .is_some_and(|r| r.contains("state.regions.eu-west.last_move_at"))
+    });
+}
