@@ -275,6 +275,13 @@ enum RolloutCommand {
         #[arg(long)]
         bundles: bool,
     },
+    /// Replace a missing or unreadable rollout state (every node holds meanwhile) with one
+    /// settled on the last version every node serves by its own report — never the newest;
+    /// the coordinator then rolls the newest out again, wave by wave.
+    Reset {
+        #[command(flatten)]
+        target: cli::Target,
+    },
 }
 
 #[derive(Subcommand)]
@@ -444,6 +451,9 @@ fn main() -> ExitCode {
         Command::Rollout(RolloutCommand::Abort { target, bundles }) => target
             .config()
             .and_then(|c| cli::rollout::abort(&c, bundles)),
+        Command::Rollout(RolloutCommand::Reset { target }) => {
+            target.config().and_then(|c| cli::rollout::reset(&c))
+        }
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),

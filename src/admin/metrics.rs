@@ -805,6 +805,13 @@ impl Scrape {
                 _ => 0.0,
             },
         )?;
+        gauge(
+            encoder,
+            "steerdns_shield_fleet_state_stale",
+            "1 while the published shield state has not been renewed for several republish \
+             periods (the leader stopped deciding; decays after revert_after_secs).",
+            bool_value(fleet.stale),
+        )?;
         counter(
             encoder,
             "steerdns_shield_fleet_refused",
@@ -928,10 +935,36 @@ impl Scrape {
             "1 while the fleet's newest control version is refused here (the last good one serves).",
             bool_value(fleet.refused_revision.is_some()),
         )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_bad_records",
+            "Records under the fleet's prefix this node's fleet tasks skip because they do not decode (keys in fleet.bad_records of /v1/status).",
+            fleet.bad_records.len() as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_coordinator_failing",
+            "1 while this node's rollout coordinator task fails and retries (fleet.coordinator_error in /v1/status).",
+            bool_value(fleet.coordinator_error.is_some()),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_registration_refused",
+            "1 while another live node holds this node's name in the registry (this node does not register).",
+            bool_value(fleet.registration_refused.is_some()),
+        )?;
         let Some(rollout) = &fleet.rollout else {
             return Ok(());
         };
-        const PHASES: [&str; 5] = ["none", "running", "halted", "completed", "aborted"];
+        const PHASES: [&str; 7] = [
+            "none",
+            "running",
+            "halted",
+            "completed",
+            "aborted",
+            "missing",
+            "unreadable",
+        ];
         gauges(
             encoder,
             "steerdns_fleet_rollout_phase",

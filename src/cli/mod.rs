@@ -530,6 +530,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         if let Some(r) = &f.rollout {
             print_rollout(r);
         }
+        fleet::print_link_problems(f);
     }
     if let Some(health) = &status.health {
         print_health(health);

@@ -16,7 +16,7 @@ pub mod resign;
 pub mod shield;
 pub mod watch;
 
-pub use origin::{ControlOrigin, FileOrigin, FleetLinkStatus, RolloutView};
+pub use origin::{BadRecord, ControlOrigin, FileOrigin, FleetLinkStatus, RolloutView};
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -273,6 +273,14 @@
     if (f.rollout && f.rollout.phase === "halted") {
       serverAlerts.push(`fleet: rollout of revision ${f.rollout.candidate} HALTED, every node back on ${f.rollout.lkg}: ${f.rollout.halted || "?"}`);
     }
+    if (f.rollout && (f.rollout.phase === "missing" || f.rollout.phase === "unreadable")) {
+      serverAlerts.push(`fleet: rollout state ${f.rollout.phase}: holding at revision ${f.rollout.allowed}${f.rollout.phase === "unreadable" ? " until `steerdns rollout reset`" : " until the coordinator re-creates it"}`);
+    }
+    for (const bad of f.bad_records || []) {
+      serverAlerts.push(`fleet: record skipped (${bad.seen_by}): ${bad.key}: ${bad.reason}`);
+    }
+    if (f.coordinator_error) serverAlerts.push(`fleet: rollout coordinator failing: ${f.coordinator_error}`);
+    if (f.registration_refused) serverAlerts.push(`fleet: not registered: ${f.registration_refused}`);
   }
 
   function bundleText(b) {
