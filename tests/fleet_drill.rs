@@ -377,7 +377,7 @@ fn a_fleet_under_random_faults_never_serves_a_bad_version_and_converges_after() 
     let writer = {
         let (acked, hung, stop, configs) =
             (acked.clone(), hung.clone(), stop.clone(), configs.clone());
-        let mut rng = Rng(seed ^ 0x5eed_0f_a11_7e57);
+        let mut rng = Rng(seed ^ 0x0005_eed0_fa11_7e57);
         std::thread::spawn(move || {
             let mut attempts = 0u64;
             while !stop.load(Ordering::Relaxed) {
