@@ -18,6 +18,7 @@
 //!
 //! Nothing here runs on the serving path; the serving path only loads the board's view.
 
+pub mod lookup;
 pub mod machine;
 pub mod probe;
 pub mod share;
