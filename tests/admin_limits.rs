@@ -124,6 +124,15 @@ fn slow_heads_and_silent_connections_are_closed_by_their_timeouts() {
     let status: serde_json::Value =
         serde_json::from_str(text.split_once("\r\n\r\n").map_or("", |(_, b)| b)).expect("json");
     assert_eq!(status["admin_connections"]["closed_header_timeout"], 21);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steerdns"))
+        .args(["status", "--admin", &admin.to_string()])
+        .output()
+        .expect("run steerdns status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("closed 21 slow head(s), 5 idle"),
+        "steerdns status:\n{text}"
+    );
 }
 
 #[test]

@@ -411,3 +411,74 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Table {
+        Table {
+            connections: Mutex::new(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_longest_waiting_and_refuses_when_all_serve() {
+        let limits = ConnectionLimits {
+            max_connections: 2,
+            ..ConnectionLimits::default()
+        };
+        let table = table();
+        let first = table.admit(&limits).ok().expect("a place");
+        let second = table.admit(&limits).ok().expect("a place");
+        first.waiting_since.store(1, Ordering::Relaxed); // waited longest
+        let third = table.admit(&limits).ok().expect("a place, the first one's");
+        assert!(first.evicted.load(Ordering::Relaxed));
+        assert!(!second.evicted.load(Ordering::Relaxed));
+        assert_eq!(table.lock().len(), 2);
+        // Every place serving a request: the newcomer is refused, nobody is cut off.
+        second.request_started();
+        third.request_started();
+        let refused = table.admit(&limits).err().expect("refused");
+        assert!(std::ptr::eq(refused, &counters().refused_full));
+        assert!(!second.evicted.load(Ordering::Relaxed) && !third.evicted.load(Ordering::Relaxed));
+        // Answered, the longest waiting of them gives way again.
+        third.request_answered();
+        table.admit(&limits).ok().expect("third's place");
+        assert!(third.evicted.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_waiting_connection_is_due_after_idle_and_a_started_head_after_the_header_timeout() {
+        let limits = ConnectionLimits {
+            max_connections: 1,
+            header_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_secs(2),
+        };
+        let c = Connection::new();
+        let since = c.waiting_since.load(Ordering::Relaxed);
+        assert_eq!(
+            c.deadline(&limits),
+            Some((since + 2000, Closed::IdleTimeout))
+        );
+        c.read_some();
+        let started = c.head_started.load(Ordering::Relaxed);
+        assert_eq!(
+            c.deadline(&limits),
+            Some((started + 300, Closed::HeaderTimeout))
+        );
+        c.request_started();
+        assert_eq!(
+            c.deadline(&limits),
+            None,
+            "a request being served is never cut"
+        );
+        c.read_some(); // body bytes do not start a head
+        assert_eq!(c.head_started.load(Ordering::Relaxed), 0);
+        c.request_answered();
+        assert_eq!(
+            c.deadline(&limits).map(|(_, why)| why),
+            Some(Closed::IdleTimeout)
+        );
+    }
+}
