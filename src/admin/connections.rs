@@ -429,10 +429,10 @@ mod tests {
             ..ConnectionLimits::default()
         };
         let table = table();
-        let first = table.admit(&limits).ok().expect("a place");
-        let second = table.admit(&limits).ok().expect("a place");
+        let first = table.admit(&limits).expect("a place");
+        let second = table.admit(&limits).expect("a place");
         first.waiting_since.store(1, Ordering::Relaxed); // waited longest
-        let third = table.admit(&limits).ok().expect("a place, the first one's");
+        let third = table.admit(&limits).expect("a place, the first one's");
         assert!(first.evicted.load(Ordering::Relaxed));
         assert!(!second.evicted.load(Ordering::Relaxed));
         assert_eq!(table.lock().len(), 2);
@@ -444,7 +444,7 @@ mod tests {
         assert!(!second.evicted.load(Ordering::Relaxed) && !third.evicted.load(Ordering::Relaxed));
         // Answered, the longest waiting of them gives way again.
         third.request_answered();
-        table.admit(&limits).ok().expect("third's place");
+        table.admit(&limits).expect("third's place");
         assert!(third.evicted.load(Ordering::Relaxed));
     }
 
