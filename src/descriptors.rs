@@ -97,9 +97,7 @@ fn count_open() -> Option<usize> {
 }
 
 fn dns_open() -> usize {
-    let totals = crate::metrics::serving().totals();
-    let open = totals.tcp_open + totals.encrypted_open.iter().sum::<i64>();
-    usize::try_from(open).unwrap_or(0)
+    usize::try_from(crate::metrics::serving().connections_open()).unwrap_or(0)
 }
 
 fn open_estimate() -> usize {
