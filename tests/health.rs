@@ -522,5 +522,7 @@ fn a_hanging_resolver_holds_at_most_four_lookup_threads() {
         })
         .count();
     assert!(busy >= TARGETS - 4, "{targets:#?}");
+    let hanging = hostile_common::metric(admin, "steerdns_health_lookups_in_flight", &[]);
+    assert_eq!(hanging, 4.0, "lookups in flight");
     drop(silent);
 }

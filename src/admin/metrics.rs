@@ -111,6 +111,13 @@ fn encode_health(
     health: &crate::health::HealthReport,
 ) -> fmt::Result {
     let target = |t: &crate::health::TargetStatus| vec![("target", t.target.clone())];
+    gauge(
+        encoder,
+        "steerdns_health_lookups_in_flight",
+        "Name lookups of probe targets in flight (at most 4; all 4 for long: the system \
+         resolver hangs, and probes of other names fail at once).",
+        health.lookups_in_flight as f64,
+    )?;
     gauges(
         encoder,
         "steerdns_health_target_up",

@@ -769,6 +769,14 @@ fn print_health(health: &steerdns::health::HealthReport) {
             println!("  REFUSED {refused}");
         }
     }
+    if health.lookups_in_flight > 0 {
+        println!(
+            "health: {} of at most {} name lookups of probe targets in flight (all of them for \
+             long: the system resolver hangs)",
+            health.lookups_in_flight,
+            steerdns::health::lookup::MAX_LOOKUPS
+        );
+    }
     for t in &health.targets {
         let mut line = format!(
             "health {}: {} (every {} ms, fall {}, rise {}, startup {}; {} checks, {} failed",

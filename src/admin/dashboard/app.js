@@ -391,6 +391,11 @@
       byId("health").replaceChildren(el("p", { className: "none" }, "No monitored endpoints."));
       return;
     }
+    if (h.lookups_in_flight >= 4) {
+      // Every lookup slot taken (lookups take milliseconds): the system resolver hangs, and
+      // probes of names not being looked up fail at once.
+      serverAlerts.push("health: all 4 name lookups of probe targets in flight: the system resolver may hang");
+    }
     const sharing = h.sharing;
     const columns = ["Target", "State", "Last check", "Last change", "Last error"];
     if (sharing) columns.push("Probers (quorum)");
