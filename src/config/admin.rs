@@ -29,8 +29,9 @@ pub struct AdminConfig {
     pub idle_timeout_secs: u64,
     /// File descriptors kept free for everything that is not a connection (zone and control
     /// files, etcd, the taster, a reload): the admin endpoint takes no connection that would
-    /// leave fewer free, and the DNS listeners none that would leave fewer than this plus
-    /// `max_connections` (so a flood of either never locks the other out).
+    /// leave fewer free, and the DNS listeners none that would leave fewer than this plus what
+    /// the admin endpoint may still open (so a flood of either never locks the other out; see
+    /// [`crate::descriptors`]).
     pub descriptor_reserve: usize,
 }
 
