@@ -10,6 +10,7 @@ pub mod answer;
 pub mod civil;
 pub mod config;
 pub mod control;
+pub mod descriptors;
 pub mod dns;
 pub mod dnssec;
 pub mod files;

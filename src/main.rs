@@ -816,8 +816,10 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             token: admin_token,
             hosts: Arc::new(AllowedHosts::new(local, &config.admin.allowed_hosts)),
         };
-        runtime.spawn(steerdns::admin::serve(admin, admin_state));
+        let limits = steerdns::admin::connections::ConnectionLimits::from_config(&config.admin);
+        runtime.spawn(steerdns::admin::serve(admin, admin_state, limits));
     }
+    init_descriptor_budget(&config.admin);
     if let Some((fleet, name, _)) = &fleet {
         if fleet.health.probers > 0 {
             reloader
@@ -984,4 +986,23 @@ fn start_xdp(
         }
     }
     path
+}
+
+/// The listeners' shared descriptor budget ([`steerdns::descriptors`]), once they are bound.
+fn init_descriptor_budget(admin: &steerdns::config::admin::AdminConfig) {
+    match steerdns::descriptors::init(admin.descriptor_reserve, admin.max_connections) {
+        Some((limit, share)) if share < admin.max_connections => tracing::warn!(
+            "file descriptors: limit {limit}; the admin endpoint holds at most {share} \
+             connections (an eighth), not [admin] max_connections = {}",
+            admin.max_connections
+        ),
+        Some((limit, share)) => tracing::info!(
+            "file descriptors: limit {limit}, {} kept free for files, {share} for the admin \
+             endpoint",
+            admin.descriptor_reserve
+        ),
+        None => tracing::warn!(
+            "cannot read RLIMIT_NOFILE: connections are not refused to keep descriptors free"
+        ),
+    }
 }

@@ -43,6 +43,9 @@ pub struct Scrape {
     encrypted: Option<crate::metrics::encrypted::EncryptedView>,
     /// Endpoint monitors (targets and monitored endpoints).
     health: Option<crate::health::HealthReport>,
+    /// The admin endpoint's connections and the listeners' descriptor budget.
+    admin: super::connections::AdminConnectionsView,
+    descriptors: crate::descriptors::DescriptorStatus,
 }
 
 /// Reads the state to report.
@@ -80,6 +83,8 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         xdp: crate::metrics::xdp::view(),
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         health: reloader.health().report(snapshot.policies()),
+        admin: super::connections::view(),
+        descriptors: crate::descriptors::status(),
     }
 }
 
@@ -106,6 +111,13 @@ fn encode_health(
     health: &crate::health::HealthReport,
 ) -> fmt::Result {
     let target = |t: &crate::health::TargetStatus| vec![("target", t.target.clone())];
+    gauge(
+        encoder,
+        "steerdns_health_lookups_in_flight",
+        "Name lookups of probe targets in flight (at most 4; all 4 for long: the system \
+         resolver hangs, and probes of other names fail at once).",
+        health.lookups_in_flight as f64,
+    )?;
     gauges(
         encoder,
         "steerdns_health_target_up",
@@ -1016,6 +1028,88 @@ impl Collector for Scrape {
         self.encode_control(&mut encoder)?;
         self.encode_shield(&mut encoder)?;
         self.encode_xdp(&mut encoder)?;
+        self.encode_admin(&mut encoder)?;
         self.encode_fleet(&mut encoder)
+    }
+}
+
+impl Scrape {
+    /// The admin endpoint's connections and the descriptor budget ([`crate::descriptors`]).
+    fn encode_admin(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let a = &self.admin;
+        gauge(
+            encoder,
+            "steerdns_admin_connections_open",
+            "Admin endpoint connections open now.",
+            a.open as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_admin_connections_max",
+            "[admin] max_connections.",
+            a.max_connections as f64,
+        )?;
+        counter(
+            encoder,
+            "steerdns_admin_connections",
+            "Admin endpoint connections accepted.",
+            a.accepted,
+        )?;
+        let reason = |r: &str| vec![("reason", r.to_string())];
+        counters(
+            encoder,
+            "steerdns_admin_connections_closed",
+            "Admin connections closed by the server: header_timeout (a request head not \
+             complete within [admin] header_timeout_ms), idle_timeout (no request within \
+             idle_timeout_secs), evicted (its place given to a newcomer when every place or \
+             the descriptor reserve was taken).",
+            [
+                (reason("header_timeout"), a.closed_header_timeout),
+                (reason("idle_timeout"), a.closed_idle_timeout),
+                (reason("evicted"), a.evicted),
+            ],
+        )?;
+        counters(
+            encoder,
+            "steerdns_admin_connections_refused",
+            "Admin connections closed at once: every place was serving a request (full), or \
+             so with the descriptor reserve reached (descriptors).",
+            [
+                (reason("full"), a.refused_full),
+                (reason("descriptors"), a.refused_descriptors),
+            ],
+        )?;
+        counter(
+            encoder,
+            "steerdns_admin_accept_errors",
+            "Admin endpoint accepts that failed (EMFILE and friends).",
+            a.accept_errors,
+        )?;
+        let d = &self.descriptors;
+        gauge(
+            encoder,
+            "steerdns_descriptors_limit",
+            "The soft RLIMIT_NOFILE (0: unknown).",
+            d.limit as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_descriptors_open_estimate",
+            "Descriptors open at start plus the listeners' connections open now.",
+            d.open_estimate as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_descriptors_reserve",
+            "[admin] descriptor_reserve.",
+            d.reserve as f64,
+        )?;
+        counter(
+            encoder,
+            "steerdns_dns_connections_refused_descriptors",
+            "DNS connections (TCP, DoT, DoH) closed at once to keep the descriptor reserve and \
+             the admin endpoint's share free.",
+            d.refused_dns,
+        )
     }
 }

@@ -27,6 +27,7 @@ use crate::reload::{Reloader, Status, Trigger};
 use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
+pub mod connections;
 mod dashboard;
 pub mod metrics;
 pub mod token;
@@ -190,10 +191,13 @@ async fn guard(
     next.run(request).await
 }
 
-pub async fn serve(listener: tokio::net::TcpListener, state: AdminState) {
-    if let Err(e) = axum::serve(listener, router(state)).await {
-        tracing::error!("admin endpoint stopped: {e}");
-    }
+/// Serves the admin API on `listener` under `limits` (see [`connections`]).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    limits: connections::ConnectionLimits,
+) {
+    connections::serve(listener, router(state), limits).await;
 }
 
 /// What `/v1/status` returns.
@@ -225,6 +229,13 @@ pub struct StatusView {
     /// error and latency, and each monitored endpoint's state.
     #[serde(default)]
     pub health: Option<crate::health::HealthReport>,
+    /// The admin endpoint's connections: open, the cap, closed for silence or a slow head,
+    /// evicted and refused (absent from servers older than the cap).
+    #[serde(default)]
+    pub admin_connections: Option<connections::AdminConnectionsView>,
+    /// The descriptor budget the listeners share ([`crate::descriptors`]).
+    #[serde(default)]
+    pub descriptors: Option<crate::descriptors::DescriptorStatus>,
 }
 
 /// The DNSSEC state of the snapshot being served.
@@ -454,6 +465,8 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         dnssec: snapshot.dnssec().map(dnssec_view),
         health: reloader.health().report(snapshot.policies()),
+        admin_connections: Some(connections::view()),
+        descriptors: Some(crate::descriptors::status()),
     }
 }
 

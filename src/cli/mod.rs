@@ -545,7 +545,33 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     if let Some(dnssec) = &status.dnssec {
         print_dnssec(dnssec);
     }
+    print_connection_limits(&status);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The admin endpoint's connections and the descriptor budget (servers older than them send
+/// neither).
+fn print_connection_limits(status: &StatusView) {
+    if let Some(a) = &status.admin_connections {
+        println!(
+            "admin connections: {} open of {}; closed {} slow head(s), {} idle, {} evicted for \
+             newcomers; refused {} (every place serving), {} (descriptor reserve)",
+            a.open,
+            a.max_connections,
+            a.closed_header_timeout,
+            a.closed_idle_timeout,
+            a.evicted,
+            a.refused_full,
+            a.refused_descriptors
+        );
+    }
+    if let Some(d) = status.descriptors.as_ref().filter(|d| d.limit > 0) {
+        println!(
+            "file descriptors: about {} of {} open; {} kept free, {} for the admin endpoint; \
+             {} DNS connection(s) refused to keep them",
+            d.open_estimate, d.limit, d.reserve, d.admin_share, d.refused_dns
+        );
+    }
 }
 
 fn print_encrypted(view: &steerdns::metrics::encrypted::EncryptedView) {
@@ -749,6 +775,14 @@ fn print_health(health: &steerdns::health::HealthReport) {
         for refused in &sharing.refused {
             println!("  REFUSED {refused}");
         }
+    }
+    if health.lookups_in_flight > 0 {
+        println!(
+            "health: {} of at most {} name lookups of probe targets in flight (all of them for \
+             long: the system resolver hangs)",
+            health.lookups_in_flight,
+            steerdns::health::lookup::MAX_LOOKUPS
+        );
     }
     for t in &health.targets {
         let mut line = format!(

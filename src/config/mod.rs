@@ -535,6 +535,9 @@ impl Config {
         if let Some((field, message)) = shield.prometheus.as_ref().and_then(|p| p.problem()) {
             return Err(invalid(field, message));
         }
+        if let Some((field, message)) = self.admin.problem() {
+            return Err(invalid(field, message));
+        }
         if self.control.history_keep == 0 {
             return Err(invalid("control.history_keep", "must be at least 1".into()));
         }

@@ -322,6 +322,16 @@ impl ServingCounters {
         TcpConnection { counters: self }
     }
 
+    /// DNS connections open now, TCP and encrypted (a few loads: asked at every accept).
+    pub fn connections_open(&self) -> i64 {
+        let encrypted: i64 = self
+            .encrypted
+            .iter()
+            .map(|c| c.open.load(Ordering::Relaxed))
+            .sum();
+        self.connections.open.load(Ordering::Relaxed) + encrypted
+    }
+
     pub fn totals(&self) -> ServingTotals {
         let sum = |f: &dyn Fn(&Slot) -> &AtomicU64| {
             total(self.slots.iter().map(|s| f(s).load(Ordering::Relaxed)))
@@ -434,6 +444,7 @@ mod tests {
         let a = counters.tcp_connection();
         let b = counters.tcp_connection();
         assert_eq!(counters.totals().tcp_open, 2);
+        assert_eq!(counters.connections_open(), 2);
         drop(a);
         drop(b);
         let t = counters.totals();

@@ -99,7 +99,8 @@ pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpL
 pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     loop {
         match listener.accept().await {
-            Ok(accepted) => return accepted,
+            Ok(accepted) if keeps_descriptor_reserve() => return accepted,
+            Ok(_) => continue, // closed at once: see `keeps_descriptor_reserve`
             Err(e) => {
                 let failures = crate::metrics::serving().record_tcp_accept_error();
                 if failures == 1 || failures.is_multiple_of(100) {
@@ -109,6 +110,12 @@ pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
             }
         }
     }
+}
+
+/// Whether a DNS connection may be taken without eating into the descriptors kept for files
+/// and the admin endpoint ([`crate::descriptors`]; a refusal is counted there).
+fn keeps_descriptor_reserve() -> bool {
+    crate::descriptors::dns_may_take()
 }
 
 /// Serves RFC 7766 framed queries on a byte stream -- a TCP connection, or a TLS session on

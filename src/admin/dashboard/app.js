@@ -308,6 +308,7 @@
       ["Config hash", status.config_hash ? String(status.config_hash).slice(0, 16) : "?"],
       ["Reloads", `${status.reloads_accepted || 0} accepted, ${status.reloads_refused || 0} refused`],
       ["Zones", (status.zones || []).map((z) => `${z.origin} (serial ${z.serial})`).join(", ") || "none"],
+      ...connectionLimits(status),
     ]);
     const refusal = status.last_refusal;
     byId("refusal").replaceChildren(
@@ -327,6 +328,29 @@
         "None: every region follows the shield."
       )
     );
+  }
+
+  // The admin endpoint's connections and the descriptor budget (absent from older servers).
+  function connectionLimits(status) {
+    const rows = [];
+    const a = status.admin_connections;
+    if (a) {
+      rows.push([
+        "Admin connections",
+        `${num(a.open)} open of ${num(a.max_connections)}; closed ${num(a.closed_header_timeout)} slow heads, ` +
+          `${num(a.closed_idle_timeout)} idle, ${num(a.evicted)} evicted; ` +
+          `refused ${num(a.refused_full + a.refused_descriptors)}`,
+      ]);
+    }
+    const d = status.descriptors;
+    if (d && d.limit > 0) {
+      rows.push([
+        "File descriptors",
+        `about ${num(d.open_estimate)} of ${num(d.limit)} open, ${num(d.reserve)} kept free; ` +
+          `${num(d.refused_dns)} DNS connections refused to keep them`,
+      ]);
+    }
+    return rows;
   }
 
   function renderProfiles(status) {
@@ -374,6 +398,11 @@
     if (!h) {
       byId("health").replaceChildren(el("p", { className: "none" }, "No monitored endpoints."));
       return;
+    }
+    if (h.lookups_in_flight >= 4) {
+      // Every lookup slot taken (lookups take milliseconds): the system resolver hangs, and
+      // probes of names not being looked up fail at once.
+      serverAlerts.push("health: all 4 name lookups of probe targets in flight: the system resolver may hang");
     }
     const sharing = h.sharing;
     const columns = ["Target", "State", "Last check", "Last change", "Last error"];
