@@ -46,6 +46,10 @@ pub struct Scrape {
     /// The admin endpoint's connections and the listeners' descriptor budget.
     admin: super::connections::AdminConnectionsView,
     descriptors: crate::descriptors::DescriptorStatus,
+    /// Safety rules: refusals and overrides by rule.
+    safety: crate::safety::tally::SafetyStatus,
+    /// Practice drills: runs, last measured times, alerts.
+    drills: crate::drill::log::DrillStatus,
 }
 
 /// Reads the state to report.
@@ -85,6 +89,8 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         health: reloader.health().report(snapshot.policies()),
         admin: super::connections::view(),
         descriptors: crate::descriptors::status(),
+        safety: crate::safety::tally::status(),
+        drills: crate::drill::log::status(),
     }
 }
 
@@ -1029,6 +1035,8 @@ impl Collector for Scrape {
         self.encode_shield(&mut encoder)?;
         self.encode_xdp(&mut encoder)?;
         self.encode_admin(&mut encoder)?;
+        encode_safety(&mut encoder, &self.safety)?;
+        encode_drills(&mut encoder, &self.drills)?;
         self.encode_fleet(&mut encoder)
     }
 }
@@ -1112,4 +1120,83 @@ impl Scrape {
             d.refused_dns,
         )
     }
+}
+
+/// Drill runs by result, each drill's last measured times and whether its failure alerts.
+fn encode_drills(
+    encoder: &mut DescriptorEncoder,
+    drills: &crate::drill::log::DrillStatus,
+) -> fmt::Result {
+    counters(
+        encoder,
+        "steerdns_drill_runs",
+        "Drill runs in the drill log, by drill and result (passed, failed, blocked).",
+        drills.runs.iter().flat_map(|(drill, results)| {
+            results.iter().map(move |(result, n)| {
+                (
+                    vec![("drill", drill.clone()), ("result", result.clone())],
+                    *n,
+                )
+            })
+        }),
+    )?;
+    let last = |f: fn(&crate::drill::DrillRun) -> Option<f64>| -> Vec<(Labels, f64)> {
+        drills
+            .drills
+            .iter()
+            .filter_map(|d| Some((vec![("drill", d.name.clone())], f(d.last.as_ref()?)?)))
+            .collect()
+    };
+    gauges(
+        encoder,
+        "steerdns_drill_change_to_served_ms",
+        "The drill's last run: from writing the change to every sample subnet served (ms).",
+        last(|r| r.change_to_served_ms),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_drill_revert_to_served_ms",
+        "The drill's last run: from writing the revert to every sample subnet served (ms).",
+        last(|r| r.revert_to_served_ms),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_drill_alert",
+        "1 while the drill's last run failed (an alert), else 0.",
+        drills.drills.iter().map(|d| {
+            let failed = d.last.as_ref().is_some_and(|r| r.result == "failed");
+            (vec![("drill", d.name.clone())], bool_value(failed))
+        }),
+    )?;
+    gauge(
+        encoder,
+        "steerdns_drill_running",
+        "1 while a drill holds the drill lock.",
+        bool_value(drills.running),
+    )
+}
+
+/// Changes refused and overrides recorded, by safety rule id.
+fn encode_safety(
+    encoder: &mut DescriptorEncoder,
+    safety: &crate::safety::tally::SafetyStatus,
+) -> fmt::Result {
+    let by_rule = |counts: &BTreeMap<String, u64>| -> Vec<(Labels, u64)> {
+        counts
+            .iter()
+            .map(|(rule, n)| (vec![("rule", rule.clone())], *n))
+            .collect()
+    };
+    counters(
+        encoder,
+        "steerdns_safety_refusals",
+        "Control changes refused by a safety rule (by the CLI, reported here, or the admin API).",
+        by_rule(&safety.refusals),
+    )?;
+    counters(
+        encoder,
+        "steerdns_safety_overrides",
+        "Control changes the admin API let through with an override of the rule.",
+        by_rule(&safety.overrides),
+    )
 }

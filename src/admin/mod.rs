@@ -1,5 +1,7 @@
 //! The admin HTTP endpoint (loopback by default): `GET /v1/status` for operators and the CLI,
-//! `POST /v1/reload` (token required) to taste and swap in the current files.
+//! `POST /v1/reload` (token required) to taste and swap in the current files; the control
+//! writes and safety checks (`POST /v1/control`, `/v1/safety/check`, `/v1/safety/refusals`)
+//! are in [`control`].
 //!
 //! Every request passes `guard` first: a `Host` that is not a loopback literal, `localhost`,
 //! the listen address or a name in `[admin] allowed_hosts` is refused (DNS rebinding: a hostile
@@ -28,6 +30,7 @@ use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
 pub mod connections;
+mod control;
 mod dashboard;
 pub mod metrics;
 pub mod token;
@@ -131,6 +134,7 @@ fn host_without_port(value: &str) -> Option<&str> {
 pub fn router(state: AdminState) -> Router {
     Router::new()
         .merge(dashboard::routes())
+        .merge(control::routes())
         .route("/v1/status", get(status))
         .route("/metrics", get(metrics))
         .route("/v1/reload", post(reload))
@@ -236,6 +240,12 @@ pub struct StatusView {
     /// The descriptor budget the listeners share ([`crate::descriptors`]).
     #[serde(default)]
     pub descriptors: Option<crate::descriptors::DescriptorStatus>,
+    /// Safety rules: the configured ids, refusals and overrides counted by rule.
+    #[serde(default)]
+    pub safety: crate::safety::tally::SafetyStatus,
+    /// Practice drills: each one's last run and measured times, alerts, recent runs.
+    #[serde(default)]
+    pub drills: crate::drill::log::DrillStatus,
 }
 
 /// The DNSSEC state of the snapshot being served.
@@ -467,6 +477,8 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         health: reloader.health().report(snapshot.policies()),
         admin_connections: Some(connections::view()),
         descriptors: Some(crate::descriptors::status()),
+        safety: crate::safety::tally::status(),
+        drills: crate::drill::log::status(),
     }
 }
 

@@ -334,7 +334,12 @@ pub fn history(config: &Config) -> Result<ExitCode> {
     })
 }
 
-pub fn rollback(config: &Config, version: Option<u64>, emergency: bool) -> Result<ExitCode> {
+pub fn rollback(
+    config: &Config,
+    version: Option<u64>,
+    emergency: bool,
+    overrides: &super::safety::OverrideArgs,
+) -> Result<ExitCode> {
     let fleet = fleet_of(config)?;
     let text = runtime()?.block_on(async {
         let (mut client, keys) = connect(fleet).await?;
@@ -359,10 +364,11 @@ pub fn rollback(config: &Config, version: Option<u64>, emergency: bool) -> Resul
         Ok::<_, anyhow::Error>((chosen.serial, chosen.text))
     })?;
     let (serial, text) = text;
-    edit(
+    super::safety::fleet_edit(
         config,
         &format!("rollback to {serial}"),
         emergency,
+        overrides,
         move |_| Ok(text.clone()),
     )
 }

@@ -17,6 +17,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 pub mod admin;
+pub mod drill;
 pub mod fleet;
 pub mod prometheus;
 pub mod rrl;
@@ -65,6 +66,12 @@ pub struct Config {
     /// The taster: a child process that loads every change before the server does.
     #[serde(default)]
     pub taster: TasterConfig,
+    /// Safety rules every control change must pass (`[[safety.rules]]`).
+    #[serde(default)]
+    pub safety: crate::safety::SafetyConfig,
+    /// Practice drills (`[[drills]]`): run by `steerdns drill run` or the server's schedule.
+    #[serde(default)]
+    pub drills: Vec<drill::DrillConfig>,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -394,6 +401,14 @@ pub enum ConfigError {
         field: String,
         message: String,
     },
+    /// A problem of one field whose line is known.
+    #[error("{path}:{line}: {field}: {message}")]
+    InvalidAt {
+        path: PathBuf,
+        line: usize,
+        field: String,
+        message: String,
+    },
 }
 
 impl Default for Config {
@@ -412,6 +427,8 @@ impl Default for Config {
             fleet: None,
             dnssec: crate::dnssec::DnssecConfig::default(),
             taster: TasterConfig::default(),
+            safety: crate::safety::SafetyConfig::default(),
+            drills: Vec::new(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -473,6 +490,7 @@ impl Config {
             }
         })?;
         config.check(path)?;
+        config.check_safety(text, path)?;
         Ok(config)
     }
 
@@ -645,6 +663,26 @@ impl Config {
             return Err(invalid(&problem.field, problem.message));
         }
         Ok(())
+    }
+
+    /// The safety rules and drills against the profiles and regions, the error naming the
+    /// line of the field (or of its rule or drill).
+    fn check_safety(&self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let problem = self
+            .safety
+            .problem(&self.profiles, &self.topology)
+            .map(|p| (p.field, p.message))
+            .or_else(|| drill::problem(&self.drills, &self.profiles, &self.topology));
+        let Some((field, message)) = problem else {
+            return Ok(());
+        };
+        let line = crate::control::line_of_field(text, &field).unwrap_or(0);
+        Err(ConfigError::InvalidAt {
+            path: path.to_path_buf(),
+            line,
+            field,
+            message,
+        })
     }
 
     fn resolve_paths(&mut self, base: &Path) {

@@ -283,6 +283,22 @@
     if (f.registration_refused) serverAlerts.push(`fleet: not registered: ${f.registration_refused}`);
   }
 
+  // Practice drills: each one's last run with its measured times; a failed one is an alert.
+  function renderDrills(status) {
+    const d = status.drills || {};
+    const ms = (v) => (typeof v === "number" ? `${v.toFixed(0)} ms` : "-");
+    const rows = (d.drills || []).map((drill) => {
+      const r = drill.last;
+      const text = r
+        ? `${r.result} at ${r.started} (${r.trigger}): change to served ${ms(r.change_to_served_ms)}, revert to served ${ms(r.revert_to_served_ms)}${r.reason ? "; " + r.reason : ""}`
+        : "never run";
+      return [drill.name, text];
+    });
+    if (d.running) rows.push(["Now", "a drill is running"]);
+    definitions(byId("drills"), rows.length ? rows : [["Drills", "none configured ([[drills]] in the config)"]]);
+    for (const alert of d.alerts || []) serverAlerts.push(alert);
+  }
+
   function bundleText(b) {
     if (!b) return null;
     const parts = [`serving ${b.serving}`];
@@ -515,6 +531,7 @@
     renderRings(status);
     renderShield(status);
     renderFleet(status);
+    renderDrills(status);
     renderControl(status);
     renderProfiles(status);
     renderHealth(status);
