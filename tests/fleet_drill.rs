@@ -168,8 +168,8 @@ const CLI_BOUND: Duration = Duration::from_secs(30);
 enum Write {
     /// The serial it reported written.
     Landed(u64),
-    /// It said nothing was written (or failed before writing).
-    NotWritten,
+    /// It said nothing was written (or failed before writing); what it printed.
+    NotWritten(String),
     /// It ran longer than [`CLI_BOUND`] and was killed; what it printed so far.
     Hung(String),
 }
@@ -188,8 +188,11 @@ fn write_weights(config: &std::path::Path, frontdoor: u32, emergency: bool) -> W
     }
     let out = TempDir::new("drill-cli");
     let stdout_path = out.path().join("stdout");
-    let Ok(stdout) = std::fs::File::create(&stdout_path) else {
-        return Write::NotWritten;
+    let (Ok(stdout), Ok(stderr)) = (
+        std::fs::File::create(&stdout_path),
+        std::fs::File::create(out.path().join("stderr")),
+    ) else {
+        return Write::NotWritten("cannot create the output files".into());
     };
     let Ok(mut child) = Command::new(BIN)
         .args(&args)
@@ -198,10 +201,10 @@ fn write_weights(config: &std::path::Path, frontdoor: u32, emergency: bool) -> W
         .env("STEERDNS_LOG", "warn")
         .stdin(std::process::Stdio::null())
         .stdout(stdout)
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .spawn()
     else {
-        return Write::NotWritten;
+        return Write::NotWritten("cannot start steerdns".into());
     };
     let started = Instant::now();
     let hung = loop {
@@ -221,7 +224,10 @@ fn write_weights(config: &std::path::Path, frontdoor: u32, emergency: bool) -> W
     match (hung, written_serial(&printed)) {
         (true, _) => Write::Hung(format!("weight set {args:?}: {printed}")),
         (false, Some(serial)) => Write::Landed(serial),
-        (false, None) => Write::NotWritten,
+        (false, None) => Write::NotWritten(format!(
+            "{printed}{}",
+            std::fs::read_to_string(out.path().join("stderr")).unwrap_or_default()
+        )),
     }
 }
 
@@ -389,7 +395,7 @@ fn a_fleet_under_random_faults_never_serves_a_bad_version_and_converges_after() 
                         acked.lock().unwrap_or_else(|e| e.into_inner()).push(serial)
                     }
                     Write::Hung(what) => hung.lock().unwrap_or_else(|e| e.into_inner()).push(what),
-                    Write::NotWritten => {}
+                    Write::NotWritten(_) => {}
                 }
                 std::thread::sleep(rng.millis(100, 600));
             }
@@ -471,15 +477,24 @@ fn a_fleet_under_random_faults_never_serves_a_bad_version_and_converges_after() 
         }
     }
     let stopped = Instant::now();
+    // A rollout state left unreadable by the garbage holds every node where it is until an
+    // operator resets it (a coordinator never overwrites a state it cannot read: it may be a
+    // newer binary's); the drill does what the status tells the operator to.
+    let resets = reset_an_unreadable_rollout(&nodes, &configs[0]);
     let last = loop {
-        match write_weights(&configs[0], 50, true) {
+        let said = match write_weights(&configs[0], 50, true) {
             Write::Landed(serial) => break serial,
-            Write::Hung(what) => hung.lock().unwrap_or_else(|e| e.into_inner()).push(what),
-            Write::NotWritten => {}
-        }
+            Write::Hung(what) => {
+                hung.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(what.clone());
+                what
+            }
+            Write::NotWritten(said) => said,
+        };
         assert!(
             stopped.elapsed() < CONVERGE_BOUND,
-            "no write landed within {CONVERGE_BOUND:?} after the faults stopped"
+            "seed {seed}: no write landed within {CONVERGE_BOUND:?} after the faults stopped; the last attempt said:\n{said}"
         );
         std::thread::sleep(Duration::from_millis(200));
     };
@@ -515,7 +530,7 @@ fn a_fleet_under_random_faults_never_serves_a_bad_version_and_converges_after() 
         .collect();
     let hung = hung.lock().unwrap_or_else(|e| e.into_inner()).clone();
     println!(
-        "fleet drill: seed {seed}; faults {faults:?}; writes attempted {attempts}, acknowledged {}, lost {}, hung {}; answers checked {}, unanswered {}, bad {}; converged {:.1} s after the faults stopped",
+        "fleet drill: seed {seed}; faults {faults:?}; writes attempted {attempts}, acknowledged {}, lost {}, hung {}; rollout resets {resets}; answers checked {}, unanswered {}, bad {}; converged {:.1} s after the faults stopped",
         acked.len(),
         lost.len(),
         hung.len(),
@@ -546,6 +561,38 @@ fn a_fleet_under_random_faults_never_serves_a_bad_version_and_converges_after() 
         lost.is_empty(),
         "seed {seed}: acknowledged writes missing from the history: {lost:?}"
     );
+}
+
+/// Runs `steerdns rollout reset` if a node's status says the rollout state is unreadable (and
+/// says what to do about it); the number of resets run (0 or 1).
+fn reset_an_unreadable_rollout(nodes: &[Node], config: &std::path::Path) -> u32 {
+    let deadline = Instant::now() + CONVERGE_BOUND;
+    let phase = loop {
+        // A node that has just been thawed or restarted may not have read the state yet.
+        match nodes[0].daemon().try_status() {
+            Some(status) if status["fleet"]["connected"] == true => {
+                break status["fleet"]["rollout"]["phase"].clone();
+            }
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            other => panic!("ns1 not connected to etcd after the faults stopped: {other:?}"),
+        }
+    };
+    if phase != "unreadable" {
+        return 0;
+    }
+    let output = Command::new(BIN)
+        .args(["rollout", "reset", "--config"])
+        .arg(config)
+        .env("STEERDNS_LOG", "warn")
+        .output()
+        .expect("run steerdns rollout reset");
+    assert!(
+        output.status.success(),
+        "rollout reset: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    1
 }
 
 /// Waits until every node answers `CH TXT serial.steerdns` with `serial` or later.
