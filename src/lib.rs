@@ -7,11 +7,14 @@
 
 pub mod admin;
 pub mod answer;
+pub mod change;
 pub mod civil;
 pub mod config;
 pub mod control;
+pub mod descriptors;
 pub mod dns;
 pub mod dnssec;
+pub mod drill;
 pub mod files;
 pub mod fleet;
 pub mod geo;
@@ -24,6 +27,7 @@ pub mod reload;
 pub mod rfc3339;
 pub mod rollout;
 pub mod rrl;
+pub mod safety;
 pub mod server;
 pub mod shield;
 pub mod snapshot;

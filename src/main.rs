@@ -46,6 +46,8 @@ enum Command {
         /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
         #[arg(long)]
         emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
     },
     /// Undo `drain`: the region's clients get their normal answers again.
     Undrain {
@@ -56,6 +58,8 @@ enum Command {
         /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
         #[arg(long)]
         emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
     },
     /// Fleet mode (`[fleet]`): every node's state, seeding, forgetting retired nodes.
     #[command(subcommand)]
@@ -67,6 +71,15 @@ enum Command {
     /// Accepted control versions: list, roll back, compare.
     #[command(subcommand)]
     Control(ControlCommand),
+    /// Safety rules (`[[safety.rules]]`): check a candidate control file against them.
+    #[command(subcommand)]
+    Safety(SafetyCommand),
+    /// Gates in the control file (`[gates]`) that gating safety rules look at.
+    #[command(subcommand)]
+    Gate(GateCommand),
+    /// Practice drills (`[[drills]]`): list them, run one now.
+    #[command(subcommand)]
+    Drill(DrillCommand),
     /// What the running server serves: serial, last refused change, weights, overrides.
     Status {
         #[command(flatten)]
@@ -215,6 +228,8 @@ enum WeightCommand {
         /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
         #[arg(long)]
         emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
     },
     /// Show the weights being served (from the running server, else from the files).
     Show {
@@ -284,6 +299,73 @@ enum RolloutCommand {
         #[arg(long)]
         bundles: bool,
     },
+    /// Replace a missing or unreadable rollout state (every node holds meanwhile) with one
+    /// settled on the last version every node serves by its own report — never the newest;
+    /// the coordinator then rolls the newest out again, wave by wave.
+    Reset {
+        #[command(flatten)]
+        target: cli::Target,
+    },
+}
+
+#[derive(Subcommand)]
+enum SafetyCommand {
+    /// Evaluate a candidate control file: the safety rules (against the control state now and
+    /// its history) and the loader; exit 1 naming each broken rule or problem.
+    Check {
+        #[command(flatten)]
+        target: cli::Target,
+        /// The candidate control file.
+        file: PathBuf,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum DrillCommand {
+    /// The configured drills, one per line, name first.
+    List {
+        #[command(flatten)]
+        target: cli::Target,
+    },
+    /// Run a drill now against the running server: checks before, the change, checks while
+    /// it is held, the revert; prints the measured times (ms) and records the run.
+    Run {
+        #[command(flatten)]
+        target: cli::Target,
+        name: String,
+        /// The server's DNS address (default: the config's first listen address).
+        #[arg(long, value_name = "ADDR")]
+        dns: Option<std::net::SocketAddr>,
+    },
+}
+
+#[derive(Subcommand)]
+enum GateCommand {
+    /// Set a gate, e.g. `steerdns gate set break-glass armed` (a change like any other).
+    Set {
+        #[command(flatten)]
+        target: cli::Target,
+        name: String,
+        value: String,
+        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
+        #[arg(long)]
+        emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
+    },
+    /// Remove a gate (`steerdns gate clear break-glass`).
+    Clear {
+        #[command(flatten)]
+        target: cli::Target,
+        name: String,
+        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
+        #[arg(long)]
+        emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -302,6 +384,8 @@ enum ControlCommand {
         /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
         #[arg(long)]
         emergency: bool,
+        #[command(flatten)]
+        overrides: cli::safety::OverrideArgs,
     },
     /// Show what differs between two accepted versions.
     Diff {
@@ -413,7 +497,8 @@ fn main() -> ExitCode {
             profile,
             assignments,
             emergency,
-        }) => cli::weight_set(&target, &profile, &assignments, emergency),
+            overrides,
+        }) => cli::weight_set(&target, &profile, &assignments, emergency, &overrides),
         Command::Weight(WeightCommand::Show { target, profile }) => {
             cli::weight_show(&target, profile.as_deref())
         }
@@ -421,19 +506,44 @@ fn main() -> ExitCode {
             target,
             region,
             emergency,
-        } => cli::drain(&target, &region, true, emergency),
+            overrides,
+        } => cli::drain(&target, &region, true, emergency, &overrides),
         Command::Undrain {
             target,
             region,
             emergency,
-        } => cli::drain(&target, &region, false, emergency),
+            overrides,
+        } => cli::drain(&target, &region, false, emergency, &overrides),
         Command::Control(ControlCommand::History { target }) => cli::history_list(&target),
         Command::Control(ControlCommand::Rollback {
             target,
             version,
             emergency,
-        }) => cli::rollback(&target, version, emergency),
+            overrides,
+        }) => cli::rollback(&target, version, emergency, &overrides),
         Command::Control(ControlCommand::Diff { target, a, b }) => cli::diff(&target, a, b),
+        Command::Safety(SafetyCommand::Check {
+            target,
+            file,
+            overrides,
+        }) => cli::safety::check(&target, &file, &overrides),
+        Command::Drill(DrillCommand::List { target }) => cli::drill::list(&target),
+        Command::Drill(DrillCommand::Run { target, name, dns }) => {
+            cli::drill::run_now(&target, &name, dns)
+        }
+        Command::Gate(GateCommand::Set {
+            target,
+            name,
+            value,
+            emergency,
+            overrides,
+        }) => cli::safety::gate(&target, &name, Some(&value), emergency, &overrides),
+        Command::Gate(GateCommand::Clear {
+            target,
+            name,
+            emergency,
+            overrides,
+        }) => cli::safety::gate(&target, &name, None, emergency, &overrides),
         Command::Status { target, json } => cli::status(&target, json),
         Command::Fleet(FleetCommand::Status { target, json }) => {
             target.config().and_then(|c| cli::fleet::status(&c, json))
@@ -453,6 +563,9 @@ fn main() -> ExitCode {
         Command::Rollout(RolloutCommand::Abort { target, bundles }) => target
             .config()
             .and_then(|c| cli::rollout::abort(&c, bundles)),
+        Command::Rollout(RolloutCommand::Reset { target }) => {
+            target.config().and_then(|c| cli::rollout::reset(&c))
+        }
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),
@@ -718,6 +831,36 @@ fn install_signals(runtime: &tokio::runtime::Runtime) -> Result<Signals> {
     })
 }
 
+/// The `[[drills]]` schedule, asking this server over its first listen address (an
+/// unspecified one through loopback) and its admin endpoint.
+fn start_drill_schedule(
+    reloader: &Arc<steerdns::reload::Reloader>,
+    admin: Option<std::net::SocketAddr>,
+    listening: &[std::net::SocketAddr],
+) {
+    let loopback = |mut addr: std::net::SocketAddr| {
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        addr
+    };
+    let (Some(admin), Some(dns)) = (admin, listening.first()) else {
+        return;
+    };
+    let at = steerdns::drill::Endpoints {
+        admin: loopback(admin),
+        dns: loopback(*dns),
+    };
+    let reloader = reloader.clone();
+    if steerdns::drill::schedule::start(move || reloader.source().read_config().ok(), at).is_some()
+    {
+        println!("drill schedule running ({} via {})", at.dns, at.admin);
+    }
+}
+
 fn serve(args: ServeArgs) -> Result<ExitCode> {
     let source = Source {
         config: args.source.config.clone(),
@@ -730,6 +873,8 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     };
     println!("{}", source.config_description());
     let mut config = source.read_config().map_err(anyhow::Error::msg)?;
+    steerdns::safety::tally::configure(&config.safety);
+    steerdns::drill::log::configure(&config);
     if !args.listen.is_empty() {
         config.server.listen = args.listen.clone();
     }
@@ -818,8 +963,11 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             token: admin_token,
             hosts: Arc::new(AllowedHosts::new(local, &config.admin.allowed_hosts)),
         };
-        runtime.spawn(steerdns::admin::serve(admin, admin_state));
+        let limits = steerdns::admin::connections::ConnectionLimits::from_config(&config.admin);
+        runtime.spawn(steerdns::admin::serve(admin, admin_state, limits));
     }
+    init_descriptor_budget(&config.admin);
+    start_drill_schedule(&reloader, admin_addr, &listening);
     if let Some((fleet, name, _)) = &fleet {
         if fleet.health.probers > 0 {
             reloader
@@ -986,4 +1134,23 @@ fn start_xdp(
         }
     }
     path
+}
+
+/// The listeners' shared descriptor budget ([`steerdns::descriptors`]), once they are bound.
+fn init_descriptor_budget(admin: &steerdns::config::admin::AdminConfig) {
+    match steerdns::descriptors::init(admin.descriptor_reserve, admin.max_connections) {
+        Some((limit, share)) if share < admin.max_connections => tracing::warn!(
+            "file descriptors: limit {limit}; the admin endpoint holds at most {share} \
+             connections (an eighth), not [admin] max_connections = {}",
+            admin.max_connections
+        ),
+        Some((limit, share)) => tracing::info!(
+            "file descriptors: limit {limit}, {} kept free for files, {share} for the admin \
+             endpoint",
+            admin.descriptor_reserve
+        ),
+        None => tracing::warn!(
+            "cannot read RLIMIT_NOFILE: connections are not refused to keep descriptors free"
+        ),
+    }
 }

@@ -766,3 +766,239 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Safety rules: over random sequences of operator edits (drains, weights, forced fallbacks,
+// gate flips, some with overrides, at random times), every version accepted through the one
+// acceptance path (`change::screen_at`) that breaks a rule carries a recorded override of it —
+// in that version, or (for an assertion) in the version that began the breach.
+
+const SAFETY_RULES: &str = r#"
+[[safety.rules]]
+id = "min-one-critical"
+text = "critical keeps one endpoint serving"
+kind = "min-serving"
+profile = "critical"
+min = 1
+
+[[safety.rules]]
+id = "max-two-drained"
+text = "at most two regions drained"
+kind = "max-drained"
+max = 2
+
+[[safety.rules]]
+id = "one-fallback"
+text = "the fallback is forced for at most one region"
+kind = "max-fallback"
+max = 1
+
+[[safety.rules]]
+id = "warm-gated"
+text = "warm changes only while break-glass is armed"
+kind = "gate"
+knobs = ["profiles.warm"]
+gate = "break-glass"
+
+[[safety.rules]]
+id = "drain-calm"
+text = "drains change at most once per 30 s"
+kind = "max-drained"
+max = 8
+wait_secs = 30
+"#;
+
+fn safety_config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let text = include_str!("../steerdns.toml");
+        let start = text.find("[[safety.rules]]").unwrap_or(text.len());
+        Config::parse(
+            &format!("{}{SAFETY_RULES}", &text[..start]),
+            Path::new("steerdns.toml"),
+        )
+        .expect("the example with the test's rules parses")
+    })
+}
+
+const REGIONS: [&str; 5] = ["na-east", "eu-west", "eu-north", "ap-east", "sa-east"];
+
+#[derive(Debug, Clone)]
+enum Edit {
+    Drain(usize, bool),
+    Weights(u32, u32, u32),
+    Fallback(usize, bool),
+    Warm(u32),
+    Gate(bool),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        (0..REGIONS.len(), any::<bool>()).prop_map(|(r, on)| Edit::Drain(r, on)),
+        (0u32..3, 0u32..3, 0u32..3).prop_map(|(a, b, c)| Edit::Weights(a * 50, b * 50, c * 50)),
+        (0..REGIONS.len(), any::<bool>()).prop_map(|(r, on)| Edit::Fallback(r, on)),
+        (0u32..=10).prop_map(|w| Edit::Warm(w * 10)),
+        any::<bool>().prop_map(Edit::Gate),
+    ]
+}
+
+fn apply(text: &str, edit: &Edit) -> String {
+    use steerdns::control::edit::{set_drain, set_gate, set_weights};
+    let pairs = |ws: &[(&str, u32)]| -> Vec<(String, u32)> {
+        ws.iter().map(|(n, w)| (n.to_string(), *w)).collect()
+    };
+    let out = match edit {
+        Edit::Drain(r, on) => set_drain(text, REGIONS[*r], *on),
+        Edit::Weights(a, b, c) => set_weights(
+            text,
+            "critical",
+            &pairs(&[("frontdoor", *a), ("alt-cdn", *b), ("appgw", *c)]),
+        ),
+        Edit::Fallback(r, on) => {
+            // A forced fallback is written as a whole region table, the way an operator would.
+            let mut doc: toml_edit::DocumentMut = text.parse().expect("control text parses");
+            let region = &mut doc["regions"][REGIONS[*r]];
+            if !region.is_table_like() {
+                *region = toml_edit::table();
+            }
+            if *on {
+                region["force"] = toml_edit::value("fallback:fb-eu");
+            } else if let Some(t) = region.as_table_like_mut() {
+                t.remove("force");
+            }
+            Ok(doc.to_string())
+        }
+        Edit::Warm(w) => set_weights(
+            text,
+            "warm",
+            &pairs(&[("frontdoor", 100 - w), ("alt-cdn", *w)]),
+        ),
+        Edit::Gate(on) => set_gate(text, "break-glass", on.then_some("armed")),
+    };
+    out.expect("edits of valid control text succeed")
+}
+
+/// Does `control` break the assertion of `rule` (its state alone)?
+fn breaks(rule: &steerdns::safety::Rule, control: &steerdns::control::ControlFile) -> bool {
+    use steerdns::safety::RuleKind;
+    let drained = REGIONS
+        .iter()
+        .filter(|r| control.regions.get(**r).is_some_and(|k| k.drain))
+        .count();
+    let fallback = REGIONS
+        .iter()
+        .filter(|r| {
+            control
+                .regions
+                .get(**r)
+                .and_then(|k| k.force.as_ref())
+                .is_some_and(|f| f.to_string().starts_with("fallback:"))
+        })
+        .count();
+    match rule.kind {
+        RuleKind::MinServing => {
+            let weights = control.profiles.get("critical").map(|p| &p.endpoints);
+            let serving = ["frontdoor", "alt-cdn", "appgw"]
+                .iter()
+                .filter(|e| {
+                    let configured = if **e == "frontdoor" { 100 } else { 0 };
+                    let w = weights
+                        .and_then(|w| w.get(**e))
+                        .and_then(|k| k.weight)
+                        .unwrap_or(configured);
+                    w > 0
+                })
+                .count();
+            serving < rule.min.unwrap_or(0)
+        }
+        RuleKind::MaxDrained => drained > rule.max.unwrap_or(usize::MAX),
+        RuleKind::MaxFallback => fallback > rule.max.unwrap_or(usize::MAX),
+        RuleKind::Gate => false,
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(48))]
+
+    #[test]
+    fn no_rule_is_broken_without_a_recorded_override(
+        steps in proptest::collection::vec(
+            (edit(), proptest::option::weighted(0.3, 0usize..5), 0u64..40),
+            1..40,
+        )
+    ) {
+        use std::time::{Duration, UNIX_EPOCH};
+        use steerdns::change::{screen_at, OverrideRequest};
+        use steerdns::control::ControlFile;
+        use steerdns::safety::Recorded;
+
+        let config = safety_config();
+        let rules = &config.safety.rules;
+        let parse = |t: &str| ControlFile::parse(t, Path::new("c")).expect("accepted text parses");
+        let mut text = include_str!("../control.toml").to_string();
+        let mut now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut accepted: Vec<Recorded> = vec![Recorded { at: now, control: parse(&text) }];
+        for (edit, override_of, secs) in steps {
+            now += Duration::from_secs(secs);
+            let candidate = apply(&text, &edit);
+            let overrides: Vec<OverrideRequest> = override_of
+                .map(|i| OverrideRequest { rule: rules[i].id.clone(), reason: "test".into() })
+                .into_iter()
+                .collect();
+            let Ok(screened) = screen_at(config, &text, &candidate, &accepted, &overrides, "prop", now) else {
+                continue; // refused: nothing written
+            };
+            let version = parse(&screened.text);
+            let recorded: Vec<&str> = version.overrides.iter().map(|o| o.rule.as_str()).collect();
+            // Every rule the acceptance path itself saw broken is overridden and recorded.
+            for v in &screened.overridden {
+                prop_assert!(recorded.contains(&v.rule.as_str()), "{v} not recorded");
+            }
+            text = screened.text;
+            accepted.push(Recorded { at: now, control: version });
+        }
+        // Each version in a breach of an assertion: the breach began with a recorded override.
+        for rule in rules {
+            let mut breach_began_with_override = false;
+            for (i, version) in accepted.iter().enumerate() {
+                if !breaks(rule, &version.control) {
+                    breach_began_with_override = false;
+                    continue;
+                }
+                let overridden_here = version.control.overrides.iter().any(|o| o.rule == rule.id);
+                let began_here = i == 0 || !breaks(rule, &accepted[i - 1].control);
+                if began_here {
+                    breach_began_with_override = overridden_here;
+                }
+                prop_assert!(
+                    i > 0 && (breach_began_with_override || overridden_here),
+                    "version {i} breaks {} without a recorded override", rule.id
+                );
+            }
+        }
+        // A gated knob changed only while the gate was armed before, or with an override; a
+        // drain changed within 30 s of the last one only with an override.
+        let mut last_drain_change = None;
+        for pair in accepted.windows(2) {
+            let (a, b) = (&pair[0].control, &pair[1].control);
+            let recorded = |id: &str| b.overrides.iter().any(|o| o.rule == id);
+            if a.profiles.get("warm") != b.profiles.get("warm") {
+                let armed = a.gates.get("break-glass").map(String::as_str) == Some("armed");
+                prop_assert!(armed || recorded("warm-gated"), "warm changed with the gate closed");
+            }
+            let drains = |c: &ControlFile| -> Vec<bool> {
+                REGIONS.iter().map(|r| c.regions.get(*r).is_some_and(|k| k.drain)).collect()
+            };
+            if drains(a) != drains(b) {
+                if let Some(last) = last_drain_change {
+                    let since = pair[1].at.duration_since(last).unwrap_or_default();
+                    prop_assert!(
+                        since >= Duration::from_secs(30) || recorded("drain-calm"),
+                        "drains changed {since:?} after the last change without an override"
+                    );
+                }
+                last_drain_change = Some(pair[1].at);
+            }
+        }
+    }
+}

@@ -1,5 +1,7 @@
 //! The admin HTTP endpoint (loopback by default): `GET /v1/status` for operators and the CLI,
-//! `POST /v1/reload` (token required) to taste and swap in the current files.
+//! `POST /v1/reload` (token required) to taste and swap in the current files; the control
+//! writes and safety checks (`POST /v1/control`, `/v1/safety/check`, `/v1/safety/refusals`)
+//! are in [`control`].
 //!
 //! Every request passes `guard` first: a `Host` that is not a loopback literal, `localhost`,
 //! the listen address or a name in `[admin] allowed_hosts` is refused (DNS rebinding: a hostile
@@ -27,6 +29,8 @@ use crate::reload::{Reloader, Status, Trigger};
 use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
+pub mod connections;
+mod control;
 mod dashboard;
 pub mod metrics;
 pub mod token;
@@ -130,6 +134,7 @@ fn host_without_port(value: &str) -> Option<&str> {
 pub fn router(state: AdminState) -> Router {
     Router::new()
         .merge(dashboard::routes())
+        .merge(control::routes())
         .route("/v1/status", get(status))
         .route("/metrics", get(metrics))
         .route("/v1/reload", post(reload))
@@ -190,10 +195,13 @@ async fn guard(
     next.run(request).await
 }
 
-pub async fn serve(listener: tokio::net::TcpListener, state: AdminState) {
-    if let Err(e) = axum::serve(listener, router(state)).await {
-        tracing::error!("admin endpoint stopped: {e}");
-    }
+/// Serves the admin API on `listener` under `limits` (see [`connections`]).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    limits: connections::ConnectionLimits,
+) {
+    connections::serve(listener, router(state), limits).await;
 }
 
 /// What `/v1/status` returns.
@@ -225,6 +233,19 @@ pub struct StatusView {
     /// error and latency, and each monitored endpoint's state.
     #[serde(default)]
     pub health: Option<crate::health::HealthReport>,
+    /// The admin endpoint's connections: open, the cap, closed for silence or a slow head,
+    /// evicted and refused (absent from servers older than the cap).
+    #[serde(default)]
+    pub admin_connections: Option<connections::AdminConnectionsView>,
+    /// The descriptor budget the listeners share ([`crate::descriptors`]).
+    #[serde(default)]
+    pub descriptors: Option<crate::descriptors::DescriptorStatus>,
+    /// Safety rules: the configured ids, refusals and overrides counted by rule.
+    #[serde(default)]
+    pub safety: crate::safety::tally::SafetyStatus,
+    /// Practice drills: each one's last run and measured times, alerts, recent runs.
+    #[serde(default)]
+    pub drills: crate::drill::log::DrillStatus,
     /// DNS Cookies (`[server.cookies]`; `None`: off): the secret's origin, queries by cookie
     /// verdict, and anycast answers by whether their demand counted.
     #[serde(default)]
@@ -493,6 +514,10 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         health: reloader.health().report(snapshot.policies()),
         cookies: snapshot.options().cookies.as_ref().map(cookie_view),
         dnssec_not_served: snapshot.dnssec_not_served().to_vec(),
+        admin_connections: Some(connections::view()),
+        descriptors: Some(crate::descriptors::status()),
+        safety: crate::safety::tally::status(),
+        drills: crate::drill::log::status(),
     }
 }
 

@@ -4,10 +4,12 @@
 //! server serves.
 
 pub mod dnssec;
+pub mod drill;
 pub mod fleet;
 mod http;
 mod report;
 pub mod rollout;
+pub mod safety;
 
 pub use report::report;
 
@@ -19,11 +21,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use steerdns::admin::{read_token, StatusView};
+use steerdns::change::ChangeError;
 use steerdns::config::Config;
-use steerdns::control::edit::{
-    explicit_serial, parse_assignment, replace_if_unchanged, set_drain, set_serial, set_weights,
-    ControlLock, EditError,
-};
+use steerdns::control::edit::{parse_assignment, set_drain, set_weights};
 use steerdns::control::history::History;
 use steerdns::control::summarize;
 use steerdns::control::ControlFile;
@@ -67,113 +67,54 @@ fn control_path(config: &Config) -> Result<PathBuf> {
 }
 
 fn history(config: &Config) -> Result<History> {
-    let file = control_path(config)?;
-    let dir = config
-        .control
-        .history_dir
-        .clone()
-        .unwrap_or_else(|| History::default_dir(&file));
-    History::open(&dir, config.control.history_keep)
-        .map_err(|e| anyhow::anyhow!("control history: {e}"))
+    control_path(config)?;
+    steerdns::change::history(config).map_err(anyhow::Error::msg)
 }
 
-/// How long an edit waits for another one to finish.
-const LOCK_WAIT: Duration = Duration::from_secs(10);
-/// How often an edit starts over when the file changed underneath it (a writer that does not
-/// take the lock) before giving up.
-const EDIT_ATTEMPTS: usize = 3;
-
-/// One CLI edit of the control file, serialized with every other: takes the control file's
-/// lock, reads the file, applies `edit`, bumps an explicit `serial` above everything recorded
-/// or served, tastes the result with the same loader the server uses, and replaces the file
-/// only if it is good and did not change since it was read (else starts over). Then reports
-/// what the server serves.
+/// One CLI edit of the control file through [`steerdns::change::edit_file`] (lock, safety
+/// rules, serial, taste, compare-before-replace); then reports what the server serves. A
+/// refusal by a safety rule is counted by the running server, if it is reachable.
 fn edit_control(
     target: &Target,
     config: &Config,
     what: &str,
-    edit: impl Fn(&str) -> Result<String>,
+    overrides: &safety::OverrideArgs,
+    edit: impl Fn(&str) -> Result<String, String>,
 ) -> Result<ExitCode> {
-    let path = control_path(config)?;
-    let _lock = ControlLock::acquire(&path, LOCK_WAIT).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let requests = overrides.requests()?;
     let floor = serial_floor(target, config);
-    for _ in 0..EDIT_ATTEMPTS {
-        let old = match steerdns::files::read_text_limited(&path, steerdns::files::SMALL_FILE_LIMIT)
-        {
-            Ok(text) => Some(text),
-            Err(e) if path.exists() => {
-                return Err(anyhow::anyhow!("{}: cannot read: {e}", path.display()))
-            }
-            Err(_) => None,
-        };
-        let current = old.as_deref().unwrap_or("");
-        let edited = edit(current)?;
-        let new_text = bump_serial(current, &edited, floor)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        if let Err(problems) = load_with(
-            config,
-            ControlSource::Text {
-                path: &path,
-                text: &new_text,
-            },
-        ) {
+    let by = steerdns::fleet::store::who();
+    match steerdns::change::edit_file(config, floor, &requests, &by, edit) {
+        Ok(written) => {
+            safety::print_overridden(&written.overridden, &written.unused);
+            println!("wrote {}: {}", written.path.display(), written.summary);
+            report_convergence(target, config, &written.text);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(ChangeError::Refused(violations)) => {
+            let path = control_path(config)?;
+            safety::print_refusal(&path.display().to_string(), what, &violations);
+            safety::report_refusal(config, target.admin_addr(config), &violations);
+            Ok(ExitCode::FAILURE)
+        }
+        Err(ChangeError::Invalid(problems)) => {
             println!("refused, nothing written ({what}):");
             for p in &problems {
                 println!("  {p}");
             }
-            return Ok(ExitCode::FAILURE);
+            Ok(ExitCode::FAILURE)
         }
-        match replace_if_unchanged(&path, old.as_deref(), &new_text) {
-            Ok(()) => {}
-            Err(EditError::ChangedUnderneath { .. }) => continue,
-            Err(e) => return Err(anyhow::anyhow!("{e}")),
-        }
-        let summary = match (
-            ControlFile::parse(current, &path),
-            ControlFile::parse(&new_text, &path),
-        ) {
-            (Ok(before), Ok(after)) if old.is_some() => summarize(&before, &after),
-            _ => "control file replaced".to_string(),
-        };
-        println!("wrote {}: {summary}", path.display());
-        report_convergence(target, config, &new_text);
-        return Ok(ExitCode::SUCCESS);
+        Err(e) => Err(anyhow::anyhow!("{e}")),
     }
-    bail!(
-        "{}: changed by someone else during each of {EDIT_ATTEMPTS} attempts; nothing written",
-        path.display()
-    )
 }
 
 /// The serial every new version must be above: the newest recorded in the history and the one
 /// the server serves (either may be ahead: the history is written after serving).
 fn serial_floor(target: &Target, config: &Config) -> u64 {
-    let recorded = history(config)
-        .ok()
-        .and_then(|h| h.list().ok())
-        .and_then(|v| v.last().map(|m| m.serial))
-        .unwrap_or(0);
     let served = fetch_status(target.admin_addr(config))
         .map(|s| s.control.serial)
         .unwrap_or(0);
-    recorded.max(served)
-}
-
-/// An edit that keeps, adds or restores an explicit `serial` gets one above the file's, the
-/// restored text's and `floor`: a version that is not newer would be refused by the history.
-/// Without a serial on either side, the server numbers the version.
-fn bump_serial(current: &str, edited: &str, floor: u64) -> Result<String, EditError> {
-    let before = explicit_serial(current).unwrap_or(None);
-    let after = explicit_serial(edited)?;
-    if before.is_none() && after.is_none() {
-        return Ok(edited.to_owned());
-    }
-    let next = before
-        .unwrap_or(0)
-        .max(after.unwrap_or(0))
-        .max(floor)
-        .saturating_add(1);
-    set_serial(edited, next)
+    steerdns::change::recorded_floor(config).max(served)
 }
 
 /// Waits (bounded) until the server serves what the control file now says, and prints it.
@@ -297,6 +238,7 @@ pub fn weight_set(
     profile: &str,
     assignments: &[String],
     emergency: bool,
+    overrides: &safety::OverrideArgs,
 ) -> Result<ExitCode> {
     let config = target.config()?;
     let path = control_path(&config)?;
@@ -305,16 +247,21 @@ pub fn weight_set(
         .map(|a| parse_assignment(a).map_err(|e| anyhow::anyhow!("{e}")))
         .collect::<Result<Vec<_>>>()?;
     if config.fleet.is_some() {
-        return fleet::edit(
+        return safety::fleet_edit(
             &config,
             &format!("weight set {profile}"),
             emergency,
+            overrides,
             |text| set_weights(text, profile, &pairs).map_err(|e| e.to_string()),
         );
     }
-    edit_control(target, &config, &format!("weights of {profile}"), |text| {
-        set_weights(text, profile, &pairs).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
-    })
+    edit_control(
+        target,
+        &config,
+        &format!("weights of {profile}"),
+        overrides,
+        |text| set_weights(text, profile, &pairs).map_err(|e| format!("{}: {e}", path.display())),
+    )
 }
 
 pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
@@ -344,7 +291,13 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
     }
 }
 
-pub fn drain(target: &Target, region: &str, on: bool, emergency: bool) -> Result<ExitCode> {
+pub fn drain(
+    target: &Target,
+    region: &str,
+    on: bool,
+    emergency: bool,
+    overrides: &safety::OverrideArgs,
+) -> Result<ExitCode> {
     let config = target.config()?;
     let path = control_path(&config)?;
     let what = if on {
@@ -353,12 +306,12 @@ pub fn drain(target: &Target, region: &str, on: bool, emergency: bool) -> Result
         format!("undrain {region}")
     };
     if config.fleet.is_some() {
-        return fleet::edit(&config, &what, emergency, |text| {
+        return safety::fleet_edit(&config, &what, emergency, overrides, |text| {
             set_drain(text, region, on).map_err(|e| e.to_string())
         });
     }
-    edit_control(target, &config, &what, |text| {
-        set_drain(text, region, on).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    edit_control(target, &config, &what, overrides, |text| {
+        set_drain(text, region, on).map_err(|e| format!("{}: {e}", path.display()))
     })
 }
 
@@ -384,10 +337,15 @@ pub fn history_list(target: &Target) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn rollback(target: &Target, version: Option<u64>, emergency: bool) -> Result<ExitCode> {
+pub fn rollback(
+    target: &Target,
+    version: Option<u64>,
+    emergency: bool,
+    overrides: &safety::OverrideArgs,
+) -> Result<ExitCode> {
     let config = target.config()?;
     if config.fleet.is_some() {
-        return fleet::rollback(&config, version, emergency);
+        return fleet::rollback(&config, version, emergency, overrides);
     }
     let history = history(&config)?;
     let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -420,6 +378,7 @@ pub fn rollback(target: &Target, version: Option<u64>, emergency: bool) -> Resul
         target,
         &config,
         &format!("rollback to version {serial}"),
+        overrides,
         |_| Ok(text.clone()),
     )
 }
@@ -496,6 +455,8 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         None => println!("no refused changes"),
     }
     print_taster(&c.taster);
+    print_safety(&status.safety);
+    print_drills(&status.drills);
     if let Some(b) = &c.bundle {
         print_bundle(b);
     }
@@ -530,6 +491,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         if let Some(r) = &f.rollout {
             print_rollout(r);
         }
+        fleet::print_link_problems(f);
     }
     if let Some(health) = &status.health {
         print_health(health);
@@ -550,7 +512,82 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     if let Some(dnssec) = &status.dnssec {
         print_dnssec(dnssec);
     }
+    print_connection_limits(&status);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The admin endpoint's connections and the descriptor budget (servers older than them send
+/// neither).
+fn print_connection_limits(status: &StatusView) {
+    if let Some(a) = &status.admin_connections {
+        println!(
+            "admin connections: {} open of {}; closed {} slow head(s), {} idle, {} evicted for \
+             newcomers; refused {} (every place serving), {} (descriptor reserve)",
+            a.open,
+            a.max_connections,
+            a.closed_header_timeout,
+            a.closed_idle_timeout,
+            a.evicted,
+            a.refused_full,
+            a.refused_descriptors
+        );
+    }
+    if let Some(d) = status.descriptors.as_ref().filter(|d| d.limit > 0) {
+        println!(
+            "file descriptors: about {} of {} open; {} kept free, {} for the admin endpoint; \
+             {} DNS connection(s) refused to keep them",
+            d.open_estimate, d.limit, d.reserve, d.admin_share, d.refused_dns
+        );
+    }
+}
+
+fn print_drills(d: &steerdns::drill::log::DrillStatus) {
+    for drill in &d.drills {
+        match &drill.last {
+            Some(r) => println!(
+                "drill {}: last run {} {} ({}): change to served {}, revert to served {}{}",
+                drill.name,
+                r.started,
+                r.result,
+                r.trigger,
+                r.change_to_served_ms
+                    .map_or("-".into(), |v| format!("{v:.0} ms")),
+                r.revert_to_served_ms
+                    .map_or("-".into(), |v| format!("{v:.0} ms")),
+                r.reason
+                    .as_ref()
+                    .map(|x| format!("; {x}"))
+                    .unwrap_or_default()
+            ),
+            None => println!("drill {}: never run", drill.name),
+        }
+    }
+    if d.running {
+        println!("a drill is running now");
+    }
+    for alert in &d.alerts {
+        println!("ALERT: {alert}");
+    }
+}
+
+fn print_safety(s: &steerdns::safety::tally::SafetyStatus) {
+    if s.rules.is_empty() && s.refusals.is_empty() {
+        return;
+    }
+    let counts: Vec<String> = s
+        .refusals
+        .iter()
+        .map(|(rule, n)| format!("{rule} {n}"))
+        .collect();
+    println!(
+        "safety rules: {}; refusals: {}{}",
+        s.rules.join(", "),
+        counts.join(", "),
+        s.last_refusal
+            .as_ref()
+            .map(|l| format!("; last refusal {l}"))
+            .unwrap_or_default()
+    );
 }
 
 fn print_encrypted(view: &steerdns::metrics::encrypted::EncryptedView) {
@@ -576,16 +613,22 @@ fn print_encrypted(view: &steerdns::metrics::encrypted::EncryptedView) {
     for t in &view.transports {
         println!(
             "  {}: {} queries, {} connections open, {} accepted; refused per client {}, \
-             handshakes failed {} timed out {}, frame timeouts {}, bad requests {}",
+             refused full {}, handshakes failed {} timed out {}, frame timeouts {}, bad requests \
+             {}, idle timeouts {}; closed to make room: idle {}, stalled {}; closed at lifetime {}",
             t.transport,
             t.queries,
             t.connections_open,
             t.connections_accepted,
             t.refused_per_client,
+            t.refused_full,
             t.handshake_failed,
             t.handshake_timeout,
             t.frame_timeout,
-            t.bad_request
+            t.bad_request,
+            t.idle_timeout,
+            t.closed_idle_to_make_room,
+            t.closed_stalled_to_make_room,
+            t.closed_at_lifetime
         );
     }
 }
@@ -761,6 +804,14 @@ fn print_health(health: &steerdns::health::HealthReport) {
         for refused in &sharing.refused {
             println!("  REFUSED {refused}");
         }
+    }
+    if health.lookups_in_flight > 0 {
+        println!(
+            "health: {} of at most {} name lookups of probe targets in flight (all of them for \
+             long: the system resolver hangs)",
+            health.lookups_in_flight,
+            steerdns::health::lookup::MAX_LOOKUPS
+        );
     }
     for t in &health.targets {
         let mut line = format!(

@@ -17,6 +17,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 pub mod admin;
+pub mod drill;
 pub mod fleet;
 pub mod prometheus;
 pub mod rrl;
@@ -65,6 +66,12 @@ pub struct Config {
     /// The taster: a child process that loads every change before the server does.
     #[serde(default)]
     pub taster: TasterConfig,
+    /// Safety rules every control change must pass (`[[safety.rules]]`).
+    #[serde(default)]
+    pub safety: crate::safety::SafetyConfig,
+    /// Practice drills (`[[drills]]`): run by `steerdns drill run` or the server's schedule.
+    #[serde(default)]
+    pub drills: Vec<drill::DrillConfig>,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -369,13 +376,15 @@ pub struct TcpConfig {
     pub busy_idle_timeout_ms: u64,
     /// Seconds a connection may live, however busy (wall clock); the client reconnects.
     pub max_connection_lifetime_secs: u64,
-    /// TCP connections served at once.
+    /// TCP connections served at once. A newcomer to full slots closes the worst holder (idle,
+    /// or mid-query longest for the queries it completed) or, if every holder is answering
+    /// right now, is closed itself; the accept loop never waits.
     pub max_connections: usize,
     /// Connections one client (a `client_prefix_v4`/`client_prefix_v6` prefix) may hold
     /// open; further ones are closed at once.
     pub max_connections_per_client: usize,
     /// Prefix lengths that make one client for `max_connections_per_client`, here and on the
-    /// encrypted transports ([server.tls]).
+    /// encrypted transports ([server.tls]): /24 and /48 by default.
     pub client_prefix_v4: u8,
     pub client_prefix_v6: u8,
     /// Seconds a client has to finish a query (length and message) once it sent its first
@@ -394,7 +403,7 @@ impl Default for TcpConfig {
             max_connections: 1024,
             max_connections_per_client: 32,
             client_prefix_v4: 24,
-            client_prefix_v6: 56,
+            client_prefix_v6: 48,
             frame_timeout_secs: 3,
             max_queries_per_connection: 10_000,
         }
@@ -421,6 +430,14 @@ pub enum ConfigError {
         field: String,
         message: String,
     },
+    /// A problem of one field whose line is known.
+    #[error("{path}:{line}: {field}: {message}")]
+    InvalidAt {
+        path: PathBuf,
+        line: usize,
+        field: String,
+        message: String,
+    },
 }
 
 impl Default for Config {
@@ -439,6 +456,8 @@ impl Default for Config {
             fleet: None,
             dnssec: crate::dnssec::DnssecConfig::default(),
             taster: TasterConfig::default(),
+            safety: crate::safety::SafetyConfig::default(),
+            drills: Vec::new(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -500,6 +519,7 @@ impl Config {
             }
         })?;
         config.check(path)?;
+        config.check_safety(text, path)?;
         Ok(config)
     }
 
@@ -560,6 +580,9 @@ impl Config {
             ));
         }
         if let Some((field, message)) = shield.prometheus.as_ref().and_then(|p| p.problem()) {
+            return Err(invalid(field, message));
+        }
+        if let Some((field, message)) = self.admin.problem() {
             return Err(invalid(field, message));
         }
         if self.control.history_keep == 0 {
@@ -669,6 +692,26 @@ impl Config {
             return Err(invalid(&problem.field, problem.message));
         }
         Ok(())
+    }
+
+    /// The safety rules and drills against the profiles and regions, the error naming the
+    /// line of the field (or of its rule or drill).
+    fn check_safety(&self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let problem = self
+            .safety
+            .problem(&self.profiles, &self.topology)
+            .map(|p| (p.field, p.message))
+            .or_else(|| drill::problem(&self.drills, &self.profiles, &self.topology));
+        let Some((field, message)) = problem else {
+            return Ok(());
+        };
+        let line = crate::control::line_of_field(text, &field).unwrap_or(0);
+        Err(ConfigError::InvalidAt {
+            path: path.to_path_buf(),
+            line,
+            field,
+            message,
+        })
     }
 
     fn resolve_paths(&mut self, base: &Path) {

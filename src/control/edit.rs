@@ -238,6 +238,72 @@ pub fn set_drain(text: &str, region: &str, drain: bool) -> Result<String, EditEr
     Ok(doc.to_string())
 }
 
+/// Sets `regions.<region>.force` (`"global"`, `"regional"`, `"fallback:SITE"`), or removes it
+/// with `None`.
+pub fn set_force(text: &str, region: &str, force: Option<&str>) -> Result<String, EditError> {
+    check_name("region", region)?;
+    let mut doc = parse(text)?;
+    let regions = child(doc.as_item_mut(), "regions", "", Create::Section)?;
+    let table = child(regions, region, "regions", Create::Section)?;
+    match force {
+        Some(force) => set_value(
+            table,
+            "force",
+            Value::from(force),
+            &format!("regions.{region}"),
+        )?,
+        None => {
+            if let Some(t) = table.as_table_like_mut() {
+                t.remove("force");
+            }
+        }
+    }
+    Ok(doc.to_string())
+}
+
+/// Sets `gates.<gate>` (a value the safety rules' gates look at, e.g. `"armed"`), or removes
+/// it with `None`.
+pub fn set_gate(text: &str, gate: &str, value: Option<&str>) -> Result<String, EditError> {
+    check_name("gate", gate)?;
+    let mut doc = parse(text)?;
+    match value {
+        Some(value) => {
+            let gates = child(doc.as_item_mut(), "gates", "", Create::Section)?;
+            set_value(gates, gate, Value::from(value), "gates")?;
+        }
+        None => {
+            if let Some(gates) = doc.get_mut("gates").and_then(Item::as_table_like_mut) {
+                gates.remove(gate);
+            }
+        }
+    }
+    Ok(doc.to_string())
+}
+
+/// Replaces the text's `[[overrides]]` (the safety-rule overrides of the version it was last
+/// written as) with `overrides`, the ones this change needs: an override covers one change,
+/// never the next.
+pub fn set_overrides(
+    text: &str,
+    overrides: &[crate::control::Override],
+) -> Result<String, EditError> {
+    let mut doc = parse(text)?;
+    doc.remove("overrides");
+    if !overrides.is_empty() {
+        let mut tables = toml_edit::ArrayOfTables::new();
+        for o in overrides {
+            let mut table = Table::new();
+            table.insert("rule", toml_edit::value(o.rule.as_str()));
+            table.insert("reason", toml_edit::value(o.reason.as_str()));
+            table.insert("by", toml_edit::value(o.by.as_str()));
+            table.insert("at", toml_edit::value(o.at.as_str()));
+            tables.push(table);
+        }
+        doc.insert("overrides", Item::ArrayOfTables(tables));
+    }
+    Ok(doc.to_string())
+}
+
 /// Sets the top-level `serial`, adding it (above the first section) when the text has none.
 ///
 /// It always sets: whether a change should carry an explicit serial is the caller's decision.

@@ -35,6 +35,27 @@ pub struct ControlFile {
     /// Per region: `[regions.NAME] drain = bool, force = "global"|"regional"|"fallback:SITE"`.
     #[serde(default)]
     pub regions: BTreeMap<String, RegionKnobs>,
+    /// Gates the safety rules look at (`[gates] break-glass = "armed"`); they change nothing
+    /// that is served.
+    #[serde(default)]
+    pub gates: BTreeMap<String, String>,
+    /// The safety rules this version was let through despite (`[[overrides]]`), with reason
+    /// and who: recorded with the version, shown by `control history`. Serves nothing.
+    #[serde(default)]
+    pub overrides: Vec<Override>,
+}
+
+/// One safety-rule override recorded in a control version.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Override {
+    /// The rule's id.
+    pub rule: String,
+    pub reason: String,
+    /// Who overrode it (user@host, or the admin API's caller).
+    pub by: String,
+    /// When, RFC 3339 UTC.
+    pub at: String,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -26,13 +26,33 @@ pub fn summarize(old: &ControlFile, new: &ControlFile) -> String {
             new.shield.name()
         ));
     }
-    if changes.is_empty() {
-        return "no knob changes".to_owned();
+    for gate in union(old.gates.keys(), new.gates.keys()) {
+        let (a, b) = (old.gates.get(gate), new.gates.get(gate));
+        if a != b {
+            let name = |v: Option<&String>| v.map_or("unset".to_owned(), |v| v.clone());
+            changes.push(format!("gate {gate} {}->{}", name(a), name(b)));
+        }
     }
+    let overrides = new
+        .overrides
+        .iter()
+        .map(|o| format!("OVERRIDE {} by {}: {}", o.rule, o.by, o.reason));
+    if changes.is_empty() {
+        let overrides: Vec<String> = overrides.collect();
+        if overrides.is_empty() {
+            return "no knob changes".to_owned();
+        }
+        return overrides.join("; ");
+    }
+    let overrides: Vec<String> = overrides.collect();
     let total = changes.len();
     let mut line = changes[..total.min(MAX_SUMMARY_ITEMS)].join("; ");
     if total > MAX_SUMMARY_ITEMS {
         let _ = write!(line, "; and {} more", total - MAX_SUMMARY_ITEMS);
+    }
+    // Overrides are never cut: the history must say who let a change through, and why.
+    for o in overrides {
+        let _ = write!(line, "; {o}");
     }
     line
 }

@@ -44,9 +44,11 @@ mod common;
 #[allow(unused_imports)]
 pub use common::backend::{closed_port, Backend, Reply};
 #[allow(unused_imports)]
-pub use common::etcd::Etcd;
+pub use common::etcd::{Etcd, EtcdCluster};
 #[allow(unused_imports)]
 pub use common::prometheus::{Exporter, Prometheus};
+#[allow(unused_imports)]
+pub use common::tls;
 pub use common::TempDir;
 #[allow(unused_imports)]
 pub use common::{
