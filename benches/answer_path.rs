@@ -74,6 +74,42 @@ fn query_do(name: &str, qtype: u16, edns: bool, ecs: Option<Ipv4Addr>, dnssec: b
     q
 }
 
+/// [`query`] (with EDNS) carrying a COOKIE option (RFC 7873) after its other options.
+fn query_with_cookie(name: &str, ecs: Option<Ipv4Addr>, cookie: &[u8]) -> Vec<u8> {
+    let mut q = query(name, TYPE_A, true, ecs);
+    let name_len: usize = name
+        .trim_end_matches('.')
+        .split('.')
+        .map(|l| l.len() + 1)
+        .sum::<usize>()
+        + 1;
+    // Header, question, then OPT's owner, type, class and TTL: its RDATA length follows.
+    let rdlen_at = 12 + name_len + 4 + 1 + 2 + 2 + 4;
+    let rdlen = u16::from_be_bytes([q[rdlen_at], q[rdlen_at + 1]]) as usize + 4 + cookie.len();
+    q[rdlen_at..rdlen_at + 2].copy_from_slice(&(rdlen as u16).to_be_bytes());
+    q.extend_from_slice(&10u16.to_be_bytes());
+    q.extend_from_slice(&(cookie.len() as u16).to_be_bytes());
+    q.extend_from_slice(cookie);
+    q
+}
+
+/// A client cookie, and with it a server cookie the snapshot's secret made for `client` now.
+fn valid_cookie(snapshot: &Snapshot, client: &Requester) -> Vec<u8> {
+    let client_cookie = *b"benchcli";
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs() as u32;
+    let secrets = &snapshot
+        .options()
+        .cookies
+        .as_ref()
+        .expect("cookies on")
+        .secrets;
+    let server = secrets.issue(&client_cookie, client.addr, now);
+    [&client_cookie[..], &server[..]].concat()
+}
+
 /// Steered names shaped like the harness's workloads (`benches/harness.sh`): exact names
 /// answered with addresses — a 90/10 weighted profile and an anycast name.
 const HARNESS_SHAPED: &str = r#"
@@ -287,7 +323,29 @@ fn bench_answer_path(c: &mut Criterion) {
         "anycast_exact_shed_active_ecs",
         query("cdn.example.com", TYPE_A, true, Some(subnet)),
     ));
+    // DNS Cookies: a client that has not learnt ours yet (one hash: a fresh server cookie), and
+    // one that sends a valid one back (one hash: verified, echoed while young).
+    let cookie = valid_cookie(&snapshot, &client);
+    cases.push((
+        "static_precompiled_cookie_new",
+        query_with_cookie("mail.example.com", None, &cookie[..8]),
+    ));
+    cases.push((
+        "static_precompiled_cookie_valid",
+        query_with_cookie("mail.example.com", None, &cookie),
+    ));
+    cases.push((
+        "anycast_exact_ecs_cookie_valid",
+        query_with_cookie("cdn.example.com", eu, &cookie),
+    ));
 
+    // A valid cookie is verified and echoed (our OPT ends with it).
+    for (name, packet) in &cases {
+        if name.ends_with("_cookie_valid") {
+            let out = answer(&snapshot, packet, &client);
+            assert!(out.ends_with(&cookie), "{name}: the cookie echoed");
+        }
+    }
     // Each case must answer what its name says, or the figures would measure something else.
     for (name, packet) in &cases {
         let out = answer(&snapshot, packet, &client);

@@ -4,6 +4,7 @@
 # under valgrind (one run per case), and prints repeat_case's inclusive Ir divided by N.
 #
 #   benches/callgrind.sh [N]        (default N = 20000)
+#   CASES="static_precompiled nxdomain" benches/callgrind.sh   (only these cases)
 set -eu
 n=${1:-20000}
 cd "$(dirname "$0")/.."
@@ -17,9 +18,12 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 ANSWER_PATH_REPEAT=0 "$bin" --bench 2>&1 >/dev/null | sed -n 's/^repeat_case //p' >"$out/cases"
 while read -r case; do
+    if [ -n "${CASES:-}" ] && ! printf ' %s ' "$CASES" | grep -q " $case "; then
+        continue
+    fi
     ANSWER_PATH_REPEAT=$n ANSWER_PATH_CASE=$case valgrind --tool=callgrind \
         --callgrind-out-file="$out/cg.out" "$bin" --bench >/dev/null 2>&1
-    callgrind_annotate --inclusive=yes "$out/cg.out" 2>/dev/null |
+    callgrind_annotate --inclusive=yes --threshold=100 "$out/cg.out" 2>/dev/null |
         python3 -c '
 import re, sys
 for line in sys.stdin:

@@ -173,6 +173,15 @@ enum DnssecCommand {
         #[arg(long)]
         algorithm: Option<u8>,
     },
+    /// Replace the rollover seed of ZONE's key directory with a fresh random one (0600):
+    /// successors made from now on derive from it. Ship the new file to every node before
+    /// the next rollover starts (`dnssec status` shows when).
+    RotateSeed {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The zone whose key directory's seed is replaced, e.g. example.com.
+        zone: String,
+    },
     /// Print ZONE's DS records in zone-file form (for the parent, or as a validator's trust
     /// anchor).
     Ds {
@@ -299,6 +308,13 @@ enum RolloutCommand {
         /// The rollout of the nodes' config/zone/GeoIP bundles, not of the control state.
         #[arg(long)]
         bundles: bool,
+    },
+    /// Replace a missing or unreadable rollout state (every node holds meanwhile) with one
+    /// settled on the last version every node serves by its own report — never the newest;
+    /// the coordinator then rolls the newest out again, wave by wave.
+    Reset {
+        #[command(flatten)]
+        target: cli::Target,
     },
 }
 
@@ -609,6 +625,9 @@ fn main() -> ExitCode {
         Command::Rollout(RolloutCommand::Abort { target, bundles }) => target
             .config()
             .and_then(|c| cli::rollout::abort(&c, bundles)),
+        Command::Rollout(RolloutCommand::Reset { target }) => {
+            target.config().and_then(|c| cli::rollout::reset(&c))
+        }
         Command::Reload { target } => cli::reload(&target),
         Command::Load(LoadCommand::Push { target, file }) => cli::load_push(&target, &file),
         Command::Simulate(args) => simulate(args),
@@ -730,6 +749,9 @@ fn dnssec(command: DnssecCommand) -> Result<ExitCode> {
             split,
             algorithm,
         } => cli::dnssec::keygen(&read_config(&source)?, &zone, split, algorithm),
+        DnssecCommand::RotateSeed { source, zone } => {
+            cli::dnssec::rotate_seed(&read_config(&source)?, &zone)
+        }
         DnssecCommand::Ds { source, zone } => cli::dnssec::ds(&read_config(&source)?, &zone),
         DnssecCommand::Status { source } => cli::dnssec::status(&read_config(&source)?),
         DnssecCommand::Dump { source, zone } => cli::dnssec::dump(&read_config(&source)?, &zone),
@@ -1007,8 +1029,10 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             hosts: Arc::new(AllowedHosts::new(local, &config.admin.allowed_hosts)),
             fleet: fleet.as_ref().map(|(_, _, origin)| origin.clone()),
         };
-        runtime.spawn(steerdns::admin::serve(admin, admin_state));
+        let limits = steerdns::admin::connections::ConnectionLimits::from_config(&config.admin);
+        runtime.spawn(steerdns::admin::serve(admin, admin_state, limits));
     }
+    init_descriptor_budget(&config.admin);
     start_drill_schedule(&reloader, admin_addr, &listening);
     if let Some((fleet, name, _)) = &fleet {
         if fleet.health.probers > 0 {
@@ -1176,4 +1200,23 @@ fn start_xdp(
         }
     }
     path
+}
+
+/// The listeners' shared descriptor budget ([`steerdns::descriptors`]), once they are bound.
+fn init_descriptor_budget(admin: &steerdns::config::admin::AdminConfig) {
+    match steerdns::descriptors::init(admin.descriptor_reserve, admin.max_connections) {
+        Some((limit, share)) if share < admin.max_connections => tracing::warn!(
+            "file descriptors: limit {limit}; the admin endpoint holds at most {share} \
+             connections (an eighth), not [admin] max_connections = {}",
+            admin.max_connections
+        ),
+        Some((limit, share)) => tracing::info!(
+            "file descriptors: limit {limit}, {} kept free for files, {share} for the admin \
+             endpoint",
+            admin.descriptor_reserve
+        ),
+        None => tracing::warn!(
+            "cannot read RLIMIT_NOFILE: connections are not refused to keep descriptors free"
+        ),
+    }
 }

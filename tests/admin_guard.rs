@@ -5,7 +5,8 @@
 //! - a write is authorized before its body is read;
 //! - no token ships: a missing token file is created (random, 0600) and the CLI reads it;
 //!   short or world-readable tokens are refused;
-//! - replacing the token file rotates the token on SIGHUP and on `steerdns reload`.
+//! - replacing the token file rotates the token on SIGHUP and on `steerdns reload`, and every
+//!   write sees the file as it is now (replaced, or its mode changed and changed back).
 
 mod control_common;
 
@@ -240,4 +241,28 @@ fn replacing_the_token_file_rotates_the_token() {
     assert_eq!(code, 401, "the replaced token still works: {body}");
     let (code, body) = http(server.admin, "POST", "/v1/load", Some(second));
     assert_eq!(code, 401, "{body}");
+}
+
+#[test]
+fn every_write_sees_the_token_file_as_it_is_now() {
+    let setup = Setup::new("guard-identity");
+    let path = setup.path("admin.token");
+    let server = setup.start();
+    let second = "second-token-0123456789abcdef0123456789";
+    write_token(&setup.path("new.token"), second);
+    std::fs::rename(setup.path("new.token"), &path).expect("replace token file");
+    // No SIGHUP, no reload in between: the old token is refused at the next write.
+    let (code, body) = http(server.admin, "POST", "/v1/load", Some(TOKEN));
+    assert_eq!(code, 401, "the replaced token still works: {body}");
+    let (code, body) = http(server.admin, "POST", "/v1/reload", Some(second));
+    assert_eq!(code, 200, "{body}");
+    // World-readable: refused at the next write; private again: accepted at the next write,
+    // without a SIGHUP and without a stale refusal.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (code, body) = http(server.admin, "POST", "/v1/reload", Some(second));
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("0644"), "{body}");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (code, body) = http(server.admin, "POST", "/v1/reload", Some(second));
+    assert_eq!(code, 200, "{body}");
 }

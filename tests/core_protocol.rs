@@ -1053,3 +1053,211 @@ fn other_classes_are_refused() {
     assert_eq!(r.rcode(), 0);
     assert_eq!(r.an, 1);
 }
+
+// --- DNS Cookies (RFC 7873, RFC 9018 server cookies) ---
+
+const COOKIE: u16 = 10;
+/// The server secret of the cookie tests, as a fleet would share it (`[server.cookies]`).
+const COOKIE_SECRET: [u8; 16] = *b"steerdns-cookie!";
+
+/// A server with [`COOKIE_SECRET`] in its secret file (0600).
+fn cookie_server() -> (TempConfig, Server) {
+    use std::os::unix::fs::PermissionsExt;
+    let config = TempConfig::new(
+        "cookies",
+        "[server.cookies]\nsecret_file = \"cookie.secret\"",
+    );
+    let path = config.dir().join("cookie.secret");
+    let hex: String = COOKIE_SECRET.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&path, format!("{hex}\n")).expect("write cookie secret");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let server = config.start();
+    (config, server)
+}
+
+fn unix_now() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs() as u32
+}
+
+/// RFC 9018 §4.4, computed here from the RFC's text rather than with the server's code: the
+/// server cookie for `client_cookie` from 127.0.0.1 stamped `at`, made with `secret`.
+fn rfc9018_server_cookie(secret: &[u8; 16], client_cookie: &[u8; 8], at: u32) -> Vec<u8> {
+    use std::hash::Hasher;
+    let mut server = vec![1, 0, 0, 0];
+    server.extend_from_slice(&at.to_be_bytes());
+    let mut hasher = siphasher::sip::SipHasher24::new_with_key(secret);
+    hasher.write(client_cookie);
+    hasher.write(&server);
+    hasher.write(&[127, 0, 0, 1]);
+    server.extend_from_slice(&hasher.finish().to_le_bytes());
+    server
+}
+
+/// The COOKIE option of a reply: (client cookie, server cookie).
+fn reply_cookie(reply: &Reply) -> (Vec<u8>, Vec<u8>) {
+    let options = &reply.opt.as_ref().expect("OPT").options;
+    let cookies: Vec<_> = options.iter().filter(|(code, _)| *code == COOKIE).collect();
+    assert_eq!(cookies.len(), 1, "one COOKIE option: {options:?}");
+    let data = &cookies[0].1;
+    assert_eq!(data.len(), 24, "client cookie and a 16-byte server cookie");
+    (data[..8].to_vec(), data[8..].to_vec())
+}
+
+fn cookie_query(name: &str, cookie: &[u8]) -> Vec<u8> {
+    packet(
+        next_id(),
+        0,
+        name,
+        A,
+        IN,
+        Some(opt(1232, 0, false, &[(COOKIE, cookie)])),
+    )
+}
+
+/// The stamp of a server cookie (RFC 9018: bytes 4..8).
+fn stamp(server_cookie: &[u8]) -> u32 {
+    u32::from_be_bytes(server_cookie[4..8].try_into().expect("4 bytes"))
+}
+
+#[test]
+fn dig_cookie_gets_an_rfc_9018_server_cookie_that_verifies_and_is_echoed() {
+    let (_config, server) = cookie_server();
+    let client = [0x24, 0x64, 0xc4, 0xab, 0xcf, 0x10, 0xc9, 0x57];
+    let client_hex = "2464c4abcf10c957";
+    let before = unix_now();
+    let first = dig(
+        &server,
+        &[&format!("+cookie={client_hex}"), "www.example.com", "A"],
+    );
+    let after = unix_now();
+    let line = first
+        .lines()
+        .find(|l| l.starts_with("; COOKIE: "))
+        .unwrap_or_else(|| panic!("no COOKIE in the reply:\n{first}"));
+    assert!(
+        line.ends_with("(good)"),
+        "dig checks our echo of its cookie: {line}"
+    );
+    let cookie = line["; COOKIE: ".len()..]
+        .split_whitespace()
+        .next()
+        .expect("hex");
+    assert_eq!(cookie.len(), 48, "{line}");
+    assert_eq!(&cookie[..16], client_hex);
+    let server_cookie: Vec<u8> = (16..48)
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&cookie[i..i + 2], 16).expect("hex"))
+        .collect();
+    let at = stamp(&server_cookie);
+    assert!((before..=after).contains(&at), "stamped now: {at}");
+    assert_eq!(
+        server_cookie,
+        rfc9018_server_cookie(&COOKIE_SECRET, &client, at),
+        "version 1, reserved 0, timestamp, SipHash-2-4 over cookie | header | 127.0.0.1"
+    );
+    // Sent back, it is ours and young: echoed as it is.
+    let again = dig(
+        &server,
+        &[&format!("+cookie={cookie}"), "www.example.com", "A"],
+    );
+    assert!(again.contains("status: NOERROR"), "{again}");
+    assert!(
+        again.contains(&format!("; COOKIE: {cookie} (good)")),
+        "{again}"
+    );
+}
+
+#[test]
+fn server_cookies_are_checked_for_secret_address_and_window_and_malformed_ones_are_formerr() {
+    let (_config, server) = cookie_server();
+    let client = *b"client-1";
+    let now = unix_now();
+    let with_server = |server_cookie: &[u8]| [&client[..], server_cookie].concat();
+
+    // Issued by another node with the same secret ten minutes ago: valid, echoed unchanged.
+    let fleet_made = rfc9018_server_cookie(&COOKIE_SECRET, &client, now - 600);
+    let r = udp(
+        &server,
+        &cookie_query("mail.example.com", &with_server(&fleet_made)),
+    );
+    assert_eq!((r.rcode(), r.an), (0, 1), "{r:?}");
+    assert_eq!(reply_cookie(&r), (client.to_vec(), fleet_made.clone()));
+
+    // Not ours (another secret), expired, too far ahead, or half an hour old: a normal answer
+    // with a fresh cookie stamped now (RFC 7873 §5.2.4, RFC 9018 §4.3).
+    let cases = [
+        (
+            "another secret",
+            rfc9018_server_cookie(b"another secret!!", &client, now),
+        ),
+        (
+            "older than an hour",
+            rfc9018_server_cookie(&COOKIE_SECRET, &client, now - 3700),
+        ),
+        (
+            "ten minutes ahead",
+            rfc9018_server_cookie(&COOKIE_SECRET, &client, now + 600),
+        ),
+        (
+            "31 minutes old: renewed",
+            rfc9018_server_cookie(&COOKIE_SECRET, &client, now - 1860),
+        ),
+        ("8-byte server cookie", vec![7; 8]),
+        ("32-byte server cookie", vec![7; 32]),
+    ];
+    for (what, server_cookie) in cases {
+        let r = udp(
+            &server,
+            &cookie_query("mail.example.com", &with_server(&server_cookie)),
+        );
+        assert_eq!(
+            (r.rcode(), r.an),
+            (0, 1),
+            "{what}: answered normally: {r:?}"
+        );
+        let (echoed, fresh) = reply_cookie(&r);
+        assert_eq!(echoed, client, "{what}");
+        let at = stamp(&fresh);
+        assert!(
+            at >= now && at <= unix_now(),
+            "{what}: a fresh cookie, stamped {at}"
+        );
+        assert_eq!(
+            fresh,
+            rfc9018_server_cookie(&COOKIE_SECRET, &client, at),
+            "{what}"
+        );
+    }
+
+    // Over TCP too, and on answers that are not NOERROR.
+    let r = tcp(&server, &cookie_query("nope.example.com", &client));
+    assert_eq!(r.rcode(), 3, "NXDOMAIN");
+    assert_eq!(reply_cookie(&r).0, client);
+
+    // Malformed COOKIE options are FORMERR (RFC 7873 §5.2.2), with our OPT and no cookie.
+    for len in [0, 7, 9, 15, 41] {
+        let r = udp(&server, &cookie_query("mail.example.com", &vec![5; len]));
+        assert_eq!(r.rcode(), 1, "{len}-byte COOKIE: {r:?}");
+        let o = r.opt.as_ref().expect("OPT kept on FORMERR");
+        assert!(
+            o.options.iter().all(|(code, _)| *code != COOKIE),
+            "{len}: {o:?}"
+        );
+    }
+
+    // No COOKIE option: no cookie in the answer.
+    let r = udp(&server, &with_edns("www.example.com", A, 1232));
+    assert!(r.opt.expect("OPT").options.is_empty());
+}
+
+#[test]
+fn cookies_off_ignore_the_option() {
+    let config = TempConfig::new("cookies-off", "[server.cookies]\nenabled = false");
+    let server = config.start();
+    let r = udp(&server, &cookie_query("mail.example.com", b"client-1"));
+    assert_eq!((r.rcode(), r.an), (0, 1));
+    assert!(r.opt.expect("OPT").options.is_empty());
+}

@@ -182,10 +182,12 @@ fn idle_connections_are_closed_after_the_timeout() {
     );
 }
 
-/// The cap holds further connections while every slot is busy. (Idle slots are another
-/// matter: a newcomer takes back the one idle longest -- `tests/tcp_limits.rs`.)
+/// Every slot held by a connection mid-query: a newcomer is not kept waiting (issue 28). It
+/// is served at once, and one holder -- the worst: mid-query longest for the queries it
+/// completed -- is closed for it; the other goes on being served. (The attack that made this
+/// matter, busy holders of every slot, is in `tests/tcp_limits.rs`.)
 #[test]
-fn connection_cap_holds_further_connections_until_one_closes() {
+fn a_newcomer_to_full_slots_is_served_and_one_holder_mid_query_is_closed_for_it() {
     let config = tcp_config("max_connections = 2\nframe_timeout_secs = 5");
     let server = config.start();
     let q = query("mail.example.com.", RecordType::A);
@@ -200,28 +202,31 @@ fn connection_cap_holds_further_connections_until_one_closes() {
         assert_answers(&q, &read_message(stream).expect("answer"));
         stream.write_all(&next[..1]).expect("write a first byte");
     }
-    std::thread::sleep(Duration::from_millis(100));
 
-    // The kernel completes the third handshake, but the server does not serve it yet.
+    // A third connection is served although both slots are taken.
     let mut third = server.connect_tcp();
     let q3 = query("www.example.com.", RecordType::A);
     third.write_all(&framed(&q3)).expect("write");
-    third
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .expect("timeout");
-    assert!(
-        read_frame(&mut third).is_none(),
-        "a third connection was served while two were busy"
-    );
-
-    drop(first);
-    third.set_read_timeout(Some(TIMEOUT)).expect("timeout");
-    let answer = read_message(&mut third).expect("served once a slot is free");
+    let answer = read_message(&mut third).expect("served with every slot taken");
     assert_answers(&q3, &answer);
 
-    // The second connection is still served: the rest of its query is answered.
-    second.write_all(&next[1..]).expect("write");
-    assert_answers(&q, &read_message(&mut second).expect("answer"));
+    // Of the two holders, one was closed for it and the other is still served: the rest of
+    // its query is answered.
+    let answered: Vec<bool> = [&mut first, &mut second]
+        .into_iter()
+        .map(|stream| {
+            let _ = stream.write_all(&next[1..]);
+            read_message(stream).is_some_and(|reply| {
+                assert_answers(&q, &reply);
+                true
+            })
+        })
+        .collect();
+    assert_eq!(
+        answered.iter().filter(|a| **a).count(),
+        1,
+        "one holder closed, one served: {answered:?}"
+    );
 }
 
 #[test]

@@ -2,8 +2,9 @@
 //! or an init system: the Kubernetes manifests (parsed as YAML, key fields checked, the config
 //! they carry loaded by `steerdns check`), the systemd unit (directives, `systemd-analyze
 //! verify` and `security`), sysusers/tmpfiles (applied to a scratch root), the BIRD config
-//! (`bird -p`), the shell scripts (`bash -n`), and the BIRD health check against a real server
-//! on loopback.
+//! (`bird -p`), the shell scripts (`bash -n`, and each run for real: the BIRD health check
+//! against a real server on loopback, `fleet/demo.sh` with etcd and three nodes on loopback,
+//! bounded, then stopped with SIGINT).
 //!
 //! Tools that are not part of the Rust toolchain (systemd-analyze, bird, dig) are required:
 //! a missing one fails the test with the package to install, never a silent pass. To skip one
@@ -916,6 +917,44 @@ fn shell_scripts_parse() {
     }
 }
 
+/// Every script under deploy/ and the test that runs it: a new script fails this until it has
+/// one (issue 28: `fleet/demo.sh` aborted on a fresh checkout and nothing noticed).
+const SCRIPTS_RUN_BY: &[(&str, &str)] = &[
+    (
+        "bird/healthcheck.sh",
+        "healthcheck_check_passes_only_when_every_zone_answers",
+    ),
+    (
+        "fleet/demo.sh",
+        "the_fleet_demo_starts_converges_a_weight_change_and_cleans_up",
+    ),
+];
+
+#[test]
+fn every_deploy_script_is_run_by_a_test() {
+    let mut scripts = Vec::new();
+    collect_scripts(&repo_path("deploy"), &mut scripts);
+    let found: BTreeSet<String> = scripts
+        .iter()
+        .map(|p| {
+            let relative = p.strip_prefix(repo_path("deploy")).expect("under deploy/");
+            relative.display().to_string()
+        })
+        .collect();
+    let listed: BTreeSet<String> = SCRIPTS_RUN_BY.iter().map(|(s, _)| s.to_string()).collect();
+    assert_eq!(
+        found, listed,
+        "scripts under deploy/ vs the ones a test runs"
+    );
+    let this_file = read(&repo_path("tests/deploy_lint.rs"));
+    for (script, test) in SCRIPTS_RUN_BY {
+        assert!(
+            this_file.contains(&format!("fn {test}()")),
+            "{script}: no test {test}"
+        );
+    }
+}
+
 fn collect_scripts(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("read dir") {
         let path = entry.expect("entry").path();
@@ -1058,5 +1097,158 @@ fn wait_for_log(log: &Path, expected: &[&str]) {
             "timed out: route changes {lines:?}, expected {expected:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The local fleet demo, run for real
+
+/// A port `base` such that `base + 1 ..= base + n` are free for TCP and UDP on loopback.
+fn free_run(n: u16) -> u16 {
+    for _ in 0..100 {
+        let base = free_port();
+        let all_free = (1..=n).all(|i| {
+            base.checked_add(i).is_some_and(|p| {
+                std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+                    && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()
+            })
+        });
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no run of {n} free ports");
+}
+
+/// The demo in a process group of its own; on drop the whole group is killed (the script's
+/// etcd and nodes too, should the test fail before the script's own cleanup).
+struct Demo(Child);
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let group = self.0.id() as i32;
+        // SAFETY: signals the process group this test created (its id is the child's pid).
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_fleet_demo_starts_converges_a_weight_change_and_cleans_up() {
+    use std::os::unix::process::CommandExt;
+    let etcd_port = free_run(2) + 1;
+    let dns_base = free_run(3);
+    let admin_base = free_run(3);
+    let steerdns = env!("CARGO_BIN_EXE_steerdns");
+    let mut demo = Demo(
+        Command::new("bash")
+            .arg(deploy("fleet/demo.sh"))
+            .env("BIN", steerdns)
+            .env("ETCD_PORT", etcd_port.to_string())
+            .env("DNS_BASE", dns_base.to_string())
+            .env("ADMIN_BASE", admin_base.to_string())
+            .env(
+                "PREFIX",
+                format!("/steerdns/demo-test-{}", std::process::id()),
+            )
+            .env("STEERDNS_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("run deploy/fleet/demo.sh (etcd is needed: apt-get install etcd-server)"),
+    );
+    let lines = common::lines_of(demo.0.stdout.take().expect("stdout"));
+    let errors = common::lines_of(demo.0.stderr.take().expect("stderr"));
+    let mut banner = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !banner
+        .last()
+        .is_some_and(|l: &String| l.starts_with("Ctrl-C stops"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => banner.push(line),
+            Err(_) => {
+                let stderr: Vec<String> = errors.try_iter().collect();
+                panic!("demo.sh did not start: stdout {banner:#?}, stderr {stderr:#?}");
+            }
+        }
+    }
+    let work = banner
+        .iter()
+        .find_map(|l| {
+            l.split_once("(logs and caches in ")?
+                .1
+                .strip_suffix(").")
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| panic!("no work directory in {banner:#?}"));
+    let config = work.join("ns1/steerdns.toml");
+    assert!(config.is_file(), "{} (from {banner:#?})", config.display());
+    // Every node answers.
+    let serial = |port: u16| {
+        let query = common::query("serial.steerdns.", hickory_proto::rr::RecordType::TXT);
+        let mut query = query;
+        query.queries[0].set_query_class(hickory_proto::rr::DNSClass::CH);
+        let raw = common::udp_once(
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            &query.to_vec().expect("encode"),
+            Duration::from_secs(2),
+        )
+        .unwrap_or_else(|| panic!("node on port {port} does not answer"));
+        let answer = hickory_proto::op::Message::from_vec(&raw).expect("an answer");
+        answer
+            .answers
+            .first()
+            .map(|r| r.data.to_string())
+            .unwrap_or_default()
+    };
+    for i in 1..=3 {
+        assert!(!serial(dns_base + i).is_empty(), "ns{i} has no serial");
+    }
+    // The break-glass command the banner prints converges on every node.
+    let out = Command::new(steerdns)
+        .args([
+            "weight",
+            "set",
+            "critical",
+            "frontdoor=0",
+            "alt-cdn=100",
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .expect("run steerdns weight set");
+    let said = text(&out);
+    assert!(out.status.success(), "weight set: {said}");
+    assert!(said.contains("all 3 live nodes serve"), "{said}");
+    let served: BTreeSet<String> = (1..=3).map(|i| serial(dns_base + i)).collect();
+    assert_eq!(
+        served.len(),
+        1,
+        "the nodes serve different serials: {served:?}"
+    );
+    // Ctrl-C: the script stops etcd and the nodes and removes its directory.
+    // SAFETY: signals the script's process (its pid), which this test started.
+    unsafe { libc::kill(demo.0.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = demo.0.try_wait().expect("wait for demo.sh") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "demo.sh still running 20 s after SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "demo.sh after SIGINT: {status:?}");
+    assert!(!work.exists(), "{} left behind", work.display());
+    for port in [etcd_port, admin_base + 1, admin_base + 2, admin_base + 3] {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "port {port} still served after the demo stopped"
+        );
     }
 }

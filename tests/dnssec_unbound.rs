@@ -479,50 +479,138 @@ fn verify_dump(setup: &Setup, zone: &str, chain: &str) {
     );
 }
 
+/// The key files of `zone` in the setup's key directory.
+fn zone_key_files(setup: &Setup, zone: &str) -> Vec<std::path::PathBuf> {
+    let dir = setup.path("keys");
+    key_files(&dir)
+        .into_iter()
+        .filter(|name| name.starts_with(&format!("K{zone}+")))
+        .map(|name| dir.join(name))
+        .collect()
+}
+
+/// A bad key file refuses its own zone, never the others (issue 28). At startup (`check`
+/// loads exactly what `serve` loads) the zone is left out — not served, never served unsigned
+/// — and every other zone is served, signed; status, `/metrics` and `check` say so. Once the
+/// key is fixed a reload serves it signed. Broken again while it is served signed, the reload
+/// is refused: it goes on being served as last signed.
 #[test]
-fn a_missing_key_refuses_the_load_and_the_reload() {
-    // At startup (`check` loads exactly what `serve` loads).
-    let setup = Setup::new("dnssec-nokey");
-    setup.extend_config("[dnssec]\nzones = [\"example.com.\"]\n");
+fn a_bad_key_refuses_its_zone_alone_and_a_signed_zone_keeps_its_last_signing() {
+    let setup = signed_setup("dnssec-badkey", "");
+    let edge_keys = zone_key_files(&setup, "edge.example.net.");
+    assert!(!edge_keys.is_empty(), "edge.example.net.'s key files");
+    for key in &edge_keys {
+        std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
     let output = Command::new(BIN)
         .args(["check", "--config"])
         .arg(&setup.config)
         .output()
         .expect("run steerdns check");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned()
-        + &String::from_utf8_lossy(&output.stdout);
-    assert!(!output.status.success(), "check passed without a key");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("no key for zone example.com.")
-            || stderr.contains("cannot read the key directory"),
-        "{stderr}"
+        output.status.success(),
+        "check refused the whole config: {text}"
     );
-    // On a reload: the keys gone, the signed zone keeps serving from the last good snapshot.
-    let setup = signed_setup("dnssec-lostkey", "");
+    assert!(text.contains("edge.example.net.: not served"), "{text}");
+    assert!(text.contains("must be 0600"), "{text}");
+
     let daemon = setup.start();
-    // A key file readable by others is refused on a reload too, with the reason.
-    let key = std::fs::read_dir(setup.path("keys"))
-        .expect("keys")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "toml"))
-        .expect("a key file");
+    let example = dig_answered(daemon.dns, &["example.com", "SOA"]);
+    assert!(
+        example.contains("status: NOERROR") && example.contains("RRSIG"),
+        "{example}"
+    );
+    let edge = dig_answered(daemon.dns, &["edge.example.net", "SOA"]);
+    assert!(
+        edge.contains("status: REFUSED"),
+        "left out, not unsigned: {edge}"
+    );
+    let status = daemon.status();
+    let not_served = &status["dnssec_not_served"];
+    assert_eq!(not_served[0]["zone"], "edge.example.net.", "{not_served}");
+    assert!(
+        not_served[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("0600")),
+        "{not_served}"
+    );
+    let warnings = status["warnings"].to_string();
+    assert!(
+        warnings.contains("edge.example.net.: not served"),
+        "{warnings}"
+    );
+    let scrape = scrape_metrics(daemon.admin);
+    let gauge = samples_with(
+        &scrape,
+        "steerdns_dnssec_zone_not_served",
+        &[("zone", "edge.example.net.")],
+    );
+    assert_eq!(gauge.len(), 1, "the metric names the zone");
+
+    // Fixed: a reload serves it, signed.
+    for key in &edge_keys {
+        std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+    let accepted = daemon.accepted();
+    daemon.sighup();
+    let status = daemon.wait_for_accepted(accepted, WAIT);
+    assert_eq!(
+        status["dnssec_not_served"],
+        serde_json::json!([]),
+        "{status:#}"
+    );
+    let edge = dig_answered(daemon.dns, &["edge.example.net", "SOA"]);
+    assert!(
+        edge.contains("status: NOERROR") && edge.contains("RRSIG"),
+        "{edge}"
+    );
+
+    // Broken while served signed: the reload is refused and the zone is served as last signed.
     let before = daemon.refused();
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    for key in &edge_keys {
+        std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
     daemon.sighup();
     let status = daemon.wait_for_refusal(before, WAIT);
     let reasons = refusal_reasons(&status).join("\n");
     assert!(reasons.contains("must be 0600"), "{reasons}");
+    assert!(reasons.contains("served as last signed"), "{reasons}");
+    let edge = dig_answered(daemon.dns, &["edge.example.net", "SOA"]);
+    assert!(
+        edge.contains("RRSIG"),
+        "still signed after the refused reload: {edge}"
+    );
+
+    // The whole key directory gone: the same for both signed zones.
     let before = daemon.refused();
     std::fs::remove_dir_all(setup.path("keys")).expect("remove keys");
     daemon.sighup();
     let status = daemon.wait_for_refusal(before, WAIT);
     let reasons = refusal_reasons(&status).join("\n");
     assert!(reasons.contains("key directory"), "{reasons}");
-    let text = dig_direct(daemon.dns, &["example.com", "SOA"]);
+    let text = dig_answered(daemon.dns, &["example.com", "SOA"]);
     assert!(
         text.contains("RRSIG"),
         "still signed after the refused reload: {text}"
+    );
+
+    // A zone to sign without any key at startup is left out too; the unsigned rest is served.
+    let setup = Setup::new("dnssec-nokey");
+    setup.extend_config("[dnssec]\nzones = [\"example.com.\"]\n");
+    let daemon = setup.start();
+    let example = dig_answered(daemon.dns, &["example.com", "SOA"]);
+    assert!(example.contains("status: REFUSED"), "{example}");
+    let edge = dig_answered(daemon.dns, &["edge.example.net", "SOA"]);
+    assert!(
+        edge.contains("status: NOERROR") && !edge.contains("RRSIG"),
+        "{edge}"
+    );
+    let status = daemon.status();
+    assert_eq!(
+        status["dnssec_not_served"][0]["zone"], "example.com.",
+        "{status:#}"
     );
 }
 

@@ -226,3 +226,19 @@ fn the_schedule_runs_a_drill_by_itself_and_never_while_an_alert_stands() {
         status["regions"]
     );
 }
+
+#[test]
+fn a_bad_drill_names_the_file_line_and_field() {
+    let setup = Setup::new("drill-config");
+    let (line, text) = check_refuses_at(
+        &setup,
+        "[[drills]]\nname = \"bad\"\naction = \"fallback\"\nregion = \"eu-west\"\nsite = \"fb-mars\"\nduration_secs = 5\nquery = \"www.edge.example.net.\"\nsubnets = [\"5.1.37.0/24\"]\n",
+        "site = \"fb-mars\"",
+    );
+    assert!(
+        text.contains(&format!(
+            "steerdns.toml:{line}: drills[1].site: \"fb-mars\" is not a fallback site"
+        )),
+        "{text}"
+    );
+}

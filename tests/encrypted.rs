@@ -405,29 +405,10 @@ mod clients {
     use hickory_proto::op::Message;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
-    use tokio_rustls::rustls;
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+
+    use super::tls;
 
     pub type Tls = tokio_rustls::client::TlsStream<TcpStream>;
-
-    fn tls_config(cert: &Path, alpn: &[u8]) -> rustls::ClientConfig {
-        let mut roots = rustls::RootCertStore::empty();
-        let der = CertificateDer::from_pem_file(cert).expect("the test's certificate");
-        roots.add(der).expect("a usable root");
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .expect("TLS 1.3")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![alpn.to_vec()];
-        config
-    }
-
-    fn name() -> ServerName<'static> {
-        ServerName::try_from("ns1.example.net").expect("a DNS name")
-    }
 
     pub fn query_bytes(id: u16) -> Vec<u8> {
         let mut query = super::plain_query("example.com.", super::RecordType::SOA);
@@ -440,9 +421,13 @@ mod clients {
     }
 
     pub async fn dot(cert: &Path, server: SocketAddr) -> Tls {
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(cert, b"dot")));
+        let connector =
+            tokio_rustls::TlsConnector::from(Arc::new(tls::client_config(cert, b"dot")));
         let tcp = TcpStream::connect(server).await.expect("connect");
-        connector.connect(name(), tcp).await.expect("DoT handshake")
+        connector
+            .connect(tls::server_name(), tcp)
+            .await
+            .expect("DoT handshake")
     }
 
     /// Sends `count` framed queries at once (pipelined).
@@ -478,9 +463,12 @@ mod clients {
     /// A DoH connection; the connection's driver runs in the returned task, which ends when
     /// the server closes the connection.
     pub async fn doh(cert: &Path, server: SocketAddr) -> (H2, tokio::task::JoinHandle<()>) {
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(cert, b"h2")));
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls::client_config(cert, b"h2")));
         let tcp = TcpStream::connect(server).await.expect("connect");
-        let tls = connector.connect(name(), tcp).await.expect("DoH handshake");
+        let tls = connector
+            .connect(tls::server_name(), tcp)
+            .await
+            .expect("DoH handshake");
         let (send, connection) = h2::client::handshake(tls).await.expect("HTTP/2");
         let driver = tokio::spawn(async move {
             let _ = connection.await;
@@ -511,8 +499,9 @@ mod clients {
     }
 
     pub async fn doq(cert: &Path, server: SocketAddr) -> quinn::Connection {
-        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls_config(cert, b"doq"))
-            .expect("QUIC client config");
+        let crypto =
+            quinn::crypto::rustls::QuicClientConfig::try_from(tls::client_config(cert, b"doq"))
+                .expect("QUIC client config");
         let mut endpoint =
             quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("endpoint");
         endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));

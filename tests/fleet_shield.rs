@@ -101,6 +101,15 @@ fn leader_key(fleet: &Fleet) -> Option<String> {
     (!name.is_empty()).then(|| name.to_string())
 }
 
+/// A lease of `ttl` seconds granted by etcdctl (nobody keeps it alive); its id in hex.
+fn grant_lease(fleet: &Fleet, ttl: u64) -> String {
+    let out = fleet.etcd.etcdctl(&["lease", "grant", &ttl.to_string()]);
+    out.split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("lease grant: {out}"))
+        .to_string()
+}
+
 fn running(fleet: &Fleet) -> Vec<&Node> {
     fleet.nodes.iter().filter(|n| n.daemon.is_some()).collect()
 }
@@ -423,13 +432,18 @@ fn bad_contents_in_etcd_are_refused_and_never_served() {
                 .is_some_and(|r| r.contains("report of node ns9"))
         });
 
-    // A hijacked leader key (no lease) and a published state naming an unknown region: the
-    // leader stops publishing, every node refuses the state and keeps serving the last good
-    // one.
+    // A hijacked leader key (on a live lease no node holds) and a published state naming an
+    // unknown region: the leader stops publishing, every node refuses the state and keeps
+    // serving the last good one. (A key on no lease is taken over at once: see
+    // `a_hand_written_leader_key_is_taken_over`.)
     let served = revisions(&fleet);
-    fleet
-        .etcd
-        .etcdctl(&["put", &format!("{prefix}/shield/leader"), "intruder"]);
+    let lease = grant_lease(&fleet, 60);
+    fleet.etcd.etcdctl(&[
+        "put",
+        &format!("--lease={lease}"),
+        &format!("{prefix}/shield/leader"),
+        "intruder",
+    ]);
     let bogus = r#"{"leader":"intruder","at_ms":0,"feed":null,"demand_from":[],"state":{"regions":{"mars-1":{"fraction":1.0,"shares":{},"last_direction":0,"last_move_at":0,"natural":0,"trend":0,"predicted_utilisation":0,"hot":false,"hot_since":null,"note":"normal"}},"moves":[],"sites":{},"last_tick_ms":null,"demand":{},"demand_age_ms":0}}"#;
     fleet
         .etcd
@@ -467,5 +481,131 @@ fn bad_contents_in_etcd_are_refused_and_never_served() {
             .as_str()
             .is_some_and(|l| l != "intruder")
             && shield_fleet(s)["revision"].as_i64() > Some(newest)
+    });
+}
+
+/// Issue #28 item 6: a leader key written by hand (on no lease: nobody keeps it alive, it would
+/// never expire) is taken over by a node, which publishes again.
+#[test]
+fn a_hand_written_leader_key_is_taken_over() {
+    let fleet = Fleet::start_on(
+        Etcd::start(),
+        "shield-handwritten",
+        2,
+        LEASE_TTL,
+        &shield_section(),
+        &[],
+    );
+    fleet.wait_connected(WAIT);
+    let statuses = wait_all(&fleet, "serving a published state", |s| {
+        shield_fleet(s)["revision"].is_i64()
+    });
+    let before = statuses
+        .iter()
+        .filter_map(|s| shield_fleet(s)["revision"].as_i64())
+        .max()
+        .unwrap_or(0);
+    let key = format!("{}/shield/leader", fleet.prefix);
+    fleet.etcd.etcdctl(&["put", &key, "ghost"]);
+    let statuses = wait_all(&fleet, "a node leading again and publishing", |s| {
+        shield_fleet(s)["leader"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("ns"))
+            && shield_fleet(s)["revision"].as_i64() > Some(before)
+    });
+    assert!(
+        statuses.iter().any(|s| shield_fleet(s)["role"] == "leader"),
+        "{statuses:#?}"
+    );
+    assert!(leader_key(&fleet).is_some_and(|l| l.starts_with("ns")));
+}
+
+/// Issue #28 item 6: a leader that holds its key on a live lease but stops publishing (here a
+/// key put on a lease by hand) leaves the published state ageing: every node alerts, and after
+/// `revert_after_secs` decays to normal answers exactly as without etcd.
+#[test]
+fn a_leader_that_stops_publishing_is_alerted_on_then_decays() {
+    let fleet = Fleet::start_on(
+        Etcd::start(),
+        "shield-stale",
+        2,
+        LEASE_TTL,
+        &shield_section(),
+        &[],
+    );
+    fleet.wait_connected(WAIT);
+    wait_all(&fleet, "serving a published state", |s| {
+        shield_fleet(s)["revision"].is_i64()
+    });
+    let lease = grant_lease(&fleet, 120);
+    let key = format!("{}/shield/leader", fleet.prefix);
+    fleet
+        .etcd
+        .etcdctl(&["put", &format!("--lease={lease}"), &key, "ghost"]);
+    let statuses = wait_all(&fleet, "alerting on the ageing state", |s| {
+        shield_fleet(s)["stale"] == true
+    });
+    for status in &statuses {
+        let alerts = status["shield"]["alerts"].to_string();
+        assert!(
+            alerts.contains("has not renewed the published state"),
+            "{alerts}"
+        );
+        assert_ne!(shield_fleet(status)["role"], "leader");
+    }
+    wait_all(&fleet, "decaying as without etcd", |s| {
+        shield_fleet(s)["role"] == "reverting"
+    });
+    let (code, metrics) = http(fleet.nodes[0].daemon().admin, "GET", "/metrics", None);
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("steerdns_shield_fleet_state_stale 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("steerdns_shield_fleet_fail_static 2"),
+        "{metrics}"
+    );
+}
+
+/// Issue #28 item 7: a published state whose timers run ahead of a node's clock by more than a
+/// hold-down (a leader with a fast clock would freeze every hold-down after a failover) is
+/// refused with the field; before, anything up to two days ahead was accepted.
+#[test]
+fn a_published_state_with_timers_beyond_the_hold_down_is_refused() {
+    let fleet = Fleet::start_on(
+        Etcd::start(),
+        "shield-clock",
+        2,
+        LEASE_TTL,
+        &shield_section(),
+        &[],
+    );
+    fleet.wait_connected(WAIT);
+    wait_all(&fleet, "serving a published state", |s| {
+        shield_fleet(s)["revision"].is_i64()
+    });
+    // Nobody else publishes meanwhile: the leader key on a live lease no node holds.
+    let lease = grant_lease(&fleet, 60);
+    fleet.etcd.etcdctl(&[
+        "put",
+        &format!("--lease={lease}"),
+        &format!("{}/shield/leader", fleet.prefix),
+        "fast-clock",
+    ]);
+    let now_ms = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let ahead = now_ms + 3_600_000;
+    let state = format!(
+        r#"{{"leader":"fast-clock","at_ms":{now_ms},"feed":null,"demand_from":[],"state":{{"regions":{{"eu-west":{{"fraction":0.5,"shares":{{}},"last_direction":1,"last_move_at":{ahead},"natural":0,"trend":0,"predicted_utilisation":0,"hot":false,"hot_since":null,"note":"normal"}}}},"moves":[],"sites":{{}},"last_tick_ms":null,"demand":{{}},"demand_age_ms":0}}}}"#
+    );
+    fleet
+        .etcd
+        .etcdctl(&["put", &format!("{}/shield/state", fleet.prefix), &state]);
+    wait_all(&fleet, "refusing the state from a fast clock", |s| {
+        shield_fleet(s)["last_refusal"]
+            .as_str()
+            .is_some_and(|r| r.contains("state.regions.eu-west.last_move_at"))
     });
 }

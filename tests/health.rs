@@ -2,10 +2,12 @@
 //! the test starts and stops, and its DNS answers follow (failover within fall × interval plus
 //! a second, back after rise checks, no flip on one slow reply, all_down rules, startup state
 //! after a restart, one probe per interval however many profiles use a target), a DNS check
-//! against a loopback DNS responder, and HTTPS checks against `openssl s_server` (verify,
-//! pin, skip).
+//! against a loopback DNS responder, HTTPS checks against `openssl s_server` (verify,
+//! pin, skip), and name lookups bounded when the system resolver hangs (the server in a mount
+//! namespace whose resolv.conf names a loopback resolver that never answers).
 
 mod common;
+mod hostile_common;
 mod steering_common;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -407,4 +409,120 @@ fn https_checks_verify_pin_or_skip_the_certificate() {
         error("verify")
     );
     assert_eq!(error("skip"), "", "the skip check passed every time");
+}
+
+/// The server's threads now (`Threads:` in /proc/PID/status).
+fn threads(server: &Server) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))
+        .expect("the server's /proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a Threads: line")
+}
+
+/// Starts the server with `config` in a mount namespace of its own, where /etc/resolv.conf is
+/// `resolv_conf` (needs root, as the XDP tests do: without it the start fails, never passes).
+fn start_with_resolv_conf(config: &std::path::Path, resolv_conf: &std::path::Path) -> Server {
+    use std::ffi::CString;
+    use std::os::unix::process::CommandExt;
+    let source = CString::new(resolv_conf.to_str().expect("utf-8 path")).expect("no NUL");
+    let config = config.to_str().expect("utf-8 path");
+    let args = ["--config", config, "--admin-listen", "127.0.0.1:0"];
+    Server::start_configured(&common::repo_path(""), &args, move |command| {
+        // SAFETY: between fork and exec only unshare and mount run (system calls, no
+        // allocation), on C strings made before the fork.
+        unsafe {
+            command.pre_exec(move || {
+                let fail = || Err(std::io::Error::last_os_error());
+                if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                    return fail();
+                }
+                // Private first, so the bind mount below stays in this namespace.
+                let flags = libc::MS_REC | libc::MS_PRIVATE;
+                let none = std::ptr::null();
+                if libc::mount(none, c"/".as_ptr(), none, flags, std::ptr::null()) != 0 {
+                    return fail();
+                }
+                let target = c"/etc/resolv.conf".as_ptr();
+                if libc::mount(
+                    source.as_ptr(),
+                    target,
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ) != 0
+                {
+                    return fail();
+                }
+                Ok(())
+            });
+        }
+    })
+}
+
+#[test]
+fn a_hanging_resolver_holds_at_most_four_lookup_threads() {
+    // The only resolver is a loopback socket that never answers, with glibc's longest
+    // timeout: every lookup hangs for 30 s, far longer than this test.
+    let silent = std::net::UdpSocket::bind("127.53.28.12:53").expect("bind 127.53.28.12:53");
+    let dir = common::TempDir::new("hanging-resolver");
+    let resolv_conf = dir.path().join("resolv.conf");
+    std::fs::write(
+        &resolv_conf,
+        "nameserver 127.53.28.12\noptions timeout:30 attempts:1\n",
+    )
+    .expect("write resolv.conf");
+    // Six monitored names checked every 400 ms (each check given up after 300 ms).
+    const TARGETS: usize = 6;
+    let mut endpoints =
+        String::from("[profiles.hang]\ntype = \"failover\"\nttl = 5\nall_down = \"serve-all\"\n");
+    for n in 0..TARGETS {
+        let target = format!("url = \"http://hang-{n}.example.invalid/\"");
+        endpoints.push_str(&format!(
+            "[[profiles.hang.endpoints]]\nname = \"e{n}\"\naddresses = [\"192.0.2.{}\"]\n{}\n",
+            n + 1,
+            monitor(&target, 400, "")
+        ));
+    }
+    endpoints.push_str("[[steered]]\nname = \"hang.example.com.\"\nprofile = \"hang\"\n");
+    let setup = Setup::new(&endpoints, "");
+    let server = start_with_resolv_conf(&setup.config, &resolv_conf);
+    let admin = server.admin.expect("admin address");
+    let before = threads(&server);
+    // Every target checked at least 8 times: without a bound, 48 lookups would hang now,
+    // each on a thread of its own.
+    let targets = common::wait_for("8 checks of every target", WAIT, || {
+        let (code, text) = hostile_common::http(admin, "GET", "/v1/status", Vec::new());
+        assert_eq!(code, 200, "{text}");
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let status: serde_json::Value = serde_json::from_str(body).expect("status JSON");
+        let targets = status["health"]["targets"].as_array()?.clone();
+        (targets.len() == TARGETS && targets.iter().all(|t| t["checks"].as_u64() >= Some(8)))
+            .then_some(targets)
+    });
+    let after = threads(&server);
+    assert!(
+        after <= before + 4,
+        "{} more threads after {} checks (at most 4 lookups may hang at once)",
+        after.saturating_sub(before),
+        targets
+            .iter()
+            .filter_map(|t| t["checks"].as_u64())
+            .sum::<u64>()
+    );
+    // The targets beyond the four whose lookups hang are told why at once.
+    let busy = targets
+        .iter()
+        .filter(|t| {
+            t["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("name lookups already in flight"))
+        })
+        .count();
+    assert!(busy >= TARGETS - 4, "{targets:#?}");
+    let hanging = hostile_common::metric(admin, "steerdns_health_lookups_in_flight", &[]);
+    assert_eq!(hanging, 4.0, "lookups in flight");
+    drop(silent);
 }

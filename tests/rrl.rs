@@ -231,3 +231,92 @@ fn an_exempt_network_is_never_limited() {
     let limited = metric(admin, "steerdns_rrl_limited_total", &[]);
     assert!(limited > 0.0, "only the non-exempt client was limited");
 }
+
+/// `packet` (no additional records) with an OPT record carrying a COOKIE option.
+fn with_cookie(packet: &[u8], cookie: &[u8]) -> Vec<u8> {
+    let mut p = packet.to_vec();
+    p[10..12].copy_from_slice(&1u16.to_be_bytes());
+    p.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0]);
+    p.extend_from_slice(&(4 + cookie.len() as u16).to_be_bytes());
+    p.extend_from_slice(&10u16.to_be_bytes());
+    p.extend_from_slice(&(cookie.len() as u16).to_be_bytes());
+    p.extend_from_slice(cookie);
+    p
+}
+
+/// A reply's rcode (with OPT's extended bits), TC flag, and COOKIE option data (our OPT is
+/// the last record, the cookie its last option).
+fn rcode_tc_cookie(reply: &[u8]) -> (u16, bool, Option<Vec<u8>>) {
+    let message = Message::from_vec(reply).expect("a well-formed reply");
+    let low = u16::from(reply[3] & 0x0F);
+    let edns = message.edns.as_ref();
+    let high = edns.map_or(0, |e| u16::from(e.rcode_high()));
+    let cookie = edns.and_then(|_| {
+        let data = reply.get(reply.len().checked_sub(24)?..)?;
+        let head = reply.get(reply.len() - 28..reply.len() - 24)?;
+        (head == [0, 10, 0, 24]).then(|| data.to_vec())
+    });
+    ((high << 4) | low, message.metadata.truncation, cookie)
+}
+
+/// A client that sent a cookie is slipped with BADCOOKIE and our cookie, not TC (RFC 7873
+/// §5.2.3: it retries over UDP with the cookie), and with a valid server cookie its source is
+/// proven, so it is never limited.
+#[test]
+fn a_cookie_client_is_slipped_badcookie_and_a_valid_cookie_is_never_limited() {
+    let config = config();
+    let (server, admin) = start_with_admin(&config, &[]);
+    let plain = query("mail.example.com.", RecordType::A)
+        .to_vec()
+        .expect("encode");
+    let packet = with_cookie(&plain, b"client-7");
+    let socket = udp_from(alias(5, 5, 5));
+    let mut replies = Vec::new();
+    for _ in 0..10 {
+        for _ in 0..10 {
+            socket.send_to(&packet, server.addr).expect("send");
+        }
+        replies.extend(drain(&socket));
+    }
+    let kinds: Vec<_> = replies.iter().map(|r| rcode_tc_cookie(r)).collect();
+    let badcookie: Vec<_> = kinds.iter().filter(|(rcode, _, _)| *rcode == 23).collect();
+    assert!(
+        !badcookie.is_empty(),
+        "limited replies are BADCOOKIE: {kinds:?}"
+    );
+    assert!(kinds.iter().all(|(_, tc, _)| !tc), "no TC slip: {kinds:?}");
+    assert!(
+        replies.len() < 100,
+        "the flood was limited: {} replies",
+        replies.len()
+    );
+    let cookie = badcookie[0]
+        .2
+        .clone()
+        .expect("BADCOOKIE carries our cookie");
+    assert_eq!(&cookie[..8], b"client-7");
+
+    // Sent back: every query answered in full, however fast.
+    let proven = with_cookie(&plain, &cookie);
+    let mut answers = 0;
+    for _ in 0..10 {
+        for _ in 0..10 {
+            socket.send_to(&proven, server.addr).expect("send");
+        }
+        answers += drain(&socket)
+            .iter()
+            .filter(|r| rcode_tc_cookie(r).0 == 0 && classify(&proven, r) == Reply::Answer)
+            .count();
+    }
+    assert_eq!(answers, 100, "a valid cookie is never limited");
+    let sent = metric(
+        admin,
+        "steerdns_responses_total",
+        &[("transport", "udp"), ("rcode", "BADCOOKIE")],
+    );
+    assert_eq!(
+        sent,
+        badcookie.len() as f64,
+        "BADCOOKIE responses are counted as such"
+    );
+}

@@ -307,21 +307,11 @@ fn the_admin_api_write_is_held_to_the_same_rules_and_records_its_overrides() {
 #[test]
 fn a_bad_rule_names_the_file_line_and_field() {
     let setup = Setup::new("safety-config");
-    setup.extend_config(
+    let (line, text) = check_refuses_at(
+        &setup,
         "[[safety.rules]]\nid = \"lonely\"\ntext = \"t\"\nkind = \"min-serving\"\nprofile = \"nosuch\"\nmin = 1\n",
+        "profile = \"nosuch\"",
     );
-    let config = std::fs::read_to_string(&setup.config).expect("config");
-    let line = config
-        .lines()
-        .position(|l| l == "profile = \"nosuch\"")
-        .expect("the rule's line")
-        + 1;
-    let (status, text) = steerdns_check(
-        setup.dir.path(),
-        &["--config".as_ref(), setup.config.as_os_str()],
-    );
-    println!("{text}");
-    assert!(!status.success());
     assert!(
         text.contains(&format!(
             "steerdns.toml:{line}: safety.rules[2].profile: \"nosuch\" is not a configured profile"

@@ -1037,3 +1037,97 @@ fn an_ecs_flood_does_not_make_an_overloaded_region_look_empty() {
     assert!(answered >= 3000, "the flood was answered: {answered}");
     println!("eu-west sheds {shedding:?} under an ECS flood of {answered} answers");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Demand poisoning by spoofed UDP sources (issue 28)
+
+/// The shield's demand estimate summed over every region (`shield.regions[].demand`).
+fn total_demand(status: &Value) -> f64 {
+    status["shield"]["regions"]
+        .as_array()
+        .map_or(0.0, |regions| {
+            regions.iter().filter_map(|r| r["demand"].as_f64()).sum()
+        })
+}
+
+/// `steerdns_shield_demand_answers_total{source}`.
+fn demand_answers(daemon: &Daemon, source: &str) -> f64 {
+    let scrape = scrape_metrics(daemon.admin);
+    samples_with(
+        &scrape,
+        "steerdns_shield_demand_answers_total",
+        &[("source", source)],
+    )
+    .first()
+    .map_or(0.0, |s| match s.value {
+        prometheus_parse::Value::Counter(v) => v,
+        _ => panic!("{source}: not a counter"),
+    })
+}
+
+/// A UDP query without ECS and without a valid server cookie is what a spoofed packet looks
+/// like: it is answered, but its source does not count in the demand estimate (50 spoofed
+/// /24s raised a region's demand fifty-fold before). A source proven by a valid DNS server
+/// cookie (dig learns ours, then sends it back) or by TCP counts.
+#[test]
+fn demand_counts_a_udp_source_only_when_a_cookie_or_tcp_proves_it() {
+    let setup = Setup::new("shield-proven");
+    setup.extend_config("[shield]\ntick_ms = 100\n");
+    for proof in ["cookie", "tcp"] {
+        let daemon = start(&setup);
+        for _ in 0..5 {
+            let answer = dig(&daemon, &["+nocookie", EDGE, "A"]);
+            assert!(answer.contains("status: NOERROR"), "{answer}");
+        }
+        // Still answered with a cookie, as long as the client has not sent ours back.
+        let learnt = dig(&daemon, &["+cookie", EDGE, "A"]);
+        let cookie = learnt
+            .lines()
+            .find_map(|l| l.strip_prefix("; COOKIE: "))
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no cookie learnt:\n{learnt}"))
+            .to_string();
+        let ticks = counter(&daemon.status(), "ticks");
+        let status = wait_for(&daemon, "5 ticks after the unproven queries", |s| {
+            counter(s, "ticks") >= ticks + 5
+        });
+        assert_eq!(total_demand(&status), 0.0, "{:#}", status["shield"]);
+        assert_eq!(demand_answers(&daemon, "unproven_not_counted"), 6.0);
+
+        match proof {
+            "cookie" => {
+                let answer = dig(&daemon, &[&format!("+cookie={cookie}"), EDGE, "A"]);
+                assert!(
+                    answer.contains(&format!("; COOKIE: {cookie} (good)")),
+                    "{answer}"
+                );
+            }
+            _ => {
+                let answer = dig(&daemon, &["+tcp", "+nocookie", EDGE, "A"]);
+                assert!(answer.contains("status: NOERROR"), "{answer}");
+            }
+        }
+        let status = wait_for(&daemon, &format!("demand counted from a {proof}"), |s| {
+            total_demand(s) > 0.0
+        });
+        println!("{proof}: demand {}", total_demand(&status));
+        let label = if proof == "cookie" {
+            "cookie"
+        } else {
+            "tcp_or_encrypted"
+        };
+        assert_eq!(demand_answers(&daemon, label), 1.0, "{proof}");
+        let cookies = &status["cookies"];
+        assert!(
+            cookies["secret"]
+                .as_str()
+                .is_some_and(|s| s.contains("generated")),
+            "{cookies}"
+        );
+        if proof == "cookie" {
+            assert_eq!(cookies["queries"]["valid"], 1, "{cookies}");
+            assert_eq!(cookies["queries"]["client_only"], 1, "{cookies}");
+        }
+        daemon.stop();
+    }
+}

@@ -5,13 +5,18 @@
 //! answered meanwhile. A client is a prefix (/24): 32 hosts of one /24 get one share between
 //! them. A connection that keeps sending is closed at its lifetime. With every slot held by
 //! idle connections, a newcomer takes back the one idle longest, and a UDP client sent to TCP
-//! by TC gets its answer from `dig`. The server's counters must agree.
+//! by TC gets its answer from `dig`. With every TCP and DoT slot held by busy holders (always a
+//! query in progress, one completed every 2.5 s: issue 28), another prefix's queries are
+//! answered within 1 s all along, and the holders closed for them are counted by why. An
+//! answer is flushed while the next query is still arriving. The server's counters must agree.
 
 mod common;
 mod hostile_common;
 
 use std::io::Write;
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -337,4 +342,298 @@ fn a_udp_client_sent_to_tcp_by_tc_gets_its_answer_while_an_attacker_holds_every_
         out.contains("big.example.com.") && out.contains("TXT"),
         "{out}"
     );
+}
+
+#[test]
+fn a_pipelined_answer_goes_out_before_the_next_query_is_complete() {
+    // The default frame timeout (3 s): the second query may take its time.
+    let config = TempConfig::new("tcp-pipelined", "udp_workers = 1\n");
+    let (server, _admin) = start_with_admin(&config, &[]);
+    let mut stream = tcp_from(alias(13, 13, 13), server.addr);
+    let (first, framed) = framed_query("mail.example.com.");
+    // A whole query and the first byte of the next one, then nothing.
+    let mut sent = framed.clone();
+    sent.push(framed[0]);
+    stream.write_all(&sent).expect("write");
+    let reply = read_frame(&mut stream).expect("the first answer, before the next query is whole");
+    let reply = Message::from_vec(&reply).expect("well-formed");
+    assert_eq!(reply.metadata.id, first.metadata.id);
+    assert!(!reply.answers.is_empty());
+    // The rest of the second query: answered on the same connection.
+    stream.write_all(&framed[1..]).expect("write the rest");
+    let second = read_frame(&mut stream).expect("the second answer");
+    assert_eq!(
+        Message::from_vec(&second).expect("well-formed").metadata.id,
+        first.metadata.id
+    );
+}
+
+/// How often a busy holder completes a query, with the first byte of the next one attached:
+/// inside the default 3 s frame timeout, as in the attack of issue 28.
+const BUSY_PERIOD: Duration = Duration::from_millis(2500);
+/// A busy holder whose connection was closed connects again after this long.
+const RECONNECT: Duration = Duration::from_millis(100);
+/// The attacked slots: TCP's filled from 8 /24s, DoT's from 4 (PER_CLIENT each).
+const TCP_SLOTS: usize = 64;
+const DOT_SLOTS: usize = 32;
+/// Legitimate queries over each transport during the attack, one every [`ROUND`] (the rounds
+/// span several busy periods).
+const ROUNDS: usize = 14;
+const ROUND: Duration = Duration::from_millis(500);
+/// The bound of issue 28: a legitimate query is answered within 1 s all through the attack.
+const ANSWERED_WITHIN: Duration = Duration::from_secs(1);
+
+/// Busy holders of one listener's slots, as the clients saw them.
+struct BusyHolders {
+    /// Connections the server closed.
+    closed: Arc<AtomicUsize>,
+    /// Queries sent in full.
+    completed: Arc<AtomicUsize>,
+}
+
+/// One busy holder: connects (again and again), sends a query with the first byte of the next
+/// one attached, then every [`BUSY_PERIOD`] the rest of it and again the next one's first
+/// byte: it always has a query in progress and never waits idle. Answers are read and thrown
+/// away; a connection the server closes is counted and replaced.
+async fn hold_busy<S, F>(
+    connect: impl Fn() -> F,
+    holders: Arc<BusyHolders>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    F: std::future::Future<Output = std::io::Result<S>>,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_, frame) = framed_query("www.example.com.");
+    let first = [&frame[..], &frame[..1]].concat();
+    let rest = [&frame[1..], &frame[..1]].concat();
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(stream) = connect().await else {
+            // Closed before it could send (a TLS handshake cut short).
+            holders.closed.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(RECONNECT).await;
+            continue;
+        };
+        let (mut read, mut write) = tokio::io::split(stream);
+        let drain = async {
+            let mut buf = [0u8; 2048];
+            while read.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        };
+        let feed = async {
+            let mut chunk = &first;
+            while !stop.load(Ordering::Relaxed) {
+                if write.write_all(chunk).await.is_err() || write.flush().await.is_err() {
+                    return std::future::pending().await;
+                }
+                holders.completed.fetch_add(1, Ordering::Relaxed);
+                chunk = &rest;
+                tokio::time::sleep(BUSY_PERIOD).await;
+            }
+        };
+        tokio::select! {
+            _ = drain => {
+                holders.closed.fetch_add(1, Ordering::Relaxed);
+            }
+            _ = feed => {}
+        }
+        tokio::time::sleep(RECONNECT).await;
+    }
+}
+
+/// A TCP connection from `from`, on the runtime.
+async fn tokio_tcp_from(
+    from: std::net::IpAddr,
+    to: std::net::SocketAddr,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(std::net::SocketAddr::new(from, 0))?;
+    socket.connect(to).await
+}
+
+/// A DoT session from `from` trusting the test's certificate.
+async fn dot_from(
+    connector: tokio_rustls::TlsConnector,
+    from: std::net::IpAddr,
+    to: std::net::SocketAddr,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio_tcp_from(from, to).await?;
+    connector.connect(common::tls::server_name(), tcp).await
+}
+
+/// A DoT query from 127.0.0.1 on a fresh session: the answer, within [`ANSWERED_WITHIN`].
+async fn dot_answered(connector: tokio_rustls::TlsConnector, dot: std::net::SocketAddr) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (q, framed) = framed_query("mail.example.com.");
+    let exchange = async {
+        let mut tls = dot_from(connector, alias(0, 0, 1), dot).await?;
+        tls.write_all(&framed).await?;
+        tls.flush().await?;
+        let mut len = [0u8; 2];
+        tls.read_exact(&mut len).await?;
+        let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        tls.read_exact(&mut reply).await?;
+        std::io::Result::Ok(reply)
+    };
+    let reply = tokio::time::timeout(ANSWERED_WITHIN, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("no DoT answer within {ANSWERED_WITHIN:?}"))
+        .expect("a DoT answer");
+    let reply = Message::from_vec(&reply).expect("well-formed");
+    assert_eq!(reply.metadata.id, q.metadata.id);
+    assert!(!reply.answers.is_empty());
+}
+
+/// The server's count of connections it closed, over every reason, for one transport.
+fn closed_by_server(admin: std::net::SocketAddr, transport: &str) -> usize {
+    if transport == "tcp" {
+        metric(admin, "steerdns_tcp_connections_closed_total", &[]) as usize
+    } else {
+        let reasons = [
+            "refused_per_client",
+            "handshake_failed",
+            "handshake_timeout",
+            "refused_full",
+            "frame_timeout",
+            "idle_timeout",
+            "closed_idle_to_make_room",
+            "closed_stalled_to_make_room",
+            "closed_at_lifetime",
+        ];
+        reasons
+            .iter()
+            .map(|reason| {
+                metric(
+                    admin,
+                    "steerdns_encrypted_connection_events_total",
+                    &[("transport", transport), ("event", reason)],
+                ) as usize
+            })
+            .sum()
+    }
+}
+
+#[test]
+fn busy_holders_of_every_slot_keep_no_tcp_or_dot_client_out() {
+    let dir = TempDir::new("tcp-busy-holders");
+    let (cert, key) = self_signed_cert(dir.path(), "server", 30);
+    let config = TempConfig::new(
+        "tcp-busy-holders",
+        &format!(
+            "udp_workers = 1\n\n[server.tcp]\nmax_connections = {TCP_SLOTS}\n\
+             max_connections_per_client = {PER_CLIENT}\n\n[server.tls]\ncert = {cert:?}\n\
+             key = {key:?}\ndot = [\"127.0.0.1:0\"]\nmax_connections = {DOT_SLOTS}\n\
+             max_connections_per_client = {PER_CLIENT}\n"
+        ),
+    );
+    let (server, admin) = start_with_admin(&config, &[]);
+    let dot: std::net::SocketAddr = server
+        .startup
+        .iter()
+        .find_map(|line| line.strip_prefix("dot on ")?.trim().parse().ok())
+        .expect("a 'dot on ADDR' line");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let connector =
+        tokio_rustls::TlsConnector::from(Arc::new(common::tls::client_config(&cert, b"dot")));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let holders = || {
+        Arc::new(BusyHolders {
+            closed: Arc::default(),
+            completed: Arc::default(),
+        })
+    };
+    let (tcp_holders, dot_holders) = (holders(), holders());
+    // Every slot, from 127.1.0-7.x (TCP) and 127.2.0-3.x (DoT): PER_CLIENT hosts per /24.
+    for n in 0..TCP_SLOTS {
+        let from = alias(1, (n / PER_CLIENT) as u8, (n % PER_CLIENT) as u8 + 1);
+        let target = server.addr;
+        let attack = hold_busy(
+            move || tokio_tcp_from(from, target),
+            tcp_holders.clone(),
+            stop.clone(),
+        );
+        runtime.spawn(attack);
+    }
+    for n in 0..DOT_SLOTS {
+        let from = alias(2, (n / PER_CLIENT) as u8, (n % PER_CLIENT) as u8 + 1);
+        let connector = connector.clone();
+        let attack = hold_busy(
+            move || dot_from(connector.clone(), from, dot),
+            dot_holders.clone(),
+            stop.clone(),
+        );
+        runtime.spawn(attack);
+    }
+    // The attack holds every slot, each with a query in progress.
+    wait_for("every slot held by a busy holder", TIMEOUT * 2, || {
+        let tcp_open = metric(admin, "steerdns_tcp_connections_open", &[]) as usize;
+        let dot_open = metric(
+            admin,
+            "steerdns_encrypted_connections_open",
+            &[("transport", "tls")],
+        ) as usize;
+        let busy = tcp_holders.completed.load(Ordering::Relaxed) >= TCP_SLOTS
+            && dot_holders.completed.load(Ordering::Relaxed) >= DOT_SLOTS;
+        (tcp_open == TCP_SLOTS && dot_open == DOT_SLOTS && busy).then_some(())
+    });
+
+    // Another prefix's TCP and DoT queries are answered all through the attack.
+    let started = Instant::now();
+    for round in 0..ROUNDS {
+        let tcp_took = tcp_answered(&server, alias(0, 0, 1), ANSWERED_WITHIN);
+        let dot_started = Instant::now();
+        runtime.block_on(dot_answered(connector.clone(), dot));
+        println!(
+            "round {round} at {:?}: TCP answered in {tcp_took:?}, DoT in {:?}",
+            started.elapsed(),
+            dot_started.elapsed()
+        );
+        std::thread::sleep(ROUND);
+    }
+
+    // The attack went on meanwhile: busy holders held the slots, and the connections the
+    // server closed to let the others in are counted by why.
+    for (transport, holders) in [("tcp", &tcp_holders), ("tls", &dot_holders)] {
+        let seen = wait_for("the server's closes counted", TIMEOUT, || {
+            let seen = holders.closed.load(Ordering::Relaxed);
+            (seen > 0 && closed_by_server(admin, transport) == seen).then_some(seen)
+        });
+        println!("{transport}: {seen} busy holders closed by the server");
+    }
+    let stalled = metric(
+        admin,
+        "steerdns_tcp_connections_closed_total",
+        &[("reason", "closed_stalled_to_make_room")],
+    );
+    let dot_stalled = metric(
+        admin,
+        "steerdns_encrypted_connection_events_total",
+        &[
+            ("transport", "tls"),
+            ("event", "closed_stalled_to_make_room"),
+        ],
+    );
+    assert!(
+        stalled >= 1.0 && dot_stalled >= 1.0,
+        "busy holders closed to make room: TCP {stalled}, DoT {dot_stalled}"
+    );
+    // Status shows the encrypted transports' closes by why, as /metrics does.
+    let (code, text) = http(admin, "GET", "/v1/status", Vec::new());
+    assert_eq!(code, 200, "GET /v1/status: {text}");
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let status: serde_json::Value = serde_json::from_str(body).expect("status JSON");
+    let tls = status["encrypted"]["transports"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["transport"] == "tls"))
+        .unwrap_or_else(|| panic!("no tls transport in the status: {status:#}"));
+    assert_eq!(
+        tls["closed_stalled_to_make_room"].as_f64(),
+        Some(dot_stalled),
+        "{tls:#}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    runtime.shutdown_timeout(Duration::from_secs(1));
 }

@@ -50,7 +50,8 @@ for i in $(seq "$NODES"); do
     mkdir -p "$dir/geoip"
     cp -r "$ROOT/zones" "$dir/zones"
     cp "$ROOT/geoip/example.mmdb" "$dir/geoip/"
-    cp "$ROOT/control.toml" "$ROOT/steerdns.toml" "$ROOT/admin.token" "$dir/"
+    # No admin token ships: each node creates its own admin.token (random, 0600) at start.
+    cp "$ROOT/control.toml" "$ROOT/steerdns.toml" "$dir/"
     cat >>"$dir/steerdns.toml" <<CONF
 
 [fleet]
@@ -72,6 +73,16 @@ for i in $(seq "$NODES"); do
 done
 
 CONFIG="$WORK/ns1/steerdns.toml"
+# Nodes register in etcd just after they are ready; the commands below need them registered.
+registered=false
+for _ in $(seq 100); do
+    if "$BIN" fleet status --config "$CONFIG" 2>/dev/null | grep -q "^$NODES live node"; then
+        registered=true; break
+    fi
+    sleep 0.1
+done
+$registered || echo "warning: not all $NODES nodes registered in etcd yet:" \
+    "$("$BIN" fleet status --config "$CONFIG" 2>&1 | head -2)" >&2
 cat <<EOT
 A fleet of $NODES nodes on etcd $ENDPOINT under $PREFIX (logs and caches in $WORK).
 

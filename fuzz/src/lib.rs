@@ -574,7 +574,7 @@ pub fn config_taster(data: &[u8]) {
         }
     };
     let _ = (
-        ServeOptions::from_config(&config.server),
+        ServeOptions::from_config(&config.server, None),
         steerdns::server::tcp::TcpLimits::from_config(&config.server.tcp),
         steerdns::shield::step::ShieldSettings::from_config(&config.shield),
     );
@@ -844,6 +844,8 @@ impl Opt {
         let mut subnet_ok = true;
         let mut nsid = false;
         let mut predictable = true;
+        // RFC 7873 §5.2: the first COOKIE counts (a malformed one is FORMERR), later ones not.
+        let mut cookie: Option<Option<steerdns::dns::cookie::Cookie>> = None;
         for option in &self.options {
             let (code, data) = match option {
                 EdnsOpt::Ecs {
@@ -865,10 +867,14 @@ impl Opt {
                     nsid = true;
                     (3, data.clone())
                 }
-                EdnsOpt::Cookie(data) => (10, data.clone()),
+                EdnsOpt::Cookie(data) => {
+                    let data = &data[..data.len().min(0xFFFF)];
+                    cookie.get_or_insert(steerdns::dns::cookie::Cookie::parse(data));
+                    (10, data.to_vec())
+                }
                 EdnsOpt::Other(code, data) => {
                     nsid |= *code == 3;
-                    predictable &= *code != 8;
+                    predictable &= *code != 8 && *code != 10;
                     (*code, data.clone())
                 }
             };
@@ -896,8 +902,11 @@ impl Opt {
             dnssec_ok: self.flags & 0x8000 != 0,
             nsid_requested: nsid,
             client_subnet: subnet,
+            cookie: cookie.flatten(),
         };
+        let cookie_ok = cookie.is_none_or(|c| c.is_some());
         let expected = match subnets {
+            _ if !cookie_ok => Err(()),
             0 => Ok(edns),
             1 if subnet_ok => Ok(edns),
             _ => Err(()),

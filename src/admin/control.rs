@@ -45,6 +45,15 @@ impl ControlRequest {
     }
 }
 
+fn parse_request(body: &[u8]) -> Result<ControlRequest, Box<Response>> {
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({ "error": e.to_string() }),
+        ))
+    })
+}
+
 fn json(status: StatusCode, value: serde_json::Value) -> Response {
     (status, Json(value)).into_response()
 }
@@ -108,14 +117,9 @@ fn refusal_response(error: ChangeError) -> Response {
 
 /// `POST /v1/control`: replace the control file (single node; a fleet writes through etcd).
 async fn write_control(State(state): State<AdminState>, body: axum::body::Bytes) -> Response {
-    let request: ControlRequest = match serde_json::from_slice(&body) {
+    let request = match parse_request(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return json(
-                StatusCode::BAD_REQUEST,
-                serde_json::json!({ "error": e.to_string() }),
-            )
-        }
+        Err(response) => return *response,
     };
     let outcome = tokio::task::spawn_blocking(move || {
         let config = config_of(&state)?;
@@ -155,14 +159,9 @@ async fn write_control(State(state): State<AdminState>, body: axum::body::Bytes)
 /// `POST /v1/safety/check`: the safety rules on a candidate against the control file now and
 /// its history; writes nothing (a refusal here is not counted: nothing was attempted).
 async fn check(State(state): State<AdminState>, body: axum::body::Bytes) -> Response {
-    let request: ControlRequest = match serde_json::from_slice(&body) {
+    let request = match parse_request(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return json(
-                StatusCode::BAD_REQUEST,
-                serde_json::json!({ "error": e.to_string() }),
-            )
-        }
+        Err(response) => return *response,
     };
     let outcome = tokio::task::spawn_blocking(move || {
         let config = config_of(&state)?;

@@ -17,7 +17,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::metrics::per_snapshot::{self, Series};
-use crate::metrics::serving::{serving, ServingTotals, RCODES, TRANSPORTS};
+use crate::metrics::serving::{serving, ConnectionEvent, ServingTotals, RCODES, TRANSPORTS};
 use crate::policy::{ProfileId, ProfileKindTag};
 use crate::reload::{Reloader, Status};
 use crate::shield::live::ShieldStatus;
@@ -43,6 +43,11 @@ pub struct Scrape {
     encrypted: Option<crate::metrics::encrypted::EncryptedView>,
     /// Endpoint monitors (targets and monitored endpoints).
     health: Option<crate::health::HealthReport>,
+    /// Zones to sign left out for their keys.
+    dnssec_not_served: Vec<String>,
+    /// The admin endpoint's connections and the listeners' descriptor budget.
+    admin: super::connections::AdminConnectionsView,
+    descriptors: crate::descriptors::DescriptorStatus,
     /// Safety rules: refusals and overrides by rule.
     safety: crate::safety::tally::SafetyStatus,
     /// Practice drills: runs, last measured times, alerts.
@@ -84,6 +89,13 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         xdp: crate::metrics::xdp::view(),
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         health: reloader.health().report(snapshot.policies()),
+        dnssec_not_served: snapshot
+            .dnssec_not_served()
+            .iter()
+            .map(|n| n.zone.clone())
+            .collect(),
+        admin: super::connections::view(),
+        descriptors: crate::descriptors::status(),
         safety: crate::safety::tally::status(),
         drills: crate::drill::log::status(),
     }
@@ -112,6 +124,13 @@ fn encode_health(
     health: &crate::health::HealthReport,
 ) -> fmt::Result {
     let target = |t: &crate::health::TargetStatus| vec![("target", t.target.clone())];
+    gauge(
+        encoder,
+        "steerdns_health_lookups_in_flight",
+        "Name lookups of probe targets in flight (at most 4; all 4 for long: the system \
+         resolver hangs, and probes of other names fail at once).",
+        health.lookups_in_flight as f64,
+    )?;
     gauges(
         encoder,
         "steerdns_health_target_up",
@@ -374,14 +393,14 @@ impl Scrape {
             "steerdns_tcp_refused_per_client",
             "TCP connections closed at once: the client already had [server.tcp] \
              max_connections_per_client open.",
-            s.tcp_refused_per_client,
+            s.tcp_events[ConnectionEvent::RefusedPerClient.index()],
         )?;
         counter(
             encoder,
             "steerdns_tcp_frame_timeouts",
             "TCP connections closed because a started query was not completed within \
              [server.tcp] frame_timeout_secs.",
-            s.tcp_frame_timeouts,
+            s.tcp_events[ConnectionEvent::FrameTimeout.index()],
         )?;
         counter(
             encoder,
@@ -389,13 +408,28 @@ impl Scrape {
             "Idle TCP connections closed early because the slots were filling up (past half \
              of [server.tcp] max_connections the idle time allowed shrinks toward \
              busy_idle_timeout_ms; a newcomer to full slots closes the one idle longest).",
-            s.tcp_reaped,
+            s.tcp_events[ConnectionEvent::Reaped.index()],
         )?;
         counter(
             encoder,
             "steerdns_tcp_closed_at_lifetime",
             "TCP connections closed at [server.tcp] max_connection_lifetime_secs.",
-            s.tcp_lifetime,
+            s.tcp_events[ConnectionEvent::Lifetime.index()],
+        )?;
+        counters(
+            encoder,
+            "steerdns_tcp_connections_closed",
+            "TCP connections the server closed, by reason: refused_per_client (over the \
+             client prefix's share), refused_full (every slot taken, no holder could be taken \
+             back), frame_timeout, idle_timeout, closed_idle_to_make_room, \
+             closed_stalled_to_make_room (the worst holder of a full table: mid-query or \
+             completing few queries for its time), closed_at_lifetime.",
+            ConnectionEvent::TCP.iter().map(|e| {
+                (
+                    vec![("reason", e.label().to_string())],
+                    s.tcp_events[e.index()],
+                )
+            }),
         )?;
         counter(
             encoder,
@@ -441,6 +475,11 @@ impl Scrape {
                 ("handshake_timeout", t.handshake_timeout),
                 ("frame_timeout", t.frame_timeout),
                 ("bad_request", t.bad_request),
+                ("refused_full", t.refused_full),
+                ("idle_timeout", t.idle_timeout),
+                ("closed_idle_to_make_room", t.closed_idle_to_make_room),
+                ("closed_stalled_to_make_room", t.closed_stalled_to_make_room),
+                ("closed_at_lifetime", t.closed_at_lifetime),
             ]
             .map(|(event, n)| {
                 let labels = vec![
@@ -453,10 +492,11 @@ impl Scrape {
         counters(
             encoder,
             "steerdns_encrypted_connection_events",
-            "Encrypted connections or requests turned away: over the per-client share, failed or \
-             timed-out handshakes, queries not completed in time, DoH requests that carry no \
-             DNS query, idle connections closed to make room, connections closed at their \
-             lifetime.",
+            "Encrypted connections or requests turned away: over the per-client share, every \
+             slot taken with no holder to take back, failed or timed-out handshakes, queries \
+             not completed in time, DoH requests that carry no DNS query, idle timeouts, \
+             connections closed to make room while idle or stalled (mid-query, or completing \
+             few queries for their time), connections closed at their lifetime.",
             events,
         )?;
         if let Some(cert) = &view.certificate {
@@ -493,6 +533,27 @@ impl Scrape {
             "steerdns_rrl_dropped",
             "Rate-limited responses not sent.",
             s.rrl_dropped,
+        )?;
+        counters(
+            encoder,
+            "steerdns_cookie_queries",
+            "Queries with a DNS COOKIE option (RFC 7873), by what their server cookie proved: \
+             client_only (none yet), invalid (not ours, another address, or expired), valid.",
+            crate::dns::cookie::Verdict::ALL
+                .iter()
+                .zip(&s.cookies)
+                .map(|(v, n)| (vec![("verdict", v.label().to_string())], *n)),
+        )?;
+        counters(
+            encoder,
+            "steerdns_shield_demand_answers",
+            "Anycast answers by whether their client counted in the shield's demand and why: \
+             a proven source (TCP or encrypted, or a valid cookie), a trusted resolver, or not \
+             counted (plain UDP from an untrusted source, or ECS from an untrusted resolver).",
+            crate::metrics::serving::DEMAND_SOURCE_LABELS
+                .iter()
+                .zip(&s.demand_sources)
+                .map(|(label, n)| (vec![("source", label.to_string())], *n)),
         )
     }
 
@@ -579,6 +640,15 @@ impl Scrape {
                 ),
                 (vec![("result", "refused".to_string())], st.reloads_refused),
             ],
+        )?;
+        gauges(
+            encoder,
+            "steerdns_dnssec_zone_not_served",
+            "1 for each zone of [dnssec] zones left out of service because its keys could not \
+             be read (never served unsigned; the other zones are served).",
+            self.dnssec_not_served
+                .iter()
+                .map(|zone| (vec![("zone", zone.clone())], 1.0)),
         )?;
         counter(
             encoder,
@@ -790,6 +860,13 @@ impl Scrape {
                 _ => 0.0,
             },
         )?;
+        gauge(
+            encoder,
+            "steerdns_shield_fleet_state_stale",
+            "1 while the published shield state has not been renewed for several republish \
+             periods (the leader stopped deciding; decays after revert_after_secs).",
+            bool_value(fleet.stale),
+        )?;
         counter(
             encoder,
             "steerdns_shield_fleet_refused",
@@ -936,10 +1013,36 @@ impl Scrape {
             "1 while the fleet's newest control version is refused here (the last good one serves).",
             bool_value(fleet.refused_revision.is_some()),
         )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_bad_records",
+            "Records under the fleet's prefix this node's fleet tasks skip because they do not decode (keys in fleet.bad_records of /v1/status).",
+            fleet.bad_records.len() as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_coordinator_failing",
+            "1 while this node's rollout coordinator task fails and retries (fleet.coordinator_error in /v1/status).",
+            bool_value(fleet.coordinator_error.is_some()),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_fleet_registration_refused",
+            "1 while another live node holds this node's name in the registry (this node does not register).",
+            bool_value(fleet.registration_refused.is_some()),
+        )?;
         let Some(rollout) = &fleet.rollout else {
             return Ok(());
         };
-        const PHASES: [&str; 5] = ["none", "running", "halted", "completed", "aborted"];
+        const PHASES: [&str; 7] = [
+            "none",
+            "running",
+            "halted",
+            "completed",
+            "aborted",
+            "missing",
+            "unreadable",
+        ];
         gauges(
             encoder,
             "steerdns_fleet_rollout_phase",
@@ -991,9 +1094,91 @@ impl Collector for Scrape {
         self.encode_control(&mut encoder)?;
         self.encode_shield(&mut encoder)?;
         self.encode_xdp(&mut encoder)?;
+        self.encode_admin(&mut encoder)?;
         encode_safety(&mut encoder, &self.safety)?;
         encode_drills(&mut encoder, &self.drills)?;
         self.encode_fleet(&mut encoder)
+    }
+}
+
+impl Scrape {
+    /// The admin endpoint's connections and the descriptor budget ([`crate::descriptors`]).
+    fn encode_admin(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let a = &self.admin;
+        gauge(
+            encoder,
+            "steerdns_admin_connections_open",
+            "Admin endpoint connections open now.",
+            a.open as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_admin_connections_max",
+            "[admin] max_connections.",
+            a.max_connections as f64,
+        )?;
+        counter(
+            encoder,
+            "steerdns_admin_connections",
+            "Admin endpoint connections accepted.",
+            a.accepted,
+        )?;
+        let reason = |r: &str| vec![("reason", r.to_string())];
+        counters(
+            encoder,
+            "steerdns_admin_connections_closed",
+            "Admin connections closed by the server: header_timeout (a request head not \
+             complete within [admin] header_timeout_ms), idle_timeout (no request within \
+             idle_timeout_secs), evicted (its place given to a newcomer when every place or \
+             the descriptor reserve was taken).",
+            [
+                (reason("header_timeout"), a.closed_header_timeout),
+                (reason("idle_timeout"), a.closed_idle_timeout),
+                (reason("evicted"), a.evicted),
+            ],
+        )?;
+        counters(
+            encoder,
+            "steerdns_admin_connections_refused",
+            "Admin connections closed at once: every place was serving a request (full), or \
+             so with the descriptor reserve reached (descriptors).",
+            [
+                (reason("full"), a.refused_full),
+                (reason("descriptors"), a.refused_descriptors),
+            ],
+        )?;
+        counter(
+            encoder,
+            "steerdns_admin_accept_errors",
+            "Admin endpoint accepts that failed (EMFILE and friends).",
+            a.accept_errors,
+        )?;
+        let d = &self.descriptors;
+        gauge(
+            encoder,
+            "steerdns_descriptors_limit",
+            "The soft RLIMIT_NOFILE (0: unknown).",
+            d.limit as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_descriptors_open_estimate",
+            "Descriptors open at start plus the listeners' connections open now.",
+            d.open_estimate as f64,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_descriptors_reserve",
+            "[admin] descriptor_reserve.",
+            d.reserve as f64,
+        )?;
+        counter(
+            encoder,
+            "steerdns_dns_connections_refused_descriptors",
+            "DNS connections (TCP, DoT, DoH) closed at once to keep the descriptor reserve and \
+             the admin endpoint's share free.",
+            d.refused_dns,
+        )
     }
 }
 

@@ -29,6 +29,7 @@ use crate::reload::{Reloader, Status, Trigger};
 use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
+pub mod connections;
 mod control;
 mod dashboard;
 mod direct;
@@ -198,10 +199,13 @@ async fn guard(
     next.run(request).await
 }
 
-pub async fn serve(listener: tokio::net::TcpListener, state: AdminState) {
-    if let Err(e) = axum::serve(listener, router(state)).await {
-        tracing::error!("admin endpoint stopped: {e}");
-    }
+/// Serves the admin API on `listener` under `limits` (see [`connections`]).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    limits: connections::ConnectionLimits,
+) {
+    connections::serve(listener, router(state), limits).await;
 }
 
 /// What `/v1/status` returns.
@@ -233,12 +237,56 @@ pub struct StatusView {
     /// error and latency, and each monitored endpoint's state.
     #[serde(default)]
     pub health: Option<crate::health::HealthReport>,
+    /// The admin endpoint's connections: open, the cap, closed for silence or a slow head,
+    /// evicted and refused (absent from servers older than the cap).
+    #[serde(default)]
+    pub admin_connections: Option<connections::AdminConnectionsView>,
+    /// The descriptor budget the listeners share ([`crate::descriptors`]).
+    #[serde(default)]
+    pub descriptors: Option<crate::descriptors::DescriptorStatus>,
     /// Safety rules: the configured ids, refusals and overrides counted by rule.
     #[serde(default)]
     pub safety: crate::safety::tally::SafetyStatus,
     /// Practice drills: each one's last run and measured times, alerts, recent runs.
     #[serde(default)]
     pub drills: crate::drill::log::DrillStatus,
+    /// DNS Cookies (`[server.cookies]`; `None`: off): the secret's origin, queries by cookie
+    /// verdict, and anycast answers by whether their demand counted.
+    #[serde(default)]
+    pub cookies: Option<CookieView>,
+    /// Zones to sign that are not served because their keys could not be read, and why.
+    #[serde(default)]
+    pub dnssec_not_served: Vec<crate::snapshot::load::NotServed>,
+}
+
+/// DNS Cookies and the demand they prove, as status shows them.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CookieView {
+    /// Where the server secret is from (a file, or generated at start).
+    pub secret: String,
+    /// Queries with a COOKIE option since start, by verdict (`client_only`, `invalid`,
+    /// `valid`).
+    pub queries: BTreeMap<String, u64>,
+    /// Anycast answers since start by whether the shield counted their client, and why.
+    pub demand_answers: BTreeMap<String, u64>,
+}
+
+fn cookie_view(setup: &crate::snapshot::cookies::CookieSetup) -> CookieView {
+    let totals = crate::metrics::serving::serving().totals();
+    let queries = crate::dns::cookie::Verdict::ALL
+        .iter()
+        .map(|v| (v.label().to_string(), totals.cookies[v.index()]))
+        .collect();
+    let demand_answers = crate::metrics::serving::DEMAND_SOURCE_LABELS
+        .iter()
+        .zip(totals.demand_sources)
+        .map(|(label, n)| (label.to_string(), n))
+        .collect();
+    CookieView {
+        secret: setup.describe(),
+        queries,
+        demand_answers,
+    }
 }
 
 /// The DNSSEC state of the snapshot being served.
@@ -468,6 +516,10 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         dnssec: snapshot.dnssec().map(dnssec_view),
         health: reloader.health().report(snapshot.policies()),
+        cookies: snapshot.options().cookies.as_ref().map(cookie_view),
+        dnssec_not_served: snapshot.dnssec_not_served().to_vec(),
+        admin_connections: Some(connections::view()),
+        descriptors: Some(crate::descriptors::status()),
         safety: crate::safety::tally::status(),
         drills: crate::drill::log::status(),
     }

@@ -6,9 +6,11 @@
 //! that every local user can read, is refused (writes stay disabled and the reason is logged and
 //! sent with every refused write), the way sshd's StrictModes refuses a readable private key.
 //!
-//! The server re-reads the file on every reload (SIGHUP, `steerdns reload`, a control change)
-//! and when a presented token does not match and the file changed since it was last read, so
-//! replacing the file rotates the token without a restart.
+//! Every authorisation first looks at the file's identity (one `stat`: device, inode, size,
+//! mtime, ctime, mode) and re-reads it when that changed since the last read, so replacing the
+//! file rotates the token at once (the old one is refused from the next write on), and a
+//! `chmod` that made it world-readable, or fixed that, takes effect at the next write too; a
+//! reload (SIGHUP, `steerdns reload`, a control change) re-reads it as well.
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -113,22 +115,28 @@ pub fn create_token_file(path: &Path) -> Result<bool, TokenError> {
     Ok(true)
 }
 
-/// Identity of a file's contents as far as a cheap `stat` tells (inode, size, mtime).
+/// Identity of a file and its contents as far as a cheap `stat` tells: which file (device,
+/// inode), what it holds (size, mtime) and who may read it (mode; ctime catches a `chmod` or
+/// `chown` that left the mode bits as they were).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
+    dev: u64,
     ino: u64,
     len: u64,
-    mtime: i64,
-    mtime_nsec: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    mode: u32,
 }
 
 fn stamp(path: &Path) -> Option<Stamp> {
     let meta = std::fs::metadata(path).ok()?;
     Some(Stamp {
+        dev: meta.dev(),
         ino: meta.ino(),
         len: meta.len(),
-        mtime: meta.mtime(),
-        mtime_nsec: meta.mtime_nsec(),
+        mtime: (meta.mtime(), meta.mtime_nsec()),
+        ctime: (meta.ctime(), meta.ctime_nsec()),
+        mode: meta.mode(),
     })
 }
 
@@ -194,28 +202,22 @@ impl AdminToken {
         self.current.store(Arc::new(result));
     }
 
-    /// Re-reads the file only if it changed since the last read.
-    fn reread_if_changed(&self) -> bool {
+    /// Re-reads the file only if its [`Stamp`] changed since the last read (one `stat`).
+    fn reread_if_changed(&self) {
         let Some(path) = &self.path else {
-            return false;
+            return;
         };
         let last = *self.read_at.lock().unwrap_or_else(|p| p.into_inner());
-        if stamp(path) == last {
-            return false;
+        if stamp(path) != last {
+            self.reread();
         }
-        self.reread();
-        true
     }
 
-    /// Checks a presented token in constant time. On a mismatch the file is looked at again if
-    /// it changed since it was read (a rotation by replacing the file, before any reload).
+    /// Checks a presented token in constant time, against the file as it is now: replaced,
+    /// removed or re-permissioned since the last read, it is read again first.
     pub fn check(&self, presented: &str) -> Result<(), TokenCheck> {
-        match self.compare(presented) {
-            Err(TokenCheck::Wrong) | Err(TokenCheck::Disabled(_)) if self.reread_if_changed() => {
-                self.compare(presented)
-            }
-            other => other,
-        }
+        self.reread_if_changed();
+        self.compare(presented)
     }
 
     fn compare(&self, presented: &str) -> Result<(), TokenCheck> {
@@ -298,23 +300,48 @@ mod tests {
     }
 
     #[test]
-    fn a_replaced_file_rotates_the_token_on_reread_or_on_a_mismatch() {
-        let dir = scratch("rotate");
+    fn every_check_sees_a_replaced_or_re_permissioned_file() {
+        let dir = scratch("identity");
         let path = dir.join("admin.token");
         let old = "old-token-0123456789abcdef0123456789";
         let new = "new-token-0123456789abcdef0123456789";
         write_mode(&path, old, 0o600);
         let token = AdminToken::open(Some(path.clone()));
         assert_eq!(token.check(old), Ok(()));
+        // Replaced (rename over it): the old token is refused at once, no reload needed.
         write_mode(&dir.join("tmp"), new, 0o600);
         std::fs::rename(dir.join("tmp"), &path).unwrap();
-        // The new token is accepted at once (the file changed), and the old one no longer.
-        assert_eq!(token.check(new), Ok(()));
         assert_eq!(token.check(old), Err(TokenCheck::Wrong));
+        assert_eq!(token.check(new), Ok(()));
+        // Made world-readable: refused at the next check; made private again: accepted at the
+        // next check, with no stale refusal.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(
+            matches!(token.check(new), Err(TokenCheck::Disabled(ref why)) if why.contains("0644")),
+            "{:?}",
+            token.check(new)
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(token.check(new), Ok(()));
+        // Rewritten in place with the same length (same inode, same size): mtime tells.
+        let same_len = "NEW-token-0123456789abcdef0123456789";
+        std::fs::write(&path, same_len).unwrap();
+        assert_eq!(token.check(new), Err(TokenCheck::Wrong));
+        assert_eq!(token.check(same_len), Ok(()));
         // An unusable replacement disables writes rather than keeping the old token.
         write_mode(&path, "tiny", 0o600);
-        token.reread();
-        assert!(matches!(token.check(new), Err(TokenCheck::Disabled(_))));
+        assert!(matches!(
+            token.check(same_len),
+            Err(TokenCheck::Disabled(_))
+        ));
+        // Removed: writes are disabled, not left to the last token read.
+        write_mode(&path, same_len, 0o600);
+        assert_eq!(token.check(same_len), Ok(()));
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            token.check(same_len),
+            Err(TokenCheck::Disabled(_))
+        ));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

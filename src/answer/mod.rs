@@ -27,14 +27,15 @@ pub mod probe;
 #[cfg(test)]
 mod tests;
 
+use crate::dns::cookie::Verdict as CookieVerdict;
 use crate::dns::wire::{
-    class, flag, parse_query_into, rcode, rtype, Query, Reject, Requester, Transport,
+    class, flag, parse_query_into, rcode, rtype, Edns, Query, Reject, Requester, Transport,
     CLASSIC_UDP_LIMIT, HEADER_LEN, MAX_MESSAGE,
 };
 use crate::metrics::{querylog, serving};
 
 use crate::rrl::{Class, Subject, Verdict};
-use crate::shield::live::DemandSample;
+use crate::shield::live::{DemandSample, Proof};
 use crate::snapshot::compose::SignedSet;
 use crate::snapshot::compose::{
     opt_len, put_address_record, response_flags, write_error, write_opt_raw, write_plan,
@@ -64,8 +65,11 @@ pub fn respond(
         Err(Reject::Error {
             rcode,
             question,
-            edns,
+            mut edns,
         }) => {
+            let cookie = edns
+                .as_mut()
+                .and_then(|e| answer_cookie(snapshot, client, e));
             let len = write_error(
                 snapshot.options(),
                 packet,
@@ -75,12 +79,24 @@ pub fn respond(
                 out,
             )
             .ok();
-            let len = len.and_then(|n| limit_rate(snapshot, client, rcode, None, out, n));
+            let edns = edns.as_ref().filter(|_| cookie.is_some());
+            let rated = Rated {
+                rcode,
+                subject: None,
+                cookie,
+                edns,
+            };
+            let len = len.and_then(|n| limit_rate(snapshot, client, &rated, out, n));
             let answered = len.map(|n| (rcode, is_truncated(&out[..n])));
             count_query(snapshot, client, None, answered);
             return len;
         }
     }
+    // The COOKIE to answer with replaces the client's in the query's EDNS (RFC 7873 §5.2).
+    let cookie = query
+        .edns
+        .as_mut()
+        .and_then(|e| answer_cookie(snapshot, client, e));
     // One lookup gives both the fast-path entry (if any) and the zone: for the general
     // lookup, the rate limiter and the counters.
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
@@ -90,7 +106,10 @@ pub fn respond(
         None => zone_index(snapshot, &query),
     };
     let entry = precompiled.map(|(_, entry)| entry);
-    let mut demand = None;
+    let mut demand = Demand {
+        proof: source_proof(client, cookie),
+        sample: None,
+    };
     let found = Found { zone, entry };
     let len = answer(snapshot, packet, &query, client, found, &mut demand, out).and_then(|n| {
         let subject = Subject {
@@ -98,12 +117,17 @@ pub fn respond(
             qtype: query.qtype,
             zone,
         };
-        let rcode = response_rcode(&query, &out[..n]);
-        limit_rate(snapshot, client, rcode, Some(&subject), out, n)
+        let rated = Rated {
+            rcode: response_rcode(&query, &out[..n]),
+            subject: Some(&subject),
+            cookie,
+            edns: query.edns.as_ref(),
+        };
+        limit_rate(snapshot, client, &rated, out, n)
     });
     // The shield counts answers that go out whole: not one the rate limiter dropped or
     // slipped, not one truncated (its client asks again over TCP, and counts then).
-    if let (Some(n), Some(sample), Some(steering)) = (len, demand, snapshot.steering()) {
+    if let (Some(n), Some(sample), Some(steering)) = (len, demand.sample, snapshot.steering()) {
         if !is_truncated(&out[..n]) {
             steering.demand.record(&sample);
         }
@@ -112,28 +136,121 @@ pub fn respond(
     len
 }
 
+/// Verifies the query's COOKIE option and puts the one to answer with in its place (the
+/// client's cookie and a server cookie of ours, RFC 7873 §5.2.3–5.2.5); returns what the
+/// client's server cookie proved. `None` without a COOKIE option, or with cookies off (the
+/// option is then ignored like any unknown one). Every verdict gets a normal answer (§5.2.3
+/// choice 3, and what §5.2.4 says of a wrong server cookie): an authoritative server's
+/// answers are public, and refusing clients that have not learnt our cookie yet would only
+/// cost them a round trip. What a valid cookie buys is trust in the source address: demand
+/// counted, and no rate limit ([`limit_rate`]). No allocation: one SipHash, one clock read.
+fn answer_cookie(
+    snapshot: &Snapshot,
+    client: &Requester,
+    edns: &mut Edns,
+) -> Option<CookieVerdict> {
+    let cookie = edns.cookie.as_ref()?;
+    let Some(setup) = &snapshot.options().cookies else {
+        edns.cookie = None;
+        return None;
+    };
+    let (verdict, answer) = setup.secrets.check(cookie, client.addr, unix_seconds());
+    edns.cookie = Some(answer);
+    serving().record_cookie(verdict);
+    Some(verdict)
+}
+
+/// Seconds since the epoch, modulo 2^32 (RFC 9018's timestamp; a vDSO clock read).
+fn unix_seconds() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32)
+}
+
+/// How the query's source address is proven: by the transport (a TCP, TLS or QUIC
+/// handshake answered there), or over UDP by a valid server cookie; `None` for plain UDP.
+fn source_proof(client: &Requester, cookie: Option<CookieVerdict>) -> Option<Proof> {
+    match (client.transport, cookie) {
+        (Transport::Udp, Some(CookieVerdict::Valid)) => Some(Proof::Cookie),
+        (Transport::Udp, _) => None,
+        (Transport::Tcp | Transport::Tls | Transport::Https | Transport::Quic, _) => {
+            Some(Proof::Transport)
+        }
+    }
+}
+
+/// The shield's side of one query: how its source is proven (in), and the demand of the
+/// anycast answer it got (out), for the caller to count once the answer is sent.
+struct Demand {
+    proof: Option<Proof>,
+    sample: Option<DemandSample>,
+}
+
+/// What the rate limiter looks at in a response: its rcode, its name (`None`: an error for
+/// a query we could not read), and the query's cookie verdict and EDNS (for a BADCOOKIE
+/// slip).
+struct Rated<'a> {
+    rcode: u16,
+    subject: Option<&'a Subject<'a>>,
+    cookie: Option<CookieVerdict>,
+    edns: Option<&'a Edns>,
+}
+
 /// The rate limiter's say on a response of `len` bytes in `out`: the length to send (the
-/// same, or a slip's), or `None` to drop it.
+/// same, or a slip's), or `None` to drop it. A query with a valid server cookie is never
+/// limited: its source is proven, so it is nobody's reflected victim. A slip for a query that
+/// sent a cookie but not a valid server cookie is a BADCOOKIE answer carrying ours (RFC 7873
+/// §5.2.3 choice 2): the client retries over UDP with it, and is then not limited.
 fn limit_rate(
     snapshot: &Snapshot,
     client: &Requester,
-    rcode: u16,
-    subject: Option<&Subject<'_>>,
+    rated: &Rated<'_>,
     out: &mut [u8],
     len: usize,
 ) -> Option<usize> {
     let Some(rrl) = snapshot.rrl() else {
         return Some(len);
     };
-    let class = Class::of(rcode, &out[..len]);
-    let Some(verdict) = rrl.check(client, class, subject) else {
+    if rated.cookie == Some(CookieVerdict::Valid) {
+        return Some(len);
+    }
+    let class = Class::of(rated.rcode, &out[..len]);
+    let Some(verdict) = rrl.check(client, class, rated.subject) else {
         return Some(len);
     };
     serving().record_rrl(class, verdict);
-    match verdict {
-        Verdict::Send => Some(len),
-        Verdict::Drop => None,
-        Verdict::Slip => Some(slip_in_place(out, len)),
+    match (verdict, rated.edns.filter(|e| e.cookie.is_some())) {
+        (Verdict::Send, _) => Some(len),
+        (Verdict::Drop, _) => None,
+        (Verdict::Slip, Some(edns)) => Some(badcookie_in_place(snapshot, edns, out, len)),
+        (Verdict::Slip, None) => Some(slip_in_place(out, len)),
+    }
+}
+
+/// A rate limiter's slip for a client that sent a cookie: header and question, rcode
+/// BADCOOKIE, and our OPT with the cookie to retry with (no TC: the retry stays on UDP).
+fn badcookie_in_place(snapshot: &Snapshot, edns: &Edns, out: &mut [u8], len: usize) -> usize {
+    let end = slip_in_place(out, len);
+    let flags = u16::from_be_bytes([out[2], out[3]]) & !(flag::TC | 0x000F);
+    let flags = flags | (rcode::BADCOOKIE & 0xF);
+    out[2..4].copy_from_slice(&flags.to_be_bytes());
+    let opt = write_opt_raw(
+        snapshot.options(),
+        edns,
+        rcode::BADCOOKIE,
+        0,
+        &mut out[end..],
+    );
+    match opt {
+        Some(n) => {
+            out[10..12].copy_from_slice(&1u16.to_be_bytes());
+            end + n
+        }
+        // No room for OPT (never with a query's buffer): the plain slip.
+        None => {
+            out[2..4].copy_from_slice(&(flags | flag::TC).to_be_bytes());
+            end
+        }
     }
 }
 
@@ -172,15 +289,20 @@ fn question_end(message: &[u8]) -> Option<usize> {
     (end <= message.len()).then_some(end)
 }
 
-/// The response's rcode: BADVERS is the only extended rcode we send, and every query with
-/// EDNS version > 0 gets it; otherwise the header says.
+/// The response's rcode: the extended rcodes we send are BADVERS, which every query with
+/// EDNS version > 0 gets, and BADCOOKIE (a rate limiter's slip for a query with a cookie,
+/// header bits 7: YXDOMAIN, which we never send otherwise); else the header says.
 fn response_rcode(query: &Query, response: &[u8]) -> u16 {
     if query.edns.as_ref().is_some_and(|e| e.version > 0) {
-        rcode::BADVERS
+        return rcode::BADVERS;
+    }
+    let low = response
+        .get(3)
+        .map_or(rcode::SERVFAIL, |b| u16::from(b & 0x0F));
+    if low == rcode::BADCOOKIE & 0xF && query.edns.as_ref().is_some_and(|e| e.cookie.is_some()) {
+        rcode::BADCOOKIE
     } else {
-        response
-            .get(3)
-            .map_or(rcode::SERVFAIL, |b| u16::from(b & 0x0F))
+        low
     }
 }
 
@@ -251,7 +373,7 @@ fn answer(
     query: &Query,
     client: &Requester,
     found: Found<'_>,
-    demand: &mut Option<DemandSample>,
+    demand: &mut Demand,
     out: &mut [u8],
 ) -> Option<usize> {
     let limit = response_limit(snapshot, query, client);
@@ -317,6 +439,7 @@ fn answer(
     let mut steering = snapshot.steering_for(
         client,
         query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
+        demand.proof,
     );
     let len = answer_steerable(
         snapshot,
@@ -327,7 +450,7 @@ fn answer(
         limit,
         out,
     );
-    *demand = steering.as_ref().and_then(ClientSteering::demand);
+    demand.sample = steering.as_ref().and_then(ClientSteering::demand);
     len
 }
 

@@ -25,6 +25,19 @@ fn zone_settings(config: &Config, zone: &str) -> Result<ZoneSettings> {
     )?)
 }
 
+/// `dnssec rotate-seed ZONE`: a fresh rollover seed in the zone's key directory.
+pub fn rotate_seed(config: &Config, zone: &str) -> Result<ExitCode> {
+    let settings = zone_settings(config, zone)?;
+    let path = steerdns::dnssec::rollover::rotate_seed(&settings.keys)
+        .with_context(|| format!("rotating the rollover seed of {}", settings.keys.display()))?;
+    println!(
+        "{}: new rollover seed; successors made from now on derive from it (keys already made \
+         stay). Copy it to every node before the next rollover starts (`steerdns dnssec status`).",
+        path.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `dnssec keygen ZONE`: a CSK (or, with `split`, a KSK and a ZSK), published and active now,
 /// in the zone's key directory, of the zone's algorithm unless `algorithm` says otherwise.
 pub fn keygen(config: &Config, zone: &str, split: bool, algorithm: Option<u8>) -> Result<ExitCode> {

@@ -15,7 +15,7 @@ use steerdns::config::Config;
 use steerdns::control::summarize;
 use steerdns::control::ControlFile;
 use steerdns::fleet::store::{self, Convergence, NodeRecord, WriteError};
-use steerdns::fleet::{client, Keys};
+use steerdns::fleet::{client, FleetError, Keys};
 use steerdns::rfc3339;
 use steerdns::snapshot::load::{load_with, ControlSource};
 
@@ -35,7 +35,9 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// A connection whose first request is bounded: an unreachable etcd is a clear error.
 pub(super) async fn connect(fleet: &FleetConfig) -> Result<(Client, Keys)> {
-    let mut client = client::connect(fleet).await.map_err(|e| down(fleet, &e))?;
+    let mut client = client::connect(fleet)
+        .await
+        .map_err(|e| failed(fleet, "connecting to etcd", &e))?;
     let keys = Keys::new(&fleet.prefix);
     let limit = steerdns::fleet::request_timeout(fleet);
     match tokio::time::timeout(limit, client.status()).await {
@@ -50,6 +52,35 @@ pub(super) fn down(fleet: &FleetConfig, e: &dyn std::fmt::Display) -> anyhow::Er
         "cannot reach etcd at {} ({e}); nothing was changed. The nodes keep serving what they have \
          and pick up changes when etcd is back.",
         fleet.etcd.join(",")
+    )
+}
+
+/// A step of a fleet command that failed before anything was written: says which step, and
+/// what failed — etcd unreachable, a bad value in etcd (naming its key), or etcd's error.
+pub(super) fn failed(fleet: &FleetConfig, step: &str, e: &FleetError) -> anyhow::Error {
+    match e {
+        FleetError::Unreachable { .. } => down(fleet, e),
+        FleetError::BadValue { key, message } => anyhow::anyhow!(
+            "{step}: etcd key {key} holds a bad value: {message}; nothing was changed"
+        ),
+        other => anyhow::anyhow!(
+            "{step} failed (etcd at {}: {other}); nothing was changed",
+            fleet.etcd.join(",")
+        ),
+    }
+}
+
+/// A step that failed after a write landed: the write stands (at `revision`), says so.
+pub(super) fn after_write(step: &str, landed: &str, e: &dyn std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{landed}; then {step} failed ({e}). The change stands: follow it with `steerdns fleet status` or `steerdns rollout status`"
+    )
+}
+
+/// A write whose answer from etcd was lost: it may or may not have landed.
+pub(super) fn unconfirmed(what: &str, e: &dyn std::fmt::Display, check: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{what}: etcd did not confirm the write ({e}); it may or may not have landed: check with `{check}`"
     )
 }
 
@@ -89,9 +120,20 @@ pub fn edit(
                     }
                     return Ok(ExitCode::FAILURE);
                 }
-                Err(WriteError::Fleet(e)) => return Err(down(fleet, &e)),
-                Err(e) => bail!("{e}"),
+                Err(WriteError::Fleet(e)) => return Err(failed(fleet, what, &e)),
+                Err(WriteError::Unconfirmed {
+                    serial,
+                    text,
+                    error,
+                }) => return Err(confirm(fleet, what, serial, &text, &error).await),
+                Err(e) => bail!("{what}: {e}; nothing was changed"),
             };
+        for ignored in &written.ignored_floors {
+            println!(
+                "warning: {ignored}, above {}: out of range, ignored for the serial",
+                store::MAX_SERIAL_FLOOR
+            );
+        }
         if written.unchanged {
             println!(
                 "no change: the fleet already serves this (serial {}, revision {})",
@@ -110,15 +152,52 @@ pub fn edit(
             written.serial,
             written.summary
         );
-        if steerdns::fleet::rollout::get(&mut client, &keys)
+        let landed = format!(
+            "wrote revision {} (serial {})",
+            written.revision, written.serial
+        );
+        let staged = steerdns::fleet::rollout::get(&mut client, &keys)
             .await
-            .map_err(|e| down(fleet, &e))?
-            .is_some()
-        {
-            return super::rollout::follow(fleet, &mut client, &keys, written.revision).await;
+            .map_err(|e| after_write("reading the rollout state", &landed, &e))?;
+        match staged {
+            steerdns::fleet::rollout::Stored::Missing if !stages(config) => {
+                wait_for_nodes(fleet, &mut client, &keys, written.revision, written.serial).await
+            }
+            _ => super::rollout::follow(fleet, &mut client, &keys, written.revision).await,
         }
-        wait_for_nodes(fleet, &mut client, &keys, written.revision, written.serial).await
     })
+}
+
+/// Whether this config stages rollouts (then a missing rollout state means every node holds).
+fn stages(config: &Config) -> bool {
+    config.fleet.as_ref().is_some_and(|f| f.rollout.is_some())
+}
+
+/// After a write etcd did not confirm: reads the control state again and says whether the
+/// write landed.
+async fn confirm(
+    fleet: &FleetConfig,
+    what: &str,
+    serial: u64,
+    text: &str,
+    error: &FleetError,
+) -> anyhow::Error {
+    let reread = async {
+        let (mut client, keys) = connect(fleet).await.ok()?;
+        store::get_control(&mut client, &keys).await.ok().flatten()
+    };
+    match reread.await {
+        Some(control) if control.text == text => anyhow::anyhow!(
+            "{what}: etcd did not confirm the write ({error}), but it landed: revision {} (serial {serial}) is the fleet's control state",
+            control.revision
+        ),
+        Some(control) if control.serial < serial => anyhow::anyhow!(
+            "{what}: etcd did not confirm the write ({error}) and it did not land: the fleet is still at revision {} (serial {}); nothing was changed",
+            control.revision,
+            control.serial
+        ),
+        _ => unconfirmed(what, error, "steerdns control history"),
+    }
 }
 
 /// Waits until every live node serves `revision`, prints the convergence time (or the nodes
@@ -133,9 +212,11 @@ async fn wait_for_nodes(
     let started = Instant::now();
     let limit = Duration::from_secs(fleet.converge_timeout_secs);
     let mut nodes = Vec::new();
+    let mut bad = Vec::new();
     loop {
         if let Ok(now) = store::nodes(client, keys).await {
-            nodes = now;
+            nodes = now.records;
+            bad = now.bad;
         }
         let waiting = nodes
             .iter()
@@ -166,6 +247,7 @@ async fn wait_for_nodes(
         at: rfc3339::format_utc(SystemTime::now()),
     };
     let _ = store::put_json(client, keys.convergence(), &record, None).await;
+    print_bad(&bad);
     if nodes.is_empty() {
         println!("no live nodes registered under {}", keys.prefix());
         return Ok(ExitCode::SUCCESS);
@@ -195,6 +277,27 @@ async fn wait_for_nodes(
     Ok(ExitCode::FAILURE)
 }
 
+/// What `steerdns status` adds to a node's fleet line: records skipped, a failing
+/// coordinator, a refused registration.
+pub(super) fn print_link_problems(link: &steerdns::reload::FleetLinkStatus) {
+    for bad in &link.bad_records {
+        println!("  fleet record SKIPPED ({}): {bad}", bad.seen_by);
+    }
+    if let Some(error) = &link.coordinator_error {
+        println!("  fleet rollout coordinator FAILING: {error}");
+    }
+    if let Some(reason) = &link.registration_refused {
+        println!("  fleet registration REFUSED: {reason}");
+    }
+}
+
+/// Records skipped because they do not decode, each with its key.
+pub(super) fn print_bad(bad: &[store::BadRecord]) {
+    for record in bad {
+        println!("  SKIPPED {record}");
+    }
+}
+
 fn refused(node: &NodeRecord, revision: i64) -> Option<Vec<String>> {
     node.last_refusal
         .as_ref()
@@ -208,14 +311,15 @@ pub fn history(config: &Config) -> Result<ExitCode> {
         let (mut client, keys) = connect(fleet).await?;
         let current = store::get_control(&mut client, &keys)
             .await
-            .map_err(|e| down(fleet, &e))?;
+            .map_err(|e| failed(fleet, "reading the control state", &e))?;
         let versions = store::history(&mut client, &keys)
             .await
-            .map_err(|e| down(fleet, &e))?;
-        if versions.is_empty() {
+            .map_err(|e| failed(fleet, "reading the history", &e))?;
+        if versions.records.is_empty() {
             println!("no fleet versions recorded yet under {}", keys.prefix());
         }
-        for v in versions {
+        print_bad(&versions.bad);
+        for v in versions.records {
             let mark = if current.as_ref().map(|c| c.serial) == Some(v.serial) {
                 "*"
             } else {
@@ -241,11 +345,12 @@ pub fn rollback(
         let (mut client, keys) = connect(fleet).await?;
         let current = store::get_control(&mut client, &keys)
             .await
-            .map_err(|e| down(fleet, &e))?
+            .map_err(|e| failed(fleet, "reading the control state", &e))?
             .with_context(|| format!("the fleet has no control state under {}", keys.prefix()))?;
         let versions = store::history(&mut client, &keys)
             .await
-            .map_err(|e| down(fleet, &e))?;
+            .map_err(|e| failed(fleet, "reading the history", &e))?
+            .records;
         let chosen = match version {
             Some(serial) => versions.into_iter().find(|v| v.serial == serial).with_context(
                 || format!("version {serial} is not in the fleet history (see `steerdns control history`)"),
@@ -276,7 +381,7 @@ pub fn diff(config: &Config, a: u64, b: u64) -> Result<ExitCode> {
         for serial in [a, b] {
             let version = store::version(&mut client, &keys, serial)
                 .await
-                .map_err(|e| down(fleet, &e))?
+                .map_err(|e| failed(fleet, "reading the history", &e))?
                 .with_context(|| format!("version {serial} is not in the fleet history"))?;
             texts.push(version.text);
         }
@@ -313,7 +418,7 @@ pub fn init(config: &Config, from: &std::path::Path) -> Result<ExitCode> {
         let source = format!("fleet init from {} by {}", from.display(), store::who());
         match store::seed(&mut client, &keys, &text, &source, 0)
             .await
-            .map_err(|e| down(fleet, &e))?
+            .map_err(|e| unconfirmed("fleet init", &e, "steerdns control history"))?
         {
             Ok(control) => {
                 println!(
@@ -344,7 +449,7 @@ pub fn forget(config: &Config, name: &str) -> Result<ExitCode> {
         let response = client
             .delete(keys.member(name), None)
             .await
-            .map_err(|e| down(fleet, &e))?;
+            .map_err(|e| unconfirmed(&format!("forgetting {name}"), &e, "steerdns fleet status"))?;
         if response.deleted() == 0 {
             bail!("no member {name:?} under {}", keys.prefix());
         }
@@ -372,8 +477,14 @@ struct FleetStatusView {
     rollout: Option<String>,
     /// The traffic shield's leader (holder of `<prefix>/shield/leader`), if any.
     leader: Option<String>,
-    /// The revision of the shield state the leader last published.
+    /// Whether the leader key is on a lease (false: written by hand; a node takes it over).
+    leader_on_lease: bool,
+    /// The revision of the shield state the leader last published, and how old it is (by the
+    /// leader's clock: a leader that stopped publishing shows here).
     shield_revision: Option<i64>,
+    shield_state_age_secs: Option<f64>,
+    /// Records under the prefix that do not decode (skipped; the rest is used), by key.
+    bad_records: Vec<store::BadRecord>,
     /// Shared health probing: who probes what and what the fleet serves (absent when no
     /// node publishes probe results).
     health: Option<FleetHealthView>,
@@ -516,19 +627,56 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
     let fleet = fleet_of(config)?;
     let view = runtime()?.block_on(async {
         let (mut client, keys) = connect(fleet).await?;
-        let fail = |e: steerdns::fleet::FleetError| down(fleet, &e);
-        let control = store::get_control(&mut client, &keys).await.map_err(fail)?;
-        let nodes = store::nodes(&mut client, &keys).await.map_err(fail)?;
-        let members = store::members(&mut client, &keys).await.map_err(fail)?;
-        let convergence = store::convergence(&mut client, &keys).await.map_err(fail)?;
-        let shield = store::shield(&mut client, &keys).await.map_err(fail)?;
+        let fail = |what: &'static str| move |e: FleetError| failed(fleet, what, &e);
+        let control = store::get_control(&mut client, &keys)
+            .await
+            .map_err(fail("reading the control state"))?;
+        let listed = store::nodes(&mut client, &keys)
+            .await
+            .map_err(fail("reading the registry"))?;
+        let members = store::members(&mut client, &keys)
+            .await
+            .map_err(fail("reading the members"))?;
+        let convergence = store::convergence(&mut client, &keys)
+            .await
+            .map_err(fail("reading the convergence"))?;
+        let shield = store::shield(&mut client, &keys)
+            .await
+            .map_err(fail("reading the shield keys"))?;
         let probers = steerdns::fleet::health::read_all(&mut client, &keys)
             .await
-            .map_err(fail)?;
-        let staged = steerdns::fleet::rollout::get(&mut client, &keys)
+            .map_err(fail("reading the probers"))?;
+        let stored = steerdns::fleet::rollout::get(&mut client, &keys)
             .await
-            .map_err(fail)?
-            .map(|(record, _)| record);
+            .map_err(fail("reading the rollout state"))?;
+        let mut bad: Vec<store::BadRecord> = listed.bad.clone();
+        bad.extend(members.bad.iter().cloned());
+        bad.extend(shield.bad.iter().cloned());
+        bad.extend(probers.values().filter_map(|p| {
+            let reason = p.record.as_ref().err()?;
+            Some(store::BadRecord {
+                key: reason.split(": ").next().unwrap_or("").to_string(),
+                reason: reason.clone(),
+                seen_by: String::new(),
+            })
+        }));
+        let nodes = listed.records;
+        let members = members.records;
+        let (rollout_problem, staged) = match stored {
+            steerdns::fleet::rollout::Stored::Found(record, _) => (None, Some(record)),
+            steerdns::fleet::rollout::Stored::Missing => (
+                stages(config).then(|| {
+                    "rollout state missing: every node holds at what it serves until the coordinator re-creates it".to_string()
+                }),
+                None,
+            ),
+            steerdns::fleet::rollout::Stored::Unreadable { reason, .. } => (
+                Some(format!(
+                    "rollout state UNREADABLE ({reason}): every node holds at what it serves; `steerdns rollout reset` replaces it"
+                )),
+                None,
+            ),
+        };
         // A node the rollout holds at the last known good is where it should be.
         let held = |node: &NodeRecord| match (&staged, &control) {
             (Some(record), Some(control)) if node.rollout.is_some() => {
@@ -537,10 +685,13 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             }
             _ => false,
         };
-        let rollout = staged.as_ref().map(|record| {
-            let lines = record.rollout.describe(steerdns::fleet::rollout::now_ms());
-            lines.get(..2).unwrap_or(&lines).join("; ")
-        });
+        let rollout = match &staged {
+            Some(record) => {
+                let lines = record.rollout.describe(steerdns::fleet::rollout::now_ms());
+                Some(lines.get(..2).unwrap_or(&lines).join("; "))
+            }
+            None => rollout_problem,
+        };
         let (revision, serial) = control.as_ref().map_or((0, 0), |c| (c.revision, c.serial));
         let missing = members
             .iter()
@@ -571,8 +722,13 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             last_convergence: convergence,
             rollout,
             leader: shield.leader,
+            leader_on_lease: shield.leader_lease != 0,
             shield_revision: shield.revision,
+            shield_state_age_secs: shield.state_at_ms.map(|at| {
+                steerdns::fleet::rollout::now_ms().saturating_sub(at) as f64 / 1000.0
+            }),
             health: health_view(fleet, &probers),
+            bad_records: bad,
         })
     })?;
     if json {
@@ -636,10 +792,24 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
     }
     match (&view.leader, view.shield_revision) {
         (Some(leader), revision) => println!(
-            "shield leader: {leader}; published state revision {}",
-            revision.map_or("-".to_string(), |r| r.to_string())
+            "shield leader: {leader}{}; published state revision {}{}",
+            if view.leader_on_lease {
+                ""
+            } else {
+                " (key on no lease: written by hand; a node takes it over)"
+            },
+            revision.map_or("-".to_string(), |r| r.to_string()),
+            view.shield_state_age_secs
+                .map_or(String::new(), |age| format!(", {age:.1} s old"))
         ),
         (None, _) => println!("shield leader: none"),
+    }
+    if !view.bad_records.is_empty() {
+        println!(
+            "{} record(s) skipped (do not decode; the rest is used):",
+            view.bad_records.len()
+        );
+        print_bad(&view.bad_records);
     }
     if let Some(c) = &view.last_convergence {
         println!(

@@ -499,6 +499,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         if let Some(r) = &f.rollout {
             print_rollout(r);
         }
+        fleet::print_link_problems(f);
     }
     if let Some(health) = &status.health {
         print_health(health);
@@ -510,9 +511,16 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     if let Some(encrypted) = &status.encrypted {
         print_encrypted(encrypted);
     }
+    if let Some(cookies) = &status.cookies {
+        print_cookies(cookies);
+    }
+    for zone in &status.dnssec_not_served {
+        println!("dnssec: {} NOT SERVED: {}", zone.zone, zone.reason);
+    }
     if let Some(dnssec) = &status.dnssec {
         print_dnssec(dnssec);
     }
+    print_connection_limits(&status);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -532,6 +540,31 @@ pub(crate) fn override_line(o: &steerdns::reload::OverrideView) -> String {
             None => "; written to etcd when etcd is back".to_string(),
         }
     )
+}
+
+/// The admin endpoint's connections and the descriptor budget (servers older than them send
+/// neither).
+fn print_connection_limits(status: &StatusView) {
+    if let Some(a) = &status.admin_connections {
+        println!(
+            "admin connections: {} open of {}; closed {} slow head(s), {} idle, {} evicted for \
+             newcomers; refused {} (every place serving), {} (descriptor reserve)",
+            a.open,
+            a.max_connections,
+            a.closed_header_timeout,
+            a.closed_idle_timeout,
+            a.evicted,
+            a.refused_full,
+            a.refused_descriptors
+        );
+    }
+    if let Some(d) = status.descriptors.as_ref().filter(|d| d.limit > 0) {
+        println!(
+            "file descriptors: about {} of {} open; {} kept free, {} for the admin endpoint; \
+             {} DNS connection(s) refused to keep them",
+            d.open_estimate, d.limit, d.reserve, d.admin_share, d.refused_dns
+        );
+    }
 }
 
 fn print_drills(d: &steerdns::drill::log::DrillStatus) {
@@ -606,16 +639,22 @@ fn print_encrypted(view: &steerdns::metrics::encrypted::EncryptedView) {
     for t in &view.transports {
         println!(
             "  {}: {} queries, {} connections open, {} accepted; refused per client {}, \
-             handshakes failed {} timed out {}, frame timeouts {}, bad requests {}",
+             refused full {}, handshakes failed {} timed out {}, frame timeouts {}, bad requests \
+             {}, idle timeouts {}; closed to make room: idle {}, stalled {}; closed at lifetime {}",
             t.transport,
             t.queries,
             t.connections_open,
             t.connections_accepted,
             t.refused_per_client,
+            t.refused_full,
             t.handshake_failed,
             t.handshake_timeout,
             t.frame_timeout,
-            t.bad_request
+            t.bad_request,
+            t.idle_timeout,
+            t.closed_idle_to_make_room,
+            t.closed_stalled_to_make_room,
+            t.closed_at_lifetime
         );
     }
 }
@@ -650,6 +689,19 @@ fn print_rollout(r: &steerdns::reload::RolloutView) {
     if let Some(reason) = &r.halted {
         println!("  HALTED: {reason}");
     }
+}
+
+fn print_cookies(view: &steerdns::admin::CookieView) {
+    let join = |counts: &std::collections::BTreeMap<String, u64>| {
+        counts
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!("dns cookies: {}", view.secret);
+    println!("  queries with a cookie: {}", join(&view.queries));
+    println!("  anycast answers, demand: {}", join(&view.demand_answers));
 }
 
 fn print_dnssec(d: &steerdns::admin::DnssecView) {
@@ -778,6 +830,14 @@ fn print_health(health: &steerdns::health::HealthReport) {
         for refused in &sharing.refused {
             println!("  REFUSED {refused}");
         }
+    }
+    if health.lookups_in_flight > 0 {
+        println!(
+            "health: {} of at most {} name lookups of probe targets in flight (all of them for \
+             long: the system resolver hangs)",
+            health.lookups_in_flight,
+            steerdns::health::lookup::MAX_LOOKUPS
+        );
     }
     for t in &health.targets {
         let mut line = format!(

@@ -6,18 +6,18 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use etcd_client::Client;
 
 use steerdns::config::fleet::FleetConfig;
 use steerdns::config::Config;
 use steerdns::fleet::bundles::BundleRecord;
-use steerdns::fleet::rollout::{self as staged, RolloutRecord};
+use steerdns::fleet::rollout::{self as staged, RolloutRecord, Stored};
 use steerdns::fleet::store;
 use steerdns::fleet::Keys;
 use steerdns::rollout::{Phase, Rollout};
 
-use super::fleet::{connect, down, fleet_of, runtime};
+use super::fleet::{after_write, connect, failed, fleet_of, runtime, unconfirmed};
 
 /// How many times resume/abort re-read the state when the coordinator wrote it meanwhile.
 const ATTEMPTS: u32 = 50;
@@ -42,50 +42,113 @@ struct StatusView {
     /// The rollout of the nodes' config/zone/GeoIP bundles, if any node stages them.
     bundles: Option<BundleRecord>,
     bundles_text: Vec<String>,
+    /// Registry records skipped because they do not decode (key and why).
+    bad_records: Vec<store::BadRecord>,
 }
 
 async fn coordinator(client: &mut Client, keys: &Keys) -> Option<String> {
     let response = client.get(keys.coordinator(), None).await.ok()?;
     let kv = response.kvs().first()?;
-    kv.value_str().ok().map(str::to_string)
+    let name = kv.value_str().ok()?.to_string();
+    Some(if kv.lease() == 0 {
+        format!("{name} (key on no lease: written by hand; a node takes it over)")
+    } else {
+        name
+    })
 }
 
-async fn read_state(
+/// The rollout state however it stands (missing and unreadable included).
+async fn read_stored(
     fleet: &FleetConfig,
     client: &mut Client,
     keys: &Keys,
-) -> Result<(RolloutRecord, i64)> {
-    match staged::get(client, keys)
+) -> Result<Stored<RolloutRecord>> {
+    staged::get(client, keys)
         .await
-        .map_err(|e| down(fleet, &e))?
-    {
-        Some(found) => Ok(found),
-        None => bail!(
-            "no rollout state under {}: staged rollouts need [fleet.rollout] in the nodes' config \
-             (a node with it creates the state)",
-            keys.prefix()
-        ),
+        .map_err(|e| failed(fleet, "reading the rollout state", &e))
+}
+
+/// The live nodes' registry entries (records that do not decode are skipped and returned).
+async fn read_nodes(
+    fleet: &FleetConfig,
+    client: &mut Client,
+    keys: &Keys,
+) -> Result<(Vec<store::NodeRecord>, Vec<store::BadRecord>)> {
+    let listed = store::nodes(client, keys)
+        .await
+        .map_err(|e| failed(fleet, "reading the registry", &e))?;
+    Ok((listed.records, listed.bad))
+}
+
+/// What the nodes' own reports say of a finished rollout: a claim that every node serves a
+/// revision is made only from them.
+fn served_lines(record: &RolloutRecord, nodes: &[store::NodeRecord]) -> Vec<String> {
+    let reports = staged::reports(nodes);
+    let rollout = &record.rollout;
+    let expected = match rollout.phase {
+        Phase::Completed { .. } => rollout.candidate,
+        Phase::Halted { .. } | Phase::Aborted { .. } => rollout.lkg,
+        Phase::Running => return Vec::new(),
+    };
+    if reports.is_empty() {
+        return vec!["no live node reports what it serves".to_string()];
     }
+    let behind = staged::not_serving(&reports, expected);
+    if behind.is_empty() {
+        return vec![format!(
+            "every live node ({}) reports serving revision {expected}",
+            reports.len()
+        )];
+    }
+    let names: Vec<String> = behind
+        .iter()
+        .map(|(name, serving)| {
+            let serves = serving.map_or("nothing from the fleet".to_string(), |r| {
+                format!("revision {r}")
+            });
+            format!("{name} (serves {serves})")
+        })
+        .collect();
+    vec![format!(
+        "NOT every node serves revision {expected} yet: {}",
+        names.join(", ")
+    )]
 }
 
 pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
     let fleet = fleet_of(config)?;
     let view = runtime()?.block_on(async {
         let (mut client, keys) = connect(fleet).await?;
-        let (record, _) = read_state(fleet, &mut client, &keys).await?;
+        let stored = read_stored(fleet, &mut client, &keys).await?;
         let control = store::get_control(&mut client, &keys)
             .await
-            .map_err(|e| down(fleet, &e))?;
+            .map_err(|e| failed(fleet, "reading the control state", &e))?;
         let (control_revision, control_serial) = control.map_or((0, 0), |c| (c.revision, c.serial));
+        let (nodes, bad_records) = read_nodes(fleet, &mut client, &keys).await?;
+        let record = match stored {
+            Stored::Found(record, _) => record,
+            Stored::Missing => bail!(
+                "no rollout state under {}: every node with [fleet.rollout] holds at what it serves until the coordinator (a live node with [fleet.rollout]) creates it; `steerdns rollout reset` creates it now",
+                keys.prefix()
+            ),
+            Stored::Unreadable { reason, .. } => bail!(
+                "the rollout state under {} is unreadable ({reason}): every node holds at what it serves; `steerdns rollout reset` replaces it with one settled on the last version every node serves",
+                keys.prefix()
+            ),
+        };
         let coordinator = coordinator(&mut client, &keys).await;
-        let text = record.rollout.describe(staged::now_ms());
+        let mut text = record.rollout.describe(staged::now_ms());
+        text.extend(served_lines(&record, &nodes));
         let bundles = staged::get_state::<BundleRecord>(&mut client, &keys.bundle_rollout())
             .await
-            .map_err(|e| down(fleet, &e))?
-            .map(|(record, _)| record);
-        let bundles_text = bundles
-            .as_ref()
-            .map_or_else(Vec::new, |b| b.describe(staged::now_ms()));
+            .map_err(|e| failed(fleet, "reading the bundle rollout", &e))?;
+        let bundles_text = match &bundles {
+            Stored::Found(b, _) => b.describe(staged::now_ms()),
+            Stored::Missing => Vec::new(),
+            Stored::Unreadable { reason, .. } => vec![format!(
+                "bundle rollout state UNREADABLE ({reason}): every node holds at the bundle it serves"
+            )],
+        };
         Ok::<_, anyhow::Error>(StatusView {
             prefix: keys.prefix().to_string(),
             control_revision,
@@ -96,8 +159,9 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             lkg_serial: record.lkg_serial,
             rollout: record.rollout,
             text,
-            bundles,
+            bundles: bundles.found().map(|(record, _)| record),
             bundles_text,
+            bad_records,
         })
     })?;
     if json {
@@ -123,7 +187,75 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             "coordinator: none (no live node with [fleet.rollout]; nothing moves until one starts)"
         ),
     }
+    if !view.bad_records.is_empty() {
+        println!("registry records skipped (they do not decode):");
+        super::fleet::print_bad(&view.bad_records);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A state settled on the last version every node serves, to replace a missing or
+/// unreadable one (see [`staged::recovered`]).
+async fn recovered(
+    fleet: &FleetConfig,
+    client: &mut Client,
+    keys: &Keys,
+) -> Result<(RolloutRecord, String)> {
+    let control = store::get_control(client, keys)
+        .await
+        .map_err(|e| failed(fleet, "reading the control state", &e))?
+        .with_context(|| format!("the fleet has no control state under {}", keys.prefix()))?;
+    let history = store::history(client, keys)
+        .await
+        .map_err(|e| failed(fleet, "reading the history", &e))?;
+    let (nodes, bad) = read_nodes(fleet, client, keys).await?;
+    super::fleet::print_bad(&bad);
+    staged::recovered(
+        &control,
+        &history.records,
+        &staged::reports(&nodes),
+        staged::now_ms(),
+    )
+    .map_err(|reason| anyhow::anyhow!("{reason}; nothing was changed"))
+}
+
+/// Writes a rollout state by compare-and-swap; an unconfirmed write is said to be one.
+async fn put_state(
+    client: &mut Client,
+    keys: &Keys,
+    record: &RolloutRecord,
+    expected: i64,
+) -> Result<bool> {
+    staged::put(client, keys, record, expected)
+        .await
+        .map_err(|e| unconfirmed("writing the rollout state", &e, "steerdns rollout status"))
+}
+
+/// `steerdns rollout reset`: replaces a missing or unreadable rollout state (compare-and-swap
+/// on the one read) with one settled on the last version every node serves.
+pub fn reset(config: &Config) -> Result<ExitCode> {
+    let fleet = fleet_of(config)?;
+    runtime()?.block_on(async {
+        let (mut client, keys) = connect(fleet).await?;
+        for _ in 0..ATTEMPTS {
+            let stored = read_stored(fleet, &mut client, &keys).await?;
+            if let Stored::Found(record, _) = &stored {
+                bail!(
+                    "the rollout state of revision {} is readable: nothing to reset (use `rollout resume` or `rollout abort`); nothing was changed",
+                    record.rollout.candidate
+                );
+            }
+            let (record, line) = recovered(fleet, &mut client, &keys).await?;
+            if put_state(&mut client, &keys, &record, stored.revision()).await? {
+                println!("reset the rollout state: {line}");
+                println!(
+                    "the coordinator rolls the newest version out from it again, wave by wave (`steerdns rollout status`)"
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        bail!("the rollout state kept changing; try again (nothing was changed)")
+    })
 }
 
 pub fn resume(config: &Config, bundles: bool) -> Result<ExitCode> {
@@ -137,18 +269,30 @@ pub fn resume(config: &Config, bundles: bool) -> Result<ExitCode> {
     runtime()?.block_on(async {
         let (mut client, keys) = connect(fleet).await?;
         for _ in 0..ATTEMPTS {
-            let (mut record, revision) = read_state(fleet, &mut client, &keys).await?;
-            let nodes = store::nodes(&mut client, &keys)
-                .await
-                .map_err(|e| down(fleet, &e))?;
+            let stored = read_stored(fleet, &mut client, &keys).await?;
+            let expected = stored.revision();
+            let Some((mut record, revision)) = stored.found() else {
+                // Unparseable or missing: resuming is resetting it; the coordinator then rolls
+                // the newest version out again from the canary.
+                let (record, line) = recovered(fleet, &mut client, &keys).await?;
+                if put_state(&mut client, &keys, &record, expected).await? {
+                    println!("the rollout state could not be read; reset it: {line}");
+                    let newest = store::get_control(&mut client, &keys)
+                        .await
+                        .map_err(|e| {
+                            after_write("reading the control state", "reset the rollout state", &e)
+                        })?
+                        .map_or(0, |c| c.revision);
+                    return follow(fleet, &mut client, &keys, newest).await;
+                }
+                continue;
+            };
+            let (nodes, _) = read_nodes(fleet, &mut client, &keys).await?;
             let reports = staged::reports(&nodes);
             if let Err(e) = record.rollout.resume(&reports, staged::now_ms()) {
-                bail!("{e}");
+                bail!("{e}; nothing was changed");
             }
-            if staged::put(&mut client, &keys, &record, revision)
-                .await
-                .map_err(|e| down(fleet, &e))?
-            {
+            if put_state(&mut client, &keys, &record, revision).await? {
                 println!(
                     "resumed the rollout of revision {}: wave {} of {} gets it again and is judged afresh",
                     record.rollout.candidate,
@@ -158,7 +302,7 @@ pub fn resume(config: &Config, bundles: bool) -> Result<ExitCode> {
                 return follow(fleet, &mut client, &keys, record.rollout.candidate as i64).await;
             }
         }
-        bail!("the rollout state kept changing; try again")
+        bail!("the rollout state kept changing; try again (nothing was changed)")
     })
 }
 
@@ -173,23 +317,31 @@ pub fn abort(config: &Config, bundles: bool) -> Result<ExitCode> {
         let (mut client, keys) = connect(fleet).await?;
         let source = format!("rollout abort by {}", store::who());
         for _ in 0..ATTEMPTS {
-            let (mut record, revision) = read_state(fleet, &mut client, &keys).await?;
-            if let Err(e) = record.rollout.abort(staged::now_ms()) {
-                bail!("{e}");
-            }
+            let stored = read_stored(fleet, &mut client, &keys).await?;
+            let revision = stored.revision();
+            let record = match stored {
+                Stored::Found(mut record, _) => {
+                    if let Err(e) = record.rollout.abort(staged::now_ms()) {
+                        bail!("{e}; nothing was changed");
+                    }
+                    record
+                }
+                // Unparseable or missing: abort to the last version every node serves.
+                _ => recovered(fleet, &mut client, &keys).await?.0,
+            };
             let written = staged::write_back(&mut client, &keys, &record, revision, &source)
                 .await
-                .map_err(|e| down(fleet, &e))?;
+                .map_err(|e| unconfirmed("aborting the rollout", &e, "steerdns rollout status"))?;
             if let Some(control) = written {
                 println!(
-                    "aborted the rollout of revision {}: every node serves revision {}'s content; \
+                    "aborted the rollout of revision {}: every node is sent back to revision {}'s content; \
                      the fleet's control state is back to it as revision {} (serial {})",
                     record.rollout.candidate, record.rollout.lkg, control.revision, control.serial
                 );
                 return Ok(ExitCode::SUCCESS);
             }
         }
-        bail!("the control state or the rollout kept changing; try again")
+        bail!("the control state or the rollout kept changing; try again (nothing was changed)")
     })
 }
 
@@ -207,19 +359,21 @@ fn change_bundles(
         for _ in 0..ATTEMPTS {
             let found = staged::get_state::<BundleRecord>(&mut client, &key)
                 .await
-                .map_err(|e| down(fleet, &e))?;
-            let Some((mut record, revision)) = found else {
-                bail!("no bundle rollout under {}", keys.prefix());
+                .map_err(|e| failed(fleet, "reading the bundle rollout", &e))?;
+            let (mut record, revision) = match found {
+                Stored::Found(record, revision) => (record, revision),
+                Stored::Missing => bail!("no bundle rollout under {}", keys.prefix()),
+                Stored::Unreadable { reason, .. } => bail!(
+                    "the bundle rollout state is unreadable ({reason}); nothing was changed. Delete {key}: the coordinator re-creates it with every node's bundle as its last known good"
+                ),
             };
-            let nodes = store::nodes(&mut client, &keys)
-                .await
-                .map_err(|e| down(fleet, &e))?;
+            let (nodes, _) = read_nodes(fleet, &mut client, &keys).await?;
             if let Err(e) = change(&mut record, &nodes) {
-                bail!("bundles: {e}");
+                bail!("bundles: {e}; nothing was changed");
             }
             if staged::put_state(&mut client, &key, &record, revision)
                 .await
-                .map_err(|e| down(fleet, &e))?
+                .map_err(|e| unconfirmed("writing the bundle rollout", &e, "steerdns rollout status"))?
             {
                 println!(
                     "{done} the bundle rollout of generation {}",
@@ -231,7 +385,7 @@ fn change_bundles(
                 return Ok(ExitCode::SUCCESS);
             }
         }
-        bail!("the bundle rollout kept changing; try again")
+        bail!("the bundle rollout kept changing; try again (nothing was changed)")
     })
 }
 
@@ -247,10 +401,18 @@ pub async fn follow(
     let limit = Duration::from_secs(fleet.converge_timeout_secs);
     let target = revision.max(0) as u64;
     loop {
-        let state = staged::get(client, keys).await.ok().flatten();
+        let state = staged::get(client, keys).await.ok();
         let elapsed = started.elapsed();
         let ms = elapsed.as_secs_f64() * 1000.0;
-        if let Some((record, _)) = state {
+        if let Some(Stored::Missing | Stored::Unreadable { .. }) = &state {
+            if elapsed >= limit {
+                println!(
+                    "the rollout state is missing or unreadable after {ms:.0} ms: every node holds at what it serves (`steerdns rollout status`, `steerdns rollout reset`)"
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        if let Some(Stored::Found(record, _)) = state {
             let rollout = &record.rollout;
             if rollout.candidate > target {
                 println!(
@@ -264,6 +426,12 @@ pub async fn follow(
             if done || elapsed >= limit {
                 for line in rollout.describe(staged::now_ms()) {
                     println!("{line}");
+                }
+                // What the nodes themselves report, not only what the state says.
+                if let Ok(listed) = store::nodes(client, keys).await {
+                    for line in served_lines(&record, &listed.records) {
+                        println!("{line}");
+                    }
                 }
                 return Ok(match (&rollout.phase, about) {
                     (Phase::Completed { .. }, true) => {

@@ -120,7 +120,8 @@ fn fleet_recent(config: &Config) -> Result<Vec<Recorded>> {
         let (mut client, keys) = fleet::connect(fleet_config).await?;
         let versions = steerdns::fleet::store::history(&mut client, &keys)
             .await
-            .map_err(|e| fleet::down(fleet_config, &e))?;
+            .map_err(|e| fleet::down(fleet_config, &e))?
+            .records;
         let start = versions.len().saturating_sub(RECENT_VERSIONS);
         Ok(versions[start..]
             .iter()

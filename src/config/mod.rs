@@ -126,9 +126,11 @@ pub struct ShieldConfig {
     pub load_file: Option<PathBuf>,
     /// A Prometheus server to query for load (`[shield.prometheus]`).
     pub prometheus: Option<prometheus::PrometheusConfig>,
-    /// Resolvers (source address networks) whose ECS addresses the shield's demand count
-    /// trusts; ECS from any other source still steers the answer but is not counted
-    /// (queries without ECS count by their source). Empty (default): no ECS is counted.
+    /// Resolvers (source address networks) the shield's demand count trusts: their ECS
+    /// addresses count, and so do their queries without ECS over UDP without a valid DNS
+    /// cookie. ECS from any other source still steers the answer but is not counted; other
+    /// queries without ECS count by their source only when it is proven (TCP, DoT/DoH/DoQ,
+    /// or a valid server cookie). Empty (default): nothing counts unproven.
     pub trusted_ecs_resolvers: Vec<IpNet>,
 }
 
@@ -224,6 +226,32 @@ pub struct ServerConfig {
     pub xdp: Option<XdpConfig>,
     /// DNS over TLS, HTTPS and QUIC (optional).
     pub tls: Option<TlsConfig>,
+    /// DNS Cookies (RFC 7873, RFC 9018 server cookies).
+    pub cookies: CookieConfig,
+}
+
+/// `[server.cookies]`: DNS Cookies (RFC 7873) with RFC 9018's interoperable server cookie.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CookieConfig {
+    /// Answer COOKIE options (on by default); off, no cookie is sent back and none proves a
+    /// source (a malformed option is FORMERR either way: RFC 7873 §5.2.2).
+    pub enabled: bool,
+    /// The server secret: a file (0600) whose first line is 32 hex digits (16 bytes), and
+    /// optionally a second line with the previous secret, still accepted while a new one is
+    /// rolled out. Give every node of a fleet the same file, so each verifies the cookies
+    /// the others issued. Unset: a random secret made when the process starts (kept across
+    /// reloads; cookies from other nodes or an earlier process do not verify).
+    pub secret_file: Option<PathBuf>,
+}
+
+impl Default for CookieConfig {
+    fn default() -> Self {
+        CookieConfig {
+            enabled: true,
+            secret_file: None,
+        }
+    }
 }
 
 /// `[server.tls]`: the encrypted transports -- DNS over TLS (RFC 7858), over HTTPS (RFC 8484,
@@ -333,6 +361,7 @@ impl Default for ServerConfig {
             tcp: TcpConfig::default(),
             xdp: None,
             tls: None,
+            cookies: CookieConfig::default(),
         }
     }
 }
@@ -347,13 +376,15 @@ pub struct TcpConfig {
     pub busy_idle_timeout_ms: u64,
     /// Seconds a connection may live, however busy (wall clock); the client reconnects.
     pub max_connection_lifetime_secs: u64,
-    /// TCP connections served at once.
+    /// TCP connections served at once. A newcomer to full slots closes the worst holder (idle,
+    /// or mid-query longest for the queries it completed) or, if every holder is answering
+    /// right now, is closed itself; the accept loop never waits.
     pub max_connections: usize,
     /// Connections one client (a `client_prefix_v4`/`client_prefix_v6` prefix) may hold
     /// open; further ones are closed at once.
     pub max_connections_per_client: usize,
     /// Prefix lengths that make one client for `max_connections_per_client`, here and on the
-    /// encrypted transports ([server.tls]).
+    /// encrypted transports ([server.tls]): /24 and /48 by default.
     pub client_prefix_v4: u8,
     pub client_prefix_v6: u8,
     /// Seconds a client has to finish a query (length and message) once it sent its first
@@ -372,7 +403,7 @@ impl Default for TcpConfig {
             max_connections: 1024,
             max_connections_per_client: 32,
             client_prefix_v4: 24,
-            client_prefix_v6: 56,
+            client_prefix_v6: 48,
             frame_timeout_secs: 3,
             max_queries_per_connection: 10_000,
         }
@@ -551,6 +582,9 @@ impl Config {
         if let Some((field, message)) = shield.prometheus.as_ref().and_then(|p| p.problem()) {
             return Err(invalid(field, message));
         }
+        if let Some((field, message)) = self.admin.problem() {
+            return Err(invalid(field, message));
+        }
         if self.control.history_keep == 0 {
             return Err(invalid("control.history_keep", "must be at least 1".into()));
         }
@@ -687,6 +721,7 @@ impl Config {
             &mut self.control.history_dir,
             &mut self.admin.token_file,
             &mut self.shield.load_file,
+            &mut self.server.cookies.secret_file,
         ]
         .into_iter()
         .chain(self.fleet.iter_mut().flat_map(|f| {

@@ -1,10 +1,11 @@
 //! The DNS wire protocol: reading queries in place ([`wire`]), writing messages with
-//! compression ([`writer`]), DNSSEC's canonical order ([`canonical`]), and who asked
-//! ([`wire::Requester`]).
+//! compression ([`writer`]), DNSSEC's canonical order ([`canonical`]), DNS Cookies
+//! ([`cookie`]), and who asked ([`wire::Requester`]).
 //!
 //! Owns byte-level correctness (header flags, EDNS, ECS, truncation, letter case). The lowest
 //! layer: it imports nothing else of steerdns. Answering a query is [`crate::answer`].
 
 pub mod canonical;
+pub mod cookie;
 pub mod wire;
 pub mod writer;

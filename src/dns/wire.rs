@@ -6,6 +6,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use super::cookie::Cookie;
+
 pub const HEADER_LEN: usize = 12;
 /// RFC 1035 limit on a name in wire format, including the root label.
 pub const MAX_NAME_LEN: usize = 255;
@@ -51,12 +53,16 @@ pub mod rcode {
     pub const NOTIMP: u16 = 4;
     pub const REFUSED: u16 = 5;
     pub const BADVERS: u16 = 16;
+    /// RFC 7873 §8: a server cookie is needed (or was wrong); the client retries with ours.
+    pub const BADCOOKIE: u16 = 23;
 }
 
 /// EDNS option codes we read.
 pub mod option {
     pub const NSID: u16 = 3;
     pub const CLIENT_SUBNET: u16 = 8;
+    /// RFC 7873 DNS Cookies.
+    pub const COOKIE: u16 = 10;
 }
 
 /// Header flag bits (in the 16-bit flags word).
@@ -211,6 +217,9 @@ pub struct Edns {
     pub dnssec_ok: bool,
     pub nsid_requested: bool,
     pub client_subnet: Option<ClientSubnet>,
+    /// The first COOKIE option (RFC 7873 §5.2: later ones are ignored). The answer path
+    /// replaces its server cookie with the one to send back (`crate::answer`).
+    pub cookie: Option<Cookie>,
 }
 
 /// A parsed query: header fields, the question, and EDNS.
@@ -396,6 +405,7 @@ fn parse_opt(record: &RawRecord<'_>) -> Result<Edns, Edns> {
         dnssec_ok: record.ttl & 0x8000 != 0,
         nsid_requested: false,
         client_subnet: None,
+        cookie: None,
     };
     parse_options(record.rdata, base).ok_or(base)
 }
@@ -415,6 +425,8 @@ fn parse_options(mut options: &[u8], base: Edns) -> Option<Edns> {
                 }
                 edns.client_subnet = Some(parse_client_subnet(data)?);
             }
+            // A malformed COOKIE is FORMERR (RFC 7873 §5.2.2); only the first counts.
+            option::COOKIE if edns.cookie.is_none() => edns.cookie = Some(Cookie::parse(data)?),
             _ => {} // unknown options are ignored (RFC 6891 §6.1.2)
         }
         options = &options[4 + len..];
@@ -574,6 +586,31 @@ mod tests {
             match parse_query(&p) {
                 Err(Reject::Error { rcode, .. }) => assert_eq!(rcode, rcode::FORMERR),
                 other => panic!("{option:?}: {other:?}"),
+            }
+        }
+    }
+
+    fn cookie_option(data: &[u8]) -> Vec<u8> {
+        let mut o = vec![0, 10];
+        o.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        o.extend_from_slice(data);
+        o
+    }
+
+    #[test]
+    fn reads_the_first_cookie_and_refuses_a_malformed_one() {
+        let options = [cookie_option(&[1; 8]), cookie_option(&[2; 24])].concat();
+        let p = query(b"\x01a\x00", 1, &opt(&options), 1);
+        let cookie = parse_query(&p).unwrap().edns.unwrap().cookie.unwrap();
+        assert_eq!((cookie.client, cookie.server()), ([1; 8], &[][..]));
+        for len in [0, 7, 9, 15, 41] {
+            let p = query(b"\x01a\x00", 1, &opt(&cookie_option(&vec![3; len])), 1);
+            match parse_query(&p) {
+                Err(Reject::Error { rcode, edns, .. }) => {
+                    assert_eq!(rcode, rcode::FORMERR, "{len} bytes");
+                    assert!(edns.is_some_and(|e| e.cookie.is_none()), "{len} bytes");
+                }
+                other => panic!("{len} bytes: {other:?}"),
             }
         }
     }

@@ -231,6 +231,28 @@ fn read_seed(dir: &Path) -> Result<Vec<u8>, KeyError> {
     Ok(seed)
 }
 
+/// Replaces the key directory's rollover seed with 32 fresh random bytes (base64, 0600,
+/// atomically): successors made from now on derive from it, so whoever saw the old seed
+/// cannot compute them. Keys already made are files and stay as they are. Every node of a
+/// fleet needs the new file before the next rollover starts, or nodes would make different
+/// successors. Returns its path.
+pub fn rotate_seed(dir: &Path) -> Result<PathBuf, KeyError> {
+    let path = dir.join(SEED_FILE);
+    let text = format!("{}\n", data_encoding::BASE64.encode(&random_seed()?));
+    crate::files::replace_private_file(&path, text.as_bytes()).map_err(|e| KeyError::Write {
+        path: path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(path)
+}
+
+fn random_seed() -> Result<[u8; 32], KeyError> {
+    let mut seed = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed)
+        .map_err(|e| KeyError::Crypto(e.to_string()))?;
+    Ok(seed)
+}
+
 /// Makes the key directory's rollover seed if it has none (32 random bytes, base64, 0600).
 /// Returns its path and whether it was made now.
 pub fn ensure_seed(dir: &Path) -> Result<(PathBuf, bool), KeyError> {
@@ -238,10 +260,7 @@ pub fn ensure_seed(dir: &Path) -> Result<(PathBuf, bool), KeyError> {
     if path.exists() {
         return Ok((path, false));
     }
-    let mut seed = [0u8; 32];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed)
-        .map_err(|e| KeyError::Crypto(e.to_string()))?;
-    let text = format!("{}\n", data_encoding::BASE64.encode(&seed));
+    let text = format!("{}\n", data_encoding::BASE64.encode(&random_seed()?));
     let write = || -> std::io::Result<()> {
         let mut out = std::fs::OpenOptions::new()
             .write(true)
@@ -473,6 +492,69 @@ mod tests {
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Whoever saw a seed can compute the successors it derives; after `rotate_seed` the next
+    /// successor is another key, still the same on every node given the new file, and the
+    /// keys already made stay as they are.
+    #[test]
+    fn a_rotated_seed_makes_other_successors_alike_on_every_node() {
+        let dir = seeded_key_dir("steerdns-roll-rotate");
+        let c = config();
+        let key = super::super::keys::generate(
+            &dir,
+            "example.org.",
+            Algorithm::Ed25519,
+            Role::Zsk,
+            active_since(100),
+        )
+        .expect("keygen");
+        let rolls = plan(std::slice::from_ref(&key), &c, 3600, 1031);
+        assert_eq!(rolls.len(), 1);
+        let old_seed = read_seed(&dir).expect("seed");
+        let from_old = derive_pkcs8(&old_seed, &rolls[0]).expect("derive");
+        let path = rotate_seed(&dir).expect("rotate");
+        let mode = std::fs::metadata(&path).expect("seed").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let new_seed = read_seed(&dir).expect("new seed");
+        assert_ne!(new_seed, old_seed);
+        // Another node with the new file.
+        let other = seeded_key_dir("steerdns-roll-rotate-other");
+        std::fs::copy(&path, other.join(SEED_FILE)).expect("ship the seed");
+        let there_path = other.join(key.path.file_name().expect("file name"));
+        std::fs::copy(&key.path, &there_path).expect("the old key on the other node");
+        let read = |path: &Path| super::super::keys::read_key(path).expect("read key");
+        apply(&dir, &mut [read(&key.path)], &rolls).expect("apply");
+        apply(&other, &mut [read(&there_path)], &rolls).expect("apply there");
+        let successor = |dir: &Path| {
+            super::super::keys::load_zone_keys(dir, "example.org.")
+                .expect("load")
+                .into_iter()
+                .find(|k| k.tag != key.tag)
+                .expect("a successor")
+        };
+        let (a, b) = (successor(&dir), successor(&other));
+        assert_eq!(
+            (a.tag, a.dnskey_rdata()),
+            (b.tag, b.dnskey_rdata()),
+            "alike"
+        );
+        let derived_old = super::super::keys::from_parts(
+            &dir,
+            "example.org.",
+            Algorithm::Ed25519,
+            Role::Zsk,
+            from_old,
+            rolls[0].successor,
+        )
+        .expect("the old seed's successor");
+        assert_ne!(
+            a.dnskey_rdata(),
+            derived_old.dnskey_rdata(),
+            "not the old seed's"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&other);
     }
 
     #[test]

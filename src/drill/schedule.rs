@@ -76,3 +76,59 @@ pub fn due(config: &Config, started: SystemTime, now: SystemTime) -> Option<Stri
         (now >= next).then(|| d.name.clone())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drill_is_due_a_period_after_startup_or_its_last_run_and_sooner_after_a_block() {
+        let dir = std::env::temp_dir().join(format!("steerdns-drill-due-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = include_str!("../../steerdns.toml")
+            .replace(
+                "file = \"control.toml\"",
+                &format!("file = \"{}/control.toml\"", dir.display()),
+            )
+            .replace(
+                "duration_secs = 5\n",
+                "duration_secs = 5\nevery_secs = 3600\n",
+            );
+        let config = Config::parse(&text, std::path::Path::new("steerdns.toml")).unwrap();
+        let start = crate::rfc3339::parse("2026-01-01T00:00:00Z").unwrap();
+        let hour = Duration::from_secs(3600);
+        assert_eq!(
+            due(&config, start, start + hour - Duration::from_secs(1)),
+            None
+        );
+        assert_eq!(
+            due(&config, start, start + hour).as_deref(),
+            Some("critical-alt-cdn")
+        );
+        let drill = &config.drills[0];
+        let mut run = log::DrillRun::new(drill, "schedule");
+        run.started = "2026-01-01T02:00:00Z".into();
+        run.result = "passed".into();
+        let path = log::path(&config).unwrap();
+        log::append(&path, &run).unwrap();
+        let last = crate::rfc3339::parse(&run.started).unwrap();
+        assert_eq!(
+            due(&config, start, last + hour - Duration::from_secs(1)),
+            None
+        );
+        assert!(due(&config, start, last + hour).is_some());
+        run.result = "blocked".into();
+        log::append(&path, &run).unwrap();
+        assert!(due(&config, start, last + RETRY_BLOCKED).is_some());
+        assert_eq!(
+            due(
+                &config,
+                start,
+                last + RETRY_BLOCKED - Duration::from_secs(1)
+            ),
+            None
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -61,10 +61,20 @@ pub fn spawn(
 
 async fn run(ctx: Ctx) {
     let mut backoff = Duration::from_millis(100);
+    let mut own = super::OwnLeases::default();
+    let mut last: Option<String> = None;
     loop {
-        let error = session(&ctx).await;
+        let error = session(&ctx, &mut own).await.to_string();
         ctx.origin.set_coordinator(false);
-        tracing::debug!("fleet: rollout coordinator: {error}; retrying in {backoff:?}");
+        // Loud once per new reason (a failing coordinator stops every rollout, `--emergency`
+        // included), quiet while the same reason repeats; status shows it meanwhile.
+        if last.as_deref() != Some(error.as_str()) {
+            tracing::warn!("fleet: rollout coordinator failed: {error}; retrying");
+        } else {
+            tracing::debug!("fleet: rollout coordinator: {error}; retrying in {backoff:?}");
+        }
+        ctx.origin.set_coordinator_error(Some(error.clone()));
+        last = Some(error);
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
@@ -79,17 +89,19 @@ async fn timed<T, E: Into<FleetError>>(
     super::within(&ctx.config, what, future).await
 }
 
-async fn session(ctx: &Ctx) -> FleetError {
-    super::ended(session_inner(ctx).await)
+async fn session(ctx: &Ctx, own: &mut super::OwnLeases) -> FleetError {
+    super::ended(session_inner(ctx, own).await)
 }
 
-async fn session_inner(ctx: &Ctx) -> Result<Infallible, FleetError> {
+async fn session_inner(ctx: &Ctx, own: &mut super::OwnLeases) -> Result<Infallible, FleetError> {
     let mut client = connect(&ctx.config).await?;
     let Lease {
         id: lease,
         mut keeper,
         mut keepalives,
     } = grant_lease(&ctx.config, &mut client, "a lease").await?;
+    let earlier = own.clone();
+    own.add(lease);
     let keep_every = keep_every(&ctx.config);
     let mut kept = Instant::now();
     let mut leader = false;
@@ -105,37 +117,57 @@ async fn session_inner(ctx: &Ctx) -> Result<Infallible, FleetError> {
                 _ => return Err(FleetError::Other("the coordinator's lease expired".into())),
             }
         }
-        if !leader {
-            if campaigned.is_some_and(|at| at.elapsed() < CAMPAIGN) {
-                continue;
-            }
+        // Campaign while not leading; while leading, check now and then that the key is
+        // still on this lease (deleted or overwritten by hand: campaign again).
+        if campaigned.is_none_or(|at| at.elapsed() >= CAMPAIGN) {
             campaigned = Some(Instant::now());
-            leader = campaign(ctx, &mut client, lease).await?;
-            ctx.origin.set_coordinator(leader);
+            leader = if leader {
+                super::holds(&ctx.config, &mut client, &ctx.keys.coordinator(), lease).await?
+            } else {
+                false
+            };
             if !leader {
-                continue;
+                leader = campaign(ctx, &mut client, lease, earlier.all()).await?;
             }
+            ctx.origin.set_coordinator(leader);
+        }
+        if !leader {
+            continue;
         }
         step(ctx, &mut client).await?;
+        ctx.origin.set_coordinator_error(None);
     }
 }
 
-/// Takes the coordinator key if nobody holds it (or this node held it before a reconnect).
-async fn campaign(ctx: &Ctx, client: &mut Client, lease: i64) -> Result<bool, FleetError> {
+/// Takes the coordinator key if nobody holds it on a live lease (or this process held it
+/// before a reconnect).
+async fn campaign(
+    ctx: &Ctx,
+    client: &mut Client,
+    lease: i64,
+    own: &[i64],
+) -> Result<bool, FleetError> {
     super::claim(
         &ctx.config,
         client,
         &ctx.keys.coordinator(),
         &ctx.name,
         lease,
+        own,
     )
     .await
 }
 
 /// One decision for each rollout — the control state's and the bundles' — from one reading of
 /// the registry.
+/// A record that does not decode is skipped, named in status and logged once (it never stops
+/// a rollout: an emergency change must still reach every node).
 async fn step(ctx: &Ctx, client: &mut Client) -> Result<(), FleetError> {
-    let nodes = timed(ctx, "reading the registry", store::nodes(client, &ctx.keys)).await?;
+    let listed = timed(ctx, "reading the registry", store::nodes(client, &ctx.keys)).await?;
+    for bad in ctx.origin.set_bad_records("coordinator", listed.bad) {
+        tracing::warn!("fleet: rollout coordinator skips {bad}");
+    }
+    let nodes = listed.records;
     step_control(ctx, client, &nodes).await?;
     step_bundles(ctx, client, &nodes).await
 }
@@ -155,13 +187,21 @@ async fn step_bundles(
     )
     .await?;
     let now = staged::now_ms();
+    if !matches!(state, staged::Stored::Unreadable { .. }) {
+        ctx.origin
+            .set_bad_records("coordinator (bundle rollout)", Vec::new());
+    }
     let (next, expected, log) = match state {
-        None => {
+        staged::Stored::Missing => {
             let first = BundleRecord::settled(nodes, now);
             let line = "bundle rollout state created: every node's bundle is its last known good";
             (first, 0, vec![line.to_string()])
         }
-        Some((record, revision)) => match record.next(nodes, &ctx.plan, now) {
+        staged::Stored::Unreadable { reason, .. } => {
+            hold_unreadable(ctx, "bundle", &reason);
+            return Ok(());
+        }
+        staged::Stored::Found(record, revision) => match record.next(nodes, &ctx.plan, now) {
             Some((next, log)) => (next, revision, log),
             None => return Ok(()),
         },
@@ -176,6 +216,30 @@ async fn step_bundles(
         log_lines(&log);
     }
     Ok(())
+}
+
+/// An unreadable rollout state is not overwritten by the coordinator (it may be an operator's
+/// hand edit gone wrong): every node holds, status says so, `steerdns rollout reset` replaces it.
+fn hold_unreadable(ctx: &Ctx, which: &'static str, reason: &str) {
+    let bad = store::BadRecord {
+        key: if which == "bundle" {
+            ctx.keys.bundle_rollout()
+        } else {
+            ctx.keys.rollout()
+        },
+        reason: format!(
+            "{reason}; every node holds at what it serves until `steerdns rollout reset`"
+        ),
+        seen_by: String::new(),
+    };
+    let seen_by = if which == "bundle" {
+        "coordinator (bundle rollout)"
+    } else {
+        "coordinator (rollout)"
+    };
+    for bad in ctx.origin.set_bad_records(seen_by, vec![bad]) {
+        tracing::error!("fleet: {bad}");
+    }
 }
 
 fn log_lines(lines: &[String]) {
@@ -207,16 +271,26 @@ async fn step_control(
     let state = timed(ctx, "reading the rollout", staged::get(client, keys)).await?;
     let reports = staged::reports(nodes);
     let now = staged::now_ms();
+    if !matches!(state, staged::Stored::Unreadable { .. }) {
+        ctx.origin
+            .set_bad_records("coordinator (rollout)", Vec::new());
+    }
     let (next, expected, log) = match state {
-        None => (
-            RolloutRecord::settled(&control, now),
-            0,
-            vec![format!(
-                "rollout state created: revision {} (serial {}) is the last known good",
-                control.revision, control.serial
-            )],
-        ),
-        Some((record, revision)) if !record.is_about(&control) => {
+        staged::Stored::Missing => {
+            let history = timed(ctx, "reading the history", store::history(client, keys)).await?;
+            match staged::recovered(&control, &history.records, &reports, now) {
+                Ok((record, line)) => (record, 0, vec![line]),
+                Err(reason) => {
+                    hold_unreadable(ctx, "control", &format!("missing: {reason}"));
+                    return Ok(());
+                }
+            }
+        }
+        staged::Stored::Unreadable { reason, .. } => {
+            hold_unreadable(ctx, "control", &reason);
+            return Ok(());
+        }
+        staged::Stored::Found(record, revision) if !record.is_about(&control) => {
             let (lkg_text, lkg_revision, _) = record.last_known_good();
             if staged::same_content(&control.text, &lkg_text) {
                 let mut settled = RolloutRecord::settled(&control, now);
@@ -246,7 +320,7 @@ async fn step_control(
                 (begun, revision, vec![line])
             }
         }
-        Some((record, revision)) => {
+        staged::Stored::Found(record, revision) => {
             let mut next = record.clone();
             let log = next.rollout.step(&reports, now);
             if next == record {

@@ -264,8 +264,8 @@ pub async fn refresh_known(
     origin: &FleetOrigin,
 ) -> Result<(), FleetError> {
     let (live, members) = super::within(config, "reading the node registry", async {
-        let live = store::nodes(client, keys).await?;
-        let members = store::members(client, keys).await?;
+        let live = store::nodes(client, keys).await?.records;
+        let members = store::members(client, keys).await?.records;
         Ok::<_, FleetError>((live, members))
     })
     .await?;

@@ -94,8 +94,10 @@ pub struct PublishedResult {
     pub latency_ms: Option<f64>,
 }
 
-/// Parses and checks a prober record read from `key`.
-pub fn decode(keys: &Keys, key: &str, value: &[u8]) -> Result<ProberRecord, String> {
+/// Parses and checks a prober record read from `key` on `lease` (0: none). A record on no
+/// lease does not count: a prober publishes on its lease, so its results vanish when it dies;
+/// one written by hand would count as a live prober forever.
+pub fn decode(keys: &Keys, key: &str, value: &[u8], lease: i64) -> Result<ProberRecord, String> {
     let name = key
         .strip_prefix(&keys.health_probers_dir())
         .ok_or_else(|| format!("{key}: not a prober key"))?;
@@ -133,6 +135,12 @@ pub fn decode(keys: &Keys, key: &str, value: &[u8]) -> Result<ProberRecord, Stri
         if !seen.insert(result.target.as_str()) {
             return Err(format!("{key}: {} appears twice", result.target));
         }
+    }
+    // Checked last: a record that does not even parse says so first.
+    if lease == 0 {
+        return Err(format!(
+            "{key}: not on a lease (a prober publishes on its lease; written by hand?)"
+        ));
     }
     Ok(record)
 }
@@ -427,7 +435,7 @@ fn put_peer(ctx: &Ctx, peers: &mut BTreeMap<String, Peer>, kv: &KeyValue) {
         .strip_prefix(&ctx.keys.health_probers_dir())
         .unwrap_or(&key)
         .to_owned();
-    let record = decode(&ctx.keys, &key, kv.value());
+    let record = decode(&ctx.keys, &key, kv.value(), kv.lease());
     if let Err(reason) = &record {
         let known = peers
             .get(&name)
@@ -532,7 +540,7 @@ pub async fn read_all(
                 .unwrap_or(&key)
                 .to_owned();
             let peer = Peer {
-                record: decode(keys, &key, kv.value()),
+                record: decode(keys, &key, kv.value(), kv.lease()),
                 received: now,
                 revision: kv.mod_revision(),
             };
@@ -579,7 +587,9 @@ mod tests {
     fn bad_records_are_refused_with_the_reason() {
         let keys = Keys::new("/p");
         let key = keys.health_prober("ns1");
-        assert!(decode(&keys, &key, &record("ns1", &[("t", "up", 1)])).is_ok());
+        assert!(decode(&keys, &key, &record("ns1", &[("t", "up", 1)]), 7).is_ok());
+        let unleased = decode(&keys, &key, &record("ns1", &[("t", "up", 1)]), 0).unwrap_err();
+        assert!(unleased.contains("not on a lease"), "{unleased}");
         let cases: [(&[u8], &str); 5] = [
             (b"{not json", "not a prober record"),
             (&record("ns2", &[]), "names node \"ns2\""),
@@ -588,7 +598,7 @@ mod tests {
             (b"{\"node\":\"ns1\",\"heartbeat_ms\":0}", "heartbeat_ms 0"),
         ];
         for (value, reason) in cases {
-            let err = decode(&keys, &key, value).unwrap_err();
+            let err = decode(&keys, &key, value, 7).unwrap_err();
             assert!(err.contains(reason) && err.starts_with(&key), "{err}");
         }
     }
@@ -608,7 +618,7 @@ mod tests {
             peers.insert(
                 name.to_string(),
                 Peer {
-                    record: decode(&keys, &key, &record(name, &[])),
+                    record: decode(&keys, &key, &record(name, &[]), 7),
                     received: now,
                     revision: 1,
                 },
@@ -658,7 +668,7 @@ mod tests {
             peers.insert(
                 name.to_string(),
                 Peer {
-                    record: decode(&keys, &key, &record(name, &mine)),
+                    record: decode(&keys, &key, &record(name, &mine), 7),
                     received: now,
                     revision: 7,
                 },

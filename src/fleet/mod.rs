@@ -15,13 +15,13 @@
 //! | `<prefix>/control` | the control file's TOML text; its etcd `mod_revision` is the fleet's **control revision** | CLI (CAS on the revision it read), first node (create-if-absent) |
 //! | `<prefix>/convergence` | JSON [`store::Convergence`]: how long the last change took to reach every live node | the CLI that wrote the change |
 //! | `<prefix>/history/<serial, 20 digits>` | JSON [`store::FleetVersion`]: text, serial, time, source, summary; written in the same transaction as `control`, so its `mod_revision` is that version's control revision; the oldest beyond `history_keep` are deleted | CLI, seeding |
-//! | `<prefix>/nodes/<name>` | JSON [`store::NodeRecord`]: what the node serves; attached to the node's lease, so it vanishes `lease_ttl_secs` after the node dies | each node |
-//! | `<prefix>/rollout/state` | JSON [`rollout::RolloutRecord`]: the staged rollout of the newest version (waves, gates, phase) with the candidate's and the last known good's texts; what each node may serve | the coordinator (CAS), `rollout resume/abort` |
+//! | `<prefix>/nodes/<name>` | JSON [`store::NodeRecord`]: what the node serves; attached to the node's lease, so it vanishes `lease_ttl_secs` after the node dies. One live lease per name ([`put_claimed`]): a second process with the name does not register; a restart takes its entry back (the lease is remembered in `<control file>.lease`). Readers skip a record that does not decode, names another node or is on no lease ([`store::Listed`]) | each node |
+//! | `<prefix>/rollout/state` | JSON [`rollout::RolloutRecord`]: the staged rollout of the newest version (waves, gates, phase) with the candidate's and the last known good's texts; what each node may serve. Missing or unreadable: every node holds at what it serves; the coordinator re-creates a missing one settled on the last version every node serves ([`rollout::recovered`]) | the coordinator (CAS), `rollout resume/abort/reset` |
 //! | `<prefix>/rollout/bundle` | JSON [`bundles::BundleRecord`]: the staged rollout of the nodes' config/zone/GeoIP bundles — a generation number per rollout, and per node the ids of its last known good bundle and of its candidate | the coordinator (CAS), `rollout resume/abort --bundles` |
-//! | `<prefix>/rollout/coordinator` | the name of the node driving rollouts; attached to its lease, so another node takes over when it dies | the coordinator (create-if-absent) |
+//! | `<prefix>/rollout/coordinator` | the name of the node driving rollouts; attached to its lease, so another node takes over when it dies; the holder is its lease, not the name (a key on no lease is taken over) | the coordinator ([`claim`]) |
 //! | `<prefix>/health/probers/<name>` | JSON [`health::ProberRecord`]: the node's site and its results for the health targets it probes (state after rise/fall, age of the last check); on a lease of the node's health task, so a dead prober's results vanish `lease_ttl_secs` after it dies | each node (shared probing, `[fleet.health]`) |
 //! | `<prefix>/members/<name>` | JSON [`store::Member`]: every node that ever registered (no lease), so that `fleet status` can name the missing ones | each node; `fleet forget` deletes |
-//! | `<prefix>/shield/leader` | the name of the traffic shield's leader; attached to its lease, so another node takes over when it dies | the shield task (create-if-absent, [`claim`]) |
+//! | `<prefix>/shield/leader` | the name of the traffic shield's leader; attached to its lease, so another node takes over when it dies; the holder is its lease, not the name (a key on no lease is taken over) | the shield task ([`claim`]) |
 //! | `<prefix>/shield/state` | JSON [`crate::shield::wire::PublishedState`]: the shield state every node serves (fractions, destinations, moves in flight, hold-down timers, smoothed demand); its `mod_revision` is the **state revision** (`dig CH TXT` shows it) | the leader (compare-and-swap on the leader key's lease), when its view changes and at least every second |
 //! | `<prefix>/shield/load` | JSON [`crate::shield::wire::LoadRecord`]: the fleet's freshest load feed (pushed, from a load file or from Prometheus) and who received it; no lease | the node that received it |
 //! | `<prefix>/shield/nodes/<name>` | JSON [`crate::shield::wire::NodeReport`]: the node's demand (TTL-weighted answers per second by client region and destination), the state revision it serves, how, and its feed's age; on its lease | each node, every shield tick |
@@ -222,33 +222,128 @@ pub async fn within<T, E: Into<FleetError>>(
     }
 }
 
-/// Takes the leased key `key` for node `name` if nobody holds it, or if `name` holds it on the
-/// lease of an earlier connection (then it moves to `lease`). Whoever holds such a key leads
-/// until its lease expires (`lease_ttl_secs` after it stops keeping it).
+/// What [`put_claimed`] found at a key claimed on a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// Written on this lease (the key was free, or on this lease already).
+    Held,
+    /// Written on this lease over a key on no lease (written by hand: nobody keeps it alive,
+    /// it would never expire) or on an earlier lease of this process; what it held.
+    TakenOver(String),
+    /// Another live lease holds it: its value and lease.
+    Refused { value: String, lease: i64 },
+}
+
+/// Puts `value` at `key` on `lease` unless another live lease holds the key. A key on no
+/// lease (written by hand), or on one of `own` (this process's earlier leases, still alive
+/// after a reconnect), is taken over. etcd deletes a key when its lease expires, so a key on
+/// a lease is held by a live lease: whoever holds one leads (or owns a node name) until its
+/// lease expires, and two processes with the same node name cannot both hold it.
+pub async fn put_claimed(
+    config: &FleetConfig,
+    client: &mut etcd_client::Client,
+    key: &str,
+    value: &str,
+    lease: i64,
+    own: &[i64],
+) -> Result<Claim, FleetError> {
+    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+    let put = || TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)));
+    for _ in 0..3 {
+        let txn = Txn::new()
+            .when([Compare::lease(key, CompareOp::Equal, lease)])
+            .and_then([put()])
+            .or_else([TxnOp::get(key, None)]);
+        let response = within(config, "claiming a key", client.txn(txn)).await?;
+        if response.succeeded() {
+            return Ok(Claim::Held);
+        }
+        let found = response.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+            _ => None,
+        });
+        let (expected, by_hand) = match &found {
+            None => (Compare::create_revision(key, CompareOp::Equal, 0), None),
+            Some(kv) if own.contains(&kv.lease()) => (
+                Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision()),
+                None,
+            ),
+            Some(kv) if kv.lease() == 0 => (
+                Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision()),
+                Some(String::from_utf8_lossy(kv.value()).into_owned()),
+            ),
+            Some(kv) => {
+                return Ok(Claim::Refused {
+                    value: String::from_utf8_lossy(kv.value()).into_owned(),
+                    lease: kv.lease(),
+                })
+            }
+        };
+        let txn = Txn::new().when([expected]).and_then([put()]);
+        if within(config, "claiming a key", client.txn(txn))
+            .await?
+            .succeeded()
+        {
+            return Ok(by_hand.map_or(Claim::Held, Claim::TakenOver));
+        }
+        // Someone else moved the key meanwhile: look again.
+    }
+    Err(FleetError::Other(format!(
+        "{key}: kept changing while claiming it"
+    )))
+}
+
+/// Takes the leased key `key` for node `name` (see [`put_claimed`]); returns whether this
+/// lease holds it now. Taking over a hand-written key is logged.
 pub async fn claim(
     config: &FleetConfig,
     client: &mut etcd_client::Client,
     key: &str,
     name: &str,
     lease: i64,
+    own: &[i64],
 ) -> Result<bool, FleetError> {
-    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-    let put = || TxnOp::put(key, name, Some(PutOptions::new().with_lease(lease)));
-    let txn = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-        .and_then([put()]);
-    if within(config, "campaigning", client.txn(txn))
-        .await?
-        .succeeded()
-    {
-        return Ok(true);
+    match put_claimed(config, client, key, name, lease, own).await? {
+        Claim::Held => Ok(true),
+        Claim::TakenOver(from) => {
+            tracing::warn!(
+                "fleet: {key} held {from:?} on no lease (written by hand?); {name} took it over"
+            );
+            Ok(true)
+        }
+        Claim::Refused { .. } => Ok(false),
     }
-    let txn = Txn::new()
-        .when([Compare::value(key, CompareOp::Equal, name)])
-        .and_then([put()]);
-    Ok(within(config, "campaigning", client.txn(txn))
-        .await?
-        .succeeded())
+}
+
+/// Whether `lease` still holds `key` (someone may have deleted or overwritten it).
+pub async fn holds(
+    config: &FleetConfig,
+    client: &mut etcd_client::Client,
+    key: &str,
+    lease: i64,
+) -> Result<bool, FleetError> {
+    let response = within(config, "checking a claim", client.get(key, None)).await?;
+    Ok(response.kvs().first().is_some_and(|kv| kv.lease() == lease))
+}
+
+/// The leases a task held in its earlier sessions (still alive for up to `lease_ttl_secs`
+/// after a reconnect), so that it takes its own claims back at once. Bounded.
+#[derive(Debug, Default, Clone)]
+pub struct OwnLeases(Vec<i64>);
+
+impl OwnLeases {
+    pub fn add(&mut self, lease: i64) {
+        if !self.0.contains(&lease) {
+            self.0.push(lease);
+        }
+        if self.0.len() > 8 {
+            self.0.remove(0);
+        }
+    }
+
+    pub fn all(&self) -> &[i64] {
+        &self.0
+    }
 }
 
 /// This node's name: `[fleet] node` (or `--node`), else the NSID, else the host name.

@@ -77,9 +77,10 @@ pub fn spawn(
 
 async fn run(ctx: Ctx) {
     let mut backoff = Duration::from_millis(100);
+    let mut own = super::OwnLeases::default();
     loop {
         let mut connected = false;
-        let error = session(&ctx, &mut connected).await;
+        let error = session(&ctx, &mut connected, &mut own).await;
         ctx.origin.set_link(false, Some(error.to_string()));
         if connected {
             backoff = Duration::from_millis(100);
@@ -100,11 +101,15 @@ async fn timed<T, E: Into<FleetError>>(
 }
 
 /// One connection's life; returns why it ended.
-async fn session(ctx: &Ctx, connected: &mut bool) -> FleetError {
-    super::ended(session_inner(ctx, connected).await)
+async fn session(ctx: &Ctx, connected: &mut bool, own: &mut super::OwnLeases) -> FleetError {
+    super::ended(session_inner(ctx, connected, own).await)
 }
 
-async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, FleetError> {
+async fn session_inner(
+    ctx: &Ctx,
+    connected: &mut bool,
+    own: &mut super::OwnLeases,
+) -> Result<Infallible, FleetError> {
     let keys = &ctx.keys;
     let mut client = connect(&ctx.config).await?;
     let response = timed(
@@ -119,19 +124,27 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, Fl
         None => seed(ctx, &mut client).await?,
     };
     let watch_from = header.max(control.revision) + 1;
-    let mut rollout = match staged::get(&mut client, keys).await {
-        Ok(found) => found.map(|(record, _)| record),
-        Err(e) => {
-            tracing::error!("fleet: {e}; holding at what this node serves");
-            None
-        }
-    };
-    apply(ctx, &control, rollout.as_ref()).await;
+    let mut rollout =
+        match timed(ctx, "reading the rollout", staged::get(&mut client, keys)).await? {
+            staged::Stored::Found(record, _) => Seen::Record(Box::new(record)),
+            staged::Stored::Missing => Seen::Never,
+            staged::Stored::Unreadable { reason, .. } => Seen::Unreadable(reason),
+        };
+    apply(ctx, &control, &rollout).await;
     if ctx.config.rollout.is_some() {
-        match staged::get_state::<BundleRecord>(&mut client, &keys.bundle_rollout()).await {
-            Ok(Some((record, _))) => apply_bundle(ctx, &record).await,
-            Ok(None) => {}
-            Err(e) => tracing::error!("fleet: {e}; holding at the bundle this node serves"),
+        let key = keys.bundle_rollout();
+        match timed(
+            ctx,
+            "reading the bundle rollout",
+            staged::get_state::<BundleRecord>(&mut client, &key),
+        )
+        .await?
+        {
+            staged::Stored::Found(record, _) => apply_bundle(ctx, &record).await,
+            staged::Stored::Missing => {}
+            staged::Stored::Unreadable { reason, .. } => {
+                tracing::error!("fleet: {reason}; holding at the bundle this node serves")
+            }
         }
     }
     let mut control = control;
@@ -144,8 +157,20 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, Fl
         mut keeper,
         mut keepalives,
     } = grant_lease(&ctx.config, &mut client, "a lease").await?;
+    let mut earlier = own.clone();
+    own.add(lease);
+    // The lease of this node's previous process (a restart): its registry entry is this
+    // node's own, not another node's with the same name.
+    if let Some(previous) = remembered_lease(ctx) {
+        earlier.add(previous);
+    }
+    remember_lease(ctx, lease);
+    let registry = Registry {
+        lease,
+        earlier: earlier.all(),
+    };
     register_member(ctx, &mut client).await?;
-    let mut last_record = put_record(ctx, &mut client, lease, None).await?;
+    let mut last_record = put_record(ctx, &mut client, &registry, None).await?;
     let mut last_put = Instant::now();
     keep_known(ctx, &mut client).await;
     super::direct::reconcile(&ctx.config, &mut client, keys, &ctx.origin, &ctx.info.name).await?;
@@ -189,7 +214,7 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, Fl
                         (EventType::Put, true) => match store::control_of(kv) {
                             Ok(newest) => {
                                 control = newest;
-                                apply(ctx, &control, rollout.as_ref()).await;
+                                apply(ctx, &control, &rollout).await;
                             }
                             Err(e) => tracing::error!("fleet: {e}; still serving what this node has"),
                         },
@@ -223,10 +248,18 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, Fl
                     let key = kv.key_str().unwrap_or("");
                     match (event.event_type(), key) {
                         (EventType::Put, k) if k == keys.rollout() => match staged::decode(k, kv.value()) {
-                            Ok(record) => rollout = Some(record),
-                            Err(e) => tracing::error!("fleet: {e}; holding at what this node serves"),
+                            Ok(record) => rollout = Seen::Record(Box::new(record)),
+                            Err(e) => {
+                                tracing::error!("fleet: {e}; holding at what this node serves");
+                                rollout = Seen::Unreadable(e.to_string());
+                            }
                         },
-                        (EventType::Delete, k) if k == keys.rollout() => rollout = None,
+                        (EventType::Delete, k) if k == keys.rollout() => {
+                            tracing::error!(
+                                "fleet: {k} was deleted; holding at what this node serves until the coordinator re-creates it"
+                            );
+                            rollout = Seen::Deleted;
+                        }
                         (EventType::Put, k) if k == keys.bundle_rollout() => {
                             match staged::decode::<BundleRecord>(k, kv.value()) {
                                 Ok(record) => bundle = Some(record),
@@ -236,7 +269,7 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, Fl
                         _ => {}
                     }
                 }
-                apply(ctx, &control, rollout.as_ref()).await;
+                apply(ctx, &control, &rollout).await;
                 if let (Some(record), Some(_)) = (&bundle, &ctx.config.rollout) {
                     apply_bundle(ctx, record).await;
                 }
@@ -249,14 +282,17 @@ async fn session_inner(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, Fl
                     _ => return Err(FleetError::Other("the node's lease expired".into())),
                 }
                 // A rollout judges the query and SERVFAIL counters: keep them fresh.
-                if last_put.elapsed() >= REFRESH || ctx.config.rollout.is_some() {
-                    last_record = put_record(ctx, &mut client, lease, None).await?;
+                // A refused registration is tried again every tick (the other holder's lease
+                // may have ended).
+                let refused = ctx.origin.link().registration_refused.is_some();
+                if last_put.elapsed() >= REFRESH || ctx.config.rollout.is_some() || refused {
+                    last_record = put_record(ctx, &mut client, &registry, None).await?;
                     last_put = Instant::now();
                 }
                 keep_known(ctx, &mut client).await;
             }
             _ = ctx.origin.changed.notified() => {
-                last_record = put_record(ctx, &mut client, lease, Some(&last_record)).await?;
+                last_record = put_record(ctx, &mut client, &registry, Some(&last_record)).await?;
                 last_put = Instant::now();
                 // A local override served while etcd is up goes to etcd at once.
                 super::direct::reconcile(&ctx.config, &mut client, keys, &ctx.origin, &ctx.info.name).await?;
@@ -273,28 +309,56 @@ async fn keep_known(ctx: &Ctx, client: &mut Client) {
     }
 }
 
+/// The rollout state as this node last read or watched it.
+enum Seen {
+    /// None in etcd when the node connected (a new fleet: the coordinator creates it).
+    Never,
+    /// Deleted while the node watched.
+    Deleted,
+    /// Does not decode: why.
+    Unreadable(String),
+    Record(Box<RolloutRecord>),
+}
+
 /// Serves what the rollout allows this node (with `[fleet.rollout]`), else the newest version.
-async fn apply(ctx: &Ctx, control: &store::Control, rollout: Option<&RolloutRecord>) {
+/// Without a readable rollout state the node *holds*: it keeps what it serves (never the
+/// newest version unstaged) until the coordinator re-creates the state or an operator resets it.
+async fn apply(ctx: &Ctx, control: &store::Control, rollout: &Seen) {
     let newest = || Target {
         text: control.text.clone(),
         revision: control.revision,
         serial: control.serial,
         held: false,
     };
+    let hold = |phase: &str, reason: Option<String>| {
+        let (served, _) = ctx.origin.served();
+        ctx.origin.set_rollout(Some(RolloutView {
+            phase: phase.into(),
+            candidate: control.revision,
+            lkg: served,
+            allowed: served,
+            held: served != control.revision,
+            halted: reason,
+            ..RolloutView::default()
+        }));
+    };
     let target = match (&ctx.config.rollout, rollout) {
         (None, _) => newest(),
-        (Some(_), None) => {
-            // No rollout state yet (a new fleet): the coordinator settles the newest version.
-            ctx.origin.set_rollout(Some(RolloutView {
-                phase: "none".into(),
-                candidate: control.revision,
-                lkg: control.revision,
-                allowed: control.revision,
-                ..RolloutView::default()
-            }));
-            newest()
+        (Some(_), Seen::Never) => return hold("none", None),
+        (Some(_), Seen::Deleted) => return hold("missing", None),
+        (Some(_), Seen::Unreadable(reason)) => {
+            ctx.origin.set_bad_records(
+                "node",
+                vec![store::BadRecord {
+                    key: ctx.keys.rollout(),
+                    reason: reason.clone(),
+                    seen_by: String::new(),
+                }],
+            );
+            return hold("unreadable", Some(reason.clone()));
         }
-        (Some(_), Some(record)) => {
+        (Some(_), Seen::Record(record)) => {
+            ctx.origin.set_bad_records("node", Vec::new());
             let target = record.target(&ctx.info.name, control);
             ctx.origin
                 .set_rollout(Some(view(record, &ctx.info.name, &target)));
@@ -562,11 +626,48 @@ pub fn record(
     }
 }
 
+/// Where a node remembers the lease it registers on, for its next start: next to its
+/// control cache (`<control file>.lease`).
+fn lease_file(ctx: &Ctx) -> Option<std::path::PathBuf> {
+    let config = ctx.reloader.source().read_config().ok()?;
+    let file = config.control.file?;
+    let mut name = file.file_name()?.to_os_string();
+    name.push(".lease");
+    Some(file.with_file_name(name))
+}
+
+fn remembered_lease(ctx: &Ctx) -> Option<i64> {
+    let path = lease_file(ctx)?;
+    let text = crate::files::read_text_limited(&path, 64).ok()?;
+    i64::from_str_radix(text.trim(), 16).ok()
+}
+
+/// Best effort: without it, a restart waits for its previous process's lease to end before
+/// it registers again (as a second node with the same name must).
+fn remember_lease(ctx: &Ctx, lease: i64) {
+    let Some(path) = lease_file(ctx) else { return };
+    if let Err(e) = crate::files::replace_file(&path, format!("{lease:x}\n").as_bytes()) {
+        tracing::warn!(
+            "fleet: {}: cannot remember the registry lease: {e}",
+            path.display()
+        );
+    }
+}
+
+/// The lease this session registers on, and this process's earlier ones.
+struct Registry<'a> {
+    lease: i64,
+    earlier: &'a [i64],
+}
+
 /// Writes the registry entry (on the lease) unless it equals `previous` but for the clock.
+/// Another live node registered under the same name keeps it: this node then writes no entry
+/// (it would take part in rollouts and shield decisions as that node) and says so in status
+/// and the log, trying again on every refresh.
 async fn put_record(
     ctx: &Ctx,
     client: &mut Client,
-    lease: i64,
+    registry: &Registry<'_>,
     previous: Option<&NodeRecord>,
 ) -> Result<NodeRecord, FleetError> {
     let record = record(
@@ -593,12 +694,42 @@ async fn put_record(
     let key = ctx.keys.node(&ctx.info.name);
     let json = serde_json::to_string(&record)
         .map_err(|e| FleetError::Other(format!("encoding {key}: {e}")))?;
-    let options = etcd_client::PutOptions::new().with_lease(lease);
-    timed(
-        ctx,
-        "registering the node",
-        client.put(key, json, Some(options)),
+    let claim = super::put_claimed(
+        &ctx.config,
+        client,
+        &key,
+        &json,
+        registry.lease,
+        registry.earlier,
     )
     .await?;
+    let refused = match claim {
+        super::Claim::Refused { value, lease } => {
+            let theirs = serde_json::from_slice::<NodeRecord>(value.as_bytes()).ok();
+            Some(format!(
+                "another live node registered as {:?} (lease {lease:x}{}); this node does not register until that lease ends: give each node its own name ([fleet] node or --node)",
+                ctx.info.name,
+                theirs.map_or(String::new(), |r| format!(
+                    ", DNS {}, started {}",
+                    r.listen.join(","),
+                    r.started_at
+                ))
+            ))
+        }
+        super::Claim::TakenOver(_) => {
+            tracing::warn!("fleet: {key} was on no lease (written by hand?); replaced it");
+            None
+        }
+        super::Claim::Held => None,
+    };
+    if let Some(reason) = &refused {
+        if ctx.origin.link().registration_refused.as_ref() != Some(reason) {
+            tracing::error!("fleet: {reason}");
+        }
+        ctx.origin.set_registration_refused(refused);
+        // Compared against again next time: written nothing.
+        return Ok(NodeRecord::default());
+    }
+    ctx.origin.set_registration_refused(None);
     Ok(record)
 }

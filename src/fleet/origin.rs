@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime};
 use super::direct::{self, DirectPaths, KnownNode, LocalOverride, Verdict};
 use crate::config::Config;
 use crate::hash::fnv1a64;
-use crate::reload::{ControlOrigin, FleetLinkStatus, RolloutView};
+use crate::reload::{BadRecord, ControlOrigin, FleetLinkStatus, RolloutView};
 use crate::rfc3339;
 
 /// A version received from etcd.
@@ -39,6 +39,10 @@ struct Inner {
     /// task holds the coordinator key.
     rollout: Option<RolloutView>,
     coordinator: bool,
+    /// Records skipped by each of this node's fleet tasks (by task name).
+    bad_records: std::collections::BTreeMap<&'static str, Vec<BadRecord>>,
+    coordinator_error: Option<String>,
+    registration_refused: Option<String>,
     /// Break-glass state (see [`super::direct`]).
     direct: DirectState,
 }
@@ -231,6 +235,41 @@ impl FleetOrigin {
         inner.coordinator = coordinator;
     }
 
+    /// The records task `seen_by` skipped in its last reading. Returns the ones new since
+    /// its previous reading (worth a warning; a record still bad is not logged again).
+    pub fn set_bad_records(&self, seen_by: &'static str, bad: Vec<BadRecord>) -> Vec<BadRecord> {
+        let bad: Vec<BadRecord> = bad
+            .into_iter()
+            .map(|b| BadRecord {
+                seen_by: seen_by.to_string(),
+                ..b
+            })
+            .collect();
+        let mut inner = self.lock();
+        let before = inner.bad_records.get(seen_by).cloned().unwrap_or_default();
+        let new = bad
+            .iter()
+            .filter(|b| !before.contains(b))
+            .cloned()
+            .collect();
+        if bad.is_empty() {
+            inner.bad_records.remove(seen_by);
+        } else {
+            inner.bad_records.insert(seen_by, bad);
+        }
+        new
+    }
+
+    /// Why the coordinator task failed (`None`: it runs).
+    pub fn set_coordinator_error(&self, error: Option<String>) {
+        self.lock().coordinator_error = error;
+    }
+
+    /// Why this node's registry entry is not written (`None`: it is).
+    pub fn set_registration_refused(&self, reason: Option<String>) {
+        self.lock().registration_refused = reason;
+    }
+
     /// The text this node last accepted, if any version from etcd was.
     pub fn latest(&self) -> Option<Remote> {
         self.lock().latest.clone()
@@ -249,6 +288,9 @@ impl FleetOrigin {
             coordinator: inner.coordinator,
             ..view
         });
+        link.bad_records = inner.bad_records.values().flatten().cloned().collect();
+        link.coordinator_error = inner.coordinator_error.clone();
+        link.registration_refused = inner.registration_refused.clone();
         link.since_secs = inner
             .link_changed
             .and_then(|t| SystemTime::now().duration_since(t).ok())

@@ -134,24 +134,104 @@ impl RolloutRecord {
     }
 }
 
-/// The rollout state and its `mod_revision` (for a compare-and-swap), if there is one.
-pub async fn get(
-    client: &mut Client,
-    keys: &Keys,
-) -> Result<Option<(RolloutRecord, i64)>, FleetError> {
+/// A rollout state as etcd holds it. Missing and unreadable are both *hold*: every node keeps
+/// what it serves (never the newest version unstaged) until the coordinator re-creates a
+/// missing state ([`recovered`]) or an operator resets an unreadable one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stored<T> {
+    Missing,
+    /// Does not decode (written by hand, truncated, another version's format): its
+    /// `mod_revision` (for the compare-and-swap that replaces it) and why.
+    Unreadable {
+        revision: i64,
+        reason: String,
+    },
+    /// The state and its `mod_revision`.
+    Found(T, i64),
+}
+
+impl<T> Stored<T> {
+    /// The state, if it decodes.
+    pub fn found(self) -> Option<(T, i64)> {
+        match self {
+            Stored::Found(record, revision) => Some((record, revision)),
+            _ => None,
+        }
+    }
+
+    /// The `mod_revision` a compare-and-swap replacing it expects (0: there is none).
+    pub fn revision(&self) -> i64 {
+        match self {
+            Stored::Missing => 0,
+            Stored::Unreadable { revision, .. } | Stored::Found(_, revision) => *revision,
+        }
+    }
+}
+
+/// The rollout state, however it stands.
+pub async fn get(client: &mut Client, keys: &Keys) -> Result<Stored<RolloutRecord>, FleetError> {
     get_state(client, &keys.rollout()).await
 }
 
-/// A rollout state (control's or bundles') at `key` and its `mod_revision`, if there is one.
+/// A rollout state (control's or bundles') at `key`, however it stands.
 pub async fn get_state<T: serde::de::DeserializeOwned>(
     client: &mut Client,
     key: &str,
-) -> Result<Option<(T, i64)>, FleetError> {
+) -> Result<Stored<T>, FleetError> {
     let response = client.get(key, None).await?;
     let Some(kv) = response.kvs().first() else {
-        return Ok(None);
+        return Ok(Stored::Missing);
     };
-    Ok(Some((decode(key, kv.value())?, kv.mod_revision())))
+    Ok(match decode(key, kv.value()) {
+        Ok(record) => Stored::Found(record, kv.mod_revision()),
+        Err(e) => Stored::Unreadable {
+            revision: kv.mod_revision(),
+            reason: e.to_string(),
+        },
+    })
+}
+
+/// The state to put in place of a missing or unreadable one: settled at the last version
+/// every node with `[fleet.rollout]` accepted (the oldest revision their own reports say they
+/// serve), never the newest unless every node serves it — so the newest is then rolled out
+/// wave by wave again. A fleet where no node serves a fleet version yet (a new fleet) settles
+/// at the newest. Returns the record and a line for the log, or why it cannot (the version is
+/// no longer in the history: hold).
+pub fn recovered(
+    control: &Control,
+    history: &[store::FleetVersion],
+    reports: &BTreeMap<String, NodeReport>,
+    now_ms: u64,
+) -> Result<(RolloutRecord, String), String> {
+    let Some(oldest) = reports.values().filter_map(|r| r.serving).min() else {
+        let line = format!(
+            "rollout state created: no node serves a fleet version yet; revision {} (serial {}) is the last known good",
+            control.revision, control.serial
+        );
+        return Ok((RolloutRecord::settled(control, now_ms), line));
+    };
+    let everywhere = if oldest == revision_of(control) {
+        control.clone()
+    } else {
+        let version = history
+            .iter()
+            .find(|v| v.revision.max(0) as Revision == oldest)
+            .ok_or_else(|| {
+                format!(
+                    "revision {oldest}, the last version every node serves, is no longer in the history; holding (write a version with `weight set` or `control rollback`)"
+                )
+            })?;
+        Control {
+            text: version.text.clone(),
+            revision: version.revision,
+            serial: version.serial,
+        }
+    };
+    let line = format!(
+        "rollout state re-created: revision {} (serial {}), the last version every node serves, is the last known good",
+        everywhere.revision, everywhere.serial
+    );
+    Ok((RolloutRecord::settled(&everywhere, now_ms), line))
 }
 
 /// Decodes a rollout state (control's or bundles') read or watched at `key`.
@@ -252,6 +332,19 @@ pub fn same_content(a: &str, b: &str) -> bool {
     a == b || (strip(a).is_some() && strip(a) == strip(b))
 }
 
+/// Which live nodes' own reports do not show them serving `revision` (name and what they
+/// serve): status claims convergence only when this is empty.
+pub fn not_serving(
+    reports: &BTreeMap<String, NodeReport>,
+    revision: Revision,
+) -> Vec<(String, Option<Revision>)> {
+    reports
+        .iter()
+        .filter(|(_, r)| r.serving != Some(revision))
+        .map(|(name, r)| (name.clone(), r.serving))
+        .collect()
+}
+
 /// The reports of the nodes that take part in rollouts (those with `[fleet.rollout]`), by name.
 pub fn reports(nodes: &[NodeRecord]) -> BTreeMap<String, NodeReport> {
     nodes
@@ -277,6 +370,57 @@ mod tests {
             revision,
             serial,
         }
+    }
+
+    fn version(revision: i64, serial: u64) -> store::FleetVersion {
+        store::FleetVersion {
+            serial,
+            time: String::new(),
+            source: String::new(),
+            summary: String::new(),
+            text: format!("serial = {serial}\n"),
+            revision,
+            emergency: false,
+        }
+    }
+
+    fn serving(revisions: &[Option<u64>]) -> BTreeMap<String, NodeReport> {
+        revisions
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let report = NodeReport {
+                    serving: *r,
+                    ..NodeReport::default()
+                };
+                (format!("ns{}", i + 1), report)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_recovered_state_settles_on_what_every_node_serves_never_the_newest() {
+        let newest = control(9, 3);
+        let history = [version(5, 1), version(7, 2), version(9, 3)];
+        // The canary refused 9, another lags at 5: the last version every node serves is 5.
+        let (record, line) = recovered(&newest, &history, &serving(&[Some(7), Some(5), None]), 0)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((record.rollout.lkg, record.lkg_serial), (5, 1));
+        assert!(!record.is_about(&newest), "{line}");
+        assert_eq!(record.target("ns1", &newest).revision, 5);
+        // Every node serves the newest: settled there.
+        let (record, _) = recovered(&newest, &history, &serving(&[Some(9), Some(9)]), 0)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(record.is_about(&newest));
+        // A new fleet (nobody serves a fleet version yet) settles at the newest.
+        let (record, _) =
+            recovered(&newest, &history, &serving(&[None]), 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(record.rollout.lkg, 9);
+        // The version is no longer in the history: hold, with the reason.
+        let error = recovered(&newest, &history[1..], &serving(&[Some(5)]), 0)
+            .err()
+            .unwrap_or_else(|| panic!("recovered without the version"));
+        assert!(error.contains("revision 5"), "{error}");
     }
 
     #[test]

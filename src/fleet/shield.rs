@@ -54,8 +54,9 @@ pub fn spawn(
 
 async fn run(ctx: Ctx) {
     let mut backoff = Duration::from_millis(100);
+    let mut own = super::OwnLeases::default();
     loop {
-        let error = session(&ctx).await;
+        let error = session(&ctx, &mut own).await;
         tracing::debug!("fleet shield: {error}; retrying in {backoff:?}");
         ctx.shield.fleet.lost(error.to_string());
         tokio::time::sleep(backoff).await;
@@ -71,17 +72,19 @@ async fn timed<T, E: Into<FleetError>>(
     super::within(&ctx.config, what, future).await
 }
 
-async fn session(ctx: &Ctx) -> FleetError {
-    super::ended(session_inner(ctx).await)
+async fn session(ctx: &Ctx, own: &mut super::OwnLeases) -> FleetError {
+    super::ended(session_inner(ctx, own).await)
 }
 
-async fn session_inner(ctx: &Ctx) -> Result<Infallible, FleetError> {
+async fn session_inner(ctx: &Ctx, own: &mut super::OwnLeases) -> Result<Infallible, FleetError> {
     let mut client = connect(&ctx.config).await?;
     let Lease {
         id: lease,
         mut keeper,
         mut keepalives,
     } = grant_lease(&ctx.config, &mut client, "a lease").await?;
+    let earlier = own.clone();
+    own.add(lease);
     let keep_every = keep_every(&ctx.config);
     let mut kept = Instant::now();
     let mut leading = false;
@@ -98,7 +101,11 @@ async fn session_inner(ctx: &Ctx) -> Result<Infallible, FleetError> {
             }
         }
         let outbox = ctx.shield.fleet.take_outbox();
-        match exchange(ctx, &mut client, lease, &mut leading, &outbox).await {
+        let session = Session {
+            lease,
+            earlier: earlier.all(),
+        };
+        match exchange(ctx, &mut client, &session, &mut leading, &outbox).await {
             Ok(()) => {}
             Err(e) => {
                 ctx.shield.fleet.put_back(outbox);
@@ -108,10 +115,18 @@ async fn session_inner(ctx: &Ctx) -> Result<Infallible, FleetError> {
     }
 }
 
+/// This session's lease and the process's earlier ones (see [`super::put_claimed`]).
+struct Session<'a> {
+    lease: i64,
+    earlier: &'a [i64],
+}
+
 /// What one read found.
 #[derive(Default)]
 struct Found {
     leader: Option<String>,
+    /// The leader key's lease (0: on none, written by hand).
+    leader_lease: i64,
     load: Option<Stored>,
     state: Option<Stored>,
     reports: Vec<(String, Vec<u8>)>,
@@ -121,11 +136,12 @@ struct Found {
 async fn exchange(
     ctx: &Ctx,
     client: &mut Client,
-    lease: i64,
+    session: &Session<'_>,
     leading: &mut bool,
     outbox: &Outbox,
 ) -> Result<(), FleetError> {
     let keys = &ctx.keys;
+    let lease = session.lease;
     if let (Some(state), true) = (&outbox.state, *leading) {
         // Only while the leader key is still on this session's lease.
         let txn = Txn::new()
@@ -144,12 +160,24 @@ async fn exchange(
         }
     }
     let mut found = read(ctx, client, lease, outbox, *leading).await?;
-    let held_here = found.leader.as_deref() == Some(ctx.name.as_str());
+    // Judged by the key's lease, not its value: another process with this node's name holds
+    // it on its own lease and does not count as this one.
+    let held_here = found.leader.is_some() && found.leader_lease == lease;
     *leading = *leading && held_here;
-    let free = found.leader.is_none() || (held_here && !*leading);
+    let free = found.leader.is_none()
+        || found.leader_lease == 0
+        || session.earlier.contains(&found.leader_lease)
+        || (held_here && !*leading);
     if free && ctx.shield.fleet.can_lead() {
-        *leading =
-            super::claim(&ctx.config, client, &keys.shield_leader(), &ctx.name, lease).await?;
+        *leading = super::claim(
+            &ctx.config,
+            client,
+            &keys.shield_leader(),
+            &ctx.name,
+            lease,
+            session.earlier,
+        )
+        .await?;
         if *leading {
             tracing::info!("fleet shield: {} leads", ctx.name);
             found.leader = Some(ctx.name.clone());
@@ -223,10 +251,15 @@ async fn read(
             bytes: kv.value().to_vec(),
         })
     };
-    let leader = next().and_then(|get| {
-        let kv = get.kvs().first()?;
-        Some(String::from_utf8_lossy(kv.value()).into_owned())
-    });
+    let (leader, leader_lease) = next()
+        .and_then(|get| {
+            let kv = get.kvs().first()?;
+            Some((
+                Some(String::from_utf8_lossy(kv.value()).into_owned()),
+                kv.lease(),
+            ))
+        })
+        .unwrap_or((None, 0));
     let load = stored(next());
     let state = stored(next());
     let reports = if leading {
@@ -236,6 +269,7 @@ async fn read(
     };
     Ok(Found {
         leader,
+        leader_lease,
         load,
         state,
         reports,

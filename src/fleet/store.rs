@@ -125,6 +125,8 @@ pub struct Written {
     pub conflicts: u32,
     /// The text was unchanged: nothing was written.
     pub unchanged: bool,
+    /// Node reports whose serial was out of range and did not raise this write's serial.
+    pub ignored_floors: Vec<String>,
 }
 
 /// Why a fleet write did not happen.
@@ -140,6 +142,13 @@ pub enum WriteError {
     NotSeeded(String),
     #[error("gave up after {0} attempts: other writers kept changing the control state")]
     Contended(u32),
+    /// The write was sent but etcd's answer was lost: it may have landed.
+    #[error("etcd did not confirm the write of serial {serial}: {error}")]
+    Unconfirmed {
+        serial: u64,
+        text: String,
+        error: FleetError,
+    },
 }
 
 fn text_of(kv: &KeyValue) -> Result<String, FleetError> {
@@ -199,21 +208,62 @@ pub async fn newest_history_serial(client: &mut Client, keys: &Keys) -> Result<u
         .unwrap_or(0))
 }
 
-/// The fleet's versions, oldest first.
-pub async fn history(client: &mut Client, keys: &Keys) -> Result<Vec<FleetVersion>, FleetError> {
+/// A record under one of the fleet's directories that was skipped because it does not
+/// decode: its key and why. Listing the rest goes on; status names the key.
+pub use crate::reload::BadRecord;
+
+/// The records of one directory that decoded, and the keys of those that did not: one bad
+/// record never hides the others (a hand-written key under `nodes/` must not stop rollouts).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed<T> {
+    pub records: Vec<T>,
+    pub bad: Vec<BadRecord>,
+}
+
+impl<T> Default for Listed<T> {
+    fn default() -> Self {
+        Listed {
+            records: Vec::new(),
+            bad: Vec::new(),
+        }
+    }
+}
+
+impl<T> Listed<T> {
+    /// Decodes every key-value with `decode`, skipping (and naming) the ones it refuses.
+    pub fn decode(
+        kvs: &[KeyValue],
+        decode: impl Fn(&KeyValue) -> Result<T, FleetError>,
+    ) -> Listed<T> {
+        let mut listed = Listed::default();
+        for kv in kvs {
+            match decode(kv) {
+                Ok(record) => listed.records.push(record),
+                Err(e) => listed.bad.push(BadRecord {
+                    key: String::from_utf8_lossy(kv.key()).into_owned(),
+                    reason: match e {
+                        FleetError::BadValue { message, .. } => message,
+                        other => other.to_string(),
+                    },
+                    seen_by: String::new(),
+                }),
+            }
+        }
+        listed
+    }
+}
+
+/// The fleet's versions, oldest first (entries that do not decode are skipped and named).
+pub async fn history(client: &mut Client, keys: &Keys) -> Result<Listed<FleetVersion>, FleetError> {
     let options = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Key, SortOrder::Ascend);
     let response = client.get(keys.history_dir(), Some(options)).await?;
-    response
-        .kvs()
-        .iter()
-        .map(|kv| {
-            let mut version: FleetVersion = json_of(kv)?;
-            version.revision = kv.mod_revision();
-            Ok(version)
-        })
-        .collect()
+    Ok(Listed::decode(response.kvs(), |kv| {
+        let mut version: FleetVersion = json_of(kv)?;
+        version.revision = kv.mod_revision();
+        Ok(version)
+    }))
 }
 
 /// One version of the history.
@@ -365,15 +415,20 @@ pub async fn update(
                 text: current.text,
                 conflicts,
                 unchanged: true,
+                ignored_floors: Vec::new(),
             });
         }
         // Above every serial in etcd and every serial a live node serves (a node whose local
         // history ran ahead numbers a version above it), so that after this write every node
         // serves, and `CH TXT serial.steerdns` shows, this very serial.
+        let (floor, ignored_floors) = nodes_floor(client, keys).await;
+        for ignored in &ignored_floors {
+            tracing::warn!("fleet write: {ignored}, above {MAX_SERIAL_FLOOR}; ignored");
+        }
         let serial = current
             .serial
             .max(newest_history_serial(client, keys).await?)
-            .max(nodes_floor(client, keys).await)
+            .max(floor)
             .saturating_add(1);
         let text = set_serial(&edited, serial).map_err(|e| WriteError::Edit(e.to_string()))?;
         taste(&text).map_err(WriteError::Refused)?;
@@ -399,7 +454,16 @@ pub async fn update(
                     None,
                 ),
             ]);
-        let response = client.txn(txn).await.map_err(FleetError::from)?;
+        let response = match client.txn(txn).await {
+            Ok(response) => response,
+            Err(e) => {
+                return Err(WriteError::Unconfirmed {
+                    serial,
+                    text,
+                    error: e.into(),
+                })
+            }
+        };
         if response.succeeded() {
             let revision = response.header().map_or(0, |h| h.revision());
             if let Err(e) = prune_history(client, keys, keep).await {
@@ -412,45 +476,92 @@ pub async fn update(
                 summary,
                 conflicts,
                 unchanged: false,
+                ignored_floors,
             });
         }
     }
     Err(WriteError::Contended(MAX_WRITE_ATTEMPTS))
 }
 
-/// The highest serial a live node serves (0 if none or unreadable).
-async fn nodes_floor(client: &mut Client, keys: &Keys) -> u64 {
-    nodes(client, keys)
-        .await
-        .map(|nodes| nodes.iter().map(|n| n.serial).max().unwrap_or(0))
-        .unwrap_or(0)
+/// The largest serial a node's report may raise the next write's serial to. Above it a
+/// report is nonsense (a hand-written or broken record: `i64::MAX` would make every later
+/// write fail, serials being TOML integers), and is ignored.
+pub const MAX_SERIAL_FLOOR: u64 = (i64::MAX / 2) as u64;
+
+/// The highest believable serial a live node serves (0 if none or unreadable), and the
+/// reports ignored as out of range (`node: serial N`).
+async fn nodes_floor(client: &mut Client, keys: &Keys) -> (u64, Vec<String>) {
+    let Ok(nodes) = nodes(client, keys).await else {
+        return (0, Vec::new());
+    };
+    serial_floor(&nodes.records)
 }
 
-/// Live nodes (those whose lease holds), by name.
-pub async fn nodes(client: &mut Client, keys: &Keys) -> Result<Vec<NodeRecord>, FleetError> {
+/// [`nodes_floor`] of these records.
+pub fn serial_floor(nodes: &[NodeRecord]) -> (u64, Vec<String>) {
+    let (believed, ignored): (Vec<&NodeRecord>, Vec<&NodeRecord>) =
+        nodes.iter().partition(|n| n.serial <= MAX_SERIAL_FLOOR);
+    let floor = believed.iter().map(|n| n.serial).max().unwrap_or(0);
+    let ignored = ignored
+        .iter()
+        .map(|n| format!("node {} reports serial {}", n.name, n.serial))
+        .collect();
+    (floor, ignored)
+}
+
+/// Live nodes (those whose lease holds), by name. A record that does not decode, names
+/// another node than its key, or is not on a lease (written by hand: it would never expire)
+/// is skipped and named in [`Listed::bad`].
+pub async fn nodes(client: &mut Client, keys: &Keys) -> Result<Listed<NodeRecord>, FleetError> {
     let response = client
         .get(keys.nodes_dir(), Some(GetOptions::new().with_prefix()))
         .await?;
-    response.kvs().iter().map(json_of).collect()
+    let dir = keys.nodes_dir();
+    Ok(Listed::decode(response.kvs(), |kv| node_of(&dir, kv)))
+}
+
+/// A registry entry, checked against its key and lease.
+fn node_of(dir: &str, kv: &KeyValue) -> Result<NodeRecord, FleetError> {
+    let key = String::from_utf8_lossy(kv.key()).into_owned();
+    let bad = |message: String| FleetError::BadValue {
+        key: key.clone(),
+        message,
+    };
+    let record: NodeRecord = json_of(kv)?;
+    let name = key.strip_prefix(dir).unwrap_or(&key);
+    if record.name != name {
+        return Err(bad(format!("names node {:?}, not {name:?}", record.name)));
+    }
+    if kv.lease() == 0 {
+        return Err(bad(
+            "not on a lease (a node registers on its lease; written by hand?)".into(),
+        ));
+    }
+    Ok(record)
 }
 
 /// Every node that ever registered, by name.
-pub async fn members(client: &mut Client, keys: &Keys) -> Result<Vec<Member>, FleetError> {
+pub async fn members(client: &mut Client, keys: &Keys) -> Result<Listed<Member>, FleetError> {
     let response = client
         .get(keys.members_dir(), Some(GetOptions::new().with_prefix()))
         .await?;
-    response.kvs().iter().map(json_of).collect()
+    Ok(Listed::decode(response.kvs(), json_of))
 }
 
 /// The fleet shield as etcd holds it (for `fleet status`).
 #[derive(Debug, Clone, Default)]
 pub struct ShieldKeys {
-    /// Who holds the leader key.
+    /// Who holds the leader key, and on which lease (0: none — written by hand; a node takes
+    /// such a key over).
     pub leader: Option<String>,
+    pub leader_lease: i64,
+    /// When the published state was computed (the leader's clock), if it decodes.
+    pub state_at_ms: Option<u64>,
     /// The published state's revision.
     pub revision: Option<i64>,
-    /// Every live node's report, by node name (unreadable ones left out).
+    /// Every live node's report, by node name (unreadable ones left out, and named in `bad`).
     pub reports: BTreeMap<String, crate::shield::wire::NodeReport>,
+    pub bad: Vec<BadRecord>,
 }
 
 pub async fn shield(client: &mut Client, keys: &Keys) -> Result<ShieldKeys, FleetError> {
@@ -464,16 +575,36 @@ pub async fn shield(client: &mut Client, keys: &Keys) -> Result<ShieldKeys, Flee
             .first()
             .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
         revision: state.kvs().first().map(|kv| kv.mod_revision()),
-        reports: reports
-            .kvs()
-            .iter()
-            .filter_map(|kv| {
-                let report: crate::shield::wire::NodeReport =
-                    crate::shield::wire::decode(kv.value()).ok()?;
-                Some((report.node.clone(), report))
-            })
-            .collect(),
-    })
+        leader_lease: leader.kvs().first().map_or(0, |kv| kv.lease()),
+        state_at_ms: state.kvs().first().and_then(|kv| {
+            crate::shield::wire::decode::<crate::shield::wire::PublishedState>(kv.value())
+                .ok()
+                .map(|p| p.at_ms)
+        }),
+        reports: BTreeMap::new(),
+        bad: Vec::new(),
+    }
+    .with_reports(reports.kvs()))
+}
+
+impl ShieldKeys {
+    fn with_reports(mut self, kvs: &[KeyValue]) -> ShieldKeys {
+        let listed = Listed::decode(kvs, |kv| {
+            crate::shield::wire::decode::<crate::shield::wire::NodeReport>(kv.value()).map_err(
+                |e| FleetError::BadValue {
+                    key: String::from_utf8_lossy(kv.key()).into_owned(),
+                    message: format!("not a shield report: {e}"),
+                },
+            )
+        });
+        self.reports = listed
+            .records
+            .into_iter()
+            .map(|report| (report.node.clone(), report))
+            .collect();
+        self.bad = listed.bad;
+        self
+    }
 }
 
 /// The last change's convergence, if recorded.
@@ -504,4 +635,36 @@ pub fn who() -> String {
         .or_else(|_| std::env::var("USER"))
         .unwrap_or_else(|_| "?".to_string());
     format!("{user}@{}", super::host_name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, serial: u64) -> NodeRecord {
+        NodeRecord {
+            name: name.to_string(),
+            serial,
+            ..NodeRecord::default()
+        }
+    }
+
+    #[test]
+    fn an_out_of_range_node_serial_is_ignored_and_named() {
+        let nodes = [
+            node("ns1", 12),
+            node("huge", i64::MAX as u64),
+            node("ns2", 9),
+        ];
+        let (floor, ignored) = serial_floor(&nodes);
+        assert_eq!(floor, 12);
+        assert_eq!(
+            ignored,
+            vec![format!("node huge reports serial {}", i64::MAX)]
+        );
+        // The largest believed floor still leaves room for the next write's serial.
+        let (floor, ignored) = serial_floor(&[node("ns1", MAX_SERIAL_FLOOR)]);
+        assert!(ignored.is_empty());
+        assert!(set_serial("serial = 1\n", floor + 1).is_ok());
+    }
 }

@@ -18,6 +18,7 @@
 //!
 //! Nothing here runs on the serving path; the serving path only loads the board's view.
 
+pub mod lookup;
 pub mod machine;
 pub mod probe;
 pub mod share;
@@ -509,6 +510,10 @@ pub struct HealthReport {
     /// Shared probing in a fleet (absent: this node probes every target itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharing: Option<SharingStatus>,
+    /// Name lookups of probe targets in flight now, at most [`lookup::MAX_LOOKUPS`] (all of
+    /// them for long: the system resolver hangs).
+    #[serde(default)]
+    pub lookups_in_flight: usize,
 }
 
 impl Health {
@@ -543,6 +548,7 @@ impl Health {
             targets,
             endpoints,
             sharing,
+            lookups_in_flight: lookup::Lookups::system().in_flight(),
         })
     }
 }

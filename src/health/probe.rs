@@ -74,15 +74,10 @@ fn host_header(host: &str, port: u16, tls: bool) -> String {
     }
 }
 
+/// Names go through the bounded, shared lookups of [`super::lookup`] (a hanging system
+/// resolver must not pile up threads).
 async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
-        .await
-        .map_err(|e| format!("resolving {host}: {e}"))?
-        .collect();
-    if addrs.is_empty() {
-        return Err(format!("resolving {host}: no address"));
-    }
-    Ok(addrs)
+    super::lookup::Lookups::system().resolve(host, port).await
 }
 
 async fn connect(host: &str, port: u16) -> Result<TcpStream, String> {

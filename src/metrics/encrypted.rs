@@ -9,7 +9,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::serving::{
-    serving, transport_index, EncryptedEvent, ServingTotals, ENCRYPTED, TRANSPORTS,
+    serving, transport_index, ConnectionEvent, ServingTotals, ENCRYPTED, TRANSPORTS,
 };
 use crate::dns::wire::Transport;
 
@@ -61,6 +61,19 @@ pub struct TransportView {
     pub handshake_timeout: u64,
     pub frame_timeout: u64,
     pub bad_request: u64,
+    /// Closed at once with every slot taken and no holder that could be taken back.
+    #[serde(default)]
+    pub refused_full: u64,
+    #[serde(default)]
+    pub idle_timeout: u64,
+    /// Taken back while idle for a newcomer (the slots were filling).
+    #[serde(default)]
+    pub closed_idle_to_make_room: u64,
+    /// Taken back mid-query (or stuck answering) for a newcomer to full slots.
+    #[serde(default)]
+    pub closed_stalled_to_make_room: u64,
+    #[serde(default)]
+    pub closed_at_lifetime: u64,
 }
 
 /// `/v1/status`'s `encrypted` section.
@@ -87,13 +100,7 @@ pub fn certificate_view(material: &crate::tls::Material, now: i64) -> Certificat
 
 /// Each encrypted transport's counters from a set of totals.
 pub fn transport_views(totals: &ServingTotals) -> Vec<TransportView> {
-    let event = |t: usize, e: EncryptedEvent| {
-        let i = EncryptedEvent::ALL
-            .iter()
-            .position(|x| *x == e)
-            .unwrap_or(0);
-        totals.encrypted_events[t][i]
-    };
+    let event = |t: usize, e: ConnectionEvent| totals.encrypted_events[t][e.index()];
     TRANSPORTS_ENCRYPTED
         .iter()
         .enumerate()
@@ -102,11 +109,16 @@ pub fn transport_views(totals: &ServingTotals) -> Vec<TransportView> {
             queries: totals.queries[transport_index(*transport)],
             connections_open: totals.encrypted_open[t],
             connections_accepted: totals.encrypted_accepted[t],
-            refused_per_client: event(t, EncryptedEvent::RefusedPerClient),
-            handshake_failed: event(t, EncryptedEvent::HandshakeFailed),
-            handshake_timeout: event(t, EncryptedEvent::HandshakeTimeout),
-            frame_timeout: event(t, EncryptedEvent::FrameTimeout),
-            bad_request: event(t, EncryptedEvent::BadRequest),
+            refused_per_client: event(t, ConnectionEvent::RefusedPerClient),
+            handshake_failed: event(t, ConnectionEvent::HandshakeFailed),
+            handshake_timeout: event(t, ConnectionEvent::HandshakeTimeout),
+            frame_timeout: event(t, ConnectionEvent::FrameTimeout),
+            bad_request: event(t, ConnectionEvent::BadRequest),
+            refused_full: event(t, ConnectionEvent::RefusedFull),
+            idle_timeout: event(t, ConnectionEvent::IdleTimeout),
+            closed_idle_to_make_room: event(t, ConnectionEvent::Reaped),
+            closed_stalled_to_make_room: event(t, ConnectionEvent::ReapedStalled),
+            closed_at_lifetime: event(t, ConnectionEvent::Lifetime),
         })
         .collect()
 }

@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use super::cells::{current_slot, SLOTS};
+use crate::dns::cookie::Verdict as CookieVerdict;
 use crate::dns::wire::rcode;
 use crate::dns::wire::Transport;
 use crate::rrl::{Class, Verdict};
@@ -18,9 +19,29 @@ pub const TRANSPORTS: [&str; 5] = ["udp", "tcp", "tls", "https", "quic"];
 /// The encrypted transports' label values, indexed by [`encrypted_index`].
 pub const ENCRYPTED: [&str; 3] = ["tls", "https", "quic"];
 /// Rcode label values, indexed by [`rcode_bucket`]; the last collects anything unexpected.
-pub const RCODES: [&str; 8] = [
-    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "other",
+pub const RCODES: [&str; 9] = [
+    "NOERROR",
+    "FORMERR",
+    "SERVFAIL",
+    "NXDOMAIN",
+    "NOTIMP",
+    "REFUSED",
+    "BADVERS",
+    "BADCOOKIE",
+    "other",
 ];
+/// DNS Cookie verdicts, indexed by [`CookieVerdict::index`].
+pub const COOKIE_VERDICTS: usize = CookieVerdict::ALL.len();
+/// Why anycast answers' demand counted or not (label values, indexed by the shield's
+/// `DemandSource::index`).
+pub const DEMAND_SOURCE_LABELS: [&str; 5] = [
+    "tcp_or_encrypted",
+    "cookie",
+    "trusted",
+    "unproven_not_counted",
+    "untrusted_ecs_not_counted",
+];
+const DEMAND_SOURCES: usize = DEMAND_SOURCE_LABELS.len();
 
 pub fn transport_index(transport: Transport) -> usize {
     match transport {
@@ -41,11 +62,16 @@ pub fn encrypted_index(transport: Transport) -> usize {
     }
 }
 
-/// Per-connection events of the encrypted transports, counted by [`ServingCounters::record_encrypted`].
+/// Why a connection was closed or a request turned away, counted per transport by
+/// [`ServingCounters::record_connection`] (TCP and the encrypted transports alike; TCP has no
+/// handshake and no HTTP requests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EncryptedEvent {
+pub enum ConnectionEvent {
     /// Closed at once: the client already held its share of connections.
-    RefusedPerClient,
+    RefusedPerClient = 0,
+    /// Closed at once: every slot was taken and no holder could be taken back (see
+    /// `server::admission`).
+    RefusedFull,
     /// The TLS or QUIC handshake failed (not TLS, no shared protocol, bad ALPN, ...).
     HandshakeFailed,
     /// The handshake did not complete within the handshake timeout.
@@ -54,35 +80,65 @@ pub enum EncryptedEvent {
     FrameTimeout,
     /// DoH: a request that is not a DNS query (path, method, media type, encoding, size).
     BadRequest,
-    /// Closed while idle to make room: the slots were filling up (see `server::admission`).
+    /// Closed after the idle time allowed without a query.
+    IdleTimeout,
+    /// Closed while idle to make room: the slots were filling up.
     Reaped,
+    /// Closed mid-query (or stuck answering a client that does not read) to make room: the
+    /// worst holder of a full table.
+    ReapedStalled,
     /// Closed at `max_connection_lifetime`.
     Lifetime,
 }
 
-impl EncryptedEvent {
-    pub const ALL: [EncryptedEvent; 7] = [
-        EncryptedEvent::RefusedPerClient,
-        EncryptedEvent::HandshakeFailed,
-        EncryptedEvent::HandshakeTimeout,
-        EncryptedEvent::FrameTimeout,
-        EncryptedEvent::BadRequest,
-        EncryptedEvent::Reaped,
-        EncryptedEvent::Lifetime,
+impl ConnectionEvent {
+    /// Every event, in index order.
+    pub const ALL: [ConnectionEvent; 10] = [
+        ConnectionEvent::RefusedPerClient,
+        ConnectionEvent::RefusedFull,
+        ConnectionEvent::HandshakeFailed,
+        ConnectionEvent::HandshakeTimeout,
+        ConnectionEvent::FrameTimeout,
+        ConnectionEvent::BadRequest,
+        ConnectionEvent::IdleTimeout,
+        ConnectionEvent::Reaped,
+        ConnectionEvent::ReapedStalled,
+        ConnectionEvent::Lifetime,
     ];
+
+    /// The events plain TCP has (no handshake, no HTTP).
+    pub const TCP: [ConnectionEvent; 7] = [
+        ConnectionEvent::RefusedPerClient,
+        ConnectionEvent::RefusedFull,
+        ConnectionEvent::FrameTimeout,
+        ConnectionEvent::IdleTimeout,
+        ConnectionEvent::Reaped,
+        ConnectionEvent::ReapedStalled,
+        ConnectionEvent::Lifetime,
+    ];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
 
     pub fn label(self) -> &'static str {
         match self {
-            EncryptedEvent::RefusedPerClient => "refused_per_client",
-            EncryptedEvent::HandshakeFailed => "handshake_failed",
-            EncryptedEvent::HandshakeTimeout => "handshake_timeout",
-            EncryptedEvent::FrameTimeout => "frame_timeout",
-            EncryptedEvent::BadRequest => "bad_request",
-            EncryptedEvent::Reaped => "closed_idle_to_make_room",
-            EncryptedEvent::Lifetime => "closed_at_lifetime",
+            ConnectionEvent::RefusedPerClient => "refused_per_client",
+            ConnectionEvent::RefusedFull => "refused_full",
+            ConnectionEvent::HandshakeFailed => "handshake_failed",
+            ConnectionEvent::HandshakeTimeout => "handshake_timeout",
+            ConnectionEvent::FrameTimeout => "frame_timeout",
+            ConnectionEvent::BadRequest => "bad_request",
+            ConnectionEvent::IdleTimeout => "idle_timeout",
+            ConnectionEvent::Reaped => "closed_idle_to_make_room",
+            ConnectionEvent::ReapedStalled => "closed_stalled_to_make_room",
+            ConnectionEvent::Lifetime => "closed_at_lifetime",
         }
     }
 }
+
+/// Events per [`ConnectionEvent`] index.
+pub const CONNECTION_EVENTS: usize = ConnectionEvent::ALL.len();
 
 /// The [`RCODES`] index of a (possibly extended) rcode.
 pub fn rcode_bucket(code: u16) -> usize {
@@ -94,6 +150,7 @@ pub fn rcode_bucket(code: u16) -> usize {
         rcode::NOTIMP => 4,
         rcode::REFUSED => 5,
         rcode::BADVERS => 6,
+        rcode::BADCOOKIE => 7,
         _ => RCODES.len() - 1,
     }
 }
@@ -113,6 +170,8 @@ struct Slot {
     rrl_limited: [AtomicU64; RRL_CLASSES],
     rrl_slipped: AtomicU64,
     rrl_dropped: AtomicU64,
+    cookies: [AtomicU64; COOKIE_VERDICTS],
+    demand_sources: [AtomicU64; DEMAND_SOURCES],
 }
 
 impl Slot {
@@ -126,6 +185,8 @@ impl Slot {
             rrl_limited: zeros(),
             rrl_slipped: AtomicU64::new(0),
             rrl_dropped: AtomicU64::new(0),
+            cookies: zeros(),
+            demand_sources: zeros(),
         }
     }
 }
@@ -135,16 +196,10 @@ impl Slot {
 struct Connections {
     open: AtomicI64,
     accepted: AtomicU64,
-    /// Closed at once: the client already had its share of connections.
-    refused_per_client: AtomicU64,
-    /// Closed because a query frame was not completed in time (slow or stalled sender).
-    frame_timeouts: AtomicU64,
     /// accept() failed (out of file descriptors, and the like).
     accept_errors: AtomicU64,
-    /// Closed while idle to make room: the slots were filling up.
-    reaped: AtomicU64,
-    /// Closed at `max_connection_lifetime`.
-    lifetime: AtomicU64,
+    /// Connections closed, by [`ConnectionEvent`].
+    events: [AtomicU64; CONNECTION_EVENTS],
 }
 
 /// One encrypted transport's connection counters (per connection, not per query).
@@ -152,7 +207,7 @@ struct Connections {
 struct EncryptedConnections {
     open: AtomicI64,
     accepted: AtomicU64,
-    events: [AtomicU64; EncryptedEvent::ALL.len()],
+    events: [AtomicU64; CONNECTION_EVENTS],
 }
 
 pub struct ServingCounters {
@@ -186,22 +241,24 @@ pub struct ServingTotals {
     pub udp_send_errors: u64,
     pub tcp_open: i64,
     pub tcp_accepted: u64,
-    pub tcp_refused_per_client: u64,
-    pub tcp_frame_timeouts: u64,
     pub tcp_accept_errors: u64,
-    pub tcp_reaped: u64,
-    pub tcp_lifetime: u64,
+    /// TCP connections closed, by [`ConnectionEvent::index`].
+    pub tcp_events: [u64; CONNECTION_EVENTS],
     /// Per encrypted transport ([`ENCRYPTED`]): open connections, accepted connections, and
-    /// each [`EncryptedEvent`]'s count.
+    /// each [`ConnectionEvent`]'s count.
     pub encrypted_open: [i64; ENCRYPTED.len()],
     pub encrypted_accepted: [u64; ENCRYPTED.len()],
-    pub encrypted_events: [[u64; EncryptedEvent::ALL.len()]; ENCRYPTED.len()],
+    pub encrypted_events: [[u64; CONNECTION_EVENTS]; ENCRYPTED.len()],
     /// Responses over their rate, by class ([`Class::index`]).
     pub rrl_limited: [u64; RRL_CLASSES],
     /// Limited responses sent truncated.
     pub rrl_slipped: u64,
     /// Limited responses not sent.
     pub rrl_dropped: u64,
+    /// Queries with a COOKIE option, by verdict ([`CookieVerdict::index`]).
+    pub cookies: [u64; COOKIE_VERDICTS],
+    /// Anycast answers by why their demand counted or not ([`DEMAND_SOURCE_LABELS`]).
+    pub demand_sources: [u64; DEMAND_SOURCES],
 }
 
 impl ServingCounters {
@@ -211,11 +268,8 @@ impl ServingCounters {
             connections: Connections {
                 open: AtomicI64::new(0),
                 accepted: AtomicU64::new(0),
-                refused_per_client: AtomicU64::new(0),
-                frame_timeouts: AtomicU64::new(0),
                 accept_errors: AtomicU64::new(0),
-                reaped: AtomicU64::new(0),
-                lifetime: AtomicU64::new(0),
+                events: zeros(),
             },
             encrypted: [const {
                 EncryptedConnections {
@@ -227,14 +281,13 @@ impl ServingCounters {
         }
     }
 
-    /// A connection event of an encrypted transport.
-    pub fn record_encrypted(&self, transport: Transport, event: EncryptedEvent) {
-        let c = &self.encrypted[encrypted_index(transport)];
-        let i = EncryptedEvent::ALL
-            .iter()
-            .position(|e| *e == event)
-            .unwrap_or(0);
-        bump(&c.events[i]);
+    /// A connection of `transport` closed (or a request turned away) for `event`.
+    pub fn record_connection(&self, transport: Transport, event: ConnectionEvent) {
+        let events = match transport {
+            Transport::Udp | Transport::Tcp => &self.connections.events,
+            t => &self.encrypted[encrypted_index(t)].events,
+        };
+        bump(&events[event.index()]);
     }
 
     /// A connection of an encrypted transport was accepted (its handshake is next); the guard
@@ -284,28 +337,16 @@ impl ServingCounters {
         bump(&slot.rrl_limited[class.index() % RRL_CLASSES]);
     }
 
-    /// A TCP connection was closed at once: its client already had its share open.
-    pub fn record_tcp_refused_per_client(&self) {
-        self.connections
-            .refused_per_client
-            .fetch_add(1, Ordering::Relaxed);
+    /// A query's COOKIE option and what its server cookie proved.
+    #[inline]
+    pub fn record_cookie(&self, verdict: CookieVerdict) {
+        bump(&self.slot().cookies[verdict.index() % COOKIE_VERDICTS]);
     }
 
-    /// An idle TCP connection was closed to make room (the slots were filling up).
-    pub fn record_tcp_reaped(&self) {
-        self.connections.reaped.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A TCP connection was closed at its lifetime.
-    pub fn record_tcp_lifetime(&self) {
-        self.connections.lifetime.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A TCP connection was closed because it did not complete a query frame in time.
-    pub fn record_tcp_frame_timeout(&self) {
-        self.connections
-            .frame_timeouts
-            .fetch_add(1, Ordering::Relaxed);
+    /// An anycast answer's demand, counted or not, and why (a [`DEMAND_SOURCE_LABELS`] index).
+    #[inline]
+    pub fn record_demand_source(&self, index: usize) {
+        bump(&self.slot().demand_sources[index % DEMAND_SOURCES]);
     }
 
     /// accept() failed; returns how many times in all (for rate-limited logging).
@@ -323,6 +364,16 @@ impl ServingCounters {
         TcpConnection { counters: self }
     }
 
+    /// DNS connections open now, TCP and encrypted (a few loads: asked at every accept).
+    pub fn connections_open(&self) -> i64 {
+        let encrypted: i64 = self
+            .encrypted
+            .iter()
+            .map(|c| c.open.load(Ordering::Relaxed))
+            .sum();
+        self.connections.open.load(Ordering::Relaxed) + encrypted
+    }
+
     pub fn totals(&self) -> ServingTotals {
         let sum = |f: &dyn Fn(&Slot) -> &AtomicU64| {
             total(self.slots.iter().map(|s| f(s).load(Ordering::Relaxed)))
@@ -331,15 +382,14 @@ impl ServingCounters {
             udp_send_errors: sum(&|s| &s.udp_send_errors),
             tcp_open: self.connections.open.load(Ordering::Relaxed),
             tcp_accepted: self.connections.accepted.load(Ordering::Relaxed),
-            tcp_refused_per_client: self.connections.refused_per_client.load(Ordering::Relaxed),
-            tcp_frame_timeouts: self.connections.frame_timeouts.load(Ordering::Relaxed),
             tcp_accept_errors: self.connections.accept_errors.load(Ordering::Relaxed),
-            tcp_reaped: self.connections.reaped.load(Ordering::Relaxed),
-            tcp_lifetime: self.connections.lifetime.load(Ordering::Relaxed),
             rrl_slipped: sum(&|s| &s.rrl_slipped),
             rrl_dropped: sum(&|s| &s.rrl_dropped),
             ..ServingTotals::default()
         };
+        for (e, cell) in self.connections.events.iter().enumerate() {
+            totals.tcp_events[e] = cell.load(Ordering::Relaxed);
+        }
         for (t, c) in self.encrypted.iter().enumerate() {
             totals.encrypted_open[t] = c.open.load(Ordering::Relaxed);
             totals.encrypted_accepted[t] = c.accepted.load(Ordering::Relaxed);
@@ -349,6 +399,12 @@ impl ServingCounters {
         }
         for c in 0..RRL_CLASSES {
             totals.rrl_limited[c] = sum(&|s| &s.rrl_limited[c]);
+        }
+        for v in 0..COOKIE_VERDICTS {
+            totals.cookies[v] = sum(&|s| &s.cookies[v]);
+        }
+        for d in 0..DEMAND_SOURCES {
+            totals.demand_sources[d] = sum(&|s| &s.demand_sources[d]);
         }
         for t in 0..TRANSPORTS.len() {
             totals.queries[t] = sum(&|s| &s.queries[t]);
@@ -436,6 +492,7 @@ mod tests {
         let a = counters.tcp_connection();
         let b = counters.tcp_connection();
         assert_eq!(counters.totals().tcp_open, 2);
+        assert_eq!(counters.connections_open(), 2);
         drop(a);
         drop(b);
         let t = counters.totals();

@@ -16,7 +16,9 @@ pub mod resign;
 pub mod shield;
 pub mod watch;
 
-pub use origin::{ControlOrigin, FileOrigin, FleetLinkStatus, OverrideView, RolloutView};
+pub use origin::{
+    BadRecord, ControlOrigin, FileOrigin, FleetLinkStatus, OverrideView, RolloutView,
+};
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -1045,15 +1047,7 @@ fn load_control(
 }
 
 fn open_history(config: &Config) -> Result<History, String> {
-    let Some(file) = &config.control.file else {
-        return Err("no control file configured".into());
-    };
-    let dir = config
-        .control
-        .history_dir
-        .clone()
-        .unwrap_or_else(|| History::default_dir(file));
-    History::open(&dir, config.control.history_keep).map_err(|e| format!("control history: {e}"))
+    crate::change::history(config)
 }
 
 /// The serial for `text`: the newest recorded one's if it is the same text (and not older than

@@ -91,6 +91,33 @@ pub struct FleetLinkStatus {
     /// Nodes in the registry this node last saw in etcd (what `--direct` reaches).
     #[serde(default)]
     pub known_nodes: usize,
+    /// Records under the fleet's prefix this node's fleet tasks skipped because they do not
+    /// decode (or are not what their key says): each key and why. The rest is used.
+    #[serde(default)]
+    pub bad_records: Vec<BadRecord>,
+    /// Why this node's rollout coordinator task last failed (cleared when it runs again).
+    #[serde(default)]
+    pub coordinator_error: Option<String>,
+    /// Why this node's registry entry is not written (another live node registered the same
+    /// name), while that lasts.
+    #[serde(default)]
+    pub registration_refused: Option<String>,
+}
+
+/// A record read from the fleet's store and skipped: its key, why, and which task read it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BadRecord {
+    pub key: String,
+    pub reason: String,
+    /// `coordinator`, `node`, `health`, `shield`, `cli`.
+    #[serde(default)]
+    pub seen_by: String,
+}
+
+impl std::fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.reason)
+    }
 }
 
 /// A fleet node's local override (`crate::fleet::direct`) as status, the node registry and
@@ -112,7 +139,9 @@ pub struct OverrideView {
 /// A node's view of the fleet's staged rollout, for status, metrics and the dashboard.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct RolloutView {
-    /// `none` (no rollout state in etcd yet), `running`, `halted`, `completed`, `aborted`.
+    /// `none` (no rollout state in etcd yet), `running`, `halted`, `completed`, `aborted`;
+    /// `missing` (the state was deleted) or `unreadable` (it does not decode): the node holds
+    /// at what it serves until the coordinator re-creates it or `steerdns rollout reset`.
     pub phase: String,
     /// The control revision being rolled out, and the last known good.
     pub candidate: i64,

@@ -486,18 +486,22 @@ impl Rollout {
             }
             Phase::Halted { reason, at_ms } => {
                 format!(
-                    "HALTED {}: {reason}; every node serves {} again",
+                    "HALTED {}: {reason}; every node is sent back to {}",
                     ago(*at_ms),
                     self.lkg
                 )
             }
             Phase::Completed { at_ms } => format!(
-                "completed {} after {:.1} s: every node serves it; it is the last known good",
+                "completed {} after {:.1} s: it is the last known good",
                 ago(*at_ms),
                 at_ms.saturating_sub(self.started_at_ms) as f64 / 1000.0
             ),
             Phase::Aborted { at_ms } => {
-                format!("aborted {}: every node serves {}", ago(*at_ms), self.lkg)
+                format!(
+                    "aborted {}: every node is sent back to {}",
+                    ago(*at_ms),
+                    self.lkg
+                )
             }
         });
         lines.push(format!("last known good: revision {}", self.lkg_now()));

@@ -3,10 +3,13 @@
 //! response buffer, reused for every query on it.
 //!
 //! Who gets a connection slot and when it is taken back -- per client prefix, lifetime, idle
-//! time shrinking as slots fill -- is [`super::admission`]'s, shared with the encrypted
-//! transports. Here: a query once started must be complete within `frame_timeout`, and a
-//! client that stops reading our answers is let go after the idle time allowed. TCP answers
-//! are never rate limited: the handshake proves the source.
+//! time shrinking as slots fill, the worst holder of a full table -- is
+//! [`super::admission`]'s, shared with the encrypted transports; here each connection tells it
+//! what it is doing (idle, reading a query, answering). Here: a query once started must be
+//! complete within `frame_timeout`, a client that stops reading our answers is let go after
+//! the idle time allowed, and answers are flushed as soon as the client has no complete query
+//! queued (the start of the next one does not hold them back). TCP answers are never rate
+//! limited: the handshake proves the source.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +25,7 @@ use super::admission::{Admission, AdmissionLimits, Admitted};
 use crate::answer::respond;
 use crate::config::TcpConfig;
 use crate::dns::wire::{Requester, Transport, MAX_MESSAGE};
-use crate::metrics::serving::EncryptedEvent;
+use crate::metrics::serving::ConnectionEvent;
 use crate::snapshot::SharedSnapshot;
 
 #[derive(Debug, Clone)]
@@ -74,8 +77,8 @@ pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpL
     loop {
         let (stream, peer) = accept(&listener).await;
         let client = Requester::new(peer.ip(), Transport::Tcp);
-        let Some(admitted) = admission.admit(client.addr).await else {
-            // Closed at once: this client already holds its share.
+        let Some(admitted) = admission.admit(client.addr) else {
+            // Closed at once: this client already holds its share, or no slot was to be had.
             drop(stream);
             continue;
         };
@@ -96,7 +99,8 @@ pub async fn serve(listener: TcpListener, snapshot: SharedSnapshot, limits: TcpL
 pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     loop {
         match listener.accept().await {
-            Ok(accepted) => return accepted,
+            Ok(accepted) if keeps_descriptor_reserve() => return accepted,
+            Ok(_) => continue, // closed at once: see `keeps_descriptor_reserve`
             Err(e) => {
                 let failures = crate::metrics::serving().record_tcp_accept_error();
                 if failures == 1 || failures.is_multiple_of(100) {
@@ -108,8 +112,14 @@ pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     }
 }
 
+/// Whether a DNS connection may be taken without eating into the descriptors kept for files
+/// and the admin endpoint ([`crate::descriptors`]; a refusal is counted there).
+fn keeps_descriptor_reserve() -> bool {
+    crate::descriptors::dns_may_take()
+}
+
 /// Serves RFC 7766 framed queries on a byte stream -- a TCP connection, or a TLS session on
-/// one (DoT): answered in order, flushed when the client has nothing more queued.
+/// one (DoT): answered in order, flushed when the client has no complete query queued.
 pub(crate) async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     client: Requester,
@@ -120,43 +130,88 @@ pub(crate) async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
     // Reads and writes both buffered, on one stream (a TLS session cannot be split without a
     // lock); the reader's buffer says whether the client has more queued.
     let mut reader = BufReader::new(BufWriter::new(stream));
-    let mut query = vec![0u8; MAX_MESSAGE];
-    let mut response = vec![0u8; MAX_MESSAGE + 2];
+    let mut buffers = Buffers {
+        query: vec![0u8; MAX_MESSAGE],
+        response: vec![0u8; MAX_MESSAGE + 2],
+    };
     for _ in 0..limits.max_queries_per_connection {
         if admitted.lifetime_over() || !wait_for_first_byte(&mut reader, admitted).await? {
             break;
         }
-        let frame = read_frame(&mut reader, &mut query);
-        let len = match tokio::time::timeout(limits.frame_timeout, frame).await {
-            Ok(read) => read?,
-            Err(_) => {
-                match client.transport {
-                    Transport::Tcp => crate::metrics::serving().record_tcp_frame_timeout(),
-                    t => {
-                        crate::metrics::serving().record_encrypted(t, EncryptedEvent::FrameTimeout)
-                    }
-                }
-                return Err(std::io::ErrorKind::TimedOut.into());
-            }
-        };
-        let answered = {
-            let current = snapshot.load();
-            respond(&current, &query[..len], &client, &mut response[2..])
-        };
-        // A client that does not read its answers is let go after the idle time allowed.
-        let idle = admitted.idle_allowed();
-        if let Some(n) = answered {
-            response[..2].copy_from_slice(&(n as u16).to_be_bytes());
-            within(idle, reader.write_all(&response[..n + 2])).await?;
-        }
-        // Flush when the client has nothing more queued, so pipelined answers go out together.
-        if reader.buffer().is_empty() {
-            within(idle, reader.flush()).await?;
+        let answered = answer_one(
+            &mut reader,
+            &mut buffers,
+            &client,
+            snapshot,
+            limits,
+            admitted,
+        );
+        match admitted.unless_reaped(answered).await {
+            Some(done) => done?,
+            // Taken back for a newcomer (the admission counted why): closed at once.
+            None => return Ok(()),
         }
     }
     // Flushes, then closes our side (for TLS: close_notify first).
-    within(admitted.idle_allowed(), reader.shutdown()).await?;
+    let shutdown = within(admitted.idle_allowed(), reader.shutdown());
+    admitted.unless_reaped(shutdown).await.unwrap_or(Ok(()))
+}
+
+/// A connection's query and response buffers, reused for every query on it.
+struct Buffers {
+    query: Vec<u8>,
+    response: Vec<u8>,
+}
+
+/// Reads the query whose first byte has arrived (within the frame timeout, else counted and
+/// an error), answers it, and flushes unless a complete query is queued behind it.
+async fn answer_one<S: AsyncRead + AsyncWrite + Unpin>(
+    reader: &mut BufReader<BufWriter<S>>,
+    buffers: &mut Buffers,
+    client: &Requester,
+    snapshot: &SharedSnapshot,
+    limits: &TcpLimits,
+    admitted: &Admitted,
+) -> std::io::Result<()> {
+    let frame = read_frame(reader, &mut buffers.query);
+    let Ok(len) = tokio::time::timeout(limits.frame_timeout, frame).await else {
+        crate::metrics::serving()
+            .record_connection(client.transport, ConnectionEvent::FrameTimeout);
+        return Err(std::io::ErrorKind::TimedOut.into());
+    };
+    let len = len?;
+    admitted.query_complete();
+    let answered = {
+        let current = snapshot.load();
+        respond(
+            &current,
+            &buffers.query[..len],
+            client,
+            &mut buffers.response[2..],
+        )
+    };
+    // A client that does not read its answers is let go after the idle time allowed.
+    let idle = admitted.idle_allowed();
+    if let Some(n) = answered {
+        buffers.response[..2].copy_from_slice(&(n as u16).to_be_bytes());
+        within(idle, reader.write_all(&buffers.response[..n + 2])).await?;
+    }
+    // Pipelined answers go out together, but only while a complete query is queued behind:
+    // the start of one still arriving must not hold back the answers already made.
+    if !starts_with_a_whole_frame(reader.buffer()) {
+        within(idle, reader.flush()).await?;
+    }
     Ok(())
+}
+
+/// Whether `buffered` starts with a whole length-prefixed message.
+fn starts_with_a_whole_frame(buffered: &[u8]) -> bool {
+    match buffered {
+        [high, low, message @ ..] => {
+            message.len() >= usize::from(u16::from_be_bytes([*high, *low]))
+        }
+        _ => false,
+    }
 }
 
 /// Waits while idle until the client sends something; `false` on a clean close, or when the

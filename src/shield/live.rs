@@ -53,7 +53,9 @@ const DEMAND_PREFIX_V6: u8 = 56;
 /// trusted_ecs_resolvers`: ECS from anyone else is a claim anyone can make, so such answers
 /// are still steered by it but not counted at all (counting them under the resolver's own
 /// address would put a client located by its ECS under the wrong region's row); queries
-/// without ECS count by their source address. The step bounds what the counts may say by
+/// without ECS count by their source address only where it is proven (TCP and the
+/// encrypted transports, or a valid DNS server cookie) or trusted: a UDP source address is
+/// as easy to spoof as an ECS option. The step bounds what the counts may say by
 /// its own bookkeeping besides (see `estimate_natural`).
 ///
 /// Serving path: one hash, one or two relaxed atomic operations on the map, one relaxed add
@@ -76,6 +78,41 @@ impl std::fmt::Debug for DemandCounters {
             .field("sites", &self.sites)
             .field("trusted_ecs", &self.trusted_ecs)
             .finish_non_exhaustive()
+    }
+}
+
+/// How a query's source address was proven (see [`DemandCounters::counted_address`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// TCP, DoT, DoH or DoQ: a handshake answered at that address.
+    Transport,
+    /// A valid DNS server cookie (RFC 7873/9018): our earlier answer reached that address.
+    Cookie,
+}
+
+/// Why an anycast answer's demand counted, or did not (counted per answer in
+/// `/metrics`, `steerdns_shield_demand_answers_total{source}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DemandSource {
+    Proven(Proof),
+    /// From a resolver of `trusted_ecs_resolvers`.
+    Trusted,
+    /// UDP without ECS, without a valid cookie, from a source not trusted: not counted.
+    Unproven,
+    /// ECS from a resolver not trusted: not counted.
+    UntrustedEcs,
+}
+
+impl DemandSource {
+    /// Its index in the metric's labels (`metrics::serving::DEMAND_SOURCE_LABELS`).
+    pub fn index(self) -> usize {
+        match self {
+            DemandSource::Proven(Proof::Transport) => 0,
+            DemandSource::Proven(Proof::Cookie) => 1,
+            DemandSource::Trusted => 2,
+            DemandSource::Unproven => 3,
+            DemandSource::UntrustedEcs => 4,
+        }
     }
 }
 
@@ -104,13 +141,24 @@ impl DemandCounters {
         1 + self.regions + self.sites
     }
 
-    /// The address a query's demand counts by: its ECS address from a trusted resolver, its
-    /// source address when it carries no ECS, `None` for ECS from anyone else.
-    pub fn counted_address(&self, source: IpAddr, ecs: Option<IpAddr>) -> Option<IpAddr> {
-        match ecs {
-            None => Some(source),
-            Some(ecs) if self.trusted_ecs.iter().any(|n| n.contains(&source)) => Some(ecs),
-            Some(_) => None,
+    /// The address a query's demand counts by, and why (`None`: not counted). An ECS
+    /// address counts from a trusted resolver only. A query without ECS counts by its source
+    /// when the source is proven (`proven`: TCP or an encrypted transport, or a valid DNS
+    /// server cookie: a spoofed UDP source can show neither) or trusted; a plain UDP source
+    /// is a claim anyone can make, so it does not count.
+    pub fn counted_address(
+        &self,
+        source: IpAddr,
+        ecs: Option<IpAddr>,
+        proven: Option<Proof>,
+    ) -> (Option<IpAddr>, DemandSource) {
+        let trusted = || self.trusted_ecs.iter().any(|n| n.contains(&source));
+        match (ecs, proven) {
+            (None, Some(proof)) => (Some(source), DemandSource::Proven(proof)),
+            (None, None) if trusted() => (Some(source), DemandSource::Trusted),
+            (None, None) => (None, DemandSource::Unproven),
+            (Some(ecs), _) if trusted() => (Some(ecs), DemandSource::Trusted),
+            (Some(_), _) => (None, DemandSource::UntrustedEcs),
         }
     }
 
@@ -234,6 +282,12 @@ pub struct RingStatus {
     pub destinations: Vec<(String, f64)>,
     pub hot: bool,
     pub state: String,
+    /// Regions only: the demand estimate — answers counted for the region's clients (TTL-
+    /// weighted, smoothed over a normal TTL: about the clients holding an answer), kept and
+    /// sent elsewhere together. Only proven or trusted sources count (see
+    /// [`DemandCounters::counted_address`]).
+    #[serde(default)]
+    pub demand: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -475,6 +529,10 @@ impl Shield {
                         .collect(),
                     hot: region.hot,
                     state: note_text(region.note).to_string(),
+                    demand: state
+                        .demand
+                        .get(i)
+                        .map_or(0.0, |d| d.kept + d.sent.values().sum::<f64>()),
                 }
             })
             .collect();
@@ -635,13 +693,34 @@ mod tests {
     }
 
     #[test]
-    fn ecs_counts_only_from_trusted_resolvers() {
+    fn ecs_counts_only_from_trusted_resolvers_and_sources_only_when_proven() {
         let trusted: IpNet = "192.0.2.0/28".parse().unwrap_or_else(|e| panic!("{e}"));
         let counters = DemandCounters::new(1, 0, vec![trusted]);
         let ecs = Some(addr("81.2.69.0"));
-        assert_eq!(counters.counted_address(addr("192.0.2.5"), ecs), ecs);
-        assert_eq!(counters.counted_address(addr("192.0.2.99"), ecs), None);
+        let cookie = Some(Proof::Cookie);
+        assert_eq!(
+            counters.counted_address(addr("192.0.2.5"), ecs, None),
+            (ecs, DemandSource::Trusted)
+        );
+        assert_eq!(
+            counters.counted_address(addr("192.0.2.99"), ecs, cookie),
+            (None, DemandSource::UntrustedEcs)
+        );
         let plain = addr("203.0.113.9");
-        assert_eq!(counters.counted_address(plain, None), Some(plain));
+        assert_eq!(
+            counters.counted_address(plain, None, None),
+            (None, DemandSource::Unproven)
+        );
+        for proof in [Proof::Cookie, Proof::Transport] {
+            assert_eq!(
+                counters.counted_address(plain, None, Some(proof)),
+                (Some(plain), DemandSource::Proven(proof))
+            );
+        }
+        let resolver = addr("192.0.2.7");
+        assert_eq!(
+            counters.counted_address(resolver, None, None),
+            (Some(resolver), DemandSource::Trusted)
+        );
     }
 }

@@ -872,8 +872,9 @@ fn every_state_of_a_surge_and_its_relief_survives_the_fleet_wire() {
         let bytes = serde_json::to_vec(&wire).unwrap_or_default();
         let read: super::wire::WireState =
             super::wire::decode(&bytes).unwrap_or_else(|e| panic!("tick {t}: {e}"));
-        let back = super::wire::decode_state(&read, &rings, now_ms)
-            .unwrap_or_else(|e| panic!("tick {t}: {e}\n{state:#?}"));
+        let back =
+            super::wire::decode_state(&read, &rings, super::wire::Clock::new(now_ms, &settings))
+                .unwrap_or_else(|e| panic!("tick {t}: {e}\n{state:#?}"));
         assert_eq!(back, state, "tick {t}");
         shed_then_relieved.0 |= state.regions[EU_WEST].fraction > 0.0;
         shed_then_relieved.1 |= shed_then_relieved.0 && state.moves.iter().any(|m| m.amount < 0.0);

@@ -25,6 +25,33 @@ const MAX_MAGNITUDE: f64 = super::feed::MAX_FEED_VALUE;
 /// How far ahead of this node's clock a timer may be: a move lands at most a normal TTL
 /// after it starts, and TTLs are at most a day; beyond that the record is nonsense.
 const MAX_FUTURE_MS: u64 = 2 * 86_400_000;
+/// How far ahead of this node's clock a past event's timer (a move's start, the last move, a
+/// region turning hot, a record's own time) may be: clocks differ, but by less than a
+/// hold-down; beyond it a fast clock on the leader would freeze hold-downs after a failover.
+/// (A slow move's end is a normal TTL ahead of its start: that bound is the steady TTL more.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Clock {
+    pub now_ms: u64,
+    /// Bound for past events' timers.
+    pub skew_ms: u64,
+    /// Bound for a slow move's end.
+    pub slow_ms: u64,
+}
+
+impl Clock {
+    pub fn new(now_ms: u64, settings: &super::step::ShieldSettings) -> Clock {
+        // At least a second: clocks of healthy nodes differ by milliseconds.
+        let skew_ms = settings.hold_down_ms.clamp(1000, MAX_FUTURE_MS);
+        Clock {
+            now_ms,
+            skew_ms,
+            slow_ms: skew_ms
+                .saturating_add(u64::from(settings.steady_ttl) * 1000)
+                .min(MAX_FUTURE_MS),
+        }
+    }
+}
+
 /// Most nodes a published state names as demand sources.
 const MAX_NODES: usize = 1024;
 
@@ -260,12 +287,24 @@ fn share_of(value: f64, path: &str) -> Result<f64, WireError> {
     bounded(value, path, 0.0, 1.0 + 1e-9).map(|v| v.min(1.0))
 }
 
-/// A timer (ms since the epoch) that must not be far ahead of `now_ms`.
-fn timer(value: u64, path: &str, now_ms: u64) -> Result<u64, WireError> {
-    if value > now_ms.saturating_add(MAX_FUTURE_MS) {
+/// A past event's timer (ms since the epoch): at most a hold-down ahead of this node's clock.
+fn timer(value: u64, path: &str, clock: Clock) -> Result<u64, WireError> {
+    ahead(value, path, clock.now_ms, clock.skew_ms)
+}
+
+/// A slow move's end: at most a hold-down and a steady TTL ahead.
+fn slow_timer(value: u64, path: &str, clock: Clock) -> Result<u64, WireError> {
+    ahead(value, path, clock.now_ms, clock.slow_ms)
+}
+
+fn ahead(value: u64, path: &str, now_ms: u64, limit_ms: u64) -> Result<u64, WireError> {
+    if value > now_ms.saturating_add(limit_ms) {
         return Err(WireError::BadValue {
             path: path.to_string(),
-            problem: format!("{value} ms is more than two days ahead of this node's clock"),
+            problem: format!(
+                "{value} ms is {} ms ahead of this node's clock; the limit is {limit_ms} ms",
+                value - now_ms
+            ),
         });
     }
     Ok(value)
@@ -369,7 +408,7 @@ pub fn encode_state(state: &ShieldState, rings: &Rings) -> WireState {
 pub fn decode_state(
     wire: &WireState,
     rings: &Rings,
-    now_ms: u64,
+    clock: Clock,
 ) -> Result<ShieldState, WireError> {
     let mut state = ShieldState {
         regions: vec![RegionState::default(); rings.regions.len()],
@@ -379,7 +418,7 @@ pub fn decode_state(
     for (name, region) in &wire.regions {
         let path = format!("state.regions.{name}");
         let r = region_index(name, rings, &path)?;
-        state.regions[r as usize] = decode_region(region, rings, &path, now_ms)?;
+        state.regions[r as usize] = decode_region(region, rings, &path, clock)?;
     }
     if wire.moves.len() > MAX_MOVES {
         return Err(WireError::BadValue {
@@ -398,9 +437,9 @@ pub fn decode_state(
             to,
             // Negative: shedding less moves clients back.
             amount: magnitude(m.amount, &format!("{path}.amount"))?,
-            at: timer(m.at, &format!("{path}.at"), now_ms)?,
+            at: timer(m.at, &format!("{path}.at"), clock)?,
             fast_share: bounded(m.fast_share, &format!("{path}.fast_share"), 0.0, 1.0)?,
-            slow_until: timer(m.slow_until, &format!("{path}.slow_until"), now_ms)?,
+            slow_until: slow_timer(m.slow_until, &format!("{path}.slow_until"), clock)?,
         });
     }
     for (name, u) in &wire.sites {
@@ -413,7 +452,7 @@ pub fn decode_state(
         state.site_utilisation[i] = magnitude(*u, &path)?;
     }
     state.last_tick_ms = match wire.last_tick_ms {
-        Some(t) => Some(timer(t, "state.last_tick_ms", now_ms)?),
+        Some(t) => Some(timer(t, "state.last_tick_ms", clock)?),
         None => None,
     };
     state.demand = decode_demand(&wire.demand, rings, "state.demand")?;
@@ -425,7 +464,7 @@ fn decode_region(
     wire: &WireRegion,
     rings: &Rings,
     path: &str,
-    now_ms: u64,
+    clock: Clock,
 ) -> Result<RegionState, WireError> {
     let mut shares = BTreeMap::new();
     for (to, share) in &wire.shares {
@@ -443,7 +482,7 @@ fn decode_region(
         fraction: share_of(wire.fraction, &format!("{path}.fraction"))?,
         shares,
         last_direction: wire.last_direction,
-        last_move_at: timer(wire.last_move_at, &format!("{path}.last_move_at"), now_ms)?,
+        last_move_at: timer(wire.last_move_at, &format!("{path}.last_move_at"), clock)?,
         // Estimates: finite and of a believable size (the step may dip them below zero).
         natural: magnitude(wire.natural, &format!("{path}.natural"))?,
         trend: magnitude(wire.trend, &format!("{path}.trend"))?,
@@ -453,7 +492,7 @@ fn decode_region(
         )?,
         hot: wire.hot,
         hot_since: match wire.hot_since {
-            Some(t) => Some(timer(t, &format!("{path}.hot_since"), now_ms)?),
+            Some(t) => Some(timer(t, &format!("{path}.hot_since"), clock)?),
             None => None,
         },
         note: parse_note(&wire.note, &format!("{path}.note"))?,
@@ -462,7 +501,7 @@ fn decode_region(
 
 /// A published state's own fields checked (names, sizes); its state is read by
 /// [`decode_state`].
-pub fn check_published(published: &PublishedState, now_ms: u64) -> Result<(), WireError> {
+pub fn check_published(published: &PublishedState, clock: Clock) -> Result<(), WireError> {
     if published.demand_from.len() > MAX_NODES {
         return Err(WireError::BadValue {
             path: "demand_from".into(),
@@ -472,10 +511,10 @@ pub fn check_published(published: &PublishedState, now_ms: u64) -> Result<(), Wi
             ),
         });
     }
-    timer(published.at_ms, "at_ms", now_ms)?;
+    timer(published.at_ms, "at_ms", clock)?;
     if let Some(feed) = &published.feed {
-        timer(feed.measured_ms, "feed.measured_ms", now_ms)?;
-        timer(feed.received_ms, "feed.received_ms", now_ms)?;
+        timer(feed.measured_ms, "feed.measured_ms", clock)?;
+        timer(feed.received_ms, "feed.received_ms", clock)?;
     }
     Ok(())
 }
@@ -484,11 +523,11 @@ pub fn check_published(published: &PublishedState, now_ms: u64) -> Result<(), Wi
 pub fn read_published(
     bytes: &[u8],
     rings: &Rings,
-    now_ms: u64,
+    clock: Clock,
 ) -> Result<(PublishedState, ShieldState), WireError> {
     let published: PublishedState = decode(bytes)?;
-    check_published(&published, now_ms)?;
-    let state = decode_state(&published.state, rings, now_ms)?;
+    check_published(&published, clock)?;
+    let state = decode_state(&published.state, rings, clock)?;
     Ok((published, state))
 }
 
@@ -496,10 +535,10 @@ pub fn read_published(
 pub fn read_report(
     bytes: &[u8],
     rings: &Rings,
-    now_ms: u64,
+    clock: Clock,
 ) -> Result<(NodeReport, Vec<Demand>), WireError> {
     let report: NodeReport = decode(bytes)?;
-    timer(report.at_ms, "at_ms", now_ms)?;
+    timer(report.at_ms, "at_ms", clock)?;
     let demand = decode_demand(&report.demand, rings, "demand")?;
     Ok((report, demand))
 }
@@ -556,13 +595,43 @@ mod tests {
         state
     }
 
+    fn clock(now_ms: u64) -> Clock {
+        Clock::new(now_ms, &crate::shield::step::ShieldSettings::default())
+    }
+
+    #[test]
+    fn timers_ahead_of_the_clock_by_more_than_a_hold_down_are_refused() {
+        let settings = crate::shield::step::ShieldSettings::default();
+        let now = 10_000_000;
+        let clock = Clock::new(now, &settings);
+        let mut wire = encode_state(&shedding_state(), &rings());
+        let within = now + settings.hold_down_ms;
+        if let Some(r) = wire.regions.get_mut("eu-west") {
+            r.last_move_at = within;
+        }
+        assert!(decode_state(&wire, &rings(), clock).is_ok());
+        // A leader whose clock runs an hour fast would freeze every hold-down after a failover.
+        if let Some(r) = wire.regions.get_mut("eu-west") {
+            r.last_move_at = now + 3_600_000;
+        }
+        let error = decode_state(&wire, &rings(), clock)
+            .err()
+            .unwrap_or_else(|| panic!("a last move an hour ahead accepted"));
+        assert!(
+            error
+                .to_string()
+                .starts_with("state.regions.eu-west.last_move_at"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn a_state_reads_back_as_it_was_written() {
         let state = shedding_state();
         let wire = encode_state(&state, &rings());
         let json = serde_json::to_vec(&wire).unwrap_or_default();
         let read: WireState = decode(&json).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(decode_state(&read, &rings(), 2_000), Ok(state));
+        assert_eq!(decode_state(&read, &rings(), clock(2_000)), Ok(state));
     }
 
     #[test]
@@ -587,7 +656,7 @@ mod tests {
             (future, "state.moves[0].at"),
             (bad_destination, "state.moves[0].to"),
         ] {
-            let error = decode_state(&wire, &rings(), 2_000)
+            let error = decode_state(&wire, &rings(), clock(2_000))
                 .err()
                 .unwrap_or_else(|| panic!("{field} accepted"));
             assert!(error.to_string().starts_with(field), "{error}");

@@ -359,6 +359,9 @@ pub(crate) fn opt_len(options: &ServeOptions, edns: &Edns) -> usize {
             len += 4 + nsid.len();
         }
     }
+    if let Some(cookie) = &edns.cookie {
+        len += 4 + cookie.len();
+    }
     len
 }
 
@@ -375,7 +378,7 @@ pub(crate) fn put_opt(
 }
 
 /// Encodes our OPT record: payload size, extended rcode, DO echoed, ECS echoed with `scope`,
-/// NSID when asked and configured. Returns `None` if `out` is too small.
+/// NSID when asked and configured, and the COOKIE `edns` holds. Returns `None` if `out` is too small.
 pub(crate) fn write_opt_raw(
     options: &ServeOptions,
     edns: &Edns,
@@ -417,7 +420,15 @@ pub(crate) fn write_opt_raw(
             out[pos..pos + 2].copy_from_slice(&option::NSID.to_be_bytes());
             out[pos + 2..pos + 4].copy_from_slice(&(nsid.len() as u16).to_be_bytes());
             out[pos + 4..pos + 4 + nsid.len()].copy_from_slice(nsid);
+            pos += 4 + nsid.len();
         }
+    }
+    // The answer path put the cookie to send back here (never the client's server cookie
+    // unchecked: see `crate::answer`).
+    if let Some(cookie) = &edns.cookie {
+        out[pos..pos + 2].copy_from_slice(&option::COOKIE.to_be_bytes());
+        out[pos + 2..pos + 4].copy_from_slice(&(cookie.len() as u16).to_be_bytes());
+        cookie.write(&mut out[pos + 4..pos + 4 + cookie.len()]);
     }
     Some(len)
 }

@@ -60,13 +60,14 @@ pub fn load_after(
     let started = Instant::now();
     let control = read_control(config, control)?;
     let config_digest = config_digest(config);
-    let keys = DnssecKeys::load(config)?;
+    let keys = DnssecKeys::load(config, previous.and_then(|p| p.dnssec.as_deref()))?;
     let tls = load_tls(config)?;
     let reusable = previous
         .and_then(|p| Some((p, p.sources.as_ref()?)))
         .filter(|(_, sources)| sources.unchanged(config, config_digest.as_ref()))
-        .filter(|(p, _)| keys.signed_alike(p.dnssec.as_deref()));
-    let mut warnings = Vec::new();
+        .filter(|(p, _)| keys.signed_alike(p.dnssec.as_deref()))
+        .filter(|(p, _)| p.dnssec_not_served == keys.not_served);
+    let mut warnings = keys.not_served_warnings(config);
     let mut shared = None;
     if let Some((previous, sources)) = reusable {
         warnings.extend(sources.zone_warnings.iter().cloned());
@@ -82,7 +83,7 @@ pub fn load_after(
                 signing,
             ));
         } else {
-            warnings.clear();
+            warnings = keys.not_served_warnings(config);
         }
     }
     let (zones, precompiled, sources, steering, signed) = match shared {
@@ -91,8 +92,9 @@ pub fn load_after(
             let built = build_zones(config)?;
             warnings.extend(built.warnings.iter().cloned());
             let mut zones = built.zones;
+            zones.retain(|z| !keys.refuses(&z.origin));
             let steering = compile_steering(config, &control, &mut warnings)?;
-            bind(config, steering.as_ref(), &mut zones)?;
+            bind(config, steering.as_ref(), &mut zones, &keys.not_served)?;
             let signed = keys.sign_zones(config, &mut zones, steering.as_ref())?;
             let sources = Sources {
                 config_path: config.source_path.clone(),
@@ -118,7 +120,8 @@ pub fn load_after(
     if let Some(material) = &tls {
         warnings.extend(material.warning(crate::tls::unix_now()));
     }
-    let options = super::ServeOptions::from_config(&config.server);
+    let cookies = super::cookies::load(&config.server.cookies).map_err(|e| vec![e])?;
+    let options = super::ServeOptions::from_config(&config.server, cookies);
     let policies = steering.as_ref().map(|s| &s.policies);
     let precompiled =
         precompiled.unwrap_or_else(|| super::Precompiled::build(&zones, policies, &options));
@@ -134,6 +137,7 @@ pub fn load_after(
         rrl: crate::rrl::RrlLimits::from_config(&config.rrl),
         sources: Some(sources),
         dnssec: signing.map(Arc::new),
+        dnssec_not_served: keys.not_served.clone(),
         tls,
     };
     Ok(Loaded {
@@ -218,31 +222,87 @@ struct ZoneKeys {
     window: crate::dnssec::Window,
 }
 
-/// The DNSSEC keys of every zone to sign, as read for one load at `now`.
+/// The DNSSEC keys of every zone to sign, as read for one load at `now`, and the zones left
+/// out because their keys could not be read.
 struct DnssecKeys {
     zones: Vec<ZoneKeys>,
+    not_served: Vec<NotServed>,
     now: u64,
 }
 
+/// A zone to sign that is not served: its keys could not be read (and it was not being
+/// served signed, or the load would have been refused instead).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NotServed {
+    /// The zone (lower case, absolute).
+    pub zone: String,
+    /// Why: the key file or directory and what is wrong with it.
+    pub reason: String,
+}
+
 impl DnssecKeys {
-    /// Reads the keys of every zone `[dnssec] zones` names, each from its key directory; a
-    /// missing or unreadable key refuses the load.
-    fn load(config: &Config) -> Result<DnssecKeys, Vec<String>> {
+    /// Reads the keys of every zone `[dnssec] zones` names, each from its key directory. A
+    /// zone whose keys cannot be read (missing, unreadable, readable by others, corrupt) is
+    /// refused alone: when `previous` (the snapshot in service) serves it signed, the load is
+    /// refused, so that zone goes on being served as last signed (with everything else);
+    /// otherwise it is left out of the snapshot (not served: REFUSED) and the other zones
+    /// are served. Never served unsigned: see the README ("A bad key file").
+    fn load(
+        config: &Config,
+        previous: Option<&crate::dnssec::Signing>,
+    ) -> Result<DnssecKeys, Vec<String>> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let mut zones = Vec::new();
+        let mut not_served = Vec::new();
         let mut errors = Vec::new();
+        let location = config_location(config, "dnssec");
         for zone in &config.dnssec.zones {
             match ZoneKeys::load(&config.dnssec, zone, now) {
                 Ok(keys) => zones.push(keys),
-                Err(e) => errors.push(format!("{}: {e}", config_location(config, "dnssec"))),
+                Err(ZoneKeysError::Settings(e)) => errors.push(format!("{location}: {e}")),
+                Err(ZoneKeysError::Keys { zone, reason }) => {
+                    if previous.is_some_and(|p| p.window_of(&zone).is_some()) {
+                        errors.push(format!(
+                            "{location}: {reason} ({zone} goes on being served as last signed)"
+                        ));
+                    } else {
+                        not_served.push(NotServed { zone, reason });
+                    }
+                }
             }
         }
         if !errors.is_empty() {
             return Err(errors);
         }
-        Ok(DnssecKeys { zones, now })
+        Ok(DnssecKeys {
+            zones,
+            not_served,
+            now,
+        })
+    }
+
+    /// Is `origin` a zone left out for its keys?
+    fn refuses(&self, origin: &hickory_proto::rr::Name) -> bool {
+        let origin = origin.to_string().to_ascii_lowercase();
+        self.not_served.iter().any(|n| n.zone == origin)
+    }
+
+    /// One warning per zone left out (status, `steerdns check`, the log at startup).
+    fn not_served_warnings(&self, config: &Config) -> Vec<String> {
+        self.not_served
+            .iter()
+            .map(|n| {
+                format!(
+                    "{}: {}: not served: {} (a signed zone is never served unsigned; fix the \
+                     key and reload)",
+                    config_location(config, "dnssec"),
+                    n.zone,
+                    n.reason
+                )
+            })
+            .collect()
     }
 
     fn fingerprint(&self) -> Vec<crate::dnssec::KeyRecord> {
@@ -442,18 +502,30 @@ impl DnssecKeys {
     }
 }
 
+/// Why a zone's keys could not be had: its settings (a config error, refusing the load), or
+/// its key files (refusing that zone only).
+enum ZoneKeysError {
+    Settings(String),
+    Keys { zone: String, reason: String },
+}
+
 impl ZoneKeys {
     /// `zone`'s settings and keys (from its key directory) and its window at `now`.
     fn load(
         config: &crate::dnssec::DnssecConfig,
         zone: &str,
         now: u64,
-    ) -> Result<ZoneKeys, String> {
-        let settings =
-            crate::dnssec::ZoneSettings::for_zone(config, zone).map_err(|e| e.to_string())?;
+    ) -> Result<ZoneKeys, ZoneKeysError> {
+        let settings = crate::dnssec::ZoneSettings::for_zone(config, zone)
+            .map_err(|e| ZoneKeysError::Settings(e.to_string()))?;
         let zone = crate::dnssec::keys::normalize_zone(zone);
-        let keys = crate::dnssec::keys::load_zone_keys(&settings.keys, &zone)
-            .map_err(|e| format!("dnssec.zones: {e}"))?;
+        let keys = match crate::dnssec::keys::load_zone_keys(&settings.keys, &zone) {
+            Ok(keys) => keys,
+            Err(e) => {
+                let reason = format!("dnssec.zones: {e}");
+                return Err(ZoneKeysError::Keys { zone, reason });
+            }
+        };
         Ok(ZoneKeys {
             window: settings.window(now),
             zone,
@@ -668,13 +740,16 @@ fn compile_steering(
 }
 
 /// Binds every steered name into its zone.
+/// Binds the steered names into their zones; a name inside a zone left out for its keys
+/// (`not_served`) is not served either.
 fn bind(
     config: &Config,
     steering: Option<&SteeringData>,
     zones: &mut [Zone],
+    not_served: &[NotServed],
 ) -> Result<(), Vec<String>> {
     match steering {
-        Some(steering) => bind_steered_names(config, &steering.policies, zones),
+        Some(steering) => bind_steered_names(config, &steering.policies, zones, not_served),
         None => Ok(()),
     }
 }
@@ -683,11 +758,19 @@ fn bind_steered_names(
     config: &Config,
     policies: &crate::policy::CompiledPolicies,
     zones: &mut [Zone],
+    not_served: &[NotServed],
 ) -> Result<(), Vec<String>> {
     let mut per_zone: Vec<Vec<(&hickory_proto::rr::Name, SteeredBinding)>> =
         vec![Vec::new(); zones.len()];
     let mut errors = Vec::new();
+    let left_out: Vec<hickory_proto::rr::Name> = not_served
+        .iter()
+        .filter_map(|n| hickory_proto::rr::Name::from_ascii(&n.zone).ok())
+        .collect();
     for (i, steered) in policies.steered().iter().enumerate() {
+        if left_out.iter().any(|zone| zone.zone_of(&steered.name)) {
+            continue;
+        }
         let owner = zones
             .iter()
             .enumerate()

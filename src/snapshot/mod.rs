@@ -9,6 +9,7 @@
 //! single atomic store. Nothing changes a snapshot after it is built; its fields are private.
 
 pub mod compose;
+pub mod cookies;
 pub mod load;
 mod precompiled;
 pub mod steer;
@@ -29,7 +30,7 @@ use crate::dns::wire::{ClientSubnet, WireName};
 use crate::metrics::SnapshotCounters;
 use crate::policy::CompiledPolicies;
 use crate::rrl::{RateLimiter, RrlLimits};
-use crate::shield::live::Shield;
+use crate::shield::live::{Proof, Shield};
 use crate::shield::step::ShieldSettings;
 use crate::zone::lookup::ZoneSet;
 use steer::{ClientSteering, SteeringData};
@@ -50,6 +51,8 @@ pub struct ServeOptions {
     pub identity: Option<String>,
     /// Log one query in this many at info (client, name, type, rcode); 0 = no query log.
     pub query_log_sample: u32,
+    /// DNS Cookies: the secret to verify and issue server cookies with; `None`: off.
+    pub cookies: Option<cookies::CookieSetup>,
 }
 
 impl Default for ServeOptions {
@@ -60,14 +63,18 @@ impl Default for ServeOptions {
             version: Some(format!("steerdns {}", env!("CARGO_PKG_VERSION"))),
             identity: None,
             query_log_sample: 0,
+            cookies: None,
         }
     }
 }
 
 impl ServeOptions {
     /// The options `[server]` asks for: `version = ""` refuses `version.bind`, unset answers
-    /// the default.
-    pub fn from_config(server: &ServerConfig) -> ServeOptions {
+    /// the default; `cookies` as [`cookies::load`] read them.
+    pub fn from_config(
+        server: &ServerConfig,
+        cookies: Option<cookies::CookieSetup>,
+    ) -> ServeOptions {
         let defaults = ServeOptions::default();
         ServeOptions {
             edns_payload: server.edns_payload,
@@ -79,6 +86,7 @@ impl ServeOptions {
             },
             identity: server.identity.clone(),
             query_log_sample: server.query_log_sample,
+            cookies,
         }
     }
 }
@@ -106,6 +114,8 @@ pub struct Compiled {
     sources: Option<Arc<load::Sources>>,
     /// DNSSEC: pre-signed steered answers and what was signed; `None` when nothing is signed.
     dnssec: Option<Arc<crate::dnssec::Signing>>,
+    /// Zones to sign left out of this snapshot because their keys could not be read.
+    dnssec_not_served: Vec<load::NotServed>,
     /// The certificate and key of the encrypted transports (`[server.tls]`), re-read on
     /// every load; TLS handshakes use the one of the snapshot in service.
     tls: Option<Arc<crate::tls::Material>>,
@@ -149,6 +159,7 @@ impl Compiled {
             rrl: None,
             sources: None,
             dnssec: None,
+            dnssec_not_served: Vec::new(),
             tls: None,
         }
     }
@@ -326,6 +337,11 @@ impl Snapshot {
         self.compiled.dnssec()
     }
 
+    /// Zones to sign that are not served because their keys could not be read.
+    pub fn dnssec_not_served(&self) -> &[load::NotServed] {
+        &self.compiled.dnssec_not_served
+    }
+
     /// The encrypted transports' certificate and key; `None` without `[server.tls]`.
     pub fn tls(&self) -> Option<&crate::tls::Material> {
         self.compiled.tls()
@@ -407,13 +423,14 @@ impl Snapshot {
             .or_else(|| compiled.precompiled.wildcard(&compiled.zones, qname, qtype))
     }
 
-    /// The steering context for one query from `client` (with `subnet`, its ECS option);
-    /// `None` when no names are steered. Cheap: the client is located only when a steered
-    /// name is decided.
+    /// The steering context for one query from `client` (with `subnet`, its ECS option, and
+    /// `proven`, how its source address is proven); `None` when no names are steered.
+    /// Cheap: the client is located only when a steered name is decided.
     pub fn steering_for<'s>(
         &'s self,
         client: &Requester,
         subnet: Option<&ClientSubnet>,
+        proven: Option<Proof>,
     ) -> Option<ClientSteering<'s>> {
         let data = self.compiled.steering.as_ref()?;
         Some(ClientSteering::new(
@@ -421,8 +438,11 @@ impl Snapshot {
             &self.services.counters,
             &self.services.shield,
             &self.services.health,
-            client.addr,
-            subnet,
+            steer::Asker {
+                source: client.addr,
+                subnet,
+                proven,
+            },
             self.compiled.dnssec.as_deref().map(|d| &d.steered),
         ))
     }

@@ -15,7 +15,7 @@ use crate::policy::{
     self, evaluate, evaluate_with_health, AnycastChoice, CompiledPolicies, Decision, Destination,
     HealthView, PolicyRoot, ShedView, Target,
 };
-use crate::shield::live::{DemandCounters, DemandSample, Shield};
+use crate::shield::live::{DemandCounters, DemandSample, Proof, Shield};
 use crate::zone::lookup::{Addresses, SteeredAnswer, SteeredData, Steering};
 use crate::zone::model::{RRset, SteeredBinding};
 
@@ -63,19 +63,31 @@ fn demand_of(
     data: &SteeringData,
     source: IpAddr,
     subnet: Option<&ClientSubnet>,
+    proven: Option<Proof>,
     client: &policy::LocatedClient,
     decision: &Decision<'_>,
 ) -> Option<DemandSample> {
     let (region, choice) = decision.trace.anycast?;
     // The address the client was located by is the ECS address when there is one.
     let ecs = located_by_ecs(subnet).then_some(client.addr);
-    let addr = data.demand.counted_address(source, ecs)?;
+    let (addr, why) = data.demand.counted_address(source, ecs, proven);
+    crate::metrics::serving().record_demand_source(why.index());
+    let addr = addr?;
     let to = match choice {
         AnycastChoice::Global | AnycastChoice::Kept { .. } => Destination::Global,
         AnycastChoice::Forced(d) | AnycastChoice::Drained(d) => d,
         AnycastChoice::Shed { destination, .. } => destination,
     };
     Some(data.demand.sample(addr, region, to, decision.ttl))
+}
+
+/// Who asked, as steering sees it: the source address, the ECS option the query carried, and
+/// how the source is proven (`None`: plain UDP without a valid cookie).
+#[derive(Clone, Copy)]
+pub struct Asker<'q> {
+    pub source: IpAddr,
+    pub subnet: Option<&'q ClientSubnet>,
+    pub proven: Option<Proof>,
 }
 
 /// What profile roots are evaluated with: they never read the shield's view.
@@ -95,9 +107,11 @@ pub struct ClientSteering<'s> {
     /// is monitored).
     health: &'s Board,
     health_view: OnceCell<arc_swap::Guard<Arc<HealthView>>>,
-    /// The address that sent the query, and the ECS option it carried.
+    /// The address that sent the query, the ECS option it carried, and how the address is
+    /// proven (`None`: plain UDP without a valid cookie, which anyone can spoof).
     source: IpAddr,
     subnet: Option<ClientSubnet>,
+    proven: Option<Proof>,
     /// Where the client is: located when a decision first needs it. (An `Option` filled
     /// through `&mut self`, not a `OnceCell`: the cell's out-of-line initialisation was a
     /// visible part of a steered answer's instructions.)
@@ -122,10 +136,14 @@ impl<'s> ClientSteering<'s> {
         counters: &'s SnapshotCounters,
         shield: &'s Shield,
         health: &'s Board,
-        source: IpAddr,
-        subnet: Option<&ClientSubnet>,
+        asker: Asker<'_>,
         sigs: Option<&'s SteeredSigs>,
     ) -> Self {
+        let Asker {
+            source,
+            subnet,
+            proven,
+        } = asker;
         ClientSteering {
             data,
             counters,
@@ -135,6 +153,7 @@ impl<'s> ClientSteering<'s> {
             health_view: OnceCell::new(),
             source,
             subnet: subnet.copied(),
+            proven,
             located: None,
             sigs,
             demand: None,
@@ -217,7 +236,14 @@ impl<'s> ClientSteering<'s> {
                 .record_steered(binding, client.region, &decision.trace);
             if self.demand.is_none() {
                 let subnet = self.subnet.as_ref();
-                self.demand = demand_of(self.data, self.source, subnet, &client, decision);
+                self.demand = demand_of(
+                    self.data,
+                    self.source,
+                    subnet,
+                    self.proven,
+                    &client,
+                    decision,
+                );
             }
         }
         self.decided.as_ref().map(|(_, decision)| decision)

@@ -4,6 +4,9 @@
 //! brings it back on the same ports with the same data; dropping it stops it and removes the
 //! data. A machine without etcd fails the test (CI installs it: `.ci/run`).
 //!
+//! [`EtcdCluster::start`] runs several members as one cluster (each member an [`Etcd`] that
+//! can be stopped and restarted alone), for tests where a member dies under load.
+//!
 //! [`Etcd::start_secure`] runs it as production clusters do: TLS with client certificates
 //! (a CA, server and client certificates made with the `openssl` command), and
 //! [`Etcd::enable_auth`] turns on etcd's users and roles.
@@ -28,6 +31,10 @@ pub struct Etcd {
     pki: Option<Pki>,
     /// Set once auth is on: `root:PASSWORD` for etcdctl.
     root: Option<String>,
+    /// The member's name and, for a member of an [`EtcdCluster`], every member's
+    /// `name=peer-url` (etcd's `--initial-cluster`).
+    member: String,
+    initial_cluster: Option<String>,
 }
 
 /// PEM files of a TLS etcd: the CA that signed everything, and a client certificate and key.
@@ -146,6 +153,8 @@ impl Etcd {
             dir: TempDir::new("etcd"),
             pki: None,
             root: None,
+            member: "test".into(),
+            initial_cluster: None,
         };
         etcd.spawn();
         etcd
@@ -162,6 +171,8 @@ impl Etcd {
             dir,
             pki: Some(pki),
             root: None,
+            member: "test".into(),
+            initial_cluster: None,
         };
         etcd.spawn();
         etcd
@@ -210,22 +221,37 @@ impl Etcd {
     }
 
     fn spawn(&mut self) {
+        self.spawn_unchecked();
+        self.wait_healthy();
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    /// Starts the etcd process without waiting for it to be healthy (a cluster member is
+    /// healthy only once a quorum of its peers runs).
+    fn spawn_unchecked(&mut self) {
         let client = self.endpoint();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let peer = self.peer_url();
+        let cluster = self
+            .initial_cluster
+            .clone()
+            .unwrap_or_else(|| format!("{}={peer}", self.member));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join("etcd.log"))
             .expect("etcd log file");
         let child = Command::new("etcd")
-            .args(["--name", "test"])
+            .args(["--name", &self.member])
             .arg("--data-dir")
             .arg(self.data_dir())
             .args(["--listen-client-urls", &client])
             .args(["--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("test={peer}")])
+            .args(["--initial-cluster", &cluster])
             .args(["--initial-cluster-state", "new"])
             .args(self.pki.iter().flat_map(|pki| {
                 [
@@ -252,7 +278,6 @@ impl Etcd {
             .spawn()
             .expect("etcd must be installed (apt-get install etcd-server); .ci/run installs it");
         self.child = Some(child);
-        self.wait_healthy();
     }
 
     /// Waits until `GET /health` says `"health":"true"`; panics with etcd's log if it does not
@@ -370,5 +395,54 @@ impl Etcd {
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Several etcd members forming one cluster on loopback (plain HTTP). Each member can be
+/// stopped and restarted on its own ([`Etcd::stop`], [`Etcd::restart`]); a restarted member
+/// rejoins with its data directory.
+pub struct EtcdCluster {
+    pub members: Vec<Etcd>,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members and waits (bounded) until each reports healthy.
+    pub fn start(n: usize) -> EtcdCluster {
+        let mut members: Vec<Etcd> = (0..n)
+            .map(|i| Etcd {
+                child: None,
+                client_port: free_tcp_port(),
+                peer_port: free_tcp_port(),
+                dir: TempDir::new(&format!("etcd-m{i}")),
+                pki: None,
+                root: None,
+                member: format!("m{i}"),
+                initial_cluster: None,
+            })
+            .collect();
+        let cluster = members
+            .iter()
+            .map(|m| format!("{}={}", m.member, m.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",");
+        for member in &mut members {
+            member.initial_cluster = Some(cluster.clone());
+            member.spawn_unchecked();
+        }
+        for member in &mut members {
+            member.wait_healthy();
+        }
+        EtcdCluster { members }
+    }
+
+    /// Every member's client URL, for `[fleet] etcd`.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(Etcd::endpoint).collect()
+    }
+
+    /// A running member, for etcdctl.
+    pub fn any_running(&mut self) -> Option<&Etcd> {
+        let i = (0..self.members.len()).find(|&i| self.members[i].is_running())?;
+        Some(&self.members[i])
     }
 }

@@ -7,6 +7,7 @@ pub mod backend;
 pub mod etcd;
 pub mod load;
 pub mod prometheus;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -49,6 +50,16 @@ impl Server {
 
     /// Like [`Server::start`], run from `dir`.
     pub fn start_in(dir: &Path, args: &[&str]) -> Server {
+        Self::start_configured(dir, args, |_| {})
+    }
+
+    /// Like [`Server::start_in`], with `configure` applied to the command before it starts
+    /// (resource limits, environment).
+    pub fn start_configured(
+        dir: &Path,
+        args: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_steerdns"));
         command
             .current_dir(dir)
@@ -64,6 +75,7 @@ impl Server {
         if !args.contains(&"--admin-listen") {
             command.args(["--admin-listen", "127.0.0.1:0"]);
         }
+        configure(&mut command);
         let mut child = command.spawn().expect("start steerdns");
         let rx = lines_of(child.stdout.take().expect("stdout"));
         let mut addr = None;

@@ -44,9 +44,11 @@ mod common;
 #[allow(unused_imports)]
 pub use common::backend::{closed_port, Backend, Reply};
 #[allow(unused_imports)]
-pub use common::etcd::Etcd;
+pub use common::etcd::{Etcd, EtcdCluster};
 #[allow(unused_imports)]
 pub use common::prometheus::{Exporter, Prometheus};
+#[allow(unused_imports)]
+pub use common::tls;
 pub use common::TempDir;
 #[allow(unused_imports)]
 pub use common::{
@@ -142,6 +144,26 @@ impl Setup {
     pub fn start_under_with(&self, wrapper: &[&str], extra: &[&str]) -> Daemon {
         Daemon::start_full(self, wrapper, extra)
     }
+}
+
+/// Appends `extra` to `setup`'s config and runs `steerdns check` on it, which must fail:
+/// returns the 1-based line of the config that reads `line_text` and what check printed (for
+/// the tests that a config error names file, line and field).
+pub fn check_refuses_at(setup: &Setup, extra: &str, line_text: &str) -> (usize, String) {
+    setup.extend_config(extra);
+    let config = std::fs::read_to_string(&setup.config).expect("config");
+    let line = config
+        .lines()
+        .position(|l| l == line_text)
+        .unwrap_or_else(|| panic!("no line `{line_text}` in the config"))
+        + 1;
+    let (status, text) = steerdns_check(
+        setup.dir.path(),
+        &["--config".as_ref(), setup.config.as_os_str()],
+    );
+    println!("{text}");
+    assert!(!status.success(), "check accepted the config:\n{text}");
+    (line, text)
 }
 
 /// The command line of `steerdns serve` on `setup` (run under `wrapper`, if any, with `extra`

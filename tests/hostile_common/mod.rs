@@ -21,6 +21,37 @@ pub fn start_with_admin(config: &TempConfig, extra: &[&str]) -> (Server, SocketA
     (server, admin)
 }
 
+/// Like [`start_with_admin`], the server limited to `descriptors` open files (soft and hard
+/// `RLIMIT_NOFILE`, set in the child before exec), so a flood reaches the limit quickly.
+pub fn start_with_admin_and_descriptors(
+    config: &TempConfig,
+    extra: &[&str],
+    descriptors: u64,
+) -> (Server, SocketAddr) {
+    use std::os::unix::process::CommandExt;
+    let path = config.dir().join("steerdns.toml");
+    let mut args = vec!["--config", path.to_str().expect("utf-8 temp path")];
+    args.extend_from_slice(extra);
+    let server = Server::start_configured(&crate::common::repo_path(""), &args, |command| {
+        // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe and
+        // touches only the struct it is given.
+        unsafe {
+            command.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: descriptors as libc::rlim_t,
+                    rlim_max: descriptors as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    let admin = server.admin.expect("the server reports its admin address");
+    (server, admin)
+}
+
 pub fn alias(a: u8, b: u8, c: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, a, b, c))
 }

@@ -287,6 +287,14 @@
     if (f.rollout && f.rollout.phase === "halted") {
       serverAlerts.push(`fleet: rollout of revision ${f.rollout.candidate} HALTED, every node back on ${f.rollout.lkg}: ${f.rollout.halted || "?"}`);
     }
+    if (f.rollout && (f.rollout.phase === "missing" || f.rollout.phase === "unreadable")) {
+      serverAlerts.push(`fleet: rollout state ${f.rollout.phase}: holding at revision ${f.rollout.allowed}${f.rollout.phase === "unreadable" ? " until `steerdns rollout reset`" : " until the coordinator re-creates it"}`);
+    }
+    for (const bad of f.bad_records || []) {
+      serverAlerts.push(`fleet: record skipped (${bad.seen_by}): ${bad.key}: ${bad.reason}`);
+    }
+    if (f.coordinator_error) serverAlerts.push(`fleet: rollout coordinator failing: ${f.coordinator_error}`);
+    if (f.registration_refused) serverAlerts.push(`fleet: not registered: ${f.registration_refused}`);
   }
 
   // Practice drills: each one's last run with its measured times; a failed one is an alert.
@@ -330,6 +338,7 @@
       ["Config hash", status.config_hash ? String(status.config_hash).slice(0, 16) : "?"],
       ["Reloads", `${status.reloads_accepted || 0} accepted, ${status.reloads_refused || 0} refused`],
       ["Zones", (status.zones || []).map((z) => `${z.origin} (serial ${z.serial})`).join(", ") || "none"],
+      ...connectionLimits(status),
     ]);
     const refusal = status.last_refusal;
     byId("refusal").replaceChildren(
@@ -349,6 +358,29 @@
         "None: every region follows the shield."
       )
     );
+  }
+
+  // The admin endpoint's connections and the descriptor budget (absent from older servers).
+  function connectionLimits(status) {
+    const rows = [];
+    const a = status.admin_connections;
+    if (a) {
+      rows.push([
+        "Admin connections",
+        `${num(a.open)} open of ${num(a.max_connections)}; closed ${num(a.closed_header_timeout)} slow heads, ` +
+          `${num(a.closed_idle_timeout)} idle, ${num(a.evicted)} evicted; ` +
+          `refused ${num(a.refused_full + a.refused_descriptors)}`,
+      ]);
+    }
+    const d = status.descriptors;
+    if (d && d.limit > 0) {
+      rows.push([
+        "File descriptors",
+        `about ${num(d.open_estimate)} of ${num(d.limit)} open, ${num(d.reserve)} kept free; ` +
+          `${num(d.refused_dns)} DNS connections refused to keep them`,
+      ]);
+    }
+    return rows;
   }
 
   function renderProfiles(status) {
@@ -396,6 +428,11 @@
     if (!h) {
       byId("health").replaceChildren(el("p", { className: "none" }, "No monitored endpoints."));
       return;
+    }
+    if (h.lookups_in_flight >= 4) {
+      // Every lookup slot taken (lookups take milliseconds): the system resolver hangs, and
+      // probes of names not being looked up fail at once.
+      serverAlerts.push("health: all 4 name lookups of probe targets in flight: the system resolver may hang");
     }
     const sharing = h.sharing;
     const columns = ["Target", "State", "Last check", "Last change", "Last error"];
@@ -455,10 +492,12 @@
   // What each turned-away counter means, in the order the table shows them.
   const TURNED_AWAY = [
     ["refused_per_client", "over the per-client share"],
+    ["refused_full", "every slot busy"],
     ["handshake_failed", "bad handshake"],
     ["handshake_timeout", "handshake too slow"],
     ["frame_timeout", "query too slow"],
     ["bad_request", "bad HTTP request"],
+    ["closed_stalled_to_make_room", "holding a slot, making no progress"],
   ];
 
   function renderEncrypted(status) {

@@ -23,7 +23,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::{answer_bytes, handshake, server_config, Limits};
 use crate::dns::wire::{Requester, Transport, MAX_MESSAGE};
-use crate::metrics::serving::{serving, EncryptedEvent};
+use crate::metrics::serving::{serving, ConnectionEvent};
 use crate::server::admission::{Admission, Admitted};
 use crate::snapshot::SharedSnapshot;
 
@@ -46,7 +46,7 @@ pub async fn serve_doh(
     loop {
         let (stream, peer) = super::accept(&listener).await;
         let client = Requester::new(peer.ip(), Transport::Https);
-        let Some(admitted) = admission.admit(client.addr).await else {
+        let Some(admitted) = admission.admit(client.addr) else {
             continue;
         };
         let snapshot = snapshot.clone();
@@ -82,11 +82,11 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
         None => return,
         Some(Ok(Ok(connection))) => connection,
         Some(Ok(Err(_))) => {
-            serving().record_encrypted(Transport::Https, EncryptedEvent::HandshakeFailed);
+            serving().record_connection(Transport::Https, ConnectionEvent::HandshakeFailed);
             return;
         }
         Some(Err(_)) => {
-            serving().record_encrypted(Transport::Https, EncryptedEvent::HandshakeTimeout);
+            serving().record_connection(Transport::Https, ConnectionEvent::HandshakeTimeout);
             return;
         }
     };
@@ -110,6 +110,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
         if closing {
             continue; // refused by h2 after GOAWAY; only drives the connection
         }
+        admitted.query_complete();
         let snapshot = snapshot.clone();
         tokio::spawn(async move {
             answer(request, respond, &client, &snapshot, frame_timeout).await;
@@ -133,17 +134,17 @@ async fn answer(
     let query = match tokio::time::timeout(frame_timeout, read_query(request)).await {
         Ok(Ok(query)) => query,
         Ok(Err(status)) => {
-            serving().record_encrypted(Transport::Https, EncryptedEvent::BadRequest);
+            serving().record_connection(Transport::Https, ConnectionEvent::BadRequest);
             return refuse(respond, status);
         }
         Err(_) => {
-            serving().record_encrypted(Transport::Https, EncryptedEvent::FrameTimeout);
+            serving().record_connection(Transport::Https, ConnectionEvent::FrameTimeout);
             return refuse(respond, StatusCode::REQUEST_TIMEOUT);
         }
     };
     // The responder stays silent only on what is not a DNS query at all.
     let Some(body) = answer_bytes(snapshot, &query, client) else {
-        serving().record_encrypted(Transport::Https, EncryptedEvent::BadRequest);
+        serving().record_connection(Transport::Https, ConnectionEvent::BadRequest);
         return refuse(respond, StatusCode::BAD_REQUEST);
     };
     let response = Response::builder()

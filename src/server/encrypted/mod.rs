@@ -6,8 +6,9 @@
 //!
 //! Owned here: the accept loops and their limits. Who gets a slot and for how long is
 //! [`crate::server::admission`]'s, the same mechanism as TCP's with each transport's own
-//! numbers: `max_connections` at once, `max_connections_per_client` per client prefix, idle
-//! time shrinking as slots fill (a handshake in progress counts as idle), a lifetime. Here: a
+//! numbers: `max_connections` at once (a newcomer to full slots takes back the worst holder,
+//! never waits), `max_connections_per_client` per client prefix, idle time shrinking as slots
+//! fill (a handshake in progress counts as idle), a lifetime. Here: a
 //! handshake timeout, a frame timeout and `max_queries_per_connection`. Every handshake runs
 //! in its own task, so a client that stalls one holds nothing but its own slot; none of it
 //! shares a thread or a socket with the UDP workers.
@@ -34,7 +35,7 @@ use super::tcp::{accept, secs, serve_stream, TcpLimits};
 use crate::answer::respond;
 use crate::config::{TcpConfig, TlsConfig};
 use crate::dns::wire::{Requester, Transport, MAX_MESSAGE};
-use crate::metrics::serving::{serving, EncryptedEvent};
+use crate::metrics::serving::{serving, ConnectionEvent};
 use crate::snapshot::SharedSnapshot;
 
 /// The limits of one encrypted transport: TCP's per-connection limits and a handshake timeout.
@@ -140,11 +141,11 @@ pub(crate) async fn handshake(
         Ok(Ok(tls)) => Some(tls),
         Ok(Err(e)) => {
             tracing::debug!("{transport:?} handshake failed: {e}");
-            serving().record_encrypted(transport, EncryptedEvent::HandshakeFailed);
+            serving().record_connection(transport, ConnectionEvent::HandshakeFailed);
             None
         }
         Err(_) => {
-            serving().record_encrypted(transport, EncryptedEvent::HandshakeTimeout);
+            serving().record_connection(transport, ConnectionEvent::HandshakeTimeout);
             None
         }
     }
@@ -163,7 +164,7 @@ pub async fn serve_dot(
     loop {
         let (stream, peer) = accept(&listener).await;
         let client = Requester::new(peer.ip(), Transport::Tls);
-        let Some(admitted) = admission.admit(client.addr).await else {
+        let Some(admitted) = admission.admit(client.addr) else {
             continue;
         };
         let snapshot = snapshot.clone();

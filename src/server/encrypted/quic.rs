@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 
 use super::{answer_bytes, server_config, Limits};
 use crate::dns::wire::{Requester, Transport};
-use crate::metrics::serving::{serving, EncryptedEvent};
+use crate::metrics::serving::{serving, ConnectionEvent};
 use crate::server::admission::{Admission, Admitted};
 use crate::snapshot::SharedSnapshot;
 
@@ -83,7 +83,7 @@ pub async fn serve_doq(endpoint: Endpoint, snapshot: SharedSnapshot, limits: Lim
             continue;
         }
         let client = Requester::new(incoming.remote_address().ip(), Transport::Quic);
-        let Some(admitted) = admission.admit(client.addr).await else {
+        let Some(admitted) = admission.admit(client.addr) else {
             incoming.refuse();
             continue;
         };
@@ -100,7 +100,7 @@ pub async fn serve_doq(endpoint: Endpoint, snapshot: SharedSnapshot, limits: Lim
 }
 
 async fn handshake(incoming: quinn::Incoming, limit: Duration) -> Option<Connection> {
-    let failed = || serving().record_encrypted(Transport::Quic, EncryptedEvent::HandshakeFailed);
+    let failed = || serving().record_connection(Transport::Quic, ConnectionEvent::HandshakeFailed);
     let Ok(connecting) = incoming.accept() else {
         failed();
         return None;
@@ -113,7 +113,7 @@ async fn handshake(incoming: quinn::Incoming, limit: Duration) -> Option<Connect
             None
         }
         Err(_) => {
-            serving().record_encrypted(Transport::Quic, EncryptedEvent::HandshakeTimeout);
+            serving().record_connection(Transport::Quic, ConnectionEvent::HandshakeTimeout);
             None
         }
     }
@@ -138,6 +138,7 @@ async fn serve_connection(
         let Ok(Ok((send, recv))) = admitted.idle(connection.accept_bi()).await else {
             break;
         };
+        admitted.query_complete();
         let snapshot = snapshot.clone();
         streams.spawn(async move {
             answer_stream(send, recv, &client, &snapshot, frame_timeout).await;
@@ -170,7 +171,7 @@ async fn answer_stream(
         Ok(Some(query)) => query,
         Ok(None) => return, // the client reset or finished the stream early
         Err(_) => {
-            serving().record_encrypted(Transport::Quic, EncryptedEvent::FrameTimeout);
+            serving().record_connection(Transport::Quic, ConnectionEvent::FrameTimeout);
             let _ = recv.stop(VarInt::from_u32(DOQ_PROTOCOL_ERROR));
             let _ = send.reset(VarInt::from_u32(DOQ_PROTOCOL_ERROR));
             return;

@@ -25,6 +25,11 @@ use crate::shield::wire::{self, FeedInfo, LoadRecord, NodeReport, PublishedState
 /// A leader republishes an unchanged view this often, so that a successor starts from a state
 /// (moves in flight, timers, estimates) at most this old.
 const REPUBLISH: Duration = Duration::from_secs(1);
+/// A published state not renewed for this many republish periods means the leader stopped
+/// deciding (a hand-written leader key on a live lease, a leader whose shield thread stalls
+/// while its etcd task keeps the lease): an alert, and after `revert_after_secs` the same
+/// decay as lost etcd contact.
+const STALE_PERIODS: u32 = 5;
 
 /// What one fleet tick works with.
 pub(in crate::shield) struct Tick<'a> {
@@ -81,6 +86,9 @@ pub(super) struct Side {
     served: Option<Served>,
     /// Revisions of the published state and load record last read (accepted or refused).
     state_seen: Option<i64>,
+    /// When a new published state was last accepted (the leader renews it every
+    /// [`REPUBLISH`]).
+    state_renewed: Option<Instant>,
     load_seen: Option<i64>,
     /// The feed slot's number of the last feed shared or read from etcd.
     feed_seen: u64,
@@ -108,6 +116,14 @@ pub struct FleetShieldStatus {
     pub state_age_secs: Option<f64>,
     /// Since etcd last answered.
     pub contact_age_secs: Option<f64>,
+    /// Since a new published state last arrived (this node's clock; `None`: none yet, or
+    /// this node leads).
+    #[serde(default)]
+    pub renewed_age_secs: Option<f64>,
+    /// The published state was not renewed for several republish periods: the leader stopped
+    /// deciding (this node decays after `revert_after_secs`, as without etcd).
+    #[serde(default)]
+    pub stale: bool,
     /// Leader only: the nodes whose demand the last step summed.
     pub demand_from: Vec<String>,
     /// Records from etcd refused (published states, reports), and the latest reason.
@@ -122,15 +138,26 @@ fn epoch_ms(time: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// How this node serves, from the age of its contact with etcd and of the published state it
+/// serves (`renewed_ms`: since a new one arrived; a leader that stopped publishing decays the
+/// followers as lost contact does).
 fn role_of(
     inbox: &Inbox,
     contact_ms: Option<u64>,
+    renewed_ms: Option<u64>,
     settings: &ShieldSettings,
     served: bool,
 ) -> Role {
     match contact_ms {
         None => Role::Waiting,
         Some(age) if age >= settings.revert_after_ms => Role::Reverting,
+        Some(_)
+            if !inbox.leading
+                && inbox.error.is_none()
+                && renewed_ms.is_some_and(|age| age >= settings.revert_after_ms) =>
+        {
+            Role::Reverting
+        }
         Some(_) if inbox.error.is_some() => {
             if served {
                 Role::FailStatic
@@ -182,7 +209,21 @@ impl Shield {
         let contact_ms = inbox
             .contact
             .map(|c| clock.saturating_duration_since(c).as_millis() as u64);
-        let role = role_of(&inbox, contact_ms, tick.settings, side.served.is_some());
+        let renewed_ms = side
+            .state_renewed
+            .filter(|_| !inbox.leading)
+            .map(|at| clock.saturating_duration_since(at).as_millis() as u64);
+        let role = role_of(
+            &inbox,
+            contact_ms,
+            renewed_ms,
+            tick.settings,
+            side.served.is_some(),
+        );
+        // Alerted on no later than it decays.
+        let stale_after_ms =
+            ((REPUBLISH * STALE_PERIODS).as_millis() as u64).min(tick.settings.revert_after_ms);
+        let stale = renewed_ms.is_some_and(|age| age >= stale_after_ms);
         if role != Role::Leader {
             side.proposed = None;
         }
@@ -200,7 +241,8 @@ impl Shield {
             }
             Role::Reverting => {
                 let mut inputs = self.inputs(tick.policies, tick.mode, Vec::new(), tick.now);
-                age_readings(&mut inputs, contact_ms.unwrap_or(u64::MAX));
+                let cut_off = contact_ms.unwrap_or(u64::MAX).max(renewed_ms.unwrap_or(0));
+                age_readings(&mut inputs, cut_off);
                 let (next, changes, repairs) = {
                     let previous = lock(&self.state);
                     checked_step(&previous, &inputs, tick.rings, tick.settings, now_ms)
@@ -251,6 +293,8 @@ impl Shield {
                 .as_ref()
                 .map(|s| now_ms.saturating_sub(s.at_ms) as f64 / 1000.0),
             contact_age_secs: contact_ms.map(|ms| ms as f64 / 1000.0),
+            renewed_age_secs: renewed_ms.map(|ms| ms as f64 / 1000.0),
+            stale,
             demand_from: side.demand_from.clone(),
             refused: side.refused,
             last_refusal: side.last_refusal.clone(),
@@ -261,9 +305,21 @@ impl Shield {
                 "fleet shield: etcd unreachable; serving the last published state (revision {}) unchanged",
                 fleet.revision.unwrap_or(0)
             )),
+            Role::Reverting if inbox.error.is_none() && stale => status.alerts.push(format!(
+                "fleet shield: the leader ({}) has not renewed the published state for {:.0} s: decaying to normal answers",
+                fleet.leader.as_deref().unwrap_or("?"),
+                fleet.renewed_age_secs.unwrap_or(0.0)
+            )),
             Role::Reverting => status.alerts.push(format!(
                 "fleet shield: no contact with etcd for {:.0} s: decaying to normal answers",
                 fleet.contact_age_secs.unwrap_or(0.0)
+            )),
+            _ if stale => status.alerts.push(format!(
+                "fleet shield: the leader ({}) has not renewed the published state for {:.0} s (it renews every {} s); serving revision {} until revert_after_secs, then decaying",
+                fleet.leader.as_deref().unwrap_or("?"),
+                fleet.renewed_age_secs.unwrap_or(0.0),
+                REPUBLISH.as_secs(),
+                fleet.revision.unwrap_or(0)
             )),
             _ => {}
         }
@@ -333,7 +389,11 @@ impl Shield {
             return;
         }
         side.state_seen = Some(stored.revision);
-        match wire::read_published(&stored.bytes, tick.rings, now_ms) {
+        match wire::read_published(
+            &stored.bytes,
+            tick.rings,
+            wire::Clock::new(now_ms, tick.settings),
+        ) {
             Err(e) => side.refuse(format!(
                 "published state (revision {}): {e}; still serving {}",
                 stored.revision,
@@ -356,6 +416,7 @@ impl Shield {
                     at_ms: published.at_ms,
                     state,
                 });
+                side.state_renewed = Some(Instant::now());
             }
         }
     }
@@ -371,7 +432,8 @@ impl Shield {
         let mut sum = vec![Demand::default(); tick.rings.regions.len()];
         let mut from = Vec::new();
         for (name, bytes) in &inbox.reports {
-            let (report, demand) = match wire::read_report(bytes, tick.rings, now_ms) {
+            let clock = wire::Clock::new(now_ms, tick.settings);
+            let (report, demand) = match wire::read_report(bytes, tick.rings, clock) {
                 Ok(read) => read,
                 Err(e) => {
                     side.refuse(format!(
@@ -498,25 +560,51 @@ mod tests {
             error: Some("etcd: connection refused".into()),
             ..Inbox::default()
         };
-        assert_eq!(role_of(&linked, None, &settings, false), Role::Waiting);
-        assert_eq!(role_of(&linked, Some(50), &settings, false), Role::Waiting);
-        assert_eq!(role_of(&linked, Some(50), &settings, true), Role::Published);
-        assert_eq!(role_of(&leading, Some(50), &settings, true), Role::Leader);
-        // A leader whose link broke leads no more, whatever the inbox last said.
         assert_eq!(
-            role_of(&broken, Some(1500), &settings, true),
-            Role::FailStatic
+            role_of(&linked, None, None, &settings, false),
+            Role::Waiting
         );
         assert_eq!(
-            role_of(&broken, Some(3999), &settings, true),
-            Role::FailStatic
+            role_of(&linked, Some(50), None, &settings, false),
+            Role::Waiting
         );
         assert_eq!(
-            role_of(&broken, Some(4000), &settings, true),
+            role_of(&linked, Some(50), None, &settings, true),
+            Role::Published
+        );
+        assert_eq!(
+            role_of(&leading, Some(50), None, &settings, true),
+            Role::Leader
+        );
+        // A leader that stopped renewing the state: followers decay as without etcd; the
+        // leader itself is judged by its own contact only.
+        assert_eq!(
+            role_of(&linked, Some(50), Some(3999), &settings, true),
+            Role::Published
+        );
+        assert_eq!(
+            role_of(&linked, Some(50), Some(4000), &settings, true),
             Role::Reverting
         );
         assert_eq!(
-            role_of(&broken, Some(1500), &settings, false),
+            role_of(&leading, Some(50), Some(9000), &settings, true),
+            Role::Leader
+        );
+        // A leader whose link broke leads no more, whatever the inbox last said.
+        assert_eq!(
+            role_of(&broken, Some(1500), None, &settings, true),
+            Role::FailStatic
+        );
+        assert_eq!(
+            role_of(&broken, Some(3999), None, &settings, true),
+            Role::FailStatic
+        );
+        assert_eq!(
+            role_of(&broken, Some(4000), None, &settings, true),
+            Role::Reverting
+        );
+        assert_eq!(
+            role_of(&broken, Some(1500), None, &settings, false),
             Role::Waiting
         );
     }
