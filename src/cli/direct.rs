@@ -11,15 +11,14 @@
 //! text to every node, so that etcd ends up with one version when it is back.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
+use super::http::request;
 use steerdns::change::{screen, ChangeError};
 use steerdns::config::Config;
 use steerdns::control::edit::{parse_assignment, set_drain, set_gate, set_serial, set_weights};
 use steerdns::fleet::direct::{DirectRequest, KnownNode, NodeDirectView};
-use steerdns::http_client::{self, Response};
 
 use super::safety::{print_overridden, print_refusal, OverrideArgs};
 use super::Target;
@@ -33,11 +32,6 @@ pub struct DirectArgs {
     #[arg(long)]
     pub direct: bool,
 }
-
-/// A node's request bound: a dead node must not hold up the others (all are asked at once).
-const TIMEOUT: Duration = Duration::from_secs(5);
-const MAX_RESPONSE: u64 = 8 << 20;
-
 /// A node to reach: its admin address and, when known, its name.
 #[derive(Debug, Clone)]
 struct Endpoint {
@@ -61,28 +55,6 @@ fn address_of(text: &str) -> String {
         .trim_start_matches("http://")
         .trim_end_matches('/');
     bare.to_string()
-}
-
-fn request(
-    addr: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &[u8],
-) -> Result<Response> {
-    let headers: Vec<String> = token
-        .map(|t| format!("Authorization: Bearer {t}"))
-        .into_iter()
-        .collect();
-    Ok(http_client::request(
-        addr,
-        method,
-        path,
-        &headers,
-        body,
-        TIMEOUT,
-        MAX_RESPONSE,
-    )?)
 }
 
 fn fetch_view(addr: &str) -> Result<NodeDirectView> {

@@ -2,7 +2,6 @@
 //! [`steerdns::http_client`]: one request per connection, bounded in time and size. Enough for
 //! `steerdns status`, `reload` and the weight commands.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -13,9 +12,10 @@ pub use steerdns::http_client::Response;
 const TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_RESPONSE: u64 = 8 << 20;
 
-/// Sends one request; `token` becomes `Authorization: Bearer`.
+/// Sends one request to `addr` (an address, or a `host:port` text); `token` becomes
+/// `Authorization: Bearer`.
 pub fn request(
-    addr: SocketAddr,
+    addr: impl std::fmt::Display,
     method: &str,
     path: &str,
     token: Option<&str>,
