@@ -33,16 +33,6 @@ fn wait_for<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
     control_common::wait_for(what, LIMIT, check)
 }
 
-fn rollout_of(node: &Node) -> Value {
-    node.status()["fleet"]["rollout"].clone()
-}
-
-fn served(node: &Node) -> i64 {
-    node.status()["fleet"]["revision_served"]
-        .as_i64()
-        .unwrap_or(0)
-}
-
 fn gauge(metrics: &str, name: &str) -> Option<f64> {
     metrics
         .lines()
@@ -54,18 +44,7 @@ fn gauge(metrics: &str, name: &str) -> Option<f64> {
 /// Three nodes, waves [ns1] then [ns2, ns3], settled on the seeded version; returns it.
 fn settled(label: &str, bake_secs: u64, env: &[&str]) -> (Fleet, i64) {
     let fleet = Fleet::start_on(Etcd::start(), label, 3, 3, &plan(bake_secs), env);
-    fleet.wait_connected(LIMIT);
-    let (revision, _) = fleet.control_in_etcd();
-    wait_for("every node sees the seeded version settled", || {
-        fleet
-            .nodes
-            .iter()
-            .all(|n| {
-                let r = rollout_of(n);
-                r["phase"] == "completed" && r["candidate"] == revision && served(n) == revision
-            })
-            .then_some(())
-    });
+    let revision = fleet.wait_settled(LIMIT);
     (fleet, revision)
 }
 
@@ -75,7 +54,7 @@ fn coordinator(fleet: &Fleet) -> &Node {
         fleet
             .nodes
             .iter()
-            .find(|n| rollout_of(n)["coordinator"] == true)
+            .find(|n| n.rollout()["coordinator"] == true)
     })
 }
 
@@ -162,7 +141,7 @@ fn a_deleted_rollout_state_holds_and_is_recreated_from_what_every_node_serves() 
         .etcdctl(&["put", &format!("{}/control", fleet.prefix), &bad]);
     let (bad_revision, _) = fleet.control_in_etcd();
     wait_for("the canary's refusal halts the rollout", || {
-        let r = rollout_of(&fleet.nodes[0]);
+        let r = fleet.nodes[0].rollout();
         (r["phase"] == "halted" && r["candidate"] == bad_revision).then_some(())
     });
 
@@ -183,7 +162,12 @@ fn a_deleted_rollout_state_holds_and_is_recreated_from_what_every_node_serves() 
         .then_some(())
     });
     for node in &fleet.nodes {
-        assert_eq!(served(node), lkg, "{} left the last known good", node.name);
+        assert_eq!(
+            node.revision_served(),
+            lkg,
+            "{} left the last known good",
+            node.name
+        );
     }
     let text = ok(
         &fleet.nodes[1].cli(&["rollout", "status"]),
@@ -227,7 +211,7 @@ fn an_unreadable_rollout_state_holds_until_reset_resume_or_abort() {
     assert!(out.contains("unreadable"), "{out}");
     for node in &fleet.nodes {
         assert_eq!(
-            served(node),
+            node.revision_served(),
             lkg,
             "{} served an unstaged version",
             node.name
@@ -254,7 +238,7 @@ fn an_unreadable_rollout_state_holds_until_reset_resume_or_abort() {
     // resume on a state it cannot parse: reset, then the newest rolls out from the canary.
     fleet.etcd.etcdctl(&["put", &state_key, "garbage"]);
     wait_for("the canary holds on the garbage", || {
-        (rollout_of(&fleet.nodes[0])["phase"] == "unreadable").then_some(())
+        (fleet.nodes[0].rollout()["phase"] == "unreadable").then_some(())
     });
     let text = ok(
         &fleet.nodes[0].cli(&["rollout", "resume"]),
@@ -262,13 +246,13 @@ fn an_unreadable_rollout_state_holds_until_reset_resume_or_abort() {
     );
     assert!(text.contains("reset it"), "{text}");
     wait_for("the state readable again", || {
-        (rollout_of(&fleet.nodes[0])["phase"] == "completed").then_some(())
+        (fleet.nodes[0].rollout()["phase"] == "completed").then_some(())
     });
 
     // abort on a state it cannot parse: back to the last version every node serves.
     fleet.etcd.etcdctl(&["put", &state_key, "garbage"]);
     wait_for("the canary holds on the garbage", || {
-        (rollout_of(&fleet.nodes[0])["phase"] == "unreadable").then_some(())
+        (fleet.nodes[0].rollout()["phase"] == "unreadable").then_some(())
     });
     let text = ok(&fleet.nodes[0].cli(&["rollout", "abort"]), "rollout abort");
     assert!(text.contains("aborted"), "{text}");

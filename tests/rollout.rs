@@ -34,17 +34,6 @@ fn plan(waves: &str, bake_secs: u64, probes: &[&str]) -> String {
 
 const CANARY_FIRST: &str = "[[\"ns1\"], [\"ns2\", \"ns3\"]]";
 
-/// `fleet.rollout` of a node's `/v1/status`.
-fn rollout_of(node: &Node) -> serde_json::Value {
-    node.status()["fleet"]["rollout"].clone()
-}
-
-fn served(node: &Node) -> i64 {
-    node.status()["fleet"]["revision_served"]
-        .as_i64()
-        .unwrap_or(0)
-}
-
 /// Polls `check` on the fleet until it returns `Some`, failing after [`LIMIT`] naming `what`.
 fn wait_for<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
     control_common::wait_for(what, LIMIT, check)
@@ -119,18 +108,7 @@ fn settled_fleet(label: &str, rollout: &str, env: &[&str]) -> (Fleet, i64) {
 
 /// Waits until the coordinator settled the seeded version on every node of `fleet`.
 fn settle(fleet: Fleet) -> (Fleet, i64) {
-    fleet.wait_connected(LIMIT);
-    let (revision, _) = fleet.control_in_etcd();
-    wait_for("every node sees the seeded version settled", || {
-        fleet
-            .nodes
-            .iter()
-            .all(|n| {
-                let r = rollout_of(n);
-                r["phase"] == "completed" && r["candidate"] == revision && served(n) == revision
-            })
-            .then_some(())
-    });
+    let revision = fleet.wait_settled(LIMIT);
     (fleet, revision)
 }
 
@@ -178,7 +156,7 @@ fn a_change_the_canarys_taster_crashes_on_halts_at_the_canary() {
             );
             assert_eq!(status["taster"]["crashed"], 0, "{} tasted it", node.name);
         }
-        let rollout = rollout_of(&fleet.nodes[0]);
+        let rollout = fleet.nodes[0].rollout();
         (rollout["phase"] == "halted" && rollout["candidate"] == bad_revision)
             .then(|| submitted.elapsed())
     });
@@ -203,7 +181,7 @@ fn a_change_the_canarys_taster_crashes_on_halts_at_the_canary() {
     }
     fleet.wait_all_target(&subnets, FRONTDOOR, LIMIT);
     // Status, metrics and the CLI show the halt on every node.
-    let view = rollout_of(&fleet.nodes[1]);
+    let view = fleet.nodes[1].rollout();
     assert_eq!(view["held"], true, "{view:#}");
     assert!(
         view["halted"]
@@ -286,8 +264,15 @@ fn a_good_change_reaches_the_canary_then_after_the_bake_the_rest() {
             &fleet,
             written,
             "every node serves the change",
-            |node| served(node) > lkg,
-            |other| assert_eq!(served(other), lkg, "{} before the bake", other.name),
+            |node| node.revision_served() > lkg,
+            |other| {
+                assert_eq!(
+                    other.revision_served(),
+                    lkg,
+                    "{} before the bake",
+                    other.name
+                )
+            },
         );
         println!("good change: first served at {first:?} after the write");
         assert_after_the_canary_and_the_bake(&first, BAKE);
@@ -333,13 +318,13 @@ fn a_change_that_fails_a_sanity_probe_on_the_canary_is_rolled_back() {
     for name in ["ns2", "ns3"] {
         assert_eq!(node_state(&status, name), "waiting", "{status:#}");
     }
-    assert_eq!(served(&fleet.nodes[0]), lkg);
+    assert_eq!(fleet.nodes[0].revision_served(), lkg);
     // The canary served the change and then the last known good again; the others never
     // loaded anything.
     assert_eq!(fleet.nodes[0].daemon().accepted(), accepted[0] + 2);
     for (i, node) in fleet.nodes.iter().enumerate().skip(1) {
         assert_eq!(node.daemon().accepted(), accepted[i], "{}", node.name);
-        assert_eq!(served(node), lkg, "{}", node.name);
+        assert_eq!(node.revision_served(), lkg, "{}", node.name);
     }
     fleet.wait_all_target(&subnets, FRONTDOOR, LIMIT);
 }
@@ -415,7 +400,7 @@ fn the_rollout_survives_its_coordinator_dying() {
     let subnets = distinct_subnets(SUBNETS);
     let cli = spawn_alt_cdn_weight_set(&fleet.nodes[2]);
     wait_for("the first wave serves it", || {
-        (served(&fleet.nodes[1]) > lkg).then_some(())
+        (fleet.nodes[1].revision_served() > lkg).then_some(())
     });
     fleet.nodes[0].kill();
     let successor = wait_for("another node takes over", || {
@@ -423,7 +408,7 @@ fn the_rollout_survives_its_coordinator_dying() {
     });
     println!("coordinator ns1 killed; {successor} took over");
     fleet.nodes[0].start();
-    let revision = served(&fleet.nodes[1]);
+    let revision = fleet.nodes[1].revision_served();
     wait_for("the rollout completes on every node", || {
         let status = rollout_json(&fleet.nodes[1]);
         (status["rollout"]["phase"]["phase"] == "completed"
@@ -446,7 +431,7 @@ fn a_canary_restarting_during_the_bake_halts_the_rollout() {
     let subnets = distinct_subnets(SUBNETS);
     let cli = spawn_alt_cdn_weight_set(&fleet.nodes[1]);
     let candidate = wait_for("the canary serves the change", || {
-        Some(served(&fleet.nodes[0])).filter(|r| *r > lkg)
+        Some(fleet.nodes[0].revision_served()).filter(|r| *r > lkg)
     });
     fleet.nodes[0].kill();
     fleet.nodes[0].start();
@@ -462,10 +447,10 @@ fn a_canary_restarting_during_the_bake_halts_the_rollout() {
     assert_eq!(status["rollout"]["candidate"], candidate, "{status:#}");
     assert_eq!(node_state(&status, "ns1"), "crashed", "{status:#}");
     wait_for("the restarted canary serves the last known good", || {
-        (served(&fleet.nodes[0]) == lkg).then_some(())
+        (fleet.nodes[0].revision_served() == lkg).then_some(())
     });
     for node in &fleet.nodes[1..] {
-        assert_eq!(served(node), lkg, "{}", node.name);
+        assert_eq!(node.revision_served(), lkg, "{}", node.name);
     }
     fleet.wait_all_target(&subnets, FRONTDOOR, LIMIT);
     let mut cli = cli;

@@ -65,6 +65,18 @@ impl Node {
     pub fn status(&self) -> serde_json::Value {
         self.daemon().status()
     }
+
+    /// `fleet.rollout` of the node's `/v1/status`.
+    pub fn rollout(&self) -> serde_json::Value {
+        self.status()["fleet"]["rollout"].clone()
+    }
+
+    /// The control revision the node serves (0 before it serves one from etcd).
+    pub fn revision_served(&self) -> i64 {
+        self.status()["fleet"]["revision_served"]
+            .as_i64()
+            .unwrap_or(0)
+    }
 }
 
 pub struct Fleet {
@@ -192,6 +204,29 @@ impl Fleet {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// With `[fleet.rollout]`: waits (at most `limit`) until every node is connected and the
+    /// coordinator settled the seeded version on every node; returns its revision.
+    pub fn wait_settled(&self, limit: Duration) -> i64 {
+        self.wait_connected(limit);
+        let (revision, _) = self.control_in_etcd();
+        crate::control_common::wait_for(
+            "every node sees the seeded version settled",
+            limit,
+            || {
+                self.nodes
+                    .iter()
+                    .all(|n| {
+                        let r = n.rollout();
+                        r["phase"] == "completed"
+                            && r["candidate"] == revision
+                            && n.revision_served() == revision
+                    })
+                    .then_some(())
+            },
+        );
+        revision
     }
 
     /// Waits until every running node is connected to etcd.
