@@ -11,6 +11,7 @@ pub mod change;
 pub mod civil;
 pub mod config;
 pub mod control;
+pub mod daemon;
 pub mod descriptors;
 pub mod dns;
 pub mod dnssec;

@@ -11,6 +11,7 @@ mod http;
 mod report;
 pub mod rollout;
 pub mod safety;
+pub mod serve;
 
 pub use report::report;
 

@@ -21,15 +21,13 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Starts the re-signing thread for the life of the process.
-pub fn spawn(reloader: Arc<Reloader>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("dnssec-resign".into())
-        .spawn(move || resign_loop(&reloader))?;
-    Ok(())
+/// The re-signing loop, for a thread of its own (the daemon's supervisor starts it): `sleep`
+/// pauses and returns true when the daemon is stopping, and the loop returns then.
+pub fn run(reloader: Arc<Reloader>) -> impl FnOnce(&dyn Fn(Duration) -> bool) + Send {
+    move |sleep| resign_loop(&reloader, sleep)
 }
 
-fn resign_loop(reloader: &Reloader) {
+fn resign_loop(reloader: &Reloader, sleep: &dyn Fn(Duration) -> bool) {
     // After a refused re-sign: wait this long before the next try (doubling, up to a quarter
     // of the shortest refresh period), so a bad file on disk does not cause a reload storm.
     let mut retry = Duration::from_secs(1);
@@ -37,7 +35,9 @@ fn resign_loop(reloader: &Reloader) {
         let snapshot = reloader.snapshot().load_full();
         let Some(signing) = snapshot.dnssec() else {
             drop(snapshot);
-            std::thread::sleep(MAX_SLEEP);
+            if sleep(MAX_SLEEP) {
+                return;
+            }
             continue;
         };
         let due = signing.next_event();
@@ -49,18 +49,24 @@ fn resign_loop(reloader: &Reloader) {
         match due {
             Some(due) if due <= now => {}
             Some(due) => {
-                std::thread::sleep(Duration::from_secs(due - now).min(MAX_SLEEP));
+                if sleep(Duration::from_secs(due - now).min(MAX_SLEEP)) {
+                    return;
+                }
                 continue;
             }
             None => {
-                std::thread::sleep(MAX_SLEEP);
+                if sleep(MAX_SLEEP) {
+                    return;
+                }
                 continue;
             }
         }
         if signing_rollover_due(reloader, now) {
             if let Err(e) = roll_keys(reloader, now) {
                 tracing::error!("DNSSEC key rollover: {e}");
-                std::thread::sleep(retry);
+                if sleep(retry) {
+                    return;
+                }
                 retry = (retry * 2).min((refresh / 4).max(Duration::from_secs(1)));
                 continue;
             }
@@ -76,7 +82,9 @@ fn resign_loop(reloader: &Reloader) {
             }
             Err(_) => {
                 // The reasons are logged and in status (last refusal) by the reloader.
-                std::thread::sleep(retry);
+                if sleep(retry) {
+                    return;
+                }
                 retry = (retry * 2).min((refresh / 4).max(Duration::from_secs(1)));
             }
         }

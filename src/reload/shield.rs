@@ -47,9 +47,14 @@ impl Sources {
     }
 }
 
-/// Runs the shield every tick for the life of the process, on its own thread, against whatever
-/// snapshot is current (so reloads change topology, settings and the load file in place).
-pub fn spawn(shield: Arc<Shield>, snapshot: SharedSnapshot) -> std::io::Result<()> {
+/// Runs the shield's first tick now and returns its loop, for a thread of its own (the
+/// daemon's supervisor starts it), against whatever snapshot is current (so reloads change
+/// topology, settings and the load file in place). `sleep` pauses between ticks and returns
+/// true when the daemon is stopping; the loop returns then.
+pub fn start(
+    shield: Arc<Shield>,
+    snapshot: SharedSnapshot,
+) -> impl FnOnce(&dyn Fn(Duration) -> bool) + Send {
     let started = std::time::Instant::now();
     let mut sources = Sources::default();
     let mut tick = move |shield: &Shield| {
@@ -67,11 +72,9 @@ pub fn spawn(shield: Arc<Shield>, snapshot: SharedSnapshot) -> std::io::Result<(
     // The first tick runs before the server says it is ready, so status and the dashboard
     // show every region and fallback site from the start.
     let mut pause = tick(&shield);
-    std::thread::Builder::new()
-        .name("shield".into())
-        .spawn(move || loop {
-            std::thread::sleep(pause);
+    move |sleep| {
+        while !sleep(pause) {
             pause = tick(&shield);
-        })?;
-    Ok(())
+        }
+    }
 }
