@@ -56,3 +56,56 @@ fn zones_without_a_config_ignore_the_local_config_and_run_without_admin() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("steerdns.toml"));
 }
+
+/// The daemon as a library object (issue 29 item 1): loaded, bound on port 0, started
+/// in-process; it answers over UDP at the address it reports, and `stop` joins every task and
+/// thread its supervisor started, none of them having ended before it.
+#[test]
+fn daemon_in_process_answers_and_stops_every_part() {
+    use steerdns::daemon::{AdminSetting, Daemon, Settings};
+    let loopback = |port| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let settings = Settings {
+        source: steerdns::reload::Source {
+            zones: Some(repo_path("zones")),
+            ..Default::default()
+        },
+        listen: vec![loopback(0)],
+        admin: AdminSetting::At(loopback(0)),
+    };
+    let loaded = Daemon::load(settings).expect("the bundled zones load");
+    let bound = loaded.bind().expect("port 0 binds");
+    let daemon = Daemon::start(loaded, bound).expect("the daemon starts");
+    let dns = daemon.dns[0];
+    assert_ne!(dns.port(), 0, "the bound port is reported");
+    assert!(daemon.admin.is_some_and(|a| a.port() != 0));
+    let packet = query("example.com.", RecordType::SOA)
+        .to_vec()
+        .expect("encode");
+    let raw =
+        udp_once(dns, &packet, std::time::Duration::from_secs(5)).expect("an answer over UDP");
+    let answer = hickory_proto::op::Message::from_vec(&raw).expect("well-formed answer");
+    assert!(answer.metadata.authoritative);
+    assert_eq!(answer.answers.len(), 1);
+    let names = daemon.supervisor().names();
+    for part in [
+        "tcp 127.0.0.1",
+        "admin",
+        "shield",
+        "dnssec-resign",
+        "udp 127.0.0.1",
+    ] {
+        assert!(
+            names.iter().any(|n| n.starts_with(part)),
+            "{part} supervised: {names:?}"
+        );
+    }
+    let status = daemon.stop();
+    assert!(status.started() >= 4, "started {}", status.started());
+    assert_eq!(status.running(), 0, "every task and thread has ended");
+    assert_eq!(
+        status.unexpected_exits(),
+        0,
+        "{:?}",
+        status.last_unexpected()
+    );
+}

@@ -47,12 +47,13 @@ impl Shutdown {
     }
 
     fn set(&self) {
+        // The watch first: a thread woken below checks `is_set` as it ends.
+        self.watch.send_replace(true);
         let (lock, wake) = &*self.flag;
         if let Ok(mut stopped) = lock.lock() {
             *stopped = true;
         }
         wake.notify_all();
-        self.watch.send_replace(true);
     }
 }
 
