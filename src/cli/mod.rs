@@ -3,6 +3,8 @@
 //! loader the server uses before it is written (atomically), then the command reports what the
 //! server serves.
 
+pub mod args;
+pub mod commands;
 pub mod direct;
 pub mod dnssec;
 pub mod drill;

@@ -12,7 +12,7 @@ use steerdns::daemon::{AdminSetting, Daemon, DaemonError, Loaded, Settings};
 use steerdns::dns::wire::Transport;
 use steerdns::reload::{Reloader, Source, Trigger};
 
-use crate::{AdminListen, ServeArgs};
+use super::args::{AdminListen, ServeArgs};
 
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     let source = Source {
