@@ -634,11 +634,28 @@ pub fn send_http(addr: SocketAddr, request: &[u8]) -> Result<(u16, String), Stri
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
     let body = if chunked {
-        steerdns::http_client::dechunk(&reply.body)
+        dechunk(&reply.body)
     } else {
         reply.body
     };
     Ok((reply.code, body))
+}
+
+/// The body of a `Transfer-Encoding: chunked` reply, its chunks joined (stops at the last
+/// chunk or at the first malformed size). Raw exchanges only: steerdns's own client is hyper's.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
 }
 
 /// One HTTP/1.1 request with a JSON `body`, as bytes to send.
