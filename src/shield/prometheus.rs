@@ -5,7 +5,8 @@
 //!
 //! ```toml
 //! [shield.prometheus]
-//! url = "http://prometheus.internal:9090"
+//! url = "http://prometheus.internal:9090"   # or https:// (system CA bundle, or:)
+//! # ca_file = "/etc/steerdns/prometheus-ca.pem"
 //! region_query = 'sum by (region) (rate(edge_requests_total[1m]))'
 //! fallback_query = 'sum by (region) (rate(fallback_requests_total[1m]))'
 //! # capacity_query = 'max by (region) (edge_capacity_rps)'
