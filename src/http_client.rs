@@ -225,8 +225,15 @@ pub async fn send(
     timeout: Duration,
     max_response: u64,
 ) -> Result<Response, HttpError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    // A connect that times out is still a connect error (the CLI's "is steerdns running?").
+    let stream = tokio::time::timeout_at(deadline, connect(&base.authority))
+        .await
+        .map_err(|_| HttpError::Connect {
+            addr: base.authority.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"),
+        })??;
     let exchange = async {
-        let stream = connect(&base.authority).await?;
         match base.scheme {
             Scheme::Http => exchange(stream, base, request, max_response).await,
             Scheme::Https => {
@@ -248,7 +255,7 @@ pub async fn send(
             }
         }
     };
-    tokio::time::timeout(timeout, exchange)
+    tokio::time::timeout_at(deadline, exchange)
         .await
         .map_err(|_| HttpError::Timeout {
             addr: base.authority.clone(),
