@@ -31,7 +31,8 @@ use std::time::{Duration, Instant, SystemTime};
 use etcd_client::{Client, EventType, GetOptions, KeyValue, PutOptions, WatchOptions};
 use serde::{Deserialize, Serialize};
 
-use super::client::{connect, grant_lease, keep_every, Lease};
+use super::client::{connect, grant_lease, Lease};
+use super::session::{keep_every, Attempt, Reconnect};
 use super::{within, FleetError, Keys};
 use crate::config::fleet::{node_name_problem, FleetConfig};
 use crate::health::share::{self, Prober, Vote};
@@ -41,8 +42,6 @@ use crate::rfc3339;
 
 /// Most results one record may hold (a larger one is refused).
 pub const MAX_RESULTS: usize = 65_535;
-/// Longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 impl Keys {
     /// Where the probers' records live.
@@ -327,21 +326,17 @@ pub fn spawn(
 }
 
 async fn run(ctx: Ctx) {
-    let mut backoff = Duration::from_millis(100);
+    let mut reconnect = Reconnect::default();
     loop {
-        let mut connected = false;
-        let error = super::ended(session(&ctx, &mut connected).await);
+        let mut attempt = reconnect.attempt();
+        let error = super::ended(session(&ctx, &mut attempt).await);
         ctx.health
             .set_sharing_link(false, Some(format!("health sharing: {error}")));
-        if connected {
-            backoff = Duration::from_millis(100);
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        reconnect.wait(&attempt).await;
     }
 }
 
-async fn session(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, FleetError> {
+async fn session(ctx: &Ctx, attempt: &mut Attempt) -> Result<Infallible, FleetError> {
     let config = &ctx.config;
     let mut client = connect(config).await?;
     let Lease {
@@ -372,7 +367,7 @@ async fn session(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, FleetErr
     )
     .await?;
     ctx.health.set_sharing_link(true, None);
-    *connected = true;
+    attempt.connected();
     decide(ctx, &peers, revision);
 
     let mut tick = tokio::time::interval(ctx.heartbeat);
