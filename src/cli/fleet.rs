@@ -505,7 +505,7 @@ struct FleetHealthTarget {
     /// "up", "down", or "none" (no prober reports a fresh result).
     verdict: &'static str,
     probers: Vec<steerdns::health::ProberVote>,
-    tally: steerdns::health::share::Tally,
+    tally: steerdns::health::shared::Tally,
 }
 
 fn health_view(

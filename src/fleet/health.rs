@@ -1,7 +1,7 @@
 //! Shared health probing in a fleet: every node publishes what it probes and what it found in
 //! one record, `<prefix>/health/probers/<node>` ([`ProberRecord`], on a lease of its own, so a
 //! dead prober's results vanish `lease_ttl_secs` after it dies), watches everyone's records,
-//! and from them decides — as every other node does, by the same rules ([`crate::health::share`])
+//! and from them decides — as every other node does, by the same rules ([`crate::health::shared`])
 //! — which targets it probes itself and what the fleet serves for each target.
 //!
 //! - The live probers are the nodes with a valid record; a target's probers are the
@@ -10,7 +10,7 @@
 //! - A record is rewritten whenever one of the node's results changes state and at least every
 //!   heartbeat (a third of the lease TTL, 0.5..5 s); each result carries how long ago it was
 //!   checked, so a reader ages it by its own clock (no clock sync needed) and a result older
-//!   than [`share::stale_after_ms`] does not count.
+//!   than [`shared::stale_after_ms`] does not count.
 //! - A record that does not parse, or names another node than its key, or holds a state that
 //!   is not up/down/unknown, is refused with the reason (logged, in status); its node does not
 //!   count as a prober. Nothing from etcd can crash the task.
@@ -35,7 +35,7 @@ use super::client::{connect, grant_lease, Lease};
 use super::session::{keep_every, Attempt, Reconnect};
 use super::{within, FleetError, Keys};
 use crate::config::fleet::{node_name_problem, FleetConfig};
-use crate::health::share::{self, Prober, Vote};
+use crate::health::shared::{self, Prober, Vote};
 use crate::health::{Health, ProberNode, ProberVote, SharedDecision};
 use crate::policy::monitor::MonitorSpec;
 use crate::rfc3339;
@@ -239,7 +239,7 @@ pub fn evaluate(
         ..Evaluation::default()
     };
     for spec in specs {
-        let chosen = share::probers_of(&spec.target, &probers, wanted);
+        let chosen = shared::probers_of(&spec.target, &probers, wanted);
         if me.is_some_and(|me| chosen.contains(&me.name)) {
             evaluation.probing.insert(spec.target.clone());
         }
@@ -261,8 +261,8 @@ pub fn evaluate(
                     u64::try_from(now.saturating_duration_since(peer.received).as_millis())
                         .unwrap_or(u64::MAX);
                 let age_ms = result.age_ms.map(|a| a.saturating_add(waited));
-                let bound = share::stale_after_ms(spec.interval_ms, record.heartbeat_ms);
-                let vote = share::vote_of(&result.state, age_ms, bound);
+                let bound = shared::stale_after_ms(spec.interval_ms, record.heartbeat_ms);
+                let vote = shared::vote_of(&result.state, age_ms, bound);
                 if vote == Vote::Down {
                     revision = revision.max(peer.revision);
                 }
@@ -275,7 +275,7 @@ pub fn evaluate(
                 }
             })
             .collect();
-        let tally = share::tally(&votes.iter().map(|v| v.vote).collect::<Vec<_>>());
+        let tally = shared::tally(&votes.iter().map(|v| v.vote).collect::<Vec<_>>());
         evaluation.decisions.insert(
             spec.target.clone(),
             SharedDecision {
