@@ -279,7 +279,7 @@ async fn wait_for_nodes(
 
 /// What `steerdns status` adds to a node's fleet line: records skipped, a failing
 /// coordinator, a refused registration.
-pub(super) fn print_link_problems(link: &steerdns::reload::FleetLinkStatus) {
+pub(super) fn print_link_problems(link: &steerdns::fleet::status::FleetLinkStatus) {
     for bad in &link.bad_records {
         println!("  fleet record SKIPPED ({}): {bad}", bad.seen_by);
     }

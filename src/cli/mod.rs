@@ -525,7 +525,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
 }
 
 /// A local override as status and `fleet status` print it.
-pub(crate) fn override_line(o: &steerdns::reload::OverrideView) -> String {
+pub(crate) fn override_line(o: &steerdns::fleet::status::OverrideView) -> String {
     format!(
         "LOCAL OVERRIDE serial {} ({} by {}, since {}; replaced revision {}){}",
         o.serial,
@@ -659,7 +659,7 @@ fn print_encrypted(view: &steerdns::metrics::encrypted::EncryptedView) {
     }
 }
 
-fn print_rollout(r: &steerdns::reload::RolloutView) {
+fn print_rollout(r: &steerdns::fleet::status::RolloutView) {
     let wave = r
         .wave
         .map_or("no wave".to_string(), |w| format!("wave {w}"));

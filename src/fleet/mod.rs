@@ -78,6 +78,7 @@ pub mod origin;
 pub mod rollout;
 pub mod session;
 pub mod shield;
+pub mod status;
 pub mod store;
 
 use crate::config::fleet::FleetConfig;

@@ -20,10 +20,11 @@ use super::client::{connect, grant_lease, Lease};
 use super::origin::{FleetOrigin, Remote};
 use super::rollout::{self as staged, RolloutRecord, Target};
 use super::session::{keep_every, Attempt, Reconnect};
+use super::status::RolloutView;
 use super::store::{self, Member, NodeRecord, NodeRefusal};
 use super::{FleetError, Keys};
 use crate::config::fleet::FleetConfig;
-use crate::reload::{Reloader, RolloutView, Trigger};
+use crate::reload::{Reloader, Trigger};
 use crate::rfc3339;
 use crate::rollout::{parse_probe, NodeReport, Phase, ProbeResult};
 
