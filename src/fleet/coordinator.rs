@@ -64,7 +64,7 @@ async fn run(ctx: Ctx) {
     let mut last: Option<String> = None;
     loop {
         let mut attempt = reconnect.attempt();
-        let error = session(&ctx, &mut attempt, &mut own).await.to_string();
+        let error = super::ended(session(&ctx, &mut attempt, &mut own).await).to_string();
         ctx.origin.set_coordinator(false);
         // Loud once per new reason (a failing coordinator stops every rollout, `--emergency`
         // included), quiet while the same reason repeats; status shows it meanwhile.
@@ -88,11 +88,8 @@ async fn timed<T, E: Into<FleetError>>(
     super::within(&ctx.config, what, future).await
 }
 
-async fn session(ctx: &Ctx, attempt: &mut Attempt, own: &mut super::OwnLeases) -> FleetError {
-    super::ended(session_inner(ctx, attempt, own).await)
-}
-
-async fn session_inner(
+/// One connection's life; ends only with why it ended.
+async fn session(
     ctx: &Ctx,
     attempt: &mut Attempt,
     own: &mut super::OwnLeases,

@@ -56,7 +56,7 @@ async fn run(ctx: Ctx) {
     let mut own = super::OwnLeases::default();
     loop {
         let mut attempt = reconnect.attempt();
-        let error = session(&ctx, &mut attempt, &mut own).await;
+        let error = super::ended(session(&ctx, &mut attempt, &mut own).await);
         tracing::debug!("fleet shield: {error}; retrying");
         ctx.shield.fleet.lost(error.to_string());
         reconnect.wait(&attempt).await;
@@ -71,11 +71,8 @@ async fn timed<T, E: Into<FleetError>>(
     super::within(&ctx.config, what, future).await
 }
 
-async fn session(ctx: &Ctx, attempt: &mut Attempt, own: &mut super::OwnLeases) -> FleetError {
-    super::ended(session_inner(ctx, attempt, own).await)
-}
-
-async fn session_inner(
+/// One connection's life; ends only with why it ended.
+async fn session(
     ctx: &Ctx,
     attempt: &mut Attempt,
     own: &mut super::OwnLeases,
