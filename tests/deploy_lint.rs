@@ -12,6 +12,7 @@
 //! then says on stderr what it did not check.
 
 mod common;
+mod hostile_common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -1062,10 +1063,16 @@ fn healthcheck_run_withdraws_and_reannounces() {
     wait_for_log(&log, &["announce"]);
     drop(server);
     wait_for_log(&log, &["announce", "withdraw"]);
-    let _back = Server::start(&["--listen", &listen]);
+    let back = Server::start(&["--listen", &listen]);
     wait_for_log(&log, &["announce", "withdraw", "announce"]);
-    // Steady again: no further route changes.
-    std::thread::sleep(Duration::from_millis(600));
+    // Steady again: no further route changes over six more probes (each asks the server for
+    // the SOA of both zones), three times RISE and FALL.
+    let admin = back.admin.expect("the server reports its admin address");
+    let queries = || hostile_common::metric(admin, "steerdns_queries_total", &[]);
+    let probed = queries() + 12.0;
+    common::wait_for("six more probes", Duration::from_secs(15), || {
+        (queries() >= probed).then_some(())
+    });
     assert_eq!(
         read(&log).lines().collect::<Vec<_>>(),
         ["announce", "withdraw", "announce"]
