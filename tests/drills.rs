@@ -105,6 +105,11 @@ fn the_bundled_drill_runs_and_its_measured_times_show_in_output_log_status_and_m
     let metric = gauge(&server, "steerdns_drill_change_to_served_ms", &labels);
     assert!(metric.is_some_and(|v| v > 0.0), "{metric:?}");
     assert_eq!(gauge(&server, "steerdns_drill_alert", &labels), Some(0.0));
+    // A single node: no fleet nodes to count.
+    assert_eq!(
+        gauge(&server, "steerdns_drill_nodes_served", &labels),
+        Some(0.0)
+    );
     assert_eq!(
         gauge(
             &server,
@@ -307,6 +312,11 @@ fn in_a_fleet_the_bundled_drill_writes_through_etcd_and_is_served_and_reverted_o
     let last = last_run(&ns1.status(), "critical-alt-cdn");
     assert_eq!(last["result"], "passed", "{last:#}");
     assert_eq!(last["nodes"], run["nodes"], "{last:#}");
+    let shown = stdout(&ns1.cli(&["status"]));
+    assert!(shown.contains(" ms on every node (ns1 ns2)"), "{shown}");
+    let labels = [("drill", "critical-alt-cdn")];
+    let served_by = gauge(ns1.daemon(), "steerdns_drill_nodes_served", &labels);
+    assert_eq!(served_by, Some(2.0));
 }
 
 #[test]
