@@ -354,3 +354,29 @@ fn in_a_fleet_a_drill_is_refused_while_a_rollout_is_in_progress() {
     );
     assert_eq!(fleet.control_in_etcd(), before, "nothing written");
 }
+
+#[test]
+fn in_a_fleet_the_safety_rules_refuse_a_drill_as_they_refuse_an_operator() {
+    let drill = "\n[[drills]]\nname = \"drain-eu-west\"\naction = \"drain\"\nregion = \"eu-west\"\nduration_secs = 1\nquery = \"www.edge.example.net.\"\nsubnets = [\"5.1.37.0/24\", \"31.2.74.0/24\"]\n";
+    let fleet = Fleet::start_on(Etcd::start(), "drill-safety", 2, 3, drill, &[]);
+    fleet.wait_connected(LIMIT);
+    let ns1 = &fleet.nodes[0];
+    for region in ["na-west", "ap-east"] {
+        ok(&ns1.cli(&["drain", region]), "drain");
+    }
+    let (revision, _) = fleet.control_in_etcd();
+    fleet.wait_revision(revision, LIMIT);
+    let before = fleet.control_in_etcd();
+    let output = drill_run(ns1.daemon(), "drain-eu-west");
+    let text = said(&output);
+    println!("{text}");
+    assert!(!output.status.success(), "{text}");
+    assert!(text.contains("FAILED"), "{text}");
+    assert!(text.contains("max-two-drained"), "names the rule:\n{text}");
+    assert!(text.contains("the drill's change was refused"), "{text}");
+    assert_eq!(fleet.control_in_etcd(), before, "nothing written to etcd");
+    let last = last_run(&ns1.status(), "drain-eu-west");
+    assert_eq!(last["result"], "failed", "{last:#}");
+    let reason = last["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("max-two-drained"), "{last:#}");
+}

@@ -139,6 +139,47 @@ impl FleetWriter<'_> {
             .ok_or_else(|| format!("no fleet control state under {}", fleet.prefix))
     }
 
+    /// The revision of this CLI's write `what` if the fleet's history has it above `serial`.
+    fn landed(&self, what: &str, serial: u64) -> Option<i64> {
+        let fleet = fleet::fleet_of(self.config).ok()?;
+        let source = format!("{what} by {}", steerdns::fleet::store::who());
+        let versions = fleet::runtime().ok()?.block_on(async {
+            let (mut client, keys) = fleet::connect(fleet).await.ok()?;
+            steerdns::fleet::store::history(&mut client, &keys)
+                .await
+                .ok()
+        })?;
+        versions
+            .records
+            .into_iter()
+            .rev()
+            .find(|v| v.serial > serial && v.source == source)
+            .map(|v| v.revision)
+    }
+
+    /// Why the fleet path refused `edit`, for the drill's record: the safety rules it breaks
+    /// (wait periods aside) or, failing that, a pointer to the refusal printed above.
+    fn refusal(
+        &self,
+        what: &str,
+        overrides: &[OverrideRequest],
+        edit: &dyn Fn(&str) -> Result<String, String>,
+    ) -> String {
+        let printed = format!("{what}: refused, nothing written (said above)");
+        let Ok(current) = self.control() else {
+            return printed;
+        };
+        let edited = match edit(&current.text) {
+            Ok(edited) => edited,
+            Err(e) => return format!("{what}: {e}"),
+        };
+        let by = steerdns::fleet::store::who();
+        match steerdns::change::screen(self.config, &current.text, &edited, &[], overrides, &by) {
+            Err(e @ steerdns::change::ChangeError::Refused(_)) => format!("{what}: {e}"),
+            _ => printed,
+        }
+    }
+
     /// The registered nodes: name and admin address.
     fn nodes(&self) -> Result<Vec<(String, String)>, String> {
         let fleet = fleet::fleet_of(self.config).map_err(|e| format!("{e:#}"))?;
@@ -192,15 +233,22 @@ impl Writer for FleetWriter<'_> {
             rules: overrides.iter().map(|o| o.rule.clone()).collect(),
             reason: overrides.first().map(|o| o.reason.clone()),
         };
-        let code = fleet_edit(self.config, what, false, &args, edit)
-            .map_err(|e| WriteFailure::Failed(format!("{e:#}")))?;
-        if code != ExitCode::SUCCESS {
-            return Err(WriteFailure::Refused(format!(
-                "{what}: the fleet write was refused or did not reach every node (said above)"
-            )));
+        let before = self.control().map_err(WriteFailure::Failed)?.serial;
+        let code = fleet_edit(self.config, what, false, &args, edit);
+        if matches!(code, Ok(ExitCode::SUCCESS)) {
+            self.written = Some(self.control().map_err(WriteFailure::Failed)?.revision);
+            return Ok(());
         }
-        self.written = Some(self.control().map_err(WriteFailure::Failed)?.revision);
-        Ok(())
+        // Refused (nothing written), or written but not followed by every node (a lagging
+        // node, a halted rollout): then it counts as written, so that the drill reverts it.
+        if let Some(revision) = self.landed(what, before) {
+            self.written = Some(revision);
+            return Ok(());
+        }
+        Err(match code {
+            Err(e) => WriteFailure::Failed(format!("{e:#}")),
+            Ok(_) => WriteFailure::Refused(self.refusal(what, overrides, edit)),
+        })
     }
 
     fn wait_every_node(&mut self, limit: Duration) -> Result<Vec<String>, String> {
