@@ -1211,14 +1211,20 @@ fn encode_drills(
     gauges(
         encoder,
         "steerdns_drill_change_to_served_ms",
-        "The drill's last run: from writing the change to every sample subnet served (ms).",
+        "The drill's last run: from writing the change to every sample subnet served (ms; in fleet mode, served on every node).",
         last(|r| r.change_to_served_ms),
     )?;
     gauges(
         encoder,
         "steerdns_drill_revert_to_served_ms",
-        "The drill's last run: from writing the revert to every sample subnet served (ms).",
+        "The drill's last run: from writing the revert to every sample subnet served (ms; in fleet mode, served on every node).",
         last(|r| r.revert_to_served_ms),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_drill_nodes_served",
+        "The drill's last run: the fleet nodes that served its change (0 on a single node).",
+        last(|r| Some(r.nodes.len() as f64)),
     )?;
     gauges(
         encoder,

@@ -571,7 +571,7 @@ fn print_drills(d: &steerdns::drill::log::DrillStatus) {
     for drill in &d.drills {
         match &drill.last {
             Some(r) => println!(
-                "drill {}: last run {} {} ({}): change to served {}, revert to served {}{}",
+                "drill {}: last run {} {} ({}): change to served {}, revert to served {}{}{}",
                 drill.name,
                 r.started,
                 r.result,
@@ -580,6 +580,10 @@ fn print_drills(d: &steerdns::drill::log::DrillStatus) {
                     .map_or("-".into(), |v| format!("{v:.0} ms")),
                 r.revert_to_served_ms
                     .map_or("-".into(), |v| format!("{v:.0} ms")),
+                match r.nodes.as_slice() {
+                    [] => String::new(),
+                    nodes => format!(" on every node ({})", nodes.join(" ")),
+                },
                 r.reason
                     .as_ref()
                     .map(|x| format!("; {x}"))
