@@ -426,6 +426,21 @@ impl Daemon {
         })
     }
 
+    /// Waits until the control file has been checked `more` times after this call (watcher
+    /// events and the backstop poll, `control_checks` in the status); returns the status then.
+    /// Two checks after a write means one began after it: "the server has looked".
+    pub fn wait_for_control_checks(&self, more: u64, limit: Duration) -> serde_json::Value {
+        let checks = |s: &serde_json::Value| {
+            s["control_checks"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no control_checks in the status: {s:#}"))
+        };
+        let target = checks(&self.status()) + more;
+        self.wait_for_status(&format!("{more} more control file checks"), limit, |s| {
+            checks(s) >= target
+        })
+    }
+
     pub fn status(&self) -> serde_json::Value {
         let (code, body) = http(self.admin, "GET", "/v1/status", None);
         assert_eq!(code, 200, "GET /v1/status: {body}");
