@@ -1,13 +1,27 @@
-//! A minimal HTTP/1.1 client: one request per connection (`Connection: close`), bounded in
-//! time (connect, read and write each within the caller's timeout) and in response size; plain
-//! and chunked bodies. Used by the operator CLI to reach the admin endpoint and by the shield's
-//! Prometheus load source ([`crate::shield::prometheus`]); no TLS.
+//! The one HTTP client: hyper's HTTP/1.1 client connection over tokio, with rustls (ring) for
+//! `https://`. One request per connection, bounded in time (the whole exchange, connect
+//! included, within the caller's timeout) and in response size. Used by the operator CLI to
+//! reach the admin endpoint, by drills, and by the shield's Prometheus load source
+//! ([`crate::shield::prometheus`]), which may be `http://` or `https://`.
 //!
-//! Owns the wire exchange only: what a caller does with a status code is its business.
+//! Owns the wire exchange and the parsing of base URLs ([`BaseUrl`], over [`http::Uri`]):
+//! what a caller does with a status code is its business. Callers are blocking threads
+//! ([`request`], [`request_url`]: a current-thread runtime per request, built here only) or
+//! async tasks ([`send`]).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+
+/// The system CA bundle trusted for `https://` unless a CA file is configured.
+pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// One response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,18 +39,147 @@ pub enum HttpError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("{addr}: TLS: {reason}")]
+    Tls { addr: String, reason: String },
     #[error("{addr}: {source}")]
     Io {
         addr: String,
         source: std::io::Error,
     },
-    #[error("{addr}: malformed HTTP response ({what})")]
-    Malformed { addr: String, what: &'static str },
+    #[error("{addr}: no answer within {timeout:?}")]
+    Timeout { addr: String, timeout: Duration },
+    #[error("{addr}: the response is larger than {limit} bytes")]
+    TooLarge { addr: String, limit: u64 },
+    #[error("{addr}: {what}")]
+    Http { addr: String, what: String },
 }
 
-/// Sends one request to `host` (`name:port` or `ip:port`); `headers` are extra header lines
-/// (`Name: value`), `body` goes with a `Content-Length` (and a JSON content type if not empty).
-/// At most `max_response` bytes of the response are read.
+/// `http` or `https`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+/// Where requests go: a scheme, `host:port` (port defaulted by scheme) and a path prefix
+/// without a trailing slash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseUrl {
+    pub scheme: Scheme,
+    /// `host:port` as written (IPv6 in brackets).
+    pub authority: String,
+    /// The host alone (no brackets): the TLS server name.
+    pub host: String,
+    pub prefix: String,
+}
+
+impl BaseUrl {
+    /// A plain-HTTP target at `host:port` (the admin endpoint).
+    pub fn plain(authority: &str) -> Self {
+        let host = match authority.rsplit_once(':') {
+            Some((host, _)) => host,
+            None => authority,
+        };
+        Self {
+            scheme: Scheme::Http,
+            authority: authority.to_string(),
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            prefix: String::new(),
+        }
+    }
+}
+
+/// `http[s]://host[:port][/prefix]` → a [`BaseUrl`]. No user info, query or fragment.
+pub fn parse_base_url(url: &str) -> Result<BaseUrl, String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("{url:?}: not a URL ({e})"))?;
+    let scheme = match uri.scheme_str() {
+        Some("http") => Scheme::Http,
+        Some("https") => Scheme::Https,
+        _ => return Err(format!("{url:?}: must start with http:// or https://")),
+    };
+    let Some(authority) = uri.authority() else {
+        return Err(format!("{url:?}: needs a host (and no user info)"));
+    };
+    if authority.as_str().contains('@') || authority.host().is_empty() {
+        return Err(format!("{url:?}: needs a host (and no user info)"));
+    }
+    if uri.query().is_some() {
+        return Err(format!("{url:?}: a base URL has no query"));
+    }
+    let port = authority.port_u16().unwrap_or(match scheme {
+        Scheme::Http => 80,
+        Scheme::Https => 443,
+    });
+    let host = authority.host();
+    Ok(BaseUrl {
+        scheme,
+        authority: format!("{host}:{port}"),
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        prefix: uri.path().trim_end_matches('/').to_string(),
+    })
+}
+
+/// The TLS configuration for `https://`: the certificates of `ca_file` if given, else the
+/// system bundle ([`CA_BUNDLE`], read once).
+pub fn tls_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    static SYSTEM: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    match ca_file {
+        Some(path) => config_with_roots(roots_from(path)?),
+        None => SYSTEM
+            .get_or_init(|| config_with_roots(system_roots()?))
+            .clone(),
+    }
+}
+
+fn config_with_roots(roots: rustls::RootCertStore) -> Result<Arc<rustls::ClientConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The system CA bundle's certificates.
+pub fn system_roots() -> Result<rustls::RootCertStore, String> {
+    roots_from(Path::new(CA_BUNDLE)).map_err(|e| format!("TLS verify: {e}"))
+}
+
+fn roots_from(path: &Path) -> Result<rustls::RootCertStore, String> {
+    use rustls::pki_types::pem::PemObject;
+    let bytes = crate::files::read_limited(path, 16 << 20)
+        .map_err(|e| format!("CA file {}: {e}", path.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&bytes).flatten() {
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        return Err(format!("no certificate in {}", path.display()));
+    }
+    Ok(roots)
+}
+
+/// One request: method, path (below the base URL's prefix, with its query), extra headers
+/// (`Name: value`) and a body (sent with a JSON content type if not empty).
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub headers: &'a [String],
+    pub body: &'a [u8],
+}
+
+/// Sends one request to `host` (`name:port` or `ip:port`) over plain HTTP, blocking.
+/// At most `max_response` bytes of body are accepted.
 pub fn request(
     host: &str,
     method: &str,
@@ -46,99 +189,171 @@ pub fn request(
     timeout: Duration,
     max_response: u64,
 ) -> Result<Response, HttpError> {
-    let addrs: Vec<SocketAddr> = host
-        .to_socket_addrs()
+    let request = Request {
+        method,
+        path,
+        headers,
+        body,
+    };
+    request_url(&BaseUrl::plain(host), None, request, timeout, max_response)
+}
+
+/// [`send`] for blocking callers: on a current-thread runtime of its own.
+pub fn request_url(
+    base: &BaseUrl,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    request: Request<'_>,
+    timeout: Duration,
+    max_response: u64,
+) -> Result<Response, HttpError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| HttpError::Io {
+            addr: base.authority.clone(),
+            source,
+        })?;
+    runtime.block_on(send(base, tls, request, timeout, max_response))
+}
+
+/// Sends one request to `base` (its prefix before `request.path`); `tls` is required for
+/// `https://` (see [`tls_config`]). The whole exchange is bounded by `timeout`.
+pub async fn send(
+    base: &BaseUrl,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    request: Request<'_>,
+    timeout: Duration,
+    max_response: u64,
+) -> Result<Response, HttpError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    // A connect that times out is still a connect error (the CLI's "is steerdns running?").
+    let stream = tokio::time::timeout_at(deadline, connect(&base.authority))
+        .await
+        .map_err(|_| HttpError::Connect {
+            addr: base.authority.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"),
+        })??;
+    let exchange = async {
+        match base.scheme {
+            Scheme::Http => exchange(stream, base, request, max_response).await,
+            Scheme::Https => {
+                let tls_error = |reason: String| HttpError::Tls {
+                    addr: base.authority.clone(),
+                    reason,
+                };
+                let config = match tls {
+                    Some(config) => config.clone(),
+                    None => tls_config(None).map_err(tls_error)?,
+                };
+                let name = rustls::pki_types::ServerName::try_from(base.host.clone())
+                    .map_err(|e| tls_error(format!("server name {:?}: {e}", base.host)))?;
+                let stream = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| tls_error(e.to_string()))?;
+                exchange(stream, base, request, max_response).await
+            }
+        }
+    };
+    tokio::time::timeout_at(deadline, exchange)
+        .await
+        .map_err(|_| HttpError::Timeout {
+            addr: base.authority.clone(),
+            timeout,
+        })?
+}
+
+async fn connect(authority: &str) -> Result<TcpStream, HttpError> {
+    let addrs: Vec<_> = tokio::net::lookup_host(authority)
+        .await
         .map_err(|e| HttpError::Resolve {
-            host: host.to_string(),
+            host: authority.to_string(),
             reason: e.to_string(),
         })?
         .collect();
-    let io = |source| HttpError::Io {
-        addr: host.to_string(),
-        source,
-    };
     let mut last = None;
-    let mut stream = None;
     for addr in addrs {
-        match TcpStream::connect_timeout(&addr, timeout) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
+        match TcpStream::connect(addr).await {
+            Ok(stream) => return Ok(stream),
             Err(e) => last = Some(e),
         }
     }
-    let Some(mut stream) = stream else {
-        return Err(HttpError::Connect {
-            addr: host.to_string(),
-            source: last.unwrap_or_else(|| std::io::Error::other("no address")),
-        });
-    };
-    stream.set_read_timeout(Some(timeout)).map_err(io)?;
-    stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !body.is_empty() {
-        head.push_str("Content-Type: application/json\r\n");
-    }
-    for header in headers {
-        head.push_str(header);
-        head.push_str("\r\n");
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).map_err(io)?;
-    stream.write_all(body).map_err(io)?;
-    let mut raw = Vec::new();
-    stream
-        .take(max_response)
-        .read_to_end(&mut raw)
-        .map_err(io)?;
-    parse_response(&raw).map_err(|what| HttpError::Malformed {
-        addr: host.to_string(),
-        what,
+    Err(HttpError::Connect {
+        addr: authority.to_string(),
+        source: last.unwrap_or_else(|| std::io::Error::other("no address")),
     })
 }
 
-fn parse_response(raw: &[u8]) -> Result<Response, &'static str> {
-    let text = String::from_utf8_lossy(raw);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        return Err("no end of the header");
+async fn exchange<S>(
+    stream: S,
+    base: &BaseUrl,
+    request: Request<'_>,
+    max_response: u64,
+) -> Result<Response, HttpError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let http_error = |what: String| HttpError::Http {
+        addr: base.authority.clone(),
+        what,
     };
-    let status = head
-        .lines()
-        .next()
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|code| code.parse().ok())
-        .ok_or("no status line")?;
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase().starts_with("transfer-encoding:")
-            && l.to_ascii_lowercase().contains("chunked")
-    });
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| http_error(e.to_string()))?;
+    // Drives the connection until the response is read; dropped with this future.
+    let driver = async move {
+        let _ = connection.await;
     };
-    Ok(Response { status, body })
-}
-
-/// The body of a `Transfer-Encoding: chunked` message, its chunks joined (stops at the last
-/// chunk or at the first malformed size).
-pub fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
+    let mut builder = hyper::Request::builder()
+        .method(request.method)
+        .uri(format!("{}{}", base.prefix, request.path))
+        .header(http::header::HOST, &base.authority)
+        .header(http::header::CONNECTION, "close");
+    if !request.body.is_empty() {
+        builder = builder.header(http::header::CONTENT_TYPE, "application/json");
     }
-    out
+    for header in request.headers {
+        let Some((name, value)) = header.split_once(':') else {
+            return Err(http_error(format!("malformed header line {header:?}")));
+        };
+        builder = builder.header(name.trim(), value.trim());
+    }
+    let outgoing = builder
+        .body(Full::new(Bytes::copy_from_slice(request.body)))
+        .map_err(|e| http_error(format!("bad request: {e}")))?;
+    let receive = async {
+        let response = sender
+            .send_request(outgoing)
+            .await
+            .map_err(|e| http_error(e.to_string()))?;
+        let status = response.status().as_u16();
+        let limit = usize::try_from(max_response).unwrap_or(usize::MAX);
+        let body = Limited::new(response.into_body(), limit)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    HttpError::TooLarge {
+                        addr: base.authority.clone(),
+                        limit: max_response,
+                    }
+                } else {
+                    http_error(e.to_string())
+                }
+            })?
+            .to_bytes();
+        Ok(Response {
+            status,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    };
+    tokio::pin!(driver, receive);
+    // The connection may finish first (the whole answer handed to the body); a connection
+    // that fails shows as an error of `send_request` or of the body.
+    tokio::select! {
+        result = &mut receive => result,
+        () = &mut driver => receive.await,
+    }
 }
 
 /// Percent-encodes a query-string value (RFC 3986 unreserved characters pass).
@@ -159,12 +374,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_plain_and_chunked_responses() {
-        let r = parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").unwrap();
-        assert_eq!((r.status, r.body.as_str()), (200, "{}"));
-        let r = parse_response(b"HTTP/1.1 409 Conflict\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
-        assert_eq!((r.status, r.body.as_str()), (409, "abcde"));
-        assert!(parse_response(b"garbage").is_err());
+    fn base_urls_are_parsed_by_scheme() {
+        let url = parse_base_url("http://prom.internal/prefix/").unwrap();
+        assert_eq!(
+            (url.scheme, url.authority.as_str(), url.prefix.as_str()),
+            (Scheme::Http, "prom.internal:80", "/prefix")
+        );
+        let url = parse_base_url("https://[::1]:9443").unwrap();
+        assert_eq!(
+            (url.scheme, url.authority.as_str(), url.host.as_str()),
+            (Scheme::Https, "[::1]:9443", "::1")
+        );
+        assert_eq!(
+            parse_base_url("https://prom").unwrap().authority,
+            "prom:443"
+        );
+        for bad in [
+            "http://",
+            "ftp://x",
+            "prom:9090",
+            "http://u@x:1",
+            "http://x/?a=b",
+        ] {
+            assert!(parse_base_url(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -191,5 +424,35 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(error, HttpError::Connect { .. }), "{error}");
+    }
+
+    #[test]
+    fn plain_and_chunked_answers_are_read_and_a_large_one_is_refused() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            for answer in [
+                "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}",
+                "HTTP/1.1 409 Conflict\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+                "HTTP/1.1 200 OK\r\ncontent-length: 2000\r\n\r\n",
+            ] {
+                let (mut conn, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).unwrap();
+                conn.write_all(answer.as_bytes()).unwrap();
+                if answer.ends_with("\r\n\r\n") && answer.contains("2000") {
+                    conn.write_all(&[b'x'; 2000]).unwrap();
+                }
+            }
+        });
+        let get = || request(&addr, "GET", "/", &[], b"", Duration::from_secs(5), 1024);
+        let r = get().unwrap();
+        assert_eq!((r.status, r.body.as_str()), (200, "{}"));
+        let r = get().unwrap();
+        assert_eq!((r.status, r.body.as_str()), (409, "abcde"));
+        let error = get().unwrap_err();
+        assert!(matches!(error, HttpError::TooLarge { .. }), "{error}");
+        server.join().unwrap();
     }
 }

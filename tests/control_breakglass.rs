@@ -346,8 +346,10 @@ fn a_refused_weight_set_names_the_file_and_field_and_writes_nothing() {
         assert_eq!(setup.control_bytes(), before, "{bad:?} changed the file");
     }
 
-    // Nothing reached the server.
-    std::thread::sleep(Duration::from_millis(200));
+    // Nothing reached the server: two more looks at the control file (watcher events or the
+    // 2 s backstop poll), at least one begun after the last refused command, and it has seen no
+    // change.
+    server.wait_for_control_checks(2, Duration::from_secs(10));
     assert_eq!(server.serial(), serial);
     assert_eq!(server.accepted(), accepted);
     assert_eq!(server.refused(), 0);

@@ -12,6 +12,7 @@
 //! then says on stderr what it did not check.
 
 mod common;
+mod hostile_common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -864,12 +865,14 @@ fn sysusers_and_tmpfiles_prepare_the_state_directory() {
     let uid: u32 = fields[2].parse().expect("uid");
     let gid: u32 = fields[3].parse().expect("gid");
     // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        std::os::unix::fs::chown(&state, Some(uid), Some(gid)).expect("chown state dir");
-        std::os::unix::fs::chown(&control, Some(uid), Some(gid)).expect("chown control");
-    } else {
-        eprintln!("deploy_lint: NOT CHECKED (tmpfiles over a steerdns-owned dir): not root");
-    }
+    let as_root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        as_root,
+        "tmpfiles over a steerdns-owned dir needs root to chown it (.ci/run runs as root), or \
+         set STEERDNS_LINT_SKIP=systemd to skip the systemd checks explicitly"
+    );
+    std::os::unix::fs::chown(&state, Some(uid), Some(gid)).expect("chown state dir");
+    std::os::unix::fs::chown(&control, Some(uid), Some(gid)).expect("chown control");
     fs::write(&control, "# changed by an operator\n").expect("write");
     run_tmpfiles();
     assert_eq!(read(&control), "# changed by an operator\n");
@@ -1060,10 +1063,16 @@ fn healthcheck_run_withdraws_and_reannounces() {
     wait_for_log(&log, &["announce"]);
     drop(server);
     wait_for_log(&log, &["announce", "withdraw"]);
-    let _back = Server::start(&["--listen", &listen]);
+    let back = Server::start(&["--listen", &listen]);
     wait_for_log(&log, &["announce", "withdraw", "announce"]);
-    // Steady again: no further route changes.
-    std::thread::sleep(Duration::from_millis(600));
+    // Steady again: no further route changes over six more probes (each asks the server for
+    // the SOA of both zones), three times RISE and FALL.
+    let admin = back.admin.expect("the server reports its admin address");
+    let queries = || hostile_common::metric(admin, "steerdns_queries_total", &[]);
+    let probed = queries() + 12.0;
+    common::wait_for("six more probes", Duration::from_secs(15), || {
+        (queries() >= probed).then_some(())
+    });
     assert_eq!(
         read(&log).lines().collect::<Vec<_>>(),
         ["announce", "withdraw", "announce"]

@@ -2,13 +2,17 @@
 //! now (change, checks over DNS with ECS, revert) prints its measured times in ms and records
 //! them in the drill log, status and /metrics; a failed check reverts at once and raises an
 //! alert, and a second drill is blocked while one runs; the server's schedule runs a drill by
-//! itself, and never while an alert stands.
+//! itself, and never while an alert stands. In fleet mode (real etcd, two real nodes) the
+//! drill writes through the fleet's edit path, every node serves the change and the revert,
+//! and the times are to served on every node; a drill is refused while a rollout is running.
 
 mod control_common;
+mod fleet_common;
 
 use std::time::Duration;
 
 use control_common::*;
+use fleet_common::*;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -101,6 +105,11 @@ fn the_bundled_drill_runs_and_its_measured_times_show_in_output_log_status_and_m
     let metric = gauge(&server, "steerdns_drill_change_to_served_ms", &labels);
     assert!(metric.is_some_and(|v| v > 0.0), "{metric:?}");
     assert_eq!(gauge(&server, "steerdns_drill_alert", &labels), Some(0.0));
+    // A single node: no fleet nodes to count.
+    assert_eq!(
+        gauge(&server, "steerdns_drill_nodes_served", &labels),
+        Some(0.0)
+    );
     assert_eq!(
         gauge(
             &server,
@@ -241,4 +250,133 @@ fn a_bad_drill_names_the_file_line_and_field() {
         )),
         "{text}"
     );
+}
+
+/// The weight `node` serves for `critical`'s `endpoint`.
+fn critical_weight(node: &Node, endpoint: &str) -> i64 {
+    node.status()["profiles"]["critical"][endpoint]["weight"]
+        .as_i64()
+        .unwrap_or(-1)
+}
+
+#[test]
+fn in_a_fleet_the_bundled_drill_writes_through_etcd_and_is_served_and_reverted_on_every_node() {
+    let fleet = Fleet::start("drill-fleet", 2, 3);
+    let (seeded, _) = fleet.control_in_etcd();
+    fleet.wait_revision(seeded, LIMIT);
+    let (ns1, ns2) = (&fleet.nodes[0], &fleet.nodes[1]);
+    let output = std::thread::scope(|scope| {
+        let drill = scope.spawn(|| drill_run(ns1.daemon(), "critical-alt-cdn"));
+        // While the drill holds (5 s), both nodes serve its change, from etcd.
+        for node in [ns1, ns2] {
+            wait_for("the drill's change served", LIMIT, || {
+                (critical_weight(node, "alt-cdn") > 0).then_some(())
+            });
+        }
+        let (during, text) = fleet.control_in_etcd();
+        assert!(text.contains("alt-cdn = { weight = "), "{text}");
+        assert!(during > seeded);
+        drill.join().expect("drill thread")
+    });
+    let text = ok(&output, "drill run");
+    println!("{text}");
+    assert!(text.contains("PASSED"), "{text}");
+    assert!(text.contains("on every node (2: ns1 ns2)"), "{text}");
+    let change = millis_after(&text, "change to served");
+    let revert = millis_after(&text, "revert to served");
+    assert!(change > 0.0 && revert > 0.0, "{text}");
+
+    // The revert is the fleet's control state, and every node serves it.
+    let (reverted, control) = fleet.control_in_etcd();
+    assert!(control.contains("alt-cdn = { weight = 0 }"), "{control}");
+    for node in [ns1, ns2] {
+        assert!(node.revision_served() >= reverted, "{}", node.name);
+        assert_eq!(critical_weight(node, "alt-cdn"), 0, "{}", node.name);
+        assert_eq!(critical_weight(node, "frontdoor"), 100, "{}", node.name);
+    }
+    // Both writes are versions in the fleet's history, like an operator's.
+    let history = ok(&ns1.cli(&["control", "history"]), "control history");
+    assert!(history.contains("drill critical-alt-cdn by"), "{history}");
+    assert!(
+        history.contains("revert of drill critical-alt-cdn by"),
+        "{history}"
+    );
+
+    let log = std::fs::read_to_string(ns1.setup.path("control.toml.drills.log")).expect("log");
+    assert_eq!(log.lines().count(), 1, "{log}");
+    let run: serde_json::Value = serde_json::from_str(log.trim()).expect("log line");
+    assert_eq!(run["result"], "passed", "{run:#}");
+    assert_eq!(run["nodes"], serde_json::json!(["ns1", "ns2"]), "{run:#}");
+    assert!(run["change_to_served_ms"].as_f64().is_some_and(|v| v > 0.0));
+    assert!(run["revert_to_served_ms"].as_f64().is_some_and(|v| v > 0.0));
+    let last = last_run(&ns1.status(), "critical-alt-cdn");
+    assert_eq!(last["result"], "passed", "{last:#}");
+    assert_eq!(last["nodes"], run["nodes"], "{last:#}");
+    let shown = stdout(&ns1.cli(&["status"]));
+    assert!(shown.contains(" ms on every node (ns1 ns2)"), "{shown}");
+    let labels = [("drill", "critical-alt-cdn")];
+    let served_by = gauge(ns1.daemon(), "steerdns_drill_nodes_served", &labels);
+    assert_eq!(served_by, Some(2.0));
+}
+
+#[test]
+fn in_a_fleet_a_drill_is_refused_while_a_rollout_is_in_progress() {
+    let rollout = "[fleet.rollout]\nwaves = [[\"ns1\"], [\"ns2\"]]\nbake_secs = 60\nwave_timeout_secs = 120\n";
+    let fleet = Fleet::start_on(Etcd::start(), "drill-rollout", 2, 3, rollout, &[]);
+    fleet.wait_settled(LIMIT);
+    let ns1 = &fleet.nodes[0];
+    // An operator's change: its rollout bakes on the canary for a minute.
+    let mut change = std::process::Command::new(BIN)
+        .args(["weight", "set", "critical", "frontdoor=0", "alt-cdn=100"])
+        .arg("--config")
+        .arg(&ns1.setup.config)
+        .env("STEERDNS_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("weight set");
+    let candidate = wait_for("the rollout running", LIMIT, || {
+        let r = ns1.rollout();
+        (r["phase"] == "running").then(|| r["candidate"].as_i64().unwrap_or(0))
+    });
+    let before = fleet.control_in_etcd();
+    let output = drill_run(ns1.daemon(), "critical-alt-cdn");
+    let _ = change.kill();
+    let _ = change.wait();
+    let text = said(&output);
+    println!("{text}");
+    assert!(!output.status.success(), "{text}");
+    assert!(text.contains("BLOCKED"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "a rollout is in progress: the rollout of control revision {candidate} is running"
+        )),
+        "names the rollout:\n{text}"
+    );
+    assert_eq!(fleet.control_in_etcd(), before, "nothing written");
+}
+
+#[test]
+fn in_a_fleet_the_safety_rules_refuse_a_drill_as_they_refuse_an_operator() {
+    let drill = "\n[[drills]]\nname = \"drain-eu-west\"\naction = \"drain\"\nregion = \"eu-west\"\nduration_secs = 1\nquery = \"www.edge.example.net.\"\nsubnets = [\"5.1.37.0/24\", \"31.2.74.0/24\"]\n";
+    let fleet = Fleet::start_on(Etcd::start(), "drill-safety", 2, 3, drill, &[]);
+    fleet.wait_connected(LIMIT);
+    let ns1 = &fleet.nodes[0];
+    for region in ["na-west", "ap-east"] {
+        ok(&ns1.cli(&["drain", region]), "drain");
+    }
+    let (revision, _) = fleet.control_in_etcd();
+    fleet.wait_revision(revision, LIMIT);
+    let before = fleet.control_in_etcd();
+    let output = drill_run(ns1.daemon(), "drain-eu-west");
+    let text = said(&output);
+    println!("{text}");
+    assert!(!output.status.success(), "{text}");
+    assert!(text.contains("FAILED"), "{text}");
+    assert!(text.contains("max-two-drained"), "names the rule:\n{text}");
+    assert!(text.contains("the drill's change was refused"), "{text}");
+    assert_eq!(fleet.control_in_etcd(), before, "nothing written to etcd");
+    let last = last_run(&ns1.status(), "drain-eu-west");
+    assert_eq!(last["result"], "failed", "{last:#}");
+    let reason = last["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("max-two-drained"), "{last:#}");
 }

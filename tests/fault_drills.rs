@@ -40,6 +40,8 @@ use control_common::*;
 
 /// The watcher reacts within milliseconds (inotify) or at its 2 s backstop poll.
 const REACT: Duration = Duration::from_secs(5);
+/// Enough for two backstop polls of the control file (every 2 s) when no watcher event comes.
+const CONTROL_POLLS: Duration = Duration::from_secs(10);
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -162,8 +164,9 @@ fn kill_9_of_weight_set_leaves_the_old_or_the_new_control_file_never_a_mix() {
     let full = critical_control(0, 100, 0);
     let leftover = setup.path(".control.toml.tmp.999999.0");
     std::fs::write(&leftover, &full[..full.len() / 2]).expect("write partial temp file");
-    std::thread::sleep(Duration::from_millis(300));
-    let status = server.status();
+    // Two more checks of the control directory (watcher events or the 2 s backstop poll): at
+    // least one began after the temp file was there.
+    let status = server.wait_for_control_checks(2, CONTROL_POLLS);
     assert_eq!(status["serial"], start["serial"], "a temp file was tasted");
     assert_eq!(status["reloads_refused"], start["reloads_refused"]);
     assert_all_critical(&mut resolver, &subnets, FRONTDOOR);
@@ -415,10 +418,10 @@ fn a_load_feed_file_cut_short_is_refused_and_the_last_good_feed_stays() {
         ),
         Some(990.0)
     );
-    // The same cut bytes are refused once, not every tick.
-    std::thread::sleep(Duration::from_millis(500));
+    // The same cut bytes are refused once, not every tick: each tick polls the load file.
+    let status = server.wait_for_shield_ticks(5, REACT);
     assert_eq!(
-        server.status()["shield"]["feeds_refused"].as_u64(),
+        status["shield"]["feeds_refused"].as_u64(),
         Some(1),
         "an unchanged bad file is refused again and again"
     );
@@ -669,8 +672,8 @@ fn when_every_feed_goes_stale_the_shield_freezes_then_reverts_to_normal_answers(
     let metrics = scrape_metrics(server.admin);
     assert!(metric(&metrics, "steerdns_shield_alerts", &[]) >= Some(1.0));
     assert!(metric(&metrics, "steerdns_load_feed_age_seconds", &[]) >= Some(2.0));
-    std::thread::sleep(Duration::from_millis(400));
-    let status = server.status();
+    // Frozen means frozen through later ticks too.
+    let status = server.wait_for_shield_ticks(4, REACT);
     assert_eq!(eu_west(&status)["state"], "stale (frozen)", "{status:#}");
     assert_eq!(
         eu_west(&status)["shed_fraction"].as_f64(),
@@ -846,7 +849,7 @@ fn a_storm_of_200_sighups_under_load_loses_nothing_and_never_servfails() {
     let before = server.status();
     let accepted = before["reloads_accepted"].as_u64().expect("accepted");
     let load = control_load(server.dns, 2);
-    std::thread::sleep(Duration::from_millis(200));
+    load.wait_for_answers(100, REACT);
     // A millisecond apart, so that signals keep arriving while reloads run (back to back,
     // the kernel merges them all into one pending SIGHUP).
     let storm = Instant::now();
@@ -862,7 +865,7 @@ fn a_storm_of_200_sighups_under_load_loses_nothing_and_never_servfails() {
         .then_some(status)
     });
     // Keep the load going a little after the last reload.
-    std::thread::sleep(Duration::from_millis(300));
+    load.wait_for_answers(100, REACT);
     let counts = load.stop();
     let status_after = server.status();
     println!(

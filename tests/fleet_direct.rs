@@ -297,8 +297,20 @@ fn an_override_older_than_a_version_written_to_etcd_meanwhile_is_kept_flagged_an
         .find(|s| s.metric == "steerdns_fleet_local_override_conflict")
         .map(|s| format!("{:?}", s.value));
     assert_eq!(conflict.as_deref(), Some("Gauge(1.0)"));
-    let shown = ok(&ns3.cli(&["fleet", "status"]), "fleet status");
-    assert!(shown.contains("CONFLICT"), "{shown}");
+    // `fleet status` reads ns3's registry record, which the node task rewrites after the
+    // conflict shows in /v1/status: wait for the record, not for the status alone.
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let shown = ok(&ns3.cli(&["fleet", "status"]), "fleet status");
+        if shown.contains("CONFLICT") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fleet status shows no CONFLICT: {shown}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(fleet.control_in_etcd(), (newer, newer_text));
 
     // ns3 came back on a new admin port: ns1's registry learns it within a refresh.

@@ -3,7 +3,8 @@
 //! example with `[shield.prometheus]` pointed at it (capacities from the topology). Raising the
 //! exporter's eu-west load makes eu-west shed (seen in status and in the answers for eu-west
 //! client subnets); NaN and unknown names are refused with the reason shown, the last good
-//! feed staying; stopping Prometheus freezes the decisions as a stale feed does.
+//! feed staying; stopping Prometheus freezes the decisions as a stale feed does. The same over
+//! `https://`: Prometheus serving TLS with a self-signed certificate, trusted by `ca_file`.
 
 mod control_common;
 
@@ -183,5 +184,41 @@ fn prometheus_load_drives_the_shield_and_a_dead_prometheus_is_a_stale_feed() {
     assert_eq!(shed_fraction(&later), held);
     assert_eq!(region(&later, "eu-west")["state"], "stale (frozen)");
     assert!(shed_answers(&mut resolver, &subnets) > 0);
+    daemon.stop();
+}
+
+#[test]
+fn an_https_prometheus_trusted_by_ca_file_feeds_the_shield() {
+    let exporter = Exporter::start("edge_load");
+    for (kind, site, value) in STEADY {
+        exporter.set(&series(kind, site), value);
+    }
+    exporter.set(&series("region", "eu-west"), "700");
+    let prometheus = Prometheus::start_tls(exporter.addr);
+    exporter.wait_scraped(1, WAIT);
+    let cert = prometheus
+        .cert
+        .clone()
+        .expect("a TLS Prometheus has a certificate");
+    assert!(prometheus.url().starts_with("https://"));
+
+    let setup = Setup::new("shield-prometheus-tls");
+    setup.extend_config(&format!(
+        "[shield]\ntick_ms = 100\n\n\
+         [shield.prometheus]\nurl = \"{}\"\nca_file = \"{}\"\n\
+         region_query = 'max by (site) (edge_load{{kind=\"region\"}})'\n\
+         fallback_query = 'max by (site) (edge_load{{kind=\"fallback\"}})'\n\
+         label = \"site\"\ninterval_ms = 300\ntimeout_ms = 2000\n",
+        prometheus.url(),
+        cert.display()
+    ));
+    let daemon = setup.start();
+    let status = wait_for(&daemon, "a feed from prometheus over https", |s| {
+        s["shield"]["feed_origin"] == "prometheus" && eu_west_load(s) == Some(700.0)
+    });
+    assert_eq!(
+        status["shield"]["sources"],
+        serde_json::json!([format!("prometheus {}", prometheus.url())])
+    );
     daemon.stop();
 }

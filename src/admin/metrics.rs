@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::fleet::origin::FleetOrigin;
 use crate::metrics::per_snapshot::{self, Series};
 use crate::metrics::serving::{serving, ConnectionEvent, ServingTotals, RCODES, TRANSPORTS};
 use crate::policy::{ProfileId, ProfileKindTag};
@@ -38,7 +39,7 @@ pub struct Scrape {
     /// (profile, endpoint, weight if the profile is weighted, enabled).
     endpoints: Vec<(String, String, Option<u32>, bool)>,
     /// Fleet mode: the link to etcd.
-    fleet: Option<crate::reload::FleetLinkStatus>,
+    fleet: Option<crate::fleet::status::FleetLinkStatus>,
     xdp: Option<crate::metrics::xdp::XdpView>,
     encrypted: Option<crate::metrics::encrypted::EncryptedView>,
     /// Endpoint monitors (targets and monitored endpoints).
@@ -54,8 +55,8 @@ pub struct Scrape {
     drills: crate::drill::log::DrillStatus,
 }
 
-/// Reads the state to report.
-pub fn gather(reloader: &Reloader) -> Scrape {
+/// Reads the state to report; `fleet` is the node's fleet origin (`None`: single node).
+pub fn gather(reloader: &Reloader, fleet: Option<&FleetOrigin>) -> Scrape {
     let (snapshot, status) = reloader.snapshot_and_status();
     let shield = reloader.shield();
     let now = SystemTime::now();
@@ -85,7 +86,7 @@ pub fn gather(reloader: &Reloader) -> Scrape {
         feed_age_secs,
         feeds: shield.feed.stats(),
         endpoints,
-        fleet: reloader.origin().fleet_status(),
+        fleet: fleet.map(FleetOrigin::link),
         xdp: crate::metrics::xdp::view(),
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         health: reloader.health().report(snapshot.policies()),
@@ -102,8 +103,8 @@ pub fn gather(reloader: &Reloader) -> Scrape {
 }
 
 /// The Prometheus text exposition of the server's state.
-pub fn render(reloader: &Reloader) -> Result<String, fmt::Error> {
-    encode(gather(reloader))
+pub fn render(reloader: &Reloader, fleet: Option<&FleetOrigin>) -> Result<String, fmt::Error> {
+    encode(gather(reloader, fleet))
 }
 
 /// Encodes a scrape (separate from [`gather`] so tests can encode made-up numbers).
@@ -1210,14 +1211,20 @@ fn encode_drills(
     gauges(
         encoder,
         "steerdns_drill_change_to_served_ms",
-        "The drill's last run: from writing the change to every sample subnet served (ms).",
+        "The drill's last run: from writing the change to every sample subnet served (ms; in fleet mode, served on every node).",
         last(|r| r.change_to_served_ms),
     )?;
     gauges(
         encoder,
         "steerdns_drill_revert_to_served_ms",
-        "The drill's last run: from writing the revert to every sample subnet served (ms).",
+        "The drill's last run: from writing the revert to every sample subnet served (ms; in fleet mode, served on every node).",
         last(|r| r.revert_to_served_ms),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_drill_nodes_served",
+        "The drill's last run: the fleet nodes that served its change (0 on a single node).",
+        last(|r| Some(r.nodes.len() as f64)),
     )?;
     gauges(
         encoder,

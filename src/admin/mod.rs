@@ -24,6 +24,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+use crate::fleet::origin::FleetOrigin;
 use crate::policy::RegionOverride;
 use crate::reload::{Reloader, Status, Trigger};
 use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
@@ -47,7 +48,7 @@ pub struct AdminState {
     pub token: Arc<AdminToken>,
     pub hosts: Arc<AllowedHosts>,
     /// The fleet node's control origin (`None`: single node), for the `--direct` routes.
-    pub fleet: Option<Arc<crate::fleet::origin::FleetOrigin>>,
+    pub fleet: Option<Arc<FleetOrigin>>,
 }
 
 /// What `Host` (and the host of a write's `Origin`/`Referer`) may name.
@@ -222,7 +223,7 @@ pub struct StatusView {
     pub shield: crate::shield::live::ShieldStatus,
     /// Fleet mode: this node's link to etcd and the control revision it serves.
     #[serde(default)]
-    pub fleet: Option<crate::reload::FleetLinkStatus>,
+    pub fleet: Option<crate::fleet::status::FleetLinkStatus>,
     /// The AF_XDP path, when `[server.xdp]` is configured: attached or why not, per queue.
     #[serde(default)]
     pub xdp: Option<crate::metrics::xdp::XdpView>,
@@ -472,7 +473,8 @@ pub fn profile_views(
     profiles
 }
 
-pub fn status_view(reloader: &Reloader) -> StatusView {
+/// What `/v1/status` shows; `fleet` is the node's fleet origin (`None`: single node).
+pub fn status_view(reloader: &Reloader, fleet: Option<&FleetOrigin>) -> StatusView {
     let (snapshot, status) = reloader.snapshot_and_status();
     let mut profiles = BTreeMap::new();
     let mut regions = BTreeMap::new();
@@ -511,7 +513,7 @@ pub fn status_view(reloader: &Reloader) -> StatusView {
         zones,
         geo,
         shield: reloader.shield().status(),
-        fleet: reloader.origin().fleet_status(),
+        fleet: fleet.map(FleetOrigin::link),
         xdp: crate::metrics::xdp::view(),
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         dnssec: snapshot.dnssec().map(dnssec_view),
@@ -546,13 +548,13 @@ fn destination_name(
 async fn status(State(state): State<AdminState>) -> Response {
     // Reads what the reloader published: never waits for a reload in progress (which holds
     // the reloader's lock across the history's fsyncs), so it can run on an async worker.
-    Json(status_view(&state.reloader)).into_response()
+    Json(status_view(&state.reloader, state.fleet.as_deref())).into_response()
 }
 
 /// `GET /metrics`: Prometheus text format (see [`crate::metrics`]).
 async fn metrics(State(state): State<AdminState>) -> Response {
     use axum::http::header::CONTENT_TYPE;
-    match metrics::render(&state.reloader) {
+    match metrics::render(&state.reloader, state.fleet.as_deref()) {
         Ok(text) => ([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -49,7 +49,7 @@ impl Endpoint {
 }
 
 /// `http://host:port` or `host:port`, as the config or the registry names an admin endpoint.
-fn address_of(text: &str) -> String {
+pub(super) fn address_of(text: &str) -> String {
     let bare = text
         .trim()
         .trim_start_matches("http://")

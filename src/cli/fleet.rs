@@ -279,7 +279,7 @@ async fn wait_for_nodes(
 
 /// What `steerdns status` adds to a node's fleet line: records skipped, a failing
 /// coordinator, a refused registration.
-pub(super) fn print_link_problems(link: &steerdns::reload::FleetLinkStatus) {
+pub(super) fn print_link_problems(link: &steerdns::fleet::status::FleetLinkStatus) {
     for bad in &link.bad_records {
         println!("  fleet record SKIPPED ({}): {bad}", bad.seen_by);
     }
@@ -505,7 +505,7 @@ struct FleetHealthTarget {
     /// "up", "down", or "none" (no prober reports a fresh result).
     verdict: &'static str,
     probers: Vec<steerdns::health::ProberVote>,
-    tally: steerdns::health::share::Tally,
+    tally: steerdns::health::shared::Tally,
 }
 
 fn health_view(

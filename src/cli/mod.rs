@@ -528,7 +528,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
 }
 
 /// A local override as status and `fleet status` print it.
-pub(crate) fn override_line(o: &steerdns::reload::OverrideView) -> String {
+pub(crate) fn override_line(o: &steerdns::fleet::status::OverrideView) -> String {
     format!(
         "LOCAL OVERRIDE serial {} ({} by {}, since {}; replaced revision {}){}",
         o.serial,
@@ -574,7 +574,7 @@ fn print_drills(d: &steerdns::drill::log::DrillStatus) {
     for drill in &d.drills {
         match &drill.last {
             Some(r) => println!(
-                "drill {}: last run {} {} ({}): change to served {}, revert to served {}{}",
+                "drill {}: last run {} {} ({}): change to served {}, revert to served {}{}{}",
                 drill.name,
                 r.started,
                 r.result,
@@ -583,6 +583,10 @@ fn print_drills(d: &steerdns::drill::log::DrillStatus) {
                     .map_or("-".into(), |v| format!("{v:.0} ms")),
                 r.revert_to_served_ms
                     .map_or("-".into(), |v| format!("{v:.0} ms")),
+                match r.nodes.as_slice() {
+                    [] => String::new(),
+                    nodes => format!(" on every node ({})", nodes.join(" ")),
+                },
                 r.reason
                     .as_ref()
                     .map(|x| format!("; {x}"))
@@ -662,7 +666,7 @@ fn print_encrypted(view: &steerdns::metrics::encrypted::EncryptedView) {
     }
 }
 
-fn print_rollout(r: &steerdns::reload::RolloutView) {
+fn print_rollout(r: &steerdns::fleet::status::RolloutView) {
     let wave = r
         .wave
         .map_or("no wave".to_string(), |w| format!("wave {w}"));

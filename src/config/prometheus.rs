@@ -1,5 +1,6 @@
-//! `[shield.prometheus]`: where the Prometheus load source queries (plain data, its checks,
-//! and the URL form they accept). The source itself is [`crate::shield::prometheus`].
+//! `[shield.prometheus]`: where the Prometheus load source queries (plain data and its checks;
+//! the URL form is [`crate::http_client::parse_base_url`]'s). The source itself is
+//! [`crate::shield::prometheus`].
 
 use serde::Deserialize;
 
@@ -7,8 +8,13 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrometheusConfig {
-    /// Base URL of the Prometheus server, `http://host:port` (optionally with a path prefix).
+    /// Base URL of the Prometheus server, `http://host:port` or `https://host:port`
+    /// (optionally with a path prefix).
     pub url: String,
+    /// PEM certificates trusted for an `https://` URL. Unset: the system bundle
+    /// ([`crate::http_client::CA_BUNDLE`]).
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
     /// PromQL giving one series per region: its load.
     pub region_query: String,
     /// PromQL giving one series per fallback site: its load.
@@ -43,7 +49,7 @@ fn default_timeout_ms() -> u64 {
 impl PrometheusConfig {
     /// The first thing wrong with the section: (field, message).
     pub fn problem(&self) -> Option<(&'static str, String)> {
-        if let Err(message) = split_url(&self.url) {
+        if let Err(message) = crate::http_client::parse_base_url(&self.url) {
             return Some(("shield.prometheus.url", message));
         }
         let valid_label = !self.label.is_empty()
@@ -84,31 +90,4 @@ impl PrometheusConfig {
         }
         None
     }
-}
-
-/// `http://host[:port][/prefix]` → (`host:port`, `/prefix` without a trailing slash).
-pub fn split_url(url: &str) -> Result<(String, String), String> {
-    let Some(rest) = url.strip_prefix("http://") else {
-        return Err(format!(
-            "{url:?}: only http:// URLs are supported (put a TLS-terminating proxy on loopback \
-             for https)"
-        ));
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-        None => (rest, ""),
-    };
-    if authority.is_empty() || authority.contains('@') || authority.contains(char::is_whitespace) {
-        return Err(format!("{url:?}: needs a host (and no user info)"));
-    }
-    let has_port = match authority.rsplit_once(':') {
-        Some((host, port)) => !host.ends_with(':') && port.parse::<u16>().is_ok(),
-        None => false,
-    };
-    let host = if has_port {
-        authority.to_string()
-    } else {
-        format!("{authority}:80")
-    };
-    Ok((host, path.to_string()))
 }

@@ -38,6 +38,10 @@ pub struct DrillRun {
     /// How long the change was held and checked (ms).
     #[serde(default)]
     pub held_ms: Option<f64>,
+    /// The nodes that served the change (fleet mode: each node's admin endpoint said so
+    /// before the change counted as served; empty on a single node).
+    #[serde(default)]
+    pub nodes: Vec<String>,
     /// Checks made while it was held.
     #[serde(default)]
     pub checks: u64,
@@ -55,6 +59,7 @@ impl DrillRun {
             change_to_served_ms: None,
             revert_to_served_ms: None,
             held_ms: None,
+            nodes: Vec::new(),
             checks: 0,
             subnets: drill.subnets.len(),
         }

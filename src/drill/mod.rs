@@ -10,8 +10,12 @@
 //! the server runs (`Snapshot::standalone` + `answer::respond`), for the version before the
 //! drill and for the drill's version. Times measured: write of the change → every sample
 //! subnet served the new way, and write of the revert → every one served as before (ms).
-//! Used by `steerdns drill run` and by the server's schedule ([`schedule`]); single node only
-//! (a fleet's drill would write through etcd: not yet).
+//! Used by `steerdns drill run` and by the server's schedule ([`schedule`]). Where the change
+//! and the revert are written is a [`Writer`]: the control file on a single node
+//! ([`FileWriter`]), or in fleet mode the CLI's etcd edit path (safety rules, rollouts), whose
+//! writer also waits until every node's admin endpoint says it serves the version written, so
+//! that the times measured are change → served on every node and revert → served on every node.
+//! The schedule drills single nodes only.
 
 pub mod log;
 pub mod schedule;
@@ -48,10 +52,109 @@ pub struct Endpoints {
 pub enum DrillError {
     #[error("no drill named {name:?} (configured: {configured})")]
     Unknown { name: String, configured: String },
-    #[error("drills need a control file ([control] file) on a single node (fleet drills are not supported yet)")]
-    Unsupported,
+    #[error("drills need a control file ([control] file)")]
+    NoControlFile,
+    #[error("the drill schedule runs on a single node only; in fleet mode run drills with `steerdns drill run NAME`")]
+    FleetSchedule,
     #[error("drill log {path}: {problem}")]
     Log { path: PathBuf, problem: String },
+}
+
+/// Why the write of a drill's change or revert did not land.
+#[derive(Debug)]
+pub enum WriteFailure {
+    /// The safety rules or the taster refused it: nothing written.
+    Refused(String),
+    /// Anything else: I/O, etcd, a rollout that halted.
+    Failed(String),
+}
+
+/// Where a drill writes its change and its revert: the operators' own path.
+pub trait Writer {
+    /// What the drill's log and messages call the place written (a file, the fleet's state).
+    fn place(&self) -> String;
+    /// The control text in force now.
+    fn current(&mut self) -> Result<String, String>;
+    /// Writes `edit` of the text in force (screened with `overrides`, recorded as by `by`).
+    fn write(
+        &mut self,
+        what: &str,
+        by: &str,
+        overrides: &[OverrideRequest],
+        edit: &dyn Fn(&str) -> Result<String, String>,
+    ) -> Result<(), WriteFailure>;
+    /// Waits (at most `limit`) until every node serves the version last written; the nodes.
+    /// A single node has none to wait for: the runner's DNS check is its proof.
+    fn wait_every_node(&mut self, limit: Duration) -> Result<Vec<String>, String>;
+}
+
+/// A single node's control file, written by [`edit_file`] (the lock, safety rules, taste) with
+/// a serial above everything recorded and served.
+pub struct FileWriter<'a> {
+    config: &'a Config,
+    admin: SocketAddr,
+    floor: Option<u64>,
+}
+
+impl<'a> FileWriter<'a> {
+    pub fn new(config: &'a Config, admin: SocketAddr) -> FileWriter<'a> {
+        FileWriter {
+            config,
+            admin,
+            floor: None,
+        }
+    }
+
+    /// The serial the server serves (asked once) or the history recorded, the higher.
+    fn floor(&mut self) -> u64 {
+        let admin = self.admin;
+        let config = self.config;
+        *self.floor.get_or_insert_with(|| {
+            let served = get(admin, "/v1/status")
+                .ok()
+                .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+                .and_then(|s| s["serial"].as_u64())
+                .unwrap_or(0);
+            served.max(crate::change::recorded_floor(config))
+        })
+    }
+}
+
+impl Writer for FileWriter<'_> {
+    fn place(&self) -> String {
+        self.config
+            .control
+            .file
+            .as_ref()
+            .map_or("the control file".into(), |p| p.display().to_string())
+    }
+
+    fn current(&mut self) -> Result<String, String> {
+        let path = self.config.control.file.as_ref().ok_or("no control file")?;
+        crate::files::read_text_limited(path, crate::files::SMALL_FILE_LIMIT)
+            .map_err(|e| format!("{}: cannot read: {e}", path.display()))
+    }
+
+    fn write(
+        &mut self,
+        _what: &str,
+        by: &str,
+        overrides: &[OverrideRequest],
+        edit: &dyn Fn(&str) -> Result<String, String>,
+    ) -> Result<(), WriteFailure> {
+        let floor = self.floor();
+        match edit_file(self.config, floor, overrides, by, edit) {
+            Ok(_) => Ok(()),
+            Err(e @ ChangeError::Refused(_)) | Err(e @ ChangeError::Invalid(_)) => {
+                Err(WriteFailure::Refused(e.to_string()))
+            }
+            Err(e) => Err(WriteFailure::Failed(e.to_string())),
+        }
+    }
+
+    fn wait_every_node(&mut self, _limit: Duration) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
 }
 
 /// The answer a sample subnet gets: rcode and the answer records without their TTLs.
@@ -93,6 +196,22 @@ pub fn run(
     trigger: &str,
     progress: &mut dyn FnMut(&str),
 ) -> Result<DrillRun, DrillError> {
+    if config.fleet.is_some() {
+        return Err(DrillError::FleetSchedule);
+    }
+    let mut writer = FileWriter::new(config, at.admin);
+    run_with(config, name, at, trigger, &mut writer, progress)
+}
+
+/// [`run`], the change and the revert written by `writer`.
+pub fn run_with(
+    config: &Config,
+    name: &str,
+    at: Endpoints,
+    trigger: &str,
+    writer: &mut dyn Writer,
+    progress: &mut dyn FnMut(&str),
+) -> Result<DrillRun, DrillError> {
     let drill = config
         .drills
         .iter()
@@ -106,16 +225,14 @@ pub fn run(
                 .collect::<Vec<_>>()
                 .join(", "),
         })?;
-    if config.fleet.is_some() || config.control.file.is_none() {
-        return Err(DrillError::Unsupported);
-    }
-    let log_path = log::path(config).ok_or(DrillError::Unsupported)?;
+    let log_path = log::path(config).ok_or(DrillError::NoControlFile)?;
     let mut record = DrillRun::new(drill, trigger);
     let outcome = match ControlLock::acquire(&log_path, LOCK_WAIT) {
         Ok(_lock) => Runner {
             config,
             drill,
             at,
+            writer,
             progress,
         }
         .run(&mut record),
@@ -156,25 +273,26 @@ struct Runner<'a> {
     config: &'a Config,
     drill: &'a DrillConfig,
     at: Endpoints,
+    writer: &'a mut dyn Writer,
     progress: &'a mut dyn FnMut(&str),
 }
 
-impl Runner<'_> {
+impl<'a> Runner<'a> {
+    fn plan(&self) -> Plan<'a> {
+        Plan {
+            config: self.config,
+            drill: self.drill,
+        }
+    }
+
     fn run(&mut self, record: &mut DrillRun) -> Result<(), Stop> {
-        let control_path = self
-            .config
-            .control
-            .file
-            .clone()
-            .ok_or(Blocked("no control file".into()))?;
-        let before_text =
-            crate::files::read_text_limited(&control_path, crate::files::SMALL_FILE_LIMIT)
-                .map_err(|e| Blocked(format!("{}: cannot read: {e}", control_path.display())))?;
+        let control_path = self.config.control.file.clone().unwrap_or_default();
+        let before_text = self.writer.current().map_err(Blocked)?;
         let status = self.status().map_err(Blocked)?;
         self.pre_checks(&status)?;
         let before =
             ControlFile::parse(&before_text, &control_path).map_err(|e| Blocked(e.to_string()))?;
-        let drill_text = self.apply(&before_text, &before).map_err(Blocked)?;
+        let drill_text = self.plan().apply(&before_text, &before).map_err(Blocked)?;
         let expected_before = self.predict(&control_path, &before_text).map_err(Blocked)?;
         let expected_during = self.predict(&control_path, &drill_text).map_err(Blocked)?;
         if expected_before == expected_during {
@@ -207,25 +325,26 @@ impl Runner<'_> {
         ));
 
         let started = Instant::now();
-        let floor = status["serial"]
-            .as_u64()
-            .unwrap_or(0)
-            .max(crate::change::recorded_floor(self.config));
         let by = format!("drill {} ({})", self.drill.name, record.trigger);
-        let change = edit_file(self.config, floor, &[], &by, |text| {
+        let what = format!("drill {}", self.drill.name);
+        let plan = self.plan();
+        let change = self.writer.write(&what, &by, &[], &|text| {
             let now = ControlFile::parse(text, &control_path).map_err(|e| e.to_string())?;
-            self.apply(text, &now)
+            plan.apply(text, &now)
         });
         match change {
-            Ok(_) => {}
-            Err(e @ ChangeError::Refused(_)) | Err(e @ ChangeError::Invalid(_)) => {
+            Ok(()) => {}
+            Err(WriteFailure::Refused(e)) => {
                 return Err(Fail(format!("the drill's change was refused: {e}")))
             }
-            Err(e) => return Err(Fail(format!("the drill's change was not written: {e}"))),
+            Err(WriteFailure::Failed(e)) => {
+                return Err(Fail(format!("the drill's change was not written: {e}")))
+            }
         }
-        let during = match self.wait_served(&expected_during, started) {
-            Ok(ms) => {
+        let during = match self.wait_everywhere(&expected_during, started) {
+            Ok((ms, nodes)) => {
                 record.change_to_served_ms = Some(ms);
+                record.nodes = nodes;
                 (self.progress)(&format!(
                     "drill {}: change served in {ms:.0} ms; holding {} s",
                     self.drill.name, self.drill.duration_secs
@@ -236,10 +355,10 @@ impl Runner<'_> {
         };
         let revert_started = Instant::now();
         let reverted = self
-            .revert(&control_path, &before, floor, &by)
-            .and_then(|()| self.wait_served(&expected_before, revert_started));
+            .revert(&before, &what, &by)
+            .and_then(|()| self.wait_everywhere(&expected_before, revert_started));
         match &reverted {
-            Ok(ms) => {
+            Ok((ms, _)) => {
                 record.revert_to_served_ms = Some(*ms);
                 (self.progress)(&format!(
                     "drill {}: reverted, served in {ms:.0} ms",
@@ -290,7 +409,11 @@ impl Runner<'_> {
         let rollout = &status["fleet"]["rollout"];
         if let Some(phase) = rollout["phase"].as_str() {
             if matches!(phase, "running" | "halted") {
-                return Err(Blocked(format!("a rollout is {phase}")));
+                return Err(Blocked(format!(
+                    "a rollout is in progress: the rollout of control revision {} is {phase} \
+                     ({} of {} waves released); drill when it completes or is aborted",
+                    rollout["candidate"], rollout["released"], rollout["waves"]
+                )));
             }
         }
         self.destination_healthy(status).map_err(Blocked)
@@ -319,61 +442,10 @@ impl Runner<'_> {
         Ok(())
     }
 
-    /// The drill's change applied to `text` (whose knobs are `now`).
-    fn apply(&self, text: &str, now: &ControlFile) -> Result<String, String> {
-        let d = self.drill;
-        match d.action {
-            DrillAction::Shift => {
-                let (profile, from, to) = shift_names(d);
-                let (wf, wt) = (
-                    self.weight(now, profile, from),
-                    self.weight(now, profile, to),
-                );
-                let total: u32 = self.total_weight(now, profile);
-                let moved = (total * d.share.unwrap_or(0)).div_ceil(100).min(wf);
-                if moved == 0 {
-                    return Err(format!("{profile}/{from} has no weight to move"));
-                }
-                set_weights(
-                    text,
-                    profile,
-                    &[(from.to_owned(), wf - moved), (to.to_owned(), wt + moved)],
-                )
-                .map_err(|e| e.to_string())
-            }
-            DrillAction::Drain => {
-                let region = d.region.as_deref().unwrap_or_default();
-                if now.regions.get(region).is_some_and(|k| k.drain) {
-                    return Err(format!("{region} is drained already"));
-                }
-                set_drain(text, region, true).map_err(|e| e.to_string())
-            }
-            DrillAction::Fallback => {
-                let region = d.region.as_deref().unwrap_or_default();
-                let force = format!("fallback:{}", d.site.as_deref().unwrap_or_default());
-                if now
-                    .regions
-                    .get(region)
-                    .and_then(|k| k.force.as_ref())
-                    .is_some()
-                {
-                    return Err(format!("{region} has a forced answer already"));
-                }
-                set_force(text, region, Some(&force)).map_err(|e| e.to_string())
-            }
-        }
-    }
-
     /// Puts the drill's knobs back as they were in `before`, keeping every other change made
     /// meanwhile; let through every safety rule (a revert must never be held back), each
     /// override recorded.
-    fn revert(
-        &self,
-        path: &std::path::Path,
-        before: &ControlFile,
-        floor: u64,
-        by: &str,
-    ) -> Result<(), Failed> {
+    fn revert(&mut self, before: &ControlFile, what: &str, by: &str) -> Result<(), Failed> {
         let d = self.drill;
         let overrides: Vec<OverrideRequest> = self
             .config
@@ -385,12 +457,13 @@ impl Runner<'_> {
                 reason: format!("revert of drill {}", d.name),
             })
             .collect();
-        let result = edit_file(self.config, floor, &overrides, by, |text| match d.action {
+        let plan = self.plan();
+        let revert = |text: &str| match d.action {
             DrillAction::Shift => {
                 let (profile, from, to) = shift_names(d);
                 let pairs = [
-                    (from.to_owned(), self.weight(before, profile, from)),
-                    (to.to_owned(), self.weight(before, profile, to)),
+                    (from.to_owned(), plan.weight(before, profile, from)),
+                    (to.to_owned(), plan.weight(before, profile, to)),
                 ];
                 set_weights(text, profile, &pairs).map_err(|e| e.to_string())
             }
@@ -398,38 +471,14 @@ impl Runner<'_> {
                 .map_err(|e| e.to_string()),
             DrillAction::Fallback => set_force(text, d.region.as_deref().unwrap_or_default(), None)
                 .map_err(|e| e.to_string()),
-        });
-        result.map(|_| ()).map_err(|e| {
-            format!(
-                "REVERT FAILED, the drill's change is still in {}: {e}",
-                path.display()
-            )
-        })
-    }
-
-    /// The endpoint's weight in `control` (else the config's).
-    fn weight(&self, control: &ControlFile, profile: &str, endpoint: &str) -> u32 {
-        control
-            .profiles
-            .get(profile)
-            .and_then(|p| p.endpoints.get(endpoint))
-            .and_then(|k| k.weight)
-            .or_else(|| {
-                self.config
-                    .profiles
-                    .get(profile)
-                    .and_then(|p| p.endpoints.iter().find(|e| e.name == endpoint))
-                    .and_then(|e| e.weight)
-            })
-            .unwrap_or(0)
-    }
-
-    fn total_weight(&self, control: &ControlFile, profile: &str) -> u32 {
-        self.config.profiles.get(profile).map_or(0, |p| {
-            p.endpoints
-                .iter()
-                .map(|e| self.weight(control, profile, &e.name))
-                .sum()
+        };
+        let place = self.writer.place();
+        let result = self
+            .writer
+            .write(&format!("revert of {what}"), by, &overrides, &revert);
+        result.map_err(|e| {
+            let (WriteFailure::Refused(e) | WriteFailure::Failed(e)) = e;
+            format!("REVERT FAILED, the drill's change is still in {place}: {e}")
         })
     }
 
@@ -533,6 +582,19 @@ impl Runner<'_> {
         Err(format!("no DNS answer from {} for {subnet}", self.at.dns))
     }
 
+    /// Waits until every node serves what was just written (the writer asks them) and this
+    /// node answers every sample subnet with `expected`; the time since `since` in ms, and
+    /// the nodes.
+    fn wait_everywhere(
+        &mut self,
+        expected: &[Answer],
+        since: Instant,
+    ) -> Result<(f64, Vec<String>), String> {
+        let limit = Duration::from_millis(self.drill.serve_timeout_ms);
+        let nodes = self.writer.wait_every_node(limit)?;
+        Ok((self.wait_served(expected, since)?, nodes))
+    }
+
     /// Waits until every sample subnet gets `expected`; the time since `since` in ms.
     fn wait_served(&self, expected: &[Answer], since: Instant) -> Result<f64, String> {
         let limit = Duration::from_millis(self.drill.serve_timeout_ms);
@@ -628,6 +690,87 @@ impl Runner<'_> {
             }
         }
         Ok((servfail, total))
+    }
+}
+
+/// The drill's knobs: its change and the weights it moves (apart from the runner, so that
+/// the writer's edit closures borrow only these).
+#[derive(Clone, Copy)]
+struct Plan<'a> {
+    config: &'a Config,
+    drill: &'a DrillConfig,
+}
+
+impl Plan<'_> {
+    /// The drill's change applied to `text` (whose knobs are `now`).
+    fn apply(&self, text: &str, now: &ControlFile) -> Result<String, String> {
+        let d = self.drill;
+        match d.action {
+            DrillAction::Shift => {
+                let (profile, from, to) = shift_names(d);
+                let (wf, wt) = (
+                    self.weight(now, profile, from),
+                    self.weight(now, profile, to),
+                );
+                let total: u32 = self.total_weight(now, profile);
+                let moved = (total * d.share.unwrap_or(0)).div_ceil(100).min(wf);
+                if moved == 0 {
+                    return Err(format!("{profile}/{from} has no weight to move"));
+                }
+                set_weights(
+                    text,
+                    profile,
+                    &[(from.to_owned(), wf - moved), (to.to_owned(), wt + moved)],
+                )
+                .map_err(|e| e.to_string())
+            }
+            DrillAction::Drain => {
+                let region = d.region.as_deref().unwrap_or_default();
+                if now.regions.get(region).is_some_and(|k| k.drain) {
+                    return Err(format!("{region} is drained already"));
+                }
+                set_drain(text, region, true).map_err(|e| e.to_string())
+            }
+            DrillAction::Fallback => {
+                let region = d.region.as_deref().unwrap_or_default();
+                let force = format!("fallback:{}", d.site.as_deref().unwrap_or_default());
+                if now
+                    .regions
+                    .get(region)
+                    .and_then(|k| k.force.as_ref())
+                    .is_some()
+                {
+                    return Err(format!("{region} has a forced answer already"));
+                }
+                set_force(text, region, Some(&force)).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// The endpoint's weight in `control` (else the config's).
+    fn weight(&self, control: &ControlFile, profile: &str, endpoint: &str) -> u32 {
+        control
+            .profiles
+            .get(profile)
+            .and_then(|p| p.endpoints.get(endpoint))
+            .and_then(|k| k.weight)
+            .or_else(|| {
+                self.config
+                    .profiles
+                    .get(profile)
+                    .and_then(|p| p.endpoints.iter().find(|e| e.name == endpoint))
+                    .and_then(|e| e.weight)
+            })
+            .unwrap_or(0)
+    }
+
+    fn total_weight(&self, control: &ControlFile, profile: &str) -> u32 {
+        self.config.profiles.get(profile).map_or(0, |p| {
+            p.endpoints
+                .iter()
+                .map(|e| self.weight(control, profile, &e.name))
+                .sum()
+        })
     }
 }
 

@@ -1,11 +1,10 @@
 //! Connecting to etcd as `[fleet]` says: endpoints, timeouts, TLS (CA, client certificate),
 //! user and password. Files are read here, so a missing certificate is a clear error naming it.
 
-use std::time::Duration;
-
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 
-use super::{request_timeout, FleetError};
+use super::session::{request_timeout, PING_EVERY};
+use super::FleetError;
 use crate::config::fleet::FleetConfig;
 
 /// Connects (lazily: the first request finds out whether etcd answers).
@@ -15,7 +14,7 @@ pub async fn connect(config: &FleetConfig) -> Result<Client, FleetError> {
         .with_connect_timeout(timeout)
         .with_timeout(timeout)
         // HTTP/2 pings notice a dead peer (a partition, a killed etcd) on an idle connection.
-        .with_keep_alive(Duration::from_secs(2), timeout)
+        .with_keep_alive(PING_EVERY, timeout)
         .with_keep_alive_while_idle(true);
     if let (Some(user), Some(file)) = (&config.user, &config.password_file) {
         let text = read(file)?;
@@ -101,12 +100,4 @@ pub async fn grant_lease(
         keeper,
         keepalives,
     })
-}
-
-/// How often a lease is renewed and leased records rewritten: a third of the TTL (two renewals
-/// may fail before it expires), between 0.5 s and 5 s.
-pub fn keep_every(config: &FleetConfig) -> Duration {
-    Duration::from_secs(config.lease_ttl_secs)
-        .div_f64(3.0)
-        .clamp(Duration::from_millis(500), Duration::from_secs(5))
 }

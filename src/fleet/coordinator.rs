@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 use etcd_client::Client;
 
 use super::bundles::BundleRecord;
-use super::client::{connect, grant_lease, keep_every, Lease};
+use super::client::{connect, grant_lease, Lease};
 use super::origin::FleetOrigin;
 use super::rollout::{self as staged, RolloutRecord};
+use super::session::{keep_every, Attempt, Reconnect};
 use super::store::{self, Control};
 use super::{FleetError, Keys};
 use crate::config::fleet::FleetConfig;
@@ -30,8 +31,6 @@ use crate::rollout::Plan;
 const STEP: Duration = Duration::from_millis(200);
 /// How often a node that does not coordinate tries to become the coordinator.
 const CAMPAIGN: Duration = Duration::from_secs(1);
-/// Longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 struct Ctx {
     config: FleetConfig,
@@ -60,23 +59,23 @@ pub fn spawn(
 }
 
 async fn run(ctx: Ctx) {
-    let mut backoff = Duration::from_millis(100);
+    let mut reconnect = Reconnect::default();
     let mut own = super::OwnLeases::default();
     let mut last: Option<String> = None;
     loop {
-        let error = session(&ctx, &mut own).await.to_string();
+        let mut attempt = reconnect.attempt();
+        let error = super::ended(session(&ctx, &mut attempt, &mut own).await).to_string();
         ctx.origin.set_coordinator(false);
         // Loud once per new reason (a failing coordinator stops every rollout, `--emergency`
         // included), quiet while the same reason repeats; status shows it meanwhile.
         if last.as_deref() != Some(error.as_str()) {
             tracing::warn!("fleet: rollout coordinator failed: {error}; retrying");
         } else {
-            tracing::debug!("fleet: rollout coordinator: {error}; retrying in {backoff:?}");
+            tracing::debug!("fleet: rollout coordinator: {error}; retrying");
         }
         ctx.origin.set_coordinator_error(Some(error.clone()));
         last = Some(error);
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        reconnect.wait(&attempt).await;
     }
 }
 
@@ -89,17 +88,19 @@ async fn timed<T, E: Into<FleetError>>(
     super::within(&ctx.config, what, future).await
 }
 
-async fn session(ctx: &Ctx, own: &mut super::OwnLeases) -> FleetError {
-    super::ended(session_inner(ctx, own).await)
-}
-
-async fn session_inner(ctx: &Ctx, own: &mut super::OwnLeases) -> Result<Infallible, FleetError> {
+/// One connection's life; ends only with why it ended.
+async fn session(
+    ctx: &Ctx,
+    attempt: &mut Attempt,
+    own: &mut super::OwnLeases,
+) -> Result<Infallible, FleetError> {
     let mut client = connect(&ctx.config).await?;
     let Lease {
         id: lease,
         mut keeper,
         mut keepalives,
     } = grant_lease(&ctx.config, &mut client, "a lease").await?;
+    attempt.connected();
     let earlier = own.clone();
     own.add(lease);
     let keep_every = keep_every(&ctx.config);

@@ -30,13 +30,13 @@ use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use super::origin::FleetOrigin;
+pub use super::status::OverrideView;
 use super::store::{self, Control};
 use super::{FleetError, Keys};
 use crate::change::{screen, ChangeError, OverrideRequest};
 use crate::config::fleet::FleetConfig;
 use crate::config::Config;
 use crate::control::{summarize, ControlFile};
-pub use crate::reload::OverrideView;
 use crate::reload::{Reloader, Trigger};
 use crate::safety::Violation;
 

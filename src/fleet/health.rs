@@ -1,7 +1,7 @@
 //! Shared health probing in a fleet: every node publishes what it probes and what it found in
 //! one record, `<prefix>/health/probers/<node>` ([`ProberRecord`], on a lease of its own, so a
 //! dead prober's results vanish `lease_ttl_secs` after it dies), watches everyone's records,
-//! and from them decides — as every other node does, by the same rules ([`crate::health::share`])
+//! and from them decides — as every other node does, by the same rules ([`crate::health::shared`])
 //! — which targets it probes itself and what the fleet serves for each target.
 //!
 //! - The live probers are the nodes with a valid record; a target's probers are the
@@ -10,7 +10,7 @@
 //! - A record is rewritten whenever one of the node's results changes state and at least every
 //!   heartbeat (a third of the lease TTL, 0.5..5 s); each result carries how long ago it was
 //!   checked, so a reader ages it by its own clock (no clock sync needed) and a result older
-//!   than [`share::stale_after_ms`] does not count.
+//!   than [`shared::stale_after_ms`] does not count.
 //! - A record that does not parse, or names another node than its key, or holds a state that
 //!   is not up/down/unknown, is refused with the reason (logged, in status); its node does not
 //!   count as a prober. Nothing from etcd can crash the task.
@@ -31,18 +31,17 @@ use std::time::{Duration, Instant, SystemTime};
 use etcd_client::{Client, EventType, GetOptions, KeyValue, PutOptions, WatchOptions};
 use serde::{Deserialize, Serialize};
 
-use super::client::{connect, grant_lease, keep_every, Lease};
+use super::client::{connect, grant_lease, Lease};
+use super::session::{keep_every, Attempt, Reconnect};
 use super::{within, FleetError, Keys};
 use crate::config::fleet::{node_name_problem, FleetConfig};
-use crate::health::share::{self, Prober, Vote};
+use crate::health::shared::{self, Prober, Vote};
 use crate::health::{Health, ProberNode, ProberVote, SharedDecision};
 use crate::policy::monitor::MonitorSpec;
 use crate::rfc3339;
 
 /// Most results one record may hold (a larger one is refused).
 pub const MAX_RESULTS: usize = 65_535;
-/// Longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 impl Keys {
     /// Where the probers' records live.
@@ -240,7 +239,7 @@ pub fn evaluate(
         ..Evaluation::default()
     };
     for spec in specs {
-        let chosen = share::probers_of(&spec.target, &probers, wanted);
+        let chosen = shared::probers_of(&spec.target, &probers, wanted);
         if me.is_some_and(|me| chosen.contains(&me.name)) {
             evaluation.probing.insert(spec.target.clone());
         }
@@ -262,8 +261,8 @@ pub fn evaluate(
                     u64::try_from(now.saturating_duration_since(peer.received).as_millis())
                         .unwrap_or(u64::MAX);
                 let age_ms = result.age_ms.map(|a| a.saturating_add(waited));
-                let bound = share::stale_after_ms(spec.interval_ms, record.heartbeat_ms);
-                let vote = share::vote_of(&result.state, age_ms, bound);
+                let bound = shared::stale_after_ms(spec.interval_ms, record.heartbeat_ms);
+                let vote = shared::vote_of(&result.state, age_ms, bound);
                 if vote == Vote::Down {
                     revision = revision.max(peer.revision);
                 }
@@ -276,7 +275,7 @@ pub fn evaluate(
                 }
             })
             .collect();
-        let tally = share::tally(&votes.iter().map(|v| v.vote).collect::<Vec<_>>());
+        let tally = shared::tally(&votes.iter().map(|v| v.vote).collect::<Vec<_>>());
         evaluation.decisions.insert(
             spec.target.clone(),
             SharedDecision {
@@ -327,21 +326,17 @@ pub fn spawn(
 }
 
 async fn run(ctx: Ctx) {
-    let mut backoff = Duration::from_millis(100);
+    let mut reconnect = Reconnect::default();
     loop {
-        let mut connected = false;
-        let error = super::ended(session(&ctx, &mut connected).await);
+        let mut attempt = reconnect.attempt();
+        let error = super::ended(session(&ctx, &mut attempt).await);
         ctx.health
             .set_sharing_link(false, Some(format!("health sharing: {error}")));
-        if connected {
-            backoff = Duration::from_millis(100);
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        reconnect.wait(&attempt).await;
     }
 }
 
-async fn session(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, FleetError> {
+async fn session(ctx: &Ctx, attempt: &mut Attempt) -> Result<Infallible, FleetError> {
     let config = &ctx.config;
     let mut client = connect(config).await?;
     let Lease {
@@ -372,7 +367,7 @@ async fn session(ctx: &Ctx, connected: &mut bool) -> Result<Infallible, FleetErr
     )
     .await?;
     ctx.health.set_sharing_link(true, None);
-    *connected = true;
+    attempt.connected();
     decide(ctx, &peers, revision);
 
     let mut tick = tokio::time::interval(ctx.heartbeat);

@@ -76,12 +76,13 @@ pub mod health;
 pub mod node;
 pub mod origin;
 pub mod rollout;
+pub mod session;
 pub mod shield;
+pub mod status;
 pub mod store;
 
-use std::time::Duration;
-
 use crate::config::fleet::FleetConfig;
+pub use session::request_timeout;
 
 /// Errors talking to etcd or reading what is there.
 #[derive(Debug, thiserror::Error)]
@@ -200,11 +201,6 @@ impl Keys {
     pub fn member(&self, name: &str) -> String {
         format!("{}/members/{name}", self.prefix)
     }
-}
-
-/// Timeouts and sizes derived from `[fleet]`.
-pub fn request_timeout(config: &FleetConfig) -> Duration {
-    Duration::from_millis(config.timeout_ms.max(1))
 }
 
 /// Bounds one etcd request by the `[fleet]` timeout: a partitioned etcd must not hang a task.

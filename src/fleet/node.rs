@@ -16,13 +16,15 @@ use std::time::{Duration, Instant, SystemTime};
 use etcd_client::{Client, EventType, WatchOptions};
 
 use super::bundles::{BundleRecord, BundleReport};
-use super::client::{connect, grant_lease, keep_every, Lease};
+use super::client::{connect, grant_lease, Lease};
 use super::origin::{FleetOrigin, Remote};
 use super::rollout::{self as staged, RolloutRecord, Target};
+use super::session::{keep_every, Attempt, Reconnect};
+use super::status::RolloutView;
 use super::store::{self, Member, NodeRecord, NodeRefusal};
 use super::{FleetError, Keys};
 use crate::config::fleet::FleetConfig;
-use crate::reload::{Reloader, RolloutView, Trigger};
+use crate::reload::{Reloader, Trigger};
 use crate::rfc3339;
 use crate::rollout::{parse_probe, NodeReport, Phase, ProbeResult};
 
@@ -37,8 +39,6 @@ pub struct NodeInfo {
     pub admin: Option<SocketAddr>,
 }
 
-/// Longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// The registry entry is rewritten at least this often (uptime), besides every change.
 const REFRESH: Duration = Duration::from_secs(30);
 
@@ -76,18 +76,14 @@ pub fn spawn(
 }
 
 async fn run(ctx: Ctx) {
-    let mut backoff = Duration::from_millis(100);
+    let mut reconnect = Reconnect::default();
     let mut own = super::OwnLeases::default();
     loop {
-        let mut connected = false;
-        let error = session(&ctx, &mut connected, &mut own).await;
+        let mut attempt = reconnect.attempt();
+        let error = super::ended(session(&ctx, &mut attempt, &mut own).await);
         ctx.origin.set_link(false, Some(error.to_string()));
-        if connected {
-            backoff = Duration::from_millis(100);
-        }
-        tracing::debug!("fleet: retrying in {backoff:?}");
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        tracing::debug!("fleet: {error}; retrying");
+        reconnect.wait(&attempt).await;
     }
 }
 
@@ -100,14 +96,10 @@ async fn timed<T, E: Into<FleetError>>(
     super::within(&ctx.config, what, future).await
 }
 
-/// One connection's life; returns why it ended.
-async fn session(ctx: &Ctx, connected: &mut bool, own: &mut super::OwnLeases) -> FleetError {
-    super::ended(session_inner(ctx, connected, own).await)
-}
-
-async fn session_inner(
+/// One connection's life; ends only with why it ended.
+async fn session(
     ctx: &Ctx,
-    connected: &mut bool,
+    attempt: &mut Attempt,
     own: &mut super::OwnLeases,
 ) -> Result<Infallible, FleetError> {
     let keys = &ctx.keys;
@@ -190,7 +182,7 @@ async fn session_inner(
     )
     .await?;
     ctx.origin.set_link(true, None);
-    *connected = true;
+    attempt.connected();
 
     let period = keep_every(&ctx.config);
     let mut tick = tokio::time::interval(period);

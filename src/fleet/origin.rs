@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
 use super::direct::{self, DirectPaths, KnownNode, LocalOverride, Verdict};
+use super::status::{BadRecord, FleetLinkStatus, RolloutView};
 use crate::config::Config;
 use crate::hash::fnv1a64;
-use crate::reload::{BadRecord, ControlOrigin, FleetLinkStatus, RolloutView};
+use crate::reload::ControlOrigin;
 use crate::rfc3339;
 
 /// A version received from etcd.
@@ -401,10 +402,6 @@ impl ControlOrigin for Origin {
 
     fn watches_file(&self) -> bool {
         false
-    }
-
-    fn fleet_status(&self) -> Option<FleetLinkStatus> {
-        Some(self.0.link())
     }
 
     fn is_local_override(&self, text: &str) -> bool {

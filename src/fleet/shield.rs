@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 
-use super::client::{connect, grant_lease, keep_every, Lease};
+use super::client::{connect, grant_lease, Lease};
+use super::session::{keep_every, Attempt, Reconnect};
 use super::{FleetError, Keys};
 use crate::config::fleet::FleetConfig;
 use crate::shield::link::{Outbox, Stored};
@@ -26,8 +27,6 @@ use crate::shield::live::Shield;
 /// Longest wait for a tick before exchanging anyway (keeps the lease and the inbox fresh if
 /// the shield's thread stalls).
 const IDLE: Duration = Duration::from_secs(1);
-/// Longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 struct Ctx {
     config: FleetConfig,
@@ -53,14 +52,14 @@ pub fn spawn(
 }
 
 async fn run(ctx: Ctx) {
-    let mut backoff = Duration::from_millis(100);
+    let mut reconnect = Reconnect::default();
     let mut own = super::OwnLeases::default();
     loop {
-        let error = session(&ctx, &mut own).await;
-        tracing::debug!("fleet shield: {error}; retrying in {backoff:?}");
+        let mut attempt = reconnect.attempt();
+        let error = super::ended(session(&ctx, &mut attempt, &mut own).await);
+        tracing::debug!("fleet shield: {error}; retrying");
         ctx.shield.fleet.lost(error.to_string());
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        reconnect.wait(&attempt).await;
     }
 }
 
@@ -72,17 +71,19 @@ async fn timed<T, E: Into<FleetError>>(
     super::within(&ctx.config, what, future).await
 }
 
-async fn session(ctx: &Ctx, own: &mut super::OwnLeases) -> FleetError {
-    super::ended(session_inner(ctx, own).await)
-}
-
-async fn session_inner(ctx: &Ctx, own: &mut super::OwnLeases) -> Result<Infallible, FleetError> {
+/// One connection's life; ends only with why it ended.
+async fn session(
+    ctx: &Ctx,
+    attempt: &mut Attempt,
+    own: &mut super::OwnLeases,
+) -> Result<Infallible, FleetError> {
     let mut client = connect(&ctx.config).await?;
     let Lease {
         id: lease,
         mut keeper,
         mut keepalives,
     } = grant_lease(&ctx.config, &mut client, "a lease").await?;
+    attempt.connected();
     let earlier = own.clone();
     own.add(lease);
     let keep_every = keep_every(&ctx.config);

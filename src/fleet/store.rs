@@ -82,7 +82,7 @@ pub struct NodeRecord {
     /// A version sent with `--direct` that the node serves over the fleet's (see
     /// [`super::direct`]): present while it waits to be written back, or in conflict.
     #[serde(default)]
-    pub local_override: Option<crate::reload::OverrideView>,
+    pub local_override: Option<super::status::OverrideView>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -210,7 +210,7 @@ pub async fn newest_history_serial(client: &mut Client, keys: &Keys) -> Result<u
 
 /// A record under one of the fleet's directories that was skipped because it does not
 /// decode: its key and why. Listing the rest goes on; status names the key.
-pub use crate::reload::BadRecord;
+pub use super::status::BadRecord;
 
 /// The records of one directory that decoded, and the keys of those that did not: one bad
 /// record never hides the others (a hand-written key under `nodes/` must not stop rollouts).

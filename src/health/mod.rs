@@ -21,8 +21,7 @@
 pub mod lookup;
 pub mod machine;
 pub mod probe;
-pub mod share;
-mod sharing;
+pub mod shared;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -254,7 +253,7 @@ pub struct SharedTarget {
 pub struct ProberVote {
     pub node: String,
     pub site: Option<String>,
-    pub vote: share::Vote,
+    pub vote: shared::Vote,
     /// Milliseconds since its last check, by this node's reckoning.
     pub age_ms: Option<u64>,
     pub last_error: Option<String>,
@@ -308,11 +307,11 @@ pub struct LocalResult {
     pub last_latency: Option<Duration>,
 }
 
-/// The fleet's say on one target, from [`share::tally`] of its probers' votes.
+/// The fleet's say on one target, from [`shared::tally`] of its probers' votes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SharedDecision {
     pub probers: Vec<ProberVote>,
-    pub tally: share::Tally,
+    pub tally: shared::Tally,
     /// etcd revision of the newest record voting down (0: none): where a target voted down
     /// was last up, the same on every node (serve-last-healthy compares these).
     pub revision: i64,

@@ -15,9 +15,6 @@ use crate::policy::monitor::{Check, TlsCheck};
 /// Most bytes of an HTTP response read (status line, headers and the start of the body).
 const MAX_RESPONSE: usize = 64 * 1024 + 8 * 1024;
 
-/// The system CA bundle used by `tls = "verify"`.
-pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-
 /// Runs one check.
 pub async fn check(check: &Check, agent: &str) -> Result<(), String> {
     match check {
@@ -218,7 +215,7 @@ fn client_config(mode: &TlsCheck) -> Result<Arc<rustls::ClientConfig>, String> {
             static VERIFY: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
             VERIFY
                 .get_or_init(|| {
-                    let roots = system_roots()?;
+                    let roots = crate::http_client::system_roots()?;
                     Ok(Arc::new(
                         builder.with_root_certificates(roots).with_no_client_auth(),
                     ))
@@ -239,20 +236,6 @@ fn client_config(mode: &TlsCheck) -> Result<Arc<rustls::ClientConfig>, String> {
             ))
         }
     }
-}
-
-fn system_roots() -> Result<rustls::RootCertStore, String> {
-    use rustls::pki_types::pem::PemObject;
-    let bytes = crate::files::read_limited(std::path::Path::new(CA_BUNDLE), 16 << 20)
-        .map_err(|e| format!("TLS verify: CA bundle {CA_BUNDLE}: {e}"))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&bytes).flatten() {
-        let _ = roots.add(cert);
-    }
-    if roots.is_empty() {
-        return Err(format!("TLS verify: no certificate in {CA_BUNDLE}"));
-    }
-    Ok(roots)
 }
 
 /// `tls = "skip"` (accepts any certificate) and `tls = "sha256:…"` (accepts exactly the

@@ -16,9 +16,7 @@ pub mod resign;
 pub mod shield;
 pub mod watch;
 
-pub use origin::{
-    BadRecord, ControlOrigin, FileOrigin, FleetLinkStatus, OverrideView, RolloutView,
-};
+pub use origin::{ControlOrigin, FileOrigin};
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,8 @@
 //!
 //! ```toml
 //! [shield.prometheus]
-//! url = "http://prometheus.internal:9090"
+//! url = "http://prometheus.internal:9090"   # or https:// (system CA bundle, or:)
+//! # ca_file = "/etc/steerdns/prometheus-ca.pem"
 //! region_query = 'sum by (region) (rate(edge_requests_total[1m]))'
 //! fallback_query = 'sum by (region) (rate(fallback_requests_total[1m]))'
 //! # capacity_query = 'max by (region) (edge_capacity_rps)'
@@ -34,8 +35,8 @@ use serde::Deserialize;
 
 use super::feed::{check_entries, FeedEntries, FeedError};
 use super::source::{FeedOrigin, FeedSlot, LoadSource};
-use crate::config::prometheus::{split_url, PrometheusConfig};
-use crate::http_client::{encode_query_value, request};
+use crate::config::prometheus::PrometheusConfig;
+use crate::http_client::{encode_query_value, parse_base_url, request_url, tls_config, Request};
 
 /// Largest Prometheus answer read.
 const MAX_RESPONSE: u64 = 4 << 20;
@@ -194,11 +195,21 @@ pub fn assemble(
 
 /// Runs the configured queries once.
 fn fetch(config: &PrometheusConfig) -> Result<Fetched, String> {
-    let (host, prefix) = split_url(&config.url)?;
+    let base = parse_base_url(&config.url)?;
+    let tls = match base.scheme {
+        crate::http_client::Scheme::Https => Some(tls_config(config.ca_file.as_deref())?),
+        crate::http_client::Scheme::Http => None,
+    };
     let timeout = Duration::from_millis(config.timeout_ms);
     let query = |promql: &str| -> Result<Vec<Row>, String> {
-        let path = format!("{prefix}/api/v1/query?query={}", encode_query_value(promql));
-        let response = request(&host, "GET", &path, &[], b"", timeout, MAX_RESPONSE)
+        let path = format!("/api/v1/query?query={}", encode_query_value(promql));
+        let request = Request {
+            method: "GET",
+            path: &path,
+            headers: &[],
+            body: b"",
+        };
+        let response = request_url(&base, tls.as_ref(), request, timeout, MAX_RESPONSE)
             .map_err(|e| e.to_string())?;
         parse_vector(response.status, &response.body, &config.label)
     };
@@ -486,28 +497,20 @@ mod tests {
 
     #[test]
     fn urls_and_settings_are_checked() {
-        assert_eq!(
-            split_url("http://127.0.0.1:9090").unwrap(),
-            ("127.0.0.1:9090".into(), String::new())
-        );
-        assert_eq!(
-            split_url("http://prom.internal/prefix/").unwrap(),
-            ("prom.internal:80".into(), "/prefix".into())
-        );
-        assert_eq!(
-            split_url("http://[::1]:9090/").unwrap(),
-            ("[::1]:9090".into(), String::new())
-        );
-        assert!(split_url("https://prom:9090").is_err());
-        assert!(split_url("http://").is_err());
         let config = PrometheusConfig {
-            url: "http://127.0.0.1:9090".into(),
+            url: "ftp://127.0.0.1:9090".into(),
+            ca_file: None,
             region_query: "load".into(),
             fallback_query: None,
             capacity_query: Some(" ".into()),
             label: "region".into(),
             interval_ms: 1000,
             timeout_ms: 1000,
+        };
+        assert_eq!(config.problem().map(|p| p.0), Some("shield.prometheus.url"));
+        let config = PrometheusConfig {
+            url: "https://127.0.0.1:9090".into(),
+            ..config
         };
         assert_eq!(
             config.problem().map(|p| p.0),
@@ -536,6 +539,7 @@ mod tests {
         drop(listener);
         let config = PrometheusConfig {
             url: format!("http://{addr}"),
+            ca_file: None,
             region_query: "load".into(),
             fallback_query: None,
             capacity_query: None,

@@ -6,8 +6,9 @@
 //! A machine without Prometheus fails the test (CI installs it: `.ci/run`).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -126,12 +127,41 @@ pub struct Prometheus {
     child: Option<Child>,
     pub port: u16,
     dir: TempDir,
+    /// The certificate it serves HTTPS with ([`Prometheus::start_tls`]); `None`: plain HTTP.
+    pub cert: Option<PathBuf>,
 }
 
 impl Prometheus {
     /// Starts Prometheus scraping `target` every second and waits (bounded) until it is ready.
     pub fn start(target: SocketAddr) -> Prometheus {
+        Self::start_with(target, false)
+    }
+
+    /// Like [`Prometheus::start`], serving HTTPS (`--web.config.file`) with a self-signed
+    /// certificate for 127.0.0.1 ([`super::self_signed_cert`], its path in [`Prometheus::cert`]).
+    pub fn start_tls(target: SocketAddr) -> Prometheus {
+        Self::start_with(target, true)
+    }
+
+    fn start_with(target: SocketAddr, tls: bool) -> Prometheus {
         let dir = TempDir::new("prometheus");
+        let mut web_args = Vec::new();
+        let mut served_cert = None;
+        if tls {
+            let (cert, key) = super::self_signed_cert(dir.path(), "prometheus", 2);
+            let web = dir.path().join("web.yml");
+            std::fs::write(
+                &web,
+                format!(
+                    "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
+                    cert.display(),
+                    key.display()
+                ),
+            )
+            .expect("write web.yml");
+            web_args.push(format!("--web.config.file={}", web.display()));
+            served_cert = Some(cert);
+        }
         let config = dir.path().join("prometheus.yml");
         std::fs::write(
             &config,
@@ -150,6 +180,7 @@ impl Prometheus {
                 dir.path().join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(&web_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -161,14 +192,17 @@ impl Prometheus {
             child: Some(child),
             port,
             dir,
+            cert: served_cert,
         };
         prometheus.wait_ready();
         prometheus
     }
 
-    /// `http://127.0.0.1:PORT`, for `[shield.prometheus] url`.
+    /// `http://127.0.0.1:PORT` (`https://` when started with TLS), for
+    /// `[shield.prometheus] url`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.cert.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     fn wait_ready(&mut self) {
@@ -193,15 +227,27 @@ impl Prometheus {
 
     /// One GET to Prometheus: (status code, body), or `None` if it does not answer.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        let code = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((code, body.to_string()))
+        use steerdns::http_client::{parse_base_url, request_url, tls_config, Request};
+        let base = parse_base_url(&self.url()).ok()?;
+        let tls = match &self.cert {
+            Some(cert) => Some(tls_config(Some(cert)).ok()?),
+            None => None,
+        };
+        let request = Request {
+            method: "GET",
+            path,
+            headers: &[],
+            body: b"",
+        };
+        let response = request_url(
+            &base,
+            tls.as_ref(),
+            request,
+            Duration::from_secs(5),
+            8 << 20,
+        )
+        .ok()?;
+        Some((response.status, response.body))
     }
 
     /// Kills Prometheus (queries then fail to connect).

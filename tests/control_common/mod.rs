@@ -426,6 +426,21 @@ impl Daemon {
         })
     }
 
+    /// Waits until the control file has been checked `more` times after this call (watcher
+    /// events and the backstop poll, `control_checks` in the status); returns the status then.
+    /// Two checks after a write means one began after it: "the server has looked".
+    pub fn wait_for_control_checks(&self, more: u64, limit: Duration) -> serde_json::Value {
+        let checks = |s: &serde_json::Value| {
+            s["control_checks"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no control_checks in the status: {s:#}"))
+        };
+        let target = checks(&self.status()) + more;
+        self.wait_for_status(&format!("{more} more control file checks"), limit, |s| {
+            checks(s) >= target
+        })
+    }
+
     pub fn status(&self) -> serde_json::Value {
         let (code, body) = http(self.admin, "GET", "/v1/status", None);
         assert_eq!(code, 200, "GET /v1/status: {body}");
@@ -634,11 +649,28 @@ pub fn send_http(addr: SocketAddr, request: &[u8]) -> Result<(u16, String), Stri
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
     let body = if chunked {
-        steerdns::http_client::dechunk(&reply.body)
+        dechunk(&reply.body)
     } else {
         reply.body
     };
     Ok((reply.code, body))
+}
+
+/// The body of a `Transfer-Encoding: chunked` reply, its chunks joined (stops at the last
+/// chunk or at the first malformed size). Raw exchanges only: steerdns's own client is hyper's.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
 }
 
 /// One HTTP/1.1 request with a JSON `body`, as bytes to send.

@@ -304,7 +304,7 @@
     const rows = (d.drills || []).map((drill) => {
       const r = drill.last;
       const text = r
-        ? `${r.result} at ${r.started} (${r.trigger}): change to served ${ms(r.change_to_served_ms)}, revert to served ${ms(r.revert_to_served_ms)}${r.reason ? "; " + r.reason : ""}`
+        ? `${r.result} at ${r.started} (${r.trigger}): change to served ${ms(r.change_to_served_ms)}, revert to served ${ms(r.revert_to_served_ms)}${(r.nodes || []).length ? " on every node (" + r.nodes.join(" ") + ")" : ""}${r.reason ? "; " + r.reason : ""}`
         : "never run";
       return [drill.name, text];
     });
