@@ -22,50 +22,27 @@ fn main() -> ExitCode {
             target,
             profile,
             assignments,
-            emergency,
-            overrides,
-            direct,
-        }) => {
-            if direct.direct {
-                cli::direct::weight_set(&target, &profile, &assignments, &overrides)
-            } else {
-                cli::weight_set(&target, &profile, &assignments, emergency, &overrides)
-            }
-        }
+            write,
+        }) => cli::weight_set(&target, &profile, &assignments, &write),
         Command::Weight(WeightCommand::Show { target, profile }) => {
             cli::weight_show(&target, profile.as_deref())
         }
         Command::Drain {
             target,
             region,
-            emergency,
-            overrides,
-            direct,
-        } => match direct.direct {
-            true => cli::direct::drain(&target, &region, true, &overrides),
-            false => cli::drain(&target, &region, true, emergency, &overrides),
-        },
+            write,
+        } => cli::drain(&target, &region, true, &write),
         Command::Undrain {
             target,
             region,
-            emergency,
-            overrides,
-            direct,
-        } => match direct.direct {
-            true => cli::direct::drain(&target, &region, false, &overrides),
-            false => cli::drain(&target, &region, false, emergency, &overrides),
-        },
+            write,
+        } => cli::drain(&target, &region, false, &write),
         Command::Control(ControlCommand::History { target }) => cli::history_list(&target),
         Command::Control(ControlCommand::Rollback {
             target,
             version,
-            emergency,
-            overrides,
-            direct,
-        }) => match direct.direct {
-            true => cli::direct::rollback(&target, version, &overrides),
-            false => cli::rollback(&target, version, emergency, &overrides),
-        },
+            write,
+        }) => cli::rollback(&target, version, &write),
         Command::Control(ControlCommand::Override(OverrideCommand::Drop { target })) => {
             cli::direct::drop_override(&target)
         }
@@ -83,23 +60,13 @@ fn main() -> ExitCode {
             target,
             name,
             value,
-            emergency,
-            overrides,
-            direct,
-        }) => match direct.direct {
-            true => cli::direct::gate(&target, &name, Some(&value), &overrides),
-            false => cli::safety::gate(&target, &name, Some(&value), emergency, &overrides),
-        },
+            write,
+        }) => cli::gate(&target, &name, Some(&value), &write),
         Command::Gate(GateCommand::Clear {
             target,
             name,
-            emergency,
-            overrides,
-            direct,
-        }) => match direct.direct {
-            true => cli::direct::gate(&target, &name, None, &overrides),
-            false => cli::safety::gate(&target, &name, None, emergency, &overrides),
-        },
+            write,
+        }) => cli::gate(&target, &name, None, &write),
         Command::Status { target, json } => cli::status(&target, json),
         Command::Fleet(FleetCommand::Status {
             target,

@@ -32,13 +32,8 @@ pub enum Command {
         target: crate::cli::Target,
         /// Region name, e.g. eu-west.
         region: String,
-        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
-        #[arg(long)]
-        emergency: bool,
         #[command(flatten)]
-        overrides: crate::cli::safety::OverrideArgs,
-        #[command(flatten)]
-        direct: crate::cli::direct::DirectArgs,
+        write: crate::cli::WriteArgs,
     },
     /// Undo `drain`: the region's clients get their normal answers again.
     Undrain {
@@ -46,13 +41,8 @@ pub enum Command {
         target: crate::cli::Target,
         /// Region name, e.g. eu-west.
         region: String,
-        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
-        #[arg(long)]
-        emergency: bool,
         #[command(flatten)]
-        overrides: crate::cli::safety::OverrideArgs,
-        #[command(flatten)]
-        direct: crate::cli::direct::DirectArgs,
+        write: crate::cli::WriteArgs,
     },
     /// Fleet mode (`[fleet]`): every node's state, seeding, forgetting retired nodes.
     #[command(subcommand)]
@@ -218,13 +208,8 @@ pub enum WeightCommand {
         /// ENDPOINT=WEIGHT pairs (0..=1000).
         #[arg(required = true, value_name = "ENDPOINT=WEIGHT")]
         assignments: Vec<String>,
-        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
-        #[arg(long)]
-        emergency: bool,
         #[command(flatten)]
-        overrides: crate::cli::safety::OverrideArgs,
-        #[command(flatten)]
-        direct: crate::cli::direct::DirectArgs,
+        write: crate::cli::WriteArgs,
     },
     /// Show the weights being served (from the running server, else from the files).
     Show {
@@ -348,26 +333,16 @@ pub enum GateCommand {
         target: crate::cli::Target,
         name: String,
         value: String,
-        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
-        #[arg(long)]
-        emergency: bool,
         #[command(flatten)]
-        overrides: crate::cli::safety::OverrideArgs,
-        #[command(flatten)]
-        direct: crate::cli::direct::DirectArgs,
+        write: crate::cli::WriteArgs,
     },
     /// Remove a gate (`steerdns gate clear break-glass`).
     Clear {
         #[command(flatten)]
         target: crate::cli::Target,
         name: String,
-        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
-        #[arg(long)]
-        emergency: bool,
         #[command(flatten)]
-        overrides: crate::cli::safety::OverrideArgs,
-        #[command(flatten)]
-        direct: crate::cli::direct::DirectArgs,
+        write: crate::cli::WriteArgs,
     },
 }
 
@@ -395,13 +370,8 @@ pub enum ControlCommand {
         target: crate::cli::Target,
         /// Serial to restore.
         version: Option<u64>,
-        /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
-        #[arg(long)]
-        emergency: bool,
         #[command(flatten)]
-        overrides: crate::cli::safety::OverrideArgs,
-        #[command(flatten)]
-        direct: crate::cli::direct::DirectArgs,
+        write: crate::cli::WriteArgs,
     },
     /// A fleet node's local override (sent with `--direct` while etcd was down).
     #[command(subcommand)]

@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use super::http::request;
 use steerdns::change::{screen, ChangeError};
 use steerdns::config::Config;
-use steerdns::control::edit::{parse_assignment, set_drain, set_gate, set_serial, set_weights};
+use steerdns::control::edit::set_serial;
 use steerdns::fleet::direct::{DirectRequest, KnownNode, NodeDirectView};
 
 use super::safety::{print_overridden, print_refusal, OverrideArgs};
@@ -127,7 +127,7 @@ fn each<T: Send>(endpoints: &[Endpoint], ask: impl Fn(&Endpoint) -> T + Sync) ->
 
 /// `weight set|drain|undrain|gate … --direct`: `edit` applied to the newest version any
 /// reached node serves.
-fn edit(
+pub(super) fn edit(
     target: &Target,
     what: &str,
     overrides: &OverrideArgs,
@@ -230,54 +230,6 @@ fn edit(
         endpoints.len()
     );
     Ok(ExitCode::FAILURE)
-}
-
-/// `weight set PROFILE ENDPOINT=WEIGHT… --direct`.
-pub fn weight_set(
-    target: &Target,
-    profile: &str,
-    assignments: &[String],
-    overrides: &OverrideArgs,
-) -> Result<ExitCode> {
-    let pairs = assignments
-        .iter()
-        .map(|a| parse_assignment(a).map_err(|e| anyhow::anyhow!("{e}")))
-        .collect::<Result<Vec<_>>>()?;
-    edit(
-        target,
-        &format!("weight set {profile}"),
-        overrides,
-        |text| set_weights(text, profile, &pairs).map_err(|e| e.to_string()),
-    )
-}
-
-/// `drain|undrain REGION --direct`.
-pub fn drain(
-    target: &Target,
-    region: &str,
-    on: bool,
-    overrides: &OverrideArgs,
-) -> Result<ExitCode> {
-    let what = format!("{} {region}", if on { "drain" } else { "undrain" });
-    edit(target, &what, overrides, |text| {
-        set_drain(text, region, on).map_err(|e| e.to_string())
-    })
-}
-
-/// `gate set NAME VALUE --direct` / `gate clear NAME --direct`.
-pub fn gate(
-    target: &Target,
-    name: &str,
-    value: Option<&str>,
-    overrides: &OverrideArgs,
-) -> Result<ExitCode> {
-    let what = match value {
-        Some(v) => format!("gate {name} = {v:?}"),
-        None => format!("gate {name} cleared"),
-    };
-    edit(target, &what, overrides, |text| {
-        set_gate(text, name, value).map_err(|e| e.to_string())
-    })
 }
 
 /// `control rollback [VERSION] --direct`: a version from this node's own history (etcd's is

@@ -27,7 +27,7 @@ use anyhow::{bail, Context, Result};
 use steerdns::admin::{read_token, StatusView};
 use steerdns::change::ChangeError;
 use steerdns::config::Config;
-use steerdns::control::edit::{parse_assignment, set_drain, set_weights};
+use steerdns::control::edit::{parse_assignment, set_drain, set_gate, set_weights, EditError};
 use steerdns::control::history::History;
 use steerdns::control::summarize;
 use steerdns::control::ControlFile;
@@ -236,36 +236,57 @@ fn fetch_status(addr: SocketAddr) -> Result<StatusView> {
     serde_json::from_str(&response.body).context("status response is not the expected JSON")
 }
 
-/// `emergency` (fleet mode with `[fleet.rollout]`): the change's rollout skips the bake times.
+/// The flags every command that writes the control state shares.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WriteArgs {
+    /// Fleet with staged rollouts: skip the bake times (never the taster or the gates).
+    #[arg(long)]
+    pub emergency: bool,
+    #[command(flatten)]
+    pub overrides: safety::OverrideArgs,
+    #[command(flatten)]
+    pub direct: direct::DirectArgs,
+}
+
+/// Writes one edit of the control text the way the command was asked to: with `--direct` to
+/// every node's admin endpoint, else through etcd in fleet mode, else to the local file.
+fn write_edit(
+    target: &Target,
+    write: &WriteArgs,
+    what: &str,
+    edit: impl Fn(&str) -> Result<String, EditError>,
+) -> Result<ExitCode> {
+    if write.direct.direct {
+        return direct::edit(target, what, &write.overrides, |text| {
+            edit(text).map_err(|e| e.to_string())
+        });
+    }
+    let config = target.config()?;
+    if config.fleet.is_some() {
+        return safety::fleet_edit(&config, what, write.emergency, &write.overrides, |text| {
+            edit(text).map_err(|e| e.to_string())
+        });
+    }
+    let path = control_path(&config)?;
+    edit_control(target, &config, what, &write.overrides, |text| {
+        edit(text).map_err(|e| format!("{}: {e}", path.display()))
+    })
+}
+
+/// `weight set PROFILE ENDPOINT=WEIGHT…`.
 pub fn weight_set(
     target: &Target,
     profile: &str,
     assignments: &[String],
-    emergency: bool,
-    overrides: &safety::OverrideArgs,
+    write: &WriteArgs,
 ) -> Result<ExitCode> {
-    let config = target.config()?;
-    let path = control_path(&config)?;
     let pairs = assignments
         .iter()
         .map(|a| parse_assignment(a).map_err(|e| anyhow::anyhow!("{e}")))
         .collect::<Result<Vec<_>>>()?;
-    if config.fleet.is_some() {
-        return safety::fleet_edit(
-            &config,
-            &format!("weight set {profile}"),
-            emergency,
-            overrides,
-            |text| set_weights(text, profile, &pairs).map_err(|e| e.to_string()),
-        );
-    }
-    edit_control(
-        target,
-        &config,
-        &format!("weights of {profile}"),
-        overrides,
-        |text| set_weights(text, profile, &pairs).map_err(|e| format!("{}: {e}", path.display())),
-    )
+    write_edit(target, write, &format!("weight set {profile}"), |text| {
+        set_weights(text, profile, &pairs)
+    })
 }
 
 pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
@@ -295,28 +316,24 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
     }
 }
 
-pub fn drain(
+/// `drain REGION` (`on`) and `undrain REGION`.
+pub fn drain(target: &Target, region: &str, on: bool, write: &WriteArgs) -> Result<ExitCode> {
+    let what = format!("{} {region}", if on { "drain" } else { "undrain" });
+    write_edit(target, write, &what, |text| set_drain(text, region, on))
+}
+
+/// `gate set NAME VALUE` / `gate clear NAME`: a gate the safety rules look at.
+pub fn gate(
     target: &Target,
-    region: &str,
-    on: bool,
-    emergency: bool,
-    overrides: &safety::OverrideArgs,
+    name: &str,
+    value: Option<&str>,
+    write: &WriteArgs,
 ) -> Result<ExitCode> {
-    let config = target.config()?;
-    let path = control_path(&config)?;
-    let what = if on {
-        format!("drain {region}")
-    } else {
-        format!("undrain {region}")
+    let what = match value {
+        Some(v) => format!("gate {name} = {v:?}"),
+        None => format!("gate {name} cleared"),
     };
-    if config.fleet.is_some() {
-        return safety::fleet_edit(&config, &what, emergency, overrides, |text| {
-            set_drain(text, region, on).map_err(|e| e.to_string())
-        });
-    }
-    edit_control(target, &config, &what, overrides, |text| {
-        set_drain(text, region, on).map_err(|e| format!("{}: {e}", path.display()))
-    })
+    write_edit(target, write, &what, |text| set_gate(text, name, value))
 }
 
 pub fn history_list(target: &Target) -> Result<ExitCode> {
@@ -341,16 +358,15 @@ pub fn history_list(target: &Target) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn rollback(
-    target: &Target,
-    version: Option<u64>,
-    emergency: bool,
-    overrides: &safety::OverrideArgs,
-) -> Result<ExitCode> {
+pub fn rollback(target: &Target, version: Option<u64>, write: &WriteArgs) -> Result<ExitCode> {
+    if write.direct.direct {
+        return direct::rollback(target, version, &write.overrides);
+    }
     let config = target.config()?;
     if config.fleet.is_some() {
-        return fleet::rollback(&config, version, emergency, overrides);
+        return fleet::rollback(&config, version, write.emergency, &write.overrides);
     }
+    let overrides = &write.overrides;
     let history = history(&config)?;
     let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
     let serial = match version {

@@ -243,27 +243,3 @@ fn current_and_recent(config: &Config) -> Result<(String, Vec<Recorded>)> {
         .unwrap_or_default();
     Ok((current, recent))
 }
-
-/// `steerdns gate set NAME VALUE` / `gate clear NAME`: a gate the safety rules look at.
-pub fn gate(
-    target: &Target,
-    name: &str,
-    value: Option<&str>,
-    emergency: bool,
-    overrides: &OverrideArgs,
-) -> Result<ExitCode> {
-    use steerdns::control::edit::set_gate;
-    let config = target.config()?;
-    let what = match value {
-        Some(v) => format!("gate {name} = {v:?}"),
-        None => format!("gate {name} cleared"),
-    };
-    if config.fleet.is_some() {
-        return fleet_edit(&config, &what, emergency, overrides, |text| {
-            set_gate(text, name, value).map_err(|e| e.to_string())
-        });
-    }
-    super::edit_control(target, &config, &what, overrides, |text| {
-        set_gate(text, name, value).map_err(|e| e.to_string())
-    })
-}
