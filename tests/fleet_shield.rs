@@ -102,6 +102,36 @@ fn leader_key(fleet: &Fleet) -> Option<String> {
 }
 
 /// A lease of `ttl` seconds granted by etcdctl (nobody keeps it alive); its id in hex.
+/// A fleet of `nodes` nodes with the shield of [`shield_section`], each connected to etcd.
+fn shield_fleet_of(label: &str, nodes: usize) -> Fleet {
+    let fleet = Fleet::start_on(
+        Etcd::start(),
+        label,
+        nodes,
+        LEASE_TTL,
+        &shield_section(),
+        &[],
+    );
+    fleet.wait_connected(WAIT);
+    fleet
+}
+
+/// Waits until every node serves a shield state published through etcd; their statuses.
+fn wait_published(fleet: &Fleet) -> Vec<Value> {
+    wait_all(fleet, "serving a published state", |s| {
+        shield_fleet(s)["revision"].is_i64()
+    })
+}
+
+/// Puts `name` in the shield's leader key on a live lease of `ttl` seconds that no node holds.
+fn put_leader_on_lease(fleet: &Fleet, name: &str, ttl: u64) {
+    let lease = grant_lease(fleet, ttl);
+    let key = format!("{}/shield/leader", fleet.prefix);
+    fleet
+        .etcd
+        .etcdctl(&["put", &format!("--lease={lease}"), &key, name]);
+}
+
 fn grant_lease(fleet: &Fleet, ttl: u64) -> String {
     let out = fleet.etcd.etcdctl(&["lease", "grant", &ttl.to_string()]);
     out.split_whitespace()
@@ -227,15 +257,7 @@ fn assert_all_agree(fleet: &Fleet, subnets: &[String]) -> usize {
 
 #[test]
 fn one_leader_decides_for_the_fleet_survives_its_death_and_etcd_loss() {
-    let mut fleet = Fleet::start_on(
-        Etcd::start(),
-        "shield",
-        3,
-        LEASE_TTL,
-        &shield_section(),
-        &[],
-    );
-    fleet.wait_connected(WAIT);
+    let mut fleet = shield_fleet_of("shield", 3);
     let statuses = wait_all(&fleet, "agreeing on a leader", |s| {
         shield_fleet(s)["leader"].is_string()
     });
@@ -396,15 +418,7 @@ fn wait_all_target_a(resolver: &mut Resolver, subnets: &[String]) {
 
 #[test]
 fn bad_contents_in_etcd_are_refused_and_never_served() {
-    let fleet = Fleet::start_on(
-        Etcd::start(),
-        "shield-bad",
-        2,
-        LEASE_TTL,
-        &shield_section(),
-        &[],
-    );
-    fleet.wait_connected(WAIT);
+    let fleet = shield_fleet_of("shield-bad", 2);
     let prefix = fleet.prefix.clone();
     let feeder = Feeder::start(fleet.nodes[0].daemon().admin);
     let statuses = wait_all(&fleet, "shedding eu-west", |s| {
@@ -437,13 +451,7 @@ fn bad_contents_in_etcd_are_refused_and_never_served() {
     // serving the last good one. (A key on no lease is taken over at once: see
     // `a_hand_written_leader_key_is_taken_over`.)
     let served = revisions(&fleet);
-    let lease = grant_lease(&fleet, 60);
-    fleet.etcd.etcdctl(&[
-        "put",
-        &format!("--lease={lease}"),
-        &format!("{prefix}/shield/leader"),
-        "intruder",
-    ]);
+    put_leader_on_lease(&fleet, "intruder", 60);
     let bogus = r#"{"leader":"intruder","at_ms":0,"feed":null,"demand_from":[],"state":{"regions":{"mars-1":{"fraction":1.0,"shares":{},"last_direction":0,"last_move_at":0,"natural":0,"trend":0,"predicted_utilisation":0,"hot":false,"hot_since":null,"note":"normal"}},"moves":[],"sites":{},"last_tick_ms":null,"demand":{},"demand_age_ms":0}}"#;
     fleet
         .etcd
@@ -488,18 +496,8 @@ fn bad_contents_in_etcd_are_refused_and_never_served() {
 /// never expire) is taken over by a node, which publishes again.
 #[test]
 fn a_hand_written_leader_key_is_taken_over() {
-    let fleet = Fleet::start_on(
-        Etcd::start(),
-        "shield-handwritten",
-        2,
-        LEASE_TTL,
-        &shield_section(),
-        &[],
-    );
-    fleet.wait_connected(WAIT);
-    let statuses = wait_all(&fleet, "serving a published state", |s| {
-        shield_fleet(s)["revision"].is_i64()
-    });
+    let fleet = shield_fleet_of("shield-handwritten", 2);
+    let statuses = wait_published(&fleet);
     let before = statuses
         .iter()
         .filter_map(|s| shield_fleet(s)["revision"].as_i64())
@@ -525,23 +523,9 @@ fn a_hand_written_leader_key_is_taken_over() {
 /// `revert_after_secs` decays to normal answers exactly as without etcd.
 #[test]
 fn a_leader_that_stops_publishing_is_alerted_on_then_decays() {
-    let fleet = Fleet::start_on(
-        Etcd::start(),
-        "shield-stale",
-        2,
-        LEASE_TTL,
-        &shield_section(),
-        &[],
-    );
-    fleet.wait_connected(WAIT);
-    wait_all(&fleet, "serving a published state", |s| {
-        shield_fleet(s)["revision"].is_i64()
-    });
-    let lease = grant_lease(&fleet, 120);
-    let key = format!("{}/shield/leader", fleet.prefix);
-    fleet
-        .etcd
-        .etcdctl(&["put", &format!("--lease={lease}"), &key, "ghost"]);
+    let fleet = shield_fleet_of("shield-stale", 2);
+    wait_published(&fleet);
+    put_leader_on_lease(&fleet, "ghost", 120);
     let statuses = wait_all(&fleet, "alerting on the ageing state", |s| {
         shield_fleet(s)["stale"] == true
     });
@@ -573,26 +557,10 @@ fn a_leader_that_stops_publishing_is_alerted_on_then_decays() {
 /// refused with the field; before, anything up to two days ahead was accepted.
 #[test]
 fn a_published_state_with_timers_beyond_the_hold_down_is_refused() {
-    let fleet = Fleet::start_on(
-        Etcd::start(),
-        "shield-clock",
-        2,
-        LEASE_TTL,
-        &shield_section(),
-        &[],
-    );
-    fleet.wait_connected(WAIT);
-    wait_all(&fleet, "serving a published state", |s| {
-        shield_fleet(s)["revision"].is_i64()
-    });
+    let fleet = shield_fleet_of("shield-clock", 2);
+    wait_published(&fleet);
     // Nobody else publishes meanwhile: the leader key on a live lease no node holds.
-    let lease = grant_lease(&fleet, 60);
-    fleet.etcd.etcdctl(&[
-        "put",
-        &format!("--lease={lease}"),
-        &format!("{}/shield/leader", fleet.prefix),
-        "fast-clock",
-    ]);
+    put_leader_on_lease(&fleet, "fast-clock", 60);
     let now_ms = SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
