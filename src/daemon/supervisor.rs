@@ -163,12 +163,19 @@ impl Supervisor {
         let status = self.status.clone();
         status.begin();
         let label = name.clone();
+        let part = self.handle().spawn(future);
         let handle = self.handle().spawn(async move {
-            tokio::select! {
-                _ = future => {}
-                _ = shutdown.stopped() => {}
-            }
-            status.end(&label, &shutdown, false);
+            // The part runs as a task of its own so that a panic ends only it, and is seen
+            // here (as the join error) to be reported.
+            let abort = part.abort_handle();
+            let panicked = tokio::select! {
+                ended = part => ended.is_err_and(|e| e.is_panic()),
+                _ = shutdown.stopped() => {
+                    abort.abort();
+                    false
+                }
+            };
+            status.end(&label, &shutdown, panicked);
         });
         self.tasks.push((name, handle));
     }
@@ -244,5 +251,35 @@ impl Supervisor {
             }
         }
         self.status.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_that_panics_or_ends_early_is_counted_and_stop_joins_the_rest() {
+        let mut supervisor = Supervisor::new().unwrap_or_else(|e| panic!("runtime: {e}"));
+        let status = supervisor.status();
+        supervisor.spawn_task("panics", async { panic!("on purpose") });
+        supervisor.spawn_task("ends", async {});
+        supervisor.spawn_task("waits", std::future::pending());
+        supervisor
+            .spawn_thread(
+                "sleeps",
+                |shutdown| while !shutdown.sleep(Duration::from_secs(5)) {},
+            )
+            .unwrap_or_else(|e| panic!("thread: {e}"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while status.unexpected_exits() < 2 {
+            assert!(std::time::Instant::now() < deadline, "exits not counted");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(status.running(), 2);
+        let stopped = supervisor.stop();
+        assert_eq!(stopped.running(), 0);
+        assert_eq!(stopped.started(), 4);
+        assert_eq!(stopped.unexpected_exits(), 2);
     }
 }
