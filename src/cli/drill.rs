@@ -14,7 +14,7 @@ use steerdns::change::OverrideRequest;
 use steerdns::config::Config;
 use steerdns::drill::{run, run_with, Endpoints, WriteFailure, Writer};
 
-use super::safety::{fleet_edit, OverrideArgs};
+use super::safety::{fleet_edit_refused, OverrideArgs};
 use super::{fleet, Target};
 
 /// One line per drill, its name first.
@@ -157,29 +157,6 @@ impl FleetWriter<'_> {
             .map(|v| v.revision)
     }
 
-    /// Why the fleet path refused `edit`, for the drill's record: the safety rules it breaks
-    /// (wait periods aside) or, failing that, a pointer to the refusal printed above.
-    fn refusal(
-        &self,
-        what: &str,
-        overrides: &[OverrideRequest],
-        edit: &dyn Fn(&str) -> Result<String, String>,
-    ) -> String {
-        let printed = format!("{what}: refused, nothing written (said above)");
-        let Ok(current) = self.control() else {
-            return printed;
-        };
-        let edited = match edit(&current.text) {
-            Ok(edited) => edited,
-            Err(e) => return format!("{what}: {e}"),
-        };
-        let by = steerdns::fleet::store::who();
-        match steerdns::change::screen(self.config, &current.text, &edited, &[], overrides, &by) {
-            Err(e @ steerdns::change::ChangeError::Refused(_)) => format!("{what}: {e}"),
-            _ => printed,
-        }
-    }
-
     /// The registered nodes: name and admin address.
     fn nodes(&self) -> Result<Vec<(String, String)>, String> {
         let fleet = fleet::fleet_of(self.config).map_err(|e| format!("{e:#}"))?;
@@ -234,10 +211,14 @@ impl Writer for FleetWriter<'_> {
             reason: overrides.first().map(|o| o.reason.clone()),
         };
         let before = self.control().map_err(WriteFailure::Failed)?.serial;
-        let code = fleet_edit(self.config, what, false, &args, edit);
+        let (code, refused) = fleet_edit_refused(self.config, what, false, &args, edit);
         if matches!(code, Ok(ExitCode::SUCCESS)) {
             self.written = Some(self.control().map_err(WriteFailure::Failed)?.revision);
             return Ok(());
+        }
+        if let Some(violations) = refused {
+            let refusal = steerdns::change::ChangeError::Refused(violations);
+            return Err(WriteFailure::Refused(format!("{what}: {refusal}")));
         }
         // Refused (nothing written), or written but not followed by every node (a lagging
         // node, a halted rollout): then it counts as written, so that the drill reverts it.
@@ -247,7 +228,9 @@ impl Writer for FleetWriter<'_> {
         }
         Err(match code {
             Err(e) => WriteFailure::Failed(format!("{e:#}")),
-            Ok(_) => WriteFailure::Refused(self.refusal(what, overrides, edit)),
+            Ok(_) => {
+                WriteFailure::Refused(format!("{what}: refused, nothing written (said above)"))
+            }
         })
     }
 

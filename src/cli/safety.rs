@@ -139,8 +139,23 @@ pub(super) fn fleet_edit(
     overrides: &OverrideArgs,
     edit: impl Fn(&str) -> Result<String, String>,
 ) -> Result<ExitCode> {
-    let requests = overrides.requests()?;
-    let recent = fleet_recent(config)?;
+    fleet_edit_refused(config, what, emergency, overrides, edit).0
+}
+
+/// [`fleet_edit`], and the safety rules' refusal when they refused it (for callers that record
+/// why, such as drills).
+pub(super) fn fleet_edit_refused(
+    config: &Config,
+    what: &str,
+    emergency: bool,
+    overrides: &OverrideArgs,
+    edit: impl Fn(&str) -> Result<String, String>,
+) -> (Result<ExitCode>, Option<Vec<Violation>>) {
+    let inputs = || -> Result<_> { Ok((overrides.requests()?, fleet_recent(config)?)) };
+    let (requests, recent) = match inputs() {
+        Ok(inputs) => inputs,
+        Err(e) => return (Err(e), None),
+    };
     let by = steerdns::fleet::store::who();
     let refusal: RefCell<Option<Vec<Violation>>> = RefCell::new(None);
     let outcome = fleet::edit(config, what, emergency, |current| {
@@ -163,9 +178,9 @@ pub(super) fn fleet_edit(
             let prefix = fleet::fleet_of(config).map_or(String::new(), |f| f.prefix.clone());
             print_refusal(&format!("fleet control {prefix}"), what, &violations);
             report_refusal(config, config.admin.listen, &violations);
-            Ok(ExitCode::FAILURE)
+            (Ok(ExitCode::FAILURE), Some(violations))
         }
-        (outcome, _) => outcome,
+        (outcome, _) => (outcome, None),
     }
 }
 
