@@ -59,7 +59,7 @@ pub enum TlsCheck {
 /// What one check does.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Check {
-    /// `GET path` over HTTP/1.0 (HTTPS when `tls` is set); passes on a status within
+    /// `GET path` over HTTP/1.1 (HTTPS when `tls` is set); passes on a status within
     /// `status` whose body contains `body`.
     Http {
         host: String,
