@@ -91,17 +91,16 @@ impl AllowedHosts {
 
     /// An `Origin` or `Referer` value: allowed when it is an http(s) URL whose host is.
     pub fn allows_url(&self, url: &str) -> bool {
-        let rest = url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"));
-        let Some(rest) = rest else {
-            return false; // "null", file:, other schemes
+        let Ok(uri) = url.parse::<http::Uri>() else {
+            return false; // "null" and what is not a URL
         };
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        if authority.contains('@') {
-            return false;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return false; // file:, other schemes
         }
-        self.allows(authority)
+        match uri.authority() {
+            Some(authority) if !authority.as_str().contains('@') => self.allows(authority.as_str()),
+            _ => false,
+        }
     }
 }
 
@@ -715,11 +714,14 @@ mod tests {
         }
         assert!(hosts.allows_url("http://127.0.0.1:5380"));
         assert!(hosts.allows_url("http://localhost:5380/dashboard?x=1"));
+        assert!(hosts.allows_url("HTTP://LOCALHOST:5380"));
         for bad in [
             "null",
             "http://evil.example",
             "https://evil.example/http://127.0.0.1",
             "http://127.0.0.1@evil.example/",
+            "http://evil.example#@127.0.0.1",
+            "HTTP://evil.example",
             "file:///etc",
         ] {
             assert!(!hosts.allows_url(bad), "{bad}");
