@@ -29,6 +29,7 @@ pub mod rfc3339;
 pub mod rollout;
 pub mod rrl;
 pub mod safety;
+pub mod secondary;
 pub mod server;
 pub mod shield;
 pub mod snapshot;

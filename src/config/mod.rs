@@ -21,6 +21,7 @@ pub mod drill;
 pub mod fleet;
 pub mod prometheus;
 pub mod rrl;
+pub mod secondary;
 
 use crate::geo::GeoConfig;
 use crate::policy::{ProfileConfig, SteeredConfig, TopologyConfig};
@@ -72,6 +73,9 @@ pub struct Config {
     /// Practice drills (`[[drills]]`): run by `steerdns drill run` or the server's schedule.
     #[serde(default)]
     pub drills: Vec<drill::DrillConfig>,
+    /// Secondary zones pulled from primaries by zone transfer (`[[secondary.zone]]`).
+    #[serde(default)]
+    pub secondary: secondary::SecondaryConfig,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -458,6 +462,7 @@ impl Default for Config {
             taster: TasterConfig::default(),
             safety: crate::safety::SafetyConfig::default(),
             drills: Vec::new(),
+            secondary: secondary::SecondaryConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -742,6 +747,7 @@ impl Config {
         if self.server.zones.is_relative() {
             self.server.zones = base.join(&self.server.zones);
         }
+        self.secondary.resolve(base);
         if let Some(tls) = &mut self.server.tls {
             for path in [&mut tls.cert, &mut tls.key] {
                 if path.is_relative() {

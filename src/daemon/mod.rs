@@ -434,6 +434,14 @@ fn start_background(
             resign(&|pause| stop.sleep(pause))
         })
         .map_err(io("starting DNSSEC re-signing"))?;
+    for zone in &config.secondary.zone {
+        let body = crate::secondary::run(zone.clone(), reloader.clone());
+        supervisor
+            .spawn_thread(format!("secondary {}", zone.name), move |stop| {
+                body(&|pause| stop.sleep(pause))
+            })
+            .map_err(io(format!("starting secondary zone {}", zone.name)))?;
+    }
     let Some(node) = fleet else {
         if let Some(control) = &config.control.file {
             crate::reload::watch::spawn(reloader.clone(), control.clone())

@@ -164,6 +164,8 @@ pub enum Trigger {
     /// The fleet's rollout released a config/zone/GeoIP bundle to this node, or rolled it back
     /// (see [`bundle`]).
     Bundle,
+    /// A secondary zone's new copy arrived by zone transfer (see [`crate::secondary`]).
+    Secondary,
 }
 
 impl Trigger {
@@ -176,6 +178,7 @@ impl Trigger {
             Trigger::Fleet => "fleet control change",
             Trigger::Resign => "DNSSEC re-sign",
             Trigger::Bundle => "fleet bundle rollout",
+            Trigger::Secondary => "secondary zone transfer",
         }
     }
 }

@@ -14,7 +14,9 @@ use crate::policy::{CompiledPolicies, ControlKnobs, PolicyError};
 use crate::shield::live::DemandCounters;
 use crate::zone::lookup::ZoneSet;
 use crate::zone::model::{name_to_wire, RecordInput, SteeredBinding, Zone};
-use crate::zone::parse::{load_zone_dir, zone_files_in, ZoneProblem, MAX_ZONE_FILE_BYTES};
+use crate::zone::parse::{
+    load_zone_dir, load_zone_file, zone_files_in, ParsedZone, ZoneProblem, MAX_ZONE_FILE_BYTES,
+};
 use crate::zone::validate::validate;
 
 use super::steer::SteeringData;
@@ -599,7 +601,7 @@ impl Sources {
         {
             return false;
         }
-        if zone_files_in(&config.server.zones).ok().as_ref() != Some(&self.zone_files) {
+        if zone_paths(config).as_ref() != Some(&self.zone_files) {
             return false;
         }
         self.files.iter().all(|(path, digest)| {
@@ -639,15 +641,17 @@ struct BuiltZones {
 
 /// Reads, validates and compiles the zone files.
 fn build_zones(config: &Config) -> Result<BuiltZones, Vec<String>> {
-    let (parsed, mut problems) = load_zone_dir(&config.server.zones);
+    let (mut parsed, mut problems) = load_zone_dir(&config.server.zones);
     for zone in &parsed {
         problems.extend(validate(zone));
     }
-    let (errors, warnings): (Vec<ZoneProblem>, Vec<ZoneProblem>) =
+    let secondary_warnings = load_secondary_copies(config, &mut parsed);
+    let (errors, mut warnings): (Vec<ZoneProblem>, Vec<ZoneProblem>) =
         problems.into_iter().partition(ZoneProblem::is_error);
     if !errors.is_empty() {
         return Err(errors.iter().map(ToString::to_string).collect());
     }
+    warnings.extend(secondary_warnings);
     if parsed.is_empty() {
         return Err(vec![format!(
             "{}: no zone files (*.zone) found",
@@ -682,6 +686,56 @@ fn build_zones(config: &Config) -> Result<BuiltZones, Vec<String>> {
     };
     drop_in_background(parsed);
     Ok(built)
+}
+
+/// The on-disk copies of the secondary zones (`[[secondary.zone]]`) that exist, parsed and
+/// validated like zone files. A copy that fails (it was checked before it was written, so
+/// this means damage on disk) is left out with a warning instead of refusing every zone: the
+/// secondary task transfers it again. A name the zone directory also serves is left out too.
+fn load_secondary_copies(config: &Config, parsed: &mut Vec<ParsedZone>) -> Vec<ZoneProblem> {
+    let mut warnings = Vec::new();
+    for zone in &config.secondary.zone {
+        let path = zone.copy_path();
+        if !path.is_file() {
+            continue;
+        }
+        let Some(origin) = crate::secondary::zone_origin(&zone.name) else {
+            let message = format!("secondary zone name {:?} is not a domain name", zone.name);
+            warnings.push(ZoneProblem::warning(&path, 0, message));
+            continue;
+        };
+        if parsed.iter().any(|p| p.origin == origin) {
+            let message = format!(
+                "secondary zone {origin} is also in the zone directory; the zone file is served"
+            );
+            warnings.push(ZoneProblem::warning(&path, 0, message));
+            continue;
+        }
+        let problems = match load_zone_file(&path, &origin) {
+            Ok(copy) => {
+                let problems = validate(&copy);
+                if !problems.iter().any(ZoneProblem::is_error) {
+                    parsed.push(copy);
+                    continue;
+                }
+                problems
+            }
+            Err(problems) => problems,
+        };
+        for problem in problems.iter().filter(|p| p.is_error()) {
+            let message = format!("secondary copy not served: {}", problem.message);
+            warnings.push(ZoneProblem::warning(&problem.file, problem.line, message));
+        }
+    }
+    warnings
+}
+
+/// The zone files a load reads: the zone directory's, then the secondary copies present.
+fn zone_paths(config: &Config) -> Option<Vec<PathBuf>> {
+    let mut paths = zone_files_in(&config.server.zones).ok()?;
+    let copies = config.secondary.zone.iter().map(|z| z.copy_path());
+    paths.extend(copies.filter(|p| p.is_file()));
+    Some(paths)
 }
 
 /// Frees the parsed records on a thread of their own: a million names take a while to free

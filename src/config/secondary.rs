@@ -1,0 +1,70 @@
+//! `[secondary]`: zones this server pulls from a primary by zone transfer (issue 33 item 4).
+//! Plain data; the transfer task itself lives in `crate::secondary`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// `[secondary]` with `[[secondary.zone]]` entries.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecondaryConfig {
+    /// Where transferred zones are kept (`<zone>.zone`) for cold start. Default: `secondary/`
+    /// beside the config file.
+    pub dir: Option<PathBuf>,
+    /// The secondary zones.
+    pub zone: Vec<SecondaryZoneConfig>,
+}
+
+/// One zone pulled from its primaries.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecondaryZoneConfig {
+    /// The zone's name, e.g. `example.org`.
+    pub name: String,
+    /// The primaries (`addr:port`), asked in order.
+    pub primaries: Vec<SocketAddr>,
+    /// TSIG key name for requests (not yet used: transfers are unsigned until TSIG lands).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The on-disk copy. Default: `<dir>/<name>.zone`.
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// Seconds a connection to a primary, or one read from it, may take.
+    #[serde(default = "default_timeout_secs")]
+    pub timeout_secs: u64,
+}
+
+fn default_timeout_secs() -> u64 {
+    10
+}
+
+impl SecondaryConfig {
+    /// Resolves relative paths against `base` and fills the default copy paths.
+    pub fn resolve(&mut self, base: &Path) {
+        let dir = match self.dir.take() {
+            Some(dir) if dir.is_relative() => base.join(dir),
+            Some(dir) => dir,
+            None => base.join("secondary"),
+        };
+        for zone in &mut self.zone {
+            let file = match zone.file.take() {
+                Some(file) if file.is_relative() => base.join(file),
+                Some(file) => file,
+                None => dir.join(format!("{}.zone", zone.name.trim_end_matches('.'))),
+            };
+            zone.file = Some(file);
+        }
+        self.dir = Some(dir);
+    }
+}
+
+impl SecondaryZoneConfig {
+    /// The on-disk copy (after [`SecondaryConfig::resolve`]).
+    pub fn copy_path(&self) -> PathBuf {
+        self.file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.zone", self.name)))
+    }
+}
