@@ -53,6 +53,8 @@ pub struct Scrape {
     safety: crate::safety::tally::SafetyStatus,
     /// Practice drills: runs, last measured times, alerts.
     drills: crate::drill::log::DrillStatus,
+    /// Secondary zones: serial, expired, transfers in.
+    secondary: BTreeMap<String, crate::secondary::ZoneStatus>,
 }
 
 /// Reads the state to report; `fleet` is the node's fleet origin (`None`: single node).
@@ -99,6 +101,7 @@ pub fn gather(reloader: &Reloader, fleet: Option<&FleetOrigin>) -> Scrape {
         descriptors: crate::descriptors::status(),
         safety: crate::safety::tally::status(),
         drills: crate::drill::log::status(),
+        secondary: crate::secondary::status().snapshot(),
     }
 }
 
@@ -1098,6 +1101,7 @@ impl Collector for Scrape {
         self.encode_admin(&mut encoder)?;
         encode_safety(&mut encoder, &self.safety)?;
         encode_drills(&mut encoder, &self.drills)?;
+        encode_secondary(&mut encoder, &self.secondary)?;
         self.encode_fleet(&mut encoder)
     }
 }
@@ -1240,6 +1244,48 @@ fn encode_drills(
         "steerdns_drill_running",
         "1 while a drill holds the drill lock.",
         bool_value(drills.running),
+    )
+}
+
+/// Secondary zones: the serial served, expired or not, transfers in by result.
+fn encode_secondary(
+    encoder: &mut DescriptorEncoder,
+    zones: &BTreeMap<String, crate::secondary::ZoneStatus>,
+) -> fmt::Result {
+    gauges(
+        encoder,
+        "steerdns_secondary_serial",
+        "The SOA serial a secondary zone serves (absent until its first transfer).",
+        zones
+            .iter()
+            .filter_map(|(zone, s)| Some((vec![("zone", zone.clone())], f64::from(s.serial?)))),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_secondary_expired",
+        "1 while a secondary zone is past its SOA expire time without reaching a primary.",
+        zones
+            .iter()
+            .map(|(zone, s)| (vec![("zone", zone.clone())], bool_value(s.expired))),
+    )?;
+    counters(
+        encoder,
+        "steerdns_secondary_transfers",
+        "Transfers in and refresh checks of secondary zones, by result (ok, refused, check_failed).",
+        zones.iter().flat_map(|(zone, s)| {
+            [
+                ("ok", s.transfers_ok),
+                ("refused", s.transfers_refused),
+                ("check_failed", s.checks_failed),
+            ]
+            .into_iter()
+            .map(move |(result, n)| {
+                (
+                    vec![("zone", zone.clone()), ("result", result.to_string())],
+                    n,
+                )
+            })
+        }),
     )
 }
 

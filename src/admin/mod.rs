@@ -250,6 +250,10 @@ pub struct StatusView {
     /// Practice drills: each one's last run and measured times, alerts, recent runs.
     #[serde(default)]
     pub drills: crate::drill::log::DrillStatus,
+    /// Secondary zones (`[[secondary.zone]]`): serial, last transfer in, next refresh,
+    /// expired, last refusal.
+    #[serde(default)]
+    pub secondary: BTreeMap<String, crate::secondary::ZoneStatus>,
     /// DNS Cookies (`[server.cookies]`; `None`: off): the secret's origin, queries by cookie
     /// verdict, and anycast answers by whether their demand counted.
     #[serde(default)]
@@ -523,6 +527,7 @@ pub fn status_view(reloader: &Reloader, fleet: Option<&FleetOrigin>) -> StatusVi
         descriptors: Some(crate::descriptors::status()),
         safety: crate::safety::tally::status(),
         drills: crate::drill::log::status(),
+        secondary: crate::secondary::status().snapshot(),
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use hickory_proto::rr::Name;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::secondary::SecondaryZoneConfig;
 use crate::reload::{Reloader, Trigger};
@@ -43,13 +43,13 @@ pub fn zone_origin(name: &str) -> Option<Name> {
 }
 
 /// What status shows per secondary zone.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ZoneStatus {
     /// The serial being served (from the last good copy); `None`: nothing transferred yet.
     pub serial: Option<u32>,
     /// When the last transfer in ended (RFC 3339), its kind ("axfr") and result ("ok" or why).
     pub last_transfer: Option<String>,
-    pub last_transfer_kind: Option<&'static str>,
+    pub last_transfer_kind: Option<String>,
     pub last_result: Option<String>,
     /// The last refused transfer or failed check, and why.
     pub last_refusal: Option<String>,
@@ -57,6 +57,10 @@ pub struct ZoneStatus {
     pub next_refresh: Option<String>,
     /// Past the SOA expire time without reaching a primary.
     pub expired: bool,
+    /// Transfers in accepted, refused (failed validation), and refresh checks that failed.
+    pub transfers_ok: u64,
+    pub transfers_refused: u64,
+    pub checks_failed: u64,
 }
 
 /// The status of every secondary zone, by name (background threads write, admin reads).
@@ -126,6 +130,7 @@ pub fn run(
                             crate::rfc3339::format_utc(SystemTime::now())
                         ));
                         s.expired = expired;
+                        s.checks_failed += 1;
                     });
                     timers.map_or(INITIAL_RETRY, |t| t.retry)
                 }
@@ -185,7 +190,11 @@ fn transfer_from(
     let now = crate::rfc3339::format_utc(SystemTime::now());
     status().update(&zone.name, |s| {
         s.last_transfer = Some(now.clone());
-        s.last_transfer_kind = Some("axfr");
+        s.last_transfer_kind = Some("axfr".to_string());
+        match &result {
+            Ok(_) => s.transfers_ok += 1,
+            Err(_) => s.transfers_refused += 1,
+        }
         s.last_result = Some(match &result {
             Ok(_) => "ok".to_string(),
             Err(e) => format!("refused: {e}"),
