@@ -3,6 +3,7 @@
 //! and a primary answering garbage keeping the last good copy.
 
 mod common;
+mod control_common;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
