@@ -61,6 +61,18 @@ impl SecondaryConfig {
 }
 
 impl SecondaryZoneConfig {
+    /// `name` as an absolute domain name (`example.org` → `example.org.`); `None` if it is not
+    /// a domain name.
+    pub fn origin(&self) -> Option<hickory_proto::rr::Name> {
+        let name = &self.name;
+        let absolute = if name.ends_with('.') {
+            name.to_string()
+        } else {
+            format!("{name}.")
+        };
+        hickory_proto::rr::Name::from_ascii(absolute).ok()
+    }
+
     /// The on-disk copy (after [`SecondaryConfig::resolve`]).
     pub fn copy_path(&self) -> PathBuf {
         self.file

@@ -32,16 +32,6 @@ const INITIAL_RETRY: Duration = Duration::from_secs(10);
 const MIN_TIMER: Duration = Duration::from_secs(1);
 const MAX_TIMER: Duration = Duration::from_secs(24 * 3600);
 
-/// `zone.name` as an absolute domain name (`example.org` → `example.org.`).
-pub fn zone_origin(name: &str) -> Option<Name> {
-    let absolute = if name.ends_with('.') {
-        name.to_string()
-    } else {
-        format!("{name}.")
-    };
-    Name::from_ascii(absolute).ok()
-}
-
 /// What status shows per secondary zone.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ZoneStatus {
@@ -102,7 +92,7 @@ pub fn run(
     reloader: Arc<Reloader>,
 ) -> impl FnOnce(&dyn Fn(Duration) -> bool) {
     move |sleep| {
-        let Some(origin) = zone_origin(&zone.name) else {
+        let Some(origin) = zone.origin() else {
             tracing::warn!("secondary zone {:?}: not a domain name", zone.name);
             return;
         };

@@ -699,7 +699,7 @@ fn load_secondary_copies(config: &Config, parsed: &mut Vec<ParsedZone>) -> Vec<Z
         if !path.is_file() {
             continue;
         }
-        let Some(origin) = crate::secondary::zone_origin(&zone.name) else {
+        let Some(origin) = zone.origin() else {
             let message = format!("secondary zone name {:?} is not a domain name", zone.name);
             warnings.push(ZoneProblem::warning(&path, 0, message));
             continue;
