@@ -2,7 +2,7 @@
 //! picked up on the SOA refresh timer, a restart serving the on-disk copy while Knot is down,
 //! and a primary answering garbage keeping the last good copy.
 
-mod common;
+// The harness through control_common (which loads tests/common itself) for its admin HTTP client.
 mod control_common;
 
 use std::io::{Read, Write};
@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{a_records, free_port, kdig, query, wait_for, Server, TempConfig, TempDir};
+use control_common::common::{
+    a_records, free_port, kdig, query, wait_for, Server, TempConfig, TempDir,
+};
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{Name, RData, Record, RecordType};

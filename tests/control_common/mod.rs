@@ -40,7 +40,7 @@ pub fn repo_path(relative: &str) -> PathBuf {
 // The shared test harness (tests/common), for its TempDir and Etcd; control tests do not
 // declare `mod common` themselves.
 #[path = "../common/mod.rs"]
-mod common;
+pub mod common;
 #[allow(unused_imports)]
 pub use common::backend::{closed_port, Backend, Reply};
 #[allow(unused_imports)]
