@@ -208,3 +208,56 @@ fn uncompressed_rdata(data: &RData) -> Result<Vec<u8>, hickory_proto::ProtoError
 pub fn serial_newer(a: u32, b: u32) -> bool {
     a != b && a.wrapping_sub(b) < 0x8000_0000
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_proto::rr::rdata::{MX, NS, SOA};
+
+    fn name(text: &str) -> Name {
+        Name::from_ascii(text).unwrap()
+    }
+
+    #[test]
+    fn serial_arithmetic_wraps_per_rfc_1982() {
+        assert!(serial_newer(2, 1));
+        assert!(serial_newer(0, u32::MAX));
+        assert!(!serial_newer(1, 1));
+        assert!(!serial_newer(1, 2));
+        assert!(!serial_newer(0x8000_0001, 1));
+    }
+
+    #[test]
+    fn transferred_records_read_back_as_the_same_wire_data() {
+        let origin = name("sec.test.");
+        let soa = SOA::new(
+            name("ns1.sec.test."),
+            name("hm.sec.test."),
+            7,
+            60,
+            30,
+            600,
+            60,
+        );
+        let records = vec![
+            Record::from_rdata(origin.clone(), 60, RData::SOA(soa)),
+            Record::from_rdata(origin.clone(), 60, RData::NS(NS(name("ns1.sec.test.")))),
+            Record::from_rdata(
+                origin.clone(),
+                60,
+                RData::MX(MX::new(10, name("mx.Other."))),
+            ),
+        ];
+        let text = zone_text(&records).unwrap();
+        let path = std::path::Path::new("sec.test.zone");
+        let parsed = crate::zone::parse::parse_zone_text(&text, path, &origin).unwrap();
+        assert_eq!(parsed.records.len(), 3);
+        for (record, read) in records.iter().zip(&parsed.records) {
+            assert_eq!(read.rdata, uncompressed_rdata(&record.data).unwrap());
+            assert_eq!(read.ttl, 60);
+            assert_eq!(read.name, record.name);
+        }
+        // The MX exchange keeps its letter case and is not compressed against the owner.
+        assert!(parsed.records[2].rdata.ends_with(b"\x02mx\x05Other\x00"));
+    }
+}
