@@ -25,9 +25,6 @@ pub struct SecondaryZoneConfig {
     pub name: String,
     /// The primaries (`addr:port`), asked in order.
     pub primaries: Vec<SocketAddr>,
-    /// TSIG key name for requests (not yet used: transfers are unsigned until TSIG lands).
-    #[serde(default)]
-    pub key: Option<String>,
     /// The on-disk copy. Default: `<dir>/<name>.zone`.
     #[serde(default)]
     pub file: Option<PathBuf>,

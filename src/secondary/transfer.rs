@@ -68,9 +68,9 @@ pub fn axfr(
     let mut records: Vec<Record> = Vec::new();
     let mut bytes = 0usize;
     for _ in 0..MAX_MESSAGES {
-        let message = read_message(&mut stream, primary)?;
+        let (message, length) = read_message_counted(&mut stream, primary)?;
         check_response(&message, primary)?;
-        bytes += message.answers.len() * 64;
+        bytes += length;
         for record in message.answers {
             let is_soa = record.record_type() == RecordType::SOA;
             if records.is_empty() && !is_soa {
@@ -135,6 +135,14 @@ fn send_query(
 }
 
 fn read_message(stream: &mut TcpStream, primary: SocketAddr) -> Result<Message, TransferError> {
+    read_message_counted(stream, primary).map(|(message, _)| message)
+}
+
+/// One length-prefixed message and its length in bytes.
+fn read_message_counted(
+    stream: &mut TcpStream,
+    primary: SocketAddr,
+) -> Result<(Message, usize), TransferError> {
     let io = |source| TransferError::Io {
         primary,
         action: "read the answer",
@@ -144,8 +152,9 @@ fn read_message(stream: &mut TcpStream, primary: SocketAddr) -> Result<Message, 
     stream.read_exact(&mut length).map_err(io)?;
     let mut body = vec![0u8; usize::from(u16::from_be_bytes(length))];
     stream.read_exact(&mut body).map_err(io)?;
-    Message::from_vec(&body)
-        .map_err(|e| TransferError::protocol(primary, format!("malformed message: {e}")))
+    let message = Message::from_vec(&body)
+        .map_err(|e| TransferError::protocol(primary, format!("malformed message: {e}")))?;
+    Ok((message, body.len()))
 }
 
 fn check_response(message: &Message, primary: SocketAddr) -> Result<(), TransferError> {
