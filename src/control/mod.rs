@@ -9,6 +9,7 @@
 
 pub mod edit;
 pub mod history;
+pub mod store;
 mod summary;
 
 pub use summary::summarize;
