@@ -28,18 +28,20 @@ pub struct EtcdStore {
 }
 
 impl EtcdStore {
-    /// Over a connected client; `keep` bounds each document's history.
-    pub fn new(client: Client, keys: Keys, keep: usize) -> Result<EtcdStore, StoreError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| StoreError::Backend(format!("starting the async runtime: {e}")))?;
-        Ok(EtcdStore {
+    /// Over a client connected on `runtime` (its connection lives on that runtime); `keep`
+    /// bounds each document's history.
+    pub fn new(
+        runtime: tokio::runtime::Runtime,
+        client: Client,
+        keys: Keys,
+        keep: usize,
+    ) -> EtcdStore {
+        EtcdStore {
             runtime,
             client: Mutex::new(client),
             keys,
             keep: keep.max(1),
-        })
+        }
     }
 
     /// Connects to the fleet's etcd (bounded by the client's own timeouts).
@@ -50,10 +52,10 @@ impl EtcdStore {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| StoreError::Backend(format!("starting the async runtime: {e}")))?;
+            .map_err(|e| backend("starting the async runtime", e))?;
         let client = runtime
             .block_on(super::client::connect(fleet))
-            .map_err(|e| StoreError::Backend(format!("connecting to etcd: {e}")))?;
+            .map_err(|e| backend("connecting to etcd", e))?;
         Ok(EtcdStore {
             runtime,
             client: Mutex::new(client),
@@ -85,7 +87,14 @@ impl EtcdStore {
             .clone();
         self.runtime
             .block_on(work(client, self.keys.clone()))
-            .map_err(|e| StoreError::Backend(format!("{}: {step}: {e}", self.location())))
+            .map_err(|e| backend(step, e))
+    }
+}
+
+fn backend(step: &str, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Backend {
+        step: step.to_owned(),
+        source: Box::new(e),
     }
 }
 
@@ -173,7 +182,7 @@ impl ControlStore for EtcdStore {
         let summary = summary_of(current.as_ref().map(|c| c.text.as_str()), &text);
         let version =
             keys_store::version_json(serial, &author.source, &summary, &text, author.emergency)
-                .map_err(|e| StoreError::Backend(e.to_string()))?;
+                .map_err(|e| backend("encoding a history entry", e))?;
         let expected_revision = i64::try_from(expected).unwrap_or(i64::MAX);
         let written = text.clone();
         let landed = self
