@@ -360,7 +360,7 @@ fn open_store(config: &Config) -> Result<Store> {
             history_dir: None,
         });
     }
-    let history = history(&config)?;
+    let history = history(config)?;
     Ok(Store {
         history_dir: Some(history.dir().to_path_buf()),
         inner: Box::new(FileStore::new(control_path(config)?, history)),
