@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -74,6 +74,18 @@ pub struct BaseUrl {
 }
 
 impl BaseUrl {
+    /// The `Host` header: the authority, without the port when it is the scheme's default
+    /// (RFC 9110 7.2).
+    pub fn host_header(&self) -> &str {
+        let default = match self.scheme {
+            Scheme::Http => ":80",
+            Scheme::Https => ":443",
+        };
+        self.authority
+            .strip_suffix(default)
+            .unwrap_or(&self.authority)
+    }
+
     /// A plain-HTTP target at `host:port` (the admin endpoint).
     pub fn plain(authority: &str) -> Self {
         let host = match authority.rsplit_once(':') {
@@ -233,34 +245,55 @@ pub async fn send(
             addr: base.authority.clone(),
             source: std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"),
         })??;
-    let exchange = async {
-        match base.scheme {
-            Scheme::Http => exchange(stream, base, request, max_response).await,
-            Scheme::Https => {
-                let tls_error = |reason: String| HttpError::Tls {
-                    addr: base.authority.clone(),
-                    reason,
-                };
-                let config = match tls {
-                    Some(config) => config.clone(),
-                    None => tls_config(None).map_err(tls_error)?,
-                };
-                let name = rustls::pki_types::ServerName::try_from(base.host.clone())
-                    .map_err(|e| tls_error(format!("server name {:?}: {e}", base.host)))?;
-                let stream = tokio_rustls::TlsConnector::from(config)
-                    .connect(name, stream)
-                    .await
-                    .map_err(|e| tls_error(e.to_string()))?;
-                exchange(stream, base, request, max_response).await
-            }
-        }
-    };
+    let exchange = send_over(stream, base, tls, request, BodyLimit::Refuse(max_response));
     tokio::time::timeout_at(deadline, exchange)
         .await
         .map_err(|_| HttpError::Timeout {
             addr: base.authority.clone(),
             timeout,
         })?
+}
+
+/// How much of a response body is read, and what a longer one is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLimit {
+    /// A longer body is an error ([`HttpError::TooLarge`]).
+    Refuse(u64),
+    /// The body is its first bytes, the rest is not read; and a connection that ends before
+    /// the announced end of the body (a TLS server that closes without close_notify) ends the
+    /// body. For a health check, which judges the status and the start of the body.
+    Truncate(u64),
+}
+
+/// [`send`] over a connection the caller opened (the health checks resolve names through their
+/// own bounded lookups). Not bounded in time: the caller bounds it.
+pub async fn send_over(
+    stream: TcpStream,
+    base: &BaseUrl,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    request: Request<'_>,
+    limit: BodyLimit,
+) -> Result<Response, HttpError> {
+    match base.scheme {
+        Scheme::Http => exchange(stream, base, request, limit).await,
+        Scheme::Https => {
+            let tls_error = |reason: String| HttpError::Tls {
+                addr: base.authority.clone(),
+                reason,
+            };
+            let config = match tls {
+                Some(config) => config.clone(),
+                None => tls_config(None).map_err(tls_error)?,
+            };
+            let name = rustls::pki_types::ServerName::try_from(base.host.clone())
+                .map_err(|e| tls_error(format!("server name {:?}: {e}", base.host)))?;
+            let stream = tokio_rustls::TlsConnector::from(config)
+                .connect(name, stream)
+                .await
+                .map_err(|e| tls_error(e.to_string()))?;
+            exchange(stream, base, request, limit).await
+        }
+    }
 }
 
 async fn connect(authority: &str) -> Result<TcpStream, HttpError> {
@@ -288,7 +321,7 @@ async fn exchange<S>(
     stream: S,
     base: &BaseUrl,
     request: Request<'_>,
-    max_response: u64,
+    limit: BodyLimit,
 ) -> Result<Response, HttpError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -307,7 +340,7 @@ where
     let mut builder = hyper::Request::builder()
         .method(request.method)
         .uri(format!("{}{}", base.prefix, request.path))
-        .header(http::header::HOST, &base.authority)
+        .header(http::header::HOST, base.host_header())
         .header(http::header::CONNECTION, "close");
     if !request.body.is_empty() {
         builder = builder.header(http::header::CONTENT_TYPE, "application/json");
@@ -327,21 +360,7 @@ where
             .await
             .map_err(|e| http_error(e.to_string()))?;
         let status = response.status().as_u16();
-        let limit = usize::try_from(max_response).unwrap_or(usize::MAX);
-        let body = Limited::new(response.into_body(), limit)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    HttpError::TooLarge {
-                        addr: base.authority.clone(),
-                        limit: max_response,
-                    }
-                } else {
-                    http_error(e.to_string())
-                }
-            })?
-            .to_bytes();
+        let body = read_body(response.into_body(), limit, &base.authority).await?;
         Ok(Response {
             status,
             body: String::from_utf8_lossy(&body).into_owned(),
@@ -354,6 +373,63 @@ where
         result = &mut receive => result,
         () = &mut driver => receive.await,
     }
+}
+
+/// Reads the body of a response within `limit`.
+async fn read_body(
+    mut body: hyper::body::Incoming,
+    limit: BodyLimit,
+    addr: &str,
+) -> Result<Vec<u8>, HttpError> {
+    let (max, truncate) = match limit {
+        BodyLimit::Refuse(max) => (max, false),
+        BodyLimit::Truncate(max) => (max, true),
+    };
+    let max = usize::try_from(max).unwrap_or(usize::MAX);
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) if truncate && ended_early(&e) => break,
+            Err(e) => {
+                return Err(HttpError::Http {
+                    addr: addr.to_string(),
+                    what: e.to_string(),
+                })
+            }
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let room = max - read.len();
+        if data.len() > room {
+            if !truncate {
+                return Err(HttpError::TooLarge {
+                    addr: addr.to_string(),
+                    limit: max as u64,
+                });
+            }
+            read.extend_from_slice(&data[..room]);
+            break;
+        }
+        read.extend_from_slice(&data);
+    }
+    Ok(read)
+}
+
+/// The connection ended before the body did (an unexpected end of file somewhere in the
+/// error's chain of causes).
+fn ended_early(error: &hyper::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::UnexpectedEof {
+                return true;
+            }
+        }
+        cause = e.source();
+    }
+    error.is_incomplete_message()
 }
 
 /// Percent-encodes a query-string value (RFC 3986 unreserved characters pass).

@@ -596,3 +596,61 @@ fn json_logs_carry_the_sampled_query_log() {
         lines.join("\n")
     );
 }
+
+#[test]
+fn supervised_threads_and_tasks_show_in_status_metrics_and_the_cli() {
+    let setup = Setup::new("metrics-supervisor");
+    let server = setup.start();
+    // Read status between two scrapes that agree, so the three describe the same moment.
+    let (status, scrape) = consistent_reading(|| {
+        let first = Metrics::scrape(server.admin);
+        let status = server.status();
+        let second = Metrics::scrape(server.admin);
+        let running = |m: &Metrics| m.gauge("steerdns_supervised_parts_running", &[]);
+        (running(&first) == running(&second)).then_some((status, second))
+    });
+    let parts = &status["supervisor"];
+    let running = parts["running"].as_u64().expect("supervisor.running");
+    let started = parts["started"].as_u64().expect("supervisor.started");
+    // At least the TCP listener, the admin endpoint and the control file's watch.
+    assert!(running >= 3, "{parts}");
+    assert!(started >= running, "{parts}");
+    assert_eq!(parts["unexpected_exits"].as_u64(), Some(0), "{parts}");
+    assert!(parts["last_unexpected"].is_null(), "{parts}");
+    assert_eq!(
+        scrape.gauge("steerdns_supervised_parts_running", &[]),
+        Some(running as f64)
+    );
+    assert_eq!(
+        scrape.counter("steerdns_supervised_parts_started_total", &[]),
+        started as f64
+    );
+    assert_eq!(
+        scrape.counter("steerdns_supervised_parts_unexpected_exits_total", &[]),
+        0.0
+    );
+    let out = server.cli(&["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "supervised threads and tasks: {running} running of {started} started; none ended unexpectedly"
+        )),
+        "{text}"
+    );
+}
+
+/// Retries `probe` until it gives a value (within [`WAIT`]).
+fn consistent_reading<T>(mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no consistent reading within {WAIT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use crate::fleet::origin::FleetOrigin;
 use crate::metrics::per_snapshot::{self, Series};
 use crate::metrics::serving::{serving, ConnectionEvent, ServingTotals, RCODES, TRANSPORTS};
+use crate::metrics::supervisor::{SupervisorStatus, SupervisorView};
 use crate::policy::{ProfileId, ProfileKindTag};
 use crate::reload::{Reloader, Status};
 use crate::shield::live::ShieldStatus;
@@ -53,10 +54,16 @@ pub struct Scrape {
     safety: crate::safety::tally::SafetyStatus,
     /// Practice drills: runs, last measured times, alerts.
     drills: crate::drill::log::DrillStatus,
+    /// The daemon's supervised threads and tasks.
+    supervisor: SupervisorView,
 }
 
 /// Reads the state to report; `fleet` is the node's fleet origin (`None`: single node).
-pub fn gather(reloader: &Reloader, fleet: Option<&FleetOrigin>) -> Scrape {
+pub fn gather(
+    reloader: &Reloader,
+    fleet: Option<&FleetOrigin>,
+    supervisor: &SupervisorStatus,
+) -> Scrape {
     let (snapshot, status) = reloader.snapshot_and_status();
     let shield = reloader.shield();
     let now = SystemTime::now();
@@ -99,12 +106,17 @@ pub fn gather(reloader: &Reloader, fleet: Option<&FleetOrigin>) -> Scrape {
         descriptors: crate::descriptors::status(),
         safety: crate::safety::tally::status(),
         drills: crate::drill::log::status(),
+        supervisor: supervisor.view(),
     }
 }
 
 /// The Prometheus text exposition of the server's state.
-pub fn render(reloader: &Reloader, fleet: Option<&FleetOrigin>) -> Result<String, fmt::Error> {
-    encode(gather(reloader, fleet))
+pub fn render(
+    reloader: &Reloader,
+    fleet: Option<&FleetOrigin>,
+    supervisor: &SupervisorStatus,
+) -> Result<String, fmt::Error> {
+    encode(gather(reloader, fleet, supervisor))
 }
 
 /// Encodes a scrape (separate from [`gather`] so tests can encode made-up numbers).
@@ -1096,6 +1108,7 @@ impl Collector for Scrape {
         self.encode_shield(&mut encoder)?;
         self.encode_xdp(&mut encoder)?;
         self.encode_admin(&mut encoder)?;
+        self.encode_supervisor(&mut encoder)?;
         encode_safety(&mut encoder, &self.safety)?;
         encode_drills(&mut encoder, &self.drills)?;
         self.encode_fleet(&mut encoder)
@@ -1103,6 +1116,30 @@ impl Collector for Scrape {
 }
 
 impl Scrape {
+    /// The daemon's supervised threads and tasks ([`crate::daemon::Supervisor`]).
+    fn encode_supervisor(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let s = &self.supervisor;
+        gauge(
+            encoder,
+            "steerdns_supervised_parts_running",
+            "Threads and tasks of the daemon running now (listeners, reloads, fleet, probes...).",
+            s.running as f64,
+        )?;
+        counter(
+            encoder,
+            "steerdns_supervised_parts_started",
+            "Threads and tasks the daemon started.",
+            s.started as u64,
+        )?;
+        counter(
+            encoder,
+            "steerdns_supervised_parts_unexpected_exits",
+            "Threads and tasks that ended before shutdown or panicked (logged at ERROR with \
+             the part's name; /v1/status names the last one). Alert on any increase.",
+            s.unexpected_exits,
+        )
+    }
+
     /// The admin endpoint's connections and the descriptor budget ([`crate::descriptors`]).
     fn encode_admin(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
         let a = &self.admin;

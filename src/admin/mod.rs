@@ -25,6 +25,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use crate::fleet::origin::FleetOrigin;
+use crate::metrics::supervisor::{SupervisorStatus, SupervisorView};
 use crate::policy::RegionOverride;
 use crate::reload::{Reloader, Status, Trigger};
 use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
@@ -49,6 +50,8 @@ pub struct AdminState {
     pub hosts: Arc<AllowedHosts>,
     /// The fleet node's control origin (`None`: single node), for the `--direct` routes.
     pub fleet: Option<Arc<FleetOrigin>>,
+    /// The daemon's threads and tasks (status and metrics show them).
+    pub supervisor: Arc<SupervisorStatus>,
 }
 
 /// What `Host` (and the host of a write's `Origin`/`Referer`) may name.
@@ -91,17 +94,16 @@ impl AllowedHosts {
 
     /// An `Origin` or `Referer` value: allowed when it is an http(s) URL whose host is.
     pub fn allows_url(&self, url: &str) -> bool {
-        let rest = url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"));
-        let Some(rest) = rest else {
-            return false; // "null", file:, other schemes
+        let Ok(uri) = url.parse::<http::Uri>() else {
+            return false; // "null" and what is not a URL
         };
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        if authority.contains('@') {
-            return false;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return false; // file:, other schemes
         }
-        self.allows(authority)
+        match uri.authority() {
+            Some(authority) if !authority.as_str().contains('@') => self.allows(authority.as_str()),
+            _ => false,
+        }
     }
 }
 
@@ -258,6 +260,10 @@ pub struct StatusView {
     /// Zones to sign that are not served because their keys could not be read, and why.
     #[serde(default)]
     pub dnssec_not_served: Vec<crate::snapshot::load::NotServed>,
+    /// The daemon's supervised threads and tasks: running, started, ended unexpectedly
+    /// (absent from servers older than the supervisor).
+    #[serde(default)]
+    pub supervisor: Option<SupervisorView>,
 }
 
 /// DNS Cookies and the demand they prove, as status shows them.
@@ -474,7 +480,11 @@ pub fn profile_views(
 }
 
 /// What `/v1/status` shows; `fleet` is the node's fleet origin (`None`: single node).
-pub fn status_view(reloader: &Reloader, fleet: Option<&FleetOrigin>) -> StatusView {
+pub fn status_view(
+    reloader: &Reloader,
+    fleet: Option<&FleetOrigin>,
+    supervisor: &SupervisorStatus,
+) -> StatusView {
     let (snapshot, status) = reloader.snapshot_and_status();
     let mut profiles = BTreeMap::new();
     let mut regions = BTreeMap::new();
@@ -524,6 +534,7 @@ pub fn status_view(reloader: &Reloader, fleet: Option<&FleetOrigin>) -> StatusVi
         descriptors: Some(crate::descriptors::status()),
         safety: crate::safety::tally::status(),
         drills: crate::drill::log::status(),
+        supervisor: Some(supervisor.view()),
     }
 }
 
@@ -548,13 +559,18 @@ fn destination_name(
 async fn status(State(state): State<AdminState>) -> Response {
     // Reads what the reloader published: never waits for a reload in progress (which holds
     // the reloader's lock across the history's fsyncs), so it can run on an async worker.
-    Json(status_view(&state.reloader, state.fleet.as_deref())).into_response()
+    Json(status_view(
+        &state.reloader,
+        state.fleet.as_deref(),
+        &state.supervisor,
+    ))
+    .into_response()
 }
 
 /// `GET /metrics`: Prometheus text format (see [`crate::metrics`]).
 async fn metrics(State(state): State<AdminState>) -> Response {
     use axum::http::header::CONTENT_TYPE;
-    match metrics::render(&state.reloader, state.fleet.as_deref()) {
+    match metrics::render(&state.reloader, state.fleet.as_deref(), &state.supervisor) {
         Ok(text) => ([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -715,11 +731,14 @@ mod tests {
         }
         assert!(hosts.allows_url("http://127.0.0.1:5380"));
         assert!(hosts.allows_url("http://localhost:5380/dashboard?x=1"));
+        assert!(hosts.allows_url("HTTP://LOCALHOST:5380"));
         for bad in [
             "null",
             "http://evil.example",
             "https://evil.example/http://127.0.0.1",
             "http://127.0.0.1@evil.example/",
+            "http://evil.example#@127.0.0.1",
+            "HTTP://evil.example",
             "file:///etc",
         ] {
             assert!(!hosts.allows_url(bad), "{bad}");

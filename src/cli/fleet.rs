@@ -621,7 +621,7 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
         // A node the rollout holds at the last known good is where it should be.
         let held = |node: &NodeRecord| match (&staged, &control) {
             (Some(record), Some(control)) if node.rollout.is_some() => {
-                let target = record.target(&node.name, control);
+                let target = record.assignment(&node.name, control);
                 target.held && node.revision == target.revision
             }
             _ => false,

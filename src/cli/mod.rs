@@ -584,6 +584,9 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     for w in &c.warnings {
         println!("warning: {w}");
     }
+    if let Some(parts) = &status.supervisor {
+        print_supervisor(parts);
+    }
     if let Some(f) = &status.fleet {
         println!(
             "fleet node {} ({} under {}): etcd link {} for {:.0} s; serving revision {} (newest seen {}){}{}",
@@ -635,6 +638,20 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     }
     print_connection_limits(&status);
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_supervisor(parts: &steerdns::metrics::supervisor::SupervisorView) {
+    print!(
+        "supervised threads and tasks: {} running of {} started",
+        parts.running, parts.started
+    );
+    match &parts.last_unexpected {
+        Some(last) => println!(
+            "; {} ENDED UNEXPECTEDLY (last: {last}; see the log)",
+            parts.unexpected_exits
+        ),
+        None => println!("; none ended unexpectedly"),
+    }
 }
 
 /// A local override as status and `fleet status` print it.

@@ -212,6 +212,7 @@ impl Daemon {
                 token: admin_token,
                 hosts: Arc::new(AllowedHosts::new(local, &config.admin.allowed_hosts)),
                 fleet: fleet.as_ref().map(|node| node.origin.clone()),
+                supervisor: supervisor.status(),
             };
             let limits = crate::admin::connections::ConnectionLimits::from_config(&config.admin);
             supervisor.spawn_task("admin", crate::admin::serve(admin, state, limits));

@@ -1,12 +1,13 @@
 //! The supervisor: owns every thread and async task the daemon starts. Each has a name; one
 //! shutdown signal reaches all of them; `stop` signals, runs the stoppers (UDP workers, XDP)
 //! and joins everything. A task or thread that ends before shutdown (or panics) is logged and
-//! counted in [`SupervisorStatus`], never silently gone.
+//! counted in [`SupervisorStatus`] (shown in status and metrics), never silently gone.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+
+pub use crate::metrics::supervisor::SupervisorStatus;
 
 /// The one shutdown signal, for threads (`sleep`) and tasks (`stopped`).
 #[derive(Clone)]
@@ -54,55 +55,6 @@ impl Shutdown {
             *stopped = true;
         }
         wake.notify_all();
-    }
-}
-
-/// What the supervisor knows about its parts (for status and tests).
-#[derive(Debug, Default)]
-pub struct SupervisorStatus {
-    running: AtomicUsize,
-    started: AtomicUsize,
-    unexpected_exits: AtomicU64,
-    last_unexpected: Mutex<Option<String>>,
-}
-
-impl SupervisorStatus {
-    /// Threads and tasks running now.
-    pub fn running(&self) -> usize {
-        self.running.load(Ordering::Relaxed)
-    }
-
-    /// Threads and tasks started since the daemon started.
-    pub fn started(&self) -> usize {
-        self.started.load(Ordering::Relaxed)
-    }
-
-    /// Threads and tasks that ended before shutdown, or panicked.
-    pub fn unexpected_exits(&self) -> u64 {
-        self.unexpected_exits.load(Ordering::Relaxed)
-    }
-
-    /// The name of the last part that ended unexpectedly.
-    pub fn last_unexpected(&self) -> Option<String> {
-        self.last_unexpected.lock().ok().and_then(|g| g.clone())
-    }
-
-    fn begin(&self) {
-        self.started.fetch_add(1, Ordering::Relaxed);
-        self.running.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A part ended: reported as an error unless shutdown was asked for.
-    fn end(&self, name: &str, shutdown: &Shutdown, panicked: bool) {
-        self.running.fetch_sub(1, Ordering::Relaxed);
-        if panicked || !shutdown.is_set() {
-            let how = if panicked { "panicked" } else { "ended" };
-            tracing::error!("{name} {how} before shutdown; it no longer runs");
-            self.unexpected_exits.fetch_add(1, Ordering::Relaxed);
-            if let Ok(mut last) = self.last_unexpected.lock() {
-                *last = Some(name.to_string());
-            }
-        }
     }
 }
 
@@ -175,7 +127,7 @@ impl Supervisor {
                     false
                 }
             };
-            status.end(&label, &shutdown, panicked);
+            status.end(&label, shutdown.is_set(), panicked);
         });
         self.tasks.push((name, handle));
     }
@@ -197,7 +149,7 @@ impl Supervisor {
             .spawn(move || {
                 let run = std::panic::AssertUnwindSafe(|| body(shutdown.clone()));
                 let panicked = std::panic::catch_unwind(run).is_err();
-                status.end(&label, &shutdown, panicked);
+                status.end(&label, shutdown.is_set(), panicked);
             });
         match spawned {
             Ok(handle) => {
@@ -205,7 +157,7 @@ impl Supervisor {
                 Ok(())
             }
             Err(e) => {
-                self.status.running.fetch_sub(1, Ordering::Relaxed);
+                self.status.never_began();
                 Err(e)
             }
         }

@@ -1,11 +1,12 @@
 //! The DNS wire protocol: reading queries in place ([`wire`]), writing messages with
 //! compression ([`writer`]), DNSSEC's canonical order ([`canonical`]), DNS Cookies
-//! ([`cookie`]), and who asked ([`wire::Requester`]).
+//! ([`cookie`]), TSIG signatures and key files ([`tsig`]), and who asked ([`wire::Requester`]).
 //!
 //! Owns byte-level correctness (header flags, EDNS, ECS, truncation, letter case). The lowest
 //! layer: it imports nothing else of steerdns. Answering a query is [`crate::answer`].
 
 pub mod canonical;
 pub mod cookie;
+pub mod tsig;
 pub mod wire;
 pub mod writer;

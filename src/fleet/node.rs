@@ -18,7 +18,7 @@ use etcd_client::{Client, EventType, WatchOptions};
 use super::bundles::{BundleRecord, BundleReport};
 use super::client::{connect, grant_lease, Lease};
 use super::origin::{FleetOrigin, Remote};
-use super::rollout::{self as staged, RolloutRecord, Target};
+use super::rollout::{self as staged, Assignment, RolloutRecord};
 use super::session::{keep_every, Attempt, Reconnect};
 use super::status::RolloutView;
 use super::store::{self, Member, NodeRecord, NodeRefusal};
@@ -316,7 +316,7 @@ enum Seen {
 /// Without a readable rollout state the node *holds*: it keeps what it serves (never the
 /// newest version unstaged) until the coordinator re-creates the state or an operator resets it.
 async fn apply(ctx: &Ctx, control: &store::Control, rollout: &Seen) {
-    let newest = || Target {
+    let newest = || Assignment {
         text: control.text.clone(),
         revision: control.revision,
         serial: control.serial,
@@ -351,7 +351,7 @@ async fn apply(ctx: &Ctx, control: &store::Control, rollout: &Seen) {
         }
         (Some(_), Seen::Record(record)) => {
             ctx.origin.set_bad_records("node", Vec::new());
-            let target = record.target(&ctx.info.name, control);
+            let target = record.assignment(&ctx.info.name, control);
             ctx.origin
                 .set_rollout(Some(view(record, &ctx.info.name, &target)));
             if target.held {
@@ -400,7 +400,7 @@ async fn apply_bundle(ctx: &Ctx, record: &BundleRecord) {
 }
 
 /// The rollout as status shows it on this node.
-fn view(record: &RolloutRecord, node: &str, target: &Target) -> RolloutView {
+fn view(record: &RolloutRecord, node: &str, target: &Assignment) -> RolloutView {
     let rollout = &record.rollout;
     let (phase, halted) = match &rollout.phase {
         Phase::Running => ("running", None),

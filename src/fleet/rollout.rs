@@ -1,7 +1,7 @@
 //! A fleet's staged rollout in etcd: the [`RolloutRecord`] under `<prefix>/rollout/state` (the
 //! pure [`Rollout`] plus the texts of the candidate and of the last known good, so that a node
 //! can serve either without another read), reading it, writing it by compare-and-swap, the
-//! nodes' reports from the registry, and which version a node may serve ([`RolloutRecord::target`]).
+//! nodes' reports from the registry, and which version a node may serve ([`RolloutRecord::assignment`]).
 //!
 //! The decisions are the pure core's (`crate::rollout`); the coordinator (`super::coordinator`)
 //! drives it, the CLI resumes and aborts it. Versions are identified by their etcd control
@@ -30,7 +30,7 @@ pub struct RolloutRecord {
 
 /// A version a node is to serve.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub struct Assignment {
     pub text: String,
     pub revision: i64,
     pub serial: u64,
@@ -107,9 +107,9 @@ impl RolloutRecord {
     /// What `node` may serve while the fleet's newest control version is `control`: the
     /// candidate if the rollout released it to the node's wave, else the last known good. A
     /// version the coordinator has not begun rolling out yet is held back everywhere.
-    pub fn target(&self, node: &str, control: &Control) -> Target {
+    pub fn assignment(&self, node: &str, control: &Control) -> Assignment {
         if self.is_about(control) && self.rollout.allowed(node) == self.rollout.candidate {
-            return Target {
+            return Assignment {
                 text: self.candidate_text.clone(),
                 revision: self.rollout.candidate as i64,
                 serial: self.candidate_serial,
@@ -125,7 +125,7 @@ impl RolloutRecord {
         } else {
             self.last_known_good()
         };
-        Target {
+        Assignment {
             held: revision != control.revision,
             text,
             revision,
@@ -407,7 +407,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((record.rollout.lkg, record.lkg_serial), (5, 1));
         assert!(!record.is_about(&newest), "{line}");
-        assert_eq!(record.target("ns1", &newest).revision, 5);
+        assert_eq!(record.assignment("ns1", &newest).revision, 5);
         // Every node serves the newest: settled there.
         let (record, _) = recovered(&newest, &history, &serving(&[Some(9), Some(9)]), 0)
             .unwrap_or_else(|e| panic!("{e}"));
@@ -434,7 +434,7 @@ mod tests {
     }
 
     #[test]
-    fn targets_follow_the_waves_and_hold_unbegun_versions() {
+    fn assignments_follow_the_waves_and_hold_unbegun_versions() {
         let plan = Plan {
             waves: vec![vec!["ns1".into()], vec!["ns2".into()]],
             ..Plan::default()
@@ -446,13 +446,13 @@ mod tests {
         let first = RolloutRecord::settled(&control(5, 1), 0);
         let next = control(9, 2);
         // Written, not begun yet: everyone holds at the last known good.
-        let held = first.target("ns1", &next);
+        let held = first.assignment("ns1", &next);
         assert_eq!((held.revision, held.serial, held.held), (5, 1, true));
         let record = first.begin(&next, "x", false, &plan, &reports, 0);
-        let canary = record.target("ns1", &next);
+        let canary = record.assignment("ns1", &next);
         assert_eq!((canary.revision, canary.held), (9, false));
         assert_eq!(canary.text, next.text);
-        let waiting = record.target("ns2", &next);
+        let waiting = record.assignment("ns2", &next);
         assert_eq!((waiting.revision, waiting.held), (5, true));
         // Completed: the candidate is the last known good for the next change.
         let mut done = record.clone();

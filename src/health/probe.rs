@@ -5,15 +5,15 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio_rustls::rustls;
 
 use crate::hash::{fnv1a64_more, FNV1A64_OFFSET_BASIS};
+use crate::http_client::{self, BaseUrl, BodyLimit, Request, Response, Scheme};
 use crate::policy::monitor::{Check, TlsCheck};
 
-/// Most bytes of an HTTP response read (status line, headers and the start of the body).
-const MAX_RESPONSE: usize = 64 * 1024 + 8 * 1024;
+/// Most bytes of an HTTP response body read: `expect_body` is looked for in its start.
+const MAX_BODY: u64 = 64 * 1024;
 
 /// Runs one check.
 pub async fn check(check: &Check, agent: &str) -> Result<(), String> {
@@ -31,23 +31,24 @@ pub async fn check(check: &Check, agent: &str) -> Result<(), String> {
             body,
         } => {
             let stream = connect(host, *port).await?;
-            let request = format!(
-                "GET {path} HTTP/1.0\r\nHost: {}\r\nUser-Agent: {agent}\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-                host_header(host, *port, tls.is_some())
-            );
-            let response = match tls {
-                None => exchange(stream, request.as_bytes()).await?,
-                Some(mode) => {
-                    let config = client_config(mode)?;
-                    let name = rustls::pki_types::ServerName::try_from(host.clone())
-                        .map_err(|e| format!("TLS server name {host:?}: {e}"))?;
-                    let tls = tokio_rustls::TlsConnector::from(config)
-                        .connect(name, stream)
-                        .await
-                        .map_err(|e| format!("TLS: {e}"))?;
-                    exchange(tls, request.as_bytes()).await?
-                }
+            let base = http_base(host, *port, tls.is_some());
+            let tls = tls.as_ref().map(client_config).transpose()?;
+            let headers = [format!("User-Agent: {agent}"), "Accept: */*".to_owned()];
+            let request = Request {
+                method: "GET",
+                path,
+                headers: &headers,
+                body: b"",
             };
+            let response = http_client::send_over(
+                stream,
+                &base,
+                tls.as_ref(),
+                request,
+                BodyLimit::Truncate(MAX_BODY),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             judge_http(&response, *status, body.as_deref())
         }
         Check::Dns {
@@ -59,15 +60,18 @@ pub async fn check(check: &Check, agent: &str) -> Result<(), String> {
     }
 }
 
-fn host_header(host: &str, port: u16, tls: bool) -> String {
-    let host = if host.contains(':') {
+/// The check's target as a [`BaseUrl`] (IPv6 addresses in brackets, as in a URL).
+fn http_base(host: &str, port: u16, tls: bool) -> BaseUrl {
+    let bracketed = if host.contains(':') {
         format!("[{host}]")
     } else {
         host.to_owned()
     };
-    match (tls, port) {
-        (false, 80) | (true, 443) => host,
-        _ => format!("{host}:{port}"),
+    BaseUrl {
+        scheme: if tls { Scheme::Https } else { Scheme::Http },
+        authority: format!("{bracketed}:{port}"),
+        host: host.to_owned(),
+        prefix: String::new(),
     }
 }
 
@@ -88,67 +92,25 @@ async fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
     Err(last)
 }
 
-/// Sends the request and reads the response until the server closes or the limit.
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
-    request: &[u8],
-) -> Result<Vec<u8>, String> {
-    stream
-        .write_all(request)
-        .await
-        .map_err(|e| format!("sending the request: {e}"))?;
-    let mut response = Vec::with_capacity(4096);
-    let mut buf = [0u8; 4096];
-    while response.len() < MAX_RESPONSE {
-        match stream.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => response.extend_from_slice(&buf[..n]),
-            // A TLS server that closes without close_notify: what arrived is the response.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {
-                break
-            }
-            Err(e) => return Err(format!("reading the response: {e}")),
-        }
-    }
-    Ok(response)
-}
-
-/// Checks status code and body of an HTTP response.
-pub fn judge_http(response: &[u8], status: (u16, u16), body: Option<&str>) -> Result<(), String> {
-    let line_end = response
-        .windows(2)
-        .position(|w| w == b"\r\n")
-        .ok_or_else(|| "no HTTP status line in the response".to_owned())?;
-    let line = String::from_utf8_lossy(&response[..line_end]);
-    let mut parts = line.split_whitespace();
-    let code = match (parts.next(), parts.next()) {
-        (Some(version), Some(code)) if version.starts_with("HTTP/") => code.parse::<u16>().ok(),
-        _ => None,
-    }
-    .ok_or_else(|| format!("not an HTTP status line: {:?}", truncate(&line)))?;
+/// Checks the status code and the (start of the) body of an HTTP response.
+pub fn judge_http(
+    response: &Response,
+    status: (u16, u16),
+    body: Option<&str>,
+) -> Result<(), String> {
+    let code = response.status;
     if code < status.0 || code > status.1 {
         return Err(format!(
             "HTTP status {code}, expected {}..={}",
             status.0, status.1
         ));
     }
-    if let Some(wanted) = body {
-        let start = response
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .map_or(response.len(), |at| at + 4);
-        let found = response[start..]
-            .windows(wanted.len().max(1))
-            .any(|w| w == wanted.as_bytes());
-        if !found {
-            return Err(format!("body does not contain {wanted:?}"));
+    match body {
+        Some(wanted) if !response.body.contains(wanted) => {
+            Err(format!("body does not contain {wanted:?}"))
         }
+        _ => Ok(()),
     }
-    Ok(())
-}
-
-fn truncate(text: &str) -> String {
-    text.chars().take(60).collect()
 }
 
 async fn dns(host: &str, port: u16, name: &[u8], qtype: u16) -> Result<(), String> {
@@ -306,18 +268,95 @@ impl rustls::client::danger::ServerCertVerifier for Lenient {
 mod tests {
     use super::*;
 
-    #[test]
-    fn http_status_and_body_are_judged() {
+    /// A check of a one-shot server on loopback that answers `reply` to the first request.
+    async fn check_against(
+        reply: &'static [u8],
+        status: (u16, u16),
+        body: Option<&str>,
+    ) -> Result<(), String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = stream.write_all(reply).await;
+            String::from_utf8_lossy(&request).into_owned()
+        });
+        let http = Check::Http {
+            host: "127.0.0.1".to_owned(),
+            port,
+            path: "/healthz".to_owned(),
+            tls: None,
+            status,
+            body: body.map(str::to_owned),
+        };
+        let result = check(&http, "steerdns-test").await;
+        let request = server.await.unwrap();
+        assert!(
+            request.starts_with("GET /healthz HTTP/1.1\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains("user-agent: steerdns-test\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains(&format!("host: 127.0.0.1:{port}\r\n")),
+            "{request}"
+        );
+        result
+    }
+
+    #[tokio::test]
+    async fn http_status_and_body_are_judged() {
         let ok = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nall good\n";
-        assert_eq!(judge_http(ok, (200, 399), Some("good")), Ok(()));
-        let err = judge_http(ok, (200, 399), Some("ready")).unwrap_err();
+        assert_eq!(check_against(ok, (200, 399), Some("good")).await, Ok(()));
+        let err = check_against(ok, (200, 399), Some("ready"))
+            .await
+            .unwrap_err();
         assert!(err.contains("does not contain"), "{err}");
-        let err = judge_http(b"HTTP/1.1 503 Busy\r\n\r\n", (200, 399), None).unwrap_err();
+        let busy = b"HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n";
+        let err = check_against(busy, (200, 399), None).await.unwrap_err();
         assert!(err.contains("503"), "{err}");
-        assert!(judge_http(b"garbage", (200, 399), None).is_err());
-        assert!(judge_http(b"SSH-2.0-x\r\n", (200, 399), None).is_err());
+        assert!(check_against(b"garbage", (200, 399), None).await.is_err());
+        assert!(check_against(b"SSH-2.0-x\r\n", (200, 399), None)
+            .await
+            .is_err());
         // A header never counts as the body.
         let header_only = b"HTTP/1.0 200 OK\r\nX-Ready: good\r\n\r\n";
-        assert!(judge_http(header_only, (200, 200), Some("good")).is_err());
+        assert!(check_against(header_only, (200, 200), Some("good"))
+            .await
+            .is_err());
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_is_judged_decoded_and_a_long_one_by_its_start() {
+        // The chunk sizes sit between "all" and "good": only a decoded body contains "all good".
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nall \r\n4\r\ngood\r\n0\r\n\r\n";
+        assert_eq!(
+            check_against(chunked, (200, 200), Some("all good")).await,
+            Ok(())
+        );
+        // A body longer than the limit is judged by its start, not refused.
+        static LONG: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        let long = LONG.get_or_init(|| {
+            let mut r = b"HTTP/1.0 200 OK\r\n\r\nready ".to_vec();
+            r.resize(r.len() + 200 * 1024, b'x');
+            r.extend_from_slice(b" tail");
+            r
+        });
+        assert_eq!(check_against(long, (200, 200), Some("ready")).await, Ok(()));
+        let err = check_against(long, (200, 200), Some("tail"))
+            .await
+            .unwrap_err();
+        assert!(err.contains("does not contain"), "{err}");
     }
 }

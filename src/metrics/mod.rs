@@ -9,6 +9,7 @@
 //! - The scrape (reading counters, control-plane and shield status, encoding them with
 //!   `prometheus-client`) is [`crate::admin::metrics`], above the parts it reads.
 //! - [`querylog`]: one query in N logged at info.
+//! - [`supervisor`]: the daemon's threads and tasks, running and ended unexpectedly.
 //!
 //! The rule this module exists to keep: the serving path (respond, the UDP worker loop, a TCP
 //! connection) only does relaxed atomic adds into fixed arrays, in a per-thread slot
@@ -21,6 +22,7 @@ pub mod encrypted;
 pub mod per_snapshot;
 pub mod querylog;
 pub mod serving;
+pub mod supervisor;
 pub mod xdp;
 
 #[cfg(test)]

@@ -161,7 +161,7 @@ fn default_true() -> bool {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct MonitorConfig {
-    /// HTTP(S) check: `http://host:port/path` or `https://...`; GET, HTTP/1.0.
+    /// HTTP(S) check: `http://host:port/path` or `https://...`; GET, HTTP/1.1.
     #[serde(default)]
     pub url: Option<String>,
     /// TCP check: `host:port` accepts a connection.

@@ -59,7 +59,7 @@ pub enum TlsCheck {
 /// What one check does.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Check {
-    /// `GET path` over HTTP/1.0 (HTTPS when `tls` is set); passes on a status within
+    /// `GET path` over HTTP/1.1 (HTTPS when `tls` is set); passes on a status within
     /// `status` whose body contains `body`.
     Http {
         host: String,
@@ -233,38 +233,45 @@ fn refuse_foreign_fields(check: &Check, config: &MonitorConfig, path: &str, erro
 
 fn http_check(url: &str, config: &MonitorConfig, path: &str, errors: &mut Errors) -> Option<Check> {
     let field = format!("{path}.url");
-    let (https, rest) = if let Some(rest) = url.strip_prefix("http://") {
-        (false, rest)
-    } else if let Some(rest) = url.strip_prefix("https://") {
-        (true, rest)
-    } else {
-        errors.push(
-            field,
-            format!("{url:?} must start with http:// or https://"),
-        );
-        return None;
-    };
-    let (authority, request_path) = match rest.find(['/', '?']) {
-        Some(at) if rest.as_bytes().get(at) == Some(&b'?') => {
-            (&rest[..at], format!("/{}", &rest[at..]))
+    // One URL grammar for the project: http::Uri, as the HTTP client's base URLs.
+    let uri: http::Uri = match url.parse() {
+        Ok(uri) => uri,
+        Err(e) => {
+            errors.push(
+                field,
+                format!("{url:?} is not a URL ({e}; spaces and control characters must be percent-encoded)"),
+            );
+            return None;
         }
-        Some(at) => (&rest[..at], rest[at..].to_owned()),
-        None => (rest, "/".to_owned()),
+    };
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => {
+            errors.push(
+                field,
+                format!("{url:?} must start with http:// or https://"),
+            );
+            return None;
+        }
+    };
+    let Some(authority) = uri.authority().map(http::uri::Authority::as_str) else {
+        errors.push(field, format!("{url:?} names no host"));
+        return None;
     };
     if authority.contains('@') {
         errors.push(&field, "credentials in the URL are not supported");
         return None;
     }
-    if request_path
-        .bytes()
-        .any(|b| b.is_ascii_control() || b == b' ' || b == b'#')
-    {
-        errors.push(
-            &field,
-            "the path may not contain spaces, control characters or a fragment",
-        );
+    if url.contains('#') {
+        errors.push(&field, "a health check URL has no fragment ('#')");
         return None;
     }
+    let request_path = match uri.path_and_query().map_or("", |p| p.as_str()) {
+        "" => "/".to_owned(),
+        query if query.starts_with('?') => format!("/{query}"),
+        path => path.to_owned(),
+    };
     let (host, port) = host_port(
         authority,
         Some(if https { 443 } else { 80 }),

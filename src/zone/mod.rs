@@ -10,4 +10,5 @@ pub mod group;
 pub mod lookup;
 pub mod model;
 pub mod parse;
+pub mod transfer;
 pub mod validate;

@@ -338,6 +338,7 @@
       ["Config hash", status.config_hash ? String(status.config_hash).slice(0, 16) : "?"],
       ["Reloads", `${status.reloads_accepted || 0} accepted, ${status.reloads_refused || 0} refused`],
       ["Zones", (status.zones || []).map((z) => `${z.origin} (serial ${z.serial})`).join(", ") || "none"],
+      ...supervised(status),
       ...connectionLimits(status),
     ]);
     const refusal = status.last_refusal;
@@ -358,6 +359,16 @@
         "None: every region follows the shield."
       )
     );
+  }
+
+  // The daemon's threads and tasks (absent from older servers); one that ended early is named.
+  function supervised(status) {
+    const s = status.supervisor;
+    if (!s) return [];
+    const ended = s.last_unexpected
+      ? `${num(s.unexpected_exits)} ENDED UNEXPECTEDLY (last: ${s.last_unexpected})`
+      : "none ended unexpectedly";
+    return [["Threads and tasks", `${num(s.running)} running of ${num(s.started)} started; ${ended}`]];
   }
 
   // The admin endpoint's connections and the descriptor budget (absent from older servers).

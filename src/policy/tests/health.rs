@@ -211,6 +211,44 @@ monitor = {{ tcp = \"127.0.0.1:9\" }}
 }
 
 #[test]
+fn monitor_urls_are_parsed_into_host_port_and_request_path() {
+    let with = |a: &str, b: &str| {
+        format!(
+            "{TOPOLOGY}
+[profiles.f]
+type = \"failover\"
+ttl = 30
+[[profiles.f.endpoints]]
+name = \"a\"
+cname = \"a.example.net.\"
+{}
+[[profiles.f.endpoints]]
+name = \"b\"
+cname = \"b.example.net.\"
+{}
+",
+            monitor(a),
+            monitor(b)
+        )
+    };
+    let p = compile_ok(
+        &with(
+            "http://[::1]:8080?ready=1",
+            "https://Health.Example.NET/a/b%20c",
+        ),
+        &ControlKnobs::default(),
+    );
+    let targets: Vec<_> = p.monitors().iter().map(|m| m.target.as_str()).collect();
+    assert_eq!(
+        targets,
+        [
+            "http://[::1]:8080/?ready=1",
+            "https://health.example.net:443/a/b%20c"
+        ]
+    );
+}
+
+#[test]
 fn monitor_config_errors_say_why() {
     let with = |endpoint_extra: &str| {
         format!(
@@ -243,6 +281,31 @@ cname = \"b.example.net.\"
             "monitor = { url = \"ftp://x/\" }".to_owned(),
             "profiles.f.endpoints[0].monitor.url",
             "http:// or https://",
+        ),
+        (
+            "monitor = { url = \"http://user:secret@h/\" }".to_owned(),
+            "profiles.f.endpoints[0].monitor.url",
+            "credentials in the URL are not supported",
+        ),
+        (
+            "monitor = { url = \"http://h/a b\" }".to_owned(),
+            "profiles.f.endpoints[0].monitor.url",
+            "is not a URL",
+        ),
+        (
+            "monitor = { url = \"http://h/ready#top\" }".to_owned(),
+            "profiles.f.endpoints[0].monitor.url",
+            "no fragment",
+        ),
+        (
+            "monitor = { url = \"http://[::1/\" }".to_owned(),
+            "profiles.f.endpoints[0].monitor.url",
+            "is not a URL",
+        ),
+        (
+            "monitor = { url = \"http://h:0/\" }".to_owned(),
+            "profiles.f.endpoints[0].monitor.url",
+            "1..=65535",
         ),
         (
             "monitor = { tcp = \"127.0.0.1\" }".to_owned(),
