@@ -285,11 +285,8 @@ pub fn bump_serial(current: &str, edited: &str, floor: u64) -> Result<String, Ed
     if before.is_none() && after.is_none() {
         return Ok(edited.to_owned());
     }
-    let next = before
-        .unwrap_or(0)
-        .max(after.unwrap_or(0))
-        .max(floor)
-        .saturating_add(1);
+    let next =
+        crate::control::store::next_serial_above([before.unwrap_or(0), after.unwrap_or(0), floor]);
     set_serial(edited, next)
 }
 

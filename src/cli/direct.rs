@@ -165,12 +165,11 @@ pub(super) fn edit(
         Err(e) => bail!("{e}"),
     };
     print_overridden(&screened.overridden, &screened.unused);
-    let serial = reached
-        .iter()
-        .map(|v| v.serial.max(steerdns::fleet::store::serial_of(&v.text)))
-        .max()
-        .unwrap_or(0)
-        .saturating_add(1);
+    let serial = steerdns::control::store::next_serial_above(
+        reached
+            .iter()
+            .map(|v| v.serial.max(steerdns::fleet::store::serial_of(&v.text))),
+    );
     let text = set_serial(&screened.text, serial).map_err(|e| anyhow::anyhow!("{e}"))?;
     let body = serde_json::to_vec(&DirectRequest {
         text,

@@ -12,8 +12,6 @@ use etcd_client::Client;
 
 use steerdns::config::fleet::FleetConfig;
 use steerdns::config::Config;
-use steerdns::control::summarize;
-use steerdns::control::ControlFile;
 use steerdns::fleet::store::{self, Convergence, NodeRecord, WriteError};
 use steerdns::fleet::{client, FleetError, Keys};
 use steerdns::rfc3339;
@@ -305,35 +303,6 @@ fn refused(node: &NodeRecord, revision: i64) -> Option<Vec<String>> {
         .map(|r| r.reasons.clone())
 }
 
-pub fn history(config: &Config) -> Result<ExitCode> {
-    let fleet = fleet_of(config)?;
-    runtime()?.block_on(async {
-        let (mut client, keys) = connect(fleet).await?;
-        let current = store::get_control(&mut client, &keys)
-            .await
-            .map_err(|e| failed(fleet, "reading the control state", &e))?;
-        let versions = store::history(&mut client, &keys)
-            .await
-            .map_err(|e| failed(fleet, "reading the history", &e))?;
-        if versions.records.is_empty() {
-            println!("no fleet versions recorded yet under {}", keys.prefix());
-        }
-        print_bad(&versions.bad);
-        for v in versions.records {
-            let mark = if current.as_ref().map(|c| c.serial) == Some(v.serial) {
-                "*"
-            } else {
-                " "
-            };
-            println!(
-                "{mark}{:>6}  {}  rev {:<6}  {:<28}  {}",
-                v.serial, v.time, v.revision, v.source, v.summary
-            );
-        }
-        Ok(ExitCode::SUCCESS)
-    })
-}
-
 pub fn rollback(
     config: &Config,
     version: Option<u64>,
@@ -371,34 +340,6 @@ pub fn rollback(
         overrides,
         move |_| Ok(text.clone()),
     )
-}
-
-pub fn diff(config: &Config, a: u64, b: u64) -> Result<ExitCode> {
-    let fleet = fleet_of(config)?;
-    let (ta, tb) = runtime()?.block_on(async {
-        let (mut client, keys) = connect(fleet).await?;
-        let mut texts = Vec::new();
-        for serial in [a, b] {
-            let version = store::version(&mut client, &keys, serial)
-                .await
-                .map_err(|e| failed(fleet, "reading the history", &e))?
-                .with_context(|| format!("version {serial} is not in the fleet history"))?;
-            texts.push(version.text);
-        }
-        let tb = texts.pop().unwrap_or_default();
-        let ta = texts.pop().unwrap_or_default();
-        Ok::<_, anyhow::Error>((ta, tb))
-    })?;
-    let path = std::path::Path::new("control");
-    let (pa, pb) = (
-        ControlFile::parse(&ta, path).map_err(|e| anyhow::anyhow!("version {a}: {e}"))?,
-        ControlFile::parse(&tb, path).map_err(|e| anyhow::anyhow!("version {b}: {e}"))?,
-    );
-    println!("{a} -> {b}: {}", summarize(&pa, &pb));
-    for line in super::line_diff(&ta, &tb) {
-        println!("{line}");
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `steerdns fleet init --from FILE`: seeds an empty fleet (create-if-absent).

@@ -29,8 +29,10 @@ use steerdns::change::ChangeError;
 use steerdns::config::Config;
 use steerdns::control::edit::{parse_assignment, set_drain, set_gate, set_weights, EditError};
 use steerdns::control::history::History;
+use steerdns::control::store::{ControlStore, FileStore, StoreError, CONTROL};
 use steerdns::control::summarize;
 use steerdns::control::ControlFile;
+use steerdns::fleet::control_store::EtcdStore;
 use steerdns::reload::Source;
 use steerdns::snapshot::load::{load_with, ControlSource};
 
@@ -336,24 +338,118 @@ pub fn gate(
     write_edit(target, write, &what, |text| set_gate(text, name, value))
 }
 
+/// The control store the config names, chosen once: the fleet's etcd with `[fleet]`, else the
+/// local control file and its history.
+struct Store {
+    inner: Box<dyn ControlStore>,
+    fleet: Option<steerdns::config::fleet::FleetConfig>,
+    /// Where the file store's history is, for its messages.
+    history_dir: Option<PathBuf>,
+}
+
+fn open_store(config: &Config) -> Result<Store> {
+    if let Some(fleet_config) = &config.fleet {
+        let runtime = fleet::runtime()?;
+        let (client, keys) = runtime.block_on(fleet::connect(fleet_config))?;
+        let keep = fleet_config
+            .history_keep
+            .unwrap_or(config.control.history_keep);
+        return Ok(Store {
+            inner: Box::new(EtcdStore::new(runtime, client, keys, keep)),
+            fleet: Some(fleet_config.clone()),
+            history_dir: None,
+        });
+    }
+    let history = history(config)?;
+    Ok(Store {
+        history_dir: Some(history.dir().to_path_buf()),
+        inner: Box::new(FileStore::new(control_path(config)?, history)),
+        fleet: None,
+    })
+}
+
+impl Store {
+    /// A store error as the commands have always worded it (for etcd: which step, and
+    /// whether etcd is down or holds a bad value).
+    fn error(&self, e: StoreError) -> anyhow::Error {
+        if let (Some(fleet_config), StoreError::Backend { step, source }) = (&self.fleet, &e) {
+            if let Some(fleet_error) = source.downcast_ref::<steerdns::fleet::FleetError>() {
+                return fleet::failed(fleet_config, step, fleet_error);
+            }
+        }
+        anyhow::anyhow!("{e}")
+    }
+
+    /// What the commands call the history: the fleet's, or the local one.
+    fn history_name(&self) -> &'static str {
+        if self.fleet.is_some() {
+            "fleet history"
+        } else {
+            "history"
+        }
+    }
+}
+
 pub fn history_list(target: &Target) -> Result<ExitCode> {
     let config = target.config()?;
-    if config.fleet.is_some() {
-        return fleet::history(&config);
+    let store = open_store(&config)?;
+    let current = match &store.fleet {
+        Some(_) => store.inner.current(CONTROL).map_err(|e| store.error(e))?,
+        None => None,
+    };
+    let listed = store.inner.versions(CONTROL).map_err(|e| store.error(e))?;
+    if listed.versions.is_empty() {
+        match (&store.fleet, &store.history_dir) {
+            (Some(fleet_config), _) => {
+                println!(
+                    "no fleet versions recorded yet under {}",
+                    fleet_config.prefix
+                )
+            }
+            (None, Some(dir)) => {
+                println!("no accepted versions recorded yet in {}", dir.display())
+            }
+            (None, None) => {}
+        }
     }
-    let history = history(&config)?;
-    let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
-    if versions.is_empty() {
-        println!(
-            "no accepted versions recorded yet in {}",
-            history.dir().display()
-        );
+    if store.fleet.is_some() {
+        let bad: Vec<steerdns::fleet::store::BadRecord> = listed
+            .bad
+            .iter()
+            .map(|b| steerdns::fleet::store::BadRecord {
+                key: b.location.clone(),
+                reason: b.problem.clone(),
+                seen_by: String::new(),
+            })
+            .collect();
+        fleet::print_bad(&bad);
+    } else {
+        for b in &listed.bad {
+            tracing::warn!(
+                "{}: skipping control history entry: {}",
+                b.location,
+                b.problem
+            );
+        }
     }
-    for v in versions {
-        println!(
-            "{:>6}  {}  {:<20}  {}",
-            v.serial, v.time, v.source, v.summary
-        );
+    for v in listed.versions {
+        match v.revision.filter(|_| store.fleet.is_some()) {
+            Some(revision) => {
+                let mark = if current.as_ref().map(|c| c.serial) == Some(v.serial) {
+                    "*"
+                } else {
+                    " "
+                };
+                println!(
+                    "{mark}{:>6}  {}  rev {:<6}  {:<28}  {}",
+                    v.serial, v.time, revision, v.source, v.summary
+                );
+            }
+            None => println!(
+                "{:>6}  {}  {:<20}  {}",
+                v.serial, v.time, v.source, v.summary
+            ),
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -405,15 +501,13 @@ pub fn rollback(target: &Target, version: Option<u64>, write: &WriteArgs) -> Res
 
 pub fn diff(target: &Target, a: u64, b: u64) -> Result<ExitCode> {
     let config = target.config()?;
-    if config.fleet.is_some() {
-        return fleet::diff(&config, a, b);
-    }
-    let history = history(&config)?;
+    let store = open_store(&config)?;
     let get = |serial: u64| -> Result<String> {
-        let (_, text) = history
-            .get(serial)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .with_context(|| format!("version {serial} is not in the history"))?;
+        let (_, text) = store
+            .inner
+            .get(CONTROL, serial)
+            .map_err(|e| store.error(e))?
+            .with_context(|| format!("version {serial} is not in the {}", store.history_name()))?;
         Ok(text)
     };
     let (ta, tb) = (get(a)?, get(b)?);

@@ -342,7 +342,7 @@ pub fn bump_serial_above(text: &str, floor: u64) -> Result<(String, Option<u64>)
     let Some(current) = explicit_serial(text)? else {
         return Ok((text.to_owned(), None));
     };
-    let next = current.max(floor).saturating_add(1);
+    let next = super::store::next_serial_above([current, floor]);
     Ok((set_serial(text, next)?, Some(next)))
 }
 

@@ -416,7 +416,7 @@ fn remove_if_present(path: &Path) -> Result<(), HistoryError> {
 /// The serial for a newly accepted version: the file's own if it has one, else one above the
 /// newest recorded, starting at 1.
 pub fn next_serial(newest: Option<u64>, explicit: Option<u64>) -> u64 {
-    explicit.unwrap_or_else(|| newest.map_or(1, |n| n.saturating_add(1)))
+    explicit.unwrap_or_else(|| super::store::next_serial_above(newest))
 }
 
 #[cfg(test)]

@@ -118,9 +118,14 @@ pub enum StoreError {
     History(#[from] HistoryError),
     #[error("{location}: cannot read: {message}")]
     Read { location: String, message: String },
-    /// The backend (etcd) failed; the message names the step and the endpoint.
-    #[error("{0}")]
-    Backend(String),
+    /// The backend (etcd) failed at `step`; `source` is its own error (a `FleetError` for
+    /// etcd, which callers may look at to say more).
+    #[error("{step}: {source}")]
+    Backend {
+        step: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The write was sent but its answer was lost: it may have landed.
     #[error("{location}: the write of serial {serial} was not confirmed: {message}")]
     Unconfirmed {

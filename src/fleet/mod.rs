@@ -70,6 +70,7 @@
 
 pub mod bundles;
 pub mod client;
+pub mod control_store;
 pub mod coordinator;
 pub mod direct;
 pub mod health;

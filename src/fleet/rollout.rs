@@ -292,11 +292,11 @@ pub async fn write_back(
         return Err(FleetError::Other("the fleet has no control state".into()));
     };
     let (lkg_text, lkg_revision, _) = record.last_known_good();
-    let serial = current
-        .serial
-        .max(store::newest_history_serial(client, keys).await?)
-        .max(record.candidate_serial)
-        .saturating_add(1);
+    let serial = crate::control::store::next_serial_above([
+        current.serial,
+        store::newest_history_serial(client, keys).await?,
+        record.candidate_serial,
+    ]);
     let text = crate::control::edit::set_serial(&lkg_text, serial)
         .map_err(|e| FleetError::Other(e.to_string()))?;
     let summary = format!(

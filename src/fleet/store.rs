@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{FleetError, Keys};
 use crate::control::edit::set_serial;
+use crate::control::store::next_serial_above;
 use crate::control::summarize;
 use crate::control::ControlFile;
 use crate::rfc3339;
@@ -342,7 +343,7 @@ pub async fn seed(
     let mut serial = serial_of(text);
     let mut text = text.to_string();
     if serial <= floor {
-        serial = floor + 1;
+        serial = next_serial_above([floor]);
         text = set_serial(&text, serial).map_err(|e| FleetError::Other(e.to_string()))?;
     }
     let summary = summarize(
@@ -425,11 +426,11 @@ pub async fn update(
         for ignored in &ignored_floors {
             tracing::warn!("fleet write: {ignored}, above {MAX_SERIAL_FLOOR}; ignored");
         }
-        let serial = current
-            .serial
-            .max(newest_history_serial(client, keys).await?)
-            .max(floor)
-            .saturating_add(1);
+        let serial = next_serial_above([
+            current.serial,
+            newest_history_serial(client, keys).await?,
+            floor,
+        ]);
         let text = set_serial(&edited, serial).map_err(|e| WriteError::Edit(e.to_string()))?;
         taste(&text).map_err(WriteError::Refused)?;
         let path = Path::new("control");
@@ -440,32 +441,19 @@ pub async fn update(
             (Ok(before), Ok(after)) => summarize(&before, &after),
             _ => "control replaced".to_string(),
         };
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                keys.control(),
-                CompareOp::Equal,
-                current.revision,
-            )])
-            .and_then([
-                TxnOp::put(keys.control(), text.clone(), None),
-                TxnOp::put(
-                    keys.history(serial),
-                    version_json(serial, source, &summary, &text, emergency)?,
-                    None,
-                ),
-            ]);
-        let response = match client.txn(txn).await {
-            Ok(response) => response,
-            Err(e) => {
-                return Err(WriteError::Unconfirmed {
-                    serial,
-                    text,
-                    error: e.into(),
-                })
-            }
-        };
-        if response.succeeded() {
-            let revision = response.header().map_or(0, |h| h.revision());
+        let version = version_json(serial, source, &summary, &text, emergency)?;
+        let landed =
+            match write_version(client, keys, current.revision, &text, serial, version).await {
+                Ok(landed) => landed,
+                Err(error) => {
+                    return Err(WriteError::Unconfirmed {
+                        serial,
+                        text,
+                        error,
+                    })
+                }
+            };
+        if let Some(revision) = landed {
             if let Err(e) = prune_history(client, keys, keep).await {
                 tracing::warn!("fleet history not pruned: {e}");
             }
@@ -481,6 +469,33 @@ pub async fn update(
         }
     }
     Err(WriteError::Contended(MAX_WRITE_ATTEMPTS))
+}
+
+/// Writes `text` as the control version (and its history entry `version`, same transaction)
+/// only if the control key is still at `expected` (its `mod_revision`; 0: absent). Returns the
+/// new revision, or `None` when another writer got in first (nothing written). An error means
+/// the answer was lost: the write may have landed.
+pub async fn write_version(
+    client: &mut Client,
+    keys: &Keys,
+    expected: i64,
+    text: &str,
+    serial: u64,
+    version: String,
+) -> Result<Option<i64>, FleetError> {
+    let compare = if expected == 0 {
+        Compare::create_revision(keys.control(), CompareOp::Equal, 0)
+    } else {
+        Compare::mod_revision(keys.control(), CompareOp::Equal, expected)
+    };
+    let txn = Txn::new().when([compare]).and_then([
+        TxnOp::put(keys.control(), text.to_string(), None),
+        TxnOp::put(keys.history(serial), version, None),
+    ]);
+    let response = client.txn(txn).await?;
+    Ok(response
+        .succeeded()
+        .then(|| response.header().map_or(0, |h| h.revision())))
 }
 
 /// The largest serial a node's report may raise the next write's serial to. Above it a
