@@ -139,6 +139,25 @@ pub enum StoreError {
 pub trait ControlStore {
     /// Where the store is, for messages: the control file's path, or `etcd <prefix>`.
     fn location(&self) -> String;
+    /// Refuses a key the store does not hold (only [`CONTROL`] so far).
+    fn check_key(&self, key: &str) -> Result<(), StoreError> {
+        if key == CONTROL {
+            return Ok(());
+        }
+        Err(StoreError::UnknownKey {
+            location: self.location(),
+            key: key.to_owned(),
+        })
+    }
+    /// The refusal of a write that expected revision `expected` of `key` and found `found`.
+    fn conflict(&self, key: &str, expected: u64, found: u64) -> StoreError {
+        StoreError::Conflict {
+            location: self.location(),
+            key: key.to_owned(),
+            expected,
+            found,
+        }
+    }
     /// The document as it is now; `None` if it does not exist.
     fn current(&self, key: &str) -> Result<Option<Current>, StoreError>;
     /// Its recorded versions, oldest first (at most the store's bound).
@@ -191,16 +210,6 @@ impl FileStore {
 
     pub fn history(&self) -> &History {
         &self.history
-    }
-
-    fn check_key(&self, key: &str) -> Result<(), StoreError> {
-        if key == CONTROL {
-            return Ok(());
-        }
-        Err(StoreError::UnknownKey {
-            location: self.location(),
-            key: key.to_owned(),
-        })
     }
 
     fn read(&self) -> Result<Option<String>, StoreError> {
@@ -306,12 +315,7 @@ impl ControlStore for FileStore {
         let old = self.read()?;
         let found = old.as_deref().map_or(0, file_revision);
         if found != expected {
-            return Err(StoreError::Conflict {
-                location: self.location(),
-                key: key.to_owned(),
-                expected,
-                found,
-            });
+            return Err(self.conflict(key, expected, found));
         }
         let before = old
             .as_deref()

@@ -16,7 +16,7 @@ use super::store::{self as keys_store, FleetVersion};
 use super::{FleetError, Keys};
 use crate::control::store::{
     next_serial_above, summary_of, Author, BadEntry, ControlStore, Current, StoreError, Version,
-    Versions, Written, CONTROL,
+    Versions, Written,
 };
 
 /// The fleet's control documents in etcd.
@@ -61,16 +61,6 @@ impl EtcdStore {
             client: Mutex::new(client),
             keys: Keys::new(&fleet.prefix),
             keep: keep.max(1),
-        })
-    }
-
-    fn check_key(&self, key: &str) -> Result<(), StoreError> {
-        if key == CONTROL {
-            return Ok(());
-        }
-        Err(StoreError::UnknownKey {
-            location: self.location(),
-            key: key.to_owned(),
         })
     }
 
@@ -231,16 +221,5 @@ impl ControlStore for EtcdStore {
     fn watch_key(&self, key: &str) -> Result<String, StoreError> {
         self.check_key(key)?;
         Ok(self.keys.control())
-    }
-}
-
-impl EtcdStore {
-    fn conflict(&self, key: &str, expected: u64, found: u64) -> StoreError {
-        StoreError::Conflict {
-            location: self.location(),
-            key: key.to_owned(),
-            expected,
-            found,
-        }
     }
 }
