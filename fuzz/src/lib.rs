@@ -1,7 +1,7 @@
 //! The checks behind every fuzz target, as plain functions of the input bytes.
 //!
 //! Each `fuzz_targets/<name>.rs` calls the function of the same name here, and
-//! `tests/fuzz_regressions.rs` compiles this same file to replay every saved reproducer under
+//! `tests/offline/fuzz_regressions.rs` compiles this same file to replay every saved reproducer under
 //! `fuzz/regressions/<name>/` in a plain `cargo test`. A check "fails" by panicking: libFuzzer
 //! records the input as a crash, the regression test reports the file.
 //!

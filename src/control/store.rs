@@ -362,7 +362,7 @@ impl ControlStore for FileStore {
 }
 
 /// The contract every [`ControlStore`] keeps, run against the file store here and against a
-/// real etcd in `tests/control_store.rs`. `text(n)` must give distinct valid control texts
+/// real etcd in `tests/fleet/control_store.rs`. `text(n)` must give distinct valid control texts
 /// with an explicit serial; `keep` is the store's history bound (at least 2).
 pub mod contract {
     use super::*;

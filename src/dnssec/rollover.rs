@@ -638,7 +638,7 @@ mod tests {
     #[test]
     fn a_csk_rollover_never_leaves_the_cds_set_empty_at_any_second() {
         use super::super::zone::{parent_keys, sign_zone, SteeredTypes};
-        // The integration test's child (tests/dnssec_unbound.rs): a CSK living 20 s, DNSKEY and
+        // The integration test's child (tests/control/dnssec_unbound.rs): a CSK living 20 s, DNSKEY and
         // DS TTLs of 2 s, 4 s of propagation, a 2-second refresh period.
         let settings_in = |dir: &Path| {
             let section = super::super::DnssecConfig {

@@ -37,10 +37,9 @@ pub fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
-// The shared test harness (tests/common), for its TempDir and Etcd; control tests do not
-// declare `mod common` themselves.
-#[path = "../common/mod.rs"]
-pub mod common;
+// The shared test harness (tests/common, declared once at each test binary's root), for its
+// TempDir and Etcd.
+pub(crate) use crate::common;
 #[allow(unused_imports)]
 pub use common::backend::{closed_port, Backend, Reply};
 #[allow(unused_imports)]
