@@ -1,6 +1,10 @@
 //! The admin API's control writes (token required, like every write): `POST /v1/control`
-//! replaces the control file through the same path as the CLI (`crate::change::edit_file`:
-//! safety rules with overrides, serial, taste, compare-before-replace), then serves it;
+//! replaces the control file and `POST /v1/control/edit` applies one edit (a
+//! [`crate::control::edit::Edit`]: weights, a drain, a gate) to it, both through the same path
+//! as the CLI (`crate::change::edit_file`: safety rules with overrides, serial, taste against
+//! the snapshot served so unchanged zones are shared, compare-before-replace), then serve it;
+//! the CLI sends its edits here when the server answers, so a break-glass flip is not a whole
+//! load in the CLI followed by another in the server;
 //! `POST /v1/safety/check` evaluates a candidate without writing; `POST /v1/safety/refusals`
 //! is how the CLI reports a refusal it made, so that this server counts it by rule.
 
@@ -14,11 +18,13 @@ use serde::Deserialize;
 use super::AdminState;
 use crate::change::{edit_file, screen, ChangeError, OverrideRequest};
 use crate::config::Config;
+use crate::control::edit::Edit;
 use crate::safety::tally;
 
 pub fn routes() -> Router<AdminState> {
     Router::new()
         .route("/v1/control", post(write_control))
+        .route("/v1/control/edit", post(write_edit))
         .route("/v1/safety/check", post(check))
         .route("/v1/safety/refusals", post(refusals))
 }
@@ -115,12 +121,62 @@ fn refusal_response(error: ChangeError) -> Response {
     }
 }
 
+/// The body of `POST /v1/control/edit`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditRequest {
+    pub edit: Edit,
+    #[serde(default)]
+    pub overrides: Vec<OverrideRequest>,
+    /// Who asks, as in [`ControlRequest`].
+    #[serde(default)]
+    pub by: Option<String>,
+}
+
 /// `POST /v1/control`: replace the control file (single node; a fleet writes through etcd).
 async fn write_control(State(state): State<AdminState>, body: axum::body::Bytes) -> Response {
     let request = match parse_request(&body) {
         Ok(r) => r,
         Err(response) => return *response,
     };
+    let by = request.by();
+    write(state, request.overrides, by, move |_| {
+        Ok(request.text.clone())
+    })
+    .await
+}
+
+/// `POST /v1/control/edit`: apply one edit to the control file as it is now.
+async fn write_edit(State(state): State<AdminState>, body: axum::body::Bytes) -> Response {
+    let request: EditRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return json(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({ "error": format!("bad request body: {e}"), "written": false }),
+            )
+        }
+    };
+    let who = request
+        .by
+        .as_deref()
+        .map(str::trim)
+        .filter(|b| !b.is_empty());
+    let by = format!("{} via admin API", who.unwrap_or("someone"));
+    let edit = request.edit;
+    write(state, request.overrides, by, move |text| {
+        edit.apply(text).map_err(|e| e.to_string())
+    })
+    .await
+}
+
+/// One write through [`edit_file`], tasted against the snapshot served, then served.
+async fn write(
+    state: AdminState,
+    overrides: Vec<OverrideRequest>,
+    by: String,
+    edit: impl Fn(&str) -> Result<String, String> + Send + 'static,
+) -> Response {
     let outcome = tokio::task::spawn_blocking(move || {
         let config = config_of(&state)?;
         if config.fleet.is_some() {
@@ -129,13 +185,19 @@ async fn write_control(State(state): State<AdminState>, body: axum::body::Bytes)
                 serde_json::json!({ "error": "fleet mode: the control state is in etcd; change it with the CLI (weight set, drain, control rollback)", "written": false }),
             )));
         }
-        let served = state.reloader.status().serial;
-        let floor = crate::change::recorded_floor(&config).max(served);
-        let by = request.by();
-        let written = edit_file(&config, floor, &request.overrides, &by, |_| {
-            Ok(request.text.clone())
-        })
+        let file = config.control.file.clone().unwrap_or_default();
+        let (served, status) = state.reloader.snapshot_and_status();
+        let floor = crate::change::recorded_floor(&config).max(status.serial);
+        let written = edit_file(
+            &config,
+            floor,
+            Some(served.compiled()),
+            &overrides,
+            &by,
+            |text| edit(text).map_err(|e| format!("{}: {e}", file.display())),
+        )
         .map_err(refused)?;
+        drop(served);
         tally::count_override(written.overridden.iter().map(|v| v.rule.as_str()));
         let served = match state.reloader.reload_if_control_changed() {
             Some(Err(reasons)) => serde_json::json!({ "refused": reasons }),
@@ -145,6 +207,8 @@ async fn write_control(State(state): State<AdminState>, body: axum::body::Bytes)
             StatusCode::OK,
             serde_json::json!({
                 "written": true,
+                "path": written.path,
+                "text": written.text,
                 "summary": written.summary,
                 "overridden": written.overridden,
                 "unused_overrides": written.unused,

@@ -5,7 +5,7 @@
 //! compare-before-replace that keep two writers apart ([`edit_file`]).
 //!
 //! Used by the CLI (`weight set`, `drain`, `undrain`, `control rollback`, `gate set`) and by
-//! the admin API (`POST /v1/control`); the fleet path calls [`screen`] and writes to etcd
+//! the admin API (`POST /v1/control`, `POST /v1/control/edit`); the fleet path calls [`screen`] and writes to etcd
 //! itself. It prints nothing and never tells the server to reload: the caller does.
 
 use std::path::{Path, PathBuf};
@@ -18,7 +18,8 @@ use crate::control::edit::{
 use crate::control::history::History;
 use crate::control::{summarize, ControlFile, Override};
 use crate::safety::{evaluate, refused, Baseline, Change, Recorded, Violation};
-use crate::snapshot::load::{load_with, ControlSource};
+use crate::snapshot::load::{load_after, ControlSource};
+use crate::snapshot::Compiled;
 
 /// An operator's `--override RULE --reason TEXT`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -209,9 +210,15 @@ const EDIT_ATTEMPTS: usize = 3;
 /// explicit `serial` above `floor` (everything recorded or served), tastes it with the loader
 /// the server uses, and replaces the file only if all is good and it did not change since it
 /// was read (else starts over). Nothing is written on any refusal.
+///
+/// `served` is what the running server serves when the server itself makes the edit (the
+/// admin API): the taste then shares its zones when their files are unchanged, so a
+/// break-glass flip costs the policies, not every zone compiled again (issue 29 item 3). The
+/// CLI without a server passes `None` and loads everything.
 pub fn edit_file(
     config: &Config,
     floor: u64,
+    served: Option<&Compiled>,
     overrides: &[OverrideRequest],
     by: &str,
     edit: impl Fn(&str) -> Result<String, String>,
@@ -242,14 +249,11 @@ pub fn edit_file(
         let screened = screen(config, current, &edited, &recent, overrides, by)?;
         let new_text = bump_serial(current, &screened.text, floor)
             .map_err(|e| ChangeError::Edit(format!("{}: {e}", path.display())))?;
-        load_with(
-            config,
-            ControlSource::Text {
-                path: &path,
-                text: &new_text,
-            },
-        )
-        .map_err(ChangeError::Invalid)?;
+        let candidate = ControlSource::Text {
+            path: &path,
+            text: &new_text,
+        };
+        load_after(config, candidate, served).map_err(ChangeError::Invalid)?;
         match replace_if_unchanged(&path, old.as_deref(), &new_text) {
             Ok(()) => {}
             Err(EditError::ChangedUnderneath { .. }) => continue,

@@ -27,7 +27,7 @@ use anyhow::{bail, Context, Result};
 use steerdns::admin::{read_token, StatusView};
 use steerdns::change::ChangeError;
 use steerdns::config::Config;
-use steerdns::control::edit::{parse_assignment, set_drain, set_gate, set_weights, EditError};
+use steerdns::control::edit::{parse_assignment, Edit, EditError};
 use steerdns::control::history::History;
 use steerdns::control::store::{ControlStore, FileStore, StoreError, CONTROL};
 use steerdns::control::summarize;
@@ -77,20 +77,58 @@ fn history(config: &Config) -> Result<History> {
     steerdns::change::history(config).map_err(anyhow::Error::msg)
 }
 
-/// One CLI edit of the control file through [`steerdns::change::edit_file`] (lock, safety
-/// rules, serial, taste, compare-before-replace); then reports what the server serves. A
-/// refusal by a safety rule is counted by the running server, if it is reachable.
+/// One change of the local control file: a [`Edit`] value, or a whole text (a rollback).
+enum LocalChange<'a> {
+    Edit(&'a Edit),
+    Replace { what: String, text: &'a str },
+}
+
+impl LocalChange<'_> {
+    fn describe(&self) -> String {
+        match self {
+            LocalChange::Edit(edit) => edit.describe(),
+            LocalChange::Replace { what, .. } => what.clone(),
+        }
+    }
+
+    fn apply(&self, text: &str) -> Result<String, EditError> {
+        match self {
+            LocalChange::Edit(edit) => edit.apply(text),
+            LocalChange::Replace { text, .. } => Ok((*text).to_owned()),
+        }
+    }
+}
+
+/// One CLI change of the control file. When the server that serves this control file answers,
+/// the change is sent to it (`POST /v1/control/edit`, or `/v1/control` for a whole text): it
+/// tastes the change against what it serves, sharing the zones when their files are unchanged,
+/// writes and serves it, so a break-glass flip costs the policies, not two loads of every
+/// zone. Otherwise the CLI makes it in-process through [`steerdns::change::edit_file`] (lock,
+/// safety rules, serial, a whole load, compare-before-replace). Then it reports what the
+/// server serves. A refusal by a safety rule is counted by the running server either way.
 fn edit_control(
     target: &Target,
     config: &Config,
-    what: &str,
+    change: LocalChange<'_>,
     overrides: &safety::OverrideArgs,
-    edit: impl Fn(&str) -> Result<String, String>,
 ) -> Result<ExitCode> {
     let requests = overrides.requests()?;
-    let floor = serial_floor(target, config);
     let by = steerdns::fleet::store::who();
-    match steerdns::change::edit_file(config, floor, &requests, &by, edit) {
+    if let Some(token) = server_of_this_file(target, config) {
+        match ask_server(target, config, &change, &requests, &by, &token) {
+            Asked::Done(code) => return code,
+            Asked::NotServed(why) => tracing::debug!("editing in-process: {why}"),
+        }
+    }
+    let what = change.describe();
+    let path = control_path(config)?;
+    let floor = serial_floor(target, config);
+    let edit = |text: &str| {
+        change
+            .apply(text)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    };
+    match steerdns::change::edit_file(config, floor, None, &requests, &by, edit) {
         Ok(written) => {
             safety::print_overridden(&written.overridden, &written.unused);
             println!("wrote {}: {}", written.path.display(), written.summary);
@@ -98,20 +136,145 @@ fn edit_control(
             Ok(ExitCode::SUCCESS)
         }
         Err(ChangeError::Refused(violations)) => {
-            let path = control_path(config)?;
-            safety::print_refusal(&path.display().to_string(), what, &violations);
+            safety::print_refusal(&path.display().to_string(), &what, &violations);
             safety::report_refusal(config, target.admin_addr(config), &violations);
             Ok(ExitCode::FAILURE)
         }
         Err(ChangeError::Invalid(problems)) => {
-            println!("refused, nothing written ({what}):");
-            for p in &problems {
-                println!("  {p}");
-            }
+            print_invalid(&what, &problems);
             Ok(ExitCode::FAILURE)
         }
         Err(e) => Err(anyhow::anyhow!("{e}")),
     }
+}
+
+fn print_invalid(what: &str, problems: &[String]) {
+    println!("refused, nothing written ({what}):");
+    for p in problems {
+        println!("  {p}");
+    }
+}
+
+/// The admin token, when the server at the admin address answers and serves this config's
+/// control file (a CLI run with another config must not edit that server's file); `None`:
+/// make the change in-process.
+fn server_of_this_file(target: &Target, config: &Config) -> Option<String> {
+    let ours = std::fs::canonicalize(config.control.file.as_ref()?).ok()?;
+    let status = fetch_status(target.admin_addr(config)).ok()?;
+    let theirs = std::fs::canonicalize(status.control.control_file.as_ref()?).ok()?;
+    if ours != theirs {
+        return None;
+    }
+    read_token(config.admin.token_file.as_ref())
+        .ok()
+        .map(|t| t.to_string())
+}
+
+/// What came of sending a change to the server.
+enum Asked {
+    /// The server made or refused the change (reported): the command's outcome.
+    Done(Result<ExitCode>),
+    /// The server did not take it up (unreachable, no such route, not authorized): make it
+    /// in-process.
+    NotServed(String),
+}
+
+/// The server's answer to a change, as the in-process path words it.
+#[derive(serde::Deserialize)]
+struct ServerAnswer {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    path: Option<PathBuf>,
+    #[serde(default)]
+    summary: Option<String>,
+    #[serde(default)]
+    overridden: Vec<steerdns::safety::Violation>,
+    #[serde(default)]
+    unused_overrides: Vec<String>,
+    #[serde(default)]
+    refused_by: Option<Vec<steerdns::safety::Violation>>,
+    #[serde(default)]
+    refused: Option<Vec<String>>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+fn ask_server(
+    target: &Target,
+    config: &Config,
+    change: &LocalChange<'_>,
+    overrides: &[steerdns::change::OverrideRequest],
+    by: &str,
+    token: &str,
+) -> Asked {
+    let (route, body) = match change {
+        LocalChange::Edit(edit) => (
+            "/v1/control/edit",
+            serde_json::json!({ "edit": edit, "overrides": overrides, "by": by }),
+        ),
+        LocalChange::Replace { text, .. } => (
+            "/v1/control",
+            serde_json::json!({ "text": text, "overrides": overrides, "by": by }),
+        ),
+    };
+    let addr = target.admin_addr(config);
+    let response = match http::request(
+        addr,
+        "POST",
+        route,
+        Some(token),
+        body.to_string().as_bytes(),
+    ) {
+        Ok(r) => r,
+        Err(e) => return Asked::NotServed(report(&e)),
+    };
+    if matches!(response.status, 401 | 403 | 404 | 405) {
+        return Asked::NotServed(format!("the server answered HTTP {}", response.status));
+    }
+    let answer: ServerAnswer = match serde_json::from_str(&response.body) {
+        Ok(a) => a,
+        Err(e) => {
+            return Asked::Done(Err(anyhow::anyhow!(
+                "the server at {addr} answered HTTP {} with an unexpected body ({e}): {}",
+                response.status,
+                response.body.trim()
+            )))
+        }
+    };
+    Asked::Done(report_answer(target, config, &change.describe(), answer))
+}
+
+/// Prints the server's answer the way the in-process path prints its outcome.
+fn report_answer(
+    target: &Target,
+    config: &Config,
+    what: &str,
+    answer: ServerAnswer,
+) -> Result<ExitCode> {
+    if let Some(violations) = answer.refused_by {
+        let path = control_path(config)?;
+        safety::print_refusal(&path.display().to_string(), what, &violations);
+        return Ok(ExitCode::FAILURE);
+    }
+    if let Some(problems) = answer.refused {
+        print_invalid(what, &problems);
+        return Ok(ExitCode::FAILURE);
+    }
+    if let Some(error) = answer.error {
+        bail!("{error}");
+    }
+    let (Some(text), Some(path)) = (answer.text, answer.path) else {
+        bail!("the server's answer names no written control text");
+    };
+    safety::print_overridden(&answer.overridden, &answer.unused_overrides);
+    println!(
+        "wrote {}: {}",
+        path.display(),
+        answer.summary.unwrap_or_default()
+    );
+    report_convergence(target, config, &text);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The serial every new version must be above: the newest recorded in the history and the one
@@ -251,28 +414,22 @@ pub struct WriteArgs {
 }
 
 /// Writes one edit of the control text the way the command was asked to: with `--direct` to
-/// every node's admin endpoint, else through etcd in fleet mode, else to the local file.
-fn write_edit(
-    target: &Target,
-    write: &WriteArgs,
-    what: &str,
-    edit: impl Fn(&str) -> Result<String, EditError>,
-) -> Result<ExitCode> {
+/// every node's admin endpoint, else through etcd in fleet mode, else to the local file (by the
+/// running server when it answers).
+fn write_edit(target: &Target, write: &WriteArgs, edit: &Edit) -> Result<ExitCode> {
+    let what = edit.describe();
     if write.direct.direct {
-        return direct::edit(target, what, &write.overrides, |text| {
-            edit(text).map_err(|e| e.to_string())
+        return direct::edit(target, &what, &write.overrides, |text| {
+            edit.apply(text).map_err(|e| e.to_string())
         });
     }
     let config = target.config()?;
     if config.fleet.is_some() {
-        return safety::fleet_edit(&config, what, write.emergency, &write.overrides, |text| {
-            edit(text).map_err(|e| e.to_string())
+        return safety::fleet_edit(&config, &what, write.emergency, &write.overrides, |text| {
+            edit.apply(text).map_err(|e| e.to_string())
         });
     }
-    let path = control_path(&config)?;
-    edit_control(target, &config, what, &write.overrides, |text| {
-        edit(text).map_err(|e| format!("{}: {e}", path.display()))
-    })
+    edit_control(target, &config, LocalChange::Edit(edit), &write.overrides)
 }
 
 /// `weight set PROFILE ENDPOINT=WEIGHT…`.
@@ -282,13 +439,15 @@ pub fn weight_set(
     assignments: &[String],
     write: &WriteArgs,
 ) -> Result<ExitCode> {
-    let pairs = assignments
+    let weights = assignments
         .iter()
         .map(|a| parse_assignment(a).map_err(|e| anyhow::anyhow!("{e}")))
         .collect::<Result<Vec<_>>>()?;
-    write_edit(target, write, &format!("weight set {profile}"), |text| {
-        set_weights(text, profile, &pairs)
-    })
+    let edit = Edit::SetWeights {
+        profile: profile.to_owned(),
+        weights,
+    };
+    write_edit(target, write, &edit)
 }
 
 pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
@@ -320,8 +479,11 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
 
 /// `drain REGION` (`on`) and `undrain REGION`.
 pub fn drain(target: &Target, region: &str, on: bool, write: &WriteArgs) -> Result<ExitCode> {
-    let what = format!("{} {region}", if on { "drain" } else { "undrain" });
-    write_edit(target, write, &what, |text| set_drain(text, region, on))
+    let edit = Edit::Drain {
+        region: region.to_owned(),
+        on,
+    };
+    write_edit(target, write, &edit)
 }
 
 /// `gate set NAME VALUE` / `gate clear NAME`: a gate the safety rules look at.
@@ -331,11 +493,11 @@ pub fn gate(
     value: Option<&str>,
     write: &WriteArgs,
 ) -> Result<ExitCode> {
-    let what = match value {
-        Some(v) => format!("gate {name} = {v:?}"),
-        None => format!("gate {name} cleared"),
+    let edit = Edit::Gate {
+        name: name.to_owned(),
+        value: value.map(str::to_owned),
     };
-    write_edit(target, write, &what, |text| set_gate(text, name, value))
+    write_edit(target, write, &edit)
 }
 
 /// The control store the config names, chosen once: the fleet's etcd with `[fleet]`, else the
@@ -490,13 +652,11 @@ pub fn rollback(target: &Target, version: Option<u64>, write: &WriteArgs) -> Res
         .with_context(|| {
             format!("version {serial} is not in the history (see `steerdns control history`)")
         })?;
-    edit_control(
-        target,
-        &config,
-        &format!("rollback to version {serial}"),
-        overrides,
-        |_| Ok(text.clone()),
-    )
+    let change = LocalChange::Replace {
+        what: format!("rollback to version {serial}"),
+        text: &text,
+    };
+    edit_control(target, &config, change, overrides)
 }
 
 pub fn diff(target: &Target, a: u64, b: u64) -> Result<ExitCode> {

@@ -172,6 +172,50 @@ pub fn replace_if_unchanged(
     Ok(())
 }
 
+/// One operator's edit of the control text, as a value: what `weight set`, `drain`/`undrain`
+/// and `gate set`/`clear` ask for, so that the same edit can travel to the running server
+/// (`POST /v1/control/edit`), through etcd or to the local file and be applied there to the
+/// text it replaces, under that writer's lock or compare-and-swap.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Edit {
+    /// `weight set PROFILE ENDPOINT=WEIGHT…`.
+    SetWeights {
+        profile: String,
+        weights: Vec<(String, u32)>,
+    },
+    /// `drain REGION` (`on`) and `undrain REGION`.
+    Drain { region: String, on: bool },
+    /// `gate set NAME VALUE` (`Some`) and `gate clear NAME` (`None`).
+    Gate { name: String, value: Option<String> },
+}
+
+impl Edit {
+    /// The edit applied to `text`, everything else kept byte for byte.
+    pub fn apply(&self, text: &str) -> Result<String, EditError> {
+        match self {
+            Edit::SetWeights { profile, weights } => set_weights(text, profile, weights),
+            Edit::Drain { region, on } => set_drain(text, region, *on),
+            Edit::Gate { name, value } => set_gate(text, name, value.as_deref()),
+        }
+    }
+
+    /// What the edit is, as the commands and their refusals word it.
+    pub fn describe(&self) -> String {
+        match self {
+            Edit::SetWeights { profile, .. } => format!("weight set {profile}"),
+            Edit::Drain { region, on } => {
+                format!("{} {region}", if *on { "drain" } else { "undrain" })
+            }
+            Edit::Gate {
+                name,
+                value: Some(v),
+            } => format!("gate {name} = {v:?}"),
+            Edit::Gate { name, value: None } => format!("gate {name} cleared"),
+        }
+    }
+}
+
 /// Sets `profiles.<profile>.endpoints.<endpoint>.weight` for each `(endpoint, weight)` pair.
 ///
 /// Works whether an endpoint is written inline (`E = { weight = 1 }`), as its own

@@ -143,7 +143,7 @@ impl Writer for FileWriter<'_> {
         edit: &dyn Fn(&str) -> Result<String, String>,
     ) -> Result<(), WriteFailure> {
         let floor = self.floor();
-        match edit_file(self.config, floor, overrides, by, edit) {
+        match edit_file(self.config, floor, None, overrides, by, edit) {
             Ok(_) => Ok(()),
             Err(e @ ChangeError::Refused(_)) | Err(e @ ChangeError::Invalid(_)) => {
                 Err(WriteFailure::Refused(e.to_string()))

@@ -29,6 +29,7 @@ fn spawn_cli(daemon: &Daemon, args: &[&str]) -> std::thread::JoinHandle<Output> 
 }
 
 const ROUNDS: usize = 8;
+const LIMIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn concurrent_weight_set_and_drain_both_land_every_time() {
@@ -190,5 +191,156 @@ fn an_edit_under_umask_022_leaves_the_control_file_and_its_lock_group_writable()
         mode(&setup.path("control.toml.lock")),
         0o660,
         "the edit lock"
+    );
+}
+
+/// The CLI with `--admin` at `admin` (and the test's config).
+fn cli_at(setup: &Setup, admin: std::net::SocketAddr, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--admin")
+        .arg(admin.to_string())
+        .env("STEERDNS_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run steerdns")
+}
+
+/// The `control history` line of the override given `reason`.
+fn override_line(server: &Daemon, reason: &str) -> String {
+    let find = || {
+        let history = stdout(&server.cli(&["control", "history"]));
+        history
+            .lines()
+            .find(|l| l.contains(reason))
+            .map(str::to_string)
+    };
+    server.wait_for_status(
+        &format!("the override {reason:?} in the history"),
+        LIMIT,
+        |_| find().is_some(),
+    );
+    find().unwrap_or_default()
+}
+
+#[test]
+fn the_cli_hands_its_edits_to_the_running_server_and_makes_them_itself_when_none_answers() {
+    let setup = Setup::new("edits-via-server");
+    let server = setup.start();
+    for region in ["eu-west", "na-west"] {
+        ok(&server.cli(&["drain", region]), "drain");
+    }
+    // Through the server: the server makes the write, so it records the override as made via
+    // its admin API (the CLI's own write records just who ran it).
+    let reason = "drill through the server";
+    let args = [
+        "drain",
+        "ap-east",
+        "--override",
+        "max-two-drained",
+        "--reason",
+        reason,
+    ];
+    let text = ok(&server.cli(&args), "overridden drain via the server");
+    assert!(text.contains("wrote "), "{text}");
+    assert!(
+        text.contains("serves serial"),
+        "reports what is served:\n{text}"
+    );
+    let line = override_line(&server, reason);
+    assert!(line.contains("via admin API"), "{line}");
+
+    // No server at the admin address: the CLI writes the file itself and the server, watching
+    // it, serves it.
+    let closed = closed_port();
+    ok(
+        &cli_at(&setup, closed, &["undrain", "ap-east"]),
+        "undrain in-process",
+    );
+    let reason = "drill in-process";
+    let args = [
+        "drain",
+        "ap-east",
+        "--override",
+        "max-two-drained",
+        "--reason",
+        reason,
+    ];
+    let text = ok(
+        &cli_at(&setup, closed, &args),
+        "overridden drain in-process",
+    );
+    assert!(text.contains("not reachable"), "{text}");
+    let line = override_line(&server, reason);
+    assert!(!line.contains("via admin API"), "{line}");
+    server.wait_for_status("ap-east drained again", LIMIT, |status| {
+        status["regions"]["ap-east"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("drained"))
+    });
+
+    // A refusal made by the server is printed as the CLI prints its own.
+    let before = setup.control_bytes();
+    let output = server.cli(&["drain", "sa-east"]);
+    assert!(!output.status.success(), "a fourth drain must be refused");
+    let said = format!("{}{}", stdout(&output), stderr(&output));
+    assert!(said.contains("max-two-drained"), "{said}");
+    assert!(
+        said.contains("regions.sa-east.drain"),
+        "names the field:\n{said}"
+    );
+    assert_eq!(setup.control_bytes(), before, "nothing written");
+}
+
+#[test]
+fn post_control_edit_needs_the_token_and_names_what_is_wrong_with_a_body() {
+    let setup = Setup::new("edits-api");
+    let server = setup.start();
+    let post = |body: &str, token: Option<&str>| {
+        let request = json_request(
+            server.admin,
+            "POST",
+            "/v1/control/edit",
+            token,
+            body.as_bytes(),
+        );
+        send_http(server.admin, &request).expect("POST /v1/control/edit")
+    };
+    let flip = r#"{"edit":{"kind":"set_weights","profile":"critical","weights":[["frontdoor",0],["alt-cdn",100]]}}"#;
+    let before = setup.control_bytes();
+    assert_eq!(post(flip, None).0, 401, "a write needs the token");
+    let (code, body) = post(
+        r#"{"edit":{"kind":"set_weight","profile":"critical"}}"#,
+        Some(TOKEN),
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("set_weight"),
+        "names the unknown kind: {body}"
+    );
+    let (code, body) = post(
+        r#"{"edit":{"kind":"drain","region":"eu-west"}}"#,
+        Some(TOKEN),
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("`on`"), "names the missing field: {body}");
+    let (code, body) = post(
+        r#"{"edit":{"kind":"set_weights","profile":"critical","weights":[["nosuch",1]]}}"#,
+        Some(TOKEN),
+    );
+    assert_eq!(code, 422, "an endpoint the profile does not have: {body}");
+    assert!(body.contains("nosuch"), "{body}");
+    assert_eq!(setup.control_bytes(), before, "nothing written");
+
+    let serial = server.serial();
+    let (code, body) = post(flip, Some(TOKEN));
+    assert_eq!(code, 200, "{body}");
+    server.wait_for_serial_change(serial, LIMIT);
+    let status = server.status();
+    assert_eq!(
+        status["profiles"]["critical"]["alt-cdn"]["weight"], 100,
+        "{status:#}"
     );
 }

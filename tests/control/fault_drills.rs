@@ -175,8 +175,11 @@ fn kill_9_of_weight_set_leaves_the_old_or_the_new_control_file_never_a_mix() {
     assert_eq!(status["reloads_refused"], start["reloads_refused"]);
     assert_all_critical(&mut resolver, &subnets, FRONTDOOR);
 
-    // SIGKILL the CLI at spread-out moments: before it wrote, while it writes, while it waits
-    // for the server to converge.
+    // SIGKILL the CLI at spread-out moments: before it wrote, while it writes. The CLI is the
+    // writer here: pointed at a closed admin port it edits the file in-process (the server,
+    // when it answers, makes the edit itself with the same lock and rename; a killed client
+    // does not cancel a request the server has received, so that path is not this test's).
+    let closed_admin = closed_port();
     let (mut kept_old, mut got_new) = (0, 0);
     let kill_after_ms = [0u64, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 20, 30, 60, 120];
     for (round, delay) in kill_after_ms.into_iter().enumerate() {
@@ -194,7 +197,7 @@ fn kill_9_of_weight_set_leaves_the_old_or_the_new_control_file_never_a_mix() {
             .arg("--config")
             .arg(&setup.config)
             .arg("--admin")
-            .arg(server.admin.to_string())
+            .arg(closed_admin.to_string())
             .env("STEERDNS_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
