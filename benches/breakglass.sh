@@ -27,19 +27,8 @@ MMDB=${MMDB:-$ROOT/geoip/example.mmdb}
 WORK=$(mktemp -d /tmp/steerdns-breakglass.XXXXXX)
 SESSION=""
 
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "FATAL: $*"; exit 1; }
-session_pids() {
-    cat /proc/[0-9]*/stat 2> /dev/null | awk -v sid="$1" '{ pid = $1; sub(/^.*\) /, ""); if ($4 == sid) print pid }'
-}
-stop_server() {
-    [ -n "$SESSION" ] || return 0
-    local p
-    for p in $(session_pids "$SESSION"); do kill -TERM "$p" 2> /dev/null; done
-    for _ in $(seq 1 50); do [ -z "$(session_pids "$SESSION")" ] && break; sleep 0.2; done
-    for p in $(session_pids "$SESSION"); do kill -KILL "$p" 2> /dev/null; done
-    SESSION=""
-}
+# shellcheck source=benches/lib.sh
+. "$ROOT/benches/lib.sh"
 cleanup() { stop_server; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -54,13 +43,7 @@ for t in python3 setsid; do command -v "$t" > /dev/null || die "missing $t"; don
 d=$WORK/case
 mkdir -p "$d/zones"
 cp "$CONF/zone.base" "$d/zones/steer.example.zone"
-awk -v n="$NAMES" 'BEGIN {
-    print "$ORIGIN big.example."; print "$TTL 300"
-    print "@ IN SOA ns1.big.example. hostmaster.big.example. 1 3600 600 604800 300"
-    print "@ IN NS ns1"; print "ns1 IN A 192.0.2.53"
-    for (i = 0; i < n; i++)
-        printf "h%d IN A 10.%d.%d.%d\n", i, int(i / 65536) % 256, int(i / 256) % 256, i % 256
-}' > "$d/zones/big.example.zone"
+big_zone "$NAMES" > "$d/zones/big.example.zone"
 sed -e "s|@PORT@|$PORT|g" -e "s|@ADMIN_PORT@|$ADMIN_PORT|g" -e "s|@MMDB@|$MMDB|g" \
     "$CONF/steerdns/steerdns.toml.in" > "$d/steerdns.toml"
 cp "$CONF/steerdns/control.toml" "$d/"
@@ -90,7 +73,7 @@ q += struct.pack(">HH", 1, 1)
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.settimeout(0.002)
 t0 = time.monotonic()
-cmd = [bin_, "--config", config, *extra, "weight", "set", "wt", f"a={a}", f"b={b}"]
+cmd = [bin_, "weight", "set", "wt", f"a={a}", f"b={b}", "--config", config, *extra]
 p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 cli_ms = served_ms = None
 while time.monotonic() - t0 < 120:
@@ -117,7 +100,8 @@ for path in server in-process; do
     extra=()
     [ "$path" = in-process ] && extra=(--admin "127.0.0.1:$CLOSED_PORT")
     for i in $(seq 1 "$ROUNDS"); do
-        if ((i % 2)); then out=$(flip 0 100 192.0.2.101 "${extra[@]}"); else out=$(flip 100 0 192.0.2.100 "${extra[@]}"); fi
+        flips=$((${flips:-0} + 1)) # alternate across both paths: every round is a real flip
+        if ((flips % 2)); then out=$(flip 0 100 192.0.2.101 "${extra[@]}"); else out=$(flip 100 0 192.0.2.100 "${extra[@]}"); fi
         [ -n "$out" ] || die "round $i ($path): the flip failed or was not served (log: $WORK/serve.log)"
         echo "$path $out" >> "$R"
         log "$path round $i: cli/served ms = $out"
@@ -125,9 +109,12 @@ for path in server in-process; do
 done
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 printf 'weight set with %d names loaded, %d rounds per path (load average %s):\n' "$NAMES" "$ROUNDS" "$load"
-for path in server in-process; do
-    awk -v p="$path" '$1 == p { c[++n] = $2; s[n] = $3 }
-        END { asort(c); asort(s); m = int((n + 1) / 2)
-              printf "  %-10s  CLI %6d ms (median; min %d, max %d)   command start to served %6d ms (median; min %d, max %d)\n",
-                     p, c[m], c[1], c[n], s[m], s[1], s[n] }' "$R"
-done
+python3 - "$R" << 'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+for path in ("server", "in-process"):
+    cli = [int(r[1]) for r in rows if r[0] == path]
+    served = [int(r[2]) for r in rows if r[0] == path]
+    print(f"  {path:<10}  CLI {statistics.median(cli):6.0f} ms (median; min {min(cli)}, max {max(cli)})"
+          f"   command start to served {statistics.median(served):6.0f} ms (median; min {min(served)}, max {max(served)})")
+PY

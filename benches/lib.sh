@@ -1,0 +1,34 @@
+# benches/lib.sh: what the benchmark scripts share (source it): logging, the generated
+# zone of N names, and stopping a server started in a session of its own (setsid) by its id.
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "FATAL: $*"; exit 1; }
+
+# The pids of the processes in session `sid` (the server and any taster child).
+session_pids() {
+    cat /proc/[0-9]*/stat 2> /dev/null | awk -v sid="$1" '{ pid = $1; sub(/^.*\) /, ""); if ($4 == sid) print pid }'
+}
+
+# Stops session `$SESSION` (TERM, then KILL after 10 s) and clears it.
+stop_server() {
+    [ -n "${SESSION:-}" ] || return 0
+    local p
+    for p in $(session_pids "$SESSION"); do kill -TERM "$p" 2> /dev/null; done
+    for _ in $(seq 1 50); do
+        [ -z "$(session_pids "$SESSION")" ] && break
+        sleep 0.2
+    done
+    for p in $(session_pids "$SESSION"); do kill -KILL "$p" 2> /dev/null; done
+    SESSION=""
+}
+
+# The zone big.example. with N names h0..h(N-1), one A record each, on stdout.
+big_zone() {
+    awk -v n="$1" 'BEGIN {
+        print "$ORIGIN big.example."; print "$TTL 300"
+        print "@ IN SOA ns1.big.example. hostmaster.big.example. 1 3600 600 604800 300"
+        print "@ IN NS ns1"; print "ns1 IN A 192.0.2.53"
+        for (i = 0; i < n; i++)
+            printf "h%d IN A 10.%d.%d.%d\n", i, int(i / 65536) % 256, int(i / 256) % 256, i % 256
+    }'
+}
