@@ -678,6 +678,19 @@ impl Scrape {
             "How long the last accepted reload took, from reading files to the swap.",
             st.last_reload_ms / 1000.0,
         )?;
+        gauge(
+            encoder,
+            "steerdns_startup_first_answer_seconds",
+            "From the start of this process's first load to its first snapshot served.",
+            st.startup.first_answer_ms / 1000.0,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_startup_tasted",
+            "1 when the first load went through the taster, 0 when it was not tasted (the \
+             taster is off, or the inputs were exactly what this binary last served).",
+            if st.startup.tasted { 1.0 } else { 0.0 },
+        )?;
         let taster = &st.taster;
         counters(
             encoder,

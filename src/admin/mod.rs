@@ -413,6 +413,9 @@ pub struct StatusFields {
     /// With `[fleet.rollout]`: the config/zone/GeoIP bundles.
     #[serde(default)]
     pub bundle: Option<crate::reload::BundleStatus>,
+    /// How this process's first load went (absent from servers older than it).
+    #[serde(default)]
+    pub startup: crate::reload::StartupStatus,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -456,6 +459,7 @@ impl From<Status> for StatusFields {
             taster: s.taster,
             control_checks: s.control_checks,
             bundle: s.bundle,
+            startup: s.startup,
         }
     }
 }

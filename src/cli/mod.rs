@@ -728,6 +728,10 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         }
         None => println!("no refused changes"),
     }
+    println!(
+        "startup: first answer after {:.0} ms; {}",
+        c.startup.first_answer_ms, c.startup.reason
+    );
     print_taster(&c.taster);
     print_safety(&status.safety);
     print_drills(&status.drills);

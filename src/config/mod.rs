@@ -232,6 +232,9 @@ pub struct ServerConfig {
     pub tls: Option<TlsConfig>,
     /// DNS Cookies (RFC 7873, RFC 9018 server cookies).
     pub cookies: CookieConfig,
+    /// Where the server keeps what it needs across restarts (the record of the inputs it last
+    /// served). Default: `<config file>.state/` beside the config file; none without one.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// `[server.cookies]`: DNS Cookies (RFC 7873) with RFC 9018's interoperable server cookie.
@@ -366,6 +369,7 @@ impl Default for ServerConfig {
             xdp: None,
             tls: None,
             cookies: CookieConfig::default(),
+            state_dir: None,
         }
     }
 }
@@ -727,6 +731,7 @@ impl Config {
             &mut self.admin.token_file,
             &mut self.shield.load_file,
             &mut self.server.cookies.secret_file,
+            &mut self.server.state_dir,
         ]
         .into_iter()
         .chain(self.fleet.iter_mut().flat_map(|f| {
@@ -762,6 +767,18 @@ impl Config {
                 *keys = base.join(&*keys);
             }
         }
+    }
+
+    /// The state directory (`[server] state_dir`, else `<config file>.state` beside the
+    /// config file); `None` when neither is given (built-in defaults, no config file).
+    pub fn state_dir(&self) -> Option<PathBuf> {
+        if let Some(dir) = &self.server.state_dir {
+            return Some(dir.clone());
+        }
+        let config = self.source_path.as_ref()?;
+        let mut name = config.file_name()?.to_os_string();
+        name.push(".state");
+        Some(config.with_file_name(name))
     }
 
     pub fn udp_workers(&self) -> usize {

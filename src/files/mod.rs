@@ -49,7 +49,8 @@ pub fn read_limited(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 
 /// What a file held when it was read, to tell later whether it still holds the same bytes.
 /// (Also compared across processes of the same binary: the taster and the server.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Digest {
     len: u64,
     hash: u64,

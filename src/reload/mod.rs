@@ -13,6 +13,7 @@
 pub mod bundle;
 mod origin;
 pub mod resign;
+pub mod served;
 pub mod shield;
 pub mod watch;
 
@@ -36,6 +37,7 @@ use crate::shield::live::Shield;
 use crate::snapshot::load::{load_after, ControlSource, Loaded};
 use crate::snapshot::{Compiled, Serving, SharedSnapshot, Snapshot};
 use crate::taster::TasterStatus;
+use served::ServedInputs;
 
 /// Where the configuration comes from (the command line, re-read on every reload).
 #[derive(Debug, Clone, Default)]
@@ -212,6 +214,21 @@ pub struct Status {
     pub control_checks: u64,
     /// With `[fleet.rollout]`: the config/zone/GeoIP bundles (served, waiting, refused).
     pub bundle: Option<BundleStatus>,
+    /// How this process's first load went.
+    pub startup: StartupStatus,
+}
+
+/// How the first load of this process went: how long until it served, and whether its inputs
+/// were tasted or were exactly what this binary last served ([`served`]).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default, PartialEq)]
+#[serde(default)]
+pub struct StartupStatus {
+    /// From the reloader's start to the first snapshot served (queries answered from then on).
+    pub first_answer_ms: f64,
+    /// The first load went through the taster.
+    pub tasted: bool,
+    /// Why it was or was not tasted.
+    pub reason: String,
 }
 
 /// The bundles of a node that stages them (see [`bundle`]), as status shows them.
@@ -320,9 +337,20 @@ impl Reloader {
         let history = open_history(&config);
         let control = origin.current(&config).map_err(|e| vec![e]);
         let mut taster = TasterStatus::default();
+        let mut startup = StartupStatus::default();
         let first = control.clone().and_then(|text| {
-            taste_then_load(load_source, &config, text.as_ref(), None, &mut taster)
-                .map(|l| (l, text))
+            let control_text = text.as_ref().map(|(_, t)| t.as_str());
+            let as_served = served_before(&config, control_text);
+            startup.tasted =
+                as_served.is_err() && config.taster.enabled && load_source.taster.is_some();
+            startup.reason = match &as_served {
+                Ok(why) | Err(why) => why.clone(),
+            };
+            let loaded = match as_served {
+                Ok(_) => load_control(&config, text.as_ref(), None),
+                Err(_) => taste_then_load(load_source, &config, text.as_ref(), None, &mut taster),
+            };
+            loaded.map(|l| (l, text))
         });
         let (loaded, text, refusal) = match first {
             Ok((loaded, text)) => (loaded, text, None),
@@ -363,6 +391,9 @@ impl Reloader {
                 }
             }
             reloader.accept(&mut state, &config, loaded, text, Trigger::Startup, started);
+            startup.first_answer_ms = ms(started.elapsed());
+            state.status.startup = startup;
+            reloader.publish(&state);
             warnings.extend(reloader.start_bundles(&mut state, live_bundle));
         }
         Ok((reloader, warnings))
@@ -715,6 +746,9 @@ impl Reloader {
             (None, _) => (0, None),
         };
         let config_hash = config_hash(config, control.as_ref().map(|c| c.1.as_str()), &compiled);
+        let served = compiled
+            .sources()
+            .map(|s| ServedInputs::of(config, s, control.as_ref().map(|c| c.1.as_str())));
         let health = self.health.attach(compiled.policies());
         let snapshot = Snapshot::new(
             compiled,
@@ -749,6 +783,7 @@ impl Reloader {
         }
         state.served_control = control.clone();
         self.publish(state);
+        record_served(config, served.as_ref());
         // Served; now recorded. A failure is said in status for as long as this version
         // serves (the next accepted reload replaces the warnings).
         if let (Some(history), Some((_, text))) = (&to_record, &control) {
@@ -1031,6 +1066,37 @@ fn taste_then_load(
         ]);
     }
     Ok(loaded)
+}
+
+/// `Ok(why)` when the inputs of `config` and `control` are exactly what this binary last
+/// served (the record in the state directory says so): they need not be tasted again.
+/// `Err(why)` otherwise.
+fn served_before(config: &Config, control: Option<&str>) -> Result<String, String> {
+    if !config.taster.enabled {
+        return Err("the taster is off ([taster] enabled = false)".to_string());
+    }
+    let Some(dir) = config.state_dir() else {
+        return Err("new input (no state directory: no config file)".to_string());
+    };
+    match ServedInputs::read(&dir) {
+        Some(record) if record.still_current(config, control) => Ok(format!(
+            "not tasted again: the inputs are what this binary last served ({})",
+            dir.join(served::RECORD_FILE).display()
+        )),
+        Some(_) => Err("inputs changed since they were last served: tasted".to_string()),
+        None => Err("no record of inputs served before: tasted".to_string()),
+    }
+}
+
+/// Records what was just served in the state directory, for the next start. A failure costs
+/// only a taste at that start, so it is logged, not raised.
+fn record_served(config: &Config, served: Option<&ServedInputs>) {
+    let (Some(dir), Some(served)) = (config.state_dir(), served) else {
+        return;
+    };
+    if let Err(e) = served.write(&dir) {
+        tracing::warn!("cannot record the inputs served ({e}): the next start tastes them again");
+    }
 }
 
 /// Loads with `control`; `previous` (the snapshot being served) lends its zones when no zone

@@ -577,6 +577,16 @@ impl Sources {
         &self.steered
     }
 
+    /// Every file read (zone files and included files) and what it held, in read order.
+    pub fn files(&self) -> &[(PathBuf, Digest)] {
+        &self.files
+    }
+
+    /// The `*.zone` files of the directory (and secondary copies), in load order.
+    pub fn zone_files(&self) -> &[PathBuf] {
+        &self.zone_files
+    }
+
     /// One number for every input file as it was read (the config file, the zone directory's
     /// files and their includes): equal for two loads — the taster's and the server's — that
     /// read the same bytes. Comparable between processes of the same binary only.
@@ -612,7 +622,7 @@ impl Sources {
 }
 
 /// The config file's digest; `None` without a config file or when it cannot be read.
-fn config_digest(config: &Config) -> Option<Digest> {
+pub fn config_digest(config: &Config) -> Option<Digest> {
     let path = config.source_path.as_ref()?;
     crate::files::read_limited(path, crate::files::SMALL_FILE_LIMIT)
         .ok()
@@ -731,7 +741,7 @@ fn load_secondary_copies(config: &Config, parsed: &mut Vec<ParsedZone>) -> Vec<Z
 }
 
 /// The zone files a load reads: the zone directory's, then the secondary copies present.
-fn zone_paths(config: &Config) -> Option<Vec<PathBuf>> {
+pub fn zone_paths(config: &Config) -> Option<Vec<PathBuf>> {
     let mut paths = zone_files_in(&config.server.zones).ok()?;
     let copies = config.secondary.zone.iter().map(|z| z.copy_path());
     paths.extend(copies.filter(|p| p.is_file()));

@@ -237,3 +237,61 @@ fn the_taster_loads_the_zones_only_when_they_change() {
     // A good change is served again: the refusal is not sticky.
     scene.release(CONVERGENCE);
 }
+
+#[test]
+fn a_restart_on_the_inputs_last_served_is_not_tasted_again() {
+    let setup = Setup::new("taster-restart");
+    let first = setup.start();
+    let status = first.status();
+    assert_eq!(status["startup"]["tasted"], true, "{:#}", status["startup"]);
+    assert!(
+        status["taster"]["ok"].as_u64().unwrap_or(0) >= 1,
+        "{:#}",
+        status["taster"]
+    );
+    first.stop();
+    assert!(
+        setup.path("steerdns.toml.state/served.json").is_file(),
+        "no record of the inputs served"
+    );
+
+    // The same binary on the same inputs: served without a taste.
+    let second = setup.start();
+    let status = second.status();
+    let startup = &status["startup"];
+    assert_eq!(startup["tasted"], false, "{startup:#}");
+    let reason = startup["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("not tasted again"), "{reason}");
+    assert_eq!(status["taster"]["ok"], 0, "{:#}", status["taster"]);
+    assert!(
+        startup["first_answer_ms"].as_f64().unwrap_or(0.0) > 0.0,
+        "{startup:#}"
+    );
+    let metrics = scrape_metrics(second.admin);
+    let tasted = samples_with(&metrics, "steerdns_startup_tasted", &[]);
+    let values: Vec<_> = tasted.iter().map(|s| s.value.clone()).collect();
+    assert_eq!(
+        values,
+        vec![prometheus_parse::Value::Gauge(0.0)],
+        "steerdns_startup_tasted"
+    );
+    second.stop();
+
+    // One zone file changed while the server was down: tasted again.
+    let zone = setup.path("zones/example.com.zone");
+    let mut text = std::fs::read_to_string(&zone).expect("zone file");
+    text.push_str("restart-check 300 IN A 192.0.2.99\n");
+    std::fs::write(&zone, text).expect("write zone");
+    let third = setup.start();
+    let status = third.status();
+    let startup = &status["startup"];
+    assert_eq!(startup["tasted"], true, "{startup:#}");
+    let reason = startup["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("changed"), "{reason}");
+    assert!(
+        status["taster"]["ok"].as_u64().unwrap_or(0) >= 1,
+        "{:#}",
+        status["taster"]
+    );
+    third.stop();
+}

@@ -337,6 +337,7 @@
       ["Loaded", `${status.loaded_at || "?"} by ${status.loaded_by || "?"}`],
       ["Config hash", status.config_hash ? String(status.config_hash).slice(0, 16) : "?"],
       ["Reloads", `${status.reloads_accepted || 0} accepted, ${status.reloads_refused || 0} refused`],
+      ["Startup", status.startup ? `first answer after ${Math.round(status.startup.first_answer_ms || 0)} ms; ${status.startup.reason || ""}` : "?"],
       ["Zones", (status.zones || []).map((z) => `${z.origin} (serial ${z.serial})`).join(", ") || "none"],
       ...supervised(status),
       ...connectionLimits(status),

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# benches/zone_scale.sh: issue 32's table — a zone of NAMES names loaded by NSD, Knot and
+# steerdns in the same run, side by side.
+#
+#   BIN=target/release/steerdns benches/zone_scale.sh
+#   NAMES=1000000 ROUNDS=3 benches/zone_scale.sh     # builds steerdns --release if BIN is unset
+#
+# For each server, on the same generated file (one A record per name, plus SOA/NS):
+#   check   wall time and peak RSS of the zone checker (nsd-checkzone, kzonecheck,
+#           `steerdns check`), GNU time
+#   start   time from exec to the first answer for the zone's last name (a UDP query every
+#           2 ms, sent by the same process that execs the server, so its clock starts at exec)
+#   memory  PSS summed over the server's processes (the taster child included) once serving,
+#           read from /proc/PID/smaps_rollup 1 s after the first answer
+# steerdns runs three ways: as configured by default on new input (the taster on, no record
+# of inputs served), restarted on the inputs it last served (not tasted again, see README
+# "The taster"), and with `[taster] enabled = false`. Medians over ROUNDS. Only 127.0.0.1; every server is stopped by its session id.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/benches/lib.sh"
+CONF=$ROOT/benches/configs
+NAMES=${NAMES:-1000000}
+ROUNDS=${ROUNDS:-3}
+PORT=${PORT:-15530}
+ADMIN_PORT=${ADMIN_PORT:-15531}
+MMDB=${MMDB:-$ROOT/geoip/example.mmdb}
+OUT=${OUT:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-zone-scale/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/steerdns-zone-scale.XXXXXX)
+SESSION=""
+cleanup() { stop_server; rm -rf "$WORK"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ -z "${BIN:-}" ]; then
+    (cd "$ROOT" && cargo build --release --quiet) || die "cargo build failed"
+    BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/steerdns
+fi
+for t in nsd nsd-checkzone knotd kzonecheck python3 setsid /usr/bin/time; do
+    command -v "$t" > /dev/null || die "missing $t (apt-get install nsd knot knot-dnssecutils time)"
+done
+
+# ------------------------------------------------------------------ the three servers' inputs
+ZONE=$WORK/zone/big.example.zone
+mkdir -p "$WORK/zone"
+big_zone "$NAMES" > "$ZONE"
+LAST=h$((NAMES - 1)).big.example
+
+mkdir -p "$WORK/nsd"
+cat > "$WORK/nsd/nsd.conf" << EOF
+server:
+    ip-address: 127.0.0.1@$PORT
+    server-count: 1
+    reuseport: no
+    do-ip6: no
+    username: ""
+    chroot: ""
+    database: ""
+    zonelistfile: "$WORK/nsd/zone.list"
+    xfrdfile: "$WORK/nsd/xfrd.state"
+    xfrdir: "$WORK/nsd"
+    pidfile: "$WORK/nsd/nsd.pid"
+    logfile: "$WORK/nsd/nsd.log"
+    rrl-ratelimit: 0
+remote-control:
+    control-enable: no
+zone:
+    name: big.example
+    zonefile: "$ZONE"
+EOF
+
+mkdir -p "$WORK/knot/run" "$WORK/knot/db"
+cat > "$WORK/knot/knot.conf" << EOF
+server:
+    rundir: "$WORK/knot/run"
+    listen: 127.0.0.1@$PORT
+    udp-workers: 1
+    tcp-workers: 1
+    background-workers: 1
+log:
+  - target: stderr
+    any: warning
+database:
+    storage: "$WORK/knot/db"
+template:
+  - id: default
+    storage: "$WORK/zone"
+    file: "%s.zone"
+    zonefile-sync: -1
+    zonefile-load: whole
+    journal-content: none
+zone:
+  - domain: big.example.
+EOF
+
+steerdns_case() { # dir extra-toml
+    local d=$1
+    mkdir -p "$d/zones"
+    cp "$CONF/zone.base" "$d/zones/steer.example.zone"
+    ln -s "$ZONE" "$d/zones/big.example.zone"
+    sed -e "s|@PORT@|$PORT|g" -e "s|@ADMIN_PORT@|$ADMIN_PORT|g" -e "s|@MMDB@|$MMDB|g" \
+        "$CONF/steerdns/steerdns.toml.in" > "$d/steerdns.toml"
+    printf '%s\n' "$2" >> "$d/steerdns.toml"
+    cp "$CONF/steerdns/control.toml" "$d/"
+    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$d/admin.token"
+    chmod 600 "$d/admin.token"
+}
+steerdns_case "$WORK/steerdns" ""
+steerdns_case "$WORK/steerdns-notaster" $'\n[taster]\nenabled = false'
+
+# ------------------------------------------------------------------ measuring
+timed() { # out-file cmd... -> "seconds peak_mib" (fails when the command fails)
+    local o=$1
+    shift
+    /usr/bin/time -f '%e %M' -o "$WORK/time" "$@" > "$o" 2>&1 || { cat "$o" >&2; return 1; }
+    awk '{ printf "%s %.0f\n", $1, $2 / 1024 }' "$WORK/time"
+}
+
+# Execs the server in a session of its own, polls until the last name answers; prints
+# "ms_to_first_answer pss_mib" and leaves SESSION set to the server's session.
+start_and_measure() { # log cmd...
+    local log=$1 ms
+    shift
+    ms=$(python3 - "$PORT" "$LAST" "$WORK/pid" "$log" "$@" << 'PY'
+import socket, struct, subprocess, sys, time
+port, name, pidfile, log, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+q = struct.pack(">HHHHHH", 0x5151, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(0.002)
+t0 = time.monotonic()
+p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+open(pidfile, "w").write(str(p.pid))
+while time.monotonic() - t0 < 180 and p.poll() is None:
+    try:
+        s.sendto(q, ("127.0.0.1", port))
+        r = s.recv(512)
+        if len(r) >= 12 and r[:2] == q[:2] and r[3] & 0x0F == 0 and struct.unpack(">H", r[6:8])[0] > 0:
+            print(round((time.monotonic() - t0) * 1000)); sys.exit(0)
+    except OSError:
+        pass
+sys.exit(1)
+PY
+    )
+    local rc=$?
+    SESSION=$(cat "$WORK/pid" 2> /dev/null)
+    [ $rc = 0 ] || { cat "$log" >&2; return 1; }
+    sleep 1 # PSS once serving, not mid-start
+    local kib=0 p
+    for p in $(session_pids "$SESSION"); do
+        kib=$((kib + $(awk '/^Pss:/ { print $2 }' "/proc/$p/smaps_rollup" 2> /dev/null || echo 0)))
+    done
+    echo "$ms $((kib / 1024))"
+}
+
+median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
+
+declare -A CHECK_S CHECK_MIB START_MS PSS
+measure() { # label check-cmd -- serve-cmd
+    local label=$1
+    shift
+    local check=() serve=()
+    while [ "$1" != -- ]; do check+=("$1"); shift; done
+    shift
+    serve=("$@")
+    local cs=() cm=() sm=() pm=() r secs mib ms pss
+    for r in $(seq 1 "$ROUNDS"); do
+        [ -z "${BEFORE_ROUND:-}" ] || eval "$BEFORE_ROUND"
+        if [ "${check[0]}" != - ]; then
+            read -r secs mib < <(timed "$OUT/check.$label.$r.log" "${check[@]}") || die "$label: check failed"
+            cs+=("$secs"); cm+=("$mib")
+        fi
+        # Not in a subshell: start_and_measure sets SESSION, which stop_server needs.
+        start_and_measure "$OUT/serve.$label.$r.log" "${serve[@]}" > "$WORK/measured" || die "$label: no answer"
+        read -r ms pss < "$WORK/measured"
+        stop_server
+        sm+=("$ms"); pm+=("$pss")
+        log "$label round $r: check ${secs:-–} s ${mib:-–} MiB, first answer $ms ms, PSS $pss MiB"
+    done
+    if [ ${#cs[@]} -gt 0 ]; then CHECK_S[$label]=$(median "${cs[@]}"); CHECK_MIB[$label]=$(median "${cm[@]}"); fi
+    START_MS[$label]=$(median "${sm[@]}")
+    PSS[$label]=$(median "${pm[@]}")
+}
+
+log "zone of $NAMES names: $(du -h "$ZONE" | cut -f1)"
+measure nsd nsd-checkzone big.example "$ZONE" -- nsd -d -c "$WORK/nsd/nsd.conf"
+measure knot kzonecheck -o big.example. "$ZONE" -- knotd -c "$WORK/knot/knot.conf"
+# New input: no record of inputs served before (removed before each round), so tasted.
+BEFORE_ROUND='rm -rf "$WORK/steerdns/steerdns.toml.state"' measure steerdns \
+    "$BIN" check --config "$WORK/steerdns/steerdns.toml" -- \
+    "$BIN" serve --config "$WORK/steerdns/steerdns.toml"
+# A restart on the inputs the last run served (its record kept): not tasted again.
+measure steerdns-restart - -- "$BIN" serve --config "$WORK/steerdns/steerdns.toml"
+measure steerdns-notaster - -- "$BIN" serve --config "$WORK/steerdns-notaster/steerdns.toml"
+
+R=$OUT/zone_scale.md
+{
+    echo "| server | check: wall | check: peak RSS | first answer after exec | PSS once serving |"
+    echo "| --- | ---: | ---: | ---: | ---: |"
+    for l in nsd knot steerdns steerdns-restart steerdns-notaster; do
+        printf '| %s | %s | %s | %s ms | %s MiB |\n' "$l" \
+            "${CHECK_S[$l]:+${CHECK_S[$l]} s}" "${CHECK_MIB[$l]:+${CHECK_MIB[$l]} MiB}" "${START_MS[$l]}" "${PSS[$l]}"
+    done
+    echo
+    echo "$NAMES names, medians of $ROUNDS rounds, $(date -u +%Y-%m-%dT%H:%MZ), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee "$R"
+log "table in $R"
