@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One NOTIFY target of a zone.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct NotifyTargetStatus {
     /// The serial last sent to it.
     pub sent_serial: Option<u32>,
@@ -25,7 +26,8 @@ pub struct NotifyTargetStatus {
 }
 
 /// One zone's transfers out.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ZoneTransferStatus {
     /// When the last transfer out was sent, to which client, which kind, at which serial.
     pub last_transfer: Option<String>,

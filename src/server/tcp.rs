@@ -190,7 +190,7 @@ async fn answer_one<S: AsyncRead + AsyncWrite + Unpin>(
     if let Some(current) = transfer {
         // Zone transfers (RFC 5936, 1995, 9103): built on a blocking thread, written here.
         let query = buffers.query[..len].to_vec();
-        let outgoing = super::xfr_out::answer(current, query, client.addr).await;
+        let outgoing = super::xfr_out::answer(current, query, *client).await;
         let idle = admitted.idle_allowed();
         for message in &outgoing.messages {
             let len = (message.len() as u16).to_be_bytes();

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::xfr_acl::{Decision, Signature, TransferAcl};
 use crate::config::transfer::TransferConfig;
 use crate::dns::tsig::{self, Signer, Verdict};
-use crate::dns::wire::{flag, parse_query, rcode, rtype, Query, HEADER_LEN};
+use crate::dns::wire::{flag, parse_query, rcode, rtype, Query, Requester, HEADER_LEN};
 use crate::metrics::transfer::transfer_status;
 use crate::snapshot::transfer::TransferSetup;
 use crate::snapshot::Snapshot;
@@ -44,16 +44,18 @@ impl Outgoing {
     }
 }
 
-/// Whether `packet` is an AXFR or IXFR request this server answers itself (`[transfer]` is
-/// set); everything else, transfers without `[transfer]` included, goes to `respond`.
+/// Whether `packet` is for this module (`[transfer]` is set): an AXFR or IXFR request, or a
+/// TSIG-signed query (a secondary's SOA check, answered signed). Everything else, transfers
+/// without `[transfer]` included, goes to `respond`.
 pub fn is_transfer(snapshot: &Snapshot, packet: &[u8]) -> bool {
     snapshot.transfer().is_some()
-        && parse_query(packet).is_ok_and(|q| matches!(q.qtype, rtype::AXFR | rtype::IXFR))
+        && parse_query(packet).is_ok_and(|q| {
+            matches!(q.qtype, rtype::AXFR | rtype::IXFR) || !matches!(tsig::find(packet), Ok(None))
+        })
 }
 
-/// Answers a transfer request (one that [`is_transfer`] accepted) from `client`, on a
-/// blocking thread.
-pub async fn answer(snapshot: Arc<Snapshot>, packet: Vec<u8>, client: IpAddr) -> Outgoing {
+/// Answers a request that [`is_transfer`] accepted from `client`, on a blocking thread.
+pub async fn answer(snapshot: Arc<Snapshot>, packet: Vec<u8>, client: Requester) -> Outgoing {
     tokio::task::spawn_blocking(move || answer_now(&snapshot, &packet, client, unix_now()))
         .await
         .unwrap_or_default()
@@ -66,10 +68,14 @@ fn unix_now() -> u64 {
 }
 
 /// The answer to a transfer request at `now` (seconds since the epoch).
-pub fn answer_now(snapshot: &Snapshot, packet: &[u8], client: IpAddr, now: u64) -> Outgoing {
+pub fn answer_now(snapshot: &Snapshot, packet: &[u8], requester: Requester, now: u64) -> Outgoing {
+    let client = requester.addr;
     let Ok(query) = parse_query(packet) else {
         return Outgoing::default();
     };
+    if !matches!(query.qtype, rtype::AXFR | rtype::IXFR) {
+        return signed_query(snapshot, packet, &query, requester, now);
+    }
     let kind = if query.qtype == rtype::AXFR {
         "axfr"
     } else {
@@ -160,6 +166,39 @@ pub fn answer_now(snapshot: &Snapshot, packet: &[u8], client: IpAddr, now: u64) 
     Outgoing {
         messages,
         _slot: Some(slot),
+    }
+}
+
+/// A TSIG-signed query that is no transfer: answered as the serving path answers it, signed
+/// with the request's key; NOTAUTH when the signature fails.
+fn signed_query(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    requester: Requester,
+    now: u64,
+) -> Outgoing {
+    let Some(setup) = snapshot.transfer() else {
+        return Outgoing::default();
+    };
+    match tsig::verify_request(packet, &setup.keys, now) {
+        Ok(Verdict::Signed { key, request_mac }) => {
+            let mut out = vec![0u8; crate::dns::wire::MAX_MESSAGE];
+            let Some(len) = crate::answer::respond(snapshot, packet, &requester, &mut out) else {
+                return Outgoing::default();
+            };
+            out.truncate(len);
+            Signer::for_answer_of(&setup.keys[key], &request_mac).sign(&mut out, now);
+            Outgoing::one(out)
+        }
+        Ok(Verdict::Refused(refusal)) => {
+            let mut message = error_message(query, packet, NOTAUTH);
+            tsig::error_answer(&mut message, &refusal, &setup.keys, now);
+            Outgoing::one(message)
+        }
+        Ok(Verdict::Unsigned) | Err(tsig::Malformed) => {
+            Outgoing::one(error_message(query, packet, rcode::FORMERR))
+        }
     }
 }
 

@@ -1,0 +1,306 @@
+//! Zone transfers out (issue 33 items 1-2) against the real Debian servers: Knot (`knotd`) and
+//! NSD (`nsd`) as secondaries of steerdns, TSIG-signed: the first AXFR, then a zone change
+//! (the file rewritten with a higher serial, SIGHUP) that only the NOTIFY can explain (the
+//! secondaries' refresh timer is an hour) picked up by IXFR; a request with the wrong secret
+//! refused; BIND's `named-checkzone` on what `dig AXFR` returns. A missing tool fails the
+//! test.
+
+use crate::control_common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use control_common::common::{free_port, kdig, wait_for, Server, TempDir};
+
+const ZONE: &str = "xo.test";
+const KEY: &str = "xfr-key";
+const SECRET: &str = "c3RlZXJkbnMtdHJhbnNmZXItdGVzdC1zZWNyZXQtMzI=";
+const WRONG: &str = "d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldC13cm9uZzE=";
+
+fn tool(path: &'static str, package: &str) -> &'static str {
+    assert!(
+        Path::new(path).exists(),
+        "{path} is missing: apt-get install {package} (.ci/run installs it)"
+    );
+    path
+}
+
+fn zone_text(serial: u32, www: &str) -> String {
+    format!(
+        "$ORIGIN {ZONE}.\n$TTL 60\n\
+         @ IN SOA ns1 hostmaster {serial} 3600 600 86400 60\n\
+         @ IN NS ns1\nns1 IN A 192.0.2.53\nwww IN A {www}\nmail IN MX 10 ns1\n\
+         txt IN TXT \"hello transfer\"\n"
+    )
+}
+
+/// steerdns serving `xo.test` from its own zone directory, transfers on, NOTIFY to `targets`.
+struct Primary {
+    dir: TempDir,
+    server: Server,
+}
+
+impl Primary {
+    fn start(label: &str, port: u16, notify: &[u16]) -> Primary {
+        let dir = TempDir::new(label);
+        std::fs::create_dir_all(dir.path().join("zones")).expect("zones dir");
+        std::fs::write(zone_path(&dir), zone_text(1, "192.0.2.1")).expect("zone");
+        let key = dir.path().join("xfr.key");
+        std::fs::write(
+            &key,
+            format!("key \"{KEY}\" {{ algorithm hmac-sha256; secret \"{SECRET}\"; }};\n"),
+        )
+        .expect("key file");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let targets: Vec<String> = notify
+            .iter()
+            .map(|p| format!("{{ addr = \"127.0.0.1:{p}\", key = \"{KEY}\" }}"))
+            .collect();
+        let config = format!(
+            "[server]\nzones = {:?}\n[transfer]\nkey_files = [\"xfr.key\"]\n\
+             per_client_per_minute = 1000\nnotify_timeout_ms = 200\n\
+             [transfer.zone.\"{ZONE}\"]\nnotify = [{}]\n",
+            dir.path().join("zones"),
+            targets.join(", ")
+        );
+        let path = dir.path().join("steerdns.toml");
+        std::fs::write(&path, config).expect("config");
+        let listen = format!("127.0.0.1:{port}");
+        let server = Server::start(&[
+            "--config",
+            path.to_str().expect("utf-8"),
+            "--listen",
+            &listen,
+        ]);
+        Primary { dir, server }
+    }
+
+    /// Rewrites the zone file and reloads (SIGHUP).
+    fn change(&self, serial: u32, www: &str) {
+        std::fs::write(zone_path(&self.dir), zone_text(serial, www)).expect("rewrite zone");
+        control_common::sighup(self.server.pid());
+        wait_for(
+            "steerdns serving the new serial",
+            Duration::from_secs(10),
+            || (soa_serial(self.server.addr) == Some(serial)).then_some(()),
+        );
+    }
+
+    fn metrics(&self) -> String {
+        let admin = self.server.admin.expect("admin endpoint");
+        control_common::http(admin, "GET", "/metrics", None).1
+    }
+}
+
+fn zone_path(dir: &TempDir) -> PathBuf {
+    dir.path().join("zones").join(format!("{ZONE}.zone"))
+}
+
+fn soa_serial(server: SocketAddr) -> Option<u32> {
+    let (ok, out) = kdig(server, &["+short", "SOA", ZONE]);
+    out.split_whitespace().nth(2)?.parse().ok().filter(|_| ok)
+}
+
+fn www(server: SocketAddr) -> String {
+    kdig(server, &["+short", "A", &format!("www.{ZONE}")])
+        .1
+        .trim()
+        .to_string()
+}
+
+/// Waits until `secondary` answers `www` with `addr` (and the SOA with `serial`).
+fn wait_secondary(what: &str, secondary: SocketAddr, serial: u32, addr: &str) {
+    wait_for(what, Duration::from_secs(15), || {
+        (soa_serial(secondary) == Some(serial) && www(secondary) == addr).then_some(())
+    });
+}
+
+/// The value of a counter line of `metrics` whose labels contain every one of `labels`.
+fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+struct Process {
+    child: Child,
+    _dir: TempDir,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn knot_secondary(port: u16, primary: SocketAddr) -> Process {
+    let knotd = tool("/usr/sbin/knotd", "knot");
+    let dir = TempDir::new("xfrout-knot");
+    let d = dir.path().display();
+    let conf = format!(
+        "server:\n    rundir: \"{d}\"\n    listen: 127.0.0.1@{port}\n\
+         database:\n    storage: \"{d}\"\n\
+         control:\n    listen: \"{d}/knot.sock\"\n\
+         log:\n  - target: stderr\n    any: warning\n\
+         key:\n  - id: {KEY}\n    algorithm: hmac-sha256\n    secret: {SECRET}\n\
+         remote:\n  - id: primary\n    address: {}@{}\n    key: {KEY}\n\
+         acl:\n  - id: notify\n    address: 127.0.0.0/8\n    key: {KEY}\n    action: notify\n\
+         zone:\n  - domain: {ZONE}.\n    file: \"{d}/{ZONE}.zone\"\n    master: primary\n\
+         \x20   acl: notify\n    zonefile-sync: -1\n",
+        primary.ip(),
+        primary.port()
+    );
+    std::fs::write(dir.path().join("knot.conf"), conf).expect("knot.conf");
+    let child = Command::new(knotd)
+        .arg("-c")
+        .arg(dir.path().join("knot.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start knotd");
+    Process { child, _dir: dir }
+}
+
+fn nsd_secondary(port: u16, primary: SocketAddr) -> Process {
+    let nsd = tool("/usr/sbin/nsd", "nsd");
+    let dir = TempDir::new("xfrout-nsd");
+    let d = dir.path().display();
+    let conf = format!(
+        "server:\n    ip-address: 127.0.0.1\n    port: {port}\n    zonesdir: \"{d}\"\n\
+         \x20   pidfile: \"{d}/nsd.pid\"\n    xfrdfile: \"{d}/xfrd.state\"\n\
+         \x20   zonelistfile: \"{d}/zone.list\"\n    database: \"\"\n    username: \"\"\n\
+         \x20   chroot: \"\"\n    logfile: \"{d}/nsd.log\"\n    verbosity: 2\n\
+         \x20   server-count: 1\n    xfrd-reload-timeout: 0\n\
+         remote-control:\n    control-enable: no\n\
+         key:\n    name: \"{KEY}\"\n    algorithm: hmac-sha256\n    secret: \"{SECRET}\"\n\
+         zone:\n    name: \"{ZONE}\"\n    zonefile: \"{ZONE}.zone\"\n\
+         \x20   allow-notify: 127.0.0.1 {KEY}\n    request-xfr: {}@{} {KEY}\n",
+        primary.ip(),
+        primary.port()
+    );
+    std::fs::write(dir.path().join("nsd.conf"), conf).expect("nsd.conf");
+    let child = Command::new(nsd)
+        .args(["-d", "-c"])
+        .arg(dir.path().join("nsd.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start nsd");
+    Process { child, _dir: dir }
+}
+
+/// AXFR at start, then a change pushed by NOTIFY and pulled by IXFR, against `start` (Knot or
+/// NSD as the secondary on `port`).
+fn secondary_follows(label: &str, start: fn(u16, SocketAddr) -> Process) {
+    let (steer_port, secondary_port) = (free_port(), free_port());
+    let primary = Primary::start(label, steer_port, &[secondary_port]);
+    let secondary_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, secondary_port));
+    let _secondary = start(secondary_port, primary.server.addr);
+    wait_secondary(
+        &format!("{label} serving serial 1 (AXFR)"),
+        secondary_addr,
+        1,
+        "192.0.2.1",
+    );
+
+    primary.change(2, "192.0.2.2");
+    wait_secondary(
+        &format!("{label} serving serial 2 after the NOTIFY"),
+        secondary_addr,
+        2,
+        "192.0.2.2",
+    );
+    wait_for(
+        "the NOTIFY of serial 2 acknowledged",
+        Duration::from_secs(10),
+        || {
+            let metrics = primary.metrics();
+            let acked = counter(&metrics, "steerdns_notify_total", &["result=\"acked\""]);
+            (acked >= 1).then_some(())
+        },
+    );
+    let metrics = primary.metrics();
+    let ixfr = counter(
+        &metrics,
+        "steerdns_transfers_out_total",
+        &["kind=\"ixfr\"", "result=\"ok\"", "zone=\"xo.test\""],
+    );
+    assert!(ixfr >= 1, "the change went out by IXFR:\n{metrics}");
+}
+
+#[test]
+fn knot_as_secondary_axfr_then_notify_and_ixfr() {
+    secondary_follows("xfrout-knot-primary", knot_secondary);
+}
+
+#[test]
+fn nsd_as_secondary_axfr_then_notify_and_ixfr() {
+    secondary_follows("xfrout-nsd-primary", nsd_secondary);
+}
+
+fn dig_axfr(server: SocketAddr, key: Option<&str>) -> (bool, String) {
+    let mut command = Command::new("dig");
+    command
+        .arg(format!("@{}", server.ip()))
+        .args(["-p", &server.port().to_string()])
+        .args(["+time=3", "+tries=1", "+tcp", "+nocmd", "+nostats"])
+        .args([ZONE, "AXFR"]);
+    if let Some(secret) = key {
+        command.args(["-y", &format!("hmac-sha256:{KEY}:{secret}")]);
+    }
+    let output = command
+        .output()
+        .expect("dig must be installed (apt-get install bind9-dnsutils)");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output.status.success(), text)
+}
+
+#[test]
+fn the_wrong_secret_is_refused_and_named_checkzone_accepts_the_axfr() {
+    let checkzone = tool("/usr/bin/named-checkzone", "bind9-utils");
+    let primary = Primary::start("xfrout-refuse", free_port(), &[]);
+    let addr = primary.server.addr;
+
+    let (_, refused) = dig_axfr(addr, Some(WRONG));
+    assert!(refused.contains("BADSIG"), "{refused}");
+    assert!(!refused.contains("192.0.2.1"), "{refused}");
+
+    let (ok, signed) = dig_axfr(addr, Some(SECRET));
+    assert!(
+        ok && signed.contains("TSIG") && !signed.contains("failed"),
+        "{signed}"
+    );
+    let soas = signed.lines().filter(|l| l.contains("\tSOA\t")).count();
+    assert_eq!(soas, 2, "{signed}");
+
+    let file = primary.dir.path().join("axfr.zone");
+    let records: String = signed
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.contains("\tTSIG\t") && !l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&file, records).expect("write axfr output");
+    let output = Command::new(checkzone)
+        .args([ZONE])
+        .arg(&file)
+        .output()
+        .expect("run named-checkzone");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success() && text.contains("OK"), "{text}");
+
+    let metrics = primary.metrics();
+    let badsig = counter(
+        &metrics,
+        "steerdns_transfers_out_total",
+        &["result=\"tsig_badsig\""],
+    );
+    assert!(badsig >= 1, "{metrics}");
+}
