@@ -93,6 +93,30 @@ impl Primary {
         let admin = self.server.admin.expect("admin endpoint");
         control_common::http(admin, "GET", "/metrics", None).1
     }
+
+    fn status(&self) -> serde_json::Value {
+        let admin = self.server.admin.expect("admin endpoint");
+        let (code, body) = control_common::http(admin, "GET", "/v1/status", None);
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).expect("status JSON")
+    }
+
+    /// `steerdns status` against this server.
+    fn cli_status(&self) -> String {
+        let admin = self.server.admin.expect("admin endpoint");
+        let output = Command::new(env!("CARGO_BIN_EXE_steerdns"))
+            .arg("status")
+            .arg("--config")
+            .arg(self.dir.path().join("steerdns.toml"))
+            .arg("--admin")
+            .arg(admin.to_string())
+            .env("STEERDNS_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run steerdns status");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
 }
 
 fn zone_path(dir: &TempDir) -> PathBuf {
@@ -218,15 +242,36 @@ fn secondary_follows(label: &str, start: fn(u16, SocketAddr) -> Process) {
         2,
         "192.0.2.2",
     );
-    wait_for(
+    let target = secondary_addr.to_string();
+    let status = wait_for(
         "the NOTIFY of serial 2 acknowledged",
         Duration::from_secs(10),
         || {
-            let metrics = primary.metrics();
-            let acked = counter(&metrics, "steerdns_notify_total", &["result=\"acked\""]);
-            (acked >= 1).then_some(())
+            let status = primary.status();
+            let acked = &status["transfer"][ZONE]["notify"][&target]["acked_serial"];
+            (acked.as_u64() == Some(2)).then_some(status)
         },
     );
+    let zone = &status["transfer"][ZONE];
+    assert_eq!(zone["serial"].as_u64(), Some(2), "{zone}");
+    assert_eq!(zone["journal_depth"].as_u64(), Some(1), "{zone}");
+    assert_eq!(
+        zone["last_transfer_to"].as_str(),
+        Some("127.0.0.1"),
+        "{zone}"
+    );
+    let line = primary.cli_status();
+    assert!(
+        line.contains(&format!("transfer {ZONE}: serial 2, journal 1 version(s)"))
+            && line.contains(&format!("{target} acked 2")),
+        "{line}"
+    );
+    let notified = counter(
+        &primary.metrics(),
+        "steerdns_notify_total",
+        &["result=\"acked\""],
+    );
+    assert!(notified >= 1);
     let metrics = primary.metrics();
     let ixfr = counter(
         &metrics,
