@@ -2,7 +2,8 @@
 //! NSD (`nsd`) as secondaries of steerdns, TSIG-signed: the first AXFR, then a zone change
 //! (the file rewritten with a higher serial, SIGHUP) that only the NOTIFY can explain (the
 //! secondaries' refresh timer is an hour) picked up by IXFR; a request with the wrong secret
-//! refused; BIND's `named-checkzone` on what `dig AXFR` returns. A missing tool fails the
+//! refused; BIND's `named-checkzone` on what `dig AXFR` returns; a signed (NSEC3) zone over DoT
+//! verified by `ldns-verify-zone`. A missing tool fails the
 //! test.
 
 use crate::control_common;
@@ -45,6 +46,18 @@ struct Primary {
 
 impl Primary {
     fn start(label: &str, port: u16, notify: &[u16]) -> Primary {
+        Primary::start_with(label, port, notify, "", |_| {})
+    }
+
+    /// Like [`Primary::start`], with `extra` config and `prepare` run on the config file
+    /// before the server starts.
+    fn start_with(
+        label: &str,
+        port: u16,
+        notify: &[u16],
+        extra: &str,
+        prepare: impl FnOnce(&Path),
+    ) -> Primary {
         let dir = TempDir::new(label);
         std::fs::create_dir_all(dir.path().join("zones")).expect("zones dir");
         std::fs::write(zone_path(&dir), zone_text(1, "192.0.2.1")).expect("zone");
@@ -62,12 +75,13 @@ impl Primary {
         let config = format!(
             "[server]\nzones = {:?}\n[transfer]\nkey_files = [\"xfr.key\"]\n\
              per_client_per_minute = 1000\nnotify_timeout_ms = 200\n\
-             [transfer.zone.\"{ZONE}\"]\nnotify = [{}]\n",
+             [transfer.zone.\"{ZONE}\"]\nnotify = [{}]\n{extra}\n",
             dir.path().join("zones"),
             targets.join(", ")
         );
         let path = dir.path().join("steerdns.toml");
         std::fs::write(&path, config).expect("config");
+        prepare(&path);
         let listen = format!("127.0.0.1:{port}");
         let server = Server::start(&[
             "--config",
@@ -348,4 +362,55 @@ fn the_wrong_secret_is_refused_and_named_checkzone_accepts_the_axfr() {
         &["result=\"tsig_badsig\""],
     );
     assert!(badsig >= 1, "{metrics}");
+}
+
+#[test]
+fn a_signed_zone_goes_out_over_dot_with_its_signatures_and_ldns_verifies_it() {
+    let verify = tool("/usr/bin/ldns-verify-zone", "ldnsutils");
+    let scratch = TempDir::new("xfrout-dot-cert");
+    let (cert, key) = control_common::common::self_signed_cert(scratch.path(), "dot", 2);
+    let dot = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let extra = format!(
+        "[dnssec]\nkeys = \"keys\"\nzones = [\"{ZONE}.\"]\ndenial = \"nsec3\"\n\
+         [server.tls]\ncert = {:?}\nkey = {:?}\ndot = [\"{dot}\"]\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    );
+    let primary = Primary::start_with("xfrout-signed", free_port(), &[], &extra, |config| {
+        let output = Command::new(env!("CARGO_BIN_EXE_steerdns"))
+            .args(["dnssec", "keygen", &format!("{ZONE}.")])
+            .arg("--config")
+            .arg(config)
+            .env("STEERDNS_LOG", "warn")
+            .output()
+            .expect("run steerdns dnssec keygen");
+        assert!(output.status.success(), "{output:?}");
+    });
+
+    // Over DoT (RFC 9103), signed with the key: every record with its RRSIG, the NSEC3 chain.
+    let tsig = format!("hmac-sha256:{KEY}:{SECRET}");
+    let (ok, text) = kdig(dot, &["+tls", "+nocomments", "-y", &tsig, "AXFR", ZONE]);
+    assert!(ok, "{text}");
+    let records: String = text
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.contains("TSIG") && !l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for rtype in ["RRSIG", "DNSKEY", "NSEC3", "NSEC3PARAM"] {
+        assert!(
+            records.contains(&format!("\t{rtype}\t")),
+            "no {rtype}:\n{text}"
+        );
+    }
+    let file = primary.dir.path().join("signed-axfr.zone");
+    std::fs::write(&file, &records).expect("write axfr");
+    let output = Command::new(verify)
+        .arg(&file)
+        .output()
+        .expect("run ldns-verify-zone");
+    assert!(output.status.success(), "{output:?}\n{records}");
+
+    // The same over plain TCP, from loopback unsigned.
+    let (ok, plain) = dig_axfr(primary.server.addr, None);
+    assert!(ok && plain.contains("IN\tNSEC3 1 0 0 - "), "{plain}");
 }
