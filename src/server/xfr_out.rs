@@ -87,7 +87,7 @@ pub fn answer_now(snapshot: &Snapshot, packet: &[u8], requester: Requester, now:
         return Outgoing::one(error_message(&query, packet, rcode::REFUSED));
     };
     let zone = match snapshot.zones().find(&query.qname) {
-        Some((zone, 0)) => zone,
+        Some((zone, 0)) if query.qclass == crate::dns::wire::class::IN => zone,
         _ => {
             status.refused("-", &who, kind, "not_zone");
             return Outgoing::one(error_message(&query, packet, NOTAUTH));

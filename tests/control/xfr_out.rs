@@ -15,10 +15,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use control_common::common::{free_port, kdig, wait_for, Server, TempDir};
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::RecordType;
 
 const ZONE: &str = "xo.test";
 const KEY: &str = "xfr-key";
 const SECRET: &str = "c3RlZXJkbnMtdHJhbnNmZXItdGVzdC1zZWNyZXQtMzI=";
+/// A key of the key file that the zone does not list.
+const OTHER_KEY: &str = "other-key";
 const WRONG: &str = "d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldC13cm9uZzE=";
 
 fn tool(path: &'static str, package: &str) -> &'static str {
@@ -64,7 +68,10 @@ impl Primary {
         let key = dir.path().join("xfr.key");
         std::fs::write(
             &key,
-            format!("key \"{KEY}\" {{ algorithm hmac-sha256; secret \"{SECRET}\"; }};\n"),
+            format!(
+                "key \"{KEY}\" {{ algorithm hmac-sha256; secret \"{SECRET}\"; }};\n\
+                 key \"{OTHER_KEY}\" {{ algorithm hmac-sha256; secret \"{WRONG}\"; }};\n"
+            ),
         )
         .expect("key file");
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
@@ -75,7 +82,7 @@ impl Primary {
         let config = format!(
             "[server]\nzones = {:?}\n[transfer]\nkey_files = [\"xfr.key\"]\n\
              per_client_per_minute = 1000\nnotify_timeout_ms = 200\n\
-             [transfer.zone.\"{ZONE}\"]\nnotify = [{}]\n{extra}\n",
+             [transfer.zone.\"{ZONE}\"]\nkeys = [\"{KEY}\"]\nnotify = [{}]\n{extra}\n",
             dir.path().join("zones"),
             targets.join(", ")
         );
@@ -306,14 +313,23 @@ fn nsd_as_secondary_axfr_then_notify_and_ixfr() {
 }
 
 fn dig_axfr(server: SocketAddr, key: Option<&str>) -> (bool, String) {
+    dig_transfer(
+        server,
+        &["+tcp", ZONE, "AXFR"],
+        key.map(|secret| (KEY, secret)),
+    )
+}
+
+/// `dig` with `args` and, when given, `-y hmac-sha256:<name>:<secret>`.
+fn dig_transfer(server: SocketAddr, args: &[&str], key: Option<(&str, &str)>) -> (bool, String) {
     let mut command = Command::new("dig");
     command
         .arg(format!("@{}", server.ip()))
         .args(["-p", &server.port().to_string()])
-        .args(["+time=3", "+tries=1", "+tcp", "+nocmd", "+nostats"])
-        .args([ZONE, "AXFR"]);
-    if let Some(secret) = key {
-        command.args(["-y", &format!("hmac-sha256:{KEY}:{secret}")]);
+        .args(["+time=3", "+tries=1", "+nocmd", "+nostats"])
+        .args(args);
+    if let Some((name, secret)) = key {
+        command.args(["-y", &format!("hmac-sha256:{name}:{secret}")]);
     }
     let output = command
         .output()
@@ -331,6 +347,21 @@ fn the_wrong_secret_is_refused_and_named_checkzone_accepts_the_axfr() {
     let (_, refused) = dig_axfr(addr, Some(WRONG));
     assert!(refused.contains("BADSIG"), "{refused}");
     assert!(!refused.contains("192.0.2.1"), "{refused}");
+
+    // A key of the key file that this zone does not list: REFUSED (signed), counted.
+    let (_, other) = dig_transfer(addr, &["+tcp", ZONE, "AXFR"], Some((OTHER_KEY, WRONG)));
+    assert!(
+        other.contains("failed") && !other.contains("192.0.2.1"),
+        "{other}"
+    );
+
+    // Over UDP: IXFR gets the current SOA alone (RFC 1995 2), AXFR is refused.
+    let (ok, udp) = dig_transfer(addr, &["+notcp", ZONE, "IXFR=0"], None);
+    let soa_lines = udp.lines().filter(|l| l.contains("\tSOA\t")).count();
+    assert!(ok && soa_lines == 1 && !udp.contains("192.0.2.1"), "{udp}");
+    let axfr = control_common::common::query(&format!("{ZONE}."), RecordType::AXFR);
+    let refused = primary.server.udp(&axfr);
+    assert_eq!(refused.metadata.response_code, ResponseCode::Refused);
 
     let (ok, signed) = dig_axfr(addr, Some(SECRET));
     assert!(
@@ -362,6 +393,12 @@ fn the_wrong_secret_is_refused_and_named_checkzone_accepts_the_axfr() {
         &["result=\"tsig_badsig\""],
     );
     assert!(badsig >= 1, "{metrics}");
+    let key = counter(
+        &metrics,
+        "steerdns_transfers_out_total",
+        &["result=\"key\""],
+    );
+    assert!(key >= 1, "{metrics}");
 }
 
 #[test]
