@@ -308,7 +308,97 @@ impl Limits {
 
 #[cfg(test)]
 mod tests {
+    use hickory_proto::op::{Message, Query as HQuery, ResponseCode};
+    use hickory_proto::rr::{Name, RecordType};
+
     use super::*;
+    use crate::dns::tsig::{Algorithm, Key};
+    use crate::dns::wire::Transport;
+    use crate::snapshot::{Compiled, ServeOptions};
+
+    const ZONE: &str = "$TTL 300\n@ SOA ns1 hostmaster 7 3600 600 86400 300\n@ NS ns1\n\
+                        ns1 A 192.0.2.1\nwww A 192.0.2.2\n";
+    const NOW: u64 = 1_800_000_000;
+
+    fn key() -> Key {
+        Key::new("xfr-key", Algorithm::HmacSha256, b"0123456789abcdef0123").expect("key")
+    }
+
+    fn snapshot() -> Snapshot {
+        let zone = crate::zone::model::example_zone(ZONE);
+        let setup = TransferSetup {
+            config: TransferConfig::default(),
+            keys: vec![key()],
+        };
+        let compiled = Compiled::build(vec![zone], ServeOptions::default()).with_transfer(setup);
+        Snapshot::standalone(compiled)
+    }
+
+    fn request(name: &str, rtype: RecordType) -> Vec<u8> {
+        let mut message = Message::query();
+        message.metadata.id = 77;
+        message.add_query(HQuery::query(Name::from_ascii(name).expect("name"), rtype));
+        message.to_vec().expect("encode")
+    }
+
+    fn from(addr: &str) -> Requester {
+        Requester::new(addr.parse().expect("ip"), Transport::Tcp)
+    }
+
+    fn rcode_of(out: &Outgoing) -> ResponseCode {
+        assert_eq!(out.messages.len(), 1);
+        Message::from_vec(&out.messages[0])
+            .expect("valid")
+            .metadata
+            .response_code
+    }
+
+    #[test]
+    fn loopback_unsigned_gets_the_zone_others_need_the_key() {
+        let snapshot = snapshot();
+        let axfr = request("example.com.", RecordType::AXFR);
+        let out = answer_now(&snapshot, &axfr, from("127.0.0.1"), NOW);
+        let parsed = Message::from_vec(&out.messages[0]).expect("valid");
+        assert_eq!(parsed.answers.len(), 5); // SOA, NS, two A, SOA
+
+        let out = answer_now(&snapshot, &axfr, from("192.0.2.9"), NOW);
+        assert_eq!(rcode_of(&out), ResponseCode::Refused);
+
+        let mut signed = axfr.clone();
+        let mac = tsig::sign_request(&mut signed, &key(), NOW);
+        let out = answer_now(&snapshot, &signed, from("192.0.2.9"), NOW);
+        let mut check = Signer::for_answer_of(&snapshot.transfer().expect("on").keys[0], &mac);
+        for message in &out.messages {
+            check.verify(message, NOW).expect("every message signed");
+        }
+
+        let wrong =
+            Key::new("xfr-key", Algorithm::HmacSha256, b"another-secret-0123").expect("key");
+        let mut badsig = axfr.clone();
+        tsig::sign_request(&mut badsig, &wrong, NOW);
+        let out = answer_now(&snapshot, &badsig, from("192.0.2.9"), NOW);
+        assert_eq!(u16::from(rcode_of(&out)), NOTAUTH);
+    }
+
+    #[test]
+    fn a_name_below_the_apex_is_notauth_and_a_current_ixfr_one_soa() {
+        let snapshot = snapshot();
+        let below = request("www.example.com.", RecordType::AXFR);
+        let out = answer_now(&snapshot, &below, from("127.0.0.1"), NOW);
+        assert_eq!(u16::from(rcode_of(&out)), NOTAUTH);
+
+        // IXFR with the serial we serve (7) in the authority section.
+        let mut ixfr = request("example.com.", RecordType::IXFR);
+        ixfr[9] = 1; // NSCOUNT
+        ixfr.extend_from_slice(&[0xC0, 12, 0, 6, 0, 1, 0, 0, 0, 0, 0, 24, 0xC0, 12, 0xC0, 12]);
+        for field in [7u32, 0, 0, 0, 0] {
+            ixfr.extend_from_slice(&field.to_be_bytes());
+        }
+        let out = answer_now(&snapshot, &ixfr, from("127.0.0.1"), NOW);
+        let parsed = Message::from_vec(&out.messages[0]).expect("valid");
+        assert_eq!(parsed.answers.len(), 1);
+        assert_eq!(parsed.answers[0].record_type(), RecordType::SOA);
+    }
 
     #[test]
     fn limits_refuse_past_the_rate_and_the_concurrency() {

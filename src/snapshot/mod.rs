@@ -168,6 +168,15 @@ impl Compiled {
         }
     }
 
+    /// This compilation with outgoing transfers on (for tests and fuzzing; a load reads
+    /// `[transfer]` itself).
+    pub fn with_transfer(self, setup: transfer::TransferSetup) -> Compiled {
+        Compiled {
+            transfer: Some(Arc::new(setup)),
+            ..self
+        }
+    }
+
     /// No zones (answers REFUSED); a placeholder before the first load.
     pub fn empty() -> Compiled {
         Compiled::build(Vec::new(), ServeOptions::default())
