@@ -246,6 +246,106 @@ mod tests {
 
     use super::*;
 
+    use crate::config::transfer::{TransferConfig, TransferZoneConfig};
+    use crate::metrics::transfer::transfer_status;
+    use crate::snapshot::transfer::TransferSetup;
+    use crate::snapshot::{Compiled, ServeOptions};
+
+    fn snapshot(target: SocketAddr) -> Snapshot {
+        let zone = crate::zone::model::example_zone(
+            "$TTL 300\n@ SOA ns1 hostmaster 7 3600 600 86400 300\n@ NS ns1\nns1 A 192.0.2.1\n",
+        );
+        let mut config = TransferConfig {
+            notify_retries: 2,
+            notify_timeout_ms: 10,
+            ..TransferConfig::default()
+        };
+        let notify = vec![NotifyTarget {
+            addr: target,
+            key: None,
+        }];
+        let rules = TransferZoneConfig {
+            notify,
+            ..TransferZoneConfig::default()
+        };
+        config.zone.insert("example.com".into(), rules);
+        let setup = TransferSetup {
+            config,
+            keys: Vec::new(),
+        };
+        let compiled = Compiled::build(vec![zone], ServeOptions::default()).with_transfer(setup);
+        Snapshot::standalone(compiled)
+    }
+
+    fn target() -> (UdpSocket, SocketAddr) {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        socket
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        let addr = socket.local_addr().expect("addr");
+        (socket, addr)
+    }
+
+    fn acked(target: SocketAddr) -> Option<u32> {
+        let zones = transfer_status().report().zones;
+        zones
+            .get("example.com")?
+            .notify
+            .get(&target.to_string())?
+            .acked_serial
+    }
+
+    #[test]
+    fn an_answered_notify_is_acknowledged_once() {
+        let (socket, addr) = target();
+        let snapshot = snapshot(addr);
+        let mut notifier = Notifier::default();
+        let t0 = Instant::now();
+        notifier.tick(&snapshot, t0, 0);
+        let mut buf = [0u8; 512];
+        let (len, from) = socket.recv_from(&mut buf).expect("a NOTIFY");
+        let parsed = Message::from_vec(&buf[..len]).expect("valid");
+        assert_eq!(parsed.op_code, OpCode::Notify);
+        let mut answer = buf[..12].to_vec();
+        answer[2] |= 0x80; // QR
+        answer[4..12].copy_from_slice(&[0; 8]);
+        socket.send_to(&answer, from).expect("answer");
+        for _ in 0..100 {
+            notifier.tick(&snapshot, t0, 0);
+            if notifier.pending.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(notifier.pending.is_empty());
+        assert_eq!(acked(addr), Some(7));
+        // The same serial again: nothing more is sent.
+        notifier.tick(&snapshot, t0 + Duration::from_secs(1), 0);
+        assert!(notifier.pending.is_empty());
+    }
+
+    #[test]
+    fn a_silent_target_gets_the_retries_with_doubling_waits_then_is_given_up() {
+        let (socket, addr) = target();
+        let snapshot = snapshot(addr);
+        let mut notifier = Notifier::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // Sent at 0, 10 ms and 30 ms (waits of 10 and 20 ms); not before they are due.
+        for (at, sends) in [(0, 1), (5, 1), (10, 2), (29, 2), (30, 3)] {
+            notifier.tick(&snapshot, t0 + ms(at), 0);
+            assert_eq!(notifier.pending[0].sent, sends, "at {at} ms");
+        }
+        notifier.tick(&snapshot, t0 + ms(70), 0);
+        assert!(notifier.pending.is_empty(), "given up after the retries");
+        let mut buf = [0u8; 512];
+        let received = (0..4)
+            .filter(|_| socket.recv_from(&mut buf).is_ok())
+            .count();
+        assert_eq!(received, 3);
+        assert_eq!(acked(addr), None);
+    }
+
     #[test]
     fn a_notify_carries_the_question_and_the_soa() {
         let apex = b"\x07example\x03com\x00";
