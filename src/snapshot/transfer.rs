@@ -76,7 +76,8 @@ pub fn next_journal(
     previous: Option<(&Journal, &ZoneSet)>,
     zones: &ZoneSet,
 ) -> Journal {
-    let Some((journal, old_zones)) = previous else {
+    // Depth 0 keeps nothing: no difference is computed (it costs a pass over both versions).
+    let Some((journal, old_zones)) = previous.filter(|_| depth > 0) else {
         return Journal::new(depth);
     };
     let mut next = journal.clone();
@@ -117,6 +118,8 @@ mod tests {
         let same = next_journal(5, Some((&second, &v2)), &v2);
         assert_eq!(same, second);
         let v3 = zones(3, "192.0.2.4");
+        let off = next_journal(0, Some((&same, &v2)), &v3);
+        assert_eq!(off.zone(&v3.zones()[0].apex), None);
         let third = next_journal(5, Some((&same, &v2)), &v3);
         let zone = &v3.zones()[0];
         let history = third.zone(&zone.apex);
