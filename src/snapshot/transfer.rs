@@ -70,7 +70,8 @@ impl TransferSetup {
 }
 
 /// The journal to serve `zones` with, after `previous` (the journal of the snapshot served
-/// until now, with its zones): a difference recorded for every zone whose serial changed.
+/// until now, with its zones): a difference recorded for every zone whose serial changed; the
+/// history of a signed zone rebuilt at the same serial (new signatures) dropped.
 pub fn next_journal(
     depth: usize,
     previous: Option<(&Journal, &ZoneSet)>,
@@ -88,6 +89,13 @@ pub fn next_journal(
         };
         if old.serial != zone.serial {
             next = next.after_reload(old, zone);
+        } else if zone.denial.is_some()
+            && !std::ptr::eq(old, zone)
+            && next.zone(&zone.apex).is_some()
+        {
+            // A signed zone rebuilt at the same serial (re-signed): its signatures changed, so
+            // the differences recorded no longer start from what a secondary holds.
+            next = next.forget(&zone.apex);
         }
     }
     next

@@ -175,6 +175,14 @@ impl Journal {
         next
     }
 
+    /// The journal without the history of the zone with this apex (its next IXFR from an
+    /// older serial is answered AXFR style).
+    pub fn forget(&self, apex: &[u8]) -> Journal {
+        let mut next = self.clone();
+        next.zones.remove(apex);
+        next
+    }
+
     /// The history of the zone with this apex.
     pub fn zone(&self, apex: &[u8]) -> Option<&History> {
         self.zones.get(apex)
