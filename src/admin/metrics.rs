@@ -56,6 +56,9 @@ pub struct Scrape {
     drills: crate::drill::log::DrillStatus,
     /// Secondary zones: serial, expired, transfers in.
     secondary: BTreeMap<String, crate::secondary::ZoneStatus>,
+    /// Zone transfers out: per zone (serial, journal depth, NOTIFY targets) and the counts.
+    transfer: Option<BTreeMap<String, super::transfer::ZoneTransferView>>,
+    transfer_counts: crate::metrics::transfer::TransferReport,
     /// The daemon's supervised threads and tasks.
     supervisor: SupervisorView,
 }
@@ -109,6 +112,8 @@ pub fn gather(
         safety: crate::safety::tally::status(),
         drills: crate::drill::log::status(),
         secondary: crate::secondary::status().snapshot(),
+        transfer: super::transfer::view(&snapshot),
+        transfer_counts: crate::metrics::transfer::transfer_status().report(),
         supervisor: supervisor.view(),
     }
 }
@@ -1128,6 +1133,7 @@ impl Collector for Scrape {
         encode_safety(&mut encoder, &self.safety)?;
         encode_drills(&mut encoder, &self.drills)?;
         encode_secondary(&mut encoder, &self.secondary)?;
+        encode_transfer(&mut encoder, self.transfer.as_ref(), &self.transfer_counts)?;
         self.encode_fleet(&mut encoder)
     }
 }
@@ -1334,6 +1340,74 @@ fn encode_secondary(
                     vec![("zone", zone.clone()), ("result", result.to_string())],
                     n,
                 )
+            })
+        }),
+    )
+}
+
+/// Zone transfers out and NOTIFY: transfers by zone, kind and result (ok or the refusal
+/// reason), NOTIFYs by zone, target and result, and per zone its serial and journal depth.
+fn encode_transfer(
+    encoder: &mut DescriptorEncoder,
+    zones: Option<&BTreeMap<String, super::transfer::ZoneTransferView>>,
+    counts: &crate::metrics::transfer::TransferReport,
+) -> fmt::Result {
+    counters(
+        encoder,
+        "steerdns_transfers_out",
+        "Zone transfer requests answered, by zone, kind (axfr, ixfr, ixfr_full, ixfr_current) \
+         and result (ok, or why refused: network, unsigned, key, tsig_badsig, tsig_badkey, \
+         tsig_badtime, busy, rate, not_zone, malformed).",
+        counts.transfers.iter().map(|(zone, kind, result, n)| {
+            let labels = vec![
+                ("zone", zone.clone()),
+                ("kind", kind.to_string()),
+                ("result", result.to_string()),
+            ];
+            (labels, *n)
+        }),
+    )?;
+    counters(
+        encoder,
+        "steerdns_notify",
+        "NOTIFYs of a serial change, by zone, target and result (acked, timeout, refused, \
+         notauth, bad_tsig, error).",
+        counts.notifies.iter().map(|(zone, target, result, n)| {
+            let labels = vec![
+                ("zone", zone.clone()),
+                ("target", target.clone()),
+                ("result", result.to_string()),
+            ];
+            (labels, *n)
+        }),
+    )?;
+    let Some(zones) = zones else {
+        return Ok(());
+    };
+    gauges(
+        encoder,
+        "steerdns_transfer_serial",
+        "The SOA serial a zone is transferred at.",
+        zones
+            .iter()
+            .map(|(zone, v)| (vec![("zone", zone.clone())], f64::from(v.serial))),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_transfer_journal_depth",
+        "Differences the IXFR journal keeps for a zone.",
+        zones
+            .iter()
+            .map(|(zone, v)| (vec![("zone", zone.clone())], v.journal_depth as f64)),
+    )?;
+    gauges(
+        encoder,
+        "steerdns_notify_acked_serial",
+        "The serial a NOTIFY target last acknowledged.",
+        zones.iter().flat_map(|(zone, v)| {
+            v.status.notify.iter().filter_map(move |(target, t)| {
+                let labels = vec![("zone", zone.clone()), ("target", target.clone())];
+                Some((labels, f64::from(t.acked_serial?)))
             })
         }),
     )

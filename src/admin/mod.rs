@@ -37,6 +37,7 @@ mod dashboard;
 mod direct;
 pub mod metrics;
 pub mod token;
+pub mod transfer;
 
 pub use token::{read_token, AdminToken};
 
@@ -257,6 +258,11 @@ pub struct StatusView {
     /// expired, last refusal.
     #[serde(default)]
     pub secondary: BTreeMap<String, crate::secondary::ZoneStatus>,
+    /// Zone transfers out (`[transfer]`; `None`: off): per zone its serial, journal depth,
+    /// last transfer out and to whom, last refusal, NOTIFY targets and their acknowledged
+    /// serials.
+    #[serde(default)]
+    pub transfer: Option<BTreeMap<String, transfer::ZoneTransferView>>,
     /// DNS Cookies (`[server.cookies]`; `None`: off): the secret's origin, queries by cookie
     /// verdict, and anycast answers by whether their demand counted.
     #[serde(default)]
@@ -543,6 +549,7 @@ pub fn status_view(
         safety: crate::safety::tally::status(),
         drills: crate::drill::log::status(),
         secondary: crate::secondary::status().snapshot(),
+        transfer: transfer::view(&snapshot),
         supervisor: Some(supervisor.view()),
     }
 }

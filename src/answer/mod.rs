@@ -402,6 +402,9 @@ fn answer(
             )
             .ok()
         }
+        (_, rtype::IXFR) if client.transport == Transport::Udp && snapshot.transfer().is_some() => {
+            return ixfr_over_udp(snapshot, packet, query, limit, out);
+        }
         (_, rtype::AXFR | rtype::IXFR) => {
             return write_simple(
                 snapshot.options(),
@@ -672,6 +675,68 @@ fn serve_steered(
             steered.scope,
             &mut out[pos..],
         )?;
+    }
+    Some(pos)
+}
+
+/// An IXFR over UDP while transfers are on (RFC 1995 section 2): the zone's current SOA
+/// alone, which tells the client to transfer over TCP (where the ACL and TSIG are checked);
+/// the SOA is public. REFUSED for a name that is no zone apex.
+fn ixfr_over_udp(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    limit: usize,
+    out: &mut [u8],
+) -> Option<usize> {
+    let apex_soa = match snapshot.zones().find(&query.qname) {
+        Some((zone, 0)) => zone
+            .soa()
+            .and_then(|s| s.records().next())
+            .map(|r| (zone, r)),
+        _ => None,
+    };
+    let Some((zone, soa)) = apex_soa else {
+        return write_simple(
+            snapshot.options(),
+            packet,
+            query,
+            rcode::REFUSED,
+            limit,
+            out,
+        )
+        .ok();
+    };
+    let question = query.question_bytes(packet);
+    let opt_len = if query.edns.is_some() { 11 } else { 0 };
+    let len = HEADER_LEN + question.len() + zone.apex.len() + soa.len() + opt_len;
+    if len > limit.min(out.len()) {
+        return write_simple(
+            snapshot.options(),
+            packet,
+            query,
+            rcode::REFUSED,
+            limit,
+            out,
+        )
+        .ok();
+    }
+    let out = &mut out[..len];
+    let flags = flag::QR | flag::AA | (query.flags & (0x7800 | flag::RD));
+    out[..2].copy_from_slice(&query.id.to_be_bytes());
+    out[2..4].copy_from_slice(&flags.to_be_bytes());
+    out[4..12].copy_from_slice(&[0, 1, 0, 1, 0, 0, 0, u8::from(opt_len > 0)]);
+    let mut pos = HEADER_LEN;
+    for part in [question, &zone.apex[..], soa] {
+        out[pos..pos + part.len()].copy_from_slice(part);
+        pos += part.len();
+    }
+    if opt_len > 0 {
+        out[pos] = 0;
+        out[pos + 1..pos + 3].copy_from_slice(&rtype::OPT.to_be_bytes());
+        out[pos + 3..pos + 5].copy_from_slice(&snapshot.options().edns_payload.to_be_bytes());
+        out[pos + 5..pos + 11].fill(0);
+        pos += 11;
     }
     Some(pos)
 }

@@ -800,8 +800,47 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     if let Some(dnssec) = &status.dnssec {
         print_dnssec(dnssec);
     }
+    for (zone, t) in status.transfer.iter().flatten() {
+        println!("{}", transfer_line(zone, t));
+    }
     print_connection_limits(&status);
     Ok(ExitCode::SUCCESS)
+}
+
+/// One zone's transfers out: serial, journal, last transfer, NOTIFY targets, last refusal.
+fn transfer_line(zone: &str, t: &steerdns::admin::transfer::ZoneTransferView) -> String {
+    let s = &t.status;
+    let last = match (&s.last_transfer, &s.last_transfer_to) {
+        (Some(at), Some(to)) => format!(
+            "last out {} serial {} to {to} at {at}",
+            s.last_transfer_kind.as_deref().unwrap_or("?"),
+            s.last_transfer_serial.unwrap_or(0)
+        ),
+        _ => "no transfer out yet".to_string(),
+    };
+    let notify: Vec<String> = s
+        .notify
+        .iter()
+        .map(|(target, n)| match (n.acked_serial, &n.last_error) {
+            (_, Some(e)) => format!("{target} FAILED {e}"),
+            (Some(serial), None) => format!("{target} acked {serial}"),
+            (None, None) => format!("{target} not acked yet"),
+        })
+        .collect();
+    format!(
+        "transfer {zone}: serial {}, journal {} version(s); {last}{}{}",
+        t.serial,
+        t.journal_depth,
+        if notify.is_empty() {
+            String::new()
+        } else {
+            format!("; notify {}", notify.join(", "))
+        },
+        s.last_refusal
+            .as_ref()
+            .map(|r| format!("; last refusal {r}"))
+            .unwrap_or_default()
+    )
 }
 
 fn print_supervisor(parts: &steerdns::metrics::supervisor::SupervisorView) {

@@ -22,6 +22,7 @@ pub mod fleet;
 pub mod prometheus;
 pub mod rrl;
 pub mod secondary;
+pub mod transfer;
 
 use crate::geo::GeoConfig;
 use crate::policy::{ProfileConfig, SteeredConfig, TopologyConfig};
@@ -76,6 +77,9 @@ pub struct Config {
     /// Secondary zones pulled from primaries by zone transfer (`[[secondary.zone]]`).
     #[serde(default)]
     pub secondary: secondary::SecondaryConfig,
+    /// Outgoing zone transfers and NOTIFY (`[transfer]`); absent: AXFR/IXFR refused.
+    #[serde(default)]
+    pub transfer: Option<transfer::TransferConfig>,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -467,6 +471,7 @@ impl Default for Config {
             safety: crate::safety::SafetyConfig::default(),
             drills: Vec::new(),
             secondary: secondary::SecondaryConfig::default(),
+            transfer: None,
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -700,6 +705,9 @@ impl Config {
         if let Some(problem) = self.dnssec.problem() {
             return Err(invalid(&problem.field, problem.message));
         }
+        if let Some((field, message)) = self.transfer.as_ref().and_then(|t| t.problem()) {
+            return Err(invalid(&field, message));
+        }
         Ok(())
     }
 
@@ -753,6 +761,9 @@ impl Config {
             self.server.zones = base.join(&self.server.zones);
         }
         self.secondary.resolve(base);
+        if let Some(transfer) = &mut self.transfer {
+            transfer.resolve(base);
+        }
         if let Some(tls) = &mut self.server.tls {
             for path in [&mut tls.cert, &mut tls.key] {
                 if path.is_relative() {

@@ -396,7 +396,7 @@ fn start_xdp(
     crate::server::xdp::XdpPath::start_or_report(xdp, ports, snapshot)
 }
 
-/// The shield tick, DNSSEC re-signing, health checks, and the fleet parts or the control file
+/// The shield tick, DNSSEC re-signing, NOTIFY out, secondary zones, health checks, and the fleet parts or the control file
 /// watch.
 fn start_background(
     config: &Config,
@@ -435,6 +435,13 @@ fn start_background(
             resign(&|pause| stop.sleep(pause))
         })
         .map_err(io("starting DNSSEC re-signing"))?;
+    let notifies = config.transfer.iter().flat_map(|t| t.zone.values());
+    if notifies.clone().any(|z| !z.notify.is_empty()) {
+        let body = crate::server::notify::run(reloader.snapshot().clone());
+        supervisor
+            .spawn_thread("notify", move |stop| body(&|pause| stop.sleep(pause)))
+            .map_err(io("starting NOTIFY out"))?;
+    }
     for zone in &config.secondary.zone {
         let body = crate::secondary::run(zone.clone(), reloader.clone());
         supervisor

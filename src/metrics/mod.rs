@@ -23,6 +23,7 @@ pub mod per_snapshot;
 pub mod querylog;
 pub mod serving;
 pub mod supervisor;
+pub mod transfer;
 pub mod xdp;
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Sockets and threads: binding listen addresses (UDP and TCP on the same port, SO_REUSEPORT so
 //! a new process can start beside an old one), the UDP worker threads ([`udp`]) and the TCP
 //! service on the tokio runtime ([`tcp`]), the encrypted transports ([`encrypted`]), who may
-//! transfer a zone out ([`xfr_acl`]), and who
+//! transfer a zone out ([`xfr_acl`]) the transfers themselves ([`xfr_out`]) and NOTIFY out ([`notify`]), and who
 //! of their clients gets a connection slot ([`admission`]).
 //!
 //! Owns no DNS logic: every packet goes to [`crate::answer::respond`] with the snapshot
@@ -9,10 +9,12 @@
 
 pub mod admission;
 pub mod encrypted;
+pub mod notify;
 pub mod tcp;
 pub mod udp;
 pub mod xdp;
 pub mod xfr_acl;
+pub mod xfr_out;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};

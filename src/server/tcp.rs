@@ -9,7 +9,8 @@
 //! complete within `frame_timeout`, a client that stops reading our answers is let go after
 //! the idle time allowed, and answers are flushed as soon as the client has no complete query
 //! queued (the start of the next one does not hold them back). TCP answers are never rate
-//! limited: the handshake proves the source.
+//! limited: the handshake proves the source. Zone transfer requests are answered by
+//! [`super::xfr_out`] when `[transfer]` is set.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -181,6 +182,23 @@ async fn answer_one<S: AsyncRead + AsyncWrite + Unpin>(
     };
     let len = len?;
     admitted.query_complete();
+    let transfer = {
+        let current = snapshot.load();
+        super::xfr_out::is_transfer(&current, &buffers.query[..len])
+            .then(|| arc_swap::Guard::into_inner(current))
+    };
+    if let Some(current) = transfer {
+        // Zone transfers (RFC 5936, 1995, 9103): built on a blocking thread, written here.
+        let query = buffers.query[..len].to_vec();
+        let outgoing = super::xfr_out::answer(current, query, *client).await;
+        let idle = admitted.idle_allowed();
+        for message in &outgoing.messages {
+            let len = (message.len() as u16).to_be_bytes();
+            within(idle, reader.write_all(&len)).await?;
+            within(idle, reader.write_all(message)).await?;
+        }
+        return within(idle, reader.flush()).await;
+    }
     let answered = {
         let current = snapshot.load();
         respond(

@@ -64,6 +64,10 @@ pub fn load_after(
     let config_digest = config_digest(config);
     let keys = DnssecKeys::load(config, previous.and_then(|p| p.dnssec.as_deref()))?;
     let tls = load_tls(config)?;
+    let transfer = match &config.transfer {
+        Some(t) => Some(Arc::new(super::transfer::TransferSetup::load(t)?)),
+        None => None,
+    };
     let reusable = previous
         .and_then(|p| Some((p, p.sources.as_ref()?)))
         .filter(|(_, sources)| sources.unchanged(config, config_digest.as_ref()))
@@ -141,6 +145,7 @@ pub fn load_after(
         dnssec: signing.map(Arc::new),
         dnssec_not_served: keys.not_served.clone(),
         tls,
+        transfer,
     };
     Ok(Loaded {
         compiled,

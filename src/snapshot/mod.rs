@@ -13,6 +13,7 @@ pub mod cookies;
 pub mod load;
 mod precompiled;
 pub mod steer;
+pub mod transfer;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -119,6 +120,8 @@ pub struct Compiled {
     /// The certificate and key of the encrypted transports (`[server.tls]`), re-read on
     /// every load; TLS handshakes use the one of the snapshot in service.
     tls: Option<Arc<crate::tls::Material>>,
+    /// Outgoing zone transfers (`[transfer]` and its TSIG keys); `None`: AXFR/IXFR refused.
+    transfer: Option<Arc<transfer::TransferSetup>>,
 }
 
 /// What the shield thread ([`crate::reload::shield`]) reads from the snapshot in service.
@@ -161,6 +164,16 @@ impl Compiled {
             dnssec: None,
             dnssec_not_served: Vec::new(),
             tls: None,
+            transfer: None,
+        }
+    }
+
+    /// This compilation with outgoing transfers on (for tests and fuzzing; a load reads
+    /// `[transfer]` itself).
+    pub fn with_transfer(self, setup: transfer::TransferSetup) -> Compiled {
+        Compiled {
+            transfer: Some(Arc::new(setup)),
+            ..self
         }
     }
 
@@ -215,6 +228,11 @@ impl Compiled {
     pub fn tls(&self) -> Option<&crate::tls::Material> {
         self.tls.as_deref()
     }
+
+    /// Outgoing zone transfers; `None` without `[transfer]`.
+    pub fn transfer(&self) -> Option<&transfer::TransferSetup> {
+        self.transfer.as_deref()
+    }
 }
 
 /// The runtime services a snapshot points to: state that serving writes and that outlives
@@ -255,6 +273,9 @@ pub struct Snapshot {
     serial: u64,
     config_hash: u64,
     local_override: bool,
+    /// The IXFR journal: the differences between the versions of each zone served so far
+    /// (carried from the snapshot before; empty without `[transfer]`).
+    journal: crate::zone::journal::Journal,
 }
 
 impl Snapshot {
@@ -270,7 +291,16 @@ impl Snapshot {
                 .map(|limits| RateLimiter::new(limits, previous_rrl)),
             counters: SnapshotCounters::register(compiled.zones.zones(), compiled.policies()),
         };
+        let journal = match &compiled.transfer {
+            None => crate::zone::journal::Journal::default(),
+            Some(setup) => transfer::next_journal(
+                setup.config.journal_depth,
+                serving.previous.map(|p| (&p.journal, p.zones())),
+                &compiled.zones,
+            ),
+        };
         Snapshot {
+            journal,
             compiled,
             services,
             serial: serving.serial,
@@ -345,6 +375,16 @@ impl Snapshot {
     /// The encrypted transports' certificate and key; `None` without `[server.tls]`.
     pub fn tls(&self) -> Option<&crate::tls::Material> {
         self.compiled.tls()
+    }
+
+    /// Outgoing zone transfers; `None` without `[transfer]`.
+    pub fn transfer(&self) -> Option<&transfer::TransferSetup> {
+        self.compiled.transfer()
+    }
+
+    /// The IXFR journal of the zones served.
+    pub fn journal(&self) -> &crate::zone::journal::Journal {
+        &self.journal
     }
 
     /// The control version being served (answered by `CH TXT serial.steerdns`).

@@ -59,7 +59,8 @@ impl Diff {
     }
 }
 
-/// Every record of a zone (RRSIGs included) but the apex SOA, and the apex SOA record.
+/// Every record of a zone (RRSIGs and the NSEC3 chain included) but the apex SOA, and the apex
+/// SOA record.
 fn records_of(zone: &Zone) -> (BTreeSet<Record>, Option<Record>) {
     let mut records = BTreeSet::new();
     let mut soa = None;
@@ -70,6 +71,14 @@ fn records_of(zone: &Zone) -> (BTreeSet<Record>, Option<Record>) {
                 soa = Some(entry);
             } else {
                 records.insert(entry);
+            }
+        }
+    }
+    if let Some(super::model::Chain::Nsec3(chain)) = zone.denial.as_ref().map(|d| &d.chain) {
+        for (owner, set) in chain.records.iter() {
+            let sigs = set.rrsig.iter().flat_map(|sig| sig.records());
+            for record in set.records().chain(sigs) {
+                records.insert((owner.clone(), Box::<[u8]>::from(record)));
             }
         }
     }
@@ -163,6 +172,14 @@ impl Journal {
             let updated = history.with(Diff::between(old, new), self.depth);
             next.zones.insert(new.apex.clone(), updated);
         }
+        next
+    }
+
+    /// The journal without the history of the zone with this apex (its next IXFR from an
+    /// older serial is answered AXFR style).
+    pub fn forget(&self, apex: &[u8]) -> Journal {
+        let mut next = self.clone();
+        next.zones.remove(apex);
         next
     }
 

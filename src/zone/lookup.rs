@@ -45,6 +45,11 @@ impl ZoneSet {
         &self.zones
     }
 
+    /// The zone whose apex is exactly `apex` (lower-cased wire name).
+    pub fn by_apex(&self, apex: &[u8]) -> Option<&Zone> {
+        self.by_apex.get(apex).map(|&i| &self.zones[i])
+    }
+
     /// The zone with the longest apex that `name` is at or below, and how many labels of `name`
     /// sit above that apex.
     pub fn find(&self, name: &WireName) -> Option<(&Zone, usize)> {

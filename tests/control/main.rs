@@ -1,6 +1,6 @@
 //! Tests of the control plane of one server: edits, reloads, faults, the taster, safety rules,
 //! the shield end to end, metrics, DNSSEC with a real Unbound, encrypted transports and
-//! zone transfers in.
+//! zone transfers in and out.
 //!
 //! One test binary per group (issue 29 item 6): every binary links the whole library, so a
 //! binary per file cost a link each. Each file is a module; the shared helpers are declared
@@ -28,3 +28,4 @@ mod shield_e2e;
 mod shield_prometheus;
 mod taster;
 mod xfr_in;
+mod xfr_out;

@@ -136,3 +136,12 @@ fn journal_records_a_reload_only_when_the_serial_changed() {
         "the old value is left as it was"
     );
 }
+
+#[test]
+fn a_forgotten_zone_has_no_history() {
+    let v1 = zone(1, &[("www.example.", 1)]);
+    let v2 = zone(2, &[("www.example.", 2)]);
+    let journal = Journal::new(5).after_reload(&v1, &v2);
+    assert!(journal.zone(&v2.apex).is_some());
+    assert_eq!(journal.forget(&v2.apex).zone(&v2.apex), None);
+}

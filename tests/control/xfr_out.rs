@@ -1,0 +1,453 @@
+//! Zone transfers out (issue 33 items 1-2) against the real Debian servers: Knot (`knotd`) and
+//! NSD (`nsd`) as secondaries of steerdns, TSIG-signed: the first AXFR, then a zone change
+//! (the file rewritten with a higher serial, SIGHUP) that only the NOTIFY can explain (the
+//! secondaries' refresh timer is an hour) picked up by IXFR; a request with the wrong secret
+//! refused; BIND's `named-checkzone` on what `dig AXFR` returns; a signed (NSEC3) zone over DoT
+//! verified by `ldns-verify-zone`. A missing tool fails the
+//! test.
+
+use crate::control_common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use control_common::common::{free_port, kdig, wait_for, Server, TempDir};
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::RecordType;
+
+const ZONE: &str = "xo.test";
+const KEY: &str = "xfr-key";
+const SECRET: &str = "c3RlZXJkbnMtdHJhbnNmZXItdGVzdC1zZWNyZXQtMzI=";
+/// A key of the key file that the zone does not list.
+const OTHER_KEY: &str = "other-key";
+const WRONG: &str = "d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldC13cm9uZzE=";
+
+fn tool(path: &'static str, package: &str) -> &'static str {
+    assert!(
+        Path::new(path).exists(),
+        "{path} is missing: apt-get install {package} (.ci/run installs it)"
+    );
+    path
+}
+
+fn zone_text(serial: u32, www: &str) -> String {
+    format!(
+        "$ORIGIN {ZONE}.\n$TTL 60\n\
+         @ IN SOA ns1 hostmaster {serial} 3600 600 86400 60\n\
+         @ IN NS ns1\nns1 IN A 192.0.2.53\nwww IN A {www}\nmail IN MX 10 ns1\n\
+         txt IN TXT \"hello transfer\"\n"
+    )
+}
+
+/// steerdns serving `xo.test` from its own zone directory, transfers on, NOTIFY to `targets`.
+struct Primary {
+    dir: TempDir,
+    server: Server,
+}
+
+impl Primary {
+    fn start(label: &str, port: u16, notify: &[u16]) -> Primary {
+        Primary::start_with(label, port, notify, "", |_| {})
+    }
+
+    /// Like [`Primary::start`], with `extra` config and `prepare` run on the config file
+    /// before the server starts.
+    fn start_with(
+        label: &str,
+        port: u16,
+        notify: &[u16],
+        extra: &str,
+        prepare: impl FnOnce(&Path),
+    ) -> Primary {
+        let dir = TempDir::new(label);
+        std::fs::create_dir_all(dir.path().join("zones")).expect("zones dir");
+        std::fs::write(zone_path(&dir), zone_text(1, "192.0.2.1")).expect("zone");
+        let key = dir.path().join("xfr.key");
+        std::fs::write(
+            &key,
+            format!(
+                "key \"{KEY}\" {{ algorithm hmac-sha256; secret \"{SECRET}\"; }};\n\
+                 key \"{OTHER_KEY}\" {{ algorithm hmac-sha256; secret \"{WRONG}\"; }};\n"
+            ),
+        )
+        .expect("key file");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let targets: Vec<String> = notify
+            .iter()
+            .map(|p| format!("{{ addr = \"127.0.0.1:{p}\", key = \"{KEY}\" }}"))
+            .collect();
+        let config = format!(
+            "[server]\nzones = {:?}\n[transfer]\nkey_files = [\"xfr.key\"]\n\
+             per_client_per_minute = 1000\nnotify_timeout_ms = 200\n\
+             [transfer.zone.\"{ZONE}\"]\nkeys = [\"{KEY}\"]\nnotify = [{}]\n{extra}\n",
+            dir.path().join("zones"),
+            targets.join(", ")
+        );
+        let path = dir.path().join("steerdns.toml");
+        std::fs::write(&path, config).expect("config");
+        prepare(&path);
+        let listen = format!("127.0.0.1:{port}");
+        let server = Server::start(&[
+            "--config",
+            path.to_str().expect("utf-8"),
+            "--listen",
+            &listen,
+        ]);
+        Primary { dir, server }
+    }
+
+    /// Rewrites the zone file and reloads (SIGHUP).
+    fn change(&self, serial: u32, www: &str) {
+        std::fs::write(zone_path(&self.dir), zone_text(serial, www)).expect("rewrite zone");
+        control_common::sighup(self.server.pid());
+        wait_for(
+            "steerdns serving the new serial",
+            Duration::from_secs(10),
+            || (soa_serial(self.server.addr) == Some(serial)).then_some(()),
+        );
+    }
+
+    fn metrics(&self) -> String {
+        let admin = self.server.admin.expect("admin endpoint");
+        control_common::http(admin, "GET", "/metrics", None).1
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let admin = self.server.admin.expect("admin endpoint");
+        let (code, body) = control_common::http(admin, "GET", "/v1/status", None);
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).expect("status JSON")
+    }
+
+    /// `steerdns status` against this server.
+    fn cli_status(&self) -> String {
+        let admin = self.server.admin.expect("admin endpoint");
+        let output = Command::new(env!("CARGO_BIN_EXE_steerdns"))
+            .arg("status")
+            .arg("--config")
+            .arg(self.dir.path().join("steerdns.toml"))
+            .arg("--admin")
+            .arg(admin.to_string())
+            .env("STEERDNS_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run steerdns status");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+fn zone_path(dir: &TempDir) -> PathBuf {
+    dir.path().join("zones").join(format!("{ZONE}.zone"))
+}
+
+fn soa_serial(server: SocketAddr) -> Option<u32> {
+    let (ok, out) = kdig(server, &["+short", "SOA", ZONE]);
+    out.split_whitespace().nth(2)?.parse().ok().filter(|_| ok)
+}
+
+fn www(server: SocketAddr) -> String {
+    kdig(server, &["+short", "A", &format!("www.{ZONE}")])
+        .1
+        .trim()
+        .to_string()
+}
+
+/// Waits until `secondary` answers `www` with `addr` (and the SOA with `serial`).
+fn wait_secondary(what: &str, secondary: SocketAddr, serial: u32, addr: &str) {
+    wait_for(what, Duration::from_secs(15), || {
+        (soa_serial(secondary) == Some(serial) && www(secondary) == addr).then_some(())
+    });
+}
+
+/// The value of a counter line of `metrics` whose labels contain every one of `labels`.
+fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+struct Process {
+    child: Child,
+    _dir: TempDir,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn knot_secondary(port: u16, primary: SocketAddr) -> Process {
+    let knotd = tool("/usr/sbin/knotd", "knot");
+    let dir = TempDir::new("xfrout-knot");
+    let d = dir.path().display();
+    let conf = format!(
+        "server:\n    rundir: \"{d}\"\n    listen: 127.0.0.1@{port}\n\
+         database:\n    storage: \"{d}\"\n\
+         control:\n    listen: \"{d}/knot.sock\"\n\
+         log:\n  - target: stderr\n    any: warning\n\
+         key:\n  - id: {KEY}\n    algorithm: hmac-sha256\n    secret: {SECRET}\n\
+         remote:\n  - id: primary\n    address: {}@{}\n    key: {KEY}\n\
+         acl:\n  - id: notify\n    address: 127.0.0.0/8\n    key: {KEY}\n    action: notify\n\
+         zone:\n  - domain: {ZONE}.\n    file: \"{d}/{ZONE}.zone\"\n    master: primary\n\
+         \x20   acl: notify\n    zonefile-sync: -1\n",
+        primary.ip(),
+        primary.port()
+    );
+    std::fs::write(dir.path().join("knot.conf"), conf).expect("knot.conf");
+    let child = Command::new(knotd)
+        .arg("-c")
+        .arg(dir.path().join("knot.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start knotd");
+    Process { child, _dir: dir }
+}
+
+fn nsd_secondary(port: u16, primary: SocketAddr) -> Process {
+    let nsd = tool("/usr/sbin/nsd", "nsd");
+    let dir = TempDir::new("xfrout-nsd");
+    let d = dir.path().display();
+    let conf = format!(
+        "server:\n    ip-address: 127.0.0.1\n    port: {port}\n    zonesdir: \"{d}\"\n\
+         \x20   pidfile: \"{d}/nsd.pid\"\n    xfrdfile: \"{d}/xfrd.state\"\n\
+         \x20   zonelistfile: \"{d}/zone.list\"\n    database: \"\"\n    username: \"\"\n\
+         \x20   chroot: \"\"\n    logfile: \"{d}/nsd.log\"\n    verbosity: 2\n\
+         \x20   server-count: 1\n    xfrd-reload-timeout: 0\n\
+         remote-control:\n    control-enable: no\n\
+         key:\n    name: \"{KEY}\"\n    algorithm: hmac-sha256\n    secret: \"{SECRET}\"\n\
+         zone:\n    name: \"{ZONE}\"\n    zonefile: \"{ZONE}.zone\"\n\
+         \x20   allow-notify: 127.0.0.1 {KEY}\n    request-xfr: {}@{} {KEY}\n",
+        primary.ip(),
+        primary.port()
+    );
+    std::fs::write(dir.path().join("nsd.conf"), conf).expect("nsd.conf");
+    let child = Command::new(nsd)
+        .args(["-d", "-c"])
+        .arg(dir.path().join("nsd.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start nsd");
+    Process { child, _dir: dir }
+}
+
+/// AXFR at start, then a change pushed by NOTIFY and pulled by IXFR, against `start` (Knot or
+/// NSD as the secondary on `port`).
+fn secondary_follows(label: &str, start: fn(u16, SocketAddr) -> Process) {
+    let (steer_port, secondary_port) = (free_port(), free_port());
+    let primary = Primary::start(label, steer_port, &[secondary_port]);
+    let secondary_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, secondary_port));
+    let _secondary = start(secondary_port, primary.server.addr);
+    wait_secondary(
+        &format!("{label} serving serial 1 (AXFR)"),
+        secondary_addr,
+        1,
+        "192.0.2.1",
+    );
+
+    primary.change(2, "192.0.2.2");
+    wait_secondary(
+        &format!("{label} serving serial 2 after the NOTIFY"),
+        secondary_addr,
+        2,
+        "192.0.2.2",
+    );
+    let target = secondary_addr.to_string();
+    let status = wait_for(
+        "the NOTIFY of serial 2 acknowledged",
+        Duration::from_secs(10),
+        || {
+            let status = primary.status();
+            let acked = &status["transfer"][ZONE]["notify"][&target]["acked_serial"];
+            (acked.as_u64() == Some(2)).then_some(status)
+        },
+    );
+    let zone = &status["transfer"][ZONE];
+    assert_eq!(zone["serial"].as_u64(), Some(2), "{zone}");
+    assert_eq!(zone["journal_depth"].as_u64(), Some(1), "{zone}");
+    assert_eq!(
+        zone["last_transfer_to"].as_str(),
+        Some("127.0.0.1"),
+        "{zone}"
+    );
+    let line = primary.cli_status();
+    assert!(
+        line.contains(&format!("transfer {ZONE}: serial 2, journal 1 version(s)"))
+            && line.contains(&format!("{target} acked 2")),
+        "{line}"
+    );
+    let notified = counter(
+        &primary.metrics(),
+        "steerdns_notify_total",
+        &["result=\"acked\""],
+    );
+    assert!(notified >= 1);
+    let metrics = primary.metrics();
+    let ixfr = counter(
+        &metrics,
+        "steerdns_transfers_out_total",
+        &["kind=\"ixfr\"", "result=\"ok\"", "zone=\"xo.test\""],
+    );
+    assert!(ixfr >= 1, "the change went out by IXFR:\n{metrics}");
+}
+
+#[test]
+fn knot_as_secondary_axfr_then_notify_and_ixfr() {
+    secondary_follows("xfrout-knot-primary", knot_secondary);
+}
+
+#[test]
+fn nsd_as_secondary_axfr_then_notify_and_ixfr() {
+    secondary_follows("xfrout-nsd-primary", nsd_secondary);
+}
+
+fn dig_axfr(server: SocketAddr, key: Option<&str>) -> (bool, String) {
+    dig_transfer(
+        server,
+        &["+tcp", ZONE, "AXFR"],
+        key.map(|secret| (KEY, secret)),
+    )
+}
+
+/// `dig` with `args` and, when given, `-y hmac-sha256:<name>:<secret>`.
+fn dig_transfer(server: SocketAddr, args: &[&str], key: Option<(&str, &str)>) -> (bool, String) {
+    let mut command = Command::new("dig");
+    command
+        .arg(format!("@{}", server.ip()))
+        .args(["-p", &server.port().to_string()])
+        .args(["+time=3", "+tries=1", "+nocmd", "+nostats"])
+        .args(args);
+    if let Some((name, secret)) = key {
+        command.args(["-y", &format!("hmac-sha256:{name}:{secret}")]);
+    }
+    let output = command
+        .output()
+        .expect("dig must be installed (apt-get install bind9-dnsutils)");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output.status.success(), text)
+}
+
+#[test]
+fn the_wrong_secret_is_refused_and_named_checkzone_accepts_the_axfr() {
+    let checkzone = tool("/usr/bin/named-checkzone", "bind9-utils");
+    let primary = Primary::start("xfrout-refuse", free_port(), &[]);
+    let addr = primary.server.addr;
+
+    let (_, refused) = dig_axfr(addr, Some(WRONG));
+    assert!(refused.contains("BADSIG"), "{refused}");
+    assert!(!refused.contains("192.0.2.1"), "{refused}");
+
+    // A key of the key file that this zone does not list: REFUSED (signed), counted.
+    let (_, other) = dig_transfer(addr, &["+tcp", ZONE, "AXFR"], Some((OTHER_KEY, WRONG)));
+    assert!(
+        other.contains("failed") && !other.contains("192.0.2.1"),
+        "{other}"
+    );
+
+    // Over UDP: IXFR gets the current SOA alone (RFC 1995 2), AXFR is refused.
+    let (ok, udp) = dig_transfer(addr, &["+notcp", ZONE, "IXFR=0"], None);
+    let soa_lines = udp.lines().filter(|l| l.contains("\tSOA\t")).count();
+    assert!(ok && soa_lines == 1 && !udp.contains("192.0.2.1"), "{udp}");
+    let axfr = control_common::common::query(&format!("{ZONE}."), RecordType::AXFR);
+    let refused = primary.server.udp(&axfr);
+    assert_eq!(refused.metadata.response_code, ResponseCode::Refused);
+
+    let (ok, signed) = dig_axfr(addr, Some(SECRET));
+    assert!(
+        ok && signed.contains("TSIG") && !signed.contains("failed"),
+        "{signed}"
+    );
+    let soas = signed.lines().filter(|l| l.contains("\tSOA\t")).count();
+    assert_eq!(soas, 2, "{signed}");
+
+    let file = primary.dir.path().join("axfr.zone");
+    let records: String = signed
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.contains("\tTSIG\t") && !l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&file, records).expect("write axfr output");
+    let output = Command::new(checkzone)
+        .args([ZONE])
+        .arg(&file)
+        .output()
+        .expect("run named-checkzone");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success() && text.contains("OK"), "{text}");
+
+    let metrics = primary.metrics();
+    let badsig = counter(
+        &metrics,
+        "steerdns_transfers_out_total",
+        &["result=\"tsig_badsig\""],
+    );
+    assert!(badsig >= 1, "{metrics}");
+    let key = counter(
+        &metrics,
+        "steerdns_transfers_out_total",
+        &["result=\"key\""],
+    );
+    assert!(key >= 1, "{metrics}");
+}
+
+#[test]
+fn a_signed_zone_goes_out_over_dot_with_its_signatures_and_ldns_verifies_it() {
+    let verify = tool("/usr/bin/ldns-verify-zone", "ldnsutils");
+    let scratch = TempDir::new("xfrout-dot-cert");
+    let (cert, key) = control_common::common::self_signed_cert(scratch.path(), "dot", 2);
+    let dot = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let extra = format!(
+        "[dnssec]\nkeys = \"keys\"\nzones = [\"{ZONE}.\"]\ndenial = \"nsec3\"\n\
+         [server.tls]\ncert = {:?}\nkey = {:?}\ndot = [\"{dot}\"]\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    );
+    let primary = Primary::start_with("xfrout-signed", free_port(), &[], &extra, |config| {
+        let output = Command::new(env!("CARGO_BIN_EXE_steerdns"))
+            .args(["dnssec", "keygen", &format!("{ZONE}.")])
+            .arg("--config")
+            .arg(config)
+            .env("STEERDNS_LOG", "warn")
+            .output()
+            .expect("run steerdns dnssec keygen");
+        assert!(output.status.success(), "{output:?}");
+    });
+
+    // Over DoT (RFC 9103), signed with the key: every record with its RRSIG, the NSEC3 chain.
+    let tsig = format!("hmac-sha256:{KEY}:{SECRET}");
+    let (ok, text) = kdig(dot, &["+tls", "+nocomments", "-y", &tsig, "AXFR", ZONE]);
+    assert!(ok, "{text}");
+    let records: String = text
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.contains("TSIG") && !l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for rtype in ["RRSIG", "DNSKEY", "NSEC3", "NSEC3PARAM"] {
+        assert!(
+            records.contains(&format!("\t{rtype}\t")),
+            "no {rtype}:\n{text}"
+        );
+    }
+    let file = primary.dir.path().join("signed-axfr.zone");
+    std::fs::write(&file, &records).expect("write axfr");
+    let output = Command::new(verify)
+        .arg(&file)
+        .output()
+        .expect("run ldns-verify-zone");
+    assert!(output.status.success(), "{output:?}\n{records}");
+
+    // The same over plain TCP, from loopback unsigned.
+    let (ok, plain) = dig_axfr(primary.server.addr, None);
+    assert!(ok && plain.contains("IN\tNSEC3 1 0 0 - "), "{plain}");
+}
