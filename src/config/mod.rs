@@ -76,6 +76,9 @@ pub struct Config {
     /// Secondary zones pulled from primaries by zone transfer (`[[secondary.zone]]`).
     #[serde(default)]
     pub secondary: secondary::SecondaryConfig,
+    /// Tenant documents: the folder of `<tenant>.toml` files the server watches.
+    #[serde(default)]
+    pub tenants: TenantsConfig,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -101,6 +104,27 @@ impl Default for ControlConfig {
             file: None,
             history_dir: None,
             history_keep: 50,
+        }
+    }
+}
+
+/// `[tenants]`: where the tenant documents are.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenantsConfig {
+    /// The folder of `<tenant>.toml` documents (relative to the config file; default
+    /// `tenants` beside it). A missing folder: no tenants. Empty (built-in defaults, no
+    /// config file): no tenants.
+    pub dir: PathBuf,
+    /// How many accepted versions of each tenant `<dir>/.history/<tenant>/` keeps.
+    pub history_keep: usize,
+}
+
+impl Default for TenantsConfig {
+    fn default() -> Self {
+        TenantsConfig {
+            dir: PathBuf::new(),
+            history_keep: 20,
         }
     }
 }
@@ -463,6 +487,7 @@ impl Default for Config {
             safety: crate::safety::SafetyConfig::default(),
             drills: Vec::new(),
             secondary: secondary::SecondaryConfig::default(),
+            tenants: TenantsConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -746,6 +771,12 @@ impl Config {
         }
         if self.server.zones.is_relative() {
             self.server.zones = base.join(&self.server.zones);
+        }
+        if self.tenants.dir.as_os_str().is_empty() {
+            self.tenants.dir = PathBuf::from("tenants");
+        }
+        if self.tenants.dir.is_relative() {
+            self.tenants.dir = base.join(&self.tenants.dir);
         }
         self.secondary.resolve(base);
         if let Some(tls) = &mut self.server.tls {

@@ -727,6 +727,7 @@ impl Reloader {
                 local_override: control
                     .as_ref()
                     .is_some_and(|(_, text)| self.origin.is_local_override(text)),
+                tenants: previous.tenants().clone(),
             },
         );
         let config_hash = format!("{config_hash:016x}");
