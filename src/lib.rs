@@ -34,6 +34,7 @@ pub mod server;
 pub mod shield;
 pub mod snapshot;
 pub mod taster;
+pub mod tenant;
 pub mod text_position;
 pub mod tls;
 pub mod zone;

@@ -92,17 +92,38 @@ fn decision_trace(snapshot: &Snapshot, query: &Query, client: &Requester) -> Opt
         Some(reason) => format!("; geo database degraded: {reason}"),
         None => String::new(),
     };
+    let tenants = snapshot.tenants().load();
+    let tenant = tenants.get(query.qname.as_wire());
+    let (policies, root) = match tenant {
+        Some(tenant) => tenant.route(&data.policies, steered.root),
+        None => (&data.policies, steered.root),
+    };
     let decision = policy::explain_with_health(
-        &data.policies,
-        steered.root,
+        policies,
+        root,
         &located,
         &snapshot.shield().view(),
         &snapshot.health().view(),
     );
     Some(format!(
-        "{} via {source}; {location}{database}; name {}; {decision}",
-        located.addr, steered.name
+        "{} via {source}; {location}{database}; name {}; {}{decision}",
+        located.addr,
+        steered.name,
+        tenant.map(tenant_line).unwrap_or_default()
     ))
+}
+
+/// What a trace says of the tenant owning the name: its served version.
+fn tenant_line(tenant: &crate::tenant::ServedTenant) -> String {
+    let answers = match (tenant.is_suspended(), tenant.has_own_profile()) {
+        (true, _) => "suspended: answers REFUSED",
+        (false, true) => "own profile",
+        (false, false) => "platform policy",
+    };
+    format!(
+        "tenant {} serial {} version {} ({answers}); ",
+        tenant.name, tenant.serial, tenant.version
+    )
 }
 
 /// The steering binding an A (else an AAAA) lookup of `qname` reaches first: the name's own,

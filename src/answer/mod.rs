@@ -43,6 +43,7 @@ use crate::snapshot::compose::{
 };
 use crate::snapshot::steer::ClientSteering;
 use crate::snapshot::{FastPathEntry, Snapshot};
+use crate::tenant::ServedTenant;
 use crate::zone::lookup::{resolve_in, Addresses, NoSteering, Steering};
 use crate::zone::model::{SteeredBinding, Zone};
 
@@ -438,12 +439,35 @@ fn answer(
             return Some(len);
         }
     }
+    // A name that may be a tenant's (no static answer of its own): one probe of the tenant
+    // table. A suspended tenant's names are REFUSED.
+    let tenants = match found.entry {
+        None | Some(FastPathEntry::SteeredWildcard(_)) => Some(snapshot.tenants().load()),
+        Some(_) => None,
+    };
+    let tenant = tenants
+        .as_deref()
+        .and_then(|table| table.get(query.qname.as_wire()));
+    if tenant.is_some_and(ServedTenant::is_suspended) {
+        return write_simple(
+            snapshot.options(),
+            packet,
+            query,
+            rcode::REFUSED,
+            limit,
+            out,
+        )
+        .ok();
+    }
     // One steering context for the fast path and, if it hands over, the general lookup.
     let mut steering = snapshot.steering_for(
         client,
         query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
         demand.proof,
     );
+    if let (Some(steering), Some(tenant)) = (steering.as_mut(), tenant) {
+        steering.set_tenant(tenant);
+    }
     let len = answer_steerable(
         snapshot,
         packet,

@@ -105,6 +105,9 @@ pub struct TasteArgs {
     /// Load everything but the zones (the server shares the zones it serves).
     #[arg(long)]
     pub steering_only: bool,
+    /// Standard input is a batch of tenant documents (JSON) to taste against the platform.
+    #[arg(long)]
+    pub tenants_stdin: bool,
     /// Relative paths in the config resolve against DIR (a staged bundle's copy).
     #[arg(long, value_name = "DIR")]
     pub base_dir: Option<PathBuf>,

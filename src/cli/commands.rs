@@ -33,6 +33,18 @@ pub fn taste(args: TasteArgs) -> Result<ExitCode> {
         geo_database: args.geo_database,
         ..Source::default()
     };
+    if args.tenants_stdin {
+        let mut text = String::new();
+        std::io::stdin()
+            .take(steerdns::files::SMALL_FILE_LIMIT)
+            .read_to_string(&mut text)
+            .context("reading the tenant batch from standard input")?;
+        let batch: steerdns::taster::child::TenantBatch =
+            serde_json::from_str(&text).context("the tenant batch is not valid JSON")?;
+        let verdict = steerdns::taster::child::taste_tenants(source.read_config(), &batch);
+        println!("{}", serde_json::to_string(&verdict)?);
+        return Ok(ExitCode::from(verdict.exit_code()));
+    }
     let control = if args.control_stdin {
         let mut text = String::new();
         std::io::stdin()

@@ -80,6 +80,9 @@ pub struct Config {
     /// Outgoing zone transfers and NOTIFY (`[transfer]`); absent: AXFR/IXFR refused.
     #[serde(default)]
     pub transfer: Option<transfer::TransferConfig>,
+    /// Tenant documents: the folder of `<tenant>.toml` files the server watches.
+    #[serde(default)]
+    pub tenants: TenantsConfig,
     /// Directory the config file is in: relative paths (geo database) resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -105,6 +108,27 @@ impl Default for ControlConfig {
             file: None,
             history_dir: None,
             history_keep: 50,
+        }
+    }
+}
+
+/// `[tenants]`: where the tenant documents are.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenantsConfig {
+    /// The folder of `<tenant>.toml` documents (relative to the config file; default
+    /// `tenants` beside it). A missing folder: no tenants. Empty (built-in defaults, no
+    /// config file): no tenants.
+    pub dir: PathBuf,
+    /// How many accepted versions of each tenant `<dir>/.history/<tenant>/` keeps.
+    pub history_keep: usize,
+}
+
+impl Default for TenantsConfig {
+    fn default() -> Self {
+        TenantsConfig {
+            dir: PathBuf::new(),
+            history_keep: 20,
         }
     }
 }
@@ -472,6 +496,7 @@ impl Default for Config {
             drills: Vec::new(),
             secondary: secondary::SecondaryConfig::default(),
             transfer: None,
+            tenants: TenantsConfig::default(),
             base_dir: PathBuf::from("."),
             source_path: None,
         }
@@ -759,6 +784,12 @@ impl Config {
         }
         if self.server.zones.is_relative() {
             self.server.zones = base.join(&self.server.zones);
+        }
+        if self.tenants.dir.as_os_str().is_empty() {
+            self.tenants.dir = PathBuf::from("tenants");
+        }
+        if self.tenants.dir.is_relative() {
+            self.tenants.dir = base.join(&self.tenants.dir);
         }
         self.secondary.resolve(base);
         if let Some(transfer) = &mut self.transfer {

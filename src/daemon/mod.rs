@@ -148,6 +148,9 @@ impl Daemon {
                 tracing::error!("control file refused at startup: {reason}");
             }
         }
+        // The tenants' documents, before the first answer: a tenant answers by its
+        // document from the start.
+        reloader.tenants().check();
         let supervisor = Supervisor::new().map_err(io("starting the async runtime"))?;
         Ok(Loaded {
             config,
@@ -450,6 +453,8 @@ fn start_background(
             })
             .map_err(io(format!("starting secondary zone {}", zone.name)))?;
     }
+    crate::reload::watch::spawn_tenants(reloader.clone())
+        .map_err(io("starting the tenants' folder watcher"))?;
     let Some(node) = fleet else {
         if let Some(control) = &config.control.file {
             crate::reload::watch::spawn(reloader.clone(), control.clone())

@@ -388,7 +388,7 @@ pub(crate) fn to_u16(index: usize) -> u16 {
 }
 
 /// Parses an absolute DNS name (trailing dot required), optionally allowing a leading `*.`.
-pub(crate) fn parse_absolute_name(text: &str, allow_wildcard: bool) -> Result<Name, String> {
+pub fn parse_absolute_name(text: &str, allow_wildcard: bool) -> Result<Name, String> {
     if !text.ends_with('.') || text == "." {
         return Err(format!(
             "{text:?} must be an absolute name ending with a dot, e.g. \"example.com.\""
@@ -420,7 +420,7 @@ pub(crate) fn parse_absolute_name(text: &str, allow_wildcard: bool) -> Result<Na
 }
 
 /// The uncompressed wire form of a name (length-prefixed labels, then the root).
-pub(crate) fn name_wire(name: &Name) -> Vec<u8> {
+pub fn name_wire(name: &Name) -> Vec<u8> {
     let mut wire = Vec::with_capacity(name.len() + 2);
     for label in name.iter() {
         // Labels are at most 63 bytes (hickory enforces it on parse).

@@ -25,7 +25,8 @@ mod profiles;
 #[cfg(test)]
 mod tests;
 
-pub use compile::{compile, PolicyError, MAX_TTL};
+pub use compile::{compile, name_wire, parse_absolute_name, PolicyError, MAX_TTL};
+pub use profiles::compile_tenant_profile;
 
 /// A stable key of `addr`'s client prefix (`prefix_v4`/`prefix_v6` bits), for the shield's
 /// demand count (keyed like the per-subnet steering hashes, with a purpose of its own).

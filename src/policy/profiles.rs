@@ -741,3 +741,48 @@ fn chain_depth(
     }
     longest
 }
+
+/// A tenant's own profile (`tenants/<name>.toml`), compiled beside the platform's: the
+/// platform's compiled policies with this one profile added last (its [`ProfileId`] is the
+/// one returned). It may nest the platform's profiles (by name, as in `profiles`) and name
+/// the platform's regions; the platform's profiles are not recompiled, only copied. Error
+/// paths start at `profile`. Allocates (off the serving path).
+pub fn compile_tenant_profile(
+    platform: &super::model::CompiledPolicies,
+    platform_profiles: &BTreeMap<String, ProfileConfig>,
+    name: &str,
+    config: &ProfileConfig,
+) -> Result<(super::model::CompiledPolicies, ProfileId), Vec<super::PolicyError>> {
+    let mut errors = Errors::default();
+    let id = ProfileId(to_u16(platform.profiles.len()));
+    if platform.profiles.len() >= usize::from(u16::MAX) {
+        errors.push("profile", "the platform has too many profiles to add one");
+        return Err(errors.0);
+    }
+    let no_knobs = ProfileKnobs::default();
+    let context = Context {
+        all: platform_profiles,
+        regions: &platform.regions,
+        knobs: &no_knobs,
+    };
+    let mut monitors = MonitorTable::default();
+    let profile = compile_profile(name, config, &context, &mut monitors, &mut errors);
+    let mut compiled = platform.clone();
+    compiled.profiles.push(profile);
+    check_nesting(&compiled.profiles, &mut errors);
+    mark_monitored(&mut compiled.profiles);
+    if errors.0.is_empty() {
+        return Ok((compiled, id));
+    }
+    let prefix = format!("profiles.{name}");
+    Err(errors
+        .0
+        .into_iter()
+        .map(|mut e| {
+            if let Some(rest) = e.path.strip_prefix(&prefix) {
+                e.path = format!("profile{rest}");
+            }
+            e
+        })
+        .collect())
+}

@@ -15,6 +15,7 @@ mod origin;
 pub mod resign;
 pub mod served;
 pub mod shield;
+pub mod tenants;
 pub mod watch;
 
 pub use origin::{ControlOrigin, FileOrigin};
@@ -293,6 +294,8 @@ pub struct Reloader {
     published: ArcSwap<Published>,
     /// [`Status::control_checks`], counted without publishing a new status every poll.
     control_checks: std::sync::atomic::AtomicU64,
+    /// The tenants: their documents, served versions and refusals.
+    tenants: Arc<tenants::TenantRegistry>,
 }
 
 /// What status readers see: one consistent picture.
@@ -413,6 +416,7 @@ impl Reloader {
             shield: Arc::new(Shield::default()),
             health: Arc::new(crate::health::Health::default()),
             control_checks: std::sync::atomic::AtomicU64::new(0),
+            tenants: Arc::default(),
             state: Mutex::new(State {
                 status: Status::default(),
                 last_control_hash: None,
@@ -444,6 +448,11 @@ impl Reloader {
     /// The endpoint monitors.
     pub fn health(&self) -> &Arc<crate::health::Health> {
         &self.health
+    }
+
+    /// The tenants (documents, served versions, refusals).
+    pub fn tenants(&self) -> &Arc<tenants::TenantRegistry> {
+        &self.tenants
     }
 
     /// The control plane's status. Never waits for a reload in progress.
@@ -761,10 +770,19 @@ impl Reloader {
                 local_override: control
                     .as_ref()
                     .is_some_and(|(_, text)| self.origin.is_local_override(text)),
+                tenants: previous.tenants().clone(),
             },
         );
         let config_hash = format!("{config_hash:016x}");
-        self.snapshot.store(Arc::new(snapshot));
+        let snapshot = Arc::new(snapshot);
+        self.snapshot.store(snapshot.clone());
+        self.tenants.platform_changed(
+            config,
+            snapshot,
+            self.source.taster.as_deref(),
+            self.source.taste_args(),
+            control.as_ref().map(|(_, text)| text.clone()),
+        );
         let elapsed = started.elapsed();
         let status = &mut state.status;
         status.serial = serial;

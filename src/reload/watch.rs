@@ -93,3 +93,52 @@ fn watch_loop(reloader: &Reloader, events: &mpsc::Receiver<()>, control_file: &P
         }
     }
 }
+
+/// Starts watching the tenants' folder (the one the platform served names) in a background
+/// thread for the life of the process: inotify on the folder, plus the backstop poll. Each
+/// wake-up looks at the folder; only documents whose bytes changed are applied.
+pub fn spawn_tenants(reloader: Arc<Reloader>) -> std::io::Result<()> {
+    let (tx, rx) = mpsc::channel::<()>();
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let relevant = match &event {
+            Ok(e) => changes_content(&e.kind),
+            Err(_) => true,
+        };
+        if relevant {
+            let _ = tx.send(());
+        }
+    });
+    let mut watcher = match watcher {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!("no file watcher for the tenants ({e}); polling every {POLL:?}");
+            None
+        }
+    };
+    std::thread::Builder::new()
+        .name("tenant-watch".into())
+        .spawn(move || {
+            let mut watching: Option<PathBuf> = None;
+            loop {
+                let dir = reloader.tenants().status().dir;
+                if dir != watching {
+                    if let (Some(w), Some(dir)) = (watcher.as_mut(), &dir) {
+                        if let Err(e) = w.watch(dir, RecursiveMode::NonRecursive) {
+                            tracing::debug!("cannot watch {}: {e}; polling", dir.display());
+                        }
+                    }
+                    watching = dir;
+                }
+                reloader.tenants().check();
+                match rx.recv_timeout(POLL) {
+                    Ok(()) => {
+                        std::thread::sleep(DEBOUNCE);
+                        while rx.try_recv().is_ok() {}
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(POLL),
+                }
+            }
+        })?;
+    Ok(())
+}

@@ -203,6 +203,27 @@ pub fn load_steering(
     })
 }
 
+/// The platform's compiled policies with `control`'s knobs (no geo database, no zones): what
+/// a tenant's document is checked against in the taster. `None` when no names are steered.
+pub fn load_policies(
+    config: &Config,
+    control: ControlSource<'_>,
+) -> Result<Option<crate::policy::CompiledPolicies>, Vec<String>> {
+    let control = read_control(config, control)?;
+    if !config.has_steering() {
+        return Ok(None);
+    }
+    let knobs = control
+        .as_ref()
+        .map_or_else(ControlKnobs::default, |(file, _)| file.knobs());
+    config.compile_policies(&knobs).map(Some).map_err(|errors| {
+        errors
+            .iter()
+            .map(|e| describe_policy_error(config, &control, e))
+            .collect()
+    })
+}
+
 /// The sources of `previous` if a load with `config` could share its zones: the same config
 /// and zone files, byte for byte (re-read now). Whether the steered names also stay the same
 /// depends on the control knobs. `None` with DNSSEC zones: sharing them still signs the

@@ -247,7 +247,14 @@ struct Services {
     rrl: Option<RateLimiter>,
     /// Per-zone and steered-answer counters, sized for these zones and policies.
     counters: Arc<SnapshotCounters>,
+    /// The tenant table (shared by every snapshot: a tenant change swaps a new table in
+    /// here without building a snapshot).
+    tenants: SharedTenants,
 }
+
+/// The tenant table the serving path loads for a name that may be a tenant's; the
+/// reloader stores a new one for each accepted tenant change.
+pub type SharedTenants = Arc<ArcSwap<crate::tenant::TenantTable>>;
 
 /// What a [`Compiled`] is served with: the runtime services and the version it serves as.
 pub struct Serving<'a> {
@@ -263,6 +270,8 @@ pub struct Serving<'a> {
     /// The control version is a fleet node's local override (sent with `--direct`, not yet
     /// in etcd): `CH TXT serial.steerdns` says so.
     pub local_override: bool,
+    /// The tenant table served with it.
+    pub tenants: SharedTenants,
 }
 
 /// The unit the serving path reads: compiled data plus the runtime services it is served
@@ -290,6 +299,7 @@ impl Snapshot {
                 .as_ref()
                 .map(|limits| RateLimiter::new(limits, previous_rrl)),
             counters: SnapshotCounters::register(compiled.zones.zones(), compiled.policies()),
+            tenants: serving.tenants,
         };
         let journal = match &compiled.transfer {
             None => crate::zone::journal::Journal::default(),
@@ -322,6 +332,7 @@ impl Snapshot {
                 serial,
                 config_hash: 0,
                 local_override: false,
+                tenants: SharedTenants::default(),
             },
         )
     }
@@ -422,6 +433,12 @@ impl Snapshot {
     #[inline]
     pub fn counters(&self) -> &SnapshotCounters {
         &self.services.counters
+    }
+
+    /// The tenant table served with this snapshot.
+    #[inline]
+    pub fn tenants(&self) -> &SharedTenants {
+        &self.services.tenants
     }
 
     /// This snapshot with no precompiled answers: every query takes the general path.

@@ -16,6 +16,7 @@ use crate::policy::{
     HealthView, PolicyRoot, ShedView, Target,
 };
 use crate::shield::live::{DemandCounters, DemandSample, Proof, Shield};
+use crate::tenant::ServedTenant;
 use crate::zone::lookup::{Addresses, SteeredAnswer, SteeredData, Steering};
 use crate::zone::model::{RRset, SteeredBinding};
 
@@ -128,6 +129,9 @@ pub struct ClientSteering<'s> {
     /// Whether the fast path handed `decided` to the general lookup (it could not answer
     /// with it): the lookup's question for that binding reuses it, uncounted, once.
     handed_over: bool,
+    /// The tenant owning the query's name: the first decision (the query's own name) is
+    /// the tenant's; any later one (a CNAME target) is the platform's.
+    tenant: Option<&'s ServedTenant>,
 }
 
 impl<'s> ClientSteering<'s> {
@@ -159,7 +163,13 @@ impl<'s> ClientSteering<'s> {
             demand: None,
             decided: None,
             handed_over: false,
+            tenant: None,
         }
+    }
+
+    /// The query's name is `tenant`'s: its first decision follows the tenant's document.
+    pub fn set_tenant(&mut self, tenant: &'s ServedTenant) {
+        self.tenant = Some(tenant);
     }
 
     /// The demand of the answer, to be counted ([`DemandCounters::record`]) only if it is
@@ -199,8 +209,12 @@ impl<'s> ClientSteering<'s> {
 impl<'s> ClientSteering<'s> {
     /// The policy's decision under `root` for `client`, not counted.
     #[inline]
-    fn decide(&self, root: PolicyRoot, client: &policy::LocatedClient) -> Decision<'s> {
-        let policies = &self.data.policies;
+    fn decide(
+        &self,
+        policies: &'s CompiledPolicies,
+        root: PolicyRoot,
+        client: &policy::LocatedClient,
+    ) -> Decision<'s> {
         match root {
             PolicyRoot::Anycast { .. } => {
                 let shed = self.shed.get_or_init(|| self.shield.view());
@@ -228,10 +242,16 @@ impl<'s> ClientSteering<'s> {
         let reuse = self.handed_over && matches!(self.decided, Some((b, _)) if b == binding);
         self.handed_over = false;
         if !reuse {
-            let root = self.data.policies.steered().get(binding.index())?.root;
+            let platform = &self.data.policies;
+            let root = platform.steered().get(binding.index())?.root;
+            let (policies, root) = match self.tenant.take() {
+                Some(tenant) => tenant.route(platform, root),
+                None => (platform, root),
+            };
             let client = self.client();
             // Built in its slot and counted there: no copy of the decision on the way.
-            let (_, decision) = self.decided.insert((binding, self.decide(root, &client)));
+            let decision = self.decide(policies, root, &client);
+            let (_, decision) = self.decided.insert((binding, decision));
             self.counters
                 .record_steered(binding, client.region, &decision.trace);
             if self.demand.is_none() {

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::snapshot::load::{load_steering, load_with, ControlSource};
+use crate::snapshot::load::{load_policies, load_steering, load_with, ControlSource};
 
 use super::FAULT_ENV;
 
@@ -149,6 +149,95 @@ pub fn taste(
         }
         Err(problems) => Verdict::Problems { problems },
     }
+}
+
+/// One tenant document for the child to taste.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TenantTaste {
+    pub name: String,
+    pub file: String,
+    pub text: String,
+}
+
+/// What the server sends the child on stdin (one JSON value) with `--tenants-stdin`: the
+/// control text served (the platform's knobs) and the tenant documents to taste.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TenantBatch {
+    pub control: Option<String>,
+    pub tenants: Vec<TenantTaste>,
+}
+
+/// Tastes a batch of tenant documents: each is parsed and compiled against the platform
+/// (config and control text, no zones). The fault drill strikes on a document's text too.
+pub fn taste_tenants(config: Result<Config, String>, batch: &TenantBatch) -> Verdict {
+    if let Some(fault) = std::env::var(FAULT_ENV).ok().and_then(|s| Fault::parse(&s)) {
+        for tenant in &batch.tenants {
+            fault.strike(&tenant.text);
+        }
+    }
+    let started = std::time::Instant::now();
+    let config = match config {
+        Ok(config) => config,
+        Err(problem) => {
+            return Verdict::Problems {
+                problems: vec![problem],
+            }
+        }
+    };
+    let path = config.control.file.clone().unwrap_or_default();
+    let source = match &batch.control {
+        Some(text) => ControlSource::Text { path: &path, text },
+        None => ControlSource::FromConfig,
+    };
+    let policies = match load_policies(&config, source) {
+        Ok(Some(policies)) => policies,
+        Ok(None) => {
+            return Verdict::Problems {
+                problems: vec![
+                    "the config steers no names: a tenant's names need a platform wildcard"
+                        .to_string(),
+                ],
+            }
+        }
+        Err(problems) => return Verdict::Problems { problems },
+    };
+    let exists = |_: &[u8]| false;
+    let platform = crate::tenant::PlatformView {
+        policies: &policies,
+        profiles: &config.profiles,
+        exists: &exists,
+    };
+    let problems: Vec<String> = batch
+        .tenants
+        .iter()
+        .flat_map(|t| taste_one_tenant(t, &platform))
+        .collect();
+    if problems.is_empty() {
+        Verdict::Ok {
+            fingerprint: "0".to_string(),
+            ms: started.elapsed().as_secs_f64() * 1000.0,
+        }
+    } else {
+        Verdict::Problems { problems }
+    }
+}
+
+fn taste_one_tenant(
+    tenant: &TenantTaste,
+    platform: &crate::tenant::PlatformView<'_>,
+) -> Vec<String> {
+    let identity = crate::tenant::Identity {
+        name: &tenant.name,
+        serial: 0,
+        version: String::new(),
+    };
+    crate::tenant::parse(&tenant.file, &tenant.text)
+        .and_then(|parsed| crate::tenant::compile(&parsed, identity, platform))
+        .err()
+        .unwrap_or_default()
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// The files of a change besides its control text that the drill looks into: the config file

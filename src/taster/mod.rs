@@ -215,6 +215,25 @@ pub fn taste(
     run(command, settings, control, scope)
 }
 
+/// Runs `program taste <args> --tenants-stdin` with `batch` on stdin under `settings`'
+/// limits: the child parses and compiles each tenant document against the platform.
+pub fn taste_tenants(
+    program: &Path,
+    settings: &TasterConfig,
+    args: &[OsString],
+    batch: &child::TenantBatch,
+) -> Result<Tasted, Refused> {
+    let input = serde_json::to_string(batch)
+        .map_err(|e| Refused::Broken(format!("cannot write the tenant batch: {e}")))?;
+    let mut command = Command::new(program);
+    command
+        .arg0("steerdns-taster")
+        .arg("taste")
+        .args(args)
+        .arg("--tenants-stdin");
+    run(command, settings, Some(&input), Scope::Steering)
+}
+
 /// Runs `command` as a taster child: limits, deadline, verdict.
 fn run(
     mut command: Command,

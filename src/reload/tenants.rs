@@ -1,0 +1,688 @@
+//! Tenants applied one by one: the folder of tenant documents (`[tenants] dir`) is looked at
+//! for files whose bytes changed; each changed document is checked alone (parsed, compiled
+//! against the platform served, its names claimed by no other tenant), then the good ones
+//! are tasted by the taster child in one batch — a batch refused is split in halves until
+//! the culprits are found, and only they are refused. Each accepted tenant is numbered
+//! (per-tenant serial and bounded history in `<dir>/.history/<tenant>/`) and the tenant
+//! table is rebuilt by copying only the shards its names fall in, then swapped in. A refused
+//! tenant keeps serving its last good version. No zone is read, the platform is not
+//! recompiled.
+//!
+//! Owns the tenants' part of the control plane's state (served versions, last refusals,
+//! counters) and its status; the platform comes in from the reloader on every accepted
+//! reload ([`TenantRegistry::platform_changed`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime};
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, TasterConfig};
+use crate::control::history::History;
+use crate::dns::wire::WireName;
+use crate::hash::fnv1a64;
+use crate::policy::ProfileConfig;
+use crate::rfc3339;
+use crate::snapshot::Snapshot;
+use crate::taster::child::{TenantBatch, TenantTaste};
+use crate::tenant::{
+    compile, parse, valid_tenant_name, Identity, NameChange, PlatformView, ServedTenant,
+    TenantProblem,
+};
+
+/// Largest tenant document.
+const TENANT_FILE_LIMIT: u64 = 1 << 20;
+
+/// A tenant's last refusal: when, which file, why (the problems name file, line, field).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct TenantRefusal {
+    pub at: String,
+    pub file: String,
+    pub reasons: Vec<String>,
+}
+
+/// One tenant as status shows it (`GET /v1/tenants/{name}`, `steerdns tenant show`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct TenantView {
+    pub name: String,
+    pub file: String,
+    /// `active` or `suspended` (the version served), or `refused` (never served).
+    pub state: String,
+    /// The served version's serial and fingerprint (`None`: never served).
+    pub serial: Option<u64>,
+    pub version: Option<String>,
+    pub names: Vec<String>,
+    pub own_profile: bool,
+    pub served_since: Option<String>,
+    pub last_refusal: Option<TenantRefusal>,
+}
+
+/// A refused tenant in the status summary.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct RefusedTenant {
+    pub name: String,
+    pub file: String,
+    pub reason: String,
+    /// Whether an earlier version is still served.
+    pub serving_previous: bool,
+}
+
+/// The `tenants` block of `/v1/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct TenantsStatus {
+    pub dir: Option<PathBuf>,
+    /// Tenant documents known (served or refused).
+    pub count: usize,
+    /// Tenants served (active or suspended).
+    pub served: usize,
+    pub suspended: usize,
+    /// Tenants whose newest document is refused.
+    pub refused: Vec<RefusedTenant>,
+    pub refusals_total: u64,
+    pub changes_applied: u64,
+    /// Taster runs for tenant batches (a split batch counts each half).
+    pub tastes: u64,
+    pub last_apply_ms: f64,
+    /// Times the folder was looked at (tests and operators wait for "looked again").
+    pub checks: u64,
+}
+
+/// What readers see, replaced whole after every change.
+#[derive(Default)]
+struct Published {
+    status: TenantsStatus,
+    tenants: BTreeMap<String, TenantView>,
+}
+
+/// How tenant batches are tasted.
+struct TasterSetup {
+    program: PathBuf,
+    settings: TasterConfig,
+    args: Vec<OsString>,
+}
+
+/// The platform tenants are checked against: the snapshot served and its config's parts.
+struct Platform {
+    snapshot: Arc<Snapshot>,
+    profiles: BTreeMap<String, ProfileConfig>,
+    dir: PathBuf,
+    history_keep: usize,
+    taster: Option<TasterSetup>,
+    control: Option<String>,
+}
+
+struct Served {
+    tenant: Arc<ServedTenant>,
+    text: String,
+    since: String,
+}
+
+#[derive(Default)]
+struct Record {
+    file: String,
+    /// FNV hash of the bytes last looked at (accepted or refused).
+    looked_at: Option<u64>,
+    served: Option<Served>,
+    refusal: Option<TenantRefusal>,
+}
+
+#[derive(Default)]
+struct State {
+    platform: Option<Platform>,
+    records: BTreeMap<String, Record>,
+    refusals_total: u64,
+    changes_applied: u64,
+    tastes: u64,
+    last_apply_ms: f64,
+}
+
+/// A document that changed since it was last looked at.
+enum Change {
+    Written {
+        name: String,
+        file: String,
+        text: Result<String, String>,
+    },
+    Removed {
+        name: String,
+    },
+}
+
+/// A document that passed the in-process checks, waiting for the taster.
+struct Candidate {
+    name: String,
+    file: String,
+    text: String,
+    tenant: ServedTenant,
+}
+
+/// The tenants' registry: owns their state, applies changes, publishes status.
+#[derive(Default)]
+pub struct TenantRegistry {
+    state: Mutex<State>,
+    published: ArcSwap<Published>,
+    checks: AtomicU64,
+}
+
+impl TenantRegistry {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The `tenants` block of status. Never waits for a change in progress.
+    pub fn status(&self) -> TenantsStatus {
+        let mut status = self.published.load().status.clone();
+        status.checks = self.checks.load(Ordering::Relaxed);
+        status
+    }
+
+    /// Every tenant, by name.
+    pub fn list(&self) -> Vec<TenantView> {
+        self.published.load().tenants.values().cloned().collect()
+    }
+
+    /// One tenant.
+    pub fn get(&self, name: &str) -> Option<TenantView> {
+        self.published.load().tenants.get(name).cloned()
+    }
+
+    /// The reloader accepted a platform (config, zones, control): tenants are checked
+    /// against it from now on. Tenants with a profile of their own are compiled again (their
+    /// profile nests the platform's); one that no longer compiles keeps its served version
+    /// and is refused. The folder is not looked at here (see [`TenantRegistry::check`]).
+    pub fn platform_changed(
+        &self,
+        config: &Config,
+        snapshot: Arc<Snapshot>,
+        taster: Option<&Path>,
+        args: Vec<OsString>,
+        control: Option<String>,
+    ) {
+        let mut state = self.lock();
+        let enabled = !config.tenants.dir.as_os_str().is_empty() && config.has_steering();
+        let dir = enabled.then(|| config.tenants.dir.clone());
+        let Some(dir) = dir else {
+            state.platform = None;
+            self.publish(&state);
+            return;
+        };
+        state.platform = Some(Platform {
+            snapshot,
+            profiles: config.profiles.clone(),
+            dir,
+            history_keep: config.tenants.history_keep.max(1),
+            taster: match taster {
+                Some(program) if config.taster.enabled => Some(TasterSetup {
+                    program: program.to_path_buf(),
+                    settings: config.taster.clone(),
+                    args,
+                }),
+                _ => None,
+            },
+            control,
+        });
+        recompile_own_profiles(&mut state);
+        self.publish(&state);
+    }
+
+    /// Looks at the folder and applies what changed. Returns how many tenant documents
+    /// changed (accepted, refused or removed).
+    pub fn check(&self) -> usize {
+        let mut state = self.lock();
+        let changes = match &state.platform {
+            Some(platform) => changed(&state.records, scan(&platform.dir)),
+            None => Vec::new(),
+        };
+        let count = changes.len();
+        if count > 0 {
+            apply(&mut state, changes);
+            self.publish(&state);
+        }
+        // Counted after publishing: a reader that sees N checks sees what the N-th did.
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        count
+    }
+
+    fn publish(&self, state: &State) {
+        let tenants: BTreeMap<String, TenantView> = state
+            .records
+            .iter()
+            .map(|(name, record)| (name.clone(), view(name, record)))
+            .collect();
+        let served = tenants.values().filter(|t| t.serial.is_some()).count();
+        let suspended = tenants.values().filter(|t| t.state == "suspended").count();
+        let refused = state
+            .records
+            .iter()
+            .filter_map(|(name, record)| {
+                let refusal = record.refusal.as_ref()?;
+                Some(RefusedTenant {
+                    name: name.clone(),
+                    file: record.file.clone(),
+                    reason: refusal.reasons.join("; "),
+                    serving_previous: record.served.is_some(),
+                })
+            })
+            .collect();
+        let status = TenantsStatus {
+            dir: state.platform.as_ref().map(|p| p.dir.clone()),
+            count: tenants.len(),
+            served,
+            suspended,
+            refused,
+            refusals_total: state.refusals_total,
+            changes_applied: state.changes_applied,
+            tastes: state.tastes,
+            last_apply_ms: state.last_apply_ms,
+            checks: 0,
+        };
+        self.published
+            .store(Arc::new(Published { status, tenants }));
+    }
+}
+
+fn view(name: &str, record: &Record) -> TenantView {
+    let served = record.served.as_ref();
+    TenantView {
+        name: name.to_string(),
+        file: record.file.clone(),
+        state: served
+            .map_or("refused", |s| s.tenant.state.as_str())
+            .to_string(),
+        serial: served.map(|s| s.tenant.serial),
+        version: served.map(|s| s.tenant.version.clone()),
+        names: served.map_or_else(Vec::new, |s| s.tenant.display_names.clone()),
+        own_profile: served.is_some_and(|s| s.tenant.has_own_profile()),
+        served_since: served.map(|s| s.since.clone()),
+        last_refusal: record.refusal.clone(),
+    }
+}
+
+/// Every `<name>.toml` in `dir` (hidden files and other extensions ignored), with its text.
+fn scan(dir: &Path) -> BTreeMap<String, (String, Result<String, String>)> {
+    let shown = dir
+        .file_name()
+        .map_or_else(|| "tenants".into(), |n| n.to_string_lossy().into_owned());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return BTreeMap::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let path = entry.path();
+            let file_name = path.file_name()?.to_str()?.to_string();
+            let name = file_name.strip_suffix(".toml")?.to_string();
+            if name.starts_with('.') || !path.is_file() {
+                return None;
+            }
+            let text = crate::files::read_text_limited(&path, TENANT_FILE_LIMIT)
+                .map_err(|e| format!("{shown}/{file_name}: cannot read: {e}"));
+            Some((name, (format!("{shown}/{file_name}"), text)))
+        })
+        .collect()
+}
+
+/// The documents whose bytes differ from the ones last looked at, and the removed ones.
+fn changed(
+    records: &BTreeMap<String, Record>,
+    files: BTreeMap<String, (String, Result<String, String>)>,
+) -> Vec<Change> {
+    let removed = records
+        .keys()
+        .filter(|name| !files.contains_key(*name))
+        .map(|name| Change::Removed { name: name.clone() });
+    let mut changes: Vec<Change> = removed.collect();
+    for (name, (file, text)) in files {
+        let hash = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
+        let known = records.get(&name).and_then(|r| r.looked_at);
+        if hash.is_none() || hash != known {
+            changes.push(Change::Written { name, file, text });
+        }
+    }
+    changes
+}
+
+/// Applies one batch of changes: checks, tastes, numbers, swaps the table once.
+fn apply(state: &mut State, changes: Vec<Change>) {
+    let started = Instant::now();
+    let Some(platform) = state.platform.take() else {
+        return;
+    };
+    let mut table_changes = Vec::new();
+    let mut candidates = Vec::new();
+    for change in changes {
+        match change {
+            Change::Removed { name } => {
+                if let Some(served) = state.records.remove(&name).and_then(|r| r.served) {
+                    let names = served.tenant.names.iter().cloned();
+                    table_changes.extend(names.map(NameChange::Remove));
+                }
+                tracing::info!(
+                    "tenant {name}: document removed; its names answer as the platform's"
+                );
+            }
+            Change::Written { name, file, text } => {
+                let record = state.records.entry(name.clone()).or_default();
+                record.file = file.clone();
+                record.looked_at = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
+                match check_alone(&platform, record, &name, &file, text) {
+                    Ok(candidate) => candidates.push(candidate),
+                    Err(reasons) => refuse(state, &name, &file, reasons),
+                }
+            }
+        }
+    }
+    let candidates = refuse_double_claims(state, candidates);
+    let (good, bad) = taste_split(&platform, &mut state.tastes, candidates);
+    for (candidate, reasons) in bad {
+        refuse(state, &candidate.name, &candidate.file, reasons);
+    }
+    for candidate in good {
+        table_changes.extend(accept(state, &platform, candidate));
+    }
+    if !table_changes.is_empty() {
+        let tenants = platform.snapshot.tenants();
+        let table = tenants.load().with_changes(table_changes);
+        tenants.store(Arc::new(table));
+    }
+    state.last_apply_ms = started.elapsed().as_secs_f64() * 1000.0;
+    state.platform = Some(platform);
+}
+
+/// The in-process checks of one document: its name, its text, against the platform.
+fn check_alone(
+    platform: &Platform,
+    record: &Record,
+    name: &str,
+    file: &str,
+    text: Result<String, String>,
+) -> Result<Candidate, Vec<String>> {
+    let text = text.map_err(|e| vec![e])?;
+    if !valid_tenant_name(name) {
+        return Err(vec![format!(
+            "{file}: file name: {name:?} is not a tenant name (1 to 63 lower-case letters, digits or '-', the file is <tenant>.toml)"
+        )]);
+    }
+    let parsed = parse(file, &text).map_err(problem_lines)?;
+    let serial = next_serial(platform, record, name, &text);
+    let identity = Identity {
+        name,
+        serial,
+        version: format!("{:08x}", fnv1a64(text.as_bytes()) as u32),
+    };
+    let snapshot = &platform.snapshot;
+    let Some(policies) = snapshot.policies() else {
+        return Err(vec![format!(
+            "{file}: the platform steers no names: a tenant's names need a platform wildcard"
+        )]);
+    };
+    let exists = |wire: &[u8]| name_exists(snapshot, wire);
+    let view = PlatformView {
+        policies,
+        profiles: &platform.profiles,
+        exists: &exists,
+    };
+    let tenant = compile(&parsed, identity, &view).map_err(problem_lines)?;
+    Ok(Candidate {
+        name: name.to_string(),
+        file: file.to_string(),
+        text,
+        tenant,
+    })
+}
+
+fn problem_lines(problems: Vec<TenantProblem>) -> Vec<String> {
+    problems.iter().map(ToString::to_string).collect()
+}
+
+/// Whether a name is a node of a served zone.
+fn name_exists(snapshot: &Snapshot, wire: &[u8]) -> bool {
+    let Some(name) = WireName::from_wire(wire) else {
+        return false;
+    };
+    let zones = snapshot.zones();
+    zones
+        .find_index(&name)
+        .and_then(|(zone, _)| zones.zones().get(zone))
+        .is_some_and(|zone| zone.node(wire).is_some())
+}
+
+/// The serial of `text` for tenant `name`: the newest recorded one's if it is the same
+/// text (a restart), else one above both it and the version served.
+fn next_serial(platform: &Platform, record: &Record, name: &str, text: &str) -> u64 {
+    let served = record.served.as_ref().map_or(0, |s| s.tenant.serial);
+    if record.served.as_ref().is_some_and(|s| s.text == text) {
+        return served;
+    }
+    let newest = history(platform, name)
+        .ok()
+        .and_then(|h| h.newest().ok().flatten());
+    match newest {
+        Some((meta, recorded)) if recorded == text && meta.serial >= served => meta.serial,
+        Some((meta, _)) => meta.serial.max(served) + 1,
+        None => served + 1,
+    }
+}
+
+fn history(platform: &Platform, name: &str) -> Result<History, String> {
+    let dir = platform.dir.join(".history").join(name);
+    History::open(&dir, platform.history_keep).map_err(|e| e.to_string())
+}
+
+/// Refuses a candidate claiming a name another tenant owns (served, or accepted earlier in
+/// this batch), naming both files.
+fn refuse_double_claims(state: &mut State, candidates: Vec<Candidate>) -> Vec<Candidate> {
+    let mut claims: BTreeMap<Box<[u8]>, (String, String)> = BTreeMap::new();
+    for (name, record) in &state.records {
+        for wire in record.served.iter().flat_map(|s| s.tenant.names.iter()) {
+            claims.insert(wire.clone(), (name.clone(), record.file.clone()));
+        }
+    }
+    let mut kept = Vec::new();
+    for candidate in candidates {
+        let clash = candidate
+            .tenant
+            .names
+            .iter()
+            .zip(&candidate.tenant.display_names)
+            .find_map(|(wire, shown)| {
+                let (owner, file) = claims.get(wire)?;
+                (*owner != candidate.name).then(|| (shown.clone(), owner.clone(), file.clone()))
+            });
+        match clash {
+            Some((shown, owner, owner_file)) => {
+                let reason = format!(
+                    "{}: names: {shown:?} is already claimed by tenant {owner} ({owner_file}); two tenants can never claim one name",
+                    candidate.file
+                );
+                refuse(state, &candidate.name, &candidate.file, vec![reason]);
+            }
+            None => {
+                for wire in &candidate.tenant.names {
+                    claims.insert(
+                        wire.clone(),
+                        (candidate.name.clone(), candidate.file.clone()),
+                    );
+                }
+                kept.push(candidate);
+            }
+        }
+    }
+    kept
+}
+
+type Refusals = Vec<(Candidate, Vec<String>)>;
+
+/// Tastes `candidates` in one batch; a refused batch is split in halves until each culprit
+/// is alone. Without a taster, every candidate passes.
+fn taste_split(
+    platform: &Platform,
+    tastes: &mut u64,
+    candidates: Vec<Candidate>,
+) -> (Vec<Candidate>, Refusals) {
+    let Some(setup) = &platform.taster else {
+        return (candidates, Vec::new());
+    };
+    if candidates.is_empty() {
+        return (candidates, Vec::new());
+    }
+    let batch = TenantBatch {
+        control: platform.control.clone(),
+        tenants: candidates
+            .iter()
+            .map(|c| TenantTaste {
+                name: c.name.clone(),
+                file: c.file.clone(),
+                text: c.text.clone(),
+            })
+            .collect(),
+    };
+    *tastes += 1;
+    let verdict =
+        crate::taster::taste_tenants(&setup.program, &setup.settings, &setup.args, &batch);
+    let refused = match verdict {
+        Ok(_) => return (candidates, Vec::new()),
+        Err(refused) => refused,
+    };
+    if candidates.len() == 1 {
+        let reasons: Vec<String> = refused
+            .reasons()
+            .into_iter()
+            .map(|r| format!("taster: {r}"))
+            .collect();
+        return (
+            Vec::new(),
+            candidates
+                .into_iter()
+                .map(|c| (c, reasons.clone()))
+                .collect(),
+        );
+    }
+    let mut first = candidates;
+    let second = first.split_off(first.len() / 2);
+    let (mut good, mut bad) = taste_split(platform, tastes, first);
+    let (good_second, bad_second) = taste_split(platform, tastes, second);
+    good.extend(good_second);
+    bad.extend(bad_second);
+    (good, bad)
+}
+
+fn refuse(state: &mut State, name: &str, file: &str, reasons: Vec<String>) {
+    for reason in &reasons {
+        tracing::error!(
+            "tenant {name} refused, still serving its last good version (if any): {reason}"
+        );
+    }
+    state.refusals_total += 1;
+    let record = state.records.entry(name.to_string()).or_default();
+    record.file = file.to_string();
+    record.refusal = Some(TenantRefusal {
+        at: rfc3339::format_utc(SystemTime::now()),
+        file: file.to_string(),
+        reasons,
+    });
+}
+
+/// Serves a tasted candidate: records it in its history and returns its table changes.
+fn accept(state: &mut State, platform: &Platform, candidate: Candidate) -> Vec<NameChange> {
+    let Candidate {
+        name,
+        file,
+        text,
+        tenant,
+    } = candidate;
+    let now = SystemTime::now();
+    let serial = tenant.serial;
+    match history(platform, &name).and_then(|h| {
+        h.record(&text, serial, "tenant file", &file, now)
+            .map_err(|e| e.to_string())
+    }) {
+        Ok(_) => {}
+        Err(e) => tracing::warn!("tenant {name} serial {serial} served but not recorded: {e}"),
+    }
+    let tenant = Arc::new(tenant);
+    let record = state.records.entry(name.clone()).or_default();
+    let old_names: BTreeSet<Box<[u8]>> = record
+        .served
+        .iter()
+        .flat_map(|s| s.tenant.names.iter().cloned())
+        .collect();
+    let mut changes: Vec<NameChange> = old_names
+        .into_iter()
+        .filter(|n| !tenant.names.contains(n))
+        .map(NameChange::Remove)
+        .collect();
+    changes.extend(
+        tenant
+            .names
+            .iter()
+            .map(|n| NameChange::Set(n.clone(), tenant.clone())),
+    );
+    let changed = record.served.as_ref().is_none_or(|s| s.text != text);
+    record.served = Some(Served {
+        tenant,
+        text,
+        since: rfc3339::format_utc(now),
+    });
+    record.refusal = None;
+    if changed {
+        state.changes_applied += 1;
+        tracing::info!("tenant {name}: serving serial {serial} ({file})");
+    }
+    changes
+}
+
+/// After a platform change: tenants with their own profile compiled again against it.
+fn recompile_own_profiles(state: &mut State) {
+    let Some(platform) = state.platform.take() else {
+        return;
+    };
+    let mut changes = Vec::new();
+    let mut refusals = Vec::new();
+    for (name, record) in &mut state.records {
+        let Some(served) = &record.served else {
+            continue;
+        };
+        if !served.tenant.has_own_profile() {
+            continue;
+        }
+        let text = served.text.clone();
+        let serial = served.tenant.serial;
+        let file = record.file.clone();
+        match check_alone(&platform, record, name, &file, Ok(text.clone())) {
+            Ok(candidate) if candidate.tenant.serial == serial => {
+                let tenant = Arc::new(candidate.tenant);
+                changes.extend(
+                    tenant
+                        .names
+                        .iter()
+                        .map(|n| NameChange::Set(n.clone(), tenant.clone())),
+                );
+                if let Some(served) = &mut record.served {
+                    served.tenant = tenant;
+                }
+            }
+            Ok(_) => {}
+            Err(reasons) => refusals.push((name.clone(), file, reasons)),
+        }
+    }
+    for (name, file, reasons) in refusals {
+        let reasons = reasons
+            .into_iter()
+            .map(|r| format!("against the platform now served: {r}"))
+            .collect();
+        refuse(state, &name, &file, reasons);
+    }
+    if !changes.is_empty() {
+        let tenants = platform.snapshot.tenants();
+        tenants.store(Arc::new(tenants.load().with_changes(changes)));
+    }
+    state.platform = Some(platform);
+}
