@@ -52,6 +52,10 @@ fn main() -> ExitCode {
             file,
             overrides,
         }) => cli::safety::check(&target, &file, &overrides),
+        Command::Tenant(TenantCommand::List { target, json }) => cli::tenant::list(&target, json),
+        Command::Tenant(TenantCommand::Show { target, name, json }) => {
+            cli::tenant::show(&target, &name, json)
+        }
         Command::Drill(DrillCommand::List { target }) => cli::drill::list(&target),
         Command::Drill(DrillCommand::Run { target, name, dns }) => {
             cli::drill::run_now(&target, &name, dns)

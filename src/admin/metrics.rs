@@ -61,6 +61,8 @@ pub struct Scrape {
     transfer_counts: crate::metrics::transfer::TransferReport,
     /// The daemon's supervised threads and tasks.
     supervisor: SupervisorView,
+    /// Tenants: served by state, refused, changes applied.
+    tenants: crate::reload::tenants::TenantsStatus,
 }
 
 /// Reads the state to report; `fleet` is the node's fleet origin (`None`: single node).
@@ -107,6 +109,7 @@ pub fn gather(
             .iter()
             .map(|n| n.zone.clone())
             .collect(),
+        tenants: reloader.tenants().status(),
         admin: super::connections::view(),
         descriptors: crate::descriptors::status(),
         safety: crate::safety::tally::status(),
@@ -642,6 +645,42 @@ impl Scrape {
         )
     }
 
+    fn encode_tenants(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let t = &self.tenants;
+        let never_served = t.refused.iter().filter(|r| !r.serving_previous).count();
+        gauges(
+            encoder,
+            "steerdns_tenants",
+            "Tenant documents by state: served active, served suspended, refused (newest \
+             document refused; an earlier version may still serve), never served.",
+            [
+                ("active", t.served.saturating_sub(t.suspended)),
+                ("suspended", t.suspended),
+                ("refused", t.refused.len()),
+                ("never_served", never_served),
+            ]
+            .map(|(state, n)| (vec![("state", state.to_string())], n as f64)),
+        )?;
+        counter(
+            encoder,
+            "steerdns_tenant_refusals",
+            "Tenant documents refused (checked alone, a name claimed twice, or by the taster).",
+            t.refusals_total,
+        )?;
+        counter(
+            encoder,
+            "steerdns_tenant_changes_applied",
+            "Tenant documents accepted and served (new versions).",
+            t.changes_applied,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_tenant_last_apply_duration_seconds",
+            "How long the last batch of tenant changes took, from reading to the swap.",
+            t.last_apply_ms / 1000.0,
+        )
+    }
+
     fn encode_control(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
         let st = &self.status;
         gauge(
@@ -1126,6 +1165,7 @@ impl Collector for Scrape {
         self.encode_serving(&mut encoder)?;
         self.encode_series(&mut encoder)?;
         self.encode_control(&mut encoder)?;
+        self.encode_tenants(&mut encoder)?;
         self.encode_shield(&mut encoder)?;
         self.encode_xdp(&mut encoder)?;
         self.encode_admin(&mut encoder)?;

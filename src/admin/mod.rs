@@ -144,6 +144,8 @@ pub fn router(state: AdminState) -> Router {
         .merge(control::routes())
         .merge(direct::routes())
         .route("/v1/status", get(status))
+        .route("/v1/tenants", get(tenants))
+        .route("/v1/tenants/{name}", get(tenant))
         .route("/metrics", get(metrics))
         .route("/v1/reload", post(reload))
         // A feed just over its limit reaches the handler, which refuses it with the reason and
@@ -274,6 +276,10 @@ pub struct StatusView {
     /// (absent from servers older than the supervisor).
     #[serde(default)]
     pub supervisor: Option<SupervisorView>,
+    /// Tenants: documents known, served, suspended, refused with the reason (absent from
+    /// servers older than tenants).
+    #[serde(default)]
+    pub tenants: crate::reload::tenants::TenantsStatus,
 }
 
 /// DNS Cookies and the demand they prove, as status shows them.
@@ -550,6 +556,7 @@ pub fn status_view(
         drills: crate::drill::log::status(),
         secondary: crate::secondary::status().snapshot(),
         transfer: transfer::view(&snapshot),
+        tenants: reloader.tenants().status(),
         supervisor: Some(supervisor.view()),
     }
 }
@@ -581,6 +588,26 @@ async fn status(State(state): State<AdminState>) -> Response {
         &state.supervisor,
     ))
     .into_response()
+}
+
+/// `GET /v1/tenants`: every tenant document known, served or refused.
+async fn tenants(State(state): State<AdminState>) -> Response {
+    Json(state.reloader.tenants().list()).into_response()
+}
+
+/// `GET /v1/tenants/{name}`: one tenant's served version, serial and last refusal.
+async fn tenant(
+    State(state): State<AdminState>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    match state.reloader.tenants().get(&name) {
+        Some(view) => Json(view).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no tenant {name:?} (no document tenants/{name}.toml)\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// `GET /metrics`: Prometheus text format (see [`crate::metrics`]).

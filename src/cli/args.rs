@@ -63,6 +63,9 @@ pub enum Command {
     /// Practice drills (`[[drills]]`): list them, run one now.
     #[command(subcommand)]
     Drill(DrillCommand),
+    /// Tenants (`tenants/<name>.toml`): what each serves, what was refused and why.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
     /// What the running server serves: serial, last refused change, weights, overrides.
     Status {
         #[command(flatten)]
@@ -325,6 +328,28 @@ pub enum DrillCommand {
         /// The server's DNS address (default: the config's first listen address).
         #[arg(long, value_name = "ADDR")]
         dns: Option<std::net::SocketAddr>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum TenantCommand {
+    /// Every tenant, one per line: name, state, serial, names, last refusal.
+    List {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        /// Print the raw JSON of /v1/tenants.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One tenant: its served version and serial, names, and its last refusal with the
+    /// reason (file, line, field).
+    Show {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        name: String,
+        /// Print the raw JSON of /v1/tenants/NAME.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -14,6 +14,7 @@ mod report;
 pub mod rollout;
 pub mod safety;
 pub mod serve;
+pub mod tenant;
 
 pub use report::report;
 
@@ -733,6 +734,7 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         c.startup.first_answer_ms, c.startup.reason
     );
     print_taster(&c.taster);
+    print_tenants(&status.tenants);
     print_safety(&status.safety);
     print_drills(&status.drills);
     if let Some(b) = &c.bundle {
@@ -1098,6 +1100,28 @@ fn print_bundle(b: &steerdns::reload::BundleStatus) {
             refused.bundle,
             refused.reasons.join("; ")
         );
+    }
+}
+
+fn print_tenants(t: &steerdns::reload::tenants::TenantsStatus) {
+    if t.count == 0 {
+        return;
+    }
+    println!(
+        "tenants: {} documents, {} served ({} suspended), {} refused; {} changes applied",
+        t.count,
+        t.served,
+        t.suspended,
+        t.refused.len(),
+        t.changes_applied
+    );
+    for r in &t.refused {
+        let serving = if r.serving_previous {
+            "serving its previous version"
+        } else {
+            "never served"
+        };
+        println!("  tenant {} refused ({serving}): {}", r.name, r.reason);
     }
 }
 

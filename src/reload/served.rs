@@ -138,12 +138,16 @@ impl ServedInputs {
         }
     }
 
-    /// Writes the record into `dir` (created if missing), replacing the file atomically.
+    /// Writes the record into `dir` (created if missing), replacing the file atomically for
+    /// readers but without waiting for the disk: a slow flush must never delay serving, and a
+    /// record lost to a crash only costs a taste at the next start.
     pub fn write(&self, dir: &Path) -> Result<(), String> {
         let path = dir.join(RECORD_FILE);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let text = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
-        crate::files::replace_file(&path, &text).map_err(|e| e.to_string())
+        crate::files::replace_file_unflushed(&path, &text)
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -331,6 +331,15 @@
     return parts.join("; ");
   }
 
+  function tenantsLine(t) {
+    if (!t || !t.count) return "none";
+    const refused = (t.refused || [])
+      .map((r) => `${r.name} refused${r.serving_previous ? " (previous version serves)" : " (never served)"}: ${r.reason}`)
+      .join("; ");
+    return `${t.count} documents, ${t.served} served (${t.suspended} suspended), ${(t.refused || []).length} refused` +
+      (refused ? ` — ${refused}` : "");
+  }
+
   function renderControl(status) {
     definitions(byId("control"), [
       ["Serial", String(status.serial)],
@@ -339,6 +348,7 @@
       ["Reloads", `${status.reloads_accepted || 0} accepted, ${status.reloads_refused || 0} refused`],
       ["Startup", status.startup ? `first answer after ${Math.round(status.startup.first_answer_ms || 0)} ms; ${status.startup.reason || ""}` : "?"],
       ["Zones", (status.zones || []).map((z) => `${z.origin} (serial ${z.serial})`).join(", ") || "none"],
+      ["Tenants", tenantsLine(status.tenants)],
       ...supervised(status),
       ...connectionLimits(status),
     ]);
