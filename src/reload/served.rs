@@ -40,6 +40,14 @@ pub struct ServedInputs {
     control: Option<Digest>,
 }
 
+/// What a load read of the config's own files: the config file's digest, the zone files in
+/// load order, and every file read with what it held.
+struct Read {
+    config: Option<Digest>,
+    zone_files: Vec<PathBuf>,
+    files: Vec<(PathBuf, Digest)>,
+}
+
 /// The running executable: the version it says and the file it was started from (length and
 /// modification time), so that an upgraded or rebuilt binary tastes again.
 #[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,18 +92,12 @@ impl Binary {
 impl ServedInputs {
     /// The record of a load that read `sources` with `config` and `control`.
     pub fn of(config: &Config, sources: &Sources, control: Option<&str>) -> ServedInputs {
-        ServedInputs {
-            format: FORMAT,
-            binary: Binary::running(),
-            config_path: config.source_path.clone(),
+        let read = Read {
             config: sources.config_digest().copied(),
-            zones_dir: config.server.zones.clone(),
             zone_files: sources.zone_files().to_vec(),
             files: sources.files().to_vec(),
-            keys: key_files(config),
-            geo: geo_stamp(config),
-            control: control.map(|text| digest(text.as_bytes())),
-        }
+        };
+        ServedInputs::from_read(config, read, control)
     }
 
     /// Would a load of `config` and `control` now read exactly what this record says? Reads
@@ -108,20 +110,31 @@ impl ServedInputs {
         let Some(files) = files.collect::<Option<Vec<_>>>() else {
             return false;
         };
-        let now = ServedInputs {
+        let read = Read {
+            config: config_digest(config),
+            zone_files: zone_paths(config).unwrap_or_default(),
+            files,
+        };
+        // A config file that could not be read has no digest: never "the same".
+        (config.source_path.is_none() || read.config.is_some())
+            && ServedInputs::from_read(config, read, control) == *self
+    }
+
+    /// The record of what a load read (or would read now) from the config's files, with the
+    /// rest (binary, keys, geo database, control text) taken as they are now.
+    fn from_read(config: &Config, read: Read, control: Option<&str>) -> ServedInputs {
+        ServedInputs {
             format: FORMAT,
             binary: Binary::running(),
             config_path: config.source_path.clone(),
-            config: config_digest(config),
+            config: read.config,
             zones_dir: config.server.zones.clone(),
-            zone_files: zone_paths(config).unwrap_or_default(),
-            files,
+            zone_files: read.zone_files,
+            files: read.files,
             keys: key_files(config),
             geo: geo_stamp(config),
             control: control.map(|text| digest(text.as_bytes())),
-        };
-        // A config file that could not be read has no digest: never "the same".
-        (config.source_path.is_none() || now.config.is_some()) && now == *self
+        }
     }
 
     /// The record in `dir`; `None` when there is none or it cannot be read or parsed (a
