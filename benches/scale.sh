@@ -21,6 +21,7 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/benches/lib.sh"
 CONF=$ROOT/benches/configs
 NAMES=${NAMES:-1000000}
 SMALL_NAMES=${SMALL_NAMES:-100000}
@@ -36,24 +37,6 @@ mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/steerdns-scale.XXXXXX)
 SESSION=""
 
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "FATAL: $*"; exit 1; }
-
-stop_server() {
-    [ -n "$SESSION" ] || return 0
-    local p left
-    for p in $(session_pids "$SESSION"); do kill -TERM "$p" 2> /dev/null; done
-    for _ in $(seq 1 50); do
-        left=$(session_pids "$SESSION")
-        [ -z "$left" ] && break
-        sleep 0.2
-    done
-    for p in $(session_pids "$SESSION"); do kill -KILL "$p" 2> /dev/null; done
-    SESSION=""
-}
-session_pids() {
-    cat /proc/[0-9]*/stat 2> /dev/null | awk -v sid="$1" '{ pid = $1; sub(/^.*\) /, ""); if ($4 == sid) print pid }'
-}
 cleanup() { stop_server; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -71,13 +54,7 @@ make_case() { # dir names steered -> a config dir serving big.example (+ steer.e
     local d=$1 names=$2 steered=$3
     mkdir -p "$d/zones"
     cp "$CONF/zone.base" "$d/zones/steer.example.zone"
-    awk -v n="$names" 'BEGIN {
-        print "$ORIGIN big.example."; print "$TTL 300"
-        print "@ IN SOA ns1.big.example. hostmaster.big.example. 1 3600 600 604800 300"
-        print "@ IN NS ns1"; print "ns1 IN A 192.0.2.53"
-        for (i = 0; i < n; i++)
-            printf "h%d IN A 10.%d.%d.%d\n", i, int(i / 65536) % 256, int(i / 256) % 256, i % 256
-    }' > "$d/zones/big.example.zone"
+    big_zone "$names" > "$d/zones/big.example.zone"
     sed -e "s|@PORT@|$PORT|g" -e "s|@ADMIN_PORT@|$ADMIN_PORT|g" -e "s|@MMDB@|$MMDB|g" \
         "$CONF/steerdns/steerdns.toml.in" > "$d/steerdns.toml"
     awk -v n="$steered" 'BEGIN {
@@ -95,27 +72,7 @@ start_and_probe() { # dir probe-name -> starts the server; prints "ms_to_first_a
     # exec, not after the interpreter's own start-up; it then polls with a UDP query every 2 ms.
     local d=$1 name=$2 log pid ms
     log=$OUT/serve.$(basename "$d").log
-    ms=$(python3 - "$PORT" "$name" "$WORK/pid" "$log" taskset -c "$SERVER_CPU" "$BIN" serve --config "$d/steerdns.toml" << 'PY'
-import socket, struct, subprocess, sys, time
-port, name, pidfile, log, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
-q = struct.pack(">HHHHHH", 0x5151, 0x0100, 1, 0, 0, 0)
-q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(0.002)
-t0 = time.monotonic()
-p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-open(pidfile, "w").write(str(p.pid))
-while time.monotonic() - t0 < 120 and p.poll() is None:
-    try:
-        s.sendto(q, ("127.0.0.1", port))
-        r = s.recv(512)
-        if len(r) >= 12 and r[:2] == q[:2] and r[3] & 0x0F == 0 and struct.unpack(">H", r[6:8])[0] > 0:
-            print(round((time.monotonic() - t0) * 1000)); sys.exit(0)
-    except OSError:
-        pass
-sys.exit(1)
-PY
-    )
+    ms=$(python3 "$ROOT/benches/first_answer.py" "$PORT" "$name" "$WORK/pid" "$log" taskset -c "$SERVER_CPU" "$BIN" serve --config "$d/steerdns.toml")
     local rc=$?
     pid=$(cat "$WORK/pid" 2> /dev/null)
     SESSION=$pid

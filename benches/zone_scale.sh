@@ -122,27 +122,7 @@ timed() { # out-file cmd... -> "seconds peak_mib" (fails when the command fails)
 start_and_measure() { # log cmd...
     local log=$1 ms
     shift
-    ms=$(python3 - "$PORT" "$LAST" "$WORK/pid" "$log" "$@" << 'PY'
-import socket, struct, subprocess, sys, time
-port, name, pidfile, log, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
-q = struct.pack(">HHHHHH", 0x5151, 0x0100, 1, 0, 0, 0)
-q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(0.002)
-t0 = time.monotonic()
-p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-open(pidfile, "w").write(str(p.pid))
-while time.monotonic() - t0 < 180 and p.poll() is None:
-    try:
-        s.sendto(q, ("127.0.0.1", port))
-        r = s.recv(512)
-        if len(r) >= 12 and r[:2] == q[:2] and r[3] & 0x0F == 0 and struct.unpack(">H", r[6:8])[0] > 0:
-            print(round((time.monotonic() - t0) * 1000)); sys.exit(0)
-    except OSError:
-        pass
-sys.exit(1)
-PY
-    )
+    ms=$(python3 "$ROOT/benches/first_answer.py" "$PORT" "$LAST" "$WORK/pid" "$log" "$@")
     local rc=$?
     SESSION=$(cat "$WORK/pid" 2> /dev/null)
     [ $rc = 0 ] || { cat "$log" >&2; return 1; }
