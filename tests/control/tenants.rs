@@ -441,3 +441,270 @@ fn a_tenant_rolled_back_to_an_earlier_version_is_served() {
     assert_eq!(now["version"], first["version"], "{now:#}");
     assert!(history.join("0000000003.toml").exists());
 }
+
+/// One admin request with a body, a content type and an optional `If-Match`; (code, body).
+fn request(
+    server: &Daemon,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    if_match: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+         Authorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n",
+        server.admin,
+        body.len()
+    );
+    if let Some(content_type) = content_type {
+        head.push_str(&format!("Content-Type: {content_type}\r\n"));
+    }
+    if let Some(tag) = if_match {
+        head.push_str(&format!("If-Match: {tag}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body.as_bytes());
+    send_http(server.admin, &bytes).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+fn put(server: &Daemon, name: &str, toml: &str, if_match: Option<&str>) -> (u16, String) {
+    request(
+        server,
+        "PUT",
+        &format!("/v1/tenants/{name}"),
+        Some("application/toml"),
+        if_match,
+        toml,
+    )
+}
+
+/// The `ETag` of `GET /v1/tenants/{name}`.
+fn etag(server: &Daemon, name: &str) -> String {
+    let request = format!(
+        "GET /v1/tenants/{name} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        server.admin
+    );
+    let reply = exchange_http(server.admin, request.as_bytes(), Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("GET /v1/tenants/{name}: {e}"));
+    assert_eq!(reply.code, 200, "{}", reply.body);
+    reply
+        .head
+        .lines()
+        .find_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            key.eq_ignore_ascii_case("etag")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no ETag in {}", reply.head))
+}
+
+/// Issue 30: 20 concurrent PUTs of different tenants (TOML and JSON bodies) all land, and each
+/// is served by the time its response comes back.
+#[test]
+fn twenty_concurrent_puts_to_different_tenants_all_land_and_are_served() {
+    let setup = setup_with_tenants("tenants-api-many", 2, 100);
+    let server = setup.start();
+    let barrier = std::sync::Barrier::new(20);
+    let replies: Vec<(usize, u16, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..20)
+            .map(|i| {
+                let (server, barrier) = (&server, &barrier);
+                scope.spawn(move || {
+                    let name = format!("api{i:02}");
+                    barrier.wait();
+                    let (code, body) = if i % 2 == 0 {
+                        put(server, &name, &plain(&name, 100 + i as u32), None)
+                    } else {
+                        let json = serde_json::json!({
+                            "names": [owned(&name)],
+                            "ttl": 100 + i,
+                        });
+                        request(
+                            server,
+                            "PUT",
+                            &format!("/v1/tenants/{name}"),
+                            Some("application/json"),
+                            None,
+                            &json.to_string(),
+                        )
+                    };
+                    (i, code, body)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("PUT thread"))
+            .collect()
+    });
+    let mut resolver = Resolver::new(server.dns);
+    for (i, code, body) in &replies {
+        assert_eq!(*code, 201, "api{i:02}: {body}");
+        let reply: serde_json::Value = serde_json::from_str(body).expect("PUT reply is JSON");
+        assert_eq!(reply["tenant"]["serial"], 1, "{reply:#}");
+        let name = format!("api{i:02}");
+        // Served when the response came back: no wait.
+        assert_eq!(
+            answer(&mut resolver, &owned(&name)).0,
+            100 + *i as u32,
+            "{name}"
+        );
+        assert!(tenants_dir(&setup).join(format!("{name}.toml")).exists());
+        assert!(tenants_dir(&setup)
+            .join(format!(".history/{name}/0000000001.toml"))
+            .exists());
+    }
+    let status = tenant_status(&server);
+    assert_eq!(count(&status, "served"), 22, "{status:#}");
+    // The folder's next look finds nothing new: the API's writes were applied already.
+    let applied = count(&status, "changes_applied");
+    let checks = count(&status, "checks");
+    wait_tenants(&server, "two more looks at the folder", |s| {
+        count(s, "checks") >= checks + 2
+    });
+    assert_eq!(count(&tenant_status(&server), "changes_applied"), applied);
+}
+
+/// Issue 30: two concurrent PUTs of one tenant with the same `If-Match`: exactly one lands,
+/// the other gets 412 and writes nothing.
+#[test]
+fn two_puts_with_the_same_if_match_one_is_refused_with_412() {
+    let setup = setup_with_tenants("tenants-api-cas", 1, 100);
+    let server = setup.start();
+    let name = tenant_name(0);
+    let tag = etag(&server, &name);
+    let barrier = std::sync::Barrier::new(2);
+    let replies: Vec<(u32, u16, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = [201u32, 202]
+            .into_iter()
+            .map(|ttl| {
+                let (server, barrier, name, tag) = (&server, &barrier, &name, &tag);
+                scope.spawn(move || {
+                    barrier.wait();
+                    let (code, body) = put(server, name, &plain(name, ttl), Some(tag));
+                    (ttl, code, body)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("PUT"))
+            .collect()
+    });
+    let codes: Vec<u16> = replies.iter().map(|r| r.1).collect();
+    let won: Vec<&(u32, u16, String)> = replies.iter().filter(|r| r.1 == 200).collect();
+    assert_eq!(won.len(), 1, "{replies:?}");
+    assert!(codes.contains(&412), "{replies:?}");
+    let lost = replies.iter().find(|r| r.1 == 412).expect("a 412");
+    assert!(lost.2.contains("\"written\":false"), "{}", lost.2);
+    let winner = won[0].0;
+    let mut resolver = Resolver::new(server.dns);
+    assert_eq!(answer(&mut resolver, &owned(&name)).0, winner);
+    let on_disk = std::fs::read_to_string(tenants_dir(&setup).join(format!("{name}.toml")))
+        .expect("tenant file");
+    assert_eq!(on_disk, plain(&name, winner));
+    // The new ETag works; the old one does not.
+    let (code, body) = put(&server, &name, &plain(&name, 150), Some(&tag));
+    assert_eq!(code, 412, "{body}");
+    let (code, body) = put(
+        &server,
+        &name,
+        &plain(&name, 150),
+        Some(&etag(&server, &name)),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(answer(&mut resolver, &owned(&name)).0, 150);
+}
+
+/// Issue 30: a bad body is refused naming the field (422) or what it is not (400), and
+/// nothing is written; a write needs the token; DELETE gives the names back to the wildcard.
+#[test]
+fn a_bad_tenant_body_writes_nothing_and_delete_gives_the_names_back() {
+    let setup = setup_with_tenants("tenants-api-bad", 1, 100);
+    let server = setup.start();
+    let name = tenant_name(0);
+    let file = tenants_dir(&setup).join(format!("{name}.toml"));
+    let before = std::fs::read_to_string(&file).expect("tenant file");
+
+    let (code, body) = put(
+        &server,
+        &name,
+        &format!("names = [\"{}\"]\nttl = 4294967295\n", owned(&name)),
+        None,
+    );
+    assert_eq!(code, 422, "{body}");
+    let reply: serde_json::Value = serde_json::from_str(&body).expect("JSON error body");
+    assert_eq!(reply["written"], false);
+    assert_eq!(reply["problems"][0]["field"], "ttl", "{reply:#}");
+    assert_eq!(
+        reply["problems"][0]["file"], "tenants/t0000.toml",
+        "{reply:#}"
+    );
+    assert_eq!(reply["problems"][0]["line"], 2, "{reply:#}");
+
+    let (code, body) = request(
+        &server,
+        "PUT",
+        &format!("/v1/tenants/{name}"),
+        Some("application/json"),
+        None,
+        "{\"names\": [",
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("not JSON"), "{body}");
+    let (code, body) = request(
+        &server,
+        "PUT",
+        &format!("/v1/tenants/{name}"),
+        Some("application/json"),
+        None,
+        &serde_json::json!({ "names": [owned(&name)], "colour": 3 }).to_string(),
+    );
+    assert_eq!(code, 422, "{body}");
+    assert!(body.contains("colour"), "{body}");
+    // Another tenant's name is refused naming both.
+    let (code, body) = put(&server, "thief", &plain(&name, 100), None);
+    assert_eq!(code, 422, "{body}");
+    assert!(body.contains("already claimed by tenant t0000"), "{body}");
+    assert!(!tenants_dir(&setup).join("thief.toml").exists());
+    // No token: refused before the body is read.
+    let (code, _) = http(server.admin, "PUT", &format!("/v1/tenants/{name}"), None);
+    assert_eq!(code, 401);
+    assert_eq!(std::fs::read_to_string(&file).expect("tenant file"), before);
+    let mut resolver = Resolver::new(server.dns);
+    assert_eq!(answer(&mut resolver, &owned(&name)).0, 100);
+
+    let (code, body) = request(
+        &server,
+        "DELETE",
+        &format!("/v1/tenants/{name}"),
+        None,
+        Some("\"1\""),
+        "",
+    );
+    assert_eq!(code, 412, "{body}");
+    let (code, body) = request(
+        &server,
+        "DELETE",
+        &format!("/v1/tenants/{name}"),
+        None,
+        None,
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(!file.exists());
+    assert_eq!(answer(&mut resolver, &owned(&name)).0, 300);
+    let (code, _) = http(server.admin, "GET", &format!("/v1/tenants/{name}"), None);
+    assert_eq!(code, 404);
+    let (code, body) = request(
+        &server,
+        "DELETE",
+        &format!("/v1/tenants/{name}"),
+        None,
+        None,
+        "",
+    );
+    assert_eq!(code, 404, "{body}");
+}
