@@ -708,3 +708,125 @@ fn a_bad_tenant_body_writes_nothing_and_delete_gives_the_names_back() {
     );
     assert_eq!(code, 404, "{body}");
 }
+
+/// Issue 30: `tenant put`, `history`, `diff`, `rollback`, `delete` and `import` through the
+/// running server: each write is served when the command returns.
+#[test]
+fn the_tenant_commands_put_roll_back_delete_and_import() {
+    let setup = setup_with_tenants("tenants-cli", 1, 100);
+    let server = setup.start();
+    let mut resolver = Resolver::new(server.dns);
+    let drafts = setup.path("drafts");
+    std::fs::create_dir_all(&drafts).expect("mkdir drafts");
+    let draft = drafts.join("cli.toml");
+    let path = draft.display().to_string();
+
+    std::fs::write(&draft, plain("cli", 111)).expect("write draft");
+    let out = ok(&server.cli(&["tenant", "put", &path]), "tenant put");
+    assert!(out.contains("tenant cli: serving serial 1"), "{out}");
+    assert_eq!(answer(&mut resolver, &owned("cli")).0, 111);
+    std::fs::write(&draft, plain("cli", 122)).expect("write draft");
+    let out = ok(&server.cli(&["tenant", "put", &path]), "tenant put");
+    assert!(out.contains("serving serial 2"), "{out}");
+    assert_eq!(answer(&mut resolver, &owned("cli")).0, 122);
+
+    // A bad document: refused naming the field, nothing written, the old version served.
+    std::fs::write(
+        &draft,
+        format!("names = [\"{}\"]\nttl = 4294967295\n", owned("cli")),
+    )
+    .expect("write draft");
+    let refused = server.cli(&["tenant", "put", &path]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("tenants/cli.toml:2: ttl:"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(answer(&mut resolver, &owned("cli")).0, 122);
+
+    let history = ok(&server.cli(&["tenant", "history", "cli"]), "tenant history");
+    assert_eq!(history.lines().count(), 2, "{history}");
+    let diff = ok(&server.cli(&["tenant", "diff", "cli"]), "tenant diff");
+    assert!(
+        diff.contains("- ttl = 111") && diff.contains("+ ttl = 122"),
+        "{diff}"
+    );
+    let out = ok(
+        &server.cli(&["tenant", "rollback", "cli"]),
+        "tenant rollback",
+    );
+    assert!(out.contains("rolling back to version 1"), "{out}");
+    assert!(out.contains("serving serial 3"), "{out}");
+    assert_eq!(answer(&mut resolver, &owned("cli")).0, 111);
+    let out = ok(
+        &server.cli(&["tenant", "rollback", "cli", "2"]),
+        "tenant rollback 2",
+    );
+    assert!(out.contains("serving serial 4"), "{out}");
+    assert_eq!(answer(&mut resolver, &owned("cli")).0, 122);
+
+    let out = ok(&server.cli(&["tenant", "delete", "cli"]), "tenant delete");
+    assert!(out.contains("removed"), "{out}");
+    assert_eq!(answer(&mut resolver, &owned("cli")).0, 300);
+    assert!(!tenants_dir(&setup).join("cli.toml").exists());
+
+    // Import: five documents, one bad; four served, the bad one refused on its own.
+    let import = setup.path("import");
+    std::fs::create_dir_all(&import).expect("mkdir import");
+    for i in 0..5 {
+        let name = format!("imp{i}");
+        let text = if i == 3 {
+            format!("names = [\"{}\"]\ncolour = 1\n", owned(&name))
+        } else {
+            plain(&name, 130 + i)
+        };
+        std::fs::write(import.join(format!("{name}.toml")), text).expect("write import");
+    }
+    let imported = server.cli(&["tenant", "import", &import.display().to_string()]);
+    assert!(
+        !imported.status.success(),
+        "a refused document fails the import"
+    );
+    assert!(
+        stdout(&imported).contains("imported 4 of 5 tenant documents"),
+        "{}",
+        stdout(&imported)
+    );
+    assert!(
+        stderr(&imported).contains("colour"),
+        "{}",
+        stderr(&imported)
+    );
+    for i in [0u32, 1, 2, 4] {
+        assert_eq!(answer(&mut resolver, &owned(&format!("imp{i}"))).0, 130 + i);
+    }
+    assert_eq!(answer(&mut resolver, &owned("imp3")).0, 300);
+}
+
+/// Issue 30: with no server answering, `tenant put` writes the folder through the store, and
+/// a server started afterwards serves it.
+#[test]
+fn tenant_put_without_a_server_writes_the_folder() {
+    let setup = setup_with_tenants("tenants-cli-offline", 1, 100);
+    let draft = setup.path("solo.toml");
+    std::fs::write(&draft, plain("solo", 144)).expect("write draft");
+    let output = Command::new(BIN)
+        .args(["tenant", "put", &draft.display().to_string()])
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--admin")
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .env("STEERDNS_LOG", "warn")
+        .output()
+        .expect("run steerdns");
+    let out = ok(&output, "tenant put (no server)");
+    assert!(out.contains("written to the tenants folder"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(tenants_dir(&setup).join("solo.toml")).expect("written"),
+        plain("solo", 144)
+    );
+    let server = setup.start();
+    let mut resolver = Resolver::new(server.dns);
+    assert_eq!(answer(&mut resolver, &owned("solo")).0, 144);
+}
