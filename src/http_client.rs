@@ -181,7 +181,8 @@ fn roots_from(path: &Path) -> Result<rustls::RootCertStore, String> {
 }
 
 /// One request: method, path (below the base URL's prefix, with its query), extra headers
-/// (`Name: value`) and a body (sent with a JSON content type if not empty).
+/// (`Name: value`) and a body (sent with a JSON content type if not empty and the headers
+/// name none).
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
     pub method: &'a str,
@@ -342,7 +343,11 @@ where
         .uri(format!("{}{}", base.prefix, request.path))
         .header(http::header::HOST, base.host_header())
         .header(http::header::CONNECTION, "close");
-    if !request.body.is_empty() {
+    let typed = request.headers.iter().any(|h| {
+        h.split_once(':')
+            .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("content-type"))
+    });
+    if !request.body.is_empty() && !typed {
         builder = builder.header(http::header::CONTENT_TYPE, "application/json");
     }
     for header in request.headers {

@@ -56,6 +56,24 @@ fn main() -> ExitCode {
         Command::Tenant(TenantCommand::Show { target, name, json }) => {
             cli::tenant::show(&target, &name, json)
         }
+        Command::Tenant(TenantCommand::Put { target, file }) => cli::tenant::put(&target, &file),
+        Command::Tenant(TenantCommand::Delete { target, name }) => {
+            cli::tenant::delete(&target, &name)
+        }
+        Command::Tenant(TenantCommand::History { target, name }) => {
+            cli::tenant::history(&target, &name)
+        }
+        Command::Tenant(TenantCommand::Rollback {
+            target,
+            name,
+            version,
+        }) => cli::tenant::rollback(&target, &name, version),
+        Command::Tenant(TenantCommand::Diff { target, name, a, b }) => {
+            cli::tenant::diff(&target, &name, a, b)
+        }
+        Command::Tenant(TenantCommand::Import { target, dir }) => {
+            cli::tenant::import(&target, &dir)
+        }
         Command::Drill(DrillCommand::List { target }) => cli::drill::list(&target),
         Command::Drill(DrillCommand::Run { target, name, dns }) => {
             cli::drill::run_now(&target, &name, dns)

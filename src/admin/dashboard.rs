@@ -1,6 +1,7 @@
 //! The live dashboard: `GET /` and its two assets, a read-only picture of the rings (frontend
 //! regions and fallback sites with utilisation, watermarks, shed fractions and destinations),
-//! the profile weights and the control plane's serial and last refusal.
+//! the profile weights, the control plane's serial and last refusal, and the tenants (how many,
+//! which are refused and why; a refused tenant is also an alert).
 //!
 //! Owns the page and how it is served. Everything is embedded in the binary (no CDN, no
 //! external fonts or scripts) and the script only reads `GET /v1/status` (a relative URL, every

@@ -1,7 +1,8 @@
 //! The admin HTTP endpoint (loopback by default): `GET /v1/status` for operators and the CLI,
 //! `POST /v1/reload` (token required) to taste and swap in the current files; the control
 //! writes and safety checks (`POST /v1/control`, `/v1/safety/check`, `/v1/safety/refusals`)
-//! are in [`control`].
+//! are in [`control`]; the tenants' documents (`GET`/`PUT`/`DELETE /v1/tenants/{name}`) in
+//! [`tenants`].
 //!
 //! Every request passes `guard` first: a `Host` that is not a loopback literal, `localhost`,
 //! the listen address or a name in `[admin] allowed_hosts` is refused (DNS rebinding: a hostile
@@ -36,6 +37,7 @@ mod control;
 mod dashboard;
 mod direct;
 pub mod metrics;
+mod tenants;
 pub mod token;
 pub mod transfer;
 
@@ -144,8 +146,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(control::routes())
         .merge(direct::routes())
         .route("/v1/status", get(status))
-        .route("/v1/tenants", get(tenants))
-        .route("/v1/tenants/{name}", get(tenant))
+        .merge(tenants::routes())
         .route("/metrics", get(metrics))
         .route("/v1/reload", post(reload))
         // A feed just over its limit reaches the handler, which refuses it with the reason and
@@ -588,26 +589,6 @@ async fn status(State(state): State<AdminState>) -> Response {
         &state.supervisor,
     ))
     .into_response()
-}
-
-/// `GET /v1/tenants`: every tenant document known, served or refused.
-async fn tenants(State(state): State<AdminState>) -> Response {
-    Json(state.reloader.tenants().list()).into_response()
-}
-
-/// `GET /v1/tenants/{name}`: one tenant's served version, serial and last refusal.
-async fn tenant(
-    State(state): State<AdminState>,
-    axum::extract::Path(name): axum::extract::Path<String>,
-) -> Response {
-    match state.reloader.tenants().get(&name) {
-        Some(view) => Json(view).into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            format!("no tenant {name:?} (no document tenants/{name}.toml)\n"),
-        )
-            .into_response(),
-    }
 }
 
 /// `GET /metrics`: Prometheus text format (see [`crate::metrics`]).

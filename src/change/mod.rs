@@ -188,6 +188,20 @@ pub fn history(config: &Config) -> Result<History, String> {
     History::open(&dir, config.control.history_keep).map_err(|e| format!("control history: {e}"))
 }
 
+/// The local control store the config names: its control file and history, and its tenants'
+/// folder (`tenants/<name>` keys).
+pub fn file_store(config: &Config) -> Result<crate::control::store::FileStore, String> {
+    let file = config
+        .control
+        .file
+        .clone()
+        .ok_or("no control file configured ([control] file in the config)")?;
+    Ok(
+        crate::control::store::FileStore::new(file, history(config)?)
+            .with_tenants(config.tenants.dir.clone(), config.tenants.history_keep),
+    )
+}
+
 /// What [`edit_file`] wrote.
 #[derive(Debug, Clone)]
 pub struct Written {

@@ -351,6 +351,47 @@ pub enum TenantCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Put FILE (`<tenant>.toml`) as the tenant's document: through the running server
+    /// (checked, tasted and served before it answers), else into the tenants folder.
+    Put {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        file: PathBuf,
+    },
+    /// Remove a tenant's document: its names answer as the platform wildcard's again.
+    Delete {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        name: String,
+    },
+    /// A tenant's recorded versions (`tenants/.history/<name>/`), oldest first.
+    History {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        name: String,
+    },
+    /// Put an earlier version back (default: the one before the version served); it is
+    /// served under a new serial.
+    Rollback {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        name: String,
+        version: Option<u64>,
+    },
+    /// The lines that differ between two versions (default: the two newest).
+    Diff {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        name: String,
+        a: Option<u64>,
+        b: Option<u64>,
+    },
+    /// Put every `<tenant>.toml` of DIR, one by one; each is refused or served on its own.
+    Import {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]

@@ -21,10 +21,23 @@ pub fn request(
     token: Option<&str>,
     body: &[u8],
 ) -> Result<Response> {
-    let headers: Vec<String> = token
+    request_with(addr, method, path, token, &[], body)
+}
+
+/// [`request`] with more header lines (`Content-Type: …`).
+pub fn request_with(
+    addr: impl std::fmt::Display,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    extra: &[String],
+    body: &[u8],
+) -> Result<Response> {
+    let mut headers: Vec<String> = token
         .map(|t| format!("Authorization: Bearer {t}"))
         .into_iter()
         .collect();
+    headers.extend_from_slice(extra);
     let result = steerdns::http_client::request(
         &addr.to_string(),
         method,

@@ -60,7 +60,7 @@ impl Target {
         source.read_config().map_err(anyhow::Error::msg)
     }
 
-    fn admin_addr(&self, config: &Config) -> SocketAddr {
+    pub(crate) fn admin_addr(&self, config: &Config) -> SocketAddr {
         self.admin.unwrap_or(config.admin.listen)
     }
 }
@@ -503,14 +503,14 @@ pub fn gate(
 
 /// The control store the config names, chosen once: the fleet's etcd with `[fleet]`, else the
 /// local control file and its history.
-struct Store {
-    inner: Box<dyn ControlStore>,
+pub(crate) struct Store {
+    pub(crate) inner: Box<dyn ControlStore>,
     fleet: Option<steerdns::config::fleet::FleetConfig>,
     /// Where the file store's history is, for its messages.
     history_dir: Option<PathBuf>,
 }
 
-fn open_store(config: &Config) -> Result<Store> {
+pub(crate) fn open_store(config: &Config) -> Result<Store> {
     if let Some(fleet_config) = &config.fleet {
         let runtime = fleet::runtime()?;
         let (client, keys) = runtime.block_on(fleet::connect(fleet_config))?;
@@ -526,7 +526,10 @@ fn open_store(config: &Config) -> Result<Store> {
     let history = history(config)?;
     Ok(Store {
         history_dir: Some(history.dir().to_path_buf()),
-        inner: Box::new(FileStore::new(control_path(config)?, history)),
+        inner: Box::new(
+            FileStore::new(control_path(config)?, history)
+                .with_tenants(config.tenants.dir.clone(), config.tenants.history_keep),
+        ),
         fleet: None,
     })
 }
@@ -534,7 +537,7 @@ fn open_store(config: &Config) -> Result<Store> {
 impl Store {
     /// A store error as the commands have always worded it (for etcd: which step, and
     /// whether etcd is down or holds a bad value).
-    fn error(&self, e: StoreError) -> anyhow::Error {
+    pub(crate) fn error(&self, e: StoreError) -> anyhow::Error {
         if let (Some(fleet_config), StoreError::Backend { step, source }) = (&self.fleet, &e) {
             if let Some(fleet_error) = source.downcast_ref::<steerdns::fleet::FleetError>() {
                 return fleet::failed(fleet_config, step, fleet_error);
@@ -554,14 +557,22 @@ impl Store {
 }
 
 pub fn history_list(target: &Target) -> Result<ExitCode> {
+    history_of(target, CONTROL)
+}
+
+/// The recorded versions of the store's document `key` (the control document, or a tenant's
+/// `tenants/<name>`), oldest first.
+pub(crate) fn history_of(target: &Target, key: &str) -> Result<ExitCode> {
     let config = target.config()?;
     let store = open_store(&config)?;
     let current = match &store.fleet {
-        Some(_) => store.inner.current(CONTROL).map_err(|e| store.error(e))?,
+        Some(_) => store.inner.current(key).map_err(|e| store.error(e))?,
         None => None,
     };
-    let listed = store.inner.versions(CONTROL).map_err(|e| store.error(e))?;
-    if listed.versions.is_empty() {
+    let listed = store.inner.versions(key).map_err(|e| store.error(e))?;
+    if listed.versions.is_empty() && key != CONTROL {
+        println!("no accepted versions of {key} recorded yet");
+    } else if listed.versions.is_empty() {
         match (&store.fleet, &store.history_dir) {
             (Some(fleet_config), _) => {
                 println!(
@@ -661,17 +672,30 @@ pub fn rollback(target: &Target, version: Option<u64>, write: &WriteArgs) -> Res
 }
 
 pub fn diff(target: &Target, a: u64, b: u64) -> Result<ExitCode> {
+    diff_of(target, CONTROL, a, b)
+}
+
+/// Versions `a` and `b` of the store's document `key`: what changed (the control document's
+/// summary line) and the lines only in either.
+pub(crate) fn diff_of(target: &Target, key: &str, a: u64, b: u64) -> Result<ExitCode> {
     let config = target.config()?;
     let store = open_store(&config)?;
     let get = |serial: u64| -> Result<String> {
         let (_, text) = store
             .inner
-            .get(CONTROL, serial)
+            .get(key, serial)
             .map_err(|e| store.error(e))?
             .with_context(|| format!("version {serial} is not in the {}", store.history_name()))?;
         Ok(text)
     };
     let (ta, tb) = (get(a)?, get(b)?);
+    if key != CONTROL {
+        println!("{key} {a} -> {b}");
+        for line in line_diff(&ta, &tb) {
+            println!("{line}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let path = Path::new("control");
     let (pa, pb) = (
         ControlFile::parse(&ta, path).map_err(|e| anyhow::anyhow!("version {a}: {e}"))?,
@@ -1358,7 +1382,7 @@ pub fn load_push(target: &Target, file: &str) -> Result<ExitCode> {
 
 /// The token from the file the config names (the one the server reads or created); a problem
 /// is said on stderr and the request goes without one (the server then says why it refuses).
-fn admin_token(config: &Config) -> Option<std::sync::Arc<str>> {
+pub(crate) fn admin_token(config: &Config) -> Option<std::sync::Arc<str>> {
     match read_token(config.admin.token_file.as_ref()) {
         Ok(token) => Some(token),
         Err(e) => {

@@ -1,6 +1,7 @@
 //! The control store: where the operators' keyed control documents live, each with its own
-//! revision, serial and bounded history. Today one key, [`CONTROL`] (the control document);
-//! tenants next (`tenants/<name>`, issue 30), each a document of its own.
+//! revision, serial and bounded history: [`CONTROL`] (the control document) and, where the
+//! store knows a tenants folder, one key per tenant ([`tenant_key`]: `tenants/<name>`, issue
+//! 30), each a document of its own.
 //!
 //! Owns the interface ([`ControlStore`]), the one serial rule ([`next_serial_above`]) and the
 //! file implementation ([`FileStore`]: the control file plus its history directory, formats
@@ -25,6 +26,20 @@ use super::{summarize, ControlFile};
 
 /// The key of the control document.
 pub const CONTROL: &str = "control";
+
+/// The prefix of the tenants' keys.
+pub const TENANTS_PREFIX: &str = "tenants/";
+
+/// The key of tenant `name`'s document.
+pub fn tenant_key(name: &str) -> String {
+    format!("{TENANTS_PREFIX}{name}")
+}
+
+/// The tenant a key names (`tenants/<name>`, `name` a valid tenant name), if it is one.
+pub fn tenant_of_key(key: &str) -> Option<&str> {
+    key.strip_prefix(TENANTS_PREFIX)
+        .filter(|name| crate::tenant::valid_tenant_name(name))
+}
 
 /// The serial for a new version: one above every serial it must outrank (the current
 /// document's, the newest in the history, the one a server serves), 1 when there are none.
@@ -186,14 +201,40 @@ pub trait ControlStore {
     ) -> Result<Version, StoreError>;
     /// What a watcher of this document watches (a path or an etcd key).
     fn watch_key(&self, key: &str) -> Result<String, StoreError>;
+    /// Removes the document only if it is still at `expected`; its history stays. Stores
+    /// that cannot remove a key refuse it (the control document is never removed).
+    fn compare_and_delete(&self, key: &str, expected: u64) -> Result<(), StoreError> {
+        let _ = expected;
+        Err(StoreError::UnknownKey {
+            location: self.location(),
+            key: key.to_owned(),
+        })
+    }
 }
 
 /// The local store: the control file and its history directory, exactly as the server reads
-/// and writes them. Only [`CONTROL`] for now.
+/// and writes them, and (with [`FileStore::with_tenants`]) the tenants' folder: tenant `name`
+/// is `<dir>/<name>.toml`, its history `<dir>/.history/<name>/` (what the reloader records).
 #[derive(Debug, Clone)]
 pub struct FileStore {
     file: PathBuf,
     history: History,
+    tenants: Option<TenantFiles>,
+}
+
+/// The tenants' folder and how many versions each tenant's history keeps.
+#[derive(Debug, Clone)]
+struct TenantFiles {
+    dir: PathBuf,
+    keep: usize,
+}
+
+/// One tenant's file and history.
+struct TenantFile {
+    file: PathBuf,
+    history: History,
+    /// The lock every tenant write takes (one for the folder: `<dir>/.tenants.lock`).
+    lock: PathBuf,
 }
 
 /// How long a write waits for another one holding the control file's lock.
@@ -201,7 +242,39 @@ const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 impl FileStore {
     pub fn new(file: PathBuf, history: History) -> FileStore {
-        FileStore { file, history }
+        FileStore {
+            file,
+            history,
+            tenants: None,
+        }
+    }
+
+    /// This store with the tenants' folder `dir` (each tenant's history bounded to `keep`).
+    pub fn with_tenants(mut self, dir: PathBuf, keep: usize) -> FileStore {
+        self.tenants = Some(TenantFiles {
+            dir,
+            keep: keep.max(1),
+        });
+        self
+    }
+
+    /// The file and history of the tenant `key` names (`None`: the key is not a tenant's).
+    fn tenant(&self, key: &str) -> Result<Option<TenantFile>, StoreError> {
+        let Some(name) = tenant_of_key(key) else {
+            return Ok(None);
+        };
+        let Some(tenants) = &self.tenants else {
+            return Err(StoreError::UnknownKey {
+                location: self.location(),
+                key: key.to_owned(),
+            });
+        };
+        let history = History::open(&tenants.dir.join(".history").join(name), tenants.keep)?;
+        Ok(Some(TenantFile {
+            file: tenants.dir.join(format!("{name}.toml")),
+            history,
+            lock: tenants.dir.join(".tenants"),
+        }))
     }
 
     pub fn file(&self) -> &Path {
@@ -213,14 +286,7 @@ impl FileStore {
     }
 
     fn read(&self) -> Result<Option<String>, StoreError> {
-        match crate::files::read_text_limited(&self.file, crate::files::SMALL_FILE_LIMIT) {
-            Ok(text) => Ok(Some(text)),
-            Err(_) if !self.file.exists() => Ok(None),
-            Err(e) => Err(StoreError::Read {
-                location: self.location(),
-                message: e.to_string(),
-            }),
-        }
+        read_file(&self.file)
     }
 
     fn edit_error(&self, source: EditError) -> StoreError {
@@ -231,9 +297,20 @@ impl FileStore {
     }
 }
 
+fn read_file(file: &Path) -> Result<Option<String>, StoreError> {
+    match crate::files::read_text_limited(file, crate::files::SMALL_FILE_LIMIT) {
+        Ok(text) => Ok(Some(text)),
+        Err(_) if !file.exists() => Ok(None),
+        Err(e) => Err(StoreError::Read {
+            location: file.display().to_string(),
+            message: e.to_string(),
+        }),
+    }
+}
+
 /// The file's revision: its content hash (a file has no counter; any change changes it).
 /// Never 0, which means "absent".
-fn file_revision(text: &str) -> u64 {
+pub fn file_revision(text: &str) -> u64 {
     crate::hash::fnv1a64(text.as_bytes()).max(1)
 }
 
@@ -266,8 +343,21 @@ impl ControlStore for FileStore {
         self.file.display().to_string()
     }
 
+    fn check_key(&self, key: &str) -> Result<(), StoreError> {
+        if key == CONTROL || (self.tenants.is_some() && tenant_of_key(key).is_some()) {
+            return Ok(());
+        }
+        Err(StoreError::UnknownKey {
+            location: self.location(),
+            key: key.to_owned(),
+        })
+    }
+
     fn current(&self, key: &str) -> Result<Option<Current>, StoreError> {
         self.check_key(key)?;
+        if let Some(tenant) = self.tenant(key)? {
+            return tenant.current();
+        }
         let Some(text) = self.read()? else {
             return Ok(None);
         };
@@ -280,7 +370,9 @@ impl ControlStore for FileStore {
 
     fn versions(&self, key: &str) -> Result<Versions, StoreError> {
         self.check_key(key)?;
-        let (versions, skipped) = self.history.scan()?;
+        let tenant = self.tenant(key)?;
+        let history = tenant.as_ref().map_or(&self.history, |t| &t.history);
+        let (versions, skipped) = history.scan()?;
         Ok(Versions {
             versions: versions.into_iter().map(meta_to_version).collect(),
             bad: skipped
@@ -295,8 +387,9 @@ impl ControlStore for FileStore {
 
     fn get(&self, key: &str, serial: u64) -> Result<Option<(Version, String)>, StoreError> {
         self.check_key(key)?;
-        Ok(self
-            .history
+        let tenant = self.tenant(key)?;
+        let history = tenant.as_ref().map_or(&self.history, |t| &t.history);
+        Ok(history
             .get(serial)?
             .map(|(meta, text)| (meta_to_version(meta), text)))
     }
@@ -311,6 +404,9 @@ impl ControlStore for FileStore {
         author: &Author,
     ) -> Result<Written, StoreError> {
         self.check_key(key)?;
+        if let Some(tenant) = self.tenant(key)? {
+            return tenant.compare_and_write(key, expected, text);
+        }
         let _lock = ControlLock::acquire(&self.file, LOCK_WAIT).map_err(|e| self.edit_error(e))?;
         let old = self.read()?;
         let found = old.as_deref().map_or(0, file_revision);
@@ -347,6 +443,13 @@ impl ControlStore for FileStore {
         source: &str,
     ) -> Result<Version, StoreError> {
         self.check_key(key)?;
+        if let Some(tenant) = self.tenant(key)? {
+            let summary = tenant_summary(tenant.history.newest()?.map(|(_, t)| t).as_deref());
+            let meta = tenant
+                .history
+                .record(text, serial, source, &summary, SystemTime::now())?;
+            return Ok(meta_to_version(meta));
+        }
         let before = self.history.newest()?.map(|(_, t)| t);
         let summary = summary_of(before.as_deref(), text);
         let meta = self
@@ -357,7 +460,120 @@ impl ControlStore for FileStore {
 
     fn watch_key(&self, key: &str) -> Result<String, StoreError> {
         self.check_key(key)?;
+        if let Some(tenant) = self.tenant(key)? {
+            return Ok(tenant.file.display().to_string());
+        }
         Ok(self.location())
+    }
+
+    fn compare_and_delete(&self, key: &str, expected: u64) -> Result<(), StoreError> {
+        self.check_key(key)?;
+        match self.tenant(key)? {
+            Some(tenant) => tenant.compare_and_delete(key, expected),
+            None => Err(StoreError::UnknownKey {
+                location: self.location(),
+                key: key.to_owned(),
+            }),
+        }
+    }
+}
+
+/// A tenant's history summary line: new, or a new version.
+fn tenant_summary(before: Option<&str>) -> String {
+    match before {
+        None => "first version".to_string(),
+        Some(_) => "document replaced".to_string(),
+    }
+}
+
+impl TenantFile {
+    fn location(&self) -> String {
+        self.file.display().to_string()
+    }
+
+    fn conflict(&self, key: &str, expected: u64, found: u64) -> StoreError {
+        StoreError::Conflict {
+            location: self.location(),
+            key: key.to_owned(),
+            expected,
+            found,
+        }
+    }
+
+    fn edit_error(&self, source: EditError) -> StoreError {
+        StoreError::Edit {
+            location: self.location(),
+            source,
+        }
+    }
+
+    /// The folder's write lock (the folder is made first if it is missing).
+    fn lock(&self) -> Result<ControlLock, StoreError> {
+        if let Some(dir) = self.file.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Read {
+                location: dir.display().to_string(),
+                message: format!("cannot create the tenants folder: {e}"),
+            })?;
+        }
+        ControlLock::acquire(&self.lock, LOCK_WAIT).map_err(|e| self.edit_error(e))
+    }
+
+    /// The serial is the newest recorded one when that is this text (the version served).
+    fn current(&self) -> Result<Option<Current>, StoreError> {
+        let Some(text) = read_file(&self.file)? else {
+            return Ok(None);
+        };
+        let serial = match self.history.newest()? {
+            Some((meta, recorded)) if recorded == text => meta.serial,
+            _ => 0,
+        };
+        Ok(Some(Current {
+            revision: file_revision(&text),
+            serial,
+            text,
+        }))
+    }
+
+    /// Replaces the file (a temp file and a rename) if it is still at `expected`; the text is
+    /// written as given: the reloader numbers a tenant's version when it accepts it.
+    fn compare_and_write(
+        &self,
+        key: &str,
+        expected: u64,
+        text: &str,
+    ) -> Result<Written, StoreError> {
+        let _lock = self.lock()?;
+        let old = read_file(&self.file)?;
+        let found = old.as_deref().map_or(0, file_revision);
+        if found != expected {
+            return Err(self.conflict(key, expected, found));
+        }
+        replace_if_unchanged(&self.file, old.as_deref(), text).map_err(|e| self.edit_error(e))?;
+        Ok(Written {
+            revision: file_revision(text),
+            serial: 0,
+            text: text.to_owned(),
+            summary: tenant_summary(old.as_deref()),
+        })
+    }
+
+    fn compare_and_delete(&self, key: &str, expected: u64) -> Result<(), StoreError> {
+        let _lock = self.lock()?;
+        let old = read_file(&self.file)?;
+        let found = old.as_deref().map_or(0, file_revision);
+        if old.is_none() {
+            return Err(StoreError::Missing {
+                location: self.location(),
+                key: key.to_owned(),
+            });
+        }
+        if found != expected {
+            return Err(self.conflict(key, expected, found));
+        }
+        std::fs::remove_file(&self.file).map_err(|e| StoreError::Read {
+            location: self.location(),
+            message: format!("cannot remove: {e}"),
+        })
     }
 }
 

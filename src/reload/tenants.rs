@@ -250,6 +250,68 @@ impl TenantRegistry {
         count
     }
 
+    /// A tenant document written through the API: checked alone and tasted first, and only
+    /// if it passes `write` (the store's compare-and-swap) is called, and the document is
+    /// served at once (the folder's next look sees bytes it has already looked at). Nothing
+    /// is written when the document is refused; the tenant's own status is not touched then
+    /// (its document did not change).
+    pub fn put<W, E>(
+        &self,
+        name: &str,
+        text: &str,
+        write: impl FnOnce() -> Result<W, E>,
+    ) -> Result<(W, TenantView), PutError<E>> {
+        let mut state = self.lock();
+        let started = Instant::now();
+        let Some(platform) = state.platform.take() else {
+            return Err(PutError::Off);
+        };
+        let outcome = put_locked(&mut state, &platform, name, text, write);
+        state.platform = Some(platform);
+        if outcome.is_ok() {
+            state.last_apply_ms = started.elapsed().as_secs_f64() * 1000.0;
+            self.publish(&state);
+        }
+        let written = outcome?;
+        let view = state
+            .records
+            .get(name)
+            .map(|record| view(name, record))
+            .unwrap_or_default();
+        Ok((written, view))
+    }
+
+    /// A tenant document removed through the API: `remove` (the store's compare-and-delete)
+    /// is called, then the tenant's names are answered by the platform at once.
+    pub fn delete<W, E>(
+        &self,
+        name: &str,
+        remove: impl FnOnce() -> Result<W, E>,
+    ) -> Result<W, PutError<E>> {
+        let mut state = self.lock();
+        if state.platform.is_none() {
+            return Err(PutError::Off);
+        }
+        let removed = remove().map_err(PutError::Store)?;
+        if state.records.contains_key(name) {
+            apply(
+                &mut state,
+                vec![Change::Removed {
+                    name: name.to_string(),
+                }],
+            );
+            self.publish(&state);
+        }
+        Ok(removed)
+    }
+
+    /// The document `file` as messages name it (`tenants/<name>.toml`), if tenants are on.
+    pub fn file_of(&self, name: &str) -> Option<String> {
+        let state = self.lock();
+        let platform = state.platform.as_ref()?;
+        Some(format!("{}/{name}.toml", shown_dir(&platform.dir)))
+    }
+
     fn publish(&self, state: &State) {
         let tenants: BTreeMap<String, TenantView> = state
             .records
@@ -288,6 +350,56 @@ impl TenantRegistry {
     }
 }
 
+/// Why an API write of a tenant was not served.
+#[derive(Debug, thiserror::Error)]
+pub enum PutError<E> {
+    #[error("tenants are off (no [tenants] folder, or the platform steers no names)")]
+    Off,
+    /// The document is refused by the checks alone (schema, platform); each problem names
+    /// the file, line and field. Nothing was written.
+    #[error("refused: {}", problem_lines(.0.clone()).join("; "))]
+    Invalid(Vec<TenantProblem>),
+    /// The document is refused by a name claimed twice or by the taster. Nothing was written.
+    #[error("refused: {}", .0.join("; "))]
+    Refused(Vec<String>),
+    /// The store refused the write (a conflict, a file error). Nothing was served.
+    #[error(transparent)]
+    Store(E),
+}
+
+/// [`TenantRegistry::put`] with the lock held and the platform taken out.
+fn put_locked<W, E>(
+    state: &mut State,
+    platform: &Platform,
+    name: &str,
+    text: &str,
+    write: impl FnOnce() -> Result<W, E>,
+) -> Result<W, PutError<E>> {
+    let file = format!("{}/{name}.toml", shown_dir(&platform.dir));
+    let empty = Record::default();
+    let record = state.records.get(name).unwrap_or(&empty);
+    let candidate = check_alone(platform, record, name, &file, Ok(text.to_string()))
+        .map_err(PutError::Invalid)?;
+    if let Some(reason) = clash(&claims(state), &candidate) {
+        return Err(PutError::Refused(vec![reason]));
+    }
+    let (mut good, bad) = taste_split(platform, &mut state.tastes, vec![candidate]);
+    if let Some((_, reasons)) = bad.into_iter().next() {
+        return Err(PutError::Refused(reasons));
+    }
+    let Some(candidate) = good.pop() else {
+        return Err(PutError::Refused(vec![format!("{file}: not tasted")]));
+    };
+    let written = write().map_err(PutError::Store)?;
+    let record = state.records.entry(name.to_string()).or_default();
+    record.file = file;
+    record.looked_at = Some(fnv1a64(text.as_bytes()));
+    let changes = accept(state, platform, candidate, "admin API");
+    let tenants = platform.snapshot.tenants();
+    tenants.store(Arc::new(tenants.load().with_changes(changes)));
+    Ok(written)
+}
+
 fn view(name: &str, record: &Record) -> TenantView {
     let served = record.served.as_ref();
     TenantView {
@@ -305,11 +417,15 @@ fn view(name: &str, record: &Record) -> TenantView {
     }
 }
 
+/// How messages name the folder: its last component (`tenants`).
+fn shown_dir(dir: &Path) -> String {
+    dir.file_name()
+        .map_or_else(|| "tenants".into(), |n| n.to_string_lossy().into_owned())
+}
+
 /// Every `<name>.toml` in `dir` (hidden files and other extensions ignored), with its text.
 fn scan(dir: &Path) -> BTreeMap<String, (String, Result<String, String>)> {
-    let shown = dir
-        .file_name()
-        .map_or_else(|| "tenants".into(), |n| n.to_string_lossy().into_owned());
+    let shown = shown_dir(dir);
     let Ok(entries) = std::fs::read_dir(dir) else {
         return BTreeMap::new();
     };
@@ -374,7 +490,7 @@ fn apply(state: &mut State, changes: Vec<Change>) {
                 record.looked_at = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
                 match check_alone(&platform, record, &name, &file, text) {
                     Ok(candidate) => candidates.push(candidate),
-                    Err(reasons) => refuse(state, &name, &file, reasons),
+                    Err(problems) => refuse(state, &name, &file, problem_lines(problems)),
                 }
             }
         }
@@ -385,7 +501,7 @@ fn apply(state: &mut State, changes: Vec<Change>) {
         refuse(state, &candidate.name, &candidate.file, reasons);
     }
     for candidate in good {
-        table_changes.extend(accept(state, &platform, candidate));
+        table_changes.extend(accept(state, &platform, candidate, "tenant file"));
     }
     if !table_changes.is_empty() {
         let tenants = platform.snapshot.tenants();
@@ -396,21 +512,31 @@ fn apply(state: &mut State, changes: Vec<Change>) {
     state.platform = Some(platform);
 }
 
-/// The in-process checks of one document: its name, its text, against the platform.
+/// The in-process checks of one document: its name, its text, against the platform. Every
+/// problem names the file and field (line 0: the document as a whole).
 fn check_alone(
     platform: &Platform,
     record: &Record,
     name: &str,
     file: &str,
     text: Result<String, String>,
-) -> Result<Candidate, Vec<String>> {
-    let text = text.map_err(|e| vec![e])?;
+) -> Result<Candidate, Vec<TenantProblem>> {
+    let whole = |field: &str, problem: String| {
+        vec![TenantProblem {
+            file: file.to_string(),
+            line: 0,
+            field: field.to_string(),
+            problem,
+        }]
+    };
+    let text = text.map_err(|e| whole("document", e))?;
     if !valid_tenant_name(name) {
-        return Err(vec![format!(
-            "{file}: file name: {name:?} is not a tenant name (1 to 63 lower-case letters, digits or '-', the file is <tenant>.toml)"
-        )]);
+        return Err(whole(
+            "file name",
+            format!("{name:?} is not a tenant name (1 to 63 lower-case letters, digits or '-', the file is <tenant>.toml)"),
+        ));
     }
-    let parsed = parse(file, &text).map_err(problem_lines)?;
+    let parsed = parse(file, &text)?;
     let serial = next_serial(platform, record, name, &text);
     let identity = Identity {
         name,
@@ -419,9 +545,10 @@ fn check_alone(
     };
     let snapshot = &platform.snapshot;
     let Some(policies) = snapshot.policies() else {
-        return Err(vec![format!(
-            "{file}: the platform steers no names: a tenant's names need a platform wildcard"
-        )]);
+        return Err(whole(
+            "names",
+            "the platform steers no names: a tenant's names need a platform wildcard".into(),
+        ));
     };
     let exists = |wire: &[u8]| name_exists(snapshot, wire);
     let view = PlatformView {
@@ -429,7 +556,7 @@ fn check_alone(
         profiles: &platform.profiles,
         exists: &exists,
     };
-    let tenant = compile(&parsed, identity, &view).map_err(problem_lines)?;
+    let tenant = compile(&parsed, identity, &view)?;
     Ok(Candidate {
         name: name.to_string(),
         file: file.to_string(),
@@ -476,34 +603,42 @@ fn history(platform: &Platform, name: &str) -> Result<History, String> {
     History::open(&dir, platform.history_keep).map_err(|e| e.to_string())
 }
 
-/// Refuses a candidate claiming a name another tenant owns (served, or accepted earlier in
-/// this batch), naming both files.
-fn refuse_double_claims(state: &mut State, candidates: Vec<Candidate>) -> Vec<Candidate> {
-    let mut claims: BTreeMap<Box<[u8]>, (String, String)> = BTreeMap::new();
+/// Who claims each name now: the served tenants (name, file).
+fn claims(state: &State) -> BTreeMap<Box<[u8]>, (String, String)> {
+    let mut claims = BTreeMap::new();
     for (name, record) in &state.records {
         for wire in record.served.iter().flat_map(|s| s.tenant.names.iter()) {
             claims.insert(wire.clone(), (name.clone(), record.file.clone()));
         }
     }
+    claims
+}
+
+/// Why `candidate` may not claim its names: one is another tenant's (naming both files).
+fn clash(claims: &BTreeMap<Box<[u8]>, (String, String)>, candidate: &Candidate) -> Option<String> {
+    let (shown, owner, owner_file) = candidate
+        .tenant
+        .names
+        .iter()
+        .zip(&candidate.tenant.display_names)
+        .find_map(|(wire, shown)| {
+            let (owner, file) = claims.get(wire)?;
+            (*owner != candidate.name).then_some((shown, owner, file))
+        })?;
+    Some(format!(
+        "{}: names: {shown:?} is already claimed by tenant {owner} ({owner_file}); two tenants can never claim one name",
+        candidate.file
+    ))
+}
+
+/// Refuses a candidate claiming a name another tenant owns (served, or accepted earlier in
+/// this batch), naming both files.
+fn refuse_double_claims(state: &mut State, candidates: Vec<Candidate>) -> Vec<Candidate> {
+    let mut claims = claims(state);
     let mut kept = Vec::new();
     for candidate in candidates {
-        let clash = candidate
-            .tenant
-            .names
-            .iter()
-            .zip(&candidate.tenant.display_names)
-            .find_map(|(wire, shown)| {
-                let (owner, file) = claims.get(wire)?;
-                (*owner != candidate.name).then(|| (shown.clone(), owner.clone(), file.clone()))
-            });
-        match clash {
-            Some((shown, owner, owner_file)) => {
-                let reason = format!(
-                    "{}: names: {shown:?} is already claimed by tenant {owner} ({owner_file}); two tenants can never claim one name",
-                    candidate.file
-                );
-                refuse(state, &candidate.name, &candidate.file, vec![reason]);
-            }
+        match clash(&claims, &candidate) {
+            Some(reason) => refuse(state, &candidate.name, &candidate.file, vec![reason]),
             None => {
                 for wire in &candidate.tenant.names {
                     claims.insert(
@@ -591,7 +726,12 @@ fn refuse(state: &mut State, name: &str, file: &str, reasons: Vec<String>) {
 }
 
 /// Serves a tasted candidate: records it in its history and returns its table changes.
-fn accept(state: &mut State, platform: &Platform, candidate: Candidate) -> Vec<NameChange> {
+fn accept(
+    state: &mut State,
+    platform: &Platform,
+    candidate: Candidate,
+    source: &str,
+) -> Vec<NameChange> {
     let Candidate {
         name,
         file,
@@ -601,7 +741,7 @@ fn accept(state: &mut State, platform: &Platform, candidate: Candidate) -> Vec<N
     let now = SystemTime::now();
     let serial = tenant.serial;
     match history(platform, &name).and_then(|h| {
-        h.record(&text, serial, "tenant file", &file, now)
+        h.record(&text, serial, source, &file, now)
             .map_err(|e| e.to_string())
     }) {
         Ok(_) => {}
@@ -670,7 +810,7 @@ fn recompile_own_profiles(state: &mut State) {
                 }
             }
             Ok(_) => {}
-            Err(reasons) => refusals.push((name.clone(), file, reasons)),
+            Err(problems) => refusals.push((name.clone(), file, problem_lines(problems))),
         }
     }
     for (name, file, reasons) in refusals {

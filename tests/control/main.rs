@@ -27,5 +27,6 @@ mod safety;
 mod shield_e2e;
 mod shield_prometheus;
 mod taster;
+mod tenants;
 mod xfr_in;
 mod xfr_out;

@@ -554,3 +554,46 @@ fn chromium_shows_shared_probing_and_the_fail_static_view() {
         "{alerts}"
     );
 }
+
+/// Issue 30: the dashboard shows the tenant count and each refused tenant (also as an alert).
+#[test]
+fn chromium_shows_the_tenants_and_a_refused_one() {
+    let setup = Setup::new("dashboard-tenants");
+    let dir = setup.path("tenants");
+    std::fs::create_dir_all(&dir).expect("mkdir tenants");
+    for name in ["dash1", "dash2"] {
+        std::fs::write(
+            dir.join(format!("{name}.toml")),
+            format!("names = [\"{name}.edge.example.net.\"]\nttl = 90\n"),
+        )
+        .expect("write tenant");
+    }
+    std::fs::write(
+        dir.join("dashbad.toml"),
+        "names = [\"dashbad.edge.example.net.\"]\nttl = 4294967295\n",
+    )
+    .expect("write tenant");
+    let daemon = setup.start();
+    let run = chromium(&[
+        "--virtual-time-budget=5000".into(),
+        "--dump-dom".into(),
+        format!("http://{}/", daemon.admin),
+    ]);
+    let dom = &run.stdout;
+    assert_eq!(
+        attribute(element(dom, "data-connection=", ">"), "data-connection"),
+        Some("ok"),
+        "the page did not read /v1/status; chromium stderr:\n{}",
+        run.stderr
+    );
+    let control = text_of(element(dom, "id=\"control\"", "</dl>"));
+    assert!(
+        control.contains("3 documents, 2 served (0 suspended), 1 refused"),
+        "{control}"
+    );
+    let alerts = text_of(element(dom, "id=\"alerts\"", "</ul>"));
+    assert!(
+        alerts.contains("tenant dashbad refused (never served): tenants/dashbad.toml:2: ttl:"),
+        "{alerts}"
+    );
+}

@@ -234,7 +234,11 @@
     ].concat(fleetShieldRows(shield.fleet)));
     serverAlerts = (Array.isArray(shield.alerts) ? shield.alerts : []).concat(
       (status.warnings || []).map((w) => "warning: " + w),
-      status.geo && status.geo !== "ok" ? ["geo: " + status.geo] : []
+      status.geo && status.geo !== "ok" ? ["geo: " + status.geo] : [],
+      // A refused tenant is an alert of its own: the others serve on.
+      ((status.tenants && status.tenants.refused) || []).map(
+        (r) => `tenant ${r.name} refused${r.serving_previous ? " (previous version serves)" : " (never served)"}: ${r.reason}`
+      )
     );
   }
 
