@@ -1050,6 +1050,12 @@ impl Scrape {
                     .is_some_and(|o| o.conflict.is_some()),
             ),
         )?;
+        counter(
+            encoder,
+            "steerdns_fleet_etcd_connections",
+            "etcd clients this node has made: one shared by all its fleet tasks, one more after each session that ended on it.",
+            fleet.etcd_connections,
+        )?;
         gauge(
             encoder,
             "steerdns_fleet_known_nodes",

@@ -799,8 +799,8 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
             println!("{}", override_line(o));
         }
         println!(
-            "fleet registry kept for --direct: {} node(s)",
-            f.known_nodes
+            "fleet registry kept for --direct: {} node(s); etcd clients made: {}",
+            f.known_nodes, f.etcd_connections
         );
         if let Some(r) = &f.rollout {
             print_rollout(r);

@@ -63,6 +63,8 @@ pub struct FleetNode {
     pub config: crate::config::fleet::FleetConfig,
     pub name: String,
     pub origin: Arc<FleetOrigin>,
+    /// The one etcd client all of this node's fleet tasks share.
+    pub link: Arc<crate::fleet::session::Link>,
 }
 
 /// The configuration read and the first snapshot built, nothing bound or serving yet.
@@ -132,6 +134,7 @@ impl Daemon {
                 origin.restore_direct(paths);
             }
             FleetNode {
+                link: Arc::new(crate::fleet::session::Link::new(fleet.clone())),
                 config: fleet,
                 name,
                 origin,
@@ -462,7 +465,6 @@ fn start_background(
         }
         return Ok(());
     };
-    let handle = supervisor.handle().clone();
     let info = crate::fleet::node::NodeInfo {
         name: node.name.clone(),
         nsid: config.server.nsid.clone(),
@@ -470,19 +472,27 @@ fn start_background(
         listen: listening.to_vec(),
         admin,
     };
-    let fleet = node.config;
-    if let Some(plan) = fleet.rollout.clone() {
-        let origin = node.origin.clone();
-        let name = info.name.clone();
-        crate::fleet::coordinator::spawn(&handle, fleet.clone(), plan, name, origin);
+    // One etcd client for every fleet part of this node (crate::fleet::session::Link).
+    let link = node.link;
+    if let Some(plan) = link.config().rollout.clone() {
+        let part = crate::fleet::coordinator::task(
+            link.clone(),
+            plan,
+            info.name.clone(),
+            node.origin.clone(),
+        );
+        supervisor.spawn_task("fleet coordinator", part);
     }
     let shield = reloader.shield().clone();
-    crate::fleet::shield::spawn(&handle, fleet.clone(), info.name.clone(), shield);
-    if fleet.health.probers > 0 {
+    let part = crate::fleet::shield::task(link.clone(), info.name.clone(), shield);
+    supervisor.spawn_task("fleet shield", part);
+    if link.config().health.probers > 0 {
         let health = reloader.health().clone();
-        crate::fleet::health::spawn(&handle, fleet.clone(), health, info.name.clone());
+        let part = crate::fleet::health::task(link.clone(), health, info.name.clone());
+        supervisor.spawn_task("fleet health", part);
     }
-    crate::fleet::node::spawn(&handle, fleet, reloader.clone(), node.origin, info);
+    let part = crate::fleet::node::task(link, reloader.clone(), node.origin, info);
+    supervisor.spawn_task("fleet node", part);
     Ok(())
 }
 

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use etcd_client::Client;
 
 use super::bundles::BundleRecord;
-use super::client::{connect, grant_lease, Lease};
+use super::client::{grant_lease, Lease};
 use super::origin::FleetOrigin;
 use super::rollout::{self as staged, RolloutRecord};
-use super::session::{keep_every, Attempt, Reconnect};
+use super::session::{keep_every, Attempt, Link, Reconnect};
 use super::store::{self, Control};
 use super::{FleetError, Keys};
 use crate::config::fleet::FleetConfig;
@@ -34,28 +34,30 @@ const CAMPAIGN: Duration = Duration::from_secs(1);
 
 struct Ctx {
     config: FleetConfig,
+    link: Arc<Link>,
     plan: Plan,
     keys: Keys,
     name: String,
     origin: Arc<FleetOrigin>,
 }
 
-/// Starts the coordinator task of node `name` on `runtime`.
-pub fn spawn(
-    runtime: &tokio::runtime::Handle,
-    config: FleetConfig,
+/// The coordinator task of node `name`, on the node's `link`.
+pub fn task(
+    link: Arc<Link>,
     plan: Plan,
     name: String,
     origin: Arc<FleetOrigin>,
-) {
+) -> impl std::future::Future<Output = ()> {
+    let config = link.config().clone();
     let ctx = Ctx {
         keys: Keys::new(&config.prefix),
         config,
+        link,
         plan,
         name,
         origin,
     };
-    runtime.spawn(run(ctx));
+    run(ctx)
 }
 
 async fn run(ctx: Ctx) {
@@ -64,7 +66,10 @@ async fn run(ctx: Ctx) {
     let mut last: Option<String> = None;
     loop {
         let mut attempt = reconnect.attempt();
-        let error = super::ended(session(&ctx, &mut attempt, &mut own).await).to_string();
+        let part = ctx
+            .link
+            .session(|client| session(&ctx, client, &mut attempt, &mut own));
+        let error = super::ended(part.await).to_string();
         ctx.origin.set_coordinator(false);
         // Loud once per new reason (a failing coordinator stops every rollout, `--emergency`
         // included), quiet while the same reason repeats; status shows it meanwhile.
@@ -91,10 +96,10 @@ async fn timed<T, E: Into<FleetError>>(
 /// One connection's life; ends only with why it ended.
 async fn session(
     ctx: &Ctx,
+    mut client: Client,
     attempt: &mut Attempt,
     own: &mut super::OwnLeases,
 ) -> Result<Infallible, FleetError> {
-    let mut client = connect(&ctx.config).await?;
     let Lease {
         id: lease,
         mut keeper,

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant, SystemTime};
 use etcd_client::{Client, EventType, GetOptions, KeyValue, PutOptions, WatchOptions};
 use serde::{Deserialize, Serialize};
 
-use super::client::{connect, grant_lease, Lease};
-use super::session::{keep_every, Attempt, Reconnect};
+use super::client::{grant_lease, Lease};
+use super::session::{keep_every, Attempt, Link, Reconnect};
 use super::{within, FleetError, Keys};
 use crate::config::fleet::{node_name_problem, FleetConfig};
 use crate::health::shared::{self, Prober, Vote};
@@ -304,16 +304,16 @@ struct Ctx {
     health: Arc<Health>,
     node: String,
     heartbeat: Duration,
+    link: Arc<Link>,
 }
 
-/// Starts the node's shared-probing task on `runtime` (after
-/// [`Health::enable_sharing`]).
-pub fn spawn(
-    runtime: &tokio::runtime::Handle,
-    config: FleetConfig,
+/// The node's shared-probing task, on the node's `link` (after [`Health::enable_sharing`]).
+pub fn task(
+    link: Arc<Link>,
     health: Arc<Health>,
     node: String,
-) {
+) -> impl std::future::Future<Output = ()> {
+    let config = link.config().clone();
     let heartbeat = keep_every(&config);
     let ctx = Ctx {
         keys: Keys::new(&config.prefix),
@@ -321,24 +321,31 @@ pub fn spawn(
         health,
         node,
         heartbeat,
+        link,
     };
-    runtime.spawn(run(ctx));
+    run(ctx)
 }
 
 async fn run(ctx: Ctx) {
     let mut reconnect = Reconnect::default();
     loop {
         let mut attempt = reconnect.attempt();
-        let error = super::ended(session(&ctx, &mut attempt).await);
+        let part = ctx
+            .link
+            .session(|client| session(&ctx, client, &mut attempt));
+        let error = super::ended(part.await);
         ctx.health
             .set_sharing_link(false, Some(format!("health sharing: {error}")));
         reconnect.wait(&attempt).await;
     }
 }
 
-async fn session(ctx: &Ctx, attempt: &mut Attempt) -> Result<Infallible, FleetError> {
+async fn session(
+    ctx: &Ctx,
+    mut client: Client,
+    attempt: &mut Attempt,
+) -> Result<Infallible, FleetError> {
     let config = &ctx.config;
-    let mut client = connect(config).await?;
     let Lease {
         id: lease,
         mut keeper,

@@ -8,6 +8,11 @@
 //! whole, swapped in, or refused with the last known good still serving), through
 //! [`origin::FleetOrigin`], this mode's [`crate::reload::ControlOrigin`].
 //!
+//! A node's fleet parts (registry and control watch, rollout coordinator, shield, shared
+//! health probing) are tasks of the daemon's supervisor and talk to etcd over one client, the
+//! node's [`session::Link`] (one TCP connection, one HTTP/2 channel); each part keeps its own
+//! lease, because a lease is that part's proof of life (see [`session`]).
+//!
 //! # Key layout (all under `[fleet] prefix`, e.g. `/steerdns/prod`)
 //!
 //! | key | value | written by |

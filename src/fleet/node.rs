@@ -16,10 +16,10 @@ use std::time::{Duration, Instant, SystemTime};
 use etcd_client::{Client, EventType, WatchOptions};
 
 use super::bundles::{BundleRecord, BundleReport};
-use super::client::{connect, grant_lease, Lease};
+use super::client::{grant_lease, Lease};
 use super::origin::{FleetOrigin, Remote};
 use super::rollout::{self as staged, Assignment, RolloutRecord};
-use super::session::{keep_every, Attempt, Reconnect};
+use super::session::{keep_every, Attempt, Link, Reconnect};
 use super::status::RolloutView;
 use super::store::{self, Member, NodeRecord, NodeRefusal};
 use super::{FleetError, Keys};
@@ -44,6 +44,7 @@ const REFRESH: Duration = Duration::from_secs(30);
 
 struct Ctx {
     config: FleetConfig,
+    link: Arc<Link>,
     keys: Keys,
     reloader: Arc<Reloader>,
     origin: Arc<FleetOrigin>,
@@ -54,17 +55,19 @@ struct Ctx {
     boot: String,
 }
 
-/// Starts the node's etcd task on `runtime`.
-pub fn spawn(
-    runtime: &tokio::runtime::Handle,
-    config: FleetConfig,
+/// The node's etcd task (registry and control watch), on the node's `link`; runs until the
+/// daemon stops it.
+pub fn task(
+    link: Arc<Link>,
     reloader: Arc<Reloader>,
     origin: Arc<FleetOrigin>,
     info: NodeInfo,
-) {
+) -> impl std::future::Future<Output = ()> {
+    let config = link.config().clone();
     let ctx = Ctx {
         keys: Keys::new(&config.prefix),
         config,
+        link,
         reloader,
         origin,
         info,
@@ -72,7 +75,7 @@ pub fn spawn(
         started_at: rfc3339::format_utc(SystemTime::now()),
         boot: boot_id(),
     };
-    runtime.spawn(run(ctx));
+    run(ctx)
 }
 
 async fn run(ctx: Ctx) {
@@ -80,8 +83,12 @@ async fn run(ctx: Ctx) {
     let mut own = super::OwnLeases::default();
     loop {
         let mut attempt = reconnect.attempt();
-        let error = super::ended(session(&ctx, &mut attempt, &mut own).await);
+        let part = ctx
+            .link
+            .session(|client| session(&ctx, client, &mut attempt, &mut own));
+        let error = super::ended(part.await);
         ctx.origin.set_link(false, Some(error.to_string()));
+        ctx.origin.set_etcd_connections(ctx.link.connections_made());
         tracing::debug!("fleet: {error}; retrying");
         reconnect.wait(&attempt).await;
     }
@@ -99,11 +106,11 @@ async fn timed<T, E: Into<FleetError>>(
 /// One connection's life; ends only with why it ended.
 async fn session(
     ctx: &Ctx,
+    mut client: Client,
     attempt: &mut Attempt,
     own: &mut super::OwnLeases,
 ) -> Result<Infallible, FleetError> {
     let keys = &ctx.keys;
-    let mut client = connect(&ctx.config).await?;
     let response = timed(
         ctx,
         "reading the control state",
@@ -182,6 +189,7 @@ async fn session(
     )
     .await?;
     ctx.origin.set_link(true, None);
+    ctx.origin.set_etcd_connections(ctx.link.connections_made());
     attempt.connected();
 
     let period = keep_every(&ctx.config);

@@ -203,6 +203,11 @@ impl FleetOrigin {
         }
     }
 
+    /// How many etcd clients the node's link has made so far.
+    pub fn set_etcd_connections(&self, made: u64) {
+        self.lock().link.etcd_connections = made;
+    }
+
     pub fn set_convergence(&self, millis: f64) {
         self.lock().link.last_convergence_ms = Some(millis);
     }

@@ -9,9 +9,24 @@
 //! doubles up to [`MAX_BACKOFF`], and starts over only after a connection that stayed healthy
 //! for [`HEALTHY_FOR`]: a connection that answers and then drops at once (a flapping endpoint,
 //! a lease refused) keeps backing off instead of hammering etcd ten times a second.
+//!
+//! The parts share one etcd client, the node's [`Link`]: one connection (one HTTP/2 channel,
+//! one authentication) per node instead of one per part. A part whose session ended drops the
+//! client it had ([`Link::session`]), so the next session of any part connects afresh (a new
+//! channel, a new auth token); parts whose sessions still run keep theirs until they end.
+//!
+//! Leases stay one per part on purpose: a lease is a part's proof of life. A shield or
+//! coordinator part that stalls must lose its leader key while the node's registry entry and
+//! probe results stay, and a part's claims must not outlive the part because another part of
+//! the same node keeps a shared lease alive.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use etcd_client::Client;
+
+use super::FleetError;
 use crate::config::fleet::FleetConfig;
 
 /// First wait after a session ends.
@@ -34,6 +49,67 @@ pub fn keep_every(config: &FleetConfig) -> Duration {
     Duration::from_secs(config.lease_ttl_secs)
         .div_f64(3.0)
         .clamp(Duration::from_millis(500), Duration::from_secs(5))
+}
+
+/// The node's one etcd client, shared by its fleet parts (node registry and control watch,
+/// rollout coordinator, shield exchange, health exchange).
+pub struct Link {
+    config: FleetConfig,
+    /// The client and its generation (how many were made before it), or none after a session
+    /// on it ended.
+    current: tokio::sync::Mutex<Option<(u64, Client)>>,
+    made: AtomicU64,
+}
+
+impl Link {
+    pub fn new(config: FleetConfig) -> Link {
+        Link {
+            config,
+            current: tokio::sync::Mutex::new(None),
+            made: AtomicU64::new(0),
+        }
+    }
+
+    /// The `[fleet]` settings the link connects with (timeouts, lease TTL, prefix).
+    pub fn config(&self) -> &FleetConfig {
+        &self.config
+    }
+
+    /// How many clients this node has made (one at start, one more after each session that
+    /// ended on it): shown in status and metrics.
+    pub fn connections_made(&self) -> u64 {
+        self.made.load(Ordering::Relaxed)
+    }
+
+    /// Runs one session of a part on the shared client (connecting first if there is none)
+    /// and returns why it ended; the client it ran on is dropped from the link, so the next
+    /// session connects afresh.
+    pub async fn session<F, S>(&self, part: F) -> Result<std::convert::Infallible, FleetError>
+    where
+        F: FnOnce(Client) -> S,
+        S: Future<Output = Result<std::convert::Infallible, FleetError>>,
+    {
+        let (generation, client) = self.client().await?;
+        let ended = part(client).await;
+        let mut current = self.current.lock().await;
+        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+            *current = None;
+        }
+        ended
+    }
+
+    async fn client(&self) -> Result<(u64, Client), FleetError> {
+        // Held while connecting (bounded by the request timeout), so parts that start
+        // together share the one connection made.
+        let mut current = self.current.lock().await;
+        if let Some((generation, client)) = current.as_ref() {
+            return Ok((*generation, client.clone()));
+        }
+        let client = super::client::connect(&self.config).await?;
+        let generation = self.made.fetch_add(1, Ordering::Relaxed) + 1;
+        *current = Some((generation, client.clone()));
+        Ok((generation, client))
+    }
 }
 
 /// One task's reconnect back-off.

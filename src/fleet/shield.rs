@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 
-use super::client::{connect, grant_lease, Lease};
-use super::session::{keep_every, Attempt, Reconnect};
+use super::client::{grant_lease, Lease};
+use super::session::{keep_every, Attempt, Link, Reconnect};
 use super::{FleetError, Keys};
 use crate::config::fleet::FleetConfig;
 use crate::shield::link::{Outbox, Stored};
@@ -30,25 +30,27 @@ const IDLE: Duration = Duration::from_secs(1);
 
 struct Ctx {
     config: FleetConfig,
+    link: Arc<Link>,
     keys: Keys,
     name: String,
     shield: Arc<Shield>,
 }
 
-/// Starts the fleet shield task of node `name` on `runtime`.
-pub fn spawn(
-    runtime: &tokio::runtime::Handle,
-    config: FleetConfig,
+/// The fleet shield task of node `name`, on the node's `link`.
+pub fn task(
+    link: Arc<Link>,
     name: String,
     shield: Arc<Shield>,
-) {
+) -> impl std::future::Future<Output = ()> {
+    let config = link.config().clone();
     let ctx = Ctx {
         keys: Keys::new(&config.prefix),
         config,
+        link,
         name,
         shield,
     };
-    runtime.spawn(run(ctx));
+    run(ctx)
 }
 
 async fn run(ctx: Ctx) {
@@ -56,7 +58,10 @@ async fn run(ctx: Ctx) {
     let mut own = super::OwnLeases::default();
     loop {
         let mut attempt = reconnect.attempt();
-        let error = super::ended(session(&ctx, &mut attempt, &mut own).await);
+        let part = ctx
+            .link
+            .session(|client| session(&ctx, client, &mut attempt, &mut own));
+        let error = super::ended(part.await);
         tracing::debug!("fleet shield: {error}; retrying");
         ctx.shield.fleet.lost(error.to_string());
         reconnect.wait(&attempt).await;
@@ -74,10 +79,10 @@ async fn timed<T, E: Into<FleetError>>(
 /// One connection's life; ends only with why it ended.
 async fn session(
     ctx: &Ctx,
+    mut client: Client,
     attempt: &mut Attempt,
     own: &mut super::OwnLeases,
 ) -> Result<Infallible, FleetError> {
-    let mut client = connect(&ctx.config).await?;
     let Lease {
         id: lease,
         mut keeper,

@@ -20,6 +20,10 @@ pub struct FleetLinkStatus {
     pub since_secs: f64,
     /// Why the link is down (or the last error it had).
     pub last_error: Option<String>,
+    /// etcd clients this node has made: one, shared by all its fleet tasks, plus one more
+    /// after each session that ended on it (`crate::fleet::session::Link`).
+    #[serde(default)]
+    pub etcd_connections: u64,
     /// etcd revision of the control version this node serves (0: none from etcd yet).
     pub revision_served: i64,
     /// Newest control revision this node has seen in etcd.

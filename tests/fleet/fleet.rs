@@ -378,3 +378,108 @@ fn a_fleet_on_an_etcd_with_tls_client_certificates_and_users_serves_and_writes()
     let (_, control) = fleet.control_in_etcd();
     assert!(control.contains("frontdoor = { weight = 0 }"), "{control}");
 }
+
+/// Established TCP connections from process `pid` to `port` on loopback: the process's socket
+/// inodes (/proc/PID/fd) matched against /proc/net/tcp{,6} entries in state 01 (ESTABLISHED)
+/// whose remote port is `port`.
+fn established_to(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::BTreeSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the node's /proc fd table")
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_string(),
+            )
+        })
+        .collect();
+    let remote = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .map(|line| {
+                    line.split_whitespace()
+                        .map(String::from)
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        })
+        .filter(|cols| cols.len() > 9 && cols[2].ends_with(&remote) && cols[3] == "01")
+        .filter(|cols| inodes.contains(&cols[9]))
+        .count()
+}
+
+#[test]
+fn a_node_talks_to_etcd_over_one_connection_for_all_its_fleet_parts() {
+    // A node running every fleet part: registry and control watch, rollout coordinator,
+    // shield leader election, shared health probing. Each part once made its own etcd client.
+    let mut backend = Backend::start();
+    let rollout = "[fleet.rollout]\nwaves = [[\"ns1\"]]\nbake_secs = 1\nwave_timeout_secs = 60\nprobes = []\n";
+    let extra = format!("{rollout}{}", monitored_failover("linked", &backend.url()));
+    let fleet = Fleet::start_on(Etcd::start(), "onelink", 1, 10, &extra, &[]);
+    fleet.wait_connected(LIMIT);
+    let node = &fleet.nodes[0];
+    let leader = format!("{}/shield/leader", fleet.prefix);
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let status = node.status();
+        let coordinating = status["fleet"]["rollout"]["coordinator"] == true;
+        let leading = fleet
+            .etcd
+            .etcdctl(&["get", &leader, "--print-value-only"])
+            .trim()
+            == "ns1";
+        let probing = status["health"]["targets"][0]["shared"]["probers"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["node"] == "ns1"));
+        if coordinating && leading && probing {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not every fleet part runs (coordinator {coordinating}, shield leader {leading}, prober {probing}): {:#}",
+            status["fleet"]
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = node.daemon().pid();
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let connections = established_to(pid, fleet.etcd.client_port);
+        if connections == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{connections} TCP connections from the node to etcd, want one shared by its parts"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = node.status();
+    let made = status["fleet"]["etcd_connections"].as_u64().unwrap_or(0);
+    assert!(
+        made >= 1,
+        "status counts the etcd clients made: {:#}",
+        status["fleet"]
+    );
+    let (_, metrics) = http(node.daemon().admin, "GET", "/metrics", None);
+    assert_eq!(
+        gauge(&metrics, "steerdns_fleet_etcd_connections_total"),
+        Some(made as f64),
+        "the metric and the status agree"
+    );
+    // The shared link still carries writes and watches: a weight set reaches the node.
+    let text = ok(
+        &node.cli(&["weight", "set", "critical", "frontdoor=0", "alt-cdn=100"]),
+        "weight set",
+    );
+    assert!(text.contains("live node"), "{text}");
+    fleet.wait_all_target(&distinct_subnets(SUBNETS), ALT_CDN, LIMIT);
+    backend.stop();
+}
