@@ -21,7 +21,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 use super::AdminState;
-use crate::control::store::{file_revision, tenant_key, ControlStore, FileStore, StoreError};
+use crate::control::store::{tenant_key, ControlStore, StoreError};
 use crate::reload::tenants::PutError;
 use crate::tenant::valid_tenant_name;
 
@@ -64,8 +64,7 @@ async fn show(State(state): State<AdminState>, Path(name): Path<String>) -> Resp
             .into_response();
     };
     let revision = tokio::task::spawn_blocking(move || {
-        let config = state.reloader.source().read_config().ok()?;
-        let store = crate::change::file_store(&config).ok()?;
+        let store = store_of(&state).ok()?;
         store.current(&tenant_key(&name)).ok().flatten()
     })
     .await
@@ -177,21 +176,25 @@ fn document_text(headers: &HeaderMap, body: &[u8]) -> Result<String, Box<Respons
     }
 }
 
-/// The store the config names, or why there is none (fleet mode keeps tenants in etcd,
-/// which is not written here yet).
-fn store_of(state: &AdminState) -> Result<FileStore, Box<Response>> {
+/// The store the config names: the tenants folder on a single node; in a fleet, etcd's
+/// tenant keys (mirrored into this node's folder, see `crate::fleet::tenants`).
+fn store_of(state: &AdminState) -> Result<Box<dyn ControlStore>, Box<Response>> {
     let config = state
         .reloader
         .source()
         .read_config()
         .map_err(|e| Box::new(error(StatusCode::CONFLICT, e)))?;
-    if config.fleet.is_some() {
-        return Err(Box::new(error(
-            StatusCode::CONFLICT,
-            "fleet mode: tenant documents through etcd are not written by this API yet",
-        )));
-    }
-    crate::change::file_store(&config).map_err(|e| Box::new(error(StatusCode::CONFLICT, e)))
+    let local =
+        crate::change::file_store(&config).map_err(|e| Box::new(error(StatusCode::CONFLICT, e)))?;
+    let Some(fleet) = &config.fleet else {
+        return Ok(Box::new(local));
+    };
+    let keep = fleet.history_keep.unwrap_or(config.control.history_keep);
+    let etcd = crate::fleet::control_store::EtcdStore::connect(fleet, keep)
+        .map_err(|e| Box::new(store_error(e)))?;
+    Ok(Box::new(
+        etcd.with_tenants(local, config.tenants.dir.clone()),
+    ))
 }
 
 fn store_error(e: StoreError) -> Response {
@@ -257,12 +260,12 @@ async fn put_tenant(
         let text = document_text(&headers, &body)?;
         let store = store_of(&state)?;
         let key = tenant_key(&name);
-        let found = |store: &FileStore| match store.current(&key) {
+        let found = |store: &dyn ControlStore| match store.current(&key) {
             Ok(current) => Ok(current.map_or(0, |c| c.revision)),
             Err(e) => Err(Box::new(store_error(e))),
         };
         // A stale If-Match is refused before the taste; the write compares again.
-        let expected = expected(&precondition, found(&store)?)?;
+        let expected = expected(&precondition, found(store.as_ref())?)?;
         let author = crate::control::store::Author {
             source: "admin API".into(),
             ..Default::default()
@@ -289,7 +292,7 @@ async fn put_tenant(
         );
         response
             .headers_mut()
-            .insert(header::ETAG, etag(file_revision(&text)));
+            .insert(header::ETAG, etag(written.revision));
         Ok(response)
     })
     .await;

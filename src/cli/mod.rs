@@ -517,8 +517,12 @@ pub(crate) fn open_store(config: &Config) -> Result<Store> {
         let keep = fleet_config
             .history_keep
             .unwrap_or(config.control.history_keep);
+        let local = FileStore::new(control_path(config)?, history(config)?)
+            .with_tenants(config.tenants.dir.clone(), config.tenants.history_keep);
+        let store = EtcdStore::new(runtime, client, keys, keep)
+            .with_tenants(local, config.tenants.dir.clone());
         return Ok(Store {
-            inner: Box::new(EtcdStore::new(runtime, client, keys, keep)),
+            inner: Box::new(store),
             fleet: Some(fleet_config.clone()),
             history_dir: None,
         });

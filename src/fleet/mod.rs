@@ -86,6 +86,7 @@ pub mod session;
 pub mod shield;
 pub mod status;
 pub mod store;
+pub mod tenants;
 
 use crate::config::fleet::FleetConfig;
 pub use session::request_timeout;

@@ -22,7 +22,7 @@ use super::rollout::{self as staged, Assignment, RolloutRecord};
 use super::session::{keep_every, Attempt, Link, Reconnect};
 use super::status::RolloutView;
 use super::store::{self, Member, NodeRecord, NodeRefusal};
-use super::{FleetError, Keys};
+use super::{tenants, FleetError, Keys};
 use crate::config::fleet::FleetConfig;
 use crate::reload::{Reloader, Trigger};
 use crate::rfc3339;
@@ -104,6 +104,120 @@ async fn timed<T, E: Into<FleetError>>(
 }
 
 /// One connection's life; ends only with why it ended.
+/// Syncs the node's tenants folder with etcd (seeding etcd from it in a new fleet) and has
+/// the registry serve what changed; returns the watch of the tenants' keys from the revision
+/// read on (see [`super::tenants`]).
+async fn sync_tenants(
+    ctx: &Ctx,
+    client: &mut Client,
+    dir: &std::path::Path,
+) -> Result<etcd_client::WatchStream, FleetError> {
+    let keys = &ctx.keys;
+    let mut listed = timed(ctx, "reading the tenants", tenants::list(client, keys)).await?;
+    if listed.documents.is_empty() {
+        let folder = tenants::folder_documents(dir);
+        if !folder.is_empty() {
+            let seeded = timed(
+                ctx,
+                "seeding the tenants",
+                tenants::seed(client, keys, &folder),
+            )
+            .await?;
+            if seeded {
+                tracing::info!(
+                    "fleet: seeded etcd with this node's {} tenant(s)",
+                    folder.len()
+                );
+            }
+            listed = timed(ctx, "reading the tenants", tenants::list(client, keys)).await?;
+        }
+    }
+    let bad: Vec<store::BadRecord> = listed
+        .bad
+        .iter()
+        .map(|(key, reason)| store::BadRecord {
+            key: key.clone(),
+            reason: reason.clone(),
+            seen_by: String::new(),
+        })
+        .collect();
+    for record in ctx.origin.set_bad_records("tenants", bad) {
+        tracing::warn!("fleet: {}: {}; skipped", record.key, record.reason);
+    }
+    let revision = listed.revision;
+    let registry = ctx.reloader.tenants().clone();
+    let folder = dir.to_path_buf();
+    let documents = listed.documents;
+    let mirrored = tokio::task::spawn_blocking(move || {
+        let changed = tenants::mirror(&folder, &documents);
+        if changed > 0 {
+            registry.check();
+        }
+        changed
+    })
+    .await
+    .map_err(|e| FleetError::Other(format!("syncing the tenants folder: {e}")))?;
+    tracing::debug!("fleet: tenants synced at revision {revision} ({mirrored} file(s) changed)");
+    let end = tenants::prefix_end(&keys.tenants());
+    let options = WatchOptions::new()
+        .with_range(end)
+        .with_start_revision(revision + 1);
+    timed(
+        ctx,
+        "watching the tenants",
+        client.watch(keys.tenants(), Some(options)),
+    )
+    .await
+}
+
+/// The next message of the tenants' watch; never, without tenants.
+async fn next_tenant_event(
+    watch: &mut Option<(etcd_client::WatchStream, std::path::PathBuf)>,
+) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
+    match watch {
+        Some((stream, _)) => stream.message().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes the tenants' changes into the folder and has the registry serve them.
+async fn apply_tenant_events(ctx: &Ctx, dir: &std::path::Path, events: &[etcd_client::Event]) {
+    let changes: Vec<(String, Option<String>)> = events
+        .iter()
+        .filter_map(|event| {
+            let kv = event.kv()?;
+            let name = tenants::tenant_of(&ctx.keys, kv.key())?;
+            match event.event_type() {
+                EventType::Delete => Some((name, None)),
+                EventType::Put => match tenants::document(kv.value()) {
+                    Ok(text) => Some((name, Some(text))),
+                    Err(why) => {
+                        tracing::warn!(
+                            "fleet: tenant {name}: {why}; still serving what this node has"
+                        );
+                        None
+                    }
+                },
+            }
+        })
+        .collect();
+    if changes.is_empty() {
+        return;
+    }
+    let registry = ctx.reloader.tenants().clone();
+    let folder = dir.to_path_buf();
+    let done = tokio::task::spawn_blocking(move || {
+        for (name, text) in &changes {
+            tenants::write_document(&folder, name, text.as_deref());
+        }
+        registry.check();
+    })
+    .await;
+    if let Err(e) = done {
+        tracing::error!("fleet: applying tenant changes failed: {e}");
+    }
+}
+
 async fn session(
     ctx: &Ctx,
     mut client: Client,
@@ -188,6 +302,10 @@ async fn session(
         client.watch(rollout_from, Some(options)),
     )
     .await?;
+    let mut tenant_watch = match ctx.reloader.tenants().folder() {
+        Some(dir) => Some((sync_tenants(ctx, &mut client, &dir).await?, dir)),
+        None => None,
+    };
     ctx.origin.set_link(true, None);
     ctx.origin.set_etcd_connections(ctx.link.connections_made());
     attempt.connected();
@@ -272,6 +390,20 @@ async fn session(
                 apply(ctx, &control, &rollout).await;
                 if let (Some(record), Some(_)) = (&bundle, &ctx.config.rollout) {
                     apply_bundle(ctx, record).await;
+                }
+            }
+            message = next_tenant_event(&mut tenant_watch) => {
+                let Some(response) = message? else {
+                    return Err(FleetError::Other("etcd closed the tenants' watch".into()));
+                };
+                if response.canceled() {
+                    return Err(FleetError::Other(format!(
+                        "etcd cancelled the tenants' watch: {}",
+                        response.cancel_reason()
+                    )));
+                }
+                if let Some((_, dir)) = &tenant_watch {
+                    apply_tenant_events(ctx, dir, response.events()).await;
                 }
             }
             _ = tick.tick() => {

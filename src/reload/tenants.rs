@@ -305,6 +305,11 @@ impl TenantRegistry {
         Ok(removed)
     }
 
+    /// The tenants' folder, if tenants are on (a fleet node mirrors etcd's tenants into it).
+    pub fn folder(&self) -> Option<PathBuf> {
+        self.lock().platform.as_ref().map(|p| p.dir.clone())
+    }
+
     /// The document `file` as messages name it (`tenants/<name>.toml`), if tenants are on.
     pub fn file_of(&self, name: &str) -> Option<String> {
         let state = self.lock();

@@ -442,33 +442,6 @@ fn a_tenant_rolled_back_to_an_earlier_version_is_served() {
     assert!(history.join("0000000003.toml").exists());
 }
 
-/// One admin request with a body, a content type and an optional `If-Match`; (code, body).
-fn request(
-    server: &Daemon,
-    method: &str,
-    path: &str,
-    content_type: Option<&str>,
-    if_match: Option<&str>,
-    body: &str,
-) -> (u16, String) {
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
-         Authorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n",
-        server.admin,
-        body.len()
-    );
-    if let Some(content_type) = content_type {
-        head.push_str(&format!("Content-Type: {content_type}\r\n"));
-    }
-    if let Some(tag) = if_match {
-        head.push_str(&format!("If-Match: {tag}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut bytes = head.into_bytes();
-    bytes.extend_from_slice(body.as_bytes());
-    send_http(server.admin, &bytes).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
-}
-
 fn put(server: &Daemon, name: &str, toml: &str, if_match: Option<&str>) -> (u16, String) {
     request(
         server,

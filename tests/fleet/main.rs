@@ -23,3 +23,4 @@ mod fleet_shield;
 mod health_fleet;
 mod rollout;
 mod safety_fleet;
+mod tenants_fleet;

@@ -155,8 +155,22 @@ impl Fleet {
         extra: &str,
         env: &[&str],
     ) -> &Node {
+        self.add_prepared_node(label, lease_ttl_secs, extra, env, |_| {})
+    }
+
+    /// Like [`Fleet::add_node`], with `prepare` run on the node's copy of the example before
+    /// it starts (e.g. to put documents in its tenants folder).
+    pub fn add_prepared_node(
+        &mut self,
+        label: &str,
+        lease_ttl_secs: u64,
+        extra: &str,
+        env: &[&str],
+        prepare: impl FnOnce(&Setup),
+    ) -> &Node {
         let i = self.nodes.len() + 1;
         let setup = Setup::new(&format!("{label}-ns{i}"));
+        prepare(&setup);
         setup.extend_config(&fleet_section(
             &self.etcd.endpoint(),
             &self.prefix,

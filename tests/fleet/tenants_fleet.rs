@@ -1,0 +1,194 @@
+//! Tenants in a fleet (issue 30): one etcd key per tenant document, each node's tenants folder
+//! its cache of them. The first node seeds etcd from its folder; a tenant written through any
+//! node's API (compare-and-swap on that tenant's key) is served by every node; a stale
+//! `If-Match` is refused; a delete reaches every node; a node restarted while etcd is down
+//! serves every tenant from its folder.
+
+use crate::control_common;
+use crate::fleet_common;
+
+use std::time::{Duration, Instant};
+
+use control_common::*;
+use fleet_common::*;
+use hickory_proto::rr::{RData, RecordType};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The TTL of `name`'s A answer at `node` (`None`: no A record).
+fn a_ttl(node: &Node, name: &str) -> Option<u32> {
+    let response = Resolver::new(node.daemon().dns).ask(&plain_query(name, RecordType::A));
+    response
+        .answers
+        .iter()
+        .find(|r| matches!(r.data, RData::A(_)))
+        .map(|r| r.ttl)
+}
+
+/// Waits until every running node answers `name` with TTL `want`; the time it took.
+fn wait_ttl_everywhere(fleet: &Fleet, name: &str, want: Option<u32>) -> Duration {
+    let started = Instant::now();
+    for node in fleet.nodes.iter().filter(|n| n.daemon.is_some()) {
+        loop {
+            let got = a_ttl(node, name);
+            if got == want {
+                break;
+            }
+            assert!(
+                started.elapsed() < LIMIT,
+                "{} answers {name} with TTL {got:?}, want {want:?}: {:#}",
+                node.name,
+                node.status()["tenants"]
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    started.elapsed()
+}
+
+fn put(node: &Node, name: &str, text: &str, if_match: Option<&str>) -> (u16, String) {
+    request(
+        node.daemon(),
+        "PUT",
+        &format!("/v1/tenants/{name}"),
+        Some("application/toml"),
+        if_match,
+        text,
+    )
+}
+
+fn tenant_keys(fleet: &Fleet) -> Vec<String> {
+    let prefix = format!("{}/tenants/", fleet.prefix);
+    fleet
+        .etcd
+        .etcdctl(&["get", &prefix, "--prefix", "--keys-only"])
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_tenant_written_through_one_node_is_served_by_all_three_and_survives_etcd_down() {
+    // ns1 starts with the example's tenants in its folder; ns2 and ns3 with none.
+    let mut fleet = Fleet {
+        etcd: Etcd::start(),
+        prefix: "/steerdns/tenants".into(),
+        nodes: Vec::new(),
+    };
+    fleet.add_prepared_node("tenants", 10, "", &[], |setup| {
+        let dir = setup.path("tenants");
+        std::fs::create_dir_all(&dir).expect("mkdir tenants");
+        for tenant in ["fabrikam", "tailspin"] {
+            let file = format!("{tenant}.toml");
+            std::fs::copy(repo_path(&format!("tenants/{file}")), dir.join(&file))
+                .expect("copy the example's tenant");
+        }
+    });
+    fleet.add_node("tenants", 10, "", &[]);
+    fleet.add_node("tenants", 10, "", &[]);
+    fleet.wait_connected(LIMIT);
+
+    // ns1 seeded etcd from the example's folder; nobody seeded twice.
+    let keys = tenant_keys(&fleet);
+    let want: Vec<String> = ["fabrikam", "tailspin"]
+        .iter()
+        .map(|t| format!("{}/tenants/{t}", fleet.prefix))
+        .collect();
+    assert_eq!(keys, want, "the example's tenants are in etcd");
+    wait_ttl_everywhere(&fleet, "fabrikam.edge.example.net.", Some(120));
+
+    // A new tenant through ns2's API: CAS on its key, served by every node.
+    let name = "northwind";
+    let owned = "northwind.edge.example.net.";
+    let text = format!("names = [\"{owned}\"]\nttl = 77\n");
+    let (code, body) = put(&fleet.nodes[1], name, &text, Some("\"0\""));
+    assert_eq!(code, 201, "{body}");
+    let reply: serde_json::Value = serde_json::from_str(&body).expect("PUT reply is JSON");
+    let revision = reply["revision"].as_u64().expect("revision");
+    let took = wait_ttl_everywhere(&fleet, owned, Some(77));
+    println!("a tenant PUT through ns2 was answered by all 3 nodes {took:?} after the reply");
+    let stored = fleet.etcd.etcdctl(&[
+        "get",
+        &format!("{}/tenants/{name}", fleet.prefix),
+        "--print-value-only",
+    ]);
+    assert_eq!(
+        stored.trim_end(),
+        text.trim_end(),
+        "etcd holds the document"
+    );
+    for node in &fleet.nodes {
+        let cached = std::fs::read_to_string(node.setup.path(&format!("tenants/{name}.toml")))
+            .unwrap_or_else(|e| panic!("{}'s folder caches {name}: {e}", node.name));
+        assert_eq!(cached, text, "{}'s cache", node.name);
+    }
+
+    // A stale If-Match through another node: refused, nothing changes.
+    let stale = format!("\"{}\"", revision.saturating_sub(1));
+    let (code, body) = put(
+        &fleet.nodes[2],
+        name,
+        &format!("names = [\"{owned}\"]\nttl = 5\n"),
+        Some(&stale),
+    );
+    assert_eq!(code, 412, "{body}");
+    // The current revision through ns3: lands, and every node serves it.
+    let (code, body) = put(
+        &fleet.nodes[2],
+        name,
+        &format!("names = [\"{owned}\"]\nttl = 78\n"),
+        Some(&format!("\"{revision}\"")),
+    );
+    assert_eq!(code, 200, "{body}");
+    wait_ttl_everywhere(&fleet, owned, Some(78));
+
+    // A bad document is refused with its field by the node asked, and written nowhere.
+    let (code, body) = put(
+        &fleet.nodes[0],
+        name,
+        "names = [\"x.example.org.\"]\n",
+        None,
+    );
+    assert_eq!(code, 422, "{body}");
+    assert!(body.contains("names"), "{body}");
+    wait_ttl_everywhere(&fleet, owned, Some(78));
+
+    // A second tenant, then removed through ns1: gone from every node.
+    let (code, body) = put(
+        &fleet.nodes[0],
+        "contoso2",
+        "names = [\"contoso2.edge.example.net.\"]\nttl = 61\n",
+        None,
+    );
+    assert_eq!(code, 201, "{body}");
+    wait_ttl_everywhere(&fleet, "contoso2.edge.example.net.", Some(61));
+    let (code, body) = request(
+        fleet.nodes[0].daemon(),
+        "DELETE",
+        "/v1/tenants/contoso2",
+        None,
+        None,
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let platform_ttl = a_ttl(&fleet.nodes[0], "unclaimed-name.edge.example.net.");
+    assert_ne!(platform_ttl, Some(61));
+    wait_ttl_everywhere(&fleet, "contoso2.edge.example.net.", platform_ttl);
+    for node in &fleet.nodes {
+        assert!(
+            !node.setup.path("tenants/contoso2.toml").exists(),
+            "{} still caches a deleted tenant",
+            node.name
+        );
+    }
+
+    // etcd down: ns3 restarted serves every tenant from its folder.
+    fleet.etcd.stop();
+    fleet.nodes[2].kill();
+    fleet.nodes[2].start();
+    let restarted = &fleet.nodes[2];
+    assert_eq!(restarted.status()["fleet"]["connected"], false);
+    assert_eq!(a_ttl(restarted, owned), Some(78), "served from the cache");
+    assert_eq!(a_ttl(restarted, "fabrikam.edge.example.net."), Some(120));
+}
