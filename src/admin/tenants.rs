@@ -179,6 +179,12 @@ fn document_text(headers: &HeaderMap, body: &[u8]) -> Result<String, Box<Respons
 /// The store the config names: the tenants folder on a single node; in a fleet, etcd's
 /// tenant keys (mirrored into this node's folder, see `crate::fleet::tenants`).
 fn store_of(state: &AdminState) -> Result<Box<dyn ControlStore>, Box<Response>> {
+    Ok(stores_of(state)?.0)
+}
+
+/// [`store_of`], and whether the fleet stages tenant changes (`[fleet.rollout]` with waves):
+/// then a write is not served here first.
+fn stores_of(state: &AdminState) -> Result<(Box<dyn ControlStore>, bool), Box<Response>> {
     let config = state
         .reloader
         .source()
@@ -187,14 +193,17 @@ fn store_of(state: &AdminState) -> Result<Box<dyn ControlStore>, Box<Response>> 
     let local =
         crate::change::file_store(&config).map_err(|e| Box::new(error(StatusCode::CONFLICT, e)))?;
     let Some(fleet) = &config.fleet else {
-        return Ok(Box::new(local));
+        return Ok((Box::new(local), false));
     };
     let keep = fleet.history_keep.unwrap_or(config.control.history_keep);
     let etcd = crate::fleet::control_store::EtcdStore::connect(fleet, keep)
-        .map_err(|e| Box::new(store_error(e)))?;
-    Ok(Box::new(
-        etcd.with_tenants(local, config.tenants.dir.clone()),
-    ))
+        .map_err(|e| Box::new(store_error(e)))?
+        .with_tenants(local, config.tenants.dir.clone());
+    let staged = fleet.rollout.as_ref().is_some_and(|p| !p.waves.is_empty());
+    if staged {
+        return Ok((Box::new(etcd.staged()), true));
+    }
+    Ok((Box::new(etcd), false))
 }
 
 fn store_error(e: StoreError) -> Response {
@@ -258,7 +267,7 @@ async fn put_tenant(
         check_name(&name)?;
         let precondition = precondition(&headers)?;
         let text = document_text(&headers, &body)?;
-        let store = store_of(&state)?;
+        let (store, staged) = stores_of(&state)?;
         let key = tenant_key(&name);
         let found = |store: &dyn ControlStore| match store.current(&key) {
             Ok(current) => Ok(current.map_or(0, |c| c.revision)),
@@ -270,14 +279,16 @@ async fn put_tenant(
             source: "admin API".into(),
             ..Default::default()
         };
-        let (written, view) = state
-            .reloader
-            .tenants()
-            .put(&name, &text, || {
-                store.compare_and_write(&key, expected, &text, &author)
-            })
-            .map_err(|e| Box::new(put_error(e)))?;
-        let status = if expected == 0 {
+        let registry = state.reloader.tenants();
+        let write = || store.compare_and_write(&key, expected, &text, &author);
+        let outcome = match staged {
+            true => registry.put_staged(&name, &text, write),
+            false => registry.put(&name, &text, write),
+        };
+        let (written, view) = outcome.map_err(|e| Box::new(put_error(e)))?;
+        let status = if staged {
+            StatusCode::ACCEPTED
+        } else if expected == 0 {
             StatusCode::CREATED
         } else {
             StatusCode::OK
@@ -286,6 +297,7 @@ async fn put_tenant(
             status,
             serde_json::json!({
                 "written": true,
+                "staged": staged,
                 "revision": written.revision,
                 "tenant": view,
             }),
@@ -309,7 +321,7 @@ async fn delete_tenant(
     let outcome = tokio::task::spawn_blocking(move || {
         check_name(&name)?;
         let precondition = precondition(&headers)?;
-        let store = store_of(&state)?;
+        let (store, staged) = stores_of(&state)?;
         let key = tenant_key(&name);
         let found = match store.current(&key) {
             Ok(Some(current)) => current.revision,
@@ -322,11 +334,17 @@ async fn delete_tenant(
             Err(e) => return Err(Box::new(store_error(e))),
         };
         let expected = expected(&precondition, found)?;
-        state
-            .reloader
-            .tenants()
-            .delete(&name, || store.compare_and_delete(&key, expected))
-            .map_err(|e| Box::new(put_error(e)))?;
+        let remove = || store.compare_and_delete(&key, expected);
+        if staged {
+            // Staged: the canary, then every other node, apply the removal from etcd.
+            remove().map_err(|e| Box::new(store_error(e)))?;
+        } else {
+            state
+                .reloader
+                .tenants()
+                .delete(&name, remove)
+                .map_err(|e| Box::new(put_error(e)))?;
+        }
         Ok(json(
             StatusCode::OK,
             serde_json::json!({ "deleted": true, "revision": expected }),

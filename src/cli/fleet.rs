@@ -287,6 +287,12 @@ pub(super) fn print_link_problems(link: &steerdns::fleet::status::FleetLinkStatu
     if let Some(reason) = &link.registration_refused {
         println!("  fleet registration REFUSED: {reason}");
     }
+    for t in &link.halted_tenants {
+        println!(
+            "  tenant {} HALTED at revision {}: refused on canary {}: {}",
+            t.tenant, t.revision, t.node, t.reason
+        );
+    }
 }
 
 /// Records skipped because they do not decode, each with its key.

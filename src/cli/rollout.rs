@@ -44,6 +44,28 @@ struct StatusView {
     bundles_text: Vec<String>,
     /// Registry records skipped because they do not decode (key and why).
     bad_records: Vec<store::BadRecord>,
+    /// Tenant changes a canary node refused: the nodes of later waves hold them (each such
+    /// tenant serves its last good version there; the other tenants' changes go on).
+    halted_tenants: Vec<steerdns::fleet::status::HaltedTenant>,
+}
+
+/// The tenant documents each canary node reports refusing (see `steerdns::fleet::tenants`).
+fn halted_tenants(nodes: &[store::NodeRecord]) -> Vec<steerdns::fleet::status::HaltedTenant> {
+    nodes
+        .iter()
+        .filter_map(|node| Some((node, node.tenants.as_ref()?)))
+        .flat_map(|(node, report)| {
+            report
+                .refused
+                .iter()
+                .map(|(tenant, at)| steerdns::fleet::status::HaltedTenant {
+                    tenant: tenant.clone(),
+                    revision: at.revision,
+                    node: node.name.clone(),
+                    reason: at.reason.clone(),
+                })
+        })
+        .collect()
 }
 
 async fn coordinator(client: &mut Client, keys: &Keys) -> Option<String> {
@@ -137,6 +159,7 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             ),
         };
         let coordinator = coordinator(&mut client, &keys).await;
+        let halted_tenants = halted_tenants(&nodes);
         let mut text = record.rollout.describe(staged::now_ms());
         text.extend(served_lines(&record, &nodes));
         let bundles = staged::get_state::<BundleRecord>(&mut client, &keys.bundle_rollout())
@@ -162,6 +185,7 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
             bundles: bundles.found().map(|(record, _)| record),
             bundles_text,
             bad_records,
+            halted_tenants,
         })
     })?;
     if json {
@@ -180,6 +204,12 @@ pub fn status(config: &Config, json: bool) -> Result<ExitCode> {
     }
     for line in &view.bundles_text {
         println!("{line}");
+    }
+    for t in &view.halted_tenants {
+        println!(
+            "tenant {} HALTED at revision {}: refused on canary {}: {} (it serves its last good version; other tenants go on)",
+            t.tenant, t.revision, t.node, t.reason
+        );
     }
     match &view.coordinator {
         Some(name) => println!("coordinator: {name}"),

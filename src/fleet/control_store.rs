@@ -31,6 +31,8 @@ pub struct EtcdStore {
     keep: usize,
     /// The node's local store (tenants' histories) and its tenants folder, when tenants are on.
     tenants: Option<(FileStore, std::path::PathBuf)>,
+    /// Whether a tenant written is also written into the node's folder.
+    mirror: bool,
 }
 
 impl EtcdStore {
@@ -48,6 +50,7 @@ impl EtcdStore {
             keys,
             keep: keep.max(1),
             tenants: None,
+            mirror: false,
         }
     }
 
@@ -55,6 +58,15 @@ impl EtcdStore {
     /// in `local` (the node's file store with that folder).
     pub fn with_tenants(mut self, local: FileStore, dir: std::path::PathBuf) -> EtcdStore {
         self.tenants = Some((local, dir));
+        self.mirror = true;
+        self
+    }
+
+    /// Tenant writes go to etcd only, not into the node's folder: a fleet that stages tenant
+    /// changes serves them through its canary first (`super::tenants`), and a file in the
+    /// folder would be served by this node at its next look.
+    pub fn staged(mut self) -> EtcdStore {
+        self.mirror = false;
         self
     }
 
@@ -67,7 +79,7 @@ impl EtcdStore {
     /// Writes (or removes) a tenant's file in the node's folder after etcd took the change;
     /// a failure is logged: the node's watch writes the same bytes again.
     fn mirror_locally(&self, name: &str, text: Option<&str>) {
-        if let Some((_, dir)) = &self.tenants {
+        if let (Some((_, dir)), true) = (&self.tenants, self.mirror) {
             super::tenants::write_document(dir, name, text);
         }
     }

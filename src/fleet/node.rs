@@ -20,7 +20,7 @@ use super::client::{grant_lease, Lease};
 use super::origin::{FleetOrigin, Remote};
 use super::rollout::{self as staged, Assignment, RolloutRecord};
 use super::session::{keep_every, Attempt, Link, Reconnect};
-use super::status::RolloutView;
+use super::status::{HaltedTenant, RolloutView, TenantRefusedAt, TenantReport};
 use super::store::{self, Member, NodeRecord, NodeRefusal};
 use super::{tenants, FleetError, Keys};
 use crate::config::fleet::FleetConfig;
@@ -41,6 +41,10 @@ pub struct NodeInfo {
 
 /// The registry entry is rewritten at least this often (uptime), besides every change.
 const REFRESH: Duration = Duration::from_secs(30);
+
+/// How often a node of a later wave looks whether the canary applied the tenant changes it
+/// holds (only while it holds some).
+const HELD_RETRY: Duration = Duration::from_millis(100);
 
 struct Ctx {
     config: FleetConfig,
@@ -104,14 +108,41 @@ async fn timed<T, E: Into<FleetError>>(
 }
 
 /// One connection's life; ends only with why it ended.
-/// Syncs the node's tenants folder with etcd (seeding etcd from it in a new fleet) and has
-/// the registry serve what changed; returns the watch of the tenants' keys from the revision
-/// read on (see [`super::tenants`]).
+/// This node's part in the fleet's tenants: the watch of their keys, the folder it mirrors
+/// them into, and, with staging, what it holds back or halted (see [`super::tenants`]).
+struct TenantLink {
+    watch: etcd_client::WatchStream,
+    dir: std::path::PathBuf,
+    role: TenantRole,
+    report: TenantReport,
+    held: BTreeMap<String, tenants::Held>,
+    halted: BTreeMap<String, HaltedTenant>,
+}
+
+/// How a node takes tenant changes: at once (no `[fleet.rollout]` waves), at once and
+/// reporting them (a canary node), or after the canary nodes (the names) applied them.
+enum TenantRole {
+    Direct,
+    Canary,
+    Follower(Vec<String>),
+}
+
+fn tenant_role(ctx: &Ctx) -> TenantRole {
+    let first = ctx.config.rollout.as_ref().and_then(|p| p.waves.first());
+    match first {
+        None => TenantRole::Direct,
+        Some(wave) if wave.contains(&ctx.info.name) => TenantRole::Canary,
+        Some(wave) => TenantRole::Follower(wave.clone()),
+    }
+}
+
+/// Syncs the node's tenants folder with etcd (seeding etcd from it in a new fleet), has the
+/// registry serve what changed, and watches the tenants' keys from the revision read on.
 async fn sync_tenants(
     ctx: &Ctx,
     client: &mut Client,
     dir: &std::path::Path,
-) -> Result<etcd_client::WatchStream, FleetError> {
+) -> Result<TenantLink, FleetError> {
     let keys = &ctx.keys;
     let mut listed = timed(ctx, "reading the tenants", tenants::list(client, keys)).await?;
     if listed.documents.is_empty() {
@@ -144,23 +175,31 @@ async fn sync_tenants(
     for record in ctx.origin.set_bad_records("tenants", bad) {
         tracing::warn!("fleet: {}: {}; skipped", record.key, record.reason);
     }
-    let revision = listed.revision;
-    let registry = ctx.reloader.tenants().clone();
-    let folder = dir.to_path_buf();
-    let documents = listed.documents;
-    let mirrored = tokio::task::spawn_blocking(move || {
-        let changed = tenants::mirror(&folder, &documents);
-        if changed > 0 {
-            registry.check();
-        }
-        changed
-    })
-    .await
-    .map_err(|e| FleetError::Other(format!("syncing the tenants folder: {e}")))?;
-    tracing::debug!("fleet: tenants synced at revision {revision} ({mirrored} file(s) changed)");
-    let end = tenants::prefix_end(&keys.tenants());
+    let changes = tenants::differences(dir, &listed.documents);
+    let refused = apply_changes(ctx, dir, changes).await;
+    let mut link = TenantLink {
+        watch: watch_tenants(ctx, client, listed.revision).await?,
+        dir: dir.to_path_buf(),
+        role: tenant_role(ctx),
+        report: TenantReport::default(),
+        held: BTreeMap::new(),
+        halted: BTreeMap::new(),
+    };
+    let revisions = &listed.revisions;
+    record_applied(ctx, &mut link, listed.revision, refused, |name| {
+        revisions.get(name).copied().unwrap_or(0)
+    });
+    Ok(link)
+}
+
+async fn watch_tenants(
+    ctx: &Ctx,
+    client: &mut Client,
+    revision: i64,
+) -> Result<etcd_client::WatchStream, FleetError> {
+    let keys = &ctx.keys;
     let options = WatchOptions::new()
-        .with_range(end)
+        .with_range(tenants::prefix_end(&keys.tenants()))
         .with_start_revision(revision + 1);
     timed(
         ctx,
@@ -170,51 +209,149 @@ async fn sync_tenants(
     .await
 }
 
+/// Writes `changes` into the folder and has the registry serve them, off the runtime;
+/// the tenants refused, with the reason.
+async fn apply_changes(
+    ctx: &Ctx,
+    dir: &std::path::Path,
+    changes: Vec<(String, Option<String>)>,
+) -> Vec<(String, String)> {
+    if changes.is_empty() {
+        return Vec::new();
+    }
+    let registry = ctx.reloader.tenants().clone();
+    let folder = dir.to_path_buf();
+    let done =
+        tokio::task::spawn_blocking(move || tenants::apply_in_folder(&registry, &folder, &changes))
+            .await;
+    done.unwrap_or_else(|e| {
+        tracing::error!("fleet: applying tenant changes failed: {e}");
+        Vec::new()
+    })
+}
+
+/// A canary's report after applying every tenant change through `through`: the refused
+/// ones (at `revision_of` their document) are added, the others' old refusals dropped.
+fn record_applied(
+    ctx: &Ctx,
+    link: &mut TenantLink,
+    through: i64,
+    refused: Vec<(String, String)>,
+    revision_of: impl Fn(&str) -> i64,
+) {
+    for (name, reason) in &refused {
+        tracing::warn!("fleet: tenant {name} refused here: {reason}");
+    }
+    if !matches!(link.role, TenantRole::Canary) {
+        return;
+    }
+    for (name, reason) in refused {
+        let revision = revision_of(&name);
+        link.report
+            .refused
+            .insert(name, TenantRefusedAt { revision, reason });
+    }
+    link.report.through = link.report.through.max(through);
+    ctx.origin.set_tenant_report(link.report.clone());
+}
+
 /// The next message of the tenants' watch; never, without tenants.
 async fn next_tenant_event(
-    watch: &mut Option<(etcd_client::WatchStream, std::path::PathBuf)>,
+    link: &mut Option<TenantLink>,
 ) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
-    match watch {
-        Some((stream, _)) => stream.message().await,
+    match link {
+        Some(link) => link.watch.message().await,
         None => std::future::pending().await,
     }
 }
 
-/// Writes the tenants' changes into the folder and has the registry serve them.
-async fn apply_tenant_events(ctx: &Ctx, dir: &std::path::Path, events: &[etcd_client::Event]) {
-    let changes: Vec<(String, Option<String>)> = events
-        .iter()
-        .filter_map(|event| {
-            let kv = event.kv()?;
-            let name = tenants::tenant_of(&ctx.keys, kv.key())?;
-            match event.event_type() {
-                EventType::Delete => Some((name, None)),
-                EventType::Put => match tenants::document(kv.value()) {
-                    Ok(text) => Some((name, Some(text))),
-                    Err(why) => {
-                        tracing::warn!(
-                            "fleet: tenant {name}: {why}; still serving what this node has"
-                        );
-                        None
-                    }
-                },
-            }
-        })
-        .collect();
-    if changes.is_empty() {
+/// One message of the tenants' watch: applied at once (direct, canary) or held until the
+/// canary has (follower).
+async fn on_tenant_events(
+    ctx: &Ctx,
+    client: &mut Client,
+    link: &mut TenantLink,
+    response: &etcd_client::WatchResponse,
+) {
+    let mut changes = Vec::new();
+    let mut revisions = BTreeMap::new();
+    for event in response.events() {
+        let Some(kv) = event.kv() else { continue };
+        let Some(name) = tenants::tenant_of(&ctx.keys, kv.key()) else {
+            continue;
+        };
+        let text = match event.event_type() {
+            EventType::Delete => None,
+            EventType::Put => match tenants::document(kv.value()) {
+                Ok(text) => Some(text),
+                Err(why) => {
+                    tracing::warn!("fleet: tenant {name}: {why}; still serving what this node has");
+                    continue;
+                }
+            },
+        };
+        revisions.insert(name.clone(), kv.mod_revision());
+        link.report.refused.remove(&name);
+        changes.push((name, text));
+    }
+    let through = response.header().map_or(0, |h| h.revision());
+    if let TenantRole::Follower(_) = link.role {
+        for (name, text) in changes {
+            let revision = revisions.get(&name).copied().unwrap_or(through);
+            link.halted.remove(&name);
+            link.held.insert(name, tenants::Held { revision, text });
+        }
+        release_held(ctx, client, link).await;
         return;
     }
-    let registry = ctx.reloader.tenants().clone();
-    let folder = dir.to_path_buf();
-    let done = tokio::task::spawn_blocking(move || {
-        for (name, text) in &changes {
-            tenants::write_document(&folder, name, text.as_deref());
+    let refused = apply_changes(ctx, &link.dir, changes).await;
+    record_applied(ctx, link, through, refused, |name| {
+        revisions.get(name).copied().unwrap_or(through)
+    });
+}
+
+/// A follower applies the held tenant changes the canary nodes have applied, and halts the
+/// ones a canary refused.
+async fn release_held(ctx: &Ctx, client: &mut Client, link: &mut TenantLink) {
+    let TenantRole::Follower(canary) = &link.role else {
+        return;
+    };
+    if link.held.is_empty() {
+        return;
+    }
+    let records = match store::nodes(client, &ctx.keys).await {
+        Ok(listed) => listed.records,
+        Err(e) => {
+            tracing::warn!("fleet: tenants held (cannot read the canary's records: {e})");
+            return;
         }
-        registry.check();
-    })
-    .await;
-    if let Err(e) = done {
-        tracing::error!("fleet: applying tenant changes failed: {e}");
+    };
+    let reports: Vec<(String, Option<TenantReport>)> = canary
+        .iter()
+        .map(|name| {
+            let record = records.iter().find(|r| &r.name == name);
+            (name.clone(), record.and_then(|r| r.tenants.clone()))
+        })
+        .collect();
+    let (apply, halted) = tenants::release(&mut link.held, &reports);
+    for tenant in halted {
+        tracing::warn!(
+            "fleet: tenant {} halted at revision {}: refused on canary {}: {}",
+            tenant.tenant,
+            tenant.revision,
+            tenant.node,
+            tenant.reason
+        );
+        link.halted.insert(tenant.tenant.clone(), tenant);
+    }
+    for (name, _) in apply.iter() {
+        link.halted.remove(name);
+    }
+    ctx.origin
+        .set_halted_tenants(link.halted.values().cloned().collect());
+    let refused = apply_changes(ctx, &link.dir, apply).await;
+    for (name, reason) in refused {
+        tracing::warn!("fleet: tenant {name} refused here: {reason}");
     }
 }
 
@@ -302,10 +439,12 @@ async fn session(
         client.watch(rollout_from, Some(options)),
     )
     .await?;
-    let mut tenant_watch = match ctx.reloader.tenants().folder() {
-        Some(dir) => Some((sync_tenants(ctx, &mut client, &dir).await?, dir)),
+    let mut tenant_link = match ctx.reloader.tenants().folder() {
+        Some(dir) => Some(sync_tenants(ctx, &mut client, &dir).await?),
         None => None,
     };
+    let mut held_retry = tokio::time::interval(HELD_RETRY);
+    held_retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ctx.origin.set_link(true, None);
     ctx.origin.set_etcd_connections(ctx.link.connections_made());
     attempt.connected();
@@ -392,7 +531,7 @@ async fn session(
                     apply_bundle(ctx, record).await;
                 }
             }
-            message = next_tenant_event(&mut tenant_watch) => {
+            message = next_tenant_event(&mut tenant_link) => {
                 let Some(response) = message? else {
                     return Err(FleetError::Other("etcd closed the tenants' watch".into()));
                 };
@@ -402,8 +541,13 @@ async fn session(
                         response.cancel_reason()
                     )));
                 }
-                if let Some((_, dir)) = &tenant_watch {
-                    apply_tenant_events(ctx, dir, response.events()).await;
+                if let Some(link) = tenant_link.as_mut() {
+                    on_tenant_events(ctx, &mut client, link, &response).await;
+                }
+            }
+            _ = held_retry.tick(), if tenant_link.as_ref().is_some_and(|l| !l.held.is_empty()) => {
+                if let Some(link) = tenant_link.as_mut() {
+                    release_held(ctx, &mut client, link).await;
                 }
             }
             _ = tick.tick() => {
@@ -754,6 +898,7 @@ pub fn record(
                 .map(|r| (r.bundle.clone(), r.reasons.join("; "))),
         }),
         rollout: rollout.map(|(boot, probes)| report((&snapshot, &status), origin, boot, probes)),
+        tenants: rollout.map(|_| origin.link().tenants),
         local_override: origin.local_override().map(|o| o.view()),
     }
 }

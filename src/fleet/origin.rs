@@ -203,6 +203,17 @@ impl FleetOrigin {
         }
     }
 
+    /// What this node applied of the fleet's tenants (see [`super::tenants`]).
+    pub fn set_tenant_report(&self, report: super::status::TenantReport) {
+        self.lock().link.tenants = report;
+        self.changed.notify_one();
+    }
+
+    /// The tenant changes this node holds back (a canary refused them).
+    pub fn set_halted_tenants(&self, halted: Vec<super::status::HaltedTenant>) {
+        self.lock().link.halted_tenants = halted;
+    }
+
     /// How many etcd clients the node's link has made so far.
     pub fn set_etcd_connections(&self, made: u64) {
         self.lock().link.etcd_connections = made;

@@ -55,6 +55,40 @@ pub struct FleetLinkStatus {
     /// name), while that lasts.
     #[serde(default)]
     pub registration_refused: Option<String>,
+    /// Tenants in a fleet with `[fleet.rollout]`: what this node applied and refused, and the
+    /// tenant changes it holds back because a canary node refused them
+    /// (`crate::fleet::tenants`).
+    #[serde(default)]
+    pub tenants: TenantReport,
+    #[serde(default)]
+    pub halted_tenants: Vec<HaltedTenant>,
+}
+
+/// How far a node has applied the fleet's tenant keys (in its registry record, for the
+/// nodes of later waves to follow the canary).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct TenantReport {
+    /// Every tenant change up to this etcd revision is applied (served or refused).
+    pub through: i64,
+    /// Tenants whose document at that etcd revision this node refused, with the reason.
+    pub refused: std::collections::BTreeMap<String, TenantRefusedAt>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TenantRefusedAt {
+    pub revision: i64,
+    pub reason: String,
+}
+
+/// A tenant change this node does not apply: a canary node refused it. The tenant keeps
+/// serving its last good version here; every other tenant's changes go on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HaltedTenant {
+    pub tenant: String,
+    pub revision: i64,
+    pub node: String,
+    pub reason: String,
 }
 
 /// A record read from the fleet's store and skipped: its key, why, and which task read it.

@@ -84,6 +84,9 @@ pub struct NodeRecord {
     /// [`super::direct`]): present while it waits to be written back, or in conflict.
     #[serde(default)]
     pub local_override: Option<super::status::OverrideView>,
+    /// How far it applied the tenants' keys (nodes with tenants and `[fleet.rollout]`).
+    #[serde(default)]
+    pub tenants: Option<super::status::TenantReport>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

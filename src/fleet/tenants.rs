@@ -14,15 +14,26 @@
 //! absent, one transaction with the marker `<prefix>/tenants-seeded`, so a fleet whose tenants
 //! were all deleted is not seeded again by the next node that starts).
 //!
-//! Owns the key layout of tenants and the sync; the writes of the admin API
+//! Staged per tenant (with `[fleet.rollout]` and a first wave, the canary): a canary node
+//! applies each tenant change at once and reports in its registry record how far it applied
+//! (`through`, an etcd revision) and which tenants' documents it refused. A node of a later
+//! wave holds each tenant change ([`Held`]) until every canary node reports it applied
+//! through that revision; then it applies it, or — when a canary refused that tenant's
+//! document at that revision — halts that tenant only ([`release`]): it keeps serving the
+//! tenant's last good version, names it in status (`fleet.halted_tenants`) and `rollout
+//! status`, and every other tenant's changes go on. A newer document for the tenant replaces
+//! the halted one. There is no bake time for tenants, and a node syncing at start applies the
+//! fleet's tenants without waiting (it catches up with what the canary already passed).
+//!
+//! Owns the key layout of tenants, the sync and the staging; the writes of the admin API
 //! (compare-and-swap on one tenant's key) are [`put`] and [`delete`].
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 
+use super::status::{HaltedTenant, TenantReport};
 use super::{FleetError, Keys};
 use crate::control::store::tenant_of_key;
 use crate::reload::tenants::TenantRegistry;
@@ -68,6 +79,8 @@ pub fn prefix_end(prefix: &str) -> Vec<u8> {
 pub struct Listed {
     pub revision: i64,
     pub documents: BTreeMap<String, String>,
+    /// Each document's key's `mod_revision`.
+    pub revisions: BTreeMap<String, i64>,
     pub bad: Vec<(String, String)>,
 }
 
@@ -79,6 +92,7 @@ pub async fn list(client: &mut Client, keys: &Keys) -> Result<Listed, FleetError
     let mut listed = Listed {
         revision: 0,
         documents: BTreeMap::new(),
+        revisions: BTreeMap::new(),
         bad: Vec::new(),
     };
     loop {
@@ -103,6 +117,7 @@ pub async fn list(client: &mut Client, keys: &Keys) -> Result<Listed, FleetError
             match document(kv.value()) {
                 Ok(text) => {
                     listed.documents.insert(name.to_string(), text);
+                    listed.revisions.insert(name.to_string(), kv.mod_revision());
                 }
                 Err(why) => listed.bad.push((key, why)),
             }
@@ -231,25 +246,56 @@ pub fn folder_documents(dir: &Path) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Makes `dir` hold exactly `documents` (writing only the files whose bytes differ, removing
-/// the tenants etcd no longer has); how many files changed. A file that cannot be written is
-/// logged: the registry keeps serving what it has for that tenant.
-pub fn mirror(dir: &Path, documents: &BTreeMap<String, String>) -> usize {
+/// What makes `dir` hold exactly `documents`: the files whose bytes differ (with their new
+/// text) and the tenants etcd no longer has (`None`).
+pub fn differences(
+    dir: &Path,
+    documents: &BTreeMap<String, String>,
+) -> Vec<(String, Option<String>)> {
     let present = folder_documents(dir);
-    let mut changed = 0;
+    let mut changes: Vec<(String, Option<String>)> = documents
+        .iter()
+        .filter(|(name, text)| present.get(*name) != Some(*text))
+        .map(|(name, text)| (name.clone(), Some(text.clone())))
+        .collect();
+    changes.extend(
+        present
+            .keys()
+            .filter(|n| !documents.contains_key(*n))
+            .map(|n| (n.clone(), None)),
+    );
+    changes
+}
+
+/// Writes `changes` into the folder and has the registry look (check, taste, serve); returns
+/// the tenants whose document was refused by that look, with the reason. Blocking: the taste
+/// runs the taster child.
+pub fn apply_in_folder(
+    registry: &TenantRegistry,
+    dir: &Path,
+    changes: &[(String, Option<String>)],
+) -> Vec<(String, String)> {
+    if changes.is_empty() {
+        return Vec::new();
+    }
     if let Err(e) = std::fs::create_dir_all(dir) {
         tracing::error!("fleet tenants: cannot create {}: {e}", dir.display());
-        return 0;
+        return Vec::new();
     }
-    for (name, text) in documents {
-        if present.get(name) != Some(text) {
-            changed += usize::from(write_document(dir, name, Some(text)));
-        }
+    let refusal = |name: &str| registry.get(name).and_then(|v| v.last_refusal);
+    let before: Vec<_> = changes.iter().map(|(name, _)| refusal(name)).collect();
+    for (name, text) in changes {
+        write_document(dir, name, text.as_deref());
     }
-    for name in present.keys().filter(|n| !documents.contains_key(*n)) {
-        changed += usize::from(write_document(dir, name, None));
-    }
-    changed
+    registry.check();
+    changes
+        .iter()
+        .zip(before)
+        .filter_map(|((name, _), before)| {
+            let after = refusal(name)?;
+            (Some(&after) != before.as_ref()).then(|| (name.clone(), after.reasons.join("; ")))
+        })
+        .collect()
 }
 
 /// Writes (or, with `None`, removes) one tenant's file in the node's folder; `true` if done.
@@ -271,18 +317,131 @@ pub fn write_document(dir: &Path, name: &str, text: Option<&str>) -> bool {
     }
 }
 
-/// Has the registry look at the folder (check, taste, serve what changed), off the async
-/// runtime (the taste runs the taster child).
-pub async fn look(registry: &Arc<TenantRegistry>) {
-    let registry = registry.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || registry.check()).await {
-        tracing::error!("fleet tenants: the folder check failed: {e}");
+/// A tenant change a later-wave node holds until the canary has applied it: the etcd
+/// revision of the change and the document (`None`: the key was deleted).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    pub revision: i64,
+    pub text: Option<String>,
+}
+
+/// The held changes every canary node has applied through: taken out of `held` and returned
+/// to apply, or returned as halted when a canary refused that tenant's document at that
+/// revision. `canary` is each canary node's name and report (`None`: no record, e.g. the node
+/// is down: everything stays held).
+pub fn release(
+    held: &mut BTreeMap<String, Held>,
+    canary: &[(String, Option<TenantReport>)],
+) -> (Vec<(String, Option<String>)>, Vec<HaltedTenant>) {
+    let through = canary
+        .iter()
+        .map(|(_, report)| report.as_ref().map_or(0, |r| r.through))
+        .min()
+        .unwrap_or(0);
+    let ready: Vec<String> = held
+        .iter()
+        .filter(|(_, change)| change.revision <= through)
+        .map(|(name, _)| name.clone())
+        .collect();
+    let mut apply = Vec::new();
+    let mut halted = Vec::new();
+    for name in ready {
+        let Some(change) = held.remove(&name) else {
+            continue;
+        };
+        let refusal = canary.iter().find_map(|(node, report)| {
+            let refused = report.as_ref()?.refused.get(&name)?;
+            (refused.revision == change.revision).then(|| (node.clone(), refused.reason.clone()))
+        });
+        match refusal {
+            Some((node, reason)) => halted.push(HaltedTenant {
+                tenant: name,
+                revision: change.revision,
+                node,
+                reason,
+            }),
+            None => apply.push((name, change.text)),
+        }
     }
+    (apply, halted)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::status::TenantRefusedAt;
+
+    fn report(through: i64, refused: &[(&str, i64)]) -> Option<TenantReport> {
+        Some(TenantReport {
+            through,
+            refused: refused
+                .iter()
+                .map(|(name, revision)| {
+                    let at = TenantRefusedAt {
+                        revision: *revision,
+                        reason: "taster crashed".into(),
+                    };
+                    (name.to_string(), at)
+                })
+                .collect(),
+        })
+    }
+
+    fn held(changes: &[(&str, i64)]) -> BTreeMap<String, Held> {
+        changes
+            .iter()
+            .map(|(name, revision)| {
+                let change = Held {
+                    revision: *revision,
+                    text: Some(format!("# {name}")),
+                };
+                (name.to_string(), change)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_change_waits_for_every_canary_and_a_refused_one_halts_only_its_tenant() {
+        let mut waiting = held(&[("good", 10), ("bad", 11), ("later", 20)]);
+        // One canary has not applied revision 10 yet: nothing moves.
+        let canary = [
+            ("ns1".to_string(), report(15, &[("bad", 11)])),
+            ("ns2".to_string(), report(9, &[])),
+        ];
+        assert_eq!(release(&mut waiting, &canary), (vec![], vec![]));
+        // Both through 15: good applies, bad halts (refused at 11), later waits.
+        let canary = [
+            ("ns1".to_string(), report(15, &[("bad", 11)])),
+            ("ns2".to_string(), report(15, &[])),
+        ];
+        let (apply, halted) = release(&mut waiting, &canary);
+        assert_eq!(
+            apply,
+            vec![("good".to_string(), Some("# good".to_string()))]
+        );
+        assert_eq!(halted.len(), 1);
+        assert_eq!(
+            (
+                halted[0].tenant.as_str(),
+                halted[0].revision,
+                halted[0].node.as_str()
+            ),
+            ("bad", 11, "ns1")
+        );
+        assert_eq!(waiting.keys().collect::<Vec<_>>(), ["later"]);
+        // A canary without a record holds everything.
+        let canary = [("ns1".to_string(), None)];
+        assert_eq!(release(&mut waiting, &canary), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_refusal_of_an_older_document_does_not_halt_a_newer_one() {
+        let mut waiting = held(&[("bad", 30)]);
+        let canary = [("ns1".to_string(), report(30, &[("bad", 11)]))];
+        let (apply, halted) = release(&mut waiting, &canary);
+        assert_eq!(apply.len(), 1);
+        assert!(halted.is_empty());
+    }
 
     #[test]
     fn the_range_of_a_prefix_ends_past_every_key_under_it() {

@@ -261,12 +261,34 @@ impl TenantRegistry {
         text: &str,
         write: impl FnOnce() -> Result<W, E>,
     ) -> Result<(W, TenantView), PutError<E>> {
+        self.put_then(name, text, write, Then::Serve)
+    }
+
+    /// Like [`TenantRegistry::put`], but the document is only checked, tasted and written,
+    /// not served here: in a fleet that stages tenant changes, it reaches this node (and every
+    /// other) through the canary first (`crate::fleet::tenants`).
+    pub fn put_staged<W, E>(
+        &self,
+        name: &str,
+        text: &str,
+        write: impl FnOnce() -> Result<W, E>,
+    ) -> Result<(W, TenantView), PutError<E>> {
+        self.put_then(name, text, write, Then::Leave)
+    }
+
+    fn put_then<W, E>(
+        &self,
+        name: &str,
+        text: &str,
+        write: impl FnOnce() -> Result<W, E>,
+        then: Then,
+    ) -> Result<(W, TenantView), PutError<E>> {
         let mut state = self.lock();
         let started = Instant::now();
         let Some(platform) = state.platform.take() else {
             return Err(PutError::Off);
         };
-        let outcome = put_locked(&mut state, &platform, name, text, write);
+        let outcome = put_locked(&mut state, &platform, name, text, write, then);
         state.platform = Some(platform);
         if outcome.is_ok() {
             state.last_apply_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -373,12 +395,20 @@ pub enum PutError<E> {
 }
 
 /// [`TenantRegistry::put`] with the lock held and the platform taken out.
+/// What a put does once the document is written.
+#[derive(Clone, Copy, PartialEq)]
+enum Then {
+    Serve,
+    Leave,
+}
+
 fn put_locked<W, E>(
     state: &mut State,
     platform: &Platform,
     name: &str,
     text: &str,
     write: impl FnOnce() -> Result<W, E>,
+    then: Then,
 ) -> Result<W, PutError<E>> {
     let file = format!("{}/{name}.toml", shown_dir(&platform.dir));
     let empty = Record::default();
@@ -396,6 +426,9 @@ fn put_locked<W, E>(
         return Err(PutError::Refused(vec![format!("{file}: not tasted")]));
     };
     let written = write().map_err(PutError::Store)?;
+    if then == Then::Leave {
+        return Ok(written);
+    }
     let record = state.records.entry(name.to_string()).or_default();
     record.file = file;
     record.looked_at = Some(fnv1a64(text.as_bytes()));

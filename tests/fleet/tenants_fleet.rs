@@ -192,3 +192,99 @@ fn a_tenant_written_through_one_node_is_served_by_all_three_and_survives_etcd_do
     assert_eq!(a_ttl(restarted, owned), Some(78), "served from the cache");
     assert_eq!(a_ttl(restarted, "fabrikam.edge.example.net."), Some(120));
 }
+
+/// Status `fleet.halted_tenants` of `node`, as (tenant, canary) pairs.
+fn halted(node: &Node) -> Vec<(String, String)> {
+    node.status()["fleet"]["halted_tenants"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|t| {
+                    let field = |k: &str| t[k].as_str().unwrap_or_default().to_string();
+                    (field("tenant"), field("node"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_tenant_refused_on_the_canary_halts_only_that_tenant_while_another_reaches_every_node() {
+    // Waves: ns1 (the canary, whose taster crashes on the drill's marker), then ns2 and ns3.
+    let plan = "[fleet.rollout]\nwaves = [[\"ns1\"], [\"ns2\", \"ns3\"]]\nbake_secs = 1\nwave_timeout_secs = 60\nprobes = []\n";
+    let mut fleet = Fleet {
+        etcd: Etcd::start(),
+        prefix: "/steerdns/staged-tenants".into(),
+        nodes: Vec::new(),
+    };
+    fleet.add_node(
+        "staged-tenants",
+        10,
+        plan,
+        &["STEERDNS_TASTER_FAULT=abort:TENANT-BOOM"],
+    );
+    fleet.add_node("staged-tenants", 10, plan, &[]);
+    fleet.add_node("staged-tenants", 10, plan, &[]);
+    fleet.wait_connected(LIMIT);
+
+    // A good tenant first, through ns3 (a later wave): accepted (202, staged), served by the
+    // canary, then by every node.
+    let good = "names = [\"goodco.edge.example.net.\"]\nttl = 71\n";
+    let (code, body) = put(&fleet.nodes[2], "goodco", good, None);
+    assert_eq!(code, 202, "{body}");
+    assert!(body.contains("\"staged\":true"), "{body}");
+    wait_ttl_everywhere(&fleet, "goodco.edge.example.net.", Some(71));
+
+    // A document only the canary's taster crashes on, through ns2: ns2's own taste passes it
+    // and etcd takes it; ns1 refuses it; ns2 and ns3 halt that tenant and keep its last good
+    // version (TTL 71).
+    let boom = "names = [\"goodco.edge.example.net.\"]\nttl = 72\n# TENANT-BOOM\n";
+    let (code, body) = put(&fleet.nodes[1], "goodco", boom, None);
+    assert_eq!(code, 202, "{body}");
+    // Meanwhile another tenant's change reaches every node.
+    let other = "names = [\"otherco.edge.example.net.\"]\nttl = 73\n";
+    let (code, body) = put(&fleet.nodes[1], "otherco", other, None);
+    assert_eq!(code, 202, "{body}");
+    wait_ttl_everywhere(&fleet, "otherco.edge.example.net.", Some(73));
+    let deadline = Instant::now() + LIMIT;
+    for node in &fleet.nodes[1..] {
+        loop {
+            let list = halted(node);
+            if list == [("goodco".to_string(), "ns1".to_string())] {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} does not list goodco as halted by ns1: {list:?} {:#}",
+                node.name,
+                node.status()["fleet"]
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    for node in &fleet.nodes {
+        assert_eq!(
+            a_ttl(node, "goodco.edge.example.net."),
+            Some(71),
+            "{} serves goodco's last good version",
+            node.name
+        );
+    }
+    let status = ok(
+        &fleet.nodes[0].cli(&["rollout", "status"]),
+        "rollout status",
+    );
+    assert!(
+        status.contains("tenant goodco HALTED") && status.contains("refused on canary ns1"),
+        "{status}"
+    );
+
+    // A fixed document replaces the halted one and reaches every node.
+    let fixed = "names = [\"goodco.edge.example.net.\"]\nttl = 74\n";
+    let (code, body) = put(&fleet.nodes[1], "goodco", fixed, None);
+    assert_eq!(code, 202, "{body}");
+    wait_ttl_everywhere(&fleet, "goodco.edge.example.net.", Some(74));
+    for node in &fleet.nodes[1..] {
+        assert!(halted(node).is_empty(), "{}: {:?}", node.name, halted(node));
+    }
+}
