@@ -122,7 +122,9 @@ fn tenant_line(tenant: &crate::tenant::ServedTenant) -> String {
     };
     format!(
         "tenant {} serial {} version {} ({answers}); ",
-        tenant.name, tenant.serial, tenant.version
+        tenant.name,
+        tenant.serial,
+        tenant.version()
     )
 }
 

@@ -287,7 +287,8 @@ pub fn apply_in_folder(
     for (name, text) in changes {
         write_document(dir, name, text.as_deref());
     }
-    registry.check();
+    let names = changes.iter().map(|(name, _)| name.clone()).collect();
+    registry.check_names(&names);
     changes
         .iter()
         .zip(before)

@@ -1,23 +1,26 @@
 //! Tenants applied one by one: the folder of tenant documents (`[tenants] dir`) is looked at
-//! for files whose bytes changed; each changed document is checked alone (parsed, compiled
+//! for files whose bytes changed (the files the watcher names; a full look skips the files
+//! not modified since the last full look began); each changed document is checked alone (parsed, compiled
 //! against the platform served, its names claimed by no other tenant), then the good ones
 //! are tasted by the taster child in one batch — a batch refused is split in halves until
 //! the culprits are found, and only they are refused. Each accepted tenant is numbered
 //! (per-tenant serial and bounded history in `<dir>/.history/<tenant>/`) and the tenant
 //! table is rebuilt by copying only the shards its names fall in, then swapped in. A refused
 //! tenant keeps serving its last good version. No zone is read, the platform is not
-//! recompiled.
+//! recompiled, and no cost grows with the number of tenants: the registry's own index of
+//! served tenants is sharded and shared like the name table, status counts are kept as
+//! changes apply, and a tenant's view is derived when asked for.
 //!
 //! Owns the tenants' part of the control plane's state (served versions, last refusals,
 //! counters) and its status; the platform comes in from the reloader on every accepted
 //! reload ([`TenantRegistry::platform_changed`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
@@ -32,7 +35,7 @@ use crate::snapshot::Snapshot;
 use crate::taster::child::{TenantBatch, TenantTaste};
 use crate::tenant::{
     compile, parse, valid_tenant_name, Identity, NameChange, PlatformView, ServedTenant,
-    TenantProblem,
+    TenantIndex, TenantProblem, TenantTable,
 };
 
 /// Largest tenant document.
@@ -92,11 +95,15 @@ pub struct TenantsStatus {
     pub checks: u64,
 }
 
-/// What readers see, replaced whole after every change.
+/// What readers see, replaced whole after every change (the index shares its shards with
+/// the registry's, so publishing costs the shards a change touched).
 #[derive(Default)]
 struct Published {
     status: TenantsStatus,
-    tenants: BTreeMap<String, TenantView>,
+    served: TenantIndex,
+    refused: Arc<BTreeMap<String, Refused>>,
+    /// How messages name the folder (`tenants`).
+    shown: String,
 }
 
 /// How tenant batches are tasted.
@@ -116,29 +123,44 @@ struct Platform {
     control: Option<String>,
 }
 
-struct Served {
-    tenant: Arc<ServedTenant>,
-    text: String,
-    since: String,
-}
-
-#[derive(Default)]
-struct Record {
-    file: String,
-    /// FNV hash of the bytes last looked at (accepted or refused).
+/// A tenant whose newest document is refused (or cannot be read).
+#[derive(Clone)]
+struct Refused {
+    /// FNV hash of the bytes refused (`None`: they could not be read).
     looked_at: Option<u64>,
-    served: Option<Served>,
-    refusal: Option<TenantRefusal>,
+    refusal: TenantRefusal,
 }
 
 #[derive(Default)]
 struct State {
     platform: Option<Platform>,
-    records: BTreeMap<String, Record>,
+    /// Served tenants by name: the same values the name table holds.
+    served: TenantIndex,
+    /// Tenants whose newest document is refused, with what was refused.
+    refused: BTreeMap<String, Refused>,
+    suspended: usize,
     refusals_total: u64,
     changes_applied: u64,
     tastes: u64,
     last_apply_ms: f64,
+    /// When the last full look at the folder began: a file not modified (nor renamed) since
+    /// then is the one already looked at.
+    full_look_began: Option<SystemTime>,
+}
+
+impl State {
+    /// The hash of the bytes last looked at for `name` (accepted or refused); `None`: never
+    /// looked at, or unreadable.
+    fn looked_at(&self, name: &str) -> Option<u64> {
+        match self.refused.get(name) {
+            Some(refused) => refused.looked_at,
+            None => self.served.get(name).map(|t| t.fingerprint),
+        }
+    }
+
+    fn knows(&self, name: &str) -> bool {
+        self.refused.contains_key(name) || self.served.get(name).is_some()
+    }
 }
 
 /// A document that changed since it was last looked at.
@@ -169,6 +191,22 @@ pub struct TenantRegistry {
     checks: AtomicU64,
 }
 
+/// Which files a look reads.
+enum Look<'a> {
+    /// Every file of the folder not modified since the last full look began.
+    Full,
+    /// These tenants' files (the ones the watcher saw change).
+    Only(&'a BTreeSet<String>),
+}
+
+/// What one batch changes, swapped in at its end: the name table's changes, and the index's.
+#[derive(Default)]
+struct Swap {
+    names: Vec<NameChange>,
+    served: Vec<Arc<ServedTenant>>,
+    removed: Vec<String>,
+}
+
 impl TenantRegistry {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state
@@ -185,12 +223,17 @@ impl TenantRegistry {
 
     /// Every tenant, by name.
     pub fn list(&self) -> Vec<TenantView> {
-        self.published.load().tenants.values().cloned().collect()
+        let published = self.published.load();
+        let mut names: BTreeSet<&str> = published.served.iter().map(|t| &*t.name).collect();
+        names.extend(published.refused.keys().map(String::as_str));
+        names.into_iter().map(|name| published.view(name)).collect()
     }
 
     /// One tenant.
     pub fn get(&self, name: &str) -> Option<TenantView> {
-        self.published.load().tenants.get(name).cloned()
+        let published = self.published.load();
+        let known = published.served.get(name).is_some() || published.refused.contains_key(name);
+        known.then(|| published.view(name))
     }
 
     /// The reloader accepted a platform (config, zones, control): tenants are checked
@@ -213,6 +256,9 @@ impl TenantRegistry {
             self.publish(&state);
             return;
         };
+        if state.platform.as_ref().is_some_and(|p| p.dir != dir) {
+            state.full_look_began = None; // another folder: every file is new to us
+        }
         state.platform = Some(Platform {
             snapshot,
             profiles: config.profiles.clone(),
@@ -232,13 +278,26 @@ impl TenantRegistry {
         self.publish(&state);
     }
 
-    /// Looks at the folder and applies what changed. Returns how many tenant documents
-    /// changed (accepted, refused or removed).
+    /// Looks at the whole folder and applies what changed (a file not modified since the
+    /// last full look began is not read again). Returns how many tenant documents changed
+    /// (accepted, refused or removed).
     pub fn check(&self) -> usize {
+        self.look(Look::Full)
+    }
+
+    /// Looks at these tenants' files only (the ones a watcher saw change) and applies what
+    /// changed: a change costs the files changed, not the folder.
+    pub fn check_names(&self, names: &BTreeSet<String>) -> usize {
+        self.look(Look::Only(names))
+    }
+
+    fn look(&self, look: Look<'_>) -> usize {
         let mut state = self.lock();
-        let changes = match &state.platform {
-            Some(platform) => changed(&state.records, scan(&platform.dir)),
-            None => Vec::new(),
+        let dir = state.platform.as_ref().map(|p| p.dir.clone());
+        let changes = match (dir, look) {
+            (Some(dir), Look::Full) => look_full(&mut state, &dir),
+            (Some(dir), Look::Only(names)) => look_only(&state, &dir, names),
+            (None, _) => Vec::new(),
         };
         let count = changes.len();
         if count > 0 {
@@ -289,17 +348,19 @@ impl TenantRegistry {
             return Err(PutError::Off);
         };
         let outcome = put_locked(&mut state, &platform, name, text, write, then);
+        let shown = shown_dir(&platform.dir);
         state.platform = Some(platform);
         if outcome.is_ok() {
             state.last_apply_ms = started.elapsed().as_secs_f64() * 1000.0;
             self.publish(&state);
         }
         let written = outcome?;
-        let view = state
-            .records
-            .get(name)
-            .map(|record| view(name, record))
-            .unwrap_or_default();
+        let view = view_of(
+            &shown,
+            name,
+            state.served.get(name).map(|t| &**t),
+            state.refused.get(name),
+        );
         Ok((written, view))
     }
 
@@ -315,7 +376,7 @@ impl TenantRegistry {
             return Err(PutError::Off);
         }
         let removed = remove().map_err(PutError::Store)?;
-        if state.records.contains_key(name) {
+        if state.knows(name) {
             apply(
                 &mut state,
                 vec![Change::Removed {
@@ -336,44 +397,56 @@ impl TenantRegistry {
     pub fn file_of(&self, name: &str) -> Option<String> {
         let state = self.lock();
         let platform = state.platform.as_ref()?;
-        Some(format!("{}/{name}.toml", shown_dir(&platform.dir)))
+        Some(file_name(platform, name))
     }
 
+    /// Publishes what readers see. Costs the refused tenants and the shards of the index,
+    /// never every tenant.
     fn publish(&self, state: &State) {
-        let tenants: BTreeMap<String, TenantView> = state
-            .records
+        let shown = state
+            .platform
+            .as_ref()
+            .map_or_else(|| "tenants".to_string(), |p| shown_dir(&p.dir));
+        let refused_list = state
+            .refused
             .iter()
-            .map(|(name, record)| (name.clone(), view(name, record)))
-            .collect();
-        let served = tenants.values().filter(|t| t.serial.is_some()).count();
-        let suspended = tenants.values().filter(|t| t.state == "suspended").count();
-        let refused = state
-            .records
-            .iter()
-            .filter_map(|(name, record)| {
-                let refusal = record.refusal.as_ref()?;
-                Some(RefusedTenant {
-                    name: name.clone(),
-                    file: record.file.clone(),
-                    reason: refusal.reasons.join("; "),
-                    serving_previous: record.served.is_some(),
-                })
+            .map(|(name, refused)| RefusedTenant {
+                name: name.clone(),
+                file: refused.refusal.file.clone(),
+                reason: refused.refusal.reasons.join("; "),
+                serving_previous: state.served.get(name).is_some(),
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let never_served = refused_list.iter().filter(|r| !r.serving_previous).count();
         let status = TenantsStatus {
             dir: state.platform.as_ref().map(|p| p.dir.clone()),
-            count: tenants.len(),
-            served,
-            suspended,
-            refused,
+            count: state.served.len() + never_served,
+            served: state.served.len(),
+            suspended: state.suspended,
+            refused: refused_list,
             refusals_total: state.refusals_total,
             changes_applied: state.changes_applied,
             tastes: state.tastes,
             last_apply_ms: state.last_apply_ms,
             checks: 0,
         };
-        self.published
-            .store(Arc::new(Published { status, tenants }));
+        self.published.store(Arc::new(Published {
+            status,
+            served: state.served.clone(),
+            refused: Arc::new(state.refused.clone()),
+            shown,
+        }));
+    }
+}
+
+impl Published {
+    fn view(&self, name: &str) -> TenantView {
+        view_of(
+            &self.shown,
+            name,
+            self.served.get(name).map(|t| &**t),
+            self.refused.get(name),
+        )
     }
 }
 
@@ -394,7 +467,6 @@ pub enum PutError<E> {
     Store(E),
 }
 
-/// [`TenantRegistry::put`] with the lock held and the platform taken out.
 /// What a put does once the document is written.
 #[derive(Clone, Copy, PartialEq)]
 enum Then {
@@ -402,6 +474,7 @@ enum Then {
     Leave,
 }
 
+/// [`TenantRegistry::put`] with the lock held and the platform taken out.
 fn put_locked<W, E>(
     state: &mut State,
     platform: &Platform,
@@ -410,12 +483,18 @@ fn put_locked<W, E>(
     write: impl FnOnce() -> Result<W, E>,
     then: Then,
 ) -> Result<W, PutError<E>> {
-    let file = format!("{}/{name}.toml", shown_dir(&platform.dir));
-    let empty = Record::default();
-    let record = state.records.get(name).unwrap_or(&empty);
-    let candidate = check_alone(platform, record, name, &file, Ok(text.to_string()))
-        .map_err(PutError::Invalid)?;
-    if let Some(reason) = clash(&claims(state), &candidate) {
+    let file = file_name(platform, name);
+    let served = state.served.get(name).cloned();
+    let candidate = check_alone(
+        platform,
+        served.as_deref(),
+        name,
+        &file,
+        Ok(text.to_string()),
+    )
+    .map_err(PutError::Invalid)?;
+    let table = platform.snapshot.tenants().load();
+    if let Some(reason) = clash(platform, &table, &BatchClaims::default(), &candidate) {
         return Err(PutError::Refused(vec![reason]));
     }
     let (mut good, bad) = taste_split(platform, &mut state.tastes, vec![candidate]);
@@ -429,29 +508,33 @@ fn put_locked<W, E>(
     if then == Then::Leave {
         return Ok(written);
     }
-    let record = state.records.entry(name.to_string()).or_default();
-    record.file = file;
-    record.looked_at = Some(fnv1a64(text.as_bytes()));
-    let changes = accept(state, platform, candidate, "admin API");
-    let tenants = platform.snapshot.tenants();
-    tenants.store(Arc::new(tenants.load().with_changes(changes)));
+    let mut swap = Swap::default();
+    accept(state, platform, candidate, "admin API", &mut swap);
+    commit(state, platform, swap);
     Ok(written)
 }
 
-fn view(name: &str, record: &Record) -> TenantView {
-    let served = record.served.as_ref();
+/// One tenant's view from what is served and what was refused.
+fn view_of(
+    shown: &str,
+    name: &str,
+    served: Option<&ServedTenant>,
+    refused: Option<&Refused>,
+) -> TenantView {
     TenantView {
         name: name.to_string(),
-        file: record.file.clone(),
-        state: served
-            .map_or("refused", |s| s.tenant.state.as_str())
-            .to_string(),
-        serial: served.map(|s| s.tenant.serial),
-        version: served.map(|s| s.tenant.version.clone()),
-        names: served.map_or_else(Vec::new, |s| s.tenant.display_names.clone()),
-        own_profile: served.is_some_and(|s| s.tenant.has_own_profile()),
-        served_since: served.map(|s| s.since.clone()),
-        last_refusal: record.refusal.clone(),
+        file: refused.map_or_else(
+            || format!("{shown}/{name}.toml"),
+            |r| r.refusal.file.clone(),
+        ),
+        state: served.map_or("refused", |t| t.state.as_str()).to_string(),
+        serial: served.map(|t| t.serial),
+        version: served.map(ServedTenant::version),
+        names: served.map_or_else(Vec::new, ServedTenant::display_names),
+        own_profile: served.is_some_and(ServedTenant::has_own_profile),
+        served_since: served
+            .map(|t| rfc3339::format_utc(UNIX_EPOCH + Duration::from_secs(t.since))),
+        last_refusal: refused.map(|r| r.refusal.clone()),
     }
 }
 
@@ -461,43 +544,130 @@ fn shown_dir(dir: &Path) -> String {
         .map_or_else(|| "tenants".into(), |n| n.to_string_lossy().into_owned())
 }
 
-/// Every `<name>.toml` in `dir` (hidden files and other extensions ignored), with its text.
-fn scan(dir: &Path) -> BTreeMap<String, (String, Result<String, String>)> {
-    let shown = shown_dir(dir);
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return BTreeMap::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let path = entry.path();
-            let file_name = path.file_name()?.to_str()?.to_string();
-            let name = file_name.strip_suffix(".toml")?.to_string();
-            if name.starts_with('.') || !path.is_file() {
-                return None;
-            }
-            let text = crate::files::read_text_limited(&path, TENANT_FILE_LIMIT)
-                .map_err(|e| format!("{shown}/{file_name}: cannot read: {e}"));
-            Some((name, (format!("{shown}/{file_name}"), text)))
-        })
-        .collect()
+/// How messages name a tenant's document (`tenants/<name>.toml`).
+fn file_name(platform: &Platform, name: &str) -> String {
+    format!("{}/{name}.toml", shown_dir(&platform.dir))
 }
 
-/// The documents whose bytes differ from the ones last looked at, and the removed ones.
-fn changed(
-    records: &BTreeMap<String, Record>,
-    files: BTreeMap<String, (String, Result<String, String>)>,
-) -> Vec<Change> {
-    let removed = records
-        .keys()
-        .filter(|name| !files.contains_key(*name))
-        .map(|name| Change::Removed { name: name.clone() });
-    let mut changes: Vec<Change> = removed.collect();
-    for (name, (file, text)) in files {
-        let hash = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
-        let known = records.get(&name).and_then(|r| r.looked_at);
-        if hash.is_none() || hash != known {
-            changes.push(Change::Written { name, file, text });
+/// The tenant a folder entry is the document of: `<name>.toml`, not hidden.
+pub(super) fn tenant_of(file_name: &str) -> Option<&str> {
+    let name = file_name.strip_suffix(".toml")?;
+    (!name.starts_with('.') && !name.is_empty()).then_some(name)
+}
+
+/// Reads one tenant's document (its text, or why it cannot be read).
+fn read_document(shown: &str, path: &Path, name: &str) -> Result<String, String> {
+    crate::files::read_text_limited(path, TENANT_FILE_LIMIT)
+        .map_err(|e| format!("{shown}/{name}.toml: cannot read: {e}"))
+}
+
+/// A look's change for one file present in the folder, if its bytes differ from the ones
+/// last looked at.
+fn written(state: &State, shown: &str, path: &Path, name: &str) -> Option<Change> {
+    let text = read_document(shown, path, name);
+    let hash = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
+    if hash.is_some() && hash == state.looked_at(name) {
+        return None;
+    }
+    Some(Change::Written {
+        name: name.to_string(),
+        file: format!("{shown}/{name}.toml"),
+        text,
+    })
+}
+
+/// Whether a file was modified (or renamed into place) before `since`, with a second of
+/// slack for coarse file system clocks.
+fn untouched_since(meta: &std::fs::Metadata, since: SystemTime) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let slack = since
+        .checked_sub(Duration::from_secs(1))
+        .unwrap_or(UNIX_EPOCH);
+    let changed = UNIX_EPOCH
+        + Duration::new(
+            u64::try_from(meta.ctime()).unwrap_or(u64::MAX / 4),
+            u32::try_from(meta.ctime_nsec()).unwrap_or(0),
+        );
+    let modified = meta.modified().unwrap_or(SystemTime::now());
+    changed < slack && modified < slack
+}
+
+/// The whole folder: changed documents and removed ones. A folder that cannot be listed
+/// changes nothing (its tenants keep serving; the reason is logged).
+fn look_full(state: &mut State, dir: &Path) -> Vec<Change> {
+    let began = SystemTime::now();
+    let shown = shown_dir(dir);
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::error!(
+                "tenants: cannot list {}: {e}; every tenant keeps serving",
+                dir.display()
+            );
+            return Vec::new();
+        }
+    };
+    let since = state.full_look_began;
+    let mut present: HashSet<String> = HashSet::new();
+    let mut changes = Vec::new();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str().and_then(tenant_of) else {
+            continue;
+        };
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        let meta = match meta.file_type().is_symlink() {
+            true => match std::fs::metadata(entry.path()) {
+                Ok(meta) => meta,
+                Err(_) => continue,
+            },
+            false => meta,
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        present.insert(name.to_string());
+        let unchanged = since.is_some_and(|since| untouched_since(&meta, since));
+        if unchanged && state.knows(name) {
+            continue;
+        }
+        changes.extend(written(state, &shown, &entry.path(), name));
+    }
+    let gone = |name: &str| !present.contains(name);
+    let removed: BTreeSet<String> = state
+        .served
+        .iter()
+        .map(|t| &*t.name)
+        .chain(state.refused.keys().map(String::as_str))
+        .filter(|name| gone(name))
+        .map(str::to_string)
+        .collect();
+    changes.extend(removed.into_iter().map(|name| Change::Removed { name }));
+    state.full_look_began = Some(began);
+    changes
+}
+
+/// These tenants' files only.
+fn look_only(state: &State, dir: &Path, names: &BTreeSet<String>) -> Vec<Change> {
+    let shown = shown_dir(dir);
+    let mut changes = Vec::new();
+    for name in names {
+        let path = dir.join(format!("{name}.toml"));
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => changes.extend(written(state, &shown, &path, name)),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if state.knows(name) {
+                    changes.push(Change::Removed { name: name.clone() });
+                }
+            }
+            Err(e) => changes.push(Change::Written {
+                name: name.clone(),
+                file: format!("{shown}/{name}.toml"),
+                text: Err(format!("{shown}/{name}.toml: cannot read: {e}")),
+            }),
         }
     }
     changes
@@ -509,52 +679,79 @@ fn apply(state: &mut State, changes: Vec<Change>) {
     let Some(platform) = state.platform.take() else {
         return;
     };
-    let mut table_changes = Vec::new();
+    let mut swap = Swap::default();
     let mut candidates = Vec::new();
     for change in changes {
         match change {
             Change::Removed { name } => {
-                if let Some(served) = state.records.remove(&name).and_then(|r| r.served) {
-                    let names = served.tenant.names.iter().cloned();
-                    table_changes.extend(names.map(NameChange::Remove));
-                }
+                remove(state, &name, &mut swap);
                 tracing::info!(
                     "tenant {name}: document removed; its names answer as the platform's"
                 );
             }
             Change::Written { name, file, text } => {
-                let record = state.records.entry(name.clone()).or_default();
-                record.file = file.clone();
-                record.looked_at = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
-                match check_alone(&platform, record, &name, &file, text) {
+                let looked_at = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
+                let served = state.served.get(&name).cloned();
+                match check_alone(&platform, served.as_deref(), &name, &file, text) {
                     Ok(candidate) => candidates.push(candidate),
-                    Err(problems) => refuse(state, &name, &file, problem_lines(problems)),
+                    Err(problems) => {
+                        let reasons = problem_lines(problems);
+                        refuse(state, &name, &file, reasons, looked_at);
+                    }
                 }
             }
         }
     }
-    let candidates = refuse_double_claims(state, candidates);
+    let candidates = refuse_double_claims(state, &platform, &swap, candidates);
     let (good, bad) = taste_split(&platform, &mut state.tastes, candidates);
     for (candidate, reasons) in bad {
-        refuse(state, &candidate.name, &candidate.file, reasons);
+        let looked_at = Some(candidate.tenant.fingerprint);
+        refuse(state, &candidate.name, &candidate.file, reasons, looked_at);
     }
     for candidate in good {
-        table_changes.extend(accept(state, &platform, candidate, "tenant file"));
+        accept(state, &platform, candidate, "tenant file", &mut swap);
     }
-    if !table_changes.is_empty() {
-        let tenants = platform.snapshot.tenants();
-        let table = tenants.load().with_changes(table_changes);
-        tenants.store(Arc::new(table));
-    }
+    commit(state, &platform, swap);
     state.last_apply_ms = started.elapsed().as_secs_f64() * 1000.0;
     state.platform = Some(platform);
+}
+
+/// Swaps in what a batch changed: the name table (one atomic store), then the index.
+fn commit(state: &mut State, platform: &Platform, swap: Swap) {
+    let Swap {
+        names,
+        served,
+        removed,
+    } = swap;
+    if !names.is_empty() {
+        let tenants = platform.snapshot.tenants();
+        let table = tenants.load().with_changes(names);
+        tenants.store(Arc::new(table));
+    }
+    if !served.is_empty() || !removed.is_empty() {
+        state.served = state.served.with_changes(served, removed);
+    }
+}
+
+/// A tenant whose document is gone: its names leave the table, its refusal is forgotten.
+fn remove(state: &mut State, name: &str, swap: &mut Swap) {
+    state.refused.remove(name);
+    let Some(old) = state.served.get(name).cloned() else {
+        return;
+    };
+    swap.names
+        .extend(old.names().map(|(_, wire)| NameChange::Remove(wire.into())));
+    if old.is_suspended() {
+        state.suspended = state.suspended.saturating_sub(1);
+    }
+    swap.removed.push(name.to_string());
 }
 
 /// The in-process checks of one document: its name, its text, against the platform. Every
 /// problem names the file and field (line 0: the document as a whole).
 fn check_alone(
     platform: &Platform,
-    record: &Record,
+    served: Option<&ServedTenant>,
     name: &str,
     file: &str,
     text: Result<String, String>,
@@ -575,11 +772,12 @@ fn check_alone(
         ));
     }
     let parsed = parse(file, &text)?;
-    let serial = next_serial(platform, record, name, &text);
+    let fingerprint = fnv1a64(text.as_bytes());
+    let serial = next_serial(platform, served, name, &text, fingerprint);
     let identity = Identity {
         name,
         serial,
-        version: format!("{:08x}", fnv1a64(text.as_bytes()) as u32),
+        fingerprint,
     };
     let snapshot = &platform.snapshot;
     let Some(policies) = snapshot.policies() else {
@@ -619,20 +817,26 @@ fn name_exists(snapshot: &Snapshot, wire: &[u8]) -> bool {
         .is_some_and(|zone| zone.node(wire).is_some())
 }
 
-/// The serial of `text` for tenant `name`: the newest recorded one's if it is the same
-/// text (a restart), else one above both it and the version served.
-fn next_serial(platform: &Platform, record: &Record, name: &str, text: &str) -> u64 {
-    let served = record.served.as_ref().map_or(0, |s| s.tenant.serial);
-    if record.served.as_ref().is_some_and(|s| s.text == text) {
-        return served;
+/// The serial of `text` for tenant `name`: the served one's if it is the same text, the
+/// newest recorded one's if that is the same text (a restart), else one above both.
+fn next_serial(
+    platform: &Platform,
+    served: Option<&ServedTenant>,
+    name: &str,
+    text: &str,
+    fingerprint: u64,
+) -> u64 {
+    let serving = served.map_or(0, |t| t.serial);
+    if served.is_some_and(|t| t.fingerprint == fingerprint) {
+        return serving;
     }
     let newest = history(platform, name)
         .ok()
         .and_then(|h| h.newest().ok().flatten());
     match newest {
-        Some((meta, recorded)) if recorded == text && meta.serial >= served => meta.serial,
-        Some((meta, _)) => meta.serial.max(served) + 1,
-        None => served + 1,
+        Some((meta, recorded)) if recorded == text && meta.serial >= serving => meta.serial,
+        Some((meta, _)) => meta.serial.max(serving) + 1,
+        None => serving + 1,
     }
 }
 
@@ -641,28 +845,42 @@ fn history(platform: &Platform, name: &str) -> Result<History, String> {
     History::open(&dir, platform.history_keep).map_err(|e| e.to_string())
 }
 
-/// Who claims each name now: the served tenants (name, file).
-fn claims(state: &State) -> BTreeMap<Box<[u8]>, (String, String)> {
-    let mut claims = BTreeMap::new();
-    for (name, record) in &state.records {
-        for wire in record.served.iter().flat_map(|s| s.tenant.names.iter()) {
-            claims.insert(wire.clone(), (name.clone(), record.file.clone()));
-        }
-    }
-    claims
+/// Names claimed earlier in this batch: name → (tenant, file).
+type Claims = BTreeMap<Box<[u8]>, (String, String)>;
+
+/// What a batch has done to the claims so far: names claimed by its earlier candidates, and
+/// names released by the tenants it removes.
+#[derive(Default)]
+struct BatchClaims {
+    claimed: Claims,
+    released: HashSet<Box<[u8]>>,
 }
 
-/// Why `candidate` may not claim its names: one is another tenant's (naming both files).
-fn clash(claims: &BTreeMap<Box<[u8]>, (String, String)>, candidate: &Candidate) -> Option<String> {
-    let (shown, owner, owner_file) = candidate
-        .tenant
-        .names
-        .iter()
-        .zip(&candidate.tenant.display_names)
-        .find_map(|(wire, shown)| {
-            let (owner, file) = claims.get(wire)?;
-            (*owner != candidate.name).then_some((shown, owner, file))
-        })?;
+/// Why `candidate` may not claim its names: one is another tenant's (served and not
+/// released in this batch, or claimed earlier in it), naming both files.
+fn clash(
+    platform: &Platform,
+    table: &TenantTable,
+    batch: &BatchClaims,
+    candidate: &Candidate,
+) -> Option<String> {
+    let shown = candidate.tenant.display_names();
+    let (shown, owner, owner_file) =
+        candidate
+            .tenant
+            .names()
+            .zip(&shown)
+            .find_map(|((_, wire), shown)| {
+                let (owner, file) = match batch.claimed.get(wire) {
+                    Some((owner, file)) => (owner.clone(), file.clone()),
+                    None if batch.released.contains(wire) => return None,
+                    None => {
+                        let owner = table.get(wire)?;
+                        (owner.name.to_string(), file_name(platform, &owner.name))
+                    }
+                };
+                (owner != candidate.name).then_some((shown, owner, file))
+            })?;
     Some(format!(
         "{}: names: {shown:?} is already claimed by tenant {owner} ({owner_file}); two tenants can never claim one name",
         candidate.file
@@ -670,19 +888,37 @@ fn clash(claims: &BTreeMap<Box<[u8]>, (String, String)>, candidate: &Candidate) 
 }
 
 /// Refuses a candidate claiming a name another tenant owns (served, or accepted earlier in
-/// this batch), naming both files.
-fn refuse_double_claims(state: &mut State, candidates: Vec<Candidate>) -> Vec<Candidate> {
-    let mut claims = claims(state);
+/// this batch), naming both files. A tenant removed in this batch claims nothing.
+fn refuse_double_claims(
+    state: &mut State,
+    platform: &Platform,
+    swap: &Swap,
+    candidates: Vec<Candidate>,
+) -> Vec<Candidate> {
+    let table = platform.snapshot.tenants().load();
+    let mut batch = BatchClaims::default();
+    for name in &swap.removed {
+        for (_, wire) in state.served.get(name).iter().flat_map(|t| t.names()) {
+            batch.released.insert(wire.into());
+        }
+    }
     let mut kept = Vec::new();
     for candidate in candidates {
-        match clash(&claims, &candidate) {
-            Some(reason) => refuse(state, &candidate.name, &candidate.file, vec![reason]),
+        match clash(platform, &table, &batch, &candidate) {
+            Some(reason) => {
+                let looked_at = Some(candidate.tenant.fingerprint);
+                refuse(
+                    state,
+                    &candidate.name,
+                    &candidate.file,
+                    vec![reason],
+                    looked_at,
+                );
+            }
             None => {
-                for wire in &candidate.tenant.names {
-                    claims.insert(
-                        wire.clone(),
-                        (candidate.name.clone(), candidate.file.clone()),
-                    );
+                for (_, wire) in candidate.tenant.names() {
+                    let claim = (candidate.name.clone(), candidate.file.clone());
+                    batch.claimed.insert(wire.into(), claim);
                 }
                 kept.push(candidate);
             }
@@ -747,29 +983,35 @@ fn taste_split(
     (good, bad)
 }
 
-fn refuse(state: &mut State, name: &str, file: &str, reasons: Vec<String>) {
+fn refuse(state: &mut State, name: &str, file: &str, reasons: Vec<String>, looked_at: Option<u64>) {
     for reason in &reasons {
         tracing::error!(
             "tenant {name} refused, still serving its last good version (if any): {reason}"
         );
     }
     state.refusals_total += 1;
-    let record = state.records.entry(name.to_string()).or_default();
-    record.file = file.to_string();
-    record.refusal = Some(TenantRefusal {
+    let refusal = TenantRefusal {
         at: rfc3339::format_utc(SystemTime::now()),
         file: file.to_string(),
         reasons,
-    });
+    };
+    state
+        .refused
+        .insert(name.to_string(), Refused { looked_at, refusal });
 }
 
-/// Serves a tasted candidate: records it in its history and returns its table changes.
+fn unix_seconds(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Serves a tasted candidate: records it in its history and adds its changes to `swap`.
 fn accept(
     state: &mut State,
     platform: &Platform,
     candidate: Candidate,
     source: &str,
-) -> Vec<NameChange> {
+    swap: &mut Swap,
+) {
     let Candidate {
         name,
         file,
@@ -785,82 +1027,86 @@ fn accept(
         Ok(_) => {}
         Err(e) => tracing::warn!("tenant {name} serial {serial} served but not recorded: {e}"),
     }
-    let tenant = Arc::new(tenant);
-    let record = state.records.entry(name.clone()).or_default();
-    let old_names: BTreeSet<Box<[u8]>> = record
-        .served
-        .iter()
-        .flat_map(|s| s.tenant.names.iter().cloned())
-        .collect();
-    let mut changes: Vec<NameChange> = old_names
-        .into_iter()
-        .filter(|n| !tenant.names.contains(n))
-        .map(NameChange::Remove)
-        .collect();
-    changes.extend(
-        tenant
-            .names
-            .iter()
-            .map(|n| NameChange::Set(n.clone(), tenant.clone())),
-    );
-    let changed = record.served.as_ref().is_none_or(|s| s.text != text);
-    record.served = Some(Served {
-        tenant,
-        text,
-        since: rfc3339::format_utc(now),
-    });
-    record.refusal = None;
+    let old = state.served.get(&name).cloned();
+    let changed = old
+        .as_ref()
+        .is_none_or(|o| o.fingerprint != tenant.fingerprint);
+    let since = match &old {
+        Some(old) if !changed => old.since,
+        _ => unix_seconds(now),
+    };
+    let tenant = Arc::new(tenant.served_from(since));
+    if let Some(old) = &old {
+        let gone = old
+            .names()
+            .filter(|(_, wire)| !tenant.names().any(|(_, n)| n == *wire));
+        swap.names
+            .extend(gone.map(|(_, wire)| NameChange::Remove(wire.into())));
+        if old.is_suspended() {
+            state.suspended = state.suspended.saturating_sub(1);
+        }
+    }
+    if tenant.is_suspended() {
+        state.suspended += 1;
+    }
+    swap.names.extend(NameChange::all_of(&tenant));
+    state.refused.remove(&name);
     if changed {
         state.changes_applied += 1;
         tracing::info!("tenant {name}: serving serial {serial} ({file})");
     }
-    changes
+    swap.served.push(tenant);
 }
 
-/// After a platform change: tenants with their own profile compiled again against it.
+/// After a platform change: tenants with their own profile compiled again against it (a
+/// plain tenant's compiled form does not depend on the platform's profiles).
 fn recompile_own_profiles(state: &mut State) {
     let Some(platform) = state.platform.take() else {
         return;
     };
-    let mut changes = Vec::new();
+    let own: Vec<Arc<ServedTenant>> = state
+        .served
+        .iter()
+        .filter(|t| t.has_own_profile())
+        .cloned()
+        .collect();
+    let mut swap = Swap::default();
     let mut refusals = Vec::new();
-    for (name, record) in &mut state.records {
-        let Some(served) = &record.served else {
+    for served in own {
+        let Some(text) = served.own_profile_text() else {
             continue;
         };
-        if !served.tenant.has_own_profile() {
-            continue;
-        }
-        let text = served.text.clone();
-        let serial = served.tenant.serial;
-        let file = record.file.clone();
-        match check_alone(&platform, record, name, &file, Ok(text.clone())) {
-            Ok(candidate) if candidate.tenant.serial == serial => {
-                let tenant = Arc::new(candidate.tenant);
-                changes.extend(
-                    tenant
-                        .names
-                        .iter()
-                        .map(|n| NameChange::Set(n.clone(), tenant.clone())),
-                );
-                if let Some(served) = &mut record.served {
-                    served.tenant = tenant;
-                }
+        let file = file_name(&platform, &served.name);
+        let outcome = check_alone(
+            &platform,
+            Some(&served),
+            &served.name,
+            &file,
+            Ok(text.into()),
+        );
+        match outcome {
+            Ok(candidate) if candidate.tenant.serial == served.serial => {
+                let tenant = Arc::new(candidate.tenant.served_from(served.since));
+                swap.names.extend(NameChange::all_of(&tenant));
+                swap.served.push(tenant);
             }
             Ok(_) => {}
-            Err(problems) => refusals.push((name.clone(), file, problem_lines(problems))),
+            Err(problems) => refusals.push((served, file, problem_lines(problems))),
         }
     }
-    for (name, file, reasons) in refusals {
+    for (served, file, reasons) in refusals {
         let reasons = reasons
             .into_iter()
             .map(|r| format!("against the platform now served: {r}"))
             .collect();
-        refuse(state, &name, &file, reasons);
+        refuse(
+            state,
+            &served.name,
+            &file,
+            reasons,
+            Some(served.fingerprint),
+        );
     }
-    if !changes.is_empty() {
-        let tenants = platform.snapshot.tenants();
-        tenants.store(Arc::new(tenants.load().with_changes(changes)));
-    }
+    commit(state, &platform, swap);
     state.platform = Some(platform);
 }

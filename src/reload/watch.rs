@@ -2,10 +2,11 @@
 //! slow poll as a backstop for filesystems and editors that inotify misses. Both only wake the
 //! reloader, which re-reads and compares the bytes; the same content is never tasted twice.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode, Watcher};
@@ -94,18 +95,43 @@ fn watch_loop(reloader: &Reloader, events: &mpsc::Receiver<()>, control_file: &P
     }
 }
 
+/// What the tenants' watcher saw: one tenant's file changed, or something it cannot pin on
+/// one file (an overflow, a watcher error): then the whole folder is looked at.
+enum Seen {
+    Tenant(String),
+    Folder,
+}
+
+/// How long between full looks at the tenants' folder (the backstop for changes inotify
+/// missed): two seconds, plus one per 20,000 tenants, since a full look stats every file.
+fn tenant_backstop(tenants: usize) -> Duration {
+    POLL + Duration::from_secs((tenants / 20_000) as u64)
+}
+
 /// Starts watching the tenants' folder (the one the platform served names) in a background
-/// thread for the life of the process: inotify on the folder, plus the backstop poll. Each
-/// wake-up looks at the folder; only documents whose bytes changed are applied.
+/// thread for the life of the process: inotify on the folder, plus the backstop full look.
+/// A wake-up by the watcher looks at the files it named only, so a change costs the files
+/// changed, not the folder.
 pub fn spawn_tenants(reloader: Arc<Reloader>) -> std::io::Result<()> {
-    let (tx, rx) = mpsc::channel::<()>();
+    let (tx, rx) = mpsc::channel::<Seen>();
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let relevant = match &event {
-            Ok(e) => changes_content(&e.kind),
-            Err(_) => true,
+        let event = match event {
+            Ok(event) if event.need_rescan() => {
+                let _ = tx.send(Seen::Folder);
+                return;
+            }
+            Ok(event) if changes_content(&event.kind) => event,
+            Ok(_) => return,
+            Err(_) => {
+                let _ = tx.send(Seen::Folder);
+                return;
+            }
         };
-        if relevant {
-            let _ = tx.send(());
+        for path in &event.paths {
+            let name = path.file_name().and_then(|n| n.to_str());
+            if let Some(tenant) = name.and_then(super::tenants::tenant_of) {
+                let _ = tx.send(Seen::Tenant(tenant.to_string()));
+            }
         }
     });
     let mut watcher = match watcher {
@@ -119,24 +145,50 @@ pub fn spawn_tenants(reloader: Arc<Reloader>) -> std::io::Result<()> {
         .name("tenant-watch".into())
         .spawn(move || {
             let mut watching: Option<PathBuf> = None;
+            let mut full = true;
+            let mut names = BTreeSet::new();
+            let mut last_full = Instant::now();
             loop {
-                let dir = reloader.tenants().status().dir;
-                if dir != watching {
-                    if let (Some(w), Some(dir)) = (watcher.as_mut(), &dir) {
+                let status = reloader.tenants().status();
+                if status.dir != watching {
+                    if let (Some(w), Some(dir)) = (watcher.as_mut(), &status.dir) {
                         if let Err(e) = w.watch(dir, RecursiveMode::NonRecursive) {
                             tracing::debug!("cannot watch {}: {e}; polling", dir.display());
                         }
                     }
-                    watching = dir;
+                    watching = status.dir;
+                    full = true;
                 }
-                reloader.tenants().check();
-                match rx.recv_timeout(POLL) {
-                    Ok(()) => {
+                if full {
+                    reloader.tenants().check();
+                    last_full = Instant::now();
+                } else if !names.is_empty() {
+                    reloader.tenants().check_names(&names);
+                }
+                full = false;
+                names.clear();
+                let backstop = match watcher {
+                    Some(_) => tenant_backstop(status.served),
+                    None => POLL,
+                };
+                let wait = backstop.saturating_sub(last_full.elapsed());
+                match rx.recv_timeout(wait) {
+                    Ok(seen) => {
                         std::thread::sleep(DEBOUNCE);
-                        while rx.try_recv().is_ok() {}
+                        for seen in std::iter::once(seen).chain(rx.try_iter()) {
+                            match seen {
+                                Seen::Tenant(name) => {
+                                    names.insert(name);
+                                }
+                                Seen::Folder => full = true,
+                            }
+                        }
                     }
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(POLL),
+                    Err(mpsc::RecvTimeoutError::Timeout) => full = true,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        std::thread::sleep(POLL);
+                        full = true;
+                    }
                 }
             }
         })?;

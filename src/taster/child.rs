@@ -229,7 +229,7 @@ fn taste_one_tenant(
     let identity = crate::tenant::Identity {
         name: &tenant.name,
         serial: 0,
-        version: String::new(),
+        fingerprint: 0,
     };
     crate::tenant::parse(&tenant.file, &tenant.text)
         .and_then(|parsed| crate::tenant::compile(&parsed, identity, platform))

@@ -39,28 +39,36 @@ impl PlatformView<'_> {
     }
 }
 
-/// A tenant's own profile, compiled: the platform's policies with it added.
+/// A tenant's own profile, compiled: the platform's policies with it added, and the text it
+/// was compiled from (the registry compiles it again when the platform changes).
 pub struct OwnProfile {
     policies: CompiledPolicies,
     root: PolicyRoot,
+    text: Box<str>,
 }
 
 /// One tenant as served: immutable, shared by every name it owns in the tenant table.
+///
+/// Kept small on purpose: a million of them is the platform's scale, so a plain tenant is
+/// one allocation of this struct plus one for its name and one for its names (no text, no
+/// display strings: those are derived when status asks).
 pub struct ServedTenant {
     /// The tenant's name (its file's stem).
-    pub name: String,
+    pub name: Box<str>,
     /// Its version number (per tenant, counted up by each accepted change).
     pub serial: u64,
-    /// A fingerprint of the document's text (hex), to tell versions apart.
-    pub version: String,
+    /// FNV-1a of the document's bytes: tells versions apart (shown as [`Self::version`]) and
+    /// tells whether a document read again is the one served.
+    pub fingerprint: u64,
+    /// When this version began to be served (seconds since the Unix epoch; 0: not yet).
+    pub since: u64,
     pub state: TenantState,
     /// The TTL its answers carry at most; `None`: the platform's.
     pub ttl: Option<u32>,
-    /// The names it owns, lower-case wire format.
-    pub names: Vec<Box<[u8]>>,
-    /// The same, as written (absolute, lower case).
-    pub display_names: Vec<String>,
-    own: Option<OwnProfile>,
+    /// The names it owns, lower-case wire format, back to back (wire names delimit
+    /// themselves, so a name is found by its offset alone).
+    names: Box<[u8]>,
+    own: Option<Box<OwnProfile>>,
 }
 
 impl ServedTenant {
@@ -92,31 +100,112 @@ impl ServedTenant {
         self.own.is_some()
     }
 
+    /// The document text of a tenant with its own profile (`None` for a plain tenant, whose
+    /// compiled form does not depend on the platform's profiles).
+    pub fn own_profile_text(&self) -> Option<&str> {
+        self.own.as_ref().map(|own| &*own.text)
+    }
+
     pub fn is_suspended(&self) -> bool {
         self.state == TenantState::Suspended
+    }
+
+    /// The version as status shows it: the fingerprint's low 32 bits in hex.
+    pub fn version(&self) -> String {
+        format!("{:08x}", self.fingerprint as u32)
+    }
+
+    /// Its names with their offsets in the back-to-back list, lower-case wire format.
+    pub fn names(&self) -> impl Iterator<Item = (u16, &[u8])> + '_ {
+        let mut at = 0usize;
+        std::iter::from_fn(move || {
+            let rest = self.names.get(at..).filter(|r| !r.is_empty())?;
+            let len = wire_len(rest)?;
+            let offset = u16::try_from(at).ok()?;
+            at += len;
+            Some((offset, &rest[..len]))
+        })
+    }
+
+    /// Whether the name at `offset` is `name` (wire names are prefix-free: a whole wire name
+    /// found at an offset is the name there).
+    #[inline]
+    pub fn name_at_is(&self, offset: u16, name: &[u8]) -> bool {
+        let at = usize::from(offset);
+        self.names.get(at..at + name.len()) == Some(name)
+    }
+
+    /// The name at `offset` (empty past the end).
+    pub fn name_at(&self, offset: u16) -> &[u8] {
+        let rest = self.names.get(usize::from(offset)..).unwrap_or_default();
+        &rest[..wire_len(rest).unwrap_or(0)]
+    }
+
+    /// Its names as written (absolute, lower case).
+    pub fn display_names(&self) -> Vec<String> {
+        self.names().map(|(_, wire)| wire_to_text(wire)).collect()
+    }
+
+    /// This version, served from `since` (seconds since the Unix epoch).
+    pub fn served_from(self, since: u64) -> ServedTenant {
+        ServedTenant { since, ..self }
     }
 
     /// A plain active tenant (tests).
     #[cfg(test)]
     pub(crate) fn for_test(name: &str, serial: u64, names: Vec<Box<[u8]>>) -> ServedTenant {
         ServedTenant {
-            name: name.to_string(),
+            name: name.into(),
             serial,
-            version: String::new(),
+            fingerprint: 0,
+            since: 0,
             state: TenantState::Active,
             ttl: None,
-            display_names: Vec::new(),
-            names,
+            names: names.concat().into_boxed_slice(),
             own: None,
         }
     }
+}
+
+/// The length of the wire name at the start of `wire` (`None`: not a whole name).
+fn wire_len(wire: &[u8]) -> Option<usize> {
+    let mut at = 0usize;
+    loop {
+        let len = usize::from(*wire.get(at)?);
+        at += 1 + len;
+        if len == 0 {
+            return (at <= wire.len()).then_some(at);
+        }
+    }
+}
+
+/// A wire name as text, absolute (`fabrikam.edge.example.net.`).
+fn wire_to_text(wire: &[u8]) -> String {
+    let mut out = String::new();
+    let mut at = 0usize;
+    while let Some(&len) = wire.get(at) {
+        if len == 0 {
+            break;
+        }
+        let label = wire
+            .get(at + 1..at + 1 + usize::from(len))
+            .unwrap_or_default();
+        out.push_str(&String::from_utf8_lossy(label));
+        out.push('.');
+        at += 1 + usize::from(len);
+    }
+    if out.is_empty() {
+        out.push('.');
+    }
+    out
 }
 
 /// Who the tenant is and which version of its document this is.
 pub struct Identity<'a> {
     pub name: &'a str,
     pub serial: u64,
-    pub version: String,
+    /// FNV-1a of the document's bytes.
+    pub fingerprint: u64,
 }
 
 /// Checks `parsed` against `platform` and compiles it. Every problem is returned.
@@ -126,28 +215,36 @@ pub fn compile(
     platform: &PlatformView<'_>,
 ) -> Result<ServedTenant, Vec<TenantProblem>> {
     let mut problems = Vec::new();
-    let (names, display_names) = compile_names(parsed, platform, &mut problems);
+    let names = compile_names(parsed, platform, &mut problems);
     let own = match &parsed.document.profile {
         Some(profile) => compile_own(parsed, identity.name, profile, platform, &mut problems),
         None => None,
     };
+    let names_len: usize = names.iter().map(Vec::len).sum();
+    if names_len > usize::from(u16::MAX) {
+        problems.push(parsed.problem(
+            parsed.document.names.span().start,
+            "names".to_string(),
+            format!("{names_len} bytes of names: a tenant owns at most 65535 (about 2,500 names)"),
+        ));
+    }
     if !problems.is_empty() {
         return Err(problems);
     }
     let document = &parsed.document;
     Ok(ServedTenant {
-        name: identity.name.to_string(),
+        name: identity.name.into(),
         serial: identity.serial,
-        version: identity.version,
+        fingerprint: identity.fingerprint,
+        since: 0,
         state: document
             .state
             .as_ref()
             .map(|s| *s.get_ref())
             .unwrap_or_default(),
         ttl: document.ttl.as_ref().map(|t| *t.get_ref()),
-        names,
-        display_names,
-        own,
+        names: names.concat().into_boxed_slice(),
+        own: own.map(Box::new),
     })
 }
 
@@ -155,10 +252,9 @@ fn compile_names(
     parsed: &Parsed<'_>,
     platform: &PlatformView<'_>,
     problems: &mut Vec<TenantProblem>,
-) -> (Vec<Box<[u8]>>, Vec<String>) {
+) -> Vec<Vec<u8>> {
     let parents = platform.wildcard_parents();
-    let mut names = Vec::new();
-    let mut display = Vec::new();
+    let mut names: Vec<Vec<u8>> = Vec::new();
     for (i, name) in parsed.document.names.get_ref().iter().enumerate() {
         let at = name.span().start;
         let field = format!("names[{i}]");
@@ -190,10 +286,12 @@ fn compile_names(
             ));
             continue;
         }
-        names.push(wire.into_boxed_slice());
-        display.push(parsed_name.to_ascii());
+        if names.contains(&wire) {
+            continue; // the same name twice claims it once
+        }
+        names.push(wire);
     }
-    (names, display)
+    names
 }
 
 fn wildcard_list(policies: &CompiledPolicies) -> String {
@@ -221,6 +319,7 @@ fn compile_own(
     match compile_tenant_profile(platform.policies, platform.profiles, tenant, &config) {
         Ok((policies, id)) => Some(OwnProfile {
             policies,
+            text: parsed.text().into(),
             root: PolicyRoot::Profile {
                 profile: id,
                 ttl_cap: parsed.document.ttl.as_ref().map(|t| *t.get_ref()),

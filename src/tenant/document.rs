@@ -124,6 +124,11 @@ pub struct Parsed<'t> {
 }
 
 impl Parsed<'_> {
+    /// The document's text.
+    pub fn text(&self) -> &str {
+        self.text
+    }
+
     /// A problem about the field whose value starts at byte `at`.
     pub fn problem(
         &self,

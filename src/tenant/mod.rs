@@ -15,4 +15,4 @@ pub mod table;
 
 pub use compile::{compile, Identity, PlatformView, ServedTenant};
 pub use document::{parse, valid_tenant_name, TenantDocument, TenantProblem, TenantState};
-pub use table::{NameChange, TenantTable};
+pub use table::{NameChange, TenantIndex, TenantTable};
