@@ -4,11 +4,13 @@
 #
 #   BIN=target/release/steerdns TENANTS=1000000 ROUNDS=1 benches/tenants_scale.sh
 #
-# Three cases, each started from exec with the same binary, measured the same way:
+# Cases, each started from exec with the same binary, measured the same way:
 #   empty     the example, no tenant documents
 #   zone      the example plus a plain zone big.example with the same TENANTS names (one A each)
 #   tenants   the example plus TENANTS documents tenants/tNNNNNNN.toml, one name each
-#             (tNNNNNNN.edge.example.net, the platform's policy)
+#             (tNNNNNNN.edge.example.net, the platform's policy), read from the folder
+#   cached    the same again, restarted: served from the last-known-good cache the first run
+#             wrote (tenants/.lkg/tenants.bin), the folder looked at in the background
 # For each: ms from exec to the first answer for the last name (benches/first_answer.py: a UDP
 # query every 2 ms, its clock starts at the exec), ms until /v1/status reports every tenant
 # applied (tenants case), and PSS summed over the server's processes (taster child included)
@@ -121,10 +123,11 @@ EOF
 }
 
 declare -A FIRST ALL PSS CHANGE
-measure() { # label dir name-to-ask tenants-to-wait-for
-    local label=$1 dir=$2 name=$3 want=$4 r ms all pss
+measure() { # label dir name-to-ask tenants-to-wait-for [keep-cache]
+    local label=$1 dir=$2 name=$3 want=$4 keep=${5:-} r ms all pss
     for r in $(seq 1 "$ROUNDS"); do
         rm -rf "$dir/steerdns.toml.state" "$dir/tenants/.history"
+        [ -n "$keep" ] || rm -rf "$dir/tenants/.lkg"
         # shellcheck disable=SC2046
         ms=$(python3 "$ROOT/benches/first_answer.py" "$PORT" "$name" "$WORK/pid" "$OUT/serve.$label.$r.log" $(serve "$dir"))
         local rc=$?
@@ -133,7 +136,13 @@ measure() { # label dir name-to-ask tenants-to-wait-for
         all=$(wait_served "$want") || die "$label: tenants not all served"
         sleep 1
         pss=$(pss_mib)
-        if [ "$want" -gt 0 ]; then CHANGE[$label]=$(changes "$dir") || die "$label: changes failed"; fi
+        if [ "$want" -gt 0 ]; then
+            CHANGE[$label]=$(changes "$dir") || die "$label: changes failed"
+            for _ in $(seq 1 1200); do # the cache, for the cached case
+                [ "$(status_field 's["tenants"]["cache_writes"]')" -ge 1 ] 2> /dev/null && break
+                sleep 0.1
+            done
+        fi
         stop_server
         log "$label round $r: first answer $ms ms, every tenant served after $all ms more, PSS $pss MiB, change ${CHANGE[$label]:-–} ms"
         FIRST[$label]=$ms ALL[$label]=$all PSS[$label]=$pss
@@ -143,6 +152,7 @@ measure() { # label dir name-to-ask tenants-to-wait-for
 measure empty "$WORK/empty" fabrikam.edge.example.net 0
 measure zone "$WORK/zone" "$LAST.big.example" 0
 measure tenants "$WORK/tenants" "$LAST.edge.example.net" "$TENANTS"
+measure cached "$WORK/tenants" "$LAST.edge.example.net" "$TENANTS" keep
 measure small "$WORK/small" t0000999.edge.example.net 1000
 
 R=$OUT/tenants_scale.md
@@ -152,9 +162,11 @@ R=$OUT/tenants_scale.md
     printf '| empty example | %s ms | – | %s MiB | – |\n' "${FIRST[empty]}" "${PSS[empty]}"
     printf '| %d names as a plain zone | %s ms | – | %s MiB | – |\n' "$TENANTS" "${FIRST[zone]}" "${PSS[zone]}"
     printf '| %d tenants | %s ms | +%s ms | %s MiB | %s ms |\n' "$TENANTS" "${FIRST[tenants]}" "${ALL[tenants]}" "${PSS[tenants]}" "${CHANGE[tenants]}"
+    printf '| %d tenants, restarted from the cache | %s ms | +%s ms | %s MiB | %s ms |\n' "$TENANTS" "${FIRST[cached]}" "${ALL[cached]}" "${PSS[cached]}" "${CHANGE[cached]}"
     printf '| 1000 tenants | %s ms | +%s ms | %s MiB | %s ms |\n' "${FIRST[small]}" "${ALL[small]}" "${PSS[small]}" "${CHANGE[small]}"
     echo
-    echo "memory per tenant above the empty server: $(python3 -c "print(round((${PSS[tenants]} - ${PSS[empty]}) * 1048576 / $TENANTS))") bytes;" \
+    echo "memory per tenant above the empty server: $(python3 -c "print(round((${PSS[tenants]} - ${PSS[empty]}) * 1048576 / $TENANTS))") bytes read from the folder," \
+        "$(python3 -c "print(round((${PSS[cached]} - ${PSS[empty]}) * 1048576 / $TENANTS))") bytes from the cache;" \
         "one change at $TENANTS vs 1000 tenants: $(python3 -c "print(round(${CHANGE[tenants]} / ${CHANGE[small]}, 2))")x"
     echo "$(date -u +%Y-%m-%dT%H:%MZ), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$R"

@@ -678,6 +678,19 @@ impl Scrape {
             "steerdns_tenant_last_apply_duration_seconds",
             "How long the last batch of tenant changes took, from reading to the swap.",
             t.last_apply_ms / 1000.0,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_tenants_from_cache",
+            "Tenants served from the last-known-good cache at start (0: the cache was not \
+             used; status says why).",
+            t.cache_loaded.unwrap_or(0) as f64,
+        )?;
+        counter(
+            encoder,
+            "steerdns_tenant_cache_writes",
+            "Times the tenants' last-known-good cache was written.",
+            t.cache_writes,
         )
     }
 

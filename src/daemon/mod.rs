@@ -151,9 +151,18 @@ impl Daemon {
                 tracing::error!("control file refused at startup: {reason}");
             }
         }
-        // The tenants' documents, before the first answer: a tenant answers by its
-        // document from the start.
-        reloader.tenants().check();
+        // The tenants, before the first answer: a tenant answers by its document from the
+        // start. From the cache when there is a good one (the folder is then looked at in
+        // the background for what changed while the server was down), else from the folder.
+        match reloader.tenants().load_cache() {
+            Ok(count) => tracing::info!(
+                "tenants: {count} served from the cache; looking at the folder for changes"
+            ),
+            Err(reason) => {
+                tracing::info!("tenants: cache not used ({reason}); reading the folder");
+                reloader.tenants().check();
+            }
+        }
         let supervisor = Supervisor::new().map_err(io("starting the async runtime"))?;
         Ok(Loaded {
             config,

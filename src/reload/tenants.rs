@@ -33,9 +33,10 @@ use crate::policy::ProfileConfig;
 use crate::rfc3339;
 use crate::snapshot::Snapshot;
 use crate::taster::child::{TenantBatch, TenantTaste};
+use crate::tenant::cache::{self, CacheKey};
 use crate::tenant::{
-    compile, parse, valid_tenant_name, Identity, NameChange, PlatformView, ServedTenant,
-    TenantIndex, TenantProblem, TenantTable,
+    compile, parse, platform_key, valid_tenant_name, Identity, NameChange, PlatformView,
+    ServedTenant, TenantIndex, TenantProblem, TenantTable,
 };
 
 /// Largest tenant document.
@@ -93,6 +94,14 @@ pub struct TenantsStatus {
     pub last_apply_ms: f64,
     /// Times the folder was looked at (tests and operators wait for "looked again").
     pub checks: u64,
+    /// Tenants served from the last-known-good cache at start (`None`: it was not used).
+    pub cache_loaded: Option<usize>,
+    /// Why the cache was not used at start (missing, damaged, another binary or platform).
+    pub cache_not_used: Option<String>,
+    /// Times the cache was written (`<dir>/.lkg/tenants.bin`).
+    pub cache_writes: u64,
+    /// Why the last write of the cache failed, if it did.
+    pub cache_error: Option<String>,
 }
 
 /// What readers see, replaced whole after every change (the index shares its shards with
@@ -146,6 +155,16 @@ struct State {
     /// When the last full look at the folder began: a file not modified (nor renamed) since
     /// then is the one already looked at.
     full_look_began: Option<SystemTime>,
+    /// Tenants whose file the next full look reads even if untouched (the cache's refused
+    /// ones, and own-profile ones that did not compile from it).
+    must_read: HashSet<String>,
+    /// Counts every change to what is served or refused; the cache holds `saved`.
+    generation: u64,
+    saved: Option<(u64, Instant)>,
+    cache_loaded: Option<usize>,
+    cache_not_used: Option<String>,
+    cache_writes: u64,
+    cache_error: Option<String>,
 }
 
 impl State {
@@ -161,6 +180,40 @@ impl State {
     fn knows(&self, name: &str) -> bool {
         self.refused.contains_key(name) || self.served.get(name).is_some()
     }
+}
+
+/// What the cache of a registry is written from, taken under the lock, written outside it.
+struct CacheCopy {
+    path: PathBuf,
+    key: CacheKey,
+    served: TenantIndex,
+    refused: Vec<String>,
+    until: SystemTime,
+    generation: u64,
+}
+
+/// Where the tenants' cache lives: beside their history, in the folder (hidden from looks).
+fn cache_path(dir: &Path) -> PathBuf {
+    dir.join(".lkg").join("tenants.bin")
+}
+
+fn cache_key(platform: &Platform) -> Option<CacheKey> {
+    let policies = platform.snapshot.policies()?;
+    Some(CacheKey {
+        binary: concat!("steerdns ", env!("CARGO_PKG_VERSION")).to_string(),
+        platform: platform_key(policies),
+    })
+}
+
+fn nanos(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// How long a changed registry waits before its cache is written again: five seconds, plus
+/// one per 50,000 tenants (a write costs every tenant).
+fn cache_interval(tenants: usize) -> Duration {
+    Duration::from_secs(5 + (tenants / 50_000) as u64)
 }
 
 /// A document that changed since it was last looked at.
@@ -388,6 +441,77 @@ impl TenantRegistry {
         Ok(removed)
     }
 
+    /// Serves every tenant of the cache (`<folder>/.lkg/tenants.bin`) at once, without reading
+    /// a document: the folder is looked at afterwards ([`TenantRegistry::check`]) and only
+    /// files modified since the cache was consistent are read. Returns how many tenants it
+    /// served, or why it was not used (then nothing was served from it).
+    pub fn load_cache(&self) -> Result<usize, String> {
+        let mut state = self.lock();
+        let Some(platform) = state.platform.take() else {
+            return Err("tenants are off".into());
+        };
+        let outcome = load_cache_locked(&mut state, &platform);
+        state.platform = Some(platform);
+        match &outcome {
+            Ok(count) => {
+                // What was loaded is what the cache holds: nothing to write back.
+                state.saved = Some((state.generation, Instant::now()));
+                state.cache_loaded = Some(*count);
+            }
+            Err(reason) => state.cache_not_used = Some(reason.clone()),
+        }
+        self.publish(&state);
+        outcome
+    }
+
+    /// Writes the cache if what is served changed since it was last written and the
+    /// interval has passed (or `now` is set). The copy is taken under the lock; the bytes are
+    /// built and written outside it, atomically (a crash leaves the old cache or the new).
+    /// Returns the tenants written, `None` when there was nothing to write.
+    pub fn save_cache(&self, now: bool) -> Result<Option<usize>, String> {
+        let copy = {
+            let state = self.lock();
+            let Some(platform) = &state.platform else {
+                return Ok(None);
+            };
+            let (Some(until), Some(key)) = (state.full_look_began, cache_key(platform)) else {
+                return Ok(None); // no full look yet: nothing it could promise
+            };
+            let due = match state.saved {
+                Some((generation, _)) if generation == state.generation => false,
+                Some((_, at)) => now || at.elapsed() >= cache_interval(state.served.len()),
+                None => true,
+            };
+            if !due {
+                return Ok(None);
+            }
+            CacheCopy {
+                path: cache_path(&platform.dir),
+                key,
+                served: state.served.clone(),
+                refused: state.refused.keys().cloned().collect(),
+                until,
+                generation: state.generation,
+            }
+        };
+        let written = write_cache(&copy);
+        let mut state = self.lock();
+        match &written {
+            Ok(()) => {
+                state.saved = Some((copy.generation, Instant::now()));
+                state.cache_writes += 1;
+                state.cache_error = None;
+            }
+            Err(e) => {
+                // Tried again at the next interval, not at every look.
+                state.saved = Some((state.saved.map_or(0, |s| s.0), Instant::now()));
+                state.cache_error = Some(e.clone());
+            }
+        }
+        self.publish(&state);
+        written.map(|()| Some(copy.served.len()))
+    }
+
     /// The tenants' folder, if tenants are on (a fleet node mirrors etcd's tenants into it).
     pub fn folder(&self) -> Option<PathBuf> {
         self.lock().platform.as_ref().map(|p| p.dir.clone())
@@ -429,6 +553,10 @@ impl TenantRegistry {
             tastes: state.tastes,
             last_apply_ms: state.last_apply_ms,
             checks: 0,
+            cache_loaded: state.cache_loaded,
+            cache_not_used: state.cache_not_used.clone(),
+            cache_writes: state.cache_writes,
+            cache_error: state.cache_error.clone(),
         };
         self.published.store(Arc::new(Published {
             status,
@@ -448,6 +576,22 @@ impl Published {
             self.refused.get(name),
         )
     }
+}
+
+/// Encodes and writes the cache copy, atomically.
+fn write_cache(copy: &CacheCopy) -> Result<(), String> {
+    let bytes = cache::encode(
+        &copy.key,
+        nanos(copy.until),
+        copy.served.iter().map(|t| &**t),
+        copy.refused.iter().map(String::as_str),
+    );
+    if let Some(parent) = copy.path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("{}: cannot create: {e}", parent.display()))?;
+    }
+    crate::files::replace_file(&copy.path, &bytes)
+        .map_err(|e| format!("{}: cannot write: {e}", copy.path.display()))
 }
 
 /// Why an API write of a tenant was not served.
@@ -630,7 +774,7 @@ fn look_full(state: &mut State, dir: &Path) -> Vec<Change> {
         }
         present.insert(name.to_string());
         let unchanged = since.is_some_and(|since| untouched_since(&meta, since));
-        if unchanged && state.knows(name) {
+        if unchanged && state.knows(name) && !state.must_read.contains(name) {
             continue;
         }
         changes.extend(written(state, &shown, &entry.path(), name));
@@ -646,6 +790,7 @@ fn look_full(state: &mut State, dir: &Path) -> Vec<Change> {
         .collect();
     changes.extend(removed.into_iter().map(|name| Change::Removed { name }));
     state.full_look_began = Some(began);
+    state.must_read.clear();
     changes
 }
 
@@ -671,6 +816,53 @@ fn look_only(state: &State, dir: &Path, names: &BTreeSet<String>) -> Vec<Change>
         }
     }
     changes
+}
+
+/// [`TenantRegistry::load_cache`] with the lock held and the platform taken out.
+fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, String> {
+    let path = cache_path(&platform.dir);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("{}: none yet", path.display()))
+        }
+        Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
+    };
+    let key = cache_key(platform).ok_or("the platform steers no names")?;
+    let cached = cache::decode(&bytes, &key).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !state.served.is_empty() || !state.refused.is_empty() {
+        return Err("tenants are already served".into());
+    }
+    let mut swap = Swap::default();
+    for tenant in cached.plain {
+        let tenant = Arc::new(tenant);
+        if tenant.is_suspended() {
+            state.suspended += 1;
+        }
+        swap.names.extend(NameChange::all_of(&tenant));
+        swap.served.push(tenant);
+    }
+    for own in cached.own {
+        let file = file_name(platform, &own.name);
+        match check_alone(platform, None, &own.name, &file, Ok(own.text)) {
+            Ok(candidate) => {
+                let tenant = Arc::new(candidate.tenant.served_from(own.since));
+                if tenant.is_suspended() {
+                    state.suspended += 1;
+                }
+                swap.names.extend(NameChange::all_of(&tenant));
+                swap.served.push(tenant);
+            }
+            Err(_) => {
+                state.must_read.insert(own.name);
+            }
+        }
+    }
+    let count = swap.served.len();
+    state.must_read.extend(cached.reread);
+    state.full_look_began = Some(UNIX_EPOCH + Duration::from_nanos(cached.looked_at_until));
+    commit(state, platform, swap);
+    Ok(count)
 }
 
 /// Applies one batch of changes: checks, tastes, numbers, swaps the table once.
@@ -730,6 +922,7 @@ fn commit(state: &mut State, platform: &Platform, swap: Swap) {
     }
     if !served.is_empty() || !removed.is_empty() {
         state.served = state.served.with_changes(served, removed);
+        state.generation += 1;
     }
 }
 
@@ -990,6 +1183,7 @@ fn refuse(state: &mut State, name: &str, file: &str, reasons: Vec<String>, looke
         );
     }
     state.refusals_total += 1;
+    state.generation += 1;
     let refusal = TenantRefusal {
         at: rfc3339::format_utc(SystemTime::now()),
         file: file.to_string(),

@@ -167,6 +167,11 @@ pub fn spawn_tenants(reloader: Arc<Reloader>) -> std::io::Result<()> {
                 }
                 full = false;
                 names.clear();
+                match reloader.tenants().save_cache(false) {
+                    Ok(Some(count)) => tracing::debug!("tenants: cache written ({count} tenants)"),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("tenants: cache not written: {e}"),
+                }
                 let backstop = match watcher {
                     Some(_) => tenant_backstop(status.served),
                     None => POLL,

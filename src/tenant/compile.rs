@@ -39,6 +39,20 @@ impl PlatformView<'_> {
     }
 }
 
+/// A fingerprint of what a plain tenant is compiled against: the platform's steered
+/// wildcards (a tenant's names must sit one label below one of them). The tenants' cache is
+/// keyed by it.
+pub fn platform_key(policies: &CompiledPolicies) -> u64 {
+    let view = PlatformView {
+        policies,
+        profiles: &BTreeMap::new(),
+        exists: &|_| false,
+    };
+    let mut parents = view.wildcard_parents();
+    parents.sort();
+    crate::hash::fnv1a64(&parents.concat())
+}
+
 /// A tenant's own profile, compiled: the platform's policies with it added, and the text it
 /// was compiled from (the registry compiles it again when the platform changes).
 pub struct OwnProfile {
@@ -151,6 +165,35 @@ impl ServedTenant {
         ServedTenant { since, ..self }
     }
 
+    /// Its names back to back, lower-case wire format (what the cache keeps).
+    pub fn names_wire(&self) -> &[u8] {
+        &self.names
+    }
+
+    /// A plain tenant (the platform's policy, no profile of its own) from its parts, as the
+    /// cache keeps them; `None` when `names` is not a list of whole wire names of at most
+    /// 65535 bytes.
+    pub fn plain(parts: PlainParts) -> Option<ServedTenant> {
+        let names = parts.names;
+        if names.is_empty() || names.len() > usize::from(u16::MAX) {
+            return None;
+        }
+        let mut at = 0usize;
+        while at < names.len() {
+            at += wire_len(names.get(at..)?)?;
+        }
+        Some(ServedTenant {
+            name: parts.name,
+            serial: parts.serial,
+            fingerprint: parts.fingerprint,
+            since: parts.since,
+            state: parts.state,
+            ttl: parts.ttl,
+            names,
+            own: None,
+        })
+    }
+
     /// A plain active tenant (tests).
     #[cfg(test)]
     pub(crate) fn for_test(name: &str, serial: u64, names: Vec<Box<[u8]>>) -> ServedTenant {
@@ -165,6 +208,17 @@ impl ServedTenant {
             own: None,
         }
     }
+}
+
+/// A plain tenant's parts (see [`ServedTenant::plain`]).
+pub struct PlainParts {
+    pub name: Box<str>,
+    pub serial: u64,
+    pub fingerprint: u64,
+    pub since: u64,
+    pub state: TenantState,
+    pub ttl: Option<u32>,
+    pub names: Box<[u8]>,
 }
 
 /// The length of the wire name at the start of `wire` (`None`: not a whole name).

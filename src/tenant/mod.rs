@@ -9,10 +9,11 @@
 //! reads ([`table`]). Pure: no files, sockets or clocks; the reloader reads the folder,
 //! tastes, numbers and swaps.
 
+pub mod cache;
 pub mod compile;
 pub mod document;
 pub mod table;
 
-pub use compile::{compile, Identity, PlatformView, ServedTenant};
+pub use compile::{compile, platform_key, Identity, PlainParts, PlatformView, ServedTenant};
 pub use document::{parse, valid_tenant_name, TenantDocument, TenantProblem, TenantState};
 pub use table::{NameChange, TenantIndex, TenantTable};

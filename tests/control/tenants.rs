@@ -803,3 +803,92 @@ fn tenant_put_without_a_server_writes_the_folder() {
     let mut resolver = Resolver::new(server.dns);
     assert_eq!(answer(&mut resolver, &owned("solo")).0, 144);
 }
+
+/// Waits until `name` answers with TTL `ttl`.
+fn wait_ttl(resolver: &mut Resolver, server: &Daemon, name: &str, ttl: u32) {
+    let deadline = Instant::now() + APPLY_WAIT;
+    loop {
+        let (got, _) = answer(resolver, name);
+        if got == ttl {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: TTL {got}, not {ttl}, within {APPLY_WAIT:?}\nlog:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Issue 30 (cold start) and 32: a restart serves every tenant from the last-known-good cache
+/// (`tenants/.lkg/tenants.bin`) before it reads a document, then picks up what changed while
+/// it was down (a document edited, one removed); a damaged cache is refused whole, status
+/// says why, and the folder is read as before.
+#[test]
+fn a_restart_serves_tenants_from_the_cache_then_what_changed_while_it_was_down() {
+    const N: usize = 300;
+    let setup = setup_with_tenants("tenants-cache", N, 100);
+    let server = setup.start();
+    let status = tenant_status(&server);
+    assert!(status["cache_loaded"].is_null(), "{status:#}");
+    let not_used = status["cache_not_used"].as_str().unwrap_or_default();
+    assert!(not_used.contains("none yet"), "{status:#}");
+    wait_tenants(&server, "the cache written", |s| {
+        count(s, "cache_writes") >= 1
+    });
+    server.stop();
+
+    write_tenant(&setup, "t0007", &plain("t0007", 222));
+    std::fs::remove_file(tenants_dir(&setup).join("t0008.toml")).expect("remove t0008");
+    let server = setup.start();
+    let status = tenant_status(&server);
+    assert_eq!(
+        status["cache_loaded"].as_u64(),
+        Some(N as u64),
+        "{status:#}"
+    );
+    assert!(
+        server
+            .log()
+            .contains(&format!("tenants: {N} served from the cache")),
+        "{}",
+        server.log()
+    );
+    wait_tenants(&server, "the removal made while down", |s| {
+        count(s, "served") == N as u64 - 1
+    });
+    let mut resolver = Resolver::new(server.dns);
+    wait_ttl(&mut resolver, &server, &owned("t0007"), 222);
+    assert_eq!(answer(&mut resolver, &owned("t0100")).0, 100);
+    assert_eq!(
+        answer(&mut resolver, &owned("t0008")).0,
+        300,
+        "the wildcard's TTL"
+    );
+    assert_eq!(show(&server, "t0007")["serial"].as_u64(), Some(2));
+    assert_eq!(
+        metric(&server, "steerdns_tenants_from_cache", &[]),
+        N as f64
+    );
+    wait_tenants(&server, "the cache written again", |s| {
+        count(s, "cache_writes") >= 1
+    });
+    server.stop();
+
+    let cache = tenants_dir(&setup).join(".lkg").join("tenants.bin");
+    let mut bytes = std::fs::read(&cache).expect("the cache exists");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&cache, bytes).expect("damage the cache");
+    let server = setup.start();
+    let status = tenant_status(&server);
+    assert!(status["cache_loaded"].is_null(), "{status:#}");
+    let not_used = status["cache_not_used"].as_str().unwrap_or_default();
+    assert!(not_used.contains("checksum"), "{status:#}");
+    assert_eq!(count(&status, "served"), N as u64 - 1, "{status:#}");
+    assert_eq!(
+        answer(&mut Resolver::new(server.dns), &owned("t0007")).0,
+        222
+    );
+}
