@@ -122,7 +122,7 @@ fn tenant_line(tenant: &crate::tenant::ServedTenant) -> String {
     };
     format!(
         "tenant {} serial {} version {} ({answers}); ",
-        tenant.name,
+        tenant.name(),
         tenant.serial,
         tenant.version()
     )

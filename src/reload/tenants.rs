@@ -142,7 +142,7 @@ struct Refused {
 
 #[derive(Default)]
 struct State {
-    platform: Option<Platform>,
+    platform: Option<Arc<Platform>>,
     /// Served tenants by name: the same values the name table holds.
     served: TenantIndex,
     /// Tenants whose newest document is refused, with what was refused.
@@ -150,7 +150,6 @@ struct State {
     suspended: usize,
     refusals_total: u64,
     changes_applied: u64,
-    tastes: u64,
     last_apply_ms: f64,
     /// When the last full look at the folder began: a file not modified (nor renamed) since
     /// then is the one already looked at.
@@ -234,6 +233,8 @@ struct Candidate {
     file: String,
     text: String,
     tenant: ServedTenant,
+    /// Which queued put it is (0 for a document of the folder).
+    ticket: u64,
 }
 
 /// The tenants' registry: owns their state, applies changes, publishes status.
@@ -242,6 +243,10 @@ pub struct TenantRegistry {
     state: Mutex<State>,
     published: ArcSwap<Published>,
     checks: AtomicU64,
+    /// Taster runs for tenant batches (a split batch counts each half).
+    tastes: AtomicU64,
+    /// Puts waiting for the taster, tasted together.
+    combiner: Combiner,
 }
 
 /// Which files a look reads.
@@ -271,13 +276,14 @@ impl TenantRegistry {
     pub fn status(&self) -> TenantsStatus {
         let mut status = self.published.load().status.clone();
         status.checks = self.checks.load(Ordering::Relaxed);
+        status.tastes = self.tastes.load(Ordering::Relaxed);
         status
     }
 
     /// Every tenant, by name.
     pub fn list(&self) -> Vec<TenantView> {
         let published = self.published.load();
-        let mut names: BTreeSet<&str> = published.served.iter().map(|t| &*t.name).collect();
+        let mut names: BTreeSet<&str> = published.served.iter().map(|t| t.name()).collect();
         names.extend(published.refused.keys().map(String::as_str));
         names.into_iter().map(|name| published.view(name)).collect()
     }
@@ -312,7 +318,7 @@ impl TenantRegistry {
         if state.platform.as_ref().is_some_and(|p| p.dir != dir) {
             state.full_look_began = None; // another folder: every file is new to us
         }
-        state.platform = Some(Platform {
+        state.platform = Some(Arc::new(Platform {
             snapshot,
             profiles: config.profiles.clone(),
             dir,
@@ -326,7 +332,7 @@ impl TenantRegistry {
                 _ => None,
             },
             control,
-        });
+        }));
         recompile_own_profiles(&mut state);
         self.publish(&state);
     }
@@ -344,17 +350,38 @@ impl TenantRegistry {
         self.look(Look::Only(names))
     }
 
+    /// Reads the folder without the lock (a full look at a million files takes a while; puts
+    /// go on meanwhile), then applies under it what still differs from what is served.
     fn look(&self, look: Look<'_>) -> usize {
-        let mut state = self.lock();
-        let dir = state.platform.as_ref().map(|p| p.dir.clone());
-        let changes = match (dir, look) {
-            (Some(dir), Look::Full) => look_full(&mut state, &dir),
-            (Some(dir), Look::Only(names)) => look_only(&state, &dir, names),
-            (None, _) => Vec::new(),
+        let (dir, known) = {
+            let state = self.lock();
+            let dir = state.platform.as_ref().map(|p| p.dir.clone());
+            (dir, Known::of(&state))
         };
+        let began = SystemTime::now();
+        let (changes, full) = match (&dir, look) {
+            (Some(dir), Look::Full) => match look_full(&known, dir) {
+                Some(changes) => (changes, true),
+                None => (Vec::new(), false),
+            },
+            (Some(dir), Look::Only(names)) => (look_only(&known, dir, names), false),
+            (None, _) => (Vec::new(), false),
+        };
+        let mut state = self.lock();
+        let same_dir = state.platform.as_ref().map(|p| &p.dir) == dir.as_ref();
+        let changes = match same_dir {
+            true => still_changed(&state, dir.as_deref(), changes),
+            false => Vec::new(),
+        };
+        if full && same_dir {
+            state.full_look_began = Some(began);
+            state
+                .must_read
+                .retain(|name| !known.must_read.contains(name));
+        }
         let count = changes.len();
         if count > 0 {
-            apply(&mut state, changes);
+            apply(&mut state, &self.tastes, changes);
             self.publish(&state);
         }
         // Counted after publishing: a reader that sees N checks sees what the N-th did.
@@ -395,19 +422,32 @@ impl TenantRegistry {
         write: impl FnOnce() -> Result<W, E>,
         then: Then,
     ) -> Result<(W, TenantView), PutError<E>> {
-        let mut state = self.lock();
         let started = Instant::now();
-        let Some(platform) = state.platform.take() else {
-            return Err(PutError::Off);
+        let (mut state, outcome) = match self.prepare(name, text)? {
+            // Checked and tasted without the lock; written and served under it.
+            Some((state, platform, candidate)) => {
+                self.finish(state, &platform, candidate, write, then)
+            }
+            // What it was checked against changed meanwhile, twice: all of it under the lock.
+            None => {
+                let mut state = self.lock();
+                let Some(platform) = state.platform.clone() else {
+                    return Err(PutError::Off);
+                };
+                let outcome =
+                    put_locked(&mut state, &self.tastes, &platform, name, text, write, then);
+                (state, outcome)
+            }
         };
-        let outcome = put_locked(&mut state, &platform, name, text, write, then);
-        let shown = shown_dir(&platform.dir);
-        state.platform = Some(platform);
         if outcome.is_ok() {
             state.last_apply_ms = started.elapsed().as_secs_f64() * 1000.0;
             self.publish(&state);
         }
         let written = outcome?;
+        let shown = state
+            .platform
+            .as_ref()
+            .map_or_else(|| "tenants".to_string(), |p| shown_dir(&p.dir));
         let view = view_of(
             &shown,
             name,
@@ -415,6 +455,79 @@ impl TenantRegistry {
             state.refused.get(name),
         );
         Ok((written, view))
+    }
+
+    /// Checks a put's document against the platform and tastes it with the puts that
+    /// arrive meanwhile (one taster run for all of them), without holding the lock; returns
+    /// the lock again with the tasted candidate when nothing it was checked against changed
+    /// in between, `None` when that happened twice.
+    #[allow(clippy::type_complexity)]
+    fn prepare<E>(
+        &self,
+        name: &str,
+        text: &str,
+    ) -> Result<Option<(MutexGuard<'_, State>, Arc<Platform>, Candidate)>, PutError<E>> {
+        for _ in 0..2 {
+            let (platform, served) = {
+                let state = self.lock();
+                let Some(platform) = state.platform.clone() else {
+                    return Err(PutError::Off);
+                };
+                (platform, state.served.get(name).cloned())
+            };
+            let file = file_name(&platform, name);
+            let candidate = check_alone(
+                &platform,
+                served.as_deref(),
+                name,
+                &file,
+                Ok(text.to_string()),
+            )
+            .map_err(PutError::Invalid)?;
+            let candidate = self
+                .combiner
+                .taste(&platform, &self.tastes, candidate)
+                .map_err(PutError::Refused)?;
+            let state = self.lock();
+            let same_platform = state
+                .platform
+                .as_ref()
+                .is_some_and(|p| Arc::ptr_eq(p, &platform));
+            let same_served = match (state.served.get(name), &served) {
+                (Some(now), Some(then)) => Arc::ptr_eq(now, then),
+                (None, None) => true,
+                _ => false,
+            };
+            if same_platform && same_served {
+                return Ok(Some((state, platform, candidate)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A tasted put, under the lock: no name claimed twice, written, served.
+    fn finish<'s, W, E>(
+        &'s self,
+        mut state: MutexGuard<'s, State>,
+        platform: &Platform,
+        candidate: Candidate,
+        write: impl FnOnce() -> Result<W, E>,
+        then: Then,
+    ) -> (MutexGuard<'s, State>, Result<W, PutError<E>>) {
+        let table = platform.snapshot.tenants().load();
+        if let Some(reason) = clash(platform, &table, &BatchClaims::default(), &candidate) {
+            return (state, Err(PutError::Refused(vec![reason])));
+        }
+        let written = match write() {
+            Ok(written) => written,
+            Err(e) => return (state, Err(PutError::Store(e))),
+        };
+        if then == Then::Serve {
+            let mut swap = Swap::default();
+            accept(&mut state, platform, candidate, "admin API", &mut swap);
+            commit(&mut state, platform, swap);
+        }
+        (state, Ok(written))
     }
 
     /// A tenant document removed through the API: `remove` (the store's compare-and-delete)
@@ -432,6 +545,7 @@ impl TenantRegistry {
         if state.knows(name) {
             apply(
                 &mut state,
+                &self.tastes,
                 vec![Change::Removed {
                     name: name.to_string(),
                 }],
@@ -550,7 +664,7 @@ impl TenantRegistry {
             refused: refused_list,
             refusals_total: state.refusals_total,
             changes_applied: state.changes_applied,
-            tastes: state.tastes,
+            tastes: self.tastes.load(Ordering::Relaxed),
             last_apply_ms: state.last_apply_ms,
             checks: 0,
             cache_loaded: state.cache_loaded,
@@ -576,6 +690,100 @@ impl Published {
             self.refused.get(name),
         )
     }
+}
+
+/// Puts waiting for the taster, tasted together: the first to arrive while no taste is
+/// running tastes every put queued (one taster run, split only if refused), then the ones
+/// queued meanwhile, until none is left; the others wait for their verdict. A thousand
+/// concurrent puts cost a few taster runs, not a thousand.
+#[derive(Default)]
+struct Combiner {
+    queue: Mutex<Queue>,
+    tasted: std::sync::Condvar,
+}
+
+type Verdict = Result<Candidate, Vec<String>>;
+
+#[derive(Default)]
+struct Queue {
+    pending: Vec<(u64, Arc<Platform>, Candidate)>,
+    tasting: bool,
+    next_ticket: u64,
+    verdicts: std::collections::HashMap<u64, Verdict>,
+}
+
+impl Combiner {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn taste(&self, platform: &Arc<Platform>, tastes: &AtomicU64, candidate: Candidate) -> Verdict {
+        let mut queue = self.lock();
+        let ticket = queue.next_ticket;
+        queue.next_ticket += 1;
+        queue.pending.push((ticket, platform.clone(), candidate));
+        loop {
+            if let Some(verdict) = queue.verdicts.remove(&ticket) {
+                return verdict;
+            }
+            if queue.tasting {
+                queue = self.tasted.wait(queue).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            queue.tasting = true;
+            while !queue.pending.is_empty() {
+                let batch = std::mem::take(&mut queue.pending);
+                drop(queue);
+                let verdicts = taste_batch(batch, tastes);
+                queue = self.lock();
+                queue.verdicts.extend(verdicts);
+                self.tasted.notify_all();
+            }
+            queue.tasting = false;
+            self.tasted.notify_all();
+        }
+    }
+}
+
+/// One batch of queued puts tasted, by platform (almost always one); a taste that panics
+/// refuses its batch rather than leaving its waiters waiting.
+fn taste_batch(
+    batch: Vec<(u64, Arc<Platform>, Candidate)>,
+    tastes: &AtomicU64,
+) -> Vec<(u64, Verdict)> {
+    let mut groups: Vec<(Arc<Platform>, Vec<Candidate>)> = Vec::new();
+    for (ticket, platform, candidate) in batch {
+        let candidate = Candidate {
+            ticket,
+            ..candidate
+        };
+        match groups.iter_mut().find(|(p, _)| Arc::ptr_eq(p, &platform)) {
+            Some((_, group)) => group.push(candidate),
+            None => groups.push((platform, vec![candidate])),
+        }
+    }
+    let mut verdicts = Vec::new();
+    for (platform, group) in groups {
+        let tickets: Vec<u64> = group.iter().map(|c| c.ticket).collect();
+        let tasted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            taste_split(&platform, tastes, group)
+        }));
+        match tasted {
+            Ok((good, bad)) => {
+                verdicts.extend(good.into_iter().map(|c| (c.ticket, Ok(c))));
+                verdicts.extend(bad.into_iter().map(|(c, reasons)| (c.ticket, Err(reasons))));
+            }
+            Err(_) => verdicts.extend(tickets.into_iter().map(|t| {
+                (
+                    t,
+                    Err(vec![
+                        "taster: the taste failed inside the server".to_string()
+                    ]),
+                )
+            })),
+        }
+    }
+    verdicts
 }
 
 /// Encodes and writes the cache copy, atomically.
@@ -621,6 +829,7 @@ enum Then {
 /// [`TenantRegistry::put`] with the lock held and the platform taken out.
 fn put_locked<W, E>(
     state: &mut State,
+    tastes: &AtomicU64,
     platform: &Platform,
     name: &str,
     text: &str,
@@ -641,7 +850,7 @@ fn put_locked<W, E>(
     if let Some(reason) = clash(platform, &table, &BatchClaims::default(), &candidate) {
         return Err(PutError::Refused(vec![reason]));
     }
-    let (mut good, bad) = taste_split(platform, &mut state.tastes, vec![candidate]);
+    let (mut good, bad) = taste_split(platform, tastes, vec![candidate]);
     if let Some((_, reasons)) = bad.into_iter().next() {
         return Err(PutError::Refused(reasons));
     }
@@ -677,7 +886,7 @@ fn view_of(
         names: served.map_or_else(Vec::new, ServedTenant::display_names),
         own_profile: served.is_some_and(ServedTenant::has_own_profile),
         served_since: served
-            .map(|t| rfc3339::format_utc(UNIX_EPOCH + Duration::from_secs(t.since))),
+            .map(|t| rfc3339::format_utc(UNIX_EPOCH + Duration::from_secs(u64::from(t.since)))),
         last_refusal: refused.map(|r| r.refusal.clone()),
     }
 }
@@ -707,10 +916,10 @@ fn read_document(shown: &str, path: &Path, name: &str) -> Result<String, String>
 
 /// A look's change for one file present in the folder, if its bytes differ from the ones
 /// last looked at.
-fn written(state: &State, shown: &str, path: &Path, name: &str) -> Option<Change> {
+fn written(known: &Known, shown: &str, path: &Path, name: &str) -> Option<Change> {
     let text = read_document(shown, path, name);
     let hash = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
-    if hash.is_some() && hash == state.looked_at(name) {
+    if hash.is_some() && hash == known.looked_at(name) {
         return None;
     }
     Some(Change::Written {
@@ -736,10 +945,65 @@ fn untouched_since(meta: &std::fs::Metadata, since: SystemTime) -> bool {
     changed < slack && modified < slack
 }
 
+/// What a look compares the folder with: copied under the lock (the index shares its
+/// shards), so that the folder is read without it.
+struct Known {
+    served: TenantIndex,
+    refused: std::collections::HashMap<String, Option<u64>>,
+    must_read: HashSet<String>,
+    since: Option<SystemTime>,
+}
+
+impl Known {
+    fn of(state: &State) -> Known {
+        Known {
+            served: state.served.clone(),
+            refused: state
+                .refused
+                .iter()
+                .map(|(name, r)| (name.clone(), r.looked_at))
+                .collect(),
+            must_read: state.must_read.clone(),
+            since: state.full_look_began,
+        }
+    }
+
+    fn looked_at(&self, name: &str) -> Option<u64> {
+        match self.refused.get(name) {
+            Some(looked_at) => *looked_at,
+            None => self.served.get(name).map(|t| t.fingerprint),
+        }
+    }
+
+    fn knows(&self, name: &str) -> bool {
+        self.refused.contains_key(name) || self.served.get(name).is_some()
+    }
+}
+
+/// The changes a look found that still stand once the lock is held again: a document whose
+/// bytes were served meanwhile (through the API) is no change, nor is the removal of a file
+/// that is back.
+fn still_changed(state: &State, dir: Option<&Path>, changes: Vec<Change>) -> Vec<Change> {
+    let Some(dir) = dir else {
+        return Vec::new();
+    };
+    changes
+        .into_iter()
+        .filter(|change| match change {
+            Change::Written { name, text, .. } => {
+                let hash = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
+                hash.is_none() || hash != state.looked_at(name)
+            }
+            Change::Removed { name } => {
+                state.knows(name) && !dir.join(format!("{name}.toml")).exists()
+            }
+        })
+        .collect()
+}
+
 /// The whole folder: changed documents and removed ones. A folder that cannot be listed
-/// changes nothing (its tenants keep serving; the reason is logged).
-fn look_full(state: &mut State, dir: &Path) -> Vec<Change> {
-    let began = SystemTime::now();
+/// changes nothing (its tenants keep serving; the reason is logged): `None`.
+fn look_full(known: &Known, dir: &Path) -> Option<Vec<Change>> {
     let shown = shown_dir(dir);
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -748,10 +1012,9 @@ fn look_full(state: &mut State, dir: &Path) -> Vec<Change> {
                 "tenants: cannot list {}: {e}; every tenant keeps serving",
                 dir.display()
             );
-            return Vec::new();
+            return None;
         }
     };
-    let since = state.full_look_began;
     let mut present: HashSet<String> = HashSet::new();
     let mut changes = Vec::new();
     for entry in entries.flatten() {
@@ -759,52 +1022,45 @@ fn look_full(state: &mut State, dir: &Path) -> Vec<Change> {
         let Some(name) = file_name.to_str().and_then(tenant_of) else {
             continue;
         };
-        let Ok(meta) = entry.metadata() else {
+        let Ok(meta) = std::fs::metadata(entry.path()) else {
             continue;
-        };
-        let meta = match meta.file_type().is_symlink() {
-            true => match std::fs::metadata(entry.path()) {
-                Ok(meta) => meta,
-                Err(_) => continue,
-            },
-            false => meta,
         };
         if !meta.is_file() {
             continue;
         }
         present.insert(name.to_string());
-        let unchanged = since.is_some_and(|since| untouched_since(&meta, since));
-        if unchanged && state.knows(name) && !state.must_read.contains(name) {
+        let unchanged = known
+            .since
+            .is_some_and(|since| untouched_since(&meta, since));
+        if unchanged && known.knows(name) && !known.must_read.contains(name) {
             continue;
         }
-        changes.extend(written(state, &shown, &entry.path(), name));
+        changes.extend(written(known, &shown, &entry.path(), name));
     }
-    let gone = |name: &str| !present.contains(name);
-    let removed: BTreeSet<String> = state
+    let removed: BTreeSet<&str> = known
         .served
         .iter()
-        .map(|t| &*t.name)
-        .chain(state.refused.keys().map(String::as_str))
-        .filter(|name| gone(name))
-        .map(str::to_string)
+        .map(|t| t.name())
+        .chain(known.refused.keys().map(String::as_str))
+        .filter(|name| !present.contains(*name))
         .collect();
-    changes.extend(removed.into_iter().map(|name| Change::Removed { name }));
-    state.full_look_began = Some(began);
-    state.must_read.clear();
-    changes
+    changes.extend(removed.into_iter().map(|name| Change::Removed {
+        name: name.to_string(),
+    }));
+    Some(changes)
 }
 
 /// These tenants' files only.
-fn look_only(state: &State, dir: &Path, names: &BTreeSet<String>) -> Vec<Change> {
+fn look_only(known: &Known, dir: &Path, names: &BTreeSet<String>) -> Vec<Change> {
     let shown = shown_dir(dir);
     let mut changes = Vec::new();
     for name in names {
         let path = dir.join(format!("{name}.toml"));
         match std::fs::metadata(&path) {
-            Ok(meta) if meta.is_file() => changes.extend(written(state, &shown, &path, name)),
+            Ok(meta) if meta.is_file() => changes.extend(written(known, &shown, &path, name)),
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if state.knows(name) {
+                if known.knows(name) {
                     changes.push(Change::Removed { name: name.clone() });
                 }
             }
@@ -862,11 +1118,12 @@ fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, St
     state.must_read.extend(cached.reread);
     state.full_look_began = Some(UNIX_EPOCH + Duration::from_nanos(cached.looked_at_until));
     commit(state, platform, swap);
+    give_back_freed_memory();
     Ok(count)
 }
 
 /// Applies one batch of changes: checks, tastes, numbers, swaps the table once.
-fn apply(state: &mut State, changes: Vec<Change>) {
+fn apply(state: &mut State, tastes: &AtomicU64, changes: Vec<Change>) {
     let started = Instant::now();
     let Some(platform) = state.platform.take() else {
         return;
@@ -895,7 +1152,7 @@ fn apply(state: &mut State, changes: Vec<Change>) {
         }
     }
     let candidates = refuse_double_claims(state, &platform, &swap, candidates);
-    let (good, bad) = taste_split(&platform, &mut state.tastes, candidates);
+    let (good, bad) = taste_split(&platform, tastes, candidates);
     for (candidate, reasons) in bad {
         let looked_at = Some(candidate.tenant.fingerprint);
         refuse(state, &candidate.name, &candidate.file, reasons, looked_at);
@@ -903,9 +1160,24 @@ fn apply(state: &mut State, changes: Vec<Change>) {
     for candidate in good {
         accept(state, &platform, candidate, "tenant file", &mut swap);
     }
+    let large = swap.names.len() > 1000;
     commit(state, &platform, swap);
+    if large {
+        give_back_freed_memory();
+    }
     state.last_apply_ms = started.elapsed().as_secs_f64() * 1000.0;
     state.platform = Some(platform);
+}
+
+/// Gives the memory freed after a large batch back to the system: reading and tasting a
+/// folder of a million documents leaves most of the heap free but in the middle, where the
+/// allocator would keep it.
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free pages of the allocator's own heap.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Swaps in what a batch changed: the name table (one atomic store), then the index.
@@ -991,6 +1263,7 @@ fn check_alone(
         file: file.to_string(),
         text,
         tenant,
+        ticket: 0,
     })
 }
 
@@ -1069,7 +1342,7 @@ fn clash(
                     None if batch.released.contains(wire) => return None,
                     None => {
                         let owner = table.get(wire)?;
-                        (owner.name.to_string(), file_name(platform, &owner.name))
+                        (owner.name().to_string(), file_name(platform, owner.name()))
                     }
                 };
                 (owner != candidate.name).then_some((shown, owner, file))
@@ -1126,7 +1399,7 @@ type Refusals = Vec<(Candidate, Vec<String>)>;
 /// is alone. Without a taster, every candidate passes.
 fn taste_split(
     platform: &Platform,
-    tastes: &mut u64,
+    tastes: &AtomicU64,
     candidates: Vec<Candidate>,
 ) -> (Vec<Candidate>, Refusals) {
     let Some(setup) = &platform.taster else {
@@ -1146,7 +1419,7 @@ fn taste_split(
             })
             .collect(),
     };
-    *tastes += 1;
+    tastes.fetch_add(1, Ordering::Relaxed);
     let verdict =
         crate::taster::taste_tenants(&setup.program, &setup.settings, &setup.args, &batch);
     let refused = match verdict {
@@ -1194,8 +1467,9 @@ fn refuse(state: &mut State, name: &str, file: &str, reasons: Vec<String>, looke
         .insert(name.to_string(), Refused { looked_at, refusal });
 }
 
-fn unix_seconds(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+fn unix_seconds(at: SystemTime) -> u32 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX))
 }
 
 /// Serves a tasted candidate: records it in its history and adds its changes to `swap`.
@@ -1211,6 +1485,7 @@ fn accept(
         file,
         text,
         tenant,
+        ..
     } = candidate;
     let now = SystemTime::now();
     let serial = tenant.serial;
@@ -1270,11 +1545,11 @@ fn recompile_own_profiles(state: &mut State) {
         let Some(text) = served.own_profile_text() else {
             continue;
         };
-        let file = file_name(&platform, &served.name);
+        let file = file_name(&platform, served.name());
         let outcome = check_alone(
             &platform,
             Some(&served),
-            &served.name,
+            served.name(),
             &file,
             Ok(text.into()),
         );
@@ -1295,7 +1570,7 @@ fn recompile_own_profiles(state: &mut State) {
             .collect();
         refuse(
             state,
-            &served.name,
+            served.name(),
             &file,
             reasons,
             Some(served.fingerprint),

@@ -39,6 +39,8 @@ pub enum Fault {
     Spin(String),
     /// `oom:<text>`: allocate without end (trips the memory limit).
     Oom(String),
+    /// `slow:<text>`: take a second, then taste as usual (a slow taste: what waits behind it).
+    Slow(String),
 }
 
 impl Fault {
@@ -53,13 +55,14 @@ impl Fault {
             "abort" => Some(Fault::Abort(text)),
             "spin" => Some(Fault::Spin(text)),
             "oom" => Some(Fault::Oom(text)),
+            "slow" => Some(Fault::Slow(text)),
             _ => None,
         }
     }
 
     fn marker(&self) -> &str {
         match self {
-            Fault::Abort(t) | Fault::Spin(t) | Fault::Oom(t) => t,
+            Fault::Abort(t) | Fault::Spin(t) | Fault::Oom(t) | Fault::Slow(t) => t,
         }
     }
 
@@ -80,6 +83,7 @@ impl Fault {
                     hoard.push(vec![1u8; 64 << 20]);
                 }
             }
+            Fault::Slow(_) => std::thread::sleep(std::time::Duration::from_secs(1)),
         }
     }
 }

@@ -30,7 +30,7 @@ pub struct CacheKey {
 pub struct OwnProfileTenant {
     pub name: String,
     pub serial: u64,
-    pub since: u64,
+    pub since: u32,
     pub text: String,
 }
 
@@ -81,10 +81,10 @@ pub fn encode<'a>(
             own.push((tenant, text));
             continue;
         }
-        put_bytes(&mut out, tenant.name.as_bytes());
+        put_bytes(&mut out, tenant.name().as_bytes());
         out.extend_from_slice(&tenant.serial.to_le_bytes());
         out.extend_from_slice(&tenant.fingerprint.to_le_bytes());
-        out.extend_from_slice(&tenant.since.to_le_bytes());
+        out.extend_from_slice(&u64::from(tenant.since).to_le_bytes());
         out.push(match tenant.state {
             TenantState::Active => 0,
             TenantState::Suspended => 1,
@@ -102,9 +102,9 @@ pub fn encode<'a>(
     out[count_at..count_at + 8].copy_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&(own.len() as u64).to_le_bytes());
     for (tenant, text) in own {
-        put_bytes(&mut out, tenant.name.as_bytes());
+        put_bytes(&mut out, tenant.name().as_bytes());
         out.extend_from_slice(&tenant.serial.to_le_bytes());
-        out.extend_from_slice(&tenant.since.to_le_bytes());
+        out.extend_from_slice(&u64::from(tenant.since).to_le_bytes());
         put_bytes(&mut out, text.as_bytes());
     }
     let reread: Vec<&str> = reread.collect();
@@ -148,11 +148,12 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<Cached, CacheRefused> {
     let mut plain = Vec::with_capacity(count);
     for _ in 0..count {
         let at = reader.at;
+        let name = reader.text()?;
         let parts = PlainParts {
-            name: reader.text()?.into(),
+            name,
             serial: reader.u64()?,
             fingerprint: reader.u64()?,
-            since: reader.u64()?,
+            since: reader.since()?,
             state: match reader.u8()? {
                 0 => TenantState::Active,
                 1 => TenantState::Suspended,
@@ -163,7 +164,7 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<Cached, CacheRefused> {
                 1 => Some(reader.u32()?),
                 _ => return Err(CacheRefused::Malformed(at)),
             },
-            names: reader.bytes()?.into(),
+            names: reader.bytes()?,
         };
         plain.push(ServedTenant::plain(parts).ok_or(CacheRefused::Malformed(at))?);
     }
@@ -173,7 +174,7 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<Cached, CacheRefused> {
         own.push(OwnProfileTenant {
             name: reader.text()?.to_string(),
             serial: reader.u64()?,
-            since: reader.u64()?,
+            since: reader.since()?,
             text: reader.text()?.to_string(),
         });
     }
@@ -228,6 +229,12 @@ impl<'b> Reader<'b> {
         Ok(u64::from_le_bytes(b))
     }
 
+    /// Seconds since the Unix epoch (a u32 in a u64).
+    fn since(&mut self) -> Result<u32, CacheRefused> {
+        let at = self.at;
+        u32::try_from(self.u64()?).map_err(|_| CacheRefused::Malformed(at))
+    }
+
     /// A count of entries, bounded by the bytes left (each entry takes at least 4).
     fn count(&mut self) -> Result<usize, CacheRefused> {
         let at = self.at;
@@ -268,20 +275,20 @@ mod tests {
     }
 
     fn tenant(i: u64) -> ServedTenant {
+        let name = format!("t{i}");
+        let names = [wire(&format!("t{i}")), wire(&format!("w{i}"))].concat();
         ServedTenant::plain(PlainParts {
-            name: format!("t{i}").into(),
+            name: &name,
             serial: i,
             fingerprint: i * 31,
-            since: 1_700_000_000 + i,
-            state: if i % 2 == 0 {
+            since: 1_700_000_000 + i as u32,
+            state: if i.is_multiple_of(2) {
                 TenantState::Active
             } else {
                 TenantState::Suspended
             },
-            ttl: (i % 3 == 0).then_some(60),
-            names: [wire(&format!("t{i}")), wire(&format!("w{i}"))]
-                .concat()
-                .into(),
+            ttl: i.is_multiple_of(3).then_some(60),
+            names: &names,
         })
         .unwrap_or_else(|| panic!("tenant {i} is well formed"))
     }
@@ -297,7 +304,7 @@ mod tests {
         for (a, b) in tenants.iter().zip(&cached.plain) {
             assert_eq!(
                 (
-                    &a.name,
+                    a.name(),
                     a.serial,
                     a.fingerprint,
                     a.since,
@@ -306,7 +313,7 @@ mod tests {
                     a.names_wire()
                 ),
                 (
-                    &b.name,
+                    b.name(),
                     b.serial,
                     b.fingerprint,
                     b.since,

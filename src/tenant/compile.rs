@@ -67,21 +67,20 @@ pub struct OwnProfile {
 /// one allocation of this struct plus one for its name and one for its names (no text, no
 /// display strings: those are derived when status asks).
 pub struct ServedTenant {
-    /// The tenant's name (its file's stem).
-    pub name: Box<str>,
     /// Its version number (per tenant, counted up by each accepted change).
     pub serial: u64,
     /// FNV-1a of the document's bytes: tells versions apart (shown as [`Self::version`]) and
     /// tells whether a document read again is the one served.
     pub fingerprint: u64,
     /// When this version began to be served (seconds since the Unix epoch; 0: not yet).
-    pub since: u64,
+    pub since: u32,
     pub state: TenantState,
     /// The TTL its answers carry at most; `None`: the platform's.
     pub ttl: Option<u32>,
-    /// The names it owns, lower-case wire format, back to back (wire names delimit
-    /// themselves, so a name is found by its offset alone).
-    names: Box<[u8]>,
+    /// The tenant's name (its file's stem, at most 255 bytes) after its length byte, then
+    /// the names it owns, lower-case wire format, back to back (wire names delimit
+    /// themselves, so a name is found by its offset alone): one allocation for both.
+    bytes: Box<[u8]>,
     own: Option<Box<OwnProfile>>,
 }
 
@@ -124,6 +123,20 @@ impl ServedTenant {
         self.state == TenantState::Suspended
     }
 
+    /// The tenant's name (its file's stem).
+    pub fn name(&self) -> &str {
+        let len = usize::from(self.bytes.first().copied().unwrap_or(0));
+        let name = self.bytes.get(1..1 + len).unwrap_or_default();
+        std::str::from_utf8(name).unwrap_or_default()
+    }
+
+    /// Its names back to back, lower-case wire format.
+    #[inline]
+    fn wire(&self) -> &[u8] {
+        let len = usize::from(self.bytes.first().copied().unwrap_or(0));
+        self.bytes.get(1 + len..).unwrap_or_default()
+    }
+
     /// The version as status shows it: the fingerprint's low 32 bits in hex.
     pub fn version(&self) -> String {
         format!("{:08x}", self.fingerprint as u32)
@@ -132,8 +145,9 @@ impl ServedTenant {
     /// Its names with their offsets in the back-to-back list, lower-case wire format.
     pub fn names(&self) -> impl Iterator<Item = (u16, &[u8])> + '_ {
         let mut at = 0usize;
+        let wire = self.wire();
         std::iter::from_fn(move || {
-            let rest = self.names.get(at..).filter(|r| !r.is_empty())?;
+            let rest = wire.get(at..).filter(|r| !r.is_empty())?;
             let len = wire_len(rest)?;
             let offset = u16::try_from(at).ok()?;
             at += len;
@@ -146,12 +160,12 @@ impl ServedTenant {
     #[inline]
     pub fn name_at_is(&self, offset: u16, name: &[u8]) -> bool {
         let at = usize::from(offset);
-        self.names.get(at..at + name.len()) == Some(name)
+        self.wire().get(at..at + name.len()) == Some(name)
     }
 
     /// The name at `offset` (empty past the end).
     pub fn name_at(&self, offset: u16) -> &[u8] {
-        let rest = self.names.get(usize::from(offset)..).unwrap_or_default();
+        let rest = self.wire().get(usize::from(offset)..).unwrap_or_default();
         &rest[..wire_len(rest).unwrap_or(0)]
     }
 
@@ -161,20 +175,20 @@ impl ServedTenant {
     }
 
     /// This version, served from `since` (seconds since the Unix epoch).
-    pub fn served_from(self, since: u64) -> ServedTenant {
+    pub fn served_from(self, since: u32) -> ServedTenant {
         ServedTenant { since, ..self }
     }
 
     /// Its names back to back, lower-case wire format (what the cache keeps).
     pub fn names_wire(&self) -> &[u8] {
-        &self.names
+        self.wire()
     }
 
     /// A plain tenant (the platform's policy, no profile of its own) from its parts, as the
     /// cache keeps them; `None` when `names` is not a list of whole wire names of at most
     /// 65535 bytes.
     pub fn plain(parts: PlainParts) -> Option<ServedTenant> {
-        let names = parts.names;
+        let names = &parts.names;
         if names.is_empty() || names.len() > usize::from(u16::MAX) {
             return None;
         }
@@ -183,13 +197,12 @@ impl ServedTenant {
             at += wire_len(names.get(at..)?)?;
         }
         Some(ServedTenant {
-            name: parts.name,
             serial: parts.serial,
             fingerprint: parts.fingerprint,
             since: parts.since,
             state: parts.state,
             ttl: parts.ttl,
-            names,
+            bytes: name_and_names(parts.name, names)?,
             own: None,
         })
     }
@@ -198,27 +211,36 @@ impl ServedTenant {
     #[cfg(test)]
     pub(crate) fn for_test(name: &str, serial: u64, names: Vec<Box<[u8]>>) -> ServedTenant {
         ServedTenant {
-            name: name.into(),
             serial,
             fingerprint: 0,
             since: 0,
             state: TenantState::Active,
             ttl: None,
-            names: names.concat().into_boxed_slice(),
+            bytes: name_and_names(name, &names.concat()).unwrap_or_default(),
             own: None,
         }
     }
 }
 
 /// A plain tenant's parts (see [`ServedTenant::plain`]).
-pub struct PlainParts {
-    pub name: Box<str>,
+pub struct PlainParts<'a> {
+    pub name: &'a str,
     pub serial: u64,
     pub fingerprint: u64,
-    pub since: u64,
+    pub since: u32,
     pub state: TenantState,
     pub ttl: Option<u32>,
-    pub names: Box<[u8]>,
+    pub names: &'a [u8],
+}
+
+/// A tenant's name after its length byte, then its names (`None`: a name over 255 bytes).
+fn name_and_names(name: &str, names: &[u8]) -> Option<Box<[u8]>> {
+    let len = u8::try_from(name.len()).ok()?;
+    let mut bytes = Vec::with_capacity(1 + name.len() + names.len());
+    bytes.push(len);
+    bytes.extend_from_slice(name.as_bytes());
+    bytes.extend_from_slice(names);
+    Some(bytes.into_boxed_slice())
 }
 
 /// The length of the wire name at the start of `wire` (`None`: not a whole name).
@@ -286,8 +308,14 @@ pub fn compile(
         return Err(problems);
     }
     let document = &parsed.document;
+    let Some(bytes) = name_and_names(identity.name, &names.concat()) else {
+        return Err(vec![parsed.problem(
+            0,
+            "file name",
+            "a tenant name is at most 255 bytes",
+        )]);
+    };
     Ok(ServedTenant {
-        name: identity.name.into(),
         serial: identity.serial,
         fingerprint: identity.fingerprint,
         since: 0,
@@ -297,7 +325,7 @@ pub fn compile(
             .map(|s| *s.get_ref())
             .unwrap_or_default(),
         ttl: document.ttl.as_ref().map(|t| *t.get_ref()),
-        names: names.concat().into_boxed_slice(),
+        bytes,
         own: own.map(Box::new),
     })
 }

@@ -47,10 +47,10 @@ struct ByTenant(Arc<ServedTenant>);
 
 impl Keyed for ByTenant {
     fn key_is(&self, key: &[u8]) -> bool {
-        self.0.name.as_bytes() == key
+        self.0.name().as_bytes() == key
     }
     fn key(&self) -> &[u8] {
-        self.0.name.as_bytes()
+        self.0.name().as_bytes()
     }
 }
 
@@ -317,7 +317,7 @@ mod tests {
         let table = TenantTable::default().with_changes(NameChange::all_of(&t));
         assert_eq!(table.len(), 3);
         for label in ["m1", "m22", "m333"] {
-            assert_eq!(table.get(&wire(label)).map(|t| &*t.name), Some("m"));
+            assert_eq!(table.get(&wire(label)).map(|t| t.name()), Some("m"));
         }
         assert!(table.get(&wire("m2")).is_none());
         assert_eq!(
