@@ -42,6 +42,9 @@ use crate::tenant::{
 /// Largest tenant document.
 const TENANT_FILE_LIMIT: u64 = 1 << 20;
 
+/// Documents of the folder compiled and tasted together at most.
+const TASTE_CHUNK: usize = 5000;
+
 /// A tenant's last refusal: when, which file, why (the problems name file, line, field).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct TenantRefusal {
@@ -1129,7 +1132,7 @@ fn apply(state: &mut State, tastes: &AtomicU64, changes: Vec<Change>) {
         return;
     };
     let mut swap = Swap::default();
-    let mut candidates = Vec::new();
+    let mut written = Vec::new();
     for change in changes {
         match change {
             Change::Removed { name } => {
@@ -1138,27 +1141,35 @@ fn apply(state: &mut State, tastes: &AtomicU64, changes: Vec<Change>) {
                     "tenant {name}: document removed; its names answer as the platform's"
                 );
             }
-            Change::Written { name, file, text } => {
-                let looked_at = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
-                let served = state.served.get(&name).cloned();
-                match check_alone(&platform, served.as_deref(), &name, &file, text) {
-                    Ok(candidate) => candidates.push(candidate),
-                    Err(problems) => {
-                        let reasons = problem_lines(problems);
-                        refuse(state, &name, &file, reasons, looked_at);
-                    }
+            Change::Written { name, file, text } => written.push((name, file, text)),
+        }
+    }
+    let mut claims = released_by(state, &swap);
+    // In chunks: a folder of a million documents is never compiled, held and tasted at once
+    // (the taster child's memory limit, and ours).
+    let mut written = written.into_iter().peekable();
+    while written.peek().is_some() {
+        let mut candidates = Vec::new();
+        for (name, file, text) in written.by_ref().take(TASTE_CHUNK) {
+            let looked_at = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
+            let served = state.served.get(&name).cloned();
+            match check_alone(&platform, served.as_deref(), &name, &file, text) {
+                Ok(candidate) => candidates.push(candidate),
+                Err(problems) => {
+                    let reasons = problem_lines(problems);
+                    refuse(state, &name, &file, reasons, looked_at);
                 }
             }
         }
-    }
-    let candidates = refuse_double_claims(state, &platform, &swap, candidates);
-    let (good, bad) = taste_split(&platform, tastes, candidates);
-    for (candidate, reasons) in bad {
-        let looked_at = Some(candidate.tenant.fingerprint);
-        refuse(state, &candidate.name, &candidate.file, reasons, looked_at);
-    }
-    for candidate in good {
-        accept(state, &platform, candidate, "tenant file", &mut swap);
+        let candidates = refuse_double_claims(state, &platform, &mut claims, candidates);
+        let (good, bad) = taste_split(&platform, tastes, candidates);
+        for (candidate, reasons) in bad {
+            let looked_at = Some(candidate.tenant.fingerprint);
+            refuse(state, &candidate.name, &candidate.file, reasons, looked_at);
+        }
+        for candidate in good {
+            accept(state, &platform, candidate, "tenant file", &mut swap);
+        }
     }
     let large = swap.names.len() > 1000;
     commit(state, &platform, swap);
@@ -1353,21 +1364,26 @@ fn clash(
     ))
 }
 
-/// Refuses a candidate claiming a name another tenant owns (served, or accepted earlier in
-/// this batch), naming both files. A tenant removed in this batch claims nothing.
-fn refuse_double_claims(
-    state: &mut State,
-    platform: &Platform,
-    swap: &Swap,
-    candidates: Vec<Candidate>,
-) -> Vec<Candidate> {
-    let table = platform.snapshot.tenants().load();
+/// The names the tenants a batch removes give back: claimable again, by whoever comes first.
+fn released_by(state: &State, swap: &Swap) -> BatchClaims {
     let mut batch = BatchClaims::default();
     for name in &swap.removed {
         for (_, wire) in state.served.get(name).iter().flat_map(|t| t.names()) {
             batch.released.insert(wire.into());
         }
     }
+    batch
+}
+
+/// Refuses a candidate claiming a name another tenant owns (served, or accepted earlier in
+/// this batch), naming both files. A tenant removed in this batch claims nothing.
+fn refuse_double_claims(
+    state: &mut State,
+    platform: &Platform,
+    batch: &mut BatchClaims,
+    candidates: Vec<Candidate>,
+) -> Vec<Candidate> {
+    let table = platform.snapshot.tenants().load();
     let mut kept = Vec::new();
     for candidate in candidates {
         match clash(platform, &table, &batch, &candidate) {
