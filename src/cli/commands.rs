@@ -24,6 +24,7 @@ pub fn read_config(args: &SourceArgs) -> Result<Config> {
 /// (one JSON line). Run by the server only.
 pub fn taste(args: TasteArgs) -> Result<ExitCode> {
     use std::io::Read;
+    steerdns::taster::apply_own_limits().context("setting the taster's resource limits")?;
     let source = Source {
         config: args.source.config,
         zones: args.source.zones,

@@ -252,13 +252,12 @@ fn run(
         .stderr(Stdio::piped())
         // The child's own log lines would only repeat what its verdict says.
         .env("STEERDNS_LOG", "error");
+    // The child sets its own limits first thing, before it reads a byte of input
+    // ([`apply_own_limits`]): with no pre-exec hook the standard library spawns it with
+    // posix_spawn (vfork), not fork, so a server holding a million tenants does not copy its
+    // page tables (and fault them back in) for every taste.
     let memory = settings.memory_mb.saturating_mul(1 << 20);
-    let cpu = settings.cpu_secs;
-    // SAFETY: the closure runs in the forked child before exec and only makes system calls
-    // (prlimit64, prctl), which are async-signal-safe; it allocates nothing and takes no lock.
-    unsafe {
-        command.pre_exec(move || limit_child(memory, cpu));
-    }
+    command.env(LIMITS_ENV, format!("{memory},{}", settings.cpu_secs));
     let program = PathBuf::from(command.get_program());
     let mut child = command
         .spawn()
@@ -347,9 +346,37 @@ fn run(
     }
 }
 
-/// In the forked child, before exec: the resource limits, no core dumps, death with the parent.
+/// How the server passes the child its limits: `<memory bytes>,<cpu seconds>`.
+pub const LIMITS_ENV: &str = "STEERDNS_TASTER_LIMITS";
+
+/// In the taster child, before it reads any input: the limits the server asked for in
+/// [`LIMITS_ENV`] (none when run by hand without it). An unreadable value is an error: the
+/// child must not taste unlimited.
+pub fn apply_own_limits() -> std::io::Result<()> {
+    let Ok(value) = std::env::var(LIMITS_ENV) else {
+        return Ok(());
+    };
+    let parsed = value
+        .split_once(',')
+        .and_then(|(m, c)| Some((m.parse::<u64>().ok()?, c.parse::<u64>().ok()?)));
+    let Some((memory, cpu_secs)) = parsed else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{LIMITS_ENV}={value:?} is not <memory bytes>,<cpu seconds>"),
+        ));
+    };
+    limit_self(memory, cpu_secs)?;
+    // The server that started us is gone already: nothing to taste for.
+    // SAFETY: getppid takes no arguments and touches no memory.
+    if unsafe { libc::getppid() } == 1 {
+        std::process::exit(2);
+    }
+    Ok(())
+}
+
+/// The resource limits of this process, no core dumps, death with the parent.
 /// (Uses only system calls in systemd's `@system-service` set minus `@resources`.)
-fn limit_child(memory: u64, cpu_secs: u64) -> std::io::Result<()> {
+fn limit_self(memory: u64, cpu_secs: u64) -> std::io::Result<()> {
     let set = |resource, soft: u64, hard: u64| {
         let limit = libc::rlimit {
             rlim_cur: soft as libc::rlim_t,
