@@ -1386,7 +1386,7 @@ fn refuse_double_claims(
     let table = platform.snapshot.tenants().load();
     let mut kept = Vec::new();
     for candidate in candidates {
-        match clash(platform, &table, &batch, &candidate) {
+        match clash(platform, &table, batch, &candidate) {
             Some(reason) => {
                 let looked_at = Some(candidate.tenant.fingerprint);
                 refuse(
