@@ -184,6 +184,39 @@ impl State {
     }
 }
 
+/// Why the tenants' cache was not used at start, or not written.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("tenants are off")]
+    Off,
+    #[error("the platform steers no names")]
+    NoPlatform,
+    #[error("{}: none yet", .0.display())]
+    NoneYet(PathBuf),
+    #[error("{}: cannot read: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {reason}", .path.display())]
+    Refused {
+        path: PathBuf,
+        reason: cache::CacheRefused,
+    },
+    #[error("tenants are already served")]
+    AlreadyServed,
+    #[error("{}: cannot create: {source}", .path.display())]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: cannot write: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        source: crate::files::WriteError,
+    },
+}
+
 /// What the cache of a registry is written from, taken under the lock, written outside it.
 struct CacheCopy {
     path: PathBuf,
@@ -562,10 +595,10 @@ impl TenantRegistry {
     /// a document: the folder is looked at afterwards ([`TenantRegistry::check`]) and only
     /// files modified since the cache was consistent are read. Returns how many tenants it
     /// served, or why it was not used (then nothing was served from it).
-    pub fn load_cache(&self) -> Result<usize, String> {
+    pub fn load_cache(&self) -> Result<usize, CacheError> {
         let mut state = self.lock();
         let Some(platform) = state.platform.take() else {
-            return Err("tenants are off".into());
+            return Err(CacheError::Off);
         };
         let outcome = load_cache_locked(&mut state, &platform);
         state.platform = Some(platform);
@@ -575,7 +608,7 @@ impl TenantRegistry {
                 state.saved = Some((state.generation, Instant::now()));
                 state.cache_loaded = Some(*count);
             }
-            Err(reason) => state.cache_not_used = Some(reason.clone()),
+            Err(reason) => state.cache_not_used = Some(reason.to_string()),
         }
         self.publish(&state);
         outcome
@@ -585,7 +618,7 @@ impl TenantRegistry {
     /// interval has passed (or `now` is set). The copy is taken under the lock; the bytes are
     /// built and written outside it, atomically (a crash leaves the old cache or the new).
     /// Returns the tenants written, `None` when there was nothing to write.
-    pub fn save_cache(&self, now: bool) -> Result<Option<usize>, String> {
+    pub fn save_cache(&self, now: bool) -> Result<Option<usize>, CacheError> {
         let copy = {
             let state = self.lock();
             let Some(platform) = &state.platform else {
@@ -622,7 +655,7 @@ impl TenantRegistry {
             Err(e) => {
                 // Tried again at the next interval, not at every look.
                 state.saved = Some((state.saved.map_or(0, |s| s.0), Instant::now()));
-                state.cache_error = Some(e.clone());
+                state.cache_error = Some(e.to_string());
             }
         }
         self.publish(&state);
@@ -790,7 +823,7 @@ fn taste_batch(
 }
 
 /// Encodes and writes the cache copy, atomically.
-fn write_cache(copy: &CacheCopy) -> Result<(), String> {
+fn write_cache(copy: &CacheCopy) -> Result<(), CacheError> {
     let bytes = cache::encode(
         &copy.key,
         nanos(copy.until),
@@ -798,11 +831,15 @@ fn write_cache(copy: &CacheCopy) -> Result<(), String> {
         copy.refused.iter().map(String::as_str),
     );
     if let Some(parent) = copy.path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("{}: cannot create: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|source| CacheError::CreateDir {
+            path: parent.to_path_buf(),
+            source,
+        })?;
     }
-    crate::files::replace_file(&copy.path, &bytes)
-        .map_err(|e| format!("{}: cannot write: {e}", copy.path.display()))
+    crate::files::replace_file(&copy.path, &bytes).map_err(|source| CacheError::Write {
+        path: copy.path.clone(),
+        source,
+    })
 }
 
 /// Why an API write of a tenant was not served.
@@ -1078,19 +1115,22 @@ fn look_only(known: &Known, dir: &Path, names: &BTreeSet<String>) -> Vec<Change>
 }
 
 /// [`TenantRegistry::load_cache`] with the lock held and the platform taken out.
-fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, String> {
+fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, CacheError> {
     let path = cache_path(&platform.dir);
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(format!("{}: none yet", path.display()))
+            return Err(CacheError::NoneYet(path))
         }
-        Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
+        Err(source) => return Err(CacheError::Read { path, source }),
     };
-    let key = cache_key(platform).ok_or("the platform steers no names")?;
-    let cached = cache::decode(&bytes, &key).map_err(|e| format!("{}: {e}", path.display()))?;
+    let key = cache_key(platform).ok_or(CacheError::NoPlatform)?;
+    let cached = match cache::decode(&bytes, &key) {
+        Ok(cached) => cached,
+        Err(reason) => return Err(CacheError::Refused { path, reason }),
+    };
     if !state.served.is_empty() || !state.refused.is_empty() {
-        return Err("tenants are already served".into());
+        return Err(CacheError::AlreadyServed);
     }
     let mut swap = Swap::default();
     for tenant in cached.plain {
