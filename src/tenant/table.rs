@@ -103,18 +103,39 @@ impl<T: Keyed> Sharded<T> {
     /// This table with `edits` applied: the shards they touch are copied and changed (the
     /// first edit of a shard copies it; the old table keeps its own), every other is shared.
     fn with(&self, edits: impl IntoIterator<Item = Edit<T>>) -> Sharded<T> {
+        let edits: Vec<(u64, Edit<T>)> = edits
+            .into_iter()
+            .map(|edit| {
+                let key = match &edit {
+                    Edit::Set(entry) => entry.key(),
+                    Edit::Remove(key) => key,
+                };
+                (key_hash(key), edit)
+            })
+            .collect();
         let mut shards: Vec<Arc<HashTable<T>>> = self.shards.to_vec();
+        // Room first, so that a million entries loaded at once never rehash a shard.
+        let mut added = vec![0usize; SHARDS];
+        for (hash, edit) in &edits {
+            if let (Edit::Set(_), Some(n)) = (edit, added.get_mut(shard_of(*hash))) {
+                *n += 1;
+            }
+        }
+        for (slot, n) in shards.iter_mut().zip(&added) {
+            if *n > 0 {
+                Arc::make_mut(slot).reserve(*n, |e| key_hash(e.key()));
+            }
+        }
         let mut len = self.len;
-        for edit in edits {
-            let key = match &edit {
-                Edit::Set(entry) => entry.key(),
-                Edit::Remove(key) => key,
-            };
-            let hash = key_hash(key);
+        for (hash, edit) in edits {
             let Some(slot) = shards.get_mut(shard_of(hash)) else {
                 continue;
             };
             let shard = Arc::make_mut(slot);
+            let key = match &edit {
+                Edit::Set(entry) => entry.key(),
+                Edit::Remove(key) => key,
+            };
             let found = shard.find_entry(hash, |e| e.key_is(key));
             match (edit, found) {
                 (Edit::Set(entry), Ok(mut slot)) => *slot.get_mut() = entry,
