@@ -340,8 +340,12 @@
     const refused = (t.refused || [])
       .map((r) => `${r.name} refused${r.serving_previous ? " (previous version serves)" : " (never served)"}: ${r.reason}`)
       .join("; ");
+    const cache = t.cache_loaded != null
+      ? `started from the cache (${t.cache_loaded} tenants)`
+      : `cache not used at start${t.cache_not_used ? ` (${t.cache_not_used})` : ""}`;
+    const writes = `cache written ${t.cache_writes || 0}×${t.cache_error ? `, last write failed: ${t.cache_error}` : ""}`;
     return `${t.count} documents, ${t.served} served (${t.suspended} suspended), ${(t.refused || []).length} refused` +
-      (refused ? ` — ${refused}` : "");
+      (refused ? ` — ${refused}` : "") + `; ${cache}; ${writes}`;
   }
 
   function renderControl(status) {
