@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod answer;
+pub mod cells;
 pub mod change;
 pub mod civil;
 pub mod config;

@@ -62,6 +62,10 @@ pub fn compile(
     let overrides = compile_region_knobs(knobs, &regions, &sites, &mut errors);
     let (compiled_profiles, monitors) = compile_profiles(profiles, &regions, knobs, &mut errors);
     let steered = compile_steered(steered, profiles, families, &mut errors);
+    let cells = topology.cells.as_ref().and_then(|config| {
+        let families = (families.v4, families.v6);
+        super::cells::compile_cells(config, families, &regions, &sites, &mut errors)
+    });
     if !errors.0.is_empty() {
         return Err(errors.0);
     }
@@ -76,6 +80,7 @@ pub fn compile(
         profiles: compiled_profiles,
         steered,
         monitors,
+        cells,
     })
 }
 

@@ -26,7 +26,44 @@ pub struct TopologyConfig {
     /// Fallback ring sites, in a fixed order (position = site index).
     #[serde(default)]
     pub fallback: Vec<FallbackSiteConfig>,
+    /// Address cells for shuffle-sharded tenant answers (absent: every tenant answers with
+    /// the addresses above, as before).
+    #[serde(default)]
+    pub cells: Option<CellsConfig>,
 }
+
+/// `[topology.cells]`: anycast cells, each announced on its own, grouped in layers. Each
+/// tenant's anycast answers carry `k` cells of the layer its client is sent to (the global
+/// layer normally, a region's or fallback site's when pinned or shed there); a region or site
+/// without cells answers with its own `anycast` addresses.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CellsConfig {
+    /// Cells per tenant per layer (default 2; a tenant's document may set its own `cells`).
+    #[serde(default)]
+    pub k: Option<u32>,
+    /// The global layer (required: it is the normal answer).
+    #[serde(default)]
+    pub global: Vec<CellConfig>,
+    /// Region name → that region's cells.
+    #[serde(default)]
+    pub regions: std::collections::BTreeMap<String, Vec<CellConfig>>,
+    /// Fallback site name → that site's cells.
+    #[serde(default)]
+    pub fallback: std::collections::BTreeMap<String, Vec<CellConfig>>,
+}
+
+/// One cell: a name unique in its layer and at most one address per family.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CellConfig {
+    pub name: String,
+    /// One IPv4 and/or one IPv6 address; the same families as `topology.global`.
+    pub anycast: Vec<String>,
+}
+
+/// The default of `[topology.cells] k`.
+pub const DEFAULT_CELLS_K: u32 = 2;
 
 /// `[[topology.regions]]`: one frontend region.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]

@@ -18,6 +18,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::rr::Name;
 
+use crate::cells::{LayerRef, TenantCells};
+
 use super::hash::{permille_bucket, subnet_hash, Purpose, RendezvousScore, SubnetHasher};
 use super::health::HealthView;
 use super::knobs::{Destination, RegionShed, ShedView};
@@ -177,8 +179,24 @@ pub fn evaluate_with_health<'a>(
     shed: &ShedView,
     health: &HealthView,
 ) -> Decision<'a> {
+    evaluate_for_tenant(p, root, client, shed, health, None)
+}
+
+/// [`evaluate_with_health`] for a tenant's name: an anycast answer carries the tenant's
+/// `cells` (its shard of the destination's layer, computed when the tenant was compiled)
+/// instead of the destination's own addresses, where that layer has cells. The choice, TTL
+/// and ECS scope are the same as without cells: which cells is decided by the name, not by the
+/// client. Never panics and never allocates.
+pub fn evaluate_for_tenant<'a>(
+    p: &'a CompiledPolicies,
+    root: PolicyRoot,
+    client: &LocatedClient,
+    shed: &ShedView,
+    health: &HealthView,
+    cells: Option<&'a TenantCells>,
+) -> Decision<'a> {
     match root {
-        PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed),
+        PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed, cells),
         PolicyRoot::Profile { profile, ttl_cap } => {
             let health = Health { p, view: health };
             evaluate_profile(p, profile, ttl_cap.unwrap_or(u32::MAX), client, &health)
@@ -199,6 +217,7 @@ fn evaluate_anycast<'a>(
     ttl: u32,
     client: &LocatedClient,
     shed: &ShedView,
+    cells: Option<&'a TenantCells>,
 ) -> Decision<'a> {
     let region = client.region;
     let mut trace = Trace::default();
@@ -234,7 +253,7 @@ fn evaluate_anycast<'a>(
         });
     }
     Decision {
-        target: destination_target(p, destination_of(choice)),
+        target: destination_target(p, destination_of(choice), cells),
         ttl,
         scope: scope.min(family_bits(client.addr)),
         trace,
@@ -308,32 +327,41 @@ fn destination_salt(destination: Destination) -> u64 {
     }
 }
 
-/// The addresses of a destination; an index that does not exist (a shield view built for a
-/// different topology) falls back to the global anycast rather than answering empty.
-fn destination_target(p: &CompiledPolicies, destination: Destination) -> Target<'_> {
-    let global = Target::Addresses {
-        v4: &p.global_v4,
-        v6: &p.global_v6,
+/// The addresses of a destination: the tenant's cells of its layer when it has some there,
+/// else the destination's own; an index that does not exist (a shield view built for a
+/// different topology) falls back to the global answer rather than answering empty.
+fn destination_target<'a>(
+    p: &'a CompiledPolicies,
+    destination: Destination,
+    cells: Option<&'a TenantCells>,
+) -> Target<'a> {
+    let addresses = |(v4, v6)| Target::Addresses { v4, v6 };
+    let global = || {
+        cells.and_then(|c| c.layer(LayerRef::Global)).map_or(
+            Target::Addresses {
+                v4: &p.global_v4,
+                v6: &p.global_v6,
+            },
+            addresses,
+        )
     };
-    match destination {
-        Destination::Global => global,
-        Destination::Region(r) => {
+    let (layer, own) = match destination {
+        Destination::Global => return global(),
+        Destination::Region(r) => (
+            LayerRef::Region(r),
             p.regions
                 .get(usize::from(r))
-                .map_or(global, |r| Target::Addresses {
-                    v4: &r.v4,
-                    v6: &r.v6,
-                })
-        }
-        Destination::Fallback(s) => {
-            p.sites
-                .get(usize::from(s))
-                .map_or(global, |s| Target::Addresses {
-                    v4: &s.v4,
-                    v6: &s.v6,
-                })
-        }
-    }
+                .map(|r| (&r.v4[..], &r.v6[..])),
+        ),
+        Destination::Fallback(s) => (
+            LayerRef::Site(s),
+            p.sites.get(usize::from(s)).map(|s| (&s.v4[..], &s.v6[..])),
+        ),
+    };
+    let Some(own) = own else {
+        return global();
+    };
+    addresses(cells.and_then(|c| c.layer(layer)).unwrap_or(own))
 }
 
 fn evaluate_profile<'a>(

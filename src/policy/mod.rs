@@ -11,6 +11,7 @@
 //! knobs and the client's location (from `geo`), and the DNS code turns a [`Decision`] into
 //! records. The shield (which writes `ShedView`s) and the control file reader live elsewhere.
 
+mod cells;
 mod compile;
 pub mod config;
 mod evaluate;
@@ -34,12 +35,12 @@ pub fn demand_key(addr: std::net::IpAddr, prefix_v4: u8, prefix_v6: u8) -> u64 {
     hash::subnet_hash(addr, prefix_v4, prefix_v6, hash::Purpose::Demand, 0)
 }
 pub use config::{
-    EndpointConfig, FallbackSiteConfig, MonitorConfig, ProfileConfig, ProfileKind, RegionConfig,
-    SteeredConfig, SteeredPolicyKind, TopologyConfig,
+    CellConfig, CellsConfig, EndpointConfig, FallbackSiteConfig, MonitorConfig, ProfileConfig,
+    ProfileKind, RegionConfig, SteeredConfig, SteeredPolicyKind, TopologyConfig,
 };
 pub use evaluate::{
-    evaluate, evaluate_with_health, AnycastChoice, Decision, LocatedClient, StepChoice, StepHealth,
-    Target, Trace, TraceStep, SHED_HASH_PREFIX_V4, SHED_HASH_PREFIX_V6,
+    evaluate, evaluate_for_tenant, evaluate_with_health, AnycastChoice, Decision, LocatedClient,
+    StepChoice, StepHealth, Target, Trace, TraceStep, SHED_HASH_PREFIX_V4, SHED_HASH_PREFIX_V6,
 };
 pub use explain::{explain, explain_with_health};
 pub use health::{HealthView, SlotHealth};

@@ -211,6 +211,9 @@ pub struct CompiledPolicies {
     pub(crate) steered: Vec<SteeredName>,
     /// Distinct monitor targets; an endpoint's `monitor` is an index here.
     pub(crate) monitors: Vec<super::monitor::MonitorSpec>,
+    /// `[topology.cells]`: the layers tenants' shards are drawn from (`None`: no cells; every
+    /// answer carries the addresses above).
+    pub(crate) cells: Option<std::sync::Arc<crate::cells::CellTopology>>,
 }
 
 impl CompiledPolicies {
@@ -305,6 +308,11 @@ impl CompiledPolicies {
             .get(usize::from(region))
             .copied()
             .unwrap_or(RegionOverride::None)
+    }
+
+    /// The cells tenants' anycast answers are drawn from, if any are configured.
+    pub fn cells(&self) -> Option<&crate::cells::CellTopology> {
+        self.cells.as_deref()
     }
 
     /// The global anycast addresses.

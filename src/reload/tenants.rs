@@ -1583,8 +1583,9 @@ fn accept(
     swap.served.push(tenant);
 }
 
-/// After a platform change: tenants with their own profile compiled again against it (a
-/// plain tenant's compiled form does not depend on the platform's profiles).
+/// After a platform change: tenants with their own profile or with cells compiled again
+/// against it (a plain tenant's compiled form without cells depends on the platform's
+/// wildcards only).
 fn recompile_own_profiles(state: &mut State) {
     let Some(platform) = state.platform.take() else {
         return;
@@ -1592,7 +1593,8 @@ fn recompile_own_profiles(state: &mut State) {
     let own: Vec<Arc<ServedTenant>> = state
         .served
         .iter()
-        .filter(|t| t.has_own_profile())
+        // Own profiles nest the platform's; cells are the platform's cells.
+        .filter(|t| t.own_profile_text().is_some())
         .cloned()
         .collect();
     let mut swap = Swap::default();

@@ -6,14 +6,15 @@ use std::cell::OnceCell;
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
+use crate::cells::TenantCells;
 use crate::dns::wire::{rtype, ClientSubnet};
 use crate::dnssec::SteeredSigs;
 use crate::geo::Locator;
 use crate::health::Board;
 use crate::metrics::SnapshotCounters;
 use crate::policy::{
-    self, evaluate, evaluate_with_health, AnycastChoice, CompiledPolicies, Decision, Destination,
-    HealthView, PolicyRoot, ShedView, Target,
+    self, evaluate, evaluate_for_tenant, evaluate_with_health, AnycastChoice, CompiledPolicies,
+    Decision, Destination, HealthView, PolicyRoot, ShedView, Target,
 };
 use crate::shield::live::{DemandCounters, DemandSample, Proof, Shield};
 use crate::tenant::ServedTenant;
@@ -90,6 +91,9 @@ pub struct Asker<'q> {
     pub subnet: Option<&'q ClientSubnet>,
     pub proven: Option<Proof>,
 }
+
+/// What anycast roots are evaluated with: they never read the monitors' view.
+static ALL_UP: HealthView = HealthView::all_up();
 
 /// What profile roots are evaluated with: they never read the shield's view.
 static NO_SHED: OnceLock<ShedView> = OnceLock::new();
@@ -214,8 +218,13 @@ impl<'s> ClientSteering<'s> {
         policies: &'s CompiledPolicies,
         root: PolicyRoot,
         client: &policy::LocatedClient,
+        cells: Option<&'s TenantCells>,
     ) -> Decision<'s> {
         match root {
+            PolicyRoot::Anycast { .. } if cells.is_some() => {
+                let shed = self.shed.get_or_init(|| self.shield.view());
+                evaluate_for_tenant(policies, root, client, shed, &ALL_UP, cells)
+            }
             PolicyRoot::Anycast { .. } => {
                 let shed = self.shed.get_or_init(|| self.shield.view());
                 evaluate(policies, root, client, shed)
@@ -244,13 +253,16 @@ impl<'s> ClientSteering<'s> {
         if !reuse {
             let platform = &self.data.policies;
             let root = platform.steered().get(binding.index())?.root;
-            let (policies, root) = match self.tenant.take() {
-                Some(tenant) => tenant.route(platform, root),
-                None => (platform, root),
+            let (policies, root, cells) = match self.tenant.take() {
+                Some(tenant) => {
+                    let (policies, root) = tenant.route(platform, root);
+                    (policies, root, tenant.cells(platform))
+                }
+                None => (platform, root, None),
             };
             let client = self.client();
             // Built in its slot and counted there: no copy of the decision on the way.
-            let decision = self.decide(policies, root, &client);
+            let decision = self.decide(policies, root, &client, cells);
             let (_, decision) = self.decided.insert((binding, decision));
             self.counters
                 .record_steered(binding, client.region, &decision.trace);

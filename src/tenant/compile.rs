@@ -50,7 +50,13 @@ pub fn platform_key(policies: &CompiledPolicies) -> u64 {
     };
     let mut parents = view.wildcard_parents();
     parents.sort();
-    crate::hash::fnv1a64(&parents.concat())
+    let key = crate::hash::fnv1a64(&parents.concat());
+    // With cells, a plain tenant is cached as its text (its cells depend on the platform);
+    // a cache written without cells (or with others) is not this platform's.
+    match policies.cells() {
+        Some(cells) => key ^ cells.fingerprint(),
+        None => key,
+    }
 }
 
 /// A tenant's own profile, compiled: the platform's policies with it added, and the text it
@@ -82,6 +88,16 @@ pub struct ServedTenant {
     /// themselves, so a name is found by its offset alone): one allocation for both.
     bytes: Box<[u8]>,
     own: Option<Box<OwnProfile>>,
+    /// Its shard of the platform's cells (`[topology.cells]`), with the text it was compiled
+    /// from: the registry keeps it like an own profile's and compiles it again when the
+    /// platform changes. `None` without cells (or with a profile of its own).
+    cells: Option<Box<OwnCells>>,
+}
+
+/// A plain tenant's cells, as addresses per layer, and its document's text.
+pub struct OwnCells {
+    cells: crate::cells::TenantCells,
+    text: Box<str>,
 }
 
 impl ServedTenant {
@@ -108,15 +124,25 @@ impl ServedTenant {
         (platform, root)
     }
 
+    /// The tenant's cells in the platform's layers, for its anycast answers; `None` without
+    /// cells, or when they were computed for other cells than `platform`'s (then its answers
+    /// are the platform's, as without cells, until it is compiled again).
+    #[inline]
+    pub fn cells(&self, platform: &CompiledPolicies) -> Option<&crate::cells::TenantCells> {
+        let cells = &self.cells.as_ref()?.cells;
+        (platform.cells()?.fingerprint() == cells.fingerprint()).then_some(cells)
+    }
+
     /// Whether the tenant answers by a profile of its own.
     pub fn has_own_profile(&self) -> bool {
         self.own.is_some()
     }
 
-    /// The document text of a tenant with its own profile (`None` for a plain tenant, whose
-    /// compiled form does not depend on the platform's profiles).
+    /// The document text of a tenant whose compiled form depends on the platform beyond its
+    /// wildcards: a profile of its own, or cells (`None` for a plain tenant without cells).
     pub fn own_profile_text(&self) -> Option<&str> {
-        self.own.as_ref().map(|own| &*own.text)
+        let cells = self.cells.as_ref().map(|c| &*c.text);
+        self.own.as_ref().map(|own| &*own.text).or(cells)
     }
 
     pub fn is_suspended(&self) -> bool {
@@ -204,6 +230,7 @@ impl ServedTenant {
             ttl: parts.ttl,
             bytes: name_and_names(parts.name, names)?,
             own: None,
+            cells: None,
         })
     }
 
@@ -218,6 +245,7 @@ impl ServedTenant {
             ttl: None,
             bytes: name_and_names(name, &names.concat()).unwrap_or_default(),
             own: None,
+            cells: None,
         }
     }
 }
@@ -315,6 +343,17 @@ pub fn compile(
             "a tenant name is at most 255 bytes",
         )]);
     };
+    // Cells only matter to anycast answers, which a tenant with its own profile never gives.
+    let cells = match (platform.policies.cells(), &own) {
+        (Some(topology), None) => Some(Box::new(OwnCells {
+            cells: topology.assign(
+                identity.name,
+                document.cells.as_ref().map(|k| *k.get_ref() as usize),
+            ),
+            text: parsed.text().into(),
+        })),
+        _ => None,
+    };
     Ok(ServedTenant {
         serial: identity.serial,
         fingerprint: identity.fingerprint,
@@ -327,6 +366,7 @@ pub fn compile(
         ttl: document.ttl.as_ref().map(|t| *t.get_ref()),
         bytes,
         own: own.map(Box::new),
+        cells,
     })
 }
 

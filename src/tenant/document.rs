@@ -62,6 +62,10 @@ pub struct TenantDocument {
     /// TTL of the tenant's answers (caps its own profile's); default: the platform's.
     #[serde(default)]
     pub ttl: Option<Spanned<u32>>,
+    /// Cells per layer in the tenant's anycast answers (`[topology.cells]`), instead of the
+    /// platform's `k`: 1 to [`crate::cells::MAX_K`]. No effect while the platform has no cells.
+    #[serde(default)]
+    pub cells: Option<Spanned<u32>>,
     /// The tenant's own profile; without one its names answer as the platform wildcard does.
     #[serde(default)]
     pub profile: Option<Spanned<TenantProfile>>,
@@ -180,6 +184,7 @@ pub fn parse<'t>(file: &'t str, text: &'t str) -> Result<Parsed<'t>, Vec<TenantP
     let mut problems = Vec::new();
     check_names(&parsed, &mut problems);
     check_ttl(&parsed, &mut problems);
+    check_cells(&parsed, &mut problems);
     if let Some(profile) = &parsed.document.profile {
         check_profile(&parsed, profile, &mut problems);
     }
@@ -236,6 +241,20 @@ fn check_ttl(parsed: &Parsed<'_>, problems: &mut Vec<TenantProblem>) {
                 format!("{} is above the largest TTL {MAX_TTL}", ttl.get_ref()),
             ));
         }
+    }
+}
+
+fn check_cells(parsed: &Parsed<'_>, problems: &mut Vec<TenantProblem>) {
+    let Some(cells) = &parsed.document.cells else {
+        return;
+    };
+    let k = *cells.get_ref();
+    if k == 0 || k as usize > crate::cells::MAX_K {
+        problems.push(parsed.problem(
+            cells.span().start,
+            "cells",
+            format!("{k}: 1 to {} cells per layer", crate::cells::MAX_K),
+        ));
     }
 }
 
@@ -458,6 +477,21 @@ mod tests {
             weights,
             Ok(vec![("a".to_string(), 0), ("b".to_string(), 100)])
         );
+    }
+
+    #[test]
+    fn cells_out_of_range_name_file_line_and_field() {
+        let p = problems("names = [\"t.edge.example.net.\"]\nttl = 60\ncells = 0\n");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(
+            (p[0].file.as_str(), p[0].line, p[0].field.as_str()),
+            ("tenants/t.toml", 3, "cells")
+        );
+        assert_eq!(
+            problems("names = [\"t.edge.example.net.\"]\ncells = 9\n").len(),
+            1
+        );
+        assert!(problems("names = [\"t.edge.example.net.\"]\ncells = 3\n").is_empty());
     }
 
     #[test]

@@ -14,6 +14,9 @@ pub mod compile;
 pub mod document;
 pub mod table;
 
+#[cfg(test)]
+mod cells_tests;
+
 pub use compile::{compile, platform_key, Identity, PlainParts, PlatformView, ServedTenant};
 pub use document::{parse, valid_tenant_name, TenantDocument, TenantProblem, TenantState};
 pub use table::{NameChange, TenantIndex, TenantTable};

@@ -192,7 +192,15 @@ fn a_thousand_tenants_are_served() {
     for i in (0..N).step_by(37).chain([N - 1]) {
         let (ttl, addresses) = answer(&mut resolver, &owned(&tenant_name(i)));
         assert_eq!(ttl, 100 + i as u32, "{}", tenant_name(i));
-        assert_eq!(addresses, [GLOBAL_V4], "{}", tenant_name(i));
+        // The bundled example has cells (issue 31): two of its six global cells.
+        assert_eq!(addresses.len(), 2, "{}: {addresses:?}", tenant_name(i));
+        assert!(
+            addresses
+                .iter()
+                .all(|a| a.octets()[..3] == [192, 0, 2] && a.octets()[3] > 100),
+            "{}: {addresses:?}",
+            tenant_name(i)
+        );
     }
     // A name without a document keeps the wildcard's answer (TTL 300).
     assert_eq!(

@@ -14,6 +14,7 @@ mod steering_common;
 
 mod admin_limits;
 mod amplification;
+mod cells;
 mod core_answers;
 mod core_protocol;
 mod core_tcp;

@@ -2,6 +2,7 @@
 
 mod alloc;
 mod anycast;
+mod cells;
 mod errors;
 mod example;
 mod health;

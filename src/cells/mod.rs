@@ -1,0 +1,615 @@
+//! Cells: the platform's independently announced anycast addresses (each in practice its own
+//! /24 and /48), grouped in layers — the global layer, one per frontend region, one per
+//! fallback site — and each tenant's *shuffle shard*: k cells per layer.
+//!
+//! Owns the cell and layer types and their checks, the assignment of a tenant's shard, the
+//! precomputed addresses a tenant answers with ([`TenantCells`]) and the overlap measurement.
+//! Pure and a leaf: it imports nothing from the crate (no config, no policy, no sockets, no
+//! clock); `config`/`policy` build a [`CellTopology`] and the tenant compiler asks it for a
+//! tenant's cells once, at compile time. Nothing here runs per query.
+//!
+//! # Assignment: rendezvous hashing
+//!
+//! A tenant's shard in a layer is its k cells with the highest score
+//! `SipHash-2-4(fixed key, tenant hash ‖ cell hash)`, where the cell hash covers the layer's
+//! name and the cell's name (not its position or address). So:
+//! - it is a pure function of (tenant name, the layer's cell names, k): identical on every node,
+//!   run and build, whatever order the cells are written in;
+//! - adding a cell moves exactly the tenants whose top k now include it (each swaps one cell for
+//!   the new one), about `T·k/(C+1)` of `T` tenants — the minimum that gives the new cell its
+//!   share; removing a cell moves exactly the tenants that had it (each gains one cell), the
+//!   minimum possible. Nobody else moves (tested);
+//! - layers are independent: the layer name is in every cell hash, so sharing a shard in one
+//!   layer says nothing about sharing one in another.
+//!
+//! # Overlap: measured, not guaranteed
+//!
+//! With C cells and k picks there are C(C,k) shards. The Route 53 property "no two tenants
+//! share more than m cells" cannot be guaranteed by a per-tenant pure function: it is a
+//! constraint between tenants, and a tenant's shard would then depend on who else exists and in
+//! which order they came (breaking stability: one new tenant could move others). Moreover a
+//! family of k-sets with pairwise overlap ≤ m holds at most [`packing_bound`]`(C,k,m)` =
+//! C(C,m+1)/C(k,m+1) shards (every (m+1)-subset of cells in at most one shard): past that many
+//! tenants no assignment at all can keep the bound (16 cells, k=2, m=1: 120; 64 cells, k=4,
+//! m=2: 10,416).
+//!
+//! What we do instead: keep the assignment pure and stable, and make overlap a number you can
+//! read. Two tenants' shards in a layer of C cells overlap hypergeometrically: they share
+//! exactly s cells with probability C(k,s)·C(C−k,k−s)/C(C,k) ([`expected_overlap`]); sharing all
+//! k — the case where impairing one tenant's whole shard leaves another with no healthy cell —
+//! has probability 1/C(C,k). [`overlap_distribution`] counts, over a set of tenants, how many
+//! pairs share exactly 0, 1, …, k cells (exactly, in O(T·2^k), not over T² pairs), and the unit
+//! tests check it against the expectation at 10,000 tenants. An operator who needs fewer pairs
+//! above m adds cells (or raises k); nothing is refused or reassigned when tenants outnumber
+//! the shards that could keep the bound.
+
+mod hash;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use self::hash::{siphash24, KEY};
+
+/// Most cells a tenant takes in one layer.
+pub const MAX_K: usize = 8;
+
+/// Most cells in one layer (a shard's indices are `u16`).
+pub const MAX_CELLS_PER_LAYER: usize = 4096;
+
+/// One cell: an anycast address per family, announced on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cell {
+    /// Unique within its layer (`g1`, `eu-west-3`); the shard is ranked by it.
+    pub name: String,
+    pub v4: Option<Ipv4Addr>,
+    pub v6: Option<Ipv6Addr>,
+}
+
+/// A problem with the cells as configured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CellsError {
+    #[error("layer {layer}: no cells")]
+    Empty { layer: String },
+    #[error("layer {layer}: {count} cells, at most {MAX_CELLS_PER_LAYER}")]
+    TooMany { layer: String, count: usize },
+    #[error("layer {layer}: cell {index} has no name")]
+    Unnamed { layer: String, index: usize },
+    #[error("layer {layer}: cell {name:?} is listed twice")]
+    DuplicateName { layer: String, name: String },
+    #[error("layer {layer}: cell {name:?} has no address")]
+    NoAddress { layer: String, name: String },
+    #[error(
+        "layer {layer}: cell {name:?} has {has} but cell {first:?} has {first_has}: every cell of a layer answers the same families"
+    )]
+    MixedFamilies {
+        layer: String,
+        name: String,
+        has: &'static str,
+        first: String,
+        first_has: &'static str,
+    },
+    #[error("cell {name:?} in layer {layer}: address {address} is already cell {other:?}'s in layer {other_layer}")]
+    DuplicateAddress {
+        layer: String,
+        name: String,
+        address: IpAddr,
+        other_layer: String,
+        other: String,
+    },
+    #[error("k = {k}: a tenant takes 1 to {MAX_K} cells per layer")]
+    BadK { k: usize },
+}
+
+fn families(cell: &Cell) -> &'static str {
+    match (cell.v4.is_some(), cell.v6.is_some()) {
+        (true, true) => "IPv4 and IPv6",
+        (true, false) => "IPv4 only",
+        (false, true) => "IPv6 only",
+        (false, false) => "no address",
+    }
+}
+
+/// The cells of one layer, checked, with their rendezvous hashes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    name: String,
+    cells: Vec<Cell>,
+    /// Per cell: the hash of (layer name, cell name) that its scores are drawn from.
+    salts: Vec<u64>,
+}
+
+impl Layer {
+    /// A layer named `name` (`global`, `region eu-west`, `fallback fb-eu`: the name is part of
+    /// every cell's hash, so two layers with the same cell names still draw independently).
+    pub fn new(name: &str, cells: Vec<Cell>) -> Result<Layer, CellsError> {
+        let layer = || name.to_string();
+        if cells.is_empty() {
+            return Err(CellsError::Empty { layer: layer() });
+        }
+        if cells.len() > MAX_CELLS_PER_LAYER {
+            return Err(CellsError::TooMany {
+                layer: layer(),
+                count: cells.len(),
+            });
+        }
+        for (index, cell) in cells.iter().enumerate() {
+            if cell.name.is_empty() {
+                return Err(CellsError::Unnamed {
+                    layer: layer(),
+                    index,
+                });
+            }
+            if cells[..index].iter().any(|c| c.name == cell.name) {
+                return Err(CellsError::DuplicateName {
+                    layer: layer(),
+                    name: cell.name.clone(),
+                });
+            }
+            if cell.v4.is_none() && cell.v6.is_none() {
+                return Err(CellsError::NoAddress {
+                    layer: layer(),
+                    name: cell.name.clone(),
+                });
+            }
+            let first = &cells[0];
+            if families(cell) != families(first) {
+                return Err(CellsError::MixedFamilies {
+                    layer: layer(),
+                    name: cell.name.clone(),
+                    has: families(cell),
+                    first: first.name.clone(),
+                    first_has: families(first),
+                });
+            }
+        }
+        let salts = cells
+            .iter()
+            .map(|c| {
+                let mut bytes = Vec::with_capacity(name.len() + c.name.len() + 1);
+                bytes.extend_from_slice(name.as_bytes());
+                bytes.push(0xff); // no valid UTF-8 has it: (layer, cell) pairs never collide
+                bytes.extend_from_slice(c.name.as_bytes());
+                siphash24(KEY, &bytes)
+            })
+            .collect();
+        Ok(Layer {
+            name: name.to_string(),
+            cells,
+            salts,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn cells(&self) -> &[Cell] {
+        &self.cells
+    }
+
+    /// Whether the layer's cells have IPv4 (IPv6) addresses (every cell has the same).
+    pub fn families(&self) -> (bool, bool) {
+        self.cells
+            .first()
+            .map_or((false, false), |c| (c.v4.is_some(), c.v6.is_some()))
+    }
+
+    /// `tenant`'s shard: its `k` cells of this layer (all of them when the layer has fewer;
+    /// `k` is clamped to 1..=[`MAX_K`]).
+    pub fn shard(&self, tenant: &str, k: usize) -> Shard {
+        self.shard_of(tenant_hash(tenant), k)
+    }
+
+    fn shard_of(&self, tenant: u64, k: usize) -> Shard {
+        let k = k.clamp(1, MAX_K).min(self.cells.len());
+        // The k best (score, index), best first; ties (never seen with 64-bit scores) go to
+        // the cell written first.
+        let mut best: [(u64, u16); MAX_K] = [(0, 0); MAX_K];
+        let mut len = 0usize;
+        for (index, salt) in self.salts.iter().enumerate() {
+            let score = score(tenant, *salt);
+            let index = index as u16; // at most MAX_CELLS_PER_LAYER cells
+            if len == k && score <= best[k - 1].0 {
+                continue;
+            }
+            let mut at = len.min(k - 1);
+            if len < k {
+                len += 1;
+            }
+            while at > 0 && best[at - 1].0 < score {
+                best[at] = best[at - 1];
+                at -= 1;
+            }
+            best[at] = (score, index);
+        }
+        let mut cells = [0u16; MAX_K];
+        for (slot, (_, index)) in cells.iter_mut().zip(&best[..len]) {
+            *slot = *index;
+        }
+        cells[..len].sort_unstable();
+        Shard {
+            cells,
+            len: len as u8,
+        }
+    }
+}
+
+/// The hash a tenant's scores are drawn from.
+fn tenant_hash(tenant: &str) -> u64 {
+    siphash24(KEY, tenant.as_bytes())
+}
+
+/// A tenant's rendezvous score for one cell.
+fn score(tenant: u64, cell: u64) -> u64 {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&tenant.to_le_bytes());
+    bytes[8..].copy_from_slice(&cell.to_le_bytes());
+    siphash24(KEY, &bytes)
+}
+
+/// A tenant's cells in one layer: indices into the layer's cells, ascending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shard {
+    cells: [u16; MAX_K],
+    len: u8,
+}
+
+impl Shard {
+    pub fn cells(&self) -> &[u16] {
+        &self.cells[..usize::from(self.len)]
+    }
+
+    /// How many cells two shards (of the same layer) share.
+    pub fn overlap(&self, other: &Shard) -> usize {
+        let (mut a, mut b) = (
+            self.cells().iter().peekable(),
+            other.cells().iter().peekable(),
+        );
+        let mut shared = 0;
+        while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+            match x.cmp(y) {
+                std::cmp::Ordering::Less => {
+                    a.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    b.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    shared += 1;
+                    a.next();
+                    b.next();
+                }
+            }
+        }
+        shared
+    }
+}
+
+/// Which layer: the global one, a region's (topology order), a fallback site's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerRef {
+    Global,
+    Region(u16),
+    Site(u16),
+}
+
+/// Every layer of the platform, positioned like the topology's regions and sites (a region or
+/// site without cells answers with its own anycast addresses), and the default k.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellTopology {
+    global: Option<Layer>,
+    regions: Vec<Option<Layer>>,
+    sites: Vec<Option<Layer>>,
+    k: u8,
+    fingerprint: u64,
+}
+
+impl CellTopology {
+    /// Checks that no address is two cells' and that `k` is 1..=[`MAX_K`].
+    pub fn new(
+        global: Option<Layer>,
+        regions: Vec<Option<Layer>>,
+        sites: Vec<Option<Layer>>,
+        k: usize,
+    ) -> Result<CellTopology, CellsError> {
+        if !(1..=MAX_K).contains(&k) {
+            return Err(CellsError::BadK { k });
+        }
+        let layers = || {
+            global
+                .iter()
+                .chain(regions.iter().flatten())
+                .chain(sites.iter().flatten())
+        };
+        let mut seen: HashMap<IpAddr, (&str, &str)> = HashMap::new();
+        for layer in layers() {
+            for cell in &layer.cells {
+                let addresses = [cell.v4.map(IpAddr::V4), cell.v6.map(IpAddr::V6)];
+                for address in addresses.into_iter().flatten() {
+                    if let Some((other_layer, other)) =
+                        seen.insert(address, (&layer.name, &cell.name))
+                    {
+                        return Err(CellsError::DuplicateAddress {
+                            layer: layer.name.clone(),
+                            name: cell.name.clone(),
+                            address,
+                            other_layer: other_layer.to_string(),
+                            other: other.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        let mut text = format!("k={k};");
+        let mut describe = |slot: &str, layer: Option<&Layer>| {
+            text.push_str(slot);
+            text.push('=');
+            if let Some(layer) = layer {
+                text.push_str(&layer.name);
+                for cell in &layer.cells {
+                    text.push_str(&format!(",{}/{:?}/{:?}", cell.name, cell.v4, cell.v6));
+                }
+            }
+            text.push(';');
+        };
+        describe("global", global.as_ref());
+        for (i, layer) in regions.iter().enumerate() {
+            describe(&format!("r{i}"), layer.as_ref());
+        }
+        for (i, layer) in sites.iter().enumerate() {
+            describe(&format!("s{i}"), layer.as_ref());
+        }
+        let fingerprint = siphash24(KEY, text.as_bytes());
+        Ok(CellTopology {
+            global,
+            regions,
+            sites,
+            k: k as u8,
+            fingerprint,
+        })
+    }
+
+    /// The default k (`[topology.cells] k`).
+    pub fn k(&self) -> usize {
+        usize::from(self.k)
+    }
+
+    /// A stable hash of every layer, cell, address and k: what a [`TenantCells`] was computed
+    /// against (one computed for another topology is not served).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    pub fn layer(&self, at: LayerRef) -> Option<&Layer> {
+        match at {
+            LayerRef::Global => self.global.as_ref(),
+            LayerRef::Region(r) => self.regions.get(usize::from(r))?.as_ref(),
+            LayerRef::Site(s) => self.sites.get(usize::from(s))?.as_ref(),
+        }
+    }
+
+    /// Every layer with cells, with where it is.
+    pub fn layers(&self) -> impl Iterator<Item = (LayerRef, &Layer)> + '_ {
+        let global = self.global.iter().map(|l| (LayerRef::Global, l));
+        let regions = self
+            .regions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| Some((LayerRef::Region(i as u16), l.as_ref()?)));
+        let sites = self
+            .sites
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| Some((LayerRef::Site(i as u16), l.as_ref()?)));
+        global.chain(regions).chain(sites)
+    }
+
+    /// Where layer `at` sits in a [`TenantCells`]' spans.
+    fn slot(&self, at: LayerRef) -> Option<usize> {
+        match at {
+            LayerRef::Global => Some(0),
+            LayerRef::Region(r) => {
+                (usize::from(r) < self.regions.len()).then(|| 1 + usize::from(r))
+            }
+            LayerRef::Site(s) => {
+                (usize::from(s) < self.sites.len()).then(|| 1 + self.regions.len() + usize::from(s))
+            }
+        }
+    }
+
+    /// `tenant`'s cells in every layer with `k` per layer (`None`: the default), as the
+    /// addresses it answers with. Computed once per tenant, at compile time; allocates.
+    pub fn assign(&self, tenant: &str, k: Option<usize>) -> TenantCells {
+        let k = k.unwrap_or(self.k());
+        let hash = tenant_hash(tenant);
+        let slots = 1 + self.regions.len() + self.sites.len();
+        let mut spans = vec![Span::default(); slots];
+        let mut v4 = Vec::new();
+        let mut v6 = Vec::new();
+        for (at, layer) in self.layers() {
+            let Some(slot) = self.slot(at) else { continue };
+            let shard = layer.shard_of(hash, k);
+            let span = Span {
+                v4_start: v4.len() as u16,
+                v6_start: v6.len() as u16,
+                v4_len: 0,
+                v6_len: 0,
+            };
+            for &index in shard.cells() {
+                let cell = &layer.cells[usize::from(index)];
+                v4.extend(cell.v4);
+                v6.extend(cell.v6);
+            }
+            spans[slot] = Span {
+                v4_len: (v4.len() - usize::from(span.v4_start)) as u8,
+                v6_len: (v6.len() - usize::from(span.v6_start)) as u8,
+                ..span
+            };
+        }
+        TenantCells {
+            fingerprint: self.fingerprint,
+            regions: self.regions.len() as u16,
+            v4: v4.into_boxed_slice(),
+            v6: v6.into_boxed_slice(),
+            spans: spans.into_boxed_slice(),
+        }
+    }
+}
+
+/// Where one layer's addresses sit in a [`TenantCells`]' lists (empty: no cells there).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    v4_start: u16,
+    v6_start: u16,
+    v4_len: u8,
+    v6_len: u8,
+}
+
+/// A tenant's shard in every layer, as addresses: what its anycast answers carry. Built at
+/// compile time ([`CellTopology::assign`]); reading it ([`TenantCells::layer`]) is two slice
+/// borrows, no allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantCells {
+    fingerprint: u64,
+    regions: u16,
+    /// Every layer's IPv4 (IPv6) addresses back to back, each layer's in cell order.
+    v4: Box<[Ipv4Addr]>,
+    v6: Box<[Ipv6Addr]>,
+    /// Per layer: global, then each region, then each site.
+    spans: Box<[Span]>,
+}
+
+impl TenantCells {
+    /// The [`CellTopology::fingerprint`] this was computed against.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// The tenant's addresses in layer `at`; `None` when the layer has no cells (the answer
+    /// is then the platform's own for that destination).
+    #[inline]
+    pub fn layer(&self, at: LayerRef) -> Option<(&[Ipv4Addr], &[Ipv6Addr])> {
+        let slot = match at {
+            LayerRef::Global => 0,
+            LayerRef::Region(r) if r < self.regions => 1 + usize::from(r),
+            LayerRef::Region(_) => return None,
+            LayerRef::Site(s) => 1 + usize::from(self.regions) + usize::from(s),
+        };
+        let span = self.spans.get(slot)?;
+        if span.v4_len == 0 && span.v6_len == 0 {
+            return None;
+        }
+        let v4_start = usize::from(span.v4_start);
+        let v6_start = usize::from(span.v6_start);
+        let v4 = self.v4.get(v4_start..v4_start + usize::from(span.v4_len))?;
+        let v6 = self.v6.get(v6_start..v6_start + usize::from(span.v6_len))?;
+        Some((v4, v6))
+    }
+}
+
+/// How many pairs of tenants share exactly s cells of a layer, for s = 0..=k.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlapDistribution {
+    /// Tenants measured.
+    pub tenants: usize,
+    /// `pairs[s]`: pairs sharing exactly `s` cells.
+    pub pairs: Vec<u64>,
+}
+
+impl OverlapDistribution {
+    /// All pairs: T(T−1)/2.
+    pub fn total_pairs(&self) -> u64 {
+        self.pairs.iter().sum()
+    }
+
+    /// The most cells any two tenants share.
+    pub fn max_overlap(&self) -> usize {
+        self.pairs.iter().rposition(|&n| n > 0).unwrap_or(0)
+    }
+
+    /// Pairs sharing more than `m` cells (the ones a Route 53-style bound m would forbid).
+    pub fn pairs_above(&self, m: usize) -> u64 {
+        self.pairs.iter().skip(m + 1).sum()
+    }
+}
+
+/// The overlap distribution of a set of shards of one layer, exactly, without looking at every
+/// pair: for each j, `A_j` = Σ over j-subsets S of cells of C(tenants whose shard contains S, 2)
+/// = Σ over pairs of C(overlap, j); binomial inversion gives the pairs with overlap exactly s:
+/// N_s = Σ_{j≥s} (−1)^{j−s} C(j,s) A_j. Cost O(T·2^k).
+pub fn overlap_distribution(shards: &[Shard]) -> OverlapDistribution {
+    let k = shards.iter().map(|s| s.cells().len()).max().unwrap_or(0);
+    let mut counts: HashMap<(u8, [u16; MAX_K]), u64> = HashMap::new();
+    for shard in shards {
+        let cells = shard.cells();
+        for mask in 1u32..(1 << cells.len()) {
+            let mut key = [0u16; MAX_K];
+            let mut len = 0u8;
+            for (bit, &cell) in cells.iter().enumerate() {
+                if mask & (1 << bit) != 0 {
+                    key[usize::from(len)] = cell;
+                    len += 1;
+                }
+            }
+            *counts.entry((len, key)).or_default() += 1;
+        }
+    }
+    let t = shards.len() as i128;
+    let mut a = vec![0i128; k + 1];
+    a[0] = t * (t - 1) / 2;
+    for ((len, _), n) in counts {
+        let n = i128::from(n);
+        a[usize::from(len)] += n * (n - 1) / 2;
+    }
+    let pairs = (0..=k)
+        .map(|s| {
+            let n: i128 = (s..=k)
+                .map(|j| {
+                    let sign = if (j - s) % 2 == 0 { 1 } else { -1 };
+                    sign * choose(j as u64, s as u64) as i128 * a[j]
+                })
+                .sum();
+            n.max(0) as u64
+        })
+        .collect();
+    OverlapDistribution {
+        tenants: shards.len(),
+        pairs,
+    }
+}
+
+/// C(n, r), saturating.
+pub fn choose(n: u64, r: u64) -> u128 {
+    if r > n {
+        return 0;
+    }
+    let r = r.min(n - r);
+    let mut out: u128 = 1;
+    for i in 0..r {
+        out = out.saturating_mul(u128::from(n - i)) / u128::from(i + 1);
+    }
+    out
+}
+
+/// For two tenants with `k` random cells each of `cells`: the probability that they share
+/// exactly s cells, s = 0..=k (hypergeometric).
+pub fn expected_overlap(cells: usize, k: usize) -> Vec<f64> {
+    let (c, k) = (cells as u64, k as u64);
+    let all = choose(c, k) as f64;
+    (0..=k)
+        .map(|s| (choose(k, s) * choose(c - k, k - s)) as f64 / all)
+        .collect()
+}
+
+/// The most k-subsets of `cells` with pairwise overlap ≤ `m` (an upper bound: each (m+1)-subset
+/// of cells lies in at most one of them, and each holds C(k, m+1)). With more tenants than this,
+/// no assignment whatever keeps every pair within m.
+pub fn packing_bound(cells: usize, k: usize, m: usize) -> u128 {
+    if m >= k {
+        return choose(cells as u64, k as u64);
+    }
+    choose(cells as u64, (m + 1) as u64) / choose(k as u64, (m + 1) as u64)
+}
+
+#[cfg(test)]
+mod tests;

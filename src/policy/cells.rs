@@ -1,0 +1,133 @@
+//! `[topology.cells]` checked and compiled into a [`CellTopology`] positioned like the
+//! compiled regions and sites (the cells themselves, and a tenant's shard, are `crate::cells`').
+
+use std::sync::Arc;
+
+use crate::cells::{Cell, CellTopology, Layer, MAX_K};
+
+use super::compile::{parse_addresses, Errors};
+use super::config::{CellConfig, CellsConfig, DEFAULT_CELLS_K};
+use super::model::{RegionInfo, SiteInfo};
+
+/// Compiles the cells; `None` (with errors pushed) when anything is wrong.
+pub(super) fn compile_cells(
+    config: &CellsConfig,
+    global_families: (bool, bool),
+    regions: &[RegionInfo],
+    sites: &[SiteInfo],
+    errors: &mut Errors,
+) -> Option<Arc<CellTopology>> {
+    let before = errors.0.len();
+    let k = config.k.unwrap_or(DEFAULT_CELLS_K);
+    if k == 0 || k as usize > MAX_K {
+        errors.push(
+            "topology.cells.k",
+            format!("{k}: 1 to {MAX_K} cells per layer"),
+        );
+    }
+    if config.global.is_empty() {
+        errors.push(
+            "topology.cells.global",
+            "no global cells: the global layer is the normal answer",
+        );
+    }
+    let global = layer(
+        "global",
+        &config.global,
+        "topology.cells.global",
+        global_families,
+        errors,
+    );
+    let mut region_layers = vec![None; regions.len()];
+    for (name, cells) in &config.regions {
+        let path = format!("topology.cells.regions.{name}");
+        let Some(at) = regions.iter().position(|r| r.name == *name) else {
+            errors.push(
+                path,
+                format!("{name:?} is not a region of topology.regions"),
+            );
+            continue;
+        };
+        let layer_name = format!("region {name}");
+        region_layers[at] = layer(&layer_name, cells, &path, global_families, errors);
+    }
+    let mut site_layers = vec![None; sites.len()];
+    for (name, cells) in &config.fallback {
+        let path = format!("topology.cells.fallback.{name}");
+        let Some(at) = sites.iter().position(|s| s.name == *name) else {
+            errors.push(
+                path,
+                format!("{name:?} is not a fallback site of topology.fallback"),
+            );
+            continue;
+        };
+        let layer_name = format!("fallback {name}");
+        site_layers[at] = layer(&layer_name, cells, &path, global_families, errors);
+    }
+    if errors.0.len() > before {
+        return None;
+    }
+    match CellTopology::new(global, region_layers, site_layers, k as usize) {
+        Ok(topology) => Some(Arc::new(topology)),
+        Err(e) => {
+            errors.push("topology.cells", e.to_string());
+            None
+        }
+    }
+}
+
+fn layer(
+    name: &str,
+    configs: &[CellConfig],
+    path: &str,
+    (want_v4, want_v6): (bool, bool),
+    errors: &mut Errors,
+) -> Option<Layer> {
+    let before = errors.0.len();
+    let mut cells = Vec::with_capacity(configs.len());
+    for (i, config) in configs.iter().enumerate() {
+        let path = format!("{path}[{i}]");
+        super::compile::check_identifier(&config.name, &format!("{path}.name"), errors);
+        let anycast = format!("{path}.anycast");
+        let (v4, v6) = parse_addresses(&config.anycast, &anycast, errors);
+        if v4.len() > 1 || v6.len() > 1 {
+            errors.push(
+                &anycast,
+                "a cell is one announced address per family: at most one IPv4 and one IPv6",
+            );
+        }
+        if want_v4 && v4.is_empty() {
+            errors.push(
+                &anycast,
+                "has no IPv4 address but topology.global has one (A answers would be empty)",
+            );
+        }
+        if want_v6 && v6.is_empty() {
+            errors.push(
+                &anycast,
+                "has no IPv6 address but topology.global has one (AAAA answers would be empty)",
+            );
+        }
+        if !want_v4 && !v4.is_empty() || !want_v6 && !v6.is_empty() {
+            errors.push(
+                &anycast,
+                "has an address family that topology.global has not (every answer of a name has the same families)",
+            );
+        }
+        cells.push(Cell {
+            name: config.name.clone(),
+            v4: v4.first().copied(),
+            v6: v6.first().copied(),
+        });
+    }
+    if errors.0.len() > before {
+        return None;
+    }
+    match Layer::new(name, cells) {
+        Ok(layer) => Some(layer),
+        Err(e) => {
+            errors.push(path, e.to_string());
+            None
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! `[topology.cells]`: compilation, its errors, and a tenant's cells in anycast answers
+//! (global normally, a region's or site's when sent there, the destination's own addresses
+//! where its layer has no cells), with the ECS scope of the answer without cells.
+
+use super::*;
+use crate::test_alloc::allocations;
+
+const CELLS: &str = r#"
+[topology.cells]
+k = 2
+global = [
+  { name = "g1", anycast = ["192.0.2.11", "2001:db8::11"] },
+  { name = "g2", anycast = ["192.0.2.12", "2001:db8::12"] },
+  { name = "g3", anycast = ["192.0.2.13", "2001:db8::13"] },
+  { name = "g4", anycast = ["192.0.2.14", "2001:db8::14"] },
+  { name = "g5", anycast = ["192.0.2.15", "2001:db8::15"] },
+]
+[topology.cells.regions]
+eu-north = [
+  { name = "en1", anycast = ["198.51.100.51", "2001:db8:1::51"] },
+  { name = "en2", anycast = ["198.51.100.52", "2001:db8:1::52"] },
+  { name = "en3", anycast = ["198.51.100.53", "2001:db8:1::53"] },
+]
+[topology.cells.fallback]
+fb-eu = [
+  { name = "fe1", anycast = ["203.0.113.21", "2001:db8:fb::21"] },
+  { name = "fe2", anycast = ["203.0.113.22", "2001:db8:fb::22"] },
+]
+"#;
+
+const STEERED: &str = r#"
+[[steered]]
+name = "*.edge.example.net."
+policy = "anycast"
+ttl = 300
+"#;
+
+const ROOT: PolicyRoot = PolicyRoot::Anycast { ttl: 300 };
+
+fn with_cells(knobs: &ControlKnobs) -> CompiledPolicies {
+    compile_ok(&format!("{TOPOLOGY}\n{CELLS}\n{STEERED}"), knobs)
+}
+
+fn answer<'a>(
+    p: &'a CompiledPolicies,
+    cells: Option<&'a crate::cells::TenantCells>,
+    region: u16,
+    shed: &ShedView,
+) -> Decision<'a> {
+    let client = client(region, v4_subnet(7), 20);
+    evaluate_for_tenant(p, ROOT, &client, shed, &HealthView::all_up(), cells)
+}
+
+fn v4s(d: &Decision<'_>) -> Vec<Ipv4Addr> {
+    v4_of(d).to_vec()
+}
+
+#[test]
+fn cells_without_cells_nothing_changes() {
+    let plain = compile_ok(&format!("{TOPOLOGY}\n{STEERED}"), &ControlKnobs::default());
+    assert!(plain.cells().is_none());
+    let d = answer(&plain, None, EU_WEST, &ShedView::default());
+    assert_eq!(v4s(&d), vec![v4("192.0.2.1")]);
+}
+
+#[test]
+fn cells_a_tenant_answers_with_its_global_cells() {
+    let p = with_cells(&ControlKnobs::default());
+    let Some(topology) = p.cells() else {
+        panic!("cells compiled")
+    };
+    let fabrikam = topology.assign("fabrikam", None);
+    let tailspin = topology.assign("tailspin", None);
+    let a = answer(&p, Some(&fabrikam), EU_WEST, &ShedView::default());
+    let b = answer(&p, Some(&tailspin), EU_WEST, &ShedView::default());
+    assert_eq!(v4s(&a).len(), 2);
+    assert_eq!(v4s(&b).len(), 2);
+    assert_ne!(v4s(&a), v4s(&b), "two tenants, two shards (of C(5,2) = 10)");
+    for d in [&a, &b] {
+        assert!(v4s(d)
+            .iter()
+            .all(|a| a.octets()[..3] == [192, 0, 2] && a.octets()[3] > 10));
+        assert_eq!((d.ttl, d.scope), (300, 0), "scope as without cells");
+        let Target::Addresses { v6, .. } = d.target else {
+            panic!("addresses")
+        };
+        assert_eq!(v6.len(), 2);
+    }
+    // The platform's own answer (a name without a tenant) is unchanged.
+    let d = answer(&p, None, EU_WEST, &ShedView::default());
+    assert_eq!(v4s(&d), vec![v4("192.0.2.1")]);
+}
+
+#[test]
+fn cells_a_tenant_sent_to_a_region_gets_its_cells_there() {
+    // eu-west drained -> its first neighbour eu-north, which has cells; eu-north's clients
+    // are not drained (global cells). Drain eu-north too -> fb-eu (site with cells).
+    let mut knobs = ControlKnobs::default();
+    let drain = RegionKnobs {
+        force: None,
+        drain: true,
+    };
+    knobs.regions.insert("eu-west".to_owned(), drain.clone());
+    let p = with_cells(&knobs);
+    let Some(topology) = p.cells() else {
+        panic!("cells compiled")
+    };
+    let t = topology.assign("fabrikam", None);
+    let d = answer(&p, Some(&t), EU_WEST, &ShedView::default());
+    let got = v4s(&d);
+    assert_eq!(got.len(), 2);
+    assert!(got
+        .iter()
+        .all(|a| a.octets()[..3] == [198, 51, 100] && a.octets()[3] > 50));
+    assert_eq!(
+        d.scope, 20,
+        "location decided: the client's prefix, as without cells"
+    );
+    // A region without cells answers with its own addresses: drain na-east's clients to
+    // na-west (no cells there).
+    knobs.regions.insert("na-east".to_owned(), drain.clone());
+    knobs.regions.insert("eu-north".to_owned(), drain);
+    let p = with_cells(&knobs);
+    let Some(topology) = p.cells() else {
+        panic!("cells compiled")
+    };
+    let t = topology.assign("fabrikam", None);
+    let d = answer(&p, Some(&t), NA_EAST, &ShedView::default());
+    assert_eq!(v4s(&d), vec![v4("198.51.100.2")]);
+    let d = answer(&p, Some(&t), EU_NORTH, &ShedView::default());
+    let got = v4s(&d);
+    assert_eq!(got.len(), 2, "fb-eu has two cells, k = 2: both");
+    assert!(got
+        .iter()
+        .all(|a| a.octets()[..3] == [203, 0, 113] && a.octets()[3] > 20));
+}
+
+#[test]
+fn cells_answers_allocate_nothing() {
+    let p = with_cells(&ControlKnobs::default());
+    let Some(topology) = p.cells() else {
+        panic!("cells compiled")
+    };
+    let t = topology.assign("fabrikam", Some(3));
+    let before = allocations();
+    let mut n = 0;
+    for region in 0..6 {
+        n += v4s_len(&answer(&p, Some(&t), region, &ShedView::default()));
+    }
+    assert_eq!(allocations(), before);
+    assert_eq!(n, 6 * 3);
+}
+
+fn v4s_len(d: &Decision<'_>) -> usize {
+    v4_of(d).len()
+}
+
+#[test]
+fn cells_errors_name_their_field() {
+    let bad = r#"
+[topology.cells]
+k = 9
+global = [
+  { name = "g1", anycast = ["192.0.2.11"] },
+  { name = "g1", anycast = ["192.0.2.12", "2001:db8::12"] },
+  { name = "g3", anycast = ["192.0.2.13", "192.0.2.14", "2001:db8::13"] },
+]
+[topology.cells.regions]
+mars = [{ name = "m1", anycast = ["198.51.100.99", "2001:db8:1::99"] }]
+"#;
+    let errors = compile_err(
+        &format!("{TOPOLOGY}\n{bad}\n{STEERED}"),
+        &ControlKnobs::default(),
+    );
+    assert_error(&errors, "topology.cells.k", "1 to 8");
+    assert_error(
+        &errors,
+        "topology.cells.global[0].anycast",
+        "no IPv6 address",
+    );
+    assert_error(
+        &errors,
+        "topology.cells.global[2].anycast",
+        "at most one IPv4",
+    );
+    assert_error(&errors, "topology.cells.regions.mars", "not a region");
+    let twice = r#"
+[topology.cells]
+global = [
+  { name = "g1", anycast = ["192.0.2.11", "2001:db8::11"] },
+  { name = "g1", anycast = ["192.0.2.12", "2001:db8::12"] },
+]
+"#;
+    let errors = compile_err(
+        &format!("{TOPOLOGY}\n{twice}\n{STEERED}"),
+        &ControlKnobs::default(),
+    );
+    assert_error(&errors, "topology.cells.global", "listed twice");
+    let reused = r#"
+[topology.cells]
+global = [{ name = "g1", anycast = ["192.0.2.11", "2001:db8::11"] }]
+[topology.cells.fallback]
+fb-na = [{ name = "f1", anycast = ["192.0.2.11", "2001:db8:fb::11"] }]
+"#;
+    let errors = compile_err(
+        &format!("{TOPOLOGY}\n{reused}\n{STEERED}"),
+        &ControlKnobs::default(),
+    );
+    assert_error(&errors, "topology.cells", "already cell \"g1\"");
+    let unknown = "[topology.cells]\ncolour = 1\nglobal = []\n";
+    let parsed: Result<Fragment, _> = toml::from_str(&format!("{TOPOLOGY}\n{unknown}"));
+    assert!(parsed.is_err(), "unknown fields are refused");
+    let empty = "[topology.cells]\nk = 2\n";
+    let errors = compile_err(
+        &format!("{TOPOLOGY}\n{empty}\n{STEERED}"),
+        &ControlKnobs::default(),
+    );
+    assert_error(&errors, "topology.cells.global", "no global cells");
+}
