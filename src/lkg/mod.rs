@@ -21,7 +21,7 @@
 //!
 //! Section bytes start 8-aligned so that a later reader can map the file and use a section in
 //! place. The checksum is a plain SHA-256 an operator can check by hand:
-//! `head -c -32 FILE | sha256sum` against `tail -c 32 FILE | od -An -tx1`.
+//! `head -c -32 FILE | sha256sum` against `tail -c 32 FILE | od -An -tx1 | tr -d ' \n'`.
 
 use std::collections::BTreeMap;
 use std::path::Path;

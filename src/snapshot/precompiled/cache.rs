@@ -361,6 +361,18 @@ mod tests {
         assert_eq!(back.signed.index.len(), original.signed.index.len());
         // The same answers give the same sections.
         assert_eq!(back.cache_sections(), sections);
+        // And through the container, as a cache file holds them.
+        let inputs = crate::lkg::Inputs::from([(
+            "zones/example.com.zone".to_string(),
+            crate::lkg::fingerprint(ZONE.as_bytes()),
+        )]);
+        let cache = crate::lkg::Cache {
+            inputs: inputs.clone(),
+            sections: sections.clone(),
+        };
+        let decoded = crate::lkg::decode(&crate::lkg::encode(&cache), &inputs).expect("decodes");
+        let back = Precompiled::from_cache(decoded.sections).expect("sections decode");
+        assert_eq!(answers(&back), answers_before);
         assert_eq!(
             Precompiled::from_cache(Precompiled::default().cache_sections())
                 .map(|p| p.len())
