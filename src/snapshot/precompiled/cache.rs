@@ -382,6 +382,23 @@ mod tests {
     }
 
     #[test]
+    fn precompiled_from_cache_never_panics_on_a_flipped_byte() {
+        // The container's checksum keeps corruption out; this is the belt to its braces:
+        // whatever a section holds, decoding either refuses it or yields a table whose
+        // lookups stay inside the arena.
+        let sections = sample().cache_sections();
+        for (i, (_, bytes)) in sections.iter().enumerate() {
+            for at in 0..bytes.len() {
+                let mut flipped = sections.clone();
+                flipped[i].1[at] ^= 0xa5;
+                if let Ok(back) = Precompiled::from_cache(flipped) {
+                    let _ = answers(&back);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn precompiled_refuses_sections_cut_short_missing_or_pointing_outside() {
         let sections = sample().cache_sections();
         for (i, (name, bytes)) in sections.iter().enumerate() {
