@@ -5,7 +5,8 @@
 //!
 //! Keys and responses live back to back in one byte arena and the index holds 12-byte slots
 //! into it: a million names cost two big allocations, not four million small ones. The table
-//! sits behind an `Arc` so that a reload which changes no zone file shares it.
+//! sits behind an `Arc` so that a reload which changes no zone file shares it. The tables go
+//! to and from the last-known-good cache in `cache` (arena as is, index rebuilt).
 
 use std::hash::Hasher;
 use std::sync::Arc;
@@ -19,6 +20,9 @@ use crate::dns::wire::{rtype, WireName, MAX_NAME_LEN};
 use crate::policy::CompiledPolicies;
 use crate::zone::lookup::{resolve, NoSteering, ZoneSet};
 use crate::zone::model::{Node, SteeredBinding};
+
+/// The answers as sections of the last-known-good cache (`cache_sections`, `from_cache`).
+mod cache;
 
 /// Past this many bytes of precompiled answers, the rest are answered by the general path.
 const MAX_PRECOMPILED_BYTES: usize = 256 << 20;
