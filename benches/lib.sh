@@ -32,3 +32,26 @@ big_zone() {
             printf "h%d IN A 10.%d.%d.%d\n", i, int(i / 65536) % 256, int(i / 256) % 256, i % 256
     }'
 }
+
+# The common start of a bench script: OUT (unless set) under target/bench-$1/<time>, a WORK
+# folder under /tmp removed at exit with the server session stopped, and BIN built unless set.
+bench_start() {
+    OUT=${OUT:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-$1/$(date -u +%Y%m%dT%H%M%SZ)}
+    mkdir -p "$OUT"
+    WORK=$(mktemp -d "/tmp/steerdns-$1.XXXXXX")
+    SESSION=""
+    trap 'stop_server; rm -rf "$WORK"' EXIT
+    trap 'exit 130' INT TERM
+    if [ -z "${BIN:-}" ]; then
+        (cd "$ROOT" && cargo build --release --quiet) || die "cargo build failed"
+        BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/steerdns
+    fi
+}
+
+# Fails unless every tool named is installed.
+need() {
+    local t
+    for t in "$@"; do
+        command -v "$t" > /dev/null || die "missing $t (.ci/run installs the bench tools)"
+    done
+}

@@ -32,19 +32,7 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 PORT=${PORT:-15520}
 ADMIN_PORT=${ADMIN_PORT:-15521}
 MMDB=${MMDB:-$ROOT/geoip/example.mmdb}
-OUT=${OUT:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-scale/$(date -u +%Y%m%dT%H%M%SZ)}
-mkdir -p "$OUT"
-WORK=$(mktemp -d /tmp/steerdns-scale.XXXXXX)
-SESSION=""
-
-cleanup() { stop_server; rm -rf "$WORK"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-if [ -z "${BIN:-}" ]; then
-    (cd "$ROOT" && cargo build --release --quiet) || die "cargo build failed"
-    BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/steerdns
-fi
+bench_start scale
 for t in dig dnsperf curl python3 taskset setsid /usr/bin/time; do
     command -v "$t" > /dev/null || die "missing $t (benches/harness.sh installs it)"
 done

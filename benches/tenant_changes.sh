@@ -22,21 +22,8 @@ DUR=${DUR:-10}
 CLIENTS=${CLIENTS:-32}
 PORT=${PORT:-15560}
 ADMIN_PORT=${ADMIN_PORT:-15561}
-OUT=${OUT:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-tenant-changes/$(date -u +%Y%m%dT%H%M%SZ)}
-mkdir -p "$OUT"
-WORK=$(mktemp -d /tmp/steerdns-tenant-changes.XXXXXX)
-SESSION=""
-cleanup() { stop_server; rm -rf "$WORK"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-if [ -z "${BIN:-}" ]; then
-    (cd "$ROOT" && cargo build --release --quiet) || die "cargo build failed"
-    BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/steerdns
-fi
-for t in python3 setsid curl dnsperf; do
-    command -v "$t" > /dev/null || die "missing $t (apt-get install dnsperf curl python3)"
-done
+bench_start tenant-changes
+need python3 setsid curl dnsperf
 
 D=$WORK/site
 mkdir -p "$D/tenants"

@@ -27,21 +27,8 @@ ROUNDS=${ROUNDS:-1}
 CHANGES=${CHANGES:-50}
 PORT=${PORT:-15540}
 ADMIN_PORT=${ADMIN_PORT:-15541}
-OUT=${OUT:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-tenants/$(date -u +%Y%m%dT%H%M%SZ)}
-mkdir -p "$OUT"
-WORK=$(mktemp -d /tmp/steerdns-tenants-scale.XXXXXX)
-SESSION=""
-cleanup() { stop_server; rm -rf "$WORK"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-if [ -z "${BIN:-}" ]; then
-    (cd "$ROOT" && cargo build --release --quiet) || die "cargo build failed"
-    BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/steerdns
-fi
-for t in python3 setsid curl; do
-    command -v "$t" > /dev/null || die "missing $t"
-done
+bench_start tenants
+need python3 setsid curl
 
 # A copy of the bundled example in $1 with no tenants, on the bench's ports.
 example() {

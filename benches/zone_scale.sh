@@ -25,18 +25,7 @@ ROUNDS=${ROUNDS:-3}
 PORT=${PORT:-15530}
 ADMIN_PORT=${ADMIN_PORT:-15531}
 MMDB=${MMDB:-$ROOT/geoip/example.mmdb}
-OUT=${OUT:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-zone-scale/$(date -u +%Y%m%dT%H%M%SZ)}
-mkdir -p "$OUT"
-WORK=$(mktemp -d /tmp/steerdns-zone-scale.XXXXXX)
-SESSION=""
-cleanup() { stop_server; rm -rf "$WORK"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-if [ -z "${BIN:-}" ]; then
-    (cd "$ROOT" && cargo build --release --quiet) || die "cargo build failed"
-    BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/steerdns
-fi
+bench_start zone-scale
 for t in nsd nsd-checkzone knotd kzonecheck python3 setsid /usr/bin/time; do
     command -v "$t" > /dev/null || die "missing $t (apt-get install nsd knot knot-dnssecutils time)"
 done
