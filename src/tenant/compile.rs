@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::dns::wire::{display_wire_name, WireName};
+
 use crate::policy::{
     compile_tenant_profile, name_wire, parse_absolute_name, CompiledPolicies, EndpointConfig,
     PolicyRoot, ProfileConfig, ProfileKind,
@@ -197,7 +199,9 @@ impl ServedTenant {
 
     /// Its names as written (absolute, lower case).
     pub fn display_names(&self) -> Vec<String> {
-        self.names().map(|(_, wire)| wire_to_text(wire)).collect()
+        self.names()
+            .map(|(_, wire)| display_wire_name(wire))
+            .collect()
     }
 
     /// This version, served from `since` (seconds since the Unix epoch).
@@ -271,37 +275,9 @@ fn name_and_names(name: &str, names: &[u8]) -> Option<Box<[u8]>> {
     Some(bytes.into_boxed_slice())
 }
 
-/// The length of the wire name at the start of `wire` (`None`: not a whole name).
+/// The length of the whole wire name at the start of `wire` (`None`: not a whole name).
 fn wire_len(wire: &[u8]) -> Option<usize> {
-    let mut at = 0usize;
-    loop {
-        let len = usize::from(*wire.get(at)?);
-        at += 1 + len;
-        if len == 0 {
-            return (at <= wire.len()).then_some(at);
-        }
-    }
-}
-
-/// A wire name as text, absolute (`fabrikam.edge.example.net.`).
-fn wire_to_text(wire: &[u8]) -> String {
-    let mut out = String::new();
-    let mut at = 0usize;
-    while let Some(&len) = wire.get(at) {
-        if len == 0 {
-            break;
-        }
-        let label = wire
-            .get(at + 1..at + 1 + usize::from(len))
-            .unwrap_or_default();
-        out.push_str(&String::from_utf8_lossy(label));
-        out.push('.');
-        at += 1 + usize::from(len);
-    }
-    if out.is_empty() {
-        out.push('.');
-    }
-    out
+    WireName::parse_uncompressed(wire, 0).map(|(_, end)| end)
 }
 
 /// Who the tenant is and which version of its document this is.
