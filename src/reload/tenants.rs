@@ -173,10 +173,8 @@ impl State {
     /// The hash of the bytes last looked at for `name` (accepted or refused); `None`: never
     /// looked at, or unreadable.
     fn looked_at(&self, name: &str) -> Option<u64> {
-        match self.refused.get(name) {
-            Some(refused) => refused.looked_at,
-            None => self.served.get(name).map(|t| t.fingerprint),
-        }
+        let refused = self.refused.get(name).map(|r| r.looked_at);
+        looked_at(&self.served, refused, name)
     }
 
     fn knows(&self, name: &str) -> bool {
@@ -215,6 +213,15 @@ pub enum CacheError {
         path: PathBuf,
         source: crate::files::WriteError,
     },
+}
+
+/// The hash of the bytes last looked at for `name`: the refused ones' if its newest document
+/// was refused (`refused`), else the served version's.
+fn looked_at(served: &TenantIndex, refused: Option<Option<u64>>, name: &str) -> Option<u64> {
+    match refused {
+        Some(looked_at) => looked_at,
+        None => served.get(name).map(|t| t.fingerprint),
+    }
 }
 
 /// What the cache of a registry is written from, taken under the lock, written outside it.
@@ -257,6 +264,8 @@ enum Change {
         name: String,
         file: String,
         text: Result<String, String>,
+        /// FNV hash of the text (`None`: it could not be read).
+        looked_at: Option<u64>,
     },
     Removed {
         name: String,
@@ -464,15 +473,17 @@ impl TenantRegistry {
             Some((state, platform, candidate)) => {
                 self.finish(state, &platform, candidate, write, then)
             }
-            // What it was checked against changed meanwhile, twice: all of it under the lock.
+            // What it was checked against changed meanwhile, twice: all of it under the lock
+            // (the taster's queue never takes the registry's lock).
             None => {
-                let mut state = self.lock();
+                let state = self.lock();
                 let Some(platform) = state.platform.clone() else {
                     return Err(PutError::Off);
                 };
-                let outcome =
-                    put_locked(&mut state, &self.tastes, &platform, name, text, write, then);
-                (state, outcome)
+                let served = state.served.get(name).cloned();
+                let candidate =
+                    self.checked_and_tasted(&platform, served.as_deref(), name, text)?;
+                self.finish(state, &platform, candidate, write, then)
             }
         };
         if outcome.is_ok() {
@@ -511,19 +522,7 @@ impl TenantRegistry {
                 };
                 (platform, state.served.get(name).cloned())
             };
-            let file = file_name(&platform, name);
-            let candidate = check_alone(
-                &platform,
-                served.as_deref(),
-                name,
-                &file,
-                Ok(text.to_string()),
-            )
-            .map_err(PutError::Invalid)?;
-            let candidate = self
-                .combiner
-                .taste(&platform, &self.tastes, candidate)
-                .map_err(PutError::Refused)?;
+            let candidate = self.checked_and_tasted(&platform, served.as_deref(), name, text)?;
             let state = self.lock();
             let same_platform = state
                 .platform
@@ -539,6 +538,23 @@ impl TenantRegistry {
             }
         }
         Ok(None)
+    }
+
+    /// A put's document checked alone against `platform` and tasted (with the puts queued
+    /// meanwhile).
+    fn checked_and_tasted<E>(
+        &self,
+        platform: &Arc<Platform>,
+        served: Option<&ServedTenant>,
+        name: &str,
+        text: &str,
+    ) -> Result<Candidate, PutError<E>> {
+        let file = file_name(platform, name);
+        let candidate = check_alone(platform, served, name, &file, Ok(text.to_string()))
+            .map_err(PutError::Invalid)?;
+        self.combiner
+            .taste(platform, &self.tastes, candidate)
+            .map_err(PutError::Refused)
     }
 
     /// A tasted put, under the lock: no name claimed twice, written, served.
@@ -866,47 +882,6 @@ enum Then {
     Leave,
 }
 
-/// [`TenantRegistry::put`] with the lock held and the platform taken out.
-fn put_locked<W, E>(
-    state: &mut State,
-    tastes: &AtomicU64,
-    platform: &Platform,
-    name: &str,
-    text: &str,
-    write: impl FnOnce() -> Result<W, E>,
-    then: Then,
-) -> Result<W, PutError<E>> {
-    let file = file_name(platform, name);
-    let served = state.served.get(name).cloned();
-    let candidate = check_alone(
-        platform,
-        served.as_deref(),
-        name,
-        &file,
-        Ok(text.to_string()),
-    )
-    .map_err(PutError::Invalid)?;
-    let table = platform.snapshot.tenants().load();
-    if let Some(reason) = clash(platform, &table, &BatchClaims::default(), &candidate) {
-        return Err(PutError::Refused(vec![reason]));
-    }
-    let (mut good, bad) = taste_split(platform, tastes, vec![candidate]);
-    if let Some((_, reasons)) = bad.into_iter().next() {
-        return Err(PutError::Refused(reasons));
-    }
-    let Some(candidate) = good.pop() else {
-        return Err(PutError::Refused(vec![format!("{file}: not tasted")]));
-    };
-    let written = write().map_err(PutError::Store)?;
-    if then == Then::Leave {
-        return Ok(written);
-    }
-    let mut swap = Swap::default();
-    accept(state, platform, candidate, "admin API", &mut swap);
-    commit(state, platform, swap);
-    Ok(written)
-}
-
 /// One tenant's view from what is served and what was refused.
 fn view_of(
     shown: &str,
@@ -966,6 +941,7 @@ fn written(known: &Known, shown: &str, path: &Path, name: &str) -> Option<Change
         name: name.to_string(),
         file: format!("{shown}/{name}.toml"),
         text,
+        looked_at: hash,
     })
 }
 
@@ -1009,10 +985,7 @@ impl Known {
     }
 
     fn looked_at(&self, name: &str) -> Option<u64> {
-        match self.refused.get(name) {
-            Some(looked_at) => *looked_at,
-            None => self.served.get(name).map(|t| t.fingerprint),
-        }
+        looked_at(&self.served, self.refused.get(name).copied(), name)
     }
 
     fn knows(&self, name: &str) -> bool {
@@ -1030,10 +1003,9 @@ fn still_changed(state: &State, dir: Option<&Path>, changes: Vec<Change>) -> Vec
     changes
         .into_iter()
         .filter(|change| match change {
-            Change::Written { name, text, .. } => {
-                let hash = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
-                hash.is_none() || hash != state.looked_at(name)
-            }
+            Change::Written {
+                name, looked_at, ..
+            } => looked_at.is_none() || *looked_at != state.looked_at(name),
             Change::Removed { name } => {
                 state.knows(name) && !dir.join(format!("{name}.toml")).exists()
             }
@@ -1108,6 +1080,7 @@ fn look_only(known: &Known, dir: &Path, names: &BTreeSet<String>) -> Vec<Change>
                 name: name.clone(),
                 file: format!("{shown}/{name}.toml"),
                 text: Err(format!("{shown}/{name}.toml: cannot read: {e}")),
+                looked_at: None,
             }),
         }
     }
@@ -1181,7 +1154,12 @@ fn apply(state: &mut State, tastes: &AtomicU64, changes: Vec<Change>) {
                     "tenant {name}: document removed; its names answer as the platform's"
                 );
             }
-            Change::Written { name, file, text } => written.push((name, file, text)),
+            Change::Written {
+                name,
+                file,
+                text,
+                looked_at,
+            } => written.push((name, file, text, looked_at)),
         }
     }
     let mut claims = released_by(state, &swap);
@@ -1190,8 +1168,7 @@ fn apply(state: &mut State, tastes: &AtomicU64, changes: Vec<Change>) {
     let mut written = written.into_iter().peekable();
     while written.peek().is_some() {
         let mut candidates = Vec::new();
-        for (name, file, text) in written.by_ref().take(TASTE_CHUNK) {
-            let looked_at = text.as_ref().ok().map(|t| fnv1a64(t.as_bytes()));
+        for (name, file, text, looked_at) in written.by_ref().take(TASTE_CHUNK) {
             let served = state.served.get(&name).cloned();
             match check_alone(&platform, served.as_deref(), &name, &file, text) {
                 Ok(candidate) => candidates.push(candidate),
