@@ -38,32 +38,22 @@ pub(super) fn compile_cells(
         global_families,
         errors,
     );
-    let mut region_layers = vec![None; regions.len()];
-    for (name, cells) in &config.regions {
-        let path = format!("topology.cells.regions.{name}");
-        let Some(at) = regions.iter().position(|r| r.name == *name) else {
-            errors.push(
-                path,
-                format!("{name:?} is not a region of topology.regions"),
-            );
-            continue;
-        };
-        let layer_name = format!("region {name}");
-        region_layers[at] = layer(&layer_name, cells, &path, global_families, errors);
-    }
-    let mut site_layers = vec![None; sites.len()];
-    for (name, cells) in &config.fallback {
-        let path = format!("topology.cells.fallback.{name}");
-        let Some(at) = sites.iter().position(|s| s.name == *name) else {
-            errors.push(
-                path,
-                format!("{name:?} is not a fallback site of topology.fallback"),
-            );
-            continue;
-        };
-        let layer_name = format!("fallback {name}");
-        site_layers[at] = layer(&layer_name, cells, &path, global_families, errors);
-    }
+    let region_names: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+    let site_names: Vec<&str> = sites.iter().map(|s| s.name.as_str()).collect();
+    let region_layers = named_layers(
+        Place::Region,
+        &config.regions,
+        &region_names,
+        global_families,
+        errors,
+    );
+    let site_layers = named_layers(
+        Place::Site,
+        &config.fallback,
+        &site_names,
+        global_families,
+        errors,
+    );
     if errors.0.len() > before {
         return None;
     }
@@ -74,6 +64,43 @@ pub(super) fn compile_cells(
             None
         }
     }
+}
+
+/// Where a layer of named cells is: a region's or a fallback site's.
+#[derive(Clone, Copy)]
+enum Place {
+    Region,
+    Site,
+}
+
+/// The layers of `configs` (by region or site name), positioned like `names`; a name that is
+/// no region (site) is an error naming its field.
+fn named_layers(
+    place: Place,
+    configs: &std::collections::BTreeMap<String, Vec<CellConfig>>,
+    names: &[&str],
+    families: (bool, bool),
+    errors: &mut Errors,
+) -> Vec<Option<Layer>> {
+    let (section, layer_kind, unknown) = match place {
+        Place::Region => ("regions", "region", "a region of topology.regions"),
+        Place::Site => (
+            "fallback",
+            "fallback",
+            "a fallback site of topology.fallback",
+        ),
+    };
+    let mut layers = vec![None; names.len()];
+    for (name, cells) in configs {
+        let path = format!("topology.cells.{section}.{name}");
+        let Some(at) = names.iter().position(|n| n == name) else {
+            errors.push(path, format!("{name:?} is not {unknown}"));
+            continue;
+        };
+        let layer_name = format!("{layer_kind} {name}");
+        layers[at] = layer(&layer_name, cells, &path, families, errors);
+    }
+    layers
 }
 
 fn layer(

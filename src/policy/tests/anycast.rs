@@ -2,13 +2,6 @@
 
 use super::*;
 
-const STEERED: &str = r#"
-[[steered]]
-name = "*.edge.example.net."
-policy = "anycast"
-ttl = 300
-"#;
-
 fn policies(knobs: &ControlKnobs) -> CompiledPolicies {
     compile_ok(&format!("{TOPOLOGY}\n{STEERED}"), knobs)
 }

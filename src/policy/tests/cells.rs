@@ -28,13 +28,6 @@ fb-eu = [
 ]
 "#;
 
-const STEERED: &str = r#"
-[[steered]]
-name = "*.edge.example.net."
-policy = "anycast"
-ttl = 300
-"#;
-
 const ROOT: PolicyRoot = PolicyRoot::Anycast { ttl: 300 };
 
 fn with_cells(knobs: &ControlKnobs) -> CompiledPolicies {

@@ -163,3 +163,12 @@ pub(super) fn root_of(p: &CompiledPolicies, name: &str) -> PolicyRoot {
         None => panic!("no profile {name}"),
     }
 }
+
+/// The platform wildcard steered by the anycast policy (TTL 300), as the anycast and cells
+/// tests configure it.
+const STEERED: &str = r#"
+[[steered]]
+name = "*.edge.example.net."
+policy = "anycast"
+ttl = 300
+"#;
