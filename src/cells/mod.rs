@@ -43,6 +43,7 @@
 //! above m adds cells (or raises k); nothing is refused or reassigned when tenants outnumber
 //! the shards that could keep the bound.
 
+pub mod blame;
 mod hash;
 
 use std::collections::HashMap;
