@@ -1089,6 +1089,7 @@ fn look_only(known: &Known, dir: &Path, names: &BTreeSet<String>) -> Vec<Change>
 
 /// [`TenantRegistry::load_cache`] with the lock held and the platform taken out.
 fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, CacheError> {
+    let started = Instant::now();
     let path = cache_path(&platform.dir);
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
@@ -1098,10 +1099,13 @@ fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, Ca
         Err(source) => return Err(CacheError::Read { path, source }),
     };
     let key = cache_key(platform).ok_or(CacheError::NoPlatform)?;
+    let read = started.elapsed();
     let cached = match cache::decode(&bytes, &key) {
         Ok(cached) => cached,
         Err(reason) => return Err(CacheError::Refused { path, reason }),
     };
+    drop(bytes);
+    let decoded = started.elapsed();
     if !state.served.is_empty() || !state.refused.is_empty() {
         return Err(CacheError::AlreadyServed);
     }
@@ -1133,7 +1137,17 @@ fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, Ca
     let count = swap.served.len();
     state.must_read.extend(cached.reread);
     state.full_look_began = Some(UNIX_EPOCH + Duration::from_nanos(cached.looked_at_until));
+    let compiled = started.elapsed();
     commit(state, platform, swap);
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    tracing::info!(
+        "tenant cache: {count} tenants served in {:.0} ms (file read {:.0} ms, decoded {:.0} ms, own profiles compiled {:.0} ms, tables built {:.0} ms)",
+        ms(started.elapsed()),
+        ms(read),
+        ms(decoded - read),
+        ms(compiled - decoded),
+        ms(started.elapsed() - compiled),
+    );
     give_back_freed_memory();
     Ok(count)
 }
@@ -1215,16 +1229,38 @@ fn commit(state: &mut State, platform: &Platform, swap: Swap) {
         served,
         removed,
     } = swap;
-    if !names.is_empty() {
-        let tenants = platform.snapshot.tenants();
-        let table = tenants.load().with_changes(names);
+    let tenants = platform.snapshot.tenants();
+    let build_table = |names: Vec<NameChange>| {
+        (!names.is_empty()).then(|| tenants.load_full().with_changes(names))
+    };
+    let index_changes = !served.is_empty() || !removed.is_empty();
+    let build_index =
+        |index: &TenantIndex| index_changes.then(|| index.with_changes(served, removed));
+    // The two tables are independent: a cold start's million builds them side by side (a
+    // single change is not worth a thread).
+    let (table, index) = if names.len() >= BUILD_APART_FROM {
+        std::thread::scope(|scope| {
+            let table = scope.spawn(|| build_table(names));
+            let index = build_index(&state.served);
+            let table = table
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (table, index)
+        })
+    } else {
+        (build_table(names), build_index(&state.served))
+    };
+    if let Some(table) = table {
         tenants.store(Arc::new(table));
     }
-    if !served.is_empty() || !removed.is_empty() {
-        state.served = state.served.with_changes(served, removed);
+    if let Some(index) = index {
+        state.served = index;
         state.generation += 1;
     }
 }
+
+/// From this many names a batch builds the name table and the index on two threads.
+const BUILD_APART_FROM: usize = 50_000;
 
 /// A tenant whose document is gone: its names leave the table, its refusal is forgotten.
 fn remove(state: &mut State, name: &str, swap: &mut Swap) {

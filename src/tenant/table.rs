@@ -102,65 +102,112 @@ impl<T: Keyed> Sharded<T> {
 
     /// This table with `edits` applied: the shards they touch are copied and changed (the
     /// first edit of a shard copies it; the old table keeps its own), every other is shared.
-    fn with(&self, edits: impl IntoIterator<Item = Edit<T>>) -> Sharded<T> {
-        let edits: Vec<(u64, Edit<T>)> = edits
-            .into_iter()
-            .map(|edit| {
-                let key = match &edit {
-                    Edit::Set(entry) => entry.key(),
-                    Edit::Remove(key) => key,
-                };
-                (key_hash(key), edit)
-            })
-            .collect();
-        let mut shards: Vec<Arc<HashTable<T>>> = self.shards.to_vec();
-        // Room first, so that a million entries loaded at once never rehash a shard.
-        let mut added = vec![0usize; SHARDS];
-        for (hash, edit) in &edits {
-            if let (Edit::Set(_), Some(n)) = (edit, added.get_mut(shard_of(*hash))) {
-                *n += 1;
-            }
-        }
-        for (slot, n) in shards.iter_mut().zip(&added) {
-            if *n > 0 {
-                Arc::make_mut(slot).reserve(*n, |e| key_hash(e.key()));
-            }
-        }
-        let mut len = self.len;
-        for (hash, edit) in edits {
-            let Some(slot) = shards.get_mut(shard_of(hash)) else {
-                continue;
-            };
-            let shard = Arc::make_mut(slot);
+    /// A large batch (a cold start's million entries) is applied on every core, a range of
+    /// shards each: shards are independent tables, so this needs no lock.
+    fn with(&self, edits: impl IntoIterator<Item = Edit<T>>) -> Sharded<T>
+    where
+        T: Send + Sync,
+    {
+        let mut by_shard: Vec<Vec<(u64, Edit<T>)>> = (0..SHARDS).map(|_| Vec::new()).collect();
+        let mut total = 0usize;
+        for edit in edits {
             let key = match &edit {
                 Edit::Set(entry) => entry.key(),
                 Edit::Remove(key) => key,
             };
-            let found = shard.find_entry(hash, |e| e.key_is(key));
-            match (edit, found) {
-                (Edit::Set(entry), Ok(mut slot)) => *slot.get_mut() = entry,
-                (Edit::Set(entry), Err(absent)) => {
-                    absent
-                        .into_table()
-                        .insert_unique(hash, entry, |e| key_hash(e.key()));
-                    len += 1;
-                }
-                (Edit::Remove(_), Ok(slot)) => {
-                    slot.remove();
-                    len -= 1;
-                }
-                (Edit::Remove(_), Err(_)) => {}
+            let hash = key_hash(key);
+            if let Some(edits) = by_shard.get_mut(shard_of(hash)) {
+                edits.push((hash, edit));
+                total += 1;
             }
         }
+        let mut shards: Vec<Arc<HashTable<T>>> = self.shards.to_vec();
+        let threads = if total >= PARALLEL_FROM {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
+        } else {
+            1
+        };
+        let added: isize = if threads > 1 {
+            let per_thread = SHARDS.div_ceil(threads);
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = shards
+                    .chunks_mut(per_thread)
+                    .zip(by_shard.chunks_mut(per_thread))
+                    .map(|(slots, edits)| scope.spawn(move || apply_to_shards(slots, edits)))
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| {
+                        w.join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                    .sum()
+            })
+        } else {
+            apply_to_shards(&mut shards, &mut by_shard)
+        };
         Sharded {
             shards: shards.into(),
-            len,
+            len: self.len.saturating_add_signed(added),
         }
     }
 
     fn iter(&self) -> impl Iterator<Item = &T> + '_ {
         self.shards.iter().flat_map(|shard| shard.iter())
     }
+}
+
+/// Below this many edits a batch is applied on the calling thread (starting threads costs
+/// more than a change of a few thousand names).
+const PARALLEL_FROM: usize = 50_000;
+
+/// Most threads a batch is applied on.
+const MAX_THREADS: usize = 8;
+
+/// Applies each shard's edits to it (`slots[i]` gets `edits[i]`); returns the entries added
+/// less those removed.
+fn apply_to_shards<T: Keyed>(
+    slots: &mut [Arc<HashTable<T>>],
+    edits: &mut [Vec<(u64, Edit<T>)>],
+) -> isize {
+    slots
+        .iter_mut()
+        .zip(edits.iter_mut())
+        .filter(|(_, edits)| !edits.is_empty())
+        .map(|(slot, edits)| apply_to_shard(Arc::make_mut(slot), std::mem::take(edits)))
+        .sum()
+}
+
+fn apply_to_shard<T: Keyed>(shard: &mut HashTable<T>, edits: Vec<(u64, Edit<T>)>) -> isize {
+    // Room first, so that a million entries loaded at once never rehash a shard.
+    let sets = edits
+        .iter()
+        .filter(|(_, e)| matches!(e, Edit::Set(_)))
+        .count();
+    shard.reserve(sets, |e| key_hash(e.key()));
+    let mut added = 0isize;
+    for (hash, edit) in edits {
+        let key = match &edit {
+            Edit::Set(entry) => entry.key(),
+            Edit::Remove(key) => key,
+        };
+        let found = shard.find_entry(hash, |e| e.key_is(key));
+        match (edit, found) {
+            (Edit::Set(entry), Ok(mut slot)) => *slot.get_mut() = entry,
+            (Edit::Set(entry), Err(absent)) => {
+                absent
+                    .into_table()
+                    .insert_unique(hash, entry, |e| key_hash(e.key()));
+                added += 1;
+            }
+            (Edit::Remove(_), Ok(slot)) => {
+                slot.remove();
+                added -= 1;
+            }
+            (Edit::Remove(_), Err(_)) => {}
+        }
+    }
+    added
 }
 
 /// Name → tenant, sharded; immutable once built.
@@ -361,5 +408,27 @@ mod tests {
         assert!(after.get("t8").is_none());
         assert_eq!(after.len(), 999);
         assert_eq!(after.iter().count(), 999);
+    }
+
+    #[test]
+    fn a_batch_large_enough_for_threads_builds_the_same_table() {
+        let n = PARALLEL_FROM + 10_000;
+        let tenants: Vec<_> = (0..n).map(|i| tenant(&format!("t{i}"), 1)).collect();
+        let table =
+            TenantTable::default().with_changes(tenants.iter().flat_map(NameChange::all_of));
+        assert_eq!(table.len(), n);
+        assert!((0..n).all(|i| table.get(&wire(&format!("t{i}"))).is_some()));
+        // One batch that removes the first half and replaces the second: both on threads.
+        let removals = (0..n / 2).map(|i| NameChange::Remove(wire(&format!("t{i}"))));
+        let replaced: Vec<_> = (n / 2..n).map(|i| tenant(&format!("t{i}"), 2)).collect();
+        let sets = replaced.iter().flat_map(NameChange::all_of);
+        let after = table.with_changes(removals.chain(sets));
+        assert_eq!(after.len(), n - n / 2);
+        assert!(after.get(&wire("t0")).is_none());
+        assert_eq!(
+            after.get(&wire(&format!("t{}", n - 1))).map(|t| t.serial),
+            Some(2)
+        );
+        assert_eq!(table.get(&wire("t0")).map(|t| t.serial), Some(1));
     }
 }
