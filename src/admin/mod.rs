@@ -506,6 +506,9 @@ pub fn status_view(
     fleet: Option<&FleetOrigin>,
     supervisor: &SupervisorStatus,
 ) -> StatusView {
+    // The fleet link first: the reloader publishes a refusal before the origin names the
+    // revision refused, so a link that names one is never paired with an older status.
+    let fleet = fleet.map(FleetOrigin::link);
     let (snapshot, status) = reloader.snapshot_and_status();
     let mut profiles = BTreeMap::new();
     let mut regions = BTreeMap::new();
@@ -544,7 +547,7 @@ pub fn status_view(
         zones,
         geo,
         shield: reloader.shield().status(),
-        fleet: fleet.map(FleetOrigin::link),
+        fleet,
         xdp: crate::metrics::xdp::view(),
         encrypted: crate::metrics::encrypted::view(snapshot.tls()),
         dnssec: snapshot.dnssec().map(dnssec_view),

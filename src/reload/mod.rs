@@ -640,10 +640,6 @@ impl Reloader {
                 Ok(self.accept(state, &config, loaded, control, trigger, started))
             }
             Err(reasons) => {
-                // A bundle refused is no verdict on the control text it was tasted with.
-                if let (Some(text), false) = (&tasted, trigger == Trigger::Bundle) {
-                    self.origin.refused(text);
-                }
                 for reason in &reasons {
                     tracing::error!(
                         "{} refused, still serving serial {}: {reason}",
@@ -658,6 +654,12 @@ impl Reloader {
                     reasons: reasons.clone(),
                 });
                 self.publish(state);
+                // The origin is told after the refusal is published: whoever sees the fleet
+                // link name the revision refused must find the reasons in the status too.
+                // A bundle refused is no verdict on the control text it was tasted with.
+                if let (Some(text), false) = (&tasted, trigger == Trigger::Bundle) {
+                    self.origin.refused(text);
+                }
                 Err(reasons)
             }
         }
