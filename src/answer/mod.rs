@@ -620,9 +620,10 @@ fn serve_steered(
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
     let binding = entry.binding;
     let steered = steering.addresses(binding, query.qtype, dnssec)?;
-    let (count, record_len) = match steered.addresses {
-        Addresses::V4(addrs) => (addrs.len(), 2 + 10 + 4),
-        Addresses::V6(addrs) => (addrs.len(), 2 + 10 + 16),
+    let count = steered.addresses.count();
+    let record_len = match steered.addresses {
+        Addresses::V4(..) => 2 + 10 + 4,
+        Addresses::V6(..) => 2 + 10 + 16,
     };
     // With DO, the answer's signatures follow (each owned by a pointer to the question).
     let (sig_count, sig_len) = steered.sig.map_or((0, 0), |sig| {
@@ -670,13 +671,13 @@ fn serve_steered(
     out[HEADER_LEN..pos].copy_from_slice(question);
     let ttl = steered.ttl;
     match steered.addresses {
-        Addresses::V4(addrs) => {
-            for addr in addrs {
+        Addresses::V4(addrs, left_out) => {
+            for addr in left_out.keep(addrs) {
                 pos = put_address_record(out, pos, rtype::A, ttl, &addr.octets());
             }
         }
-        Addresses::V6(addrs) => {
-            for addr in addrs {
+        Addresses::V6(addrs, left_out) => {
+            for addr in left_out.keep(addrs) {
                 pos = put_address_record(out, pos, rtype::AAAA, ttl, &addr.octets());
             }
         }

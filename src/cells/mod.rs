@@ -45,6 +45,9 @@
 
 pub mod blame;
 mod hash;
+pub mod impaired;
+
+pub use self::impaired::{ImpairedCells, LeftOut};
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -450,6 +453,7 @@ impl CellTopology {
         TenantCells {
             fingerprint: self.fingerprint,
             regions: self.regions.len() as u16,
+            k: k.clamp(1, MAX_K) as u8,
             v4: v4.into_boxed_slice(),
             v6: v6.into_boxed_slice(),
             spans: spans.into_boxed_slice(),
@@ -473,6 +477,8 @@ struct Span {
 pub struct TenantCells {
     fingerprint: u64,
     regions: u16,
+    /// The cells per layer asked for (a layer with fewer gives all of its own).
+    k: u8,
     /// Every layer's IPv4 (IPv6) addresses back to back, each layer's in cell order.
     v4: Box<[Ipv4Addr]>,
     v6: Box<[Ipv6Addr]>,
@@ -484,6 +490,11 @@ impl TenantCells {
     /// The [`CellTopology::fingerprint`] this was computed against.
     pub fn fingerprint(&self) -> u64 {
         self.fingerprint
+    }
+
+    /// The cells per layer it was given (its document's `cells`, else the platform's k).
+    pub fn k(&self) -> usize {
+        usize::from(self.k)
     }
 
     /// The tenant's addresses in layer `at`; `None` when the layer has no cells (the answer

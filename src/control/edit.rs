@@ -186,6 +186,12 @@ pub enum Edit {
     },
     /// `drain REGION` (`on`) and `undrain REGION`.
     Drain { region: String, on: bool },
+    /// `cell drain LAYER CELL` (`on`) and `cell undrain LAYER CELL`.
+    DrainCell {
+        layer: String,
+        cell: String,
+        on: bool,
+    },
     /// `gate set NAME VALUE` (`Some`) and `gate clear NAME` (`None`).
     Gate { name: String, value: Option<String> },
 }
@@ -196,6 +202,7 @@ impl Edit {
         match self {
             Edit::SetWeights { profile, weights } => set_weights(text, profile, weights),
             Edit::Drain { region, on } => set_drain(text, region, *on),
+            Edit::DrainCell { layer, cell, on } => set_cell_drain(text, layer, cell, *on),
             Edit::Gate { name, value } => set_gate(text, name, value.as_deref()),
         }
     }
@@ -206,6 +213,10 @@ impl Edit {
             Edit::SetWeights { profile, .. } => format!("weight set {profile}"),
             Edit::Drain { region, on } => {
                 format!("{} {region}", if *on { "drain" } else { "undrain" })
+            }
+            Edit::DrainCell { layer, cell, on } => {
+                let verb = if *on { "drain" } else { "undrain" };
+                format!("cell {verb} {layer} {cell}")
             }
             Edit::Gate {
                 name,
@@ -278,6 +289,29 @@ pub fn set_drain(text: &str, region: &str, drain: bool) -> Result<String, EditEr
         "drain",
         Value::from(drain),
         &format!("regions.{region}"),
+    )?;
+    Ok(doc.to_string())
+}
+
+/// Sets `cells.<layer>.<cell>.drain`; missing tables become a `[cells.LAYER.CELL]` section.
+pub fn set_cell_drain(
+    text: &str,
+    layer: &str,
+    cell: &str,
+    drain: bool,
+) -> Result<String, EditError> {
+    check_name("cell layer", layer)?;
+    check_name("cell", cell)?;
+    let mut doc = parse(text)?;
+    let cells = child(doc.as_item_mut(), "cells", "", Create::Section)?;
+    let layer_table = child(cells, layer, "cells", Create::Section)?;
+    let path = format!("cells.{layer}");
+    let table = child(layer_table, cell, &path, Create::Section)?;
+    set_value(
+        table,
+        "drain",
+        Value::from(drain),
+        &format!("cells.{layer}.{cell}"),
     )?;
     Ok(doc.to_string())
 }
@@ -758,6 +792,30 @@ alt-cdn = { weight = 10 }
         let drains = out.lines().filter(|l| l.starts_with("drain =")).count();
         assert_eq!(drains, 1, "{out}");
         assert!(out.contains("[regions.eu-west]\ndrain = false\n"), "{out}");
+    }
+
+    #[test]
+    fn a_cell_drain_is_written_as_its_own_section_and_undone_in_place() {
+        let out = set_cell_drain(BUNDLED, "eu-north", "en1", true).unwrap();
+        let c = load(&out);
+        assert!(c.cells["eu-north"]["en1"].drain);
+        assert!(
+            out.contains("[cells.eu-north.en1]\ndrain = true\n"),
+            "{out}"
+        );
+        let out = set_cell_drain(&out, "global", "g2", true).unwrap();
+        let c = load(&out);
+        assert_eq!(c.cells.len(), 2);
+        assert!(c.cells["global"]["g2"].drain);
+        let out = set_cell_drain(&out, "eu-north", "en1", false).unwrap();
+        let c = load(&out);
+        assert!(!c.cells["eu-north"]["en1"].drain);
+        assert_eq!(out.matches("[cells.eu-north.en1]").count(), 1, "{out}");
+        assert!(set_cell_drain(BUNDLED, "eu.north", "en1", true).is_err());
+        assert!(set_cell_drain(BUNDLED, "global", "g 1", true).is_err());
+        let text = "[cells]\nglobal = { g1 = { drain = false } }\n";
+        let out = set_cell_drain(text, "global", "g1", true).unwrap();
+        assert!(load(&out).cells["global"]["g1"].drain, "{out}");
     }
 
     #[test]

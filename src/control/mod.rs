@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::policy::{ControlKnobs, ProfileKnobs, RegionKnobs, ShieldMode};
+use crate::policy::{CellKnobs, ControlKnobs, ProfileKnobs, RegionKnobs, ShieldMode};
 
 /// The control file as written by operators (and by `steerdns weight set`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -36,6 +36,10 @@ pub struct ControlFile {
     /// Per region: `[regions.NAME] drain = bool, force = "global"|"regional"|"fallback:SITE"`.
     #[serde(default)]
     pub regions: BTreeMap<String, RegionKnobs>,
+    /// Per cell: `[cells.LAYER.CELL] drain = bool` (LAYER: `global`, a region or a fallback
+    /// site of `[topology.cells]`).
+    #[serde(default)]
+    pub cells: BTreeMap<String, BTreeMap<String, CellKnobs>>,
     /// Gates the safety rules look at (`[gates] break-glass = "armed"`); they change nothing
     /// that is served.
     #[serde(default)]
@@ -117,6 +121,7 @@ impl ControlFile {
         ControlKnobs {
             profiles: self.profiles.clone(),
             regions: self.regions.clone(),
+            cells: self.cells.clone(),
         }
     }
 }

@@ -121,8 +121,13 @@ impl SteeredSigs {
         variants
             .iter()
             .find(|(v, _)| match (v, data) {
-                (Variant::V4(a), SteeredData::Addresses(Addresses::V4(b))) => a[..] == b[..],
-                (Variant::V6(a), SteeredData::Addresses(Addresses::V6(b))) => a[..] == b[..],
+                // A set with cells left out was not signed ahead: it goes unsigned.
+                (Variant::V4(a), SteeredData::Addresses(Addresses::V4(b, left_out))) => {
+                    !left_out.any() && a[..] == b[..]
+                }
+                (Variant::V6(a), SteeredData::Addresses(Addresses::V6(b, left_out))) => {
+                    !left_out.any() && a[..] == b[..]
+                }
                 (Variant::Cname(a), SteeredData::Cname(b)) => a[..] == b[..],
                 _ => false,
             })

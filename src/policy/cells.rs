@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
-use crate::cells::{Cell, CellTopology, Layer, MAX_K};
+use crate::cells::blame::ImpairedCell;
+use crate::cells::{Cell, CellTopology, ImpairedCells, Layer, LayerRef, MAX_K};
 
 use super::compile::{parse_addresses, Errors};
 use super::config::{CellConfig, CellsConfig, DEFAULT_CELLS_K};
+use super::knobs::CellKnobs;
 use super::model::{RegionInfo, SiteInfo};
 
 /// Compiles the cells; `None` (with errors pushed) when anything is wrong.
@@ -157,4 +159,65 @@ fn layer(
             None
         }
     }
+}
+
+/// The control file's `[cells.LAYER.CELL] drain = true`, checked against the compiled cells:
+/// LAYER is `global`, a region's or a fallback site's name with cells, CELL one of its cells.
+/// Every unknown layer or cell is an error naming its field (a drain that drains nothing must
+/// not look accepted).
+pub(super) fn compile_cell_knobs(
+    knobs: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, CellKnobs>>,
+    topology: Option<&CellTopology>,
+    regions: &[RegionInfo],
+    sites: &[SiteInfo],
+    errors: &mut Errors,
+) -> Option<Arc<ImpairedCells>> {
+    if knobs.is_empty() {
+        return None;
+    }
+    let Some(topology) = topology else {
+        errors.push(
+            "control.cells",
+            "no [topology.cells] in the config: no cell to drain",
+        );
+        return None;
+    };
+    let mut drained = Vec::new();
+    for (layer_name, cells) in knobs {
+        let path = format!("control.cells.{layer_name}");
+        let at = if layer_name == "global" {
+            Some(LayerRef::Global)
+        } else if let Some(r) = regions.iter().position(|r| &r.name == layer_name) {
+            Some(LayerRef::Region(r as u16))
+        } else {
+            sites
+                .iter()
+                .position(|s| &s.name == layer_name)
+                .map(|s| LayerRef::Site(s as u16))
+        };
+        let Some(layer) = at.and_then(|at| Some((at, topology.layer(at)?))) else {
+            errors.push(
+                &path,
+                format!("{layer_name:?} is not a layer with cells (global, or a region or fallback site of topology.cells)"),
+            );
+            continue;
+        };
+        for (cell_name, knob) in cells {
+            let Some(index) = layer.1.cells().iter().position(|c| &c.name == cell_name) else {
+                errors.push(
+                    format!("{path}.{cell_name}"),
+                    format!("{cell_name:?} is not a cell of layer {}", layer.1.name()),
+                );
+                continue;
+            };
+            if knob.drain {
+                drained.push(ImpairedCell {
+                    layer: layer.0,
+                    cell: index as u16,
+                });
+            }
+        }
+    }
+    let impaired = ImpairedCells::new(topology, &drained);
+    (!impaired.is_empty()).then(|| Arc::new(impaired))
 }

@@ -66,6 +66,13 @@ pub fn compile(
         let families = (families.v4, families.v6);
         super::cells::compile_cells(config, families, &regions, &sites, &mut errors)
     });
+    let impaired_cells = super::cells::compile_cell_knobs(
+        &knobs.cells,
+        cells.as_deref(),
+        &regions,
+        &sites,
+        &mut errors,
+    );
     if !errors.0.is_empty() {
         return Err(errors.0);
     }
@@ -81,6 +88,7 @@ pub fn compile(
         steered,
         monitors,
         cells,
+        impaired_cells,
     })
 }
 

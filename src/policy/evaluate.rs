@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::rr::Name;
 
-use crate::cells::{LayerRef, TenantCells};
+use crate::cells::{LayerRef, LeftOut, TenantCells};
 
 use super::hash::{permille_bucket, subnet_hash, Purpose, RendezvousScore, SubnetHasher};
 use super::health::HealthView;
@@ -75,6 +75,9 @@ pub struct Decision<'a> {
     pub ttl: u32,
     /// ECS scope prefix length to send back.
     pub scope: u8,
+    /// Which of the target's addresses are left out: a tenant's impaired cells (see
+    /// [`crate::cells::impaired`]); always [`LeftOut::NONE`] for a CNAME.
+    pub left_out: LeftOut,
     /// How the answer was chosen.
     pub trace: Trace,
 }
@@ -252,10 +255,12 @@ fn evaluate_anycast<'a>(
             IpAddr::V6(_) => SHED_HASH_PREFIX_V6,
         });
     }
+    let (target, left_out) = destination_target(p, destination_of(choice), cells);
     Decision {
-        target: destination_target(p, destination_of(choice), cells),
+        target,
         ttl,
         scope: scope.min(family_bits(client.addr)),
+        left_out,
         trace,
     }
 }
@@ -327,26 +332,19 @@ fn destination_salt(destination: Destination) -> u64 {
     }
 }
 
-/// The addresses of a destination: the tenant's cells of its layer when it has some there,
-/// else the destination's own; an index that does not exist (a shield view built for a
-/// different topology) falls back to the global answer rather than answering empty.
+/// The addresses of a destination: the tenant's cells of its layer when it has some there
+/// (less its impaired cells, when another of them is healthy), else the destination's own; an
+/// index that does not exist (a shield view built for a different topology) falls back to
+/// the global answer rather than answering empty. Which cells are impaired changes what is
+/// written, never the TTL or the ECS scope: the name decided which cells, not the client.
 fn destination_target<'a>(
     p: &'a CompiledPolicies,
     destination: Destination,
     cells: Option<&'a TenantCells>,
-) -> Target<'a> {
-    let addresses = |(v4, v6)| Target::Addresses { v4, v6 };
-    let global = || {
-        cells.and_then(|c| c.layer(LayerRef::Global)).map_or(
-            Target::Addresses {
-                v4: &p.global_v4,
-                v6: &p.global_v6,
-            },
-            addresses,
-        )
-    };
+) -> (Target<'a>, LeftOut) {
+    let global = (&p.global_v4[..], &p.global_v6[..]);
     let (layer, own) = match destination {
-        Destination::Global => return global(),
+        Destination::Global => (LayerRef::Global, Some(global)),
         Destination::Region(r) => (
             LayerRef::Region(r),
             p.regions
@@ -358,10 +356,19 @@ fn destination_target<'a>(
             p.sites.get(usize::from(s)).map(|s| (&s.v4[..], &s.v6[..])),
         ),
     };
-    let Some(own) = own else {
-        return global();
+    let (layer, (own_v4, own_v6)) = own.map_or((LayerRef::Global, global), |own| (layer, own));
+    let Some((v4, v6)) = cells.and_then(|c| c.layer(layer)) else {
+        let target = Target::Addresses {
+            v4: own_v4,
+            v6: own_v6,
+        };
+        return (target, LeftOut::NONE);
     };
-    addresses(cells.and_then(|c| c.layer(layer)).unwrap_or(own))
+    let left_out = p
+        .impaired_cells
+        .as_deref()
+        .map_or(LeftOut::NONE, |impaired| impaired.left_out(layer, v4, v6));
+    (Target::Addresses { v4, v6 }, left_out)
 }
 
 fn evaluate_profile<'a>(
@@ -406,6 +413,7 @@ fn evaluate_profile<'a>(
             target,
             ttl,
             scope: scope.min(family_bits(client.addr)),
+            left_out: LeftOut::NONE,
             trace,
         };
     }
@@ -413,6 +421,7 @@ fn evaluate_profile<'a>(
         target: Target::Addresses { v4: &[], v6: &[] },
         ttl: ttl.min(ttl_cap),
         scope: 0,
+        left_out: LeftOut::NONE,
         trace,
     }
 }

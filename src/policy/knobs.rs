@@ -41,6 +41,20 @@ pub struct ControlKnobs {
     /// Per region (by name): forced answer and drain.
     #[serde(default)]
     pub regions: BTreeMap<String, RegionKnobs>,
+    /// Per cell layer (`global`, a region's or a fallback site's name), per cell (by name):
+    /// `[cells.LAYER.CELL] drain = true` leaves the cell out of tenants' answers.
+    #[serde(default)]
+    pub cells: BTreeMap<String, BTreeMap<String, CellKnobs>>,
+}
+
+/// Operator knobs for one cell of `[topology.cells]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CellKnobs {
+    /// Leave the cell out of every tenant answer that has another cell of its shard in the
+    /// layer (a tenant whose shard in the layer is all drained keeps it whole).
+    #[serde(default)]
+    pub drain: bool,
 }
 
 /// Overrides for one profile's endpoints.

@@ -45,8 +45,9 @@ pub use evaluate::{
 pub use explain::{explain, explain_with_health};
 pub use health::{HealthView, SlotHealth};
 pub use knobs::{
-    BadForcedAnswer, ControlKnobs, Destination, EndpointKnobs, ForcedAnswer, ProfileKnobs,
-    RegionKnobs, RegionShed, ShedError, ShedShare, ShedView, ShieldMode, MAX_SHED_DESTINATIONS,
+    BadForcedAnswer, CellKnobs, ControlKnobs, Destination, EndpointKnobs, ForcedAnswer,
+    ProfileKnobs, RegionKnobs, RegionShed, ShedError, ShedShare, ShedView, ShieldMode,
+    MAX_SHED_DESTINATIONS,
 };
 pub use model::{
     AllDown, CompiledPolicies, GeoRoute, PolicyRoot, ProfileId, ProfileKindTag, RegionInfo,

@@ -214,6 +214,8 @@ pub struct CompiledPolicies {
     /// `[topology.cells]`: the layers tenants' shards are drawn from (`None`: no cells; every
     /// answer carries the addresses above).
     pub(crate) cells: Option<std::sync::Arc<crate::cells::CellTopology>>,
+    /// The cells left out of tenants' answers (the control file's drains); `None`: none.
+    pub(crate) impaired_cells: Option<std::sync::Arc<crate::cells::ImpairedCells>>,
 }
 
 impl CompiledPolicies {
@@ -313,6 +315,11 @@ impl CompiledPolicies {
     /// The cells tenants' anycast answers are drawn from, if any are configured.
     pub fn cells(&self) -> Option<&crate::cells::CellTopology> {
         self.cells.as_deref()
+    }
+
+    /// The cells left out of tenants' answers, if any.
+    pub fn impaired_cells(&self) -> Option<&std::sync::Arc<crate::cells::ImpairedCells>> {
+        self.impaired_cells.as_ref()
     }
 
     /// The global anycast addresses.

@@ -292,7 +292,20 @@ pub struct TenantRegistry {
     tastes: AtomicU64,
     /// Puts waiting for the taster, tasted together.
     combiner: Combiner,
+    /// The last blame computed, with what it was computed from (see [`TenantRegistry::blame`]).
+    blame: Mutex<Option<BlameMemo>>,
 }
+
+/// A blame and its inputs, by identity: the impaired cells (their `Arc`) and the tenants
+/// published (theirs). Status is read far more often than either changes.
+struct BlameMemo {
+    impaired: usize,
+    published: usize,
+    blame: Arc<crate::cells::blame::Blame>,
+}
+
+/// Most suspects blame lists.
+pub const BLAME_LIMIT: usize = 10;
 
 /// Which files a look reads.
 enum Look<'a> {
@@ -323,6 +336,43 @@ impl TenantRegistry {
         status.checks = self.checks.load(Ordering::Relaxed);
         status.tastes = self.tastes.load(Ordering::Relaxed);
         status
+    }
+
+    /// The tenants whose shards explain the impaired cells of `platform` (see
+    /// [`crate::cells::blame`]); `None` when no cell is impaired. Computed off the serving
+    /// path, once per change of the impaired cells or of the tenants served (a rendezvous
+    /// pass per tenant and impaired layer), and kept for the status reads in between.
+    pub fn blame(
+        &self,
+        platform: &crate::policy::CompiledPolicies,
+        impaired: &Arc<crate::cells::ImpairedCells>,
+    ) -> Option<Arc<crate::cells::blame::Blame>> {
+        let topology = platform.cells()?;
+        let published = self.published.load_full();
+        let key = (
+            Arc::as_ptr(impaired) as usize,
+            Arc::as_ptr(&published) as usize,
+        );
+        let mut memo = self.blame.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = memo.as_ref().filter(|m| (m.impaired, m.published) == key) {
+            return Some(m.blame.clone());
+        }
+        let tenants = published.served.iter().filter_map(|t| {
+            let cells = t.cells(platform)?;
+            Some((t.name(), Some(cells.k()), None))
+        });
+        let blame = Arc::new(crate::cells::blame::blame(
+            topology,
+            impaired.cells(),
+            tenants,
+            BLAME_LIMIT,
+        ));
+        *memo = Some(BlameMemo {
+            impaired: key.0,
+            published: key.1,
+            blame: blame.clone(),
+        });
+        Some(blame)
     }
 
     /// Every tenant, by name.

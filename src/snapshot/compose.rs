@@ -298,19 +298,21 @@ fn put_data(
             }
             Ok(set.count)
         }
-        Data::Steered(SteeredData::Addresses(Addresses::V4(addrs))) => put_addresses(
+        Data::Steered(SteeredData::Addresses(Addresses::V4(addrs, left_out))) => put_addresses(
             w,
             put_owner,
             rtype::A,
             entry.ttl,
-            addrs.iter().map(|a| a.octets()),
+            left_out.kept(addrs.len()) as u16,
+            left_out.keep(addrs).map(|a| a.octets()),
         ),
-        Data::Steered(SteeredData::Addresses(Addresses::V6(addrs))) => put_addresses(
+        Data::Steered(SteeredData::Addresses(Addresses::V6(addrs, left_out))) => put_addresses(
             w,
             put_owner,
             rtype::AAAA,
             entry.ttl,
-            addrs.iter().map(|a| a.octets()),
+            left_out.kept(addrs.len()) as u16,
+            left_out.keep(addrs).map(|a| a.octets()),
         ),
         Data::Steered(SteeredData::Cname(target)) => {
             put_owner(w)?;
@@ -324,15 +326,15 @@ fn put_data(
     }
 }
 
-/// One A or AAAA record per address, each owned by the entry's owner.
+/// One A or AAAA record per address (`count` of them), each owned by the entry's owner.
 fn put_addresses<const N: usize>(
     w: &mut Writer<'_>,
     put_owner: &dyn Fn(&mut Writer<'_>) -> Result<(), Overflow>,
     rt: u16,
     ttl: u32,
-    addrs: impl ExactSizeIterator<Item = [u8; N]>,
+    count: u16,
+    addrs: impl Iterator<Item = [u8; N]>,
 ) -> Result<u16, Overflow> {
-    let count = addrs.len() as u16;
     for octets in addrs {
         put_owner(w)?;
         put_rr_head(w, rt, ttl, N as u16)?;

@@ -294,11 +294,16 @@ impl<'s> ClientSteering<'s> {
     ) -> Option<SteeredAddressAnswer<'s>> {
         let decision = self.decision(binding)?;
         let (target, mut ttl, scope) = (decision.target, decision.ttl, decision.scope);
+        let left_out = decision.left_out;
         // Until the fast path has written its answer, the general lookup may need it.
         self.handed_over = true;
         let addresses = match (target, qtype) {
-            (Target::Addresses { v4, .. }, rtype::A) if !v4.is_empty() => Addresses::V4(v4),
-            (Target::Addresses { v6, .. }, rtype::AAAA) if !v6.is_empty() => Addresses::V6(v6),
+            (Target::Addresses { v4, .. }, rtype::A) if !v4.is_empty() => {
+                Addresses::V4(v4, left_out)
+            }
+            (Target::Addresses { v6, .. }, rtype::AAAA) if !v6.is_empty() => {
+                Addresses::V6(v6, left_out)
+            }
             _ => return None,
         };
         let mut sig = None;
@@ -335,11 +340,14 @@ impl<'s> Steering<'s> for ClientSteering<'s> {
         }
         let decision = self.decision(binding)?;
         let (target, ttl, scope) = (decision.target, decision.ttl, decision.scope);
+        let left_out = decision.left_out;
         let data = match (target, qtype) {
             (Target::Cname { wire, .. }, _) => SteeredData::Cname(wire),
-            (Target::Addresses { v4, .. }, rtype::A) => SteeredData::Addresses(Addresses::V4(v4)),
+            (Target::Addresses { v4, .. }, rtype::A) => {
+                SteeredData::Addresses(Addresses::V4(v4, left_out))
+            }
             (Target::Addresses { v6, .. }, rtype::AAAA) => {
-                SteeredData::Addresses(Addresses::V6(v6))
+                SteeredData::Addresses(Addresses::V6(v6, left_out))
             }
             // A CNAME query at a name answered with addresses: the static data answers.
             (Target::Addresses { .. }, _) => return None,

@@ -12,6 +12,7 @@ use arrayvec::ArrayVec;
 use rustc_hash::FxHashMap;
 
 use super::model::{Chain, Denial, Node, Nsec3Chain, RRset, SteeredBinding, Zone};
+use crate::cells::LeftOut;
 use crate::dns::wire::{rcode, rtype, WireName, MAX_NAME_LEN};
 
 /// Longest CNAME chain we follow inside our own zones.
@@ -76,13 +77,25 @@ pub enum Owner<'z> {
 
 /// The addresses chosen for a steered answer to an A or an AAAA query: one family's (the
 /// policy's decision, `policy::Target::Addresses`, holds both; an empty family is a NODATA
-/// answer). The general lookup and the steered fast path answer with the same type.
+/// answer). The general lookup and the steered fast path answer with the same type. The
+/// [`LeftOut`] mask names the addresses not written (a tenant's impaired cells); it never
+/// leaves out every address.
 #[derive(Clone, Copy, Debug)]
 pub enum Addresses<'z> {
     /// A records.
-    V4(&'z [Ipv4Addr]),
+    V4(&'z [Ipv4Addr], LeftOut),
     /// AAAA records.
-    V6(&'z [Ipv6Addr]),
+    V6(&'z [Ipv6Addr], LeftOut),
+}
+
+impl Addresses<'_> {
+    /// How many records are written.
+    pub fn count(&self) -> usize {
+        match self {
+            Addresses::V4(addrs, left_out) => left_out.kept(addrs.len()),
+            Addresses::V6(addrs, left_out) => left_out.kept(addrs.len()),
+        }
+    }
 }
 
 /// The records a steering policy chose for one query, computed per query: one family's
@@ -514,13 +527,15 @@ fn push_steered<'z>(
             let _ = plan.answer.try_push(entry);
             (qtype != rtype::CNAME).then_some(target)
         }
-        SteeredData::Addresses(Addresses::V4(addrs))
+        SteeredData::Addresses(Addresses::V4(addrs, _))
             if !addrs.is_empty() && qtype != rtype::AAAA =>
         {
             let _ = plan.answer.try_push(entry);
             None
         }
-        SteeredData::Addresses(Addresses::V6(addrs)) if !addrs.is_empty() && qtype != rtype::A => {
+        SteeredData::Addresses(Addresses::V6(addrs, _))
+            if !addrs.is_empty() && qtype != rtype::A =>
+        {
             let _ = plan.answer.try_push(entry);
             None
         }

@@ -210,3 +210,151 @@ fb-na = [{ name = "f1", anycast = ["192.0.2.11", "2001:db8:fb::11"] }]
     );
     assert_error(&errors, "topology.cells.global", "no global cells");
 }
+
+fn drained(cells: &[(&str, &str)]) -> ControlKnobs {
+    let mut knobs = ControlKnobs::default();
+    for (layer, cell) in cells {
+        knobs
+            .cells
+            .entry((*layer).to_owned())
+            .or_default()
+            .insert((*cell).to_owned(), CellKnobs { drain: true });
+    }
+    knobs
+}
+
+/// The addresses an answer writer serves for `d`: its list without the cells left out.
+fn served_v4(d: &Decision<'_>) -> Vec<Ipv4Addr> {
+    d.left_out.keep(v4_of(d)).copied().collect()
+}
+
+#[test]
+fn cells_a_drained_cell_is_left_out_of_its_tenants_answers_only() {
+    let p = with_cells(&ControlKnobs::default());
+    let Some(topology) = p.cells() else {
+        panic!("cells compiled")
+    };
+    // Find two tenants: one whose global shard holds g1, one whose does not.
+    let names: Vec<String> = (0..50).map(|i| format!("tenant{i}")).collect();
+    let g1 = v4("192.0.2.11");
+    let holds = |t: &str| {
+        v4s(&answer(
+            &p,
+            Some(&topology.assign(t, None)),
+            EU_WEST,
+            &ShedView::default(),
+        ))
+        .contains(&g1)
+    };
+    let Some(hit) = names.iter().find(|t| holds(t)) else {
+        panic!("some tenant of 50 holds g1 (2 of 5 cells)")
+    };
+    let Some(miss) = names.iter().find(|t| !holds(t)) else {
+        panic!("some tenant of 50 does not hold g1")
+    };
+
+    let p = with_cells(&drained(&[("global", "g1")]));
+    assert!(p.impaired_cells().is_some());
+    let Some(topology) = p.cells() else {
+        panic!("cells compiled")
+    };
+    let hit_cells = topology.assign(hit, None);
+    let d = answer(&p, Some(&hit_cells), EU_WEST, &ShedView::default());
+    let served = served_v4(&d);
+    assert_eq!(served.len(), 1, "{hit}: g1 left out, its other cell kept");
+    assert!(!served.contains(&g1));
+    assert_eq!(
+        (d.ttl, d.scope),
+        (300, 0),
+        "TTL and scope as without a drain"
+    );
+    let Target::Addresses { v6, .. } = d.target else {
+        panic!("addresses")
+    };
+    let served_v6: Vec<_> = d.left_out.keep(v6).collect();
+    assert_eq!(served_v6.len(), 1, "the same cell left out of AAAA");
+    assert!(!served_v6.contains(
+        &&"2001:db8::11"
+            .parse::<Ipv6Addr>()
+            .unwrap_or(Ipv6Addr::UNSPECIFIED)
+    ));
+
+    let miss_cells = topology.assign(miss, None);
+    let d = answer(&p, Some(&miss_cells), EU_WEST, &ShedView::default());
+    assert!(!d.left_out.any(), "{miss} does not hold g1: untouched");
+    assert_eq!(served_v4(&d).len(), 2);
+
+    // The platform's own answer is untouched.
+    let d = answer(&p, None, EU_WEST, &ShedView::default());
+    assert_eq!(served_v4(&d), vec![v4("192.0.2.1")]);
+
+    // Every cell of a shard drained: the whole shard is served, never an empty answer.
+    let shard: Vec<String> = v4s(&answer(&p, Some(&hit_cells), EU_WEST, &ShedView::default()))
+        .iter()
+        .map(|a| format!("g{}", a.octets()[3] - 10))
+        .collect();
+    let both: Vec<(&str, &str)> = shard.iter().map(|c| ("global", c.as_str())).collect();
+    let p = with_cells(&drained(&both));
+    let Some(topology) = p.cells() else {
+        panic!("cells compiled")
+    };
+    let hit_cells = topology.assign(hit, None);
+    let d = answer(&p, Some(&hit_cells), EU_WEST, &ShedView::default());
+    assert_eq!(served_v4(&d).len(), 2, "all impaired: all served");
+}
+
+#[test]
+fn cells_drains_in_a_region_and_a_site_apply_where_the_tenant_is_sent() {
+    // eu-west drained -> eu-north's cells; drain en1 there.
+    let mut knobs = drained(&[("eu-north", "en1"), ("eu-north", "en2")]);
+    knobs.regions.insert(
+        "eu-west".to_owned(),
+        RegionKnobs {
+            force: None,
+            drain: true,
+        },
+    );
+    let p = with_cells(&knobs);
+    let Some(topology) = p.cells() else {
+        panic!("cells compiled")
+    };
+    for i in 0..10 {
+        let t = topology.assign(&format!("tenant{i}"), None);
+        let d = answer(&p, Some(&t), EU_WEST, &ShedView::default());
+        let served = served_v4(&d);
+        assert!(!served.is_empty());
+        let shard = v4s(&d);
+        if shard != vec![v4("198.51.100.51"), v4("198.51.100.52")] {
+            assert!(
+                !served.contains(&v4("198.51.100.51")) && !served.contains(&v4("198.51.100.52")),
+                "tenant{i}: {shard:?} served {served:?}"
+            );
+        }
+        // Global answers (eu-north's own clients) are not touched by eu-north's drains.
+        let d = answer(&p, Some(&t), EU_NORTH, &ShedView::default());
+        assert!(!d.left_out.any());
+    }
+}
+
+#[test]
+fn cells_drain_errors_name_their_field() {
+    let errors = compile_err(
+        &format!("{TOPOLOGY}\n{CELLS}\n{STEERED}"),
+        &drained(&[("mars", "m1"), ("global", "g9"), ("fb-eu", "nope")]),
+    );
+    assert_error(&errors, "control.cells.mars", "not a layer with cells");
+    assert_error(&errors, "control.cells.global.g9", "not a cell of layer");
+    assert_error(&errors, "control.cells.fb-eu.nope", "not a cell of layer");
+    // A region without cells is no layer either.
+    let errors = compile_err(
+        &format!("{TOPOLOGY}\n{CELLS}\n{STEERED}"),
+        &drained(&[("na-west", "x")]),
+    );
+    assert_error(&errors, "control.cells.na-west", "not a layer with cells");
+    // No cells at all.
+    let errors = compile_err(
+        &format!("{TOPOLOGY}\n{STEERED}"),
+        &drained(&[("global", "g1")]),
+    );
+    assert_error(&errors, "control.cells", "no [topology.cells]");
+}

@@ -73,6 +73,7 @@ fn answer(p: &CompiledPolicies, profile: &str, health: &HealthView) -> (String, 
         target: Target::Addresses { v4: &[], v6: &[] },
         ttl: d.ttl,
         scope: d.scope,
+        left_out: d.left_out,
         trace: d.trace,
     };
     (text, trace_only)

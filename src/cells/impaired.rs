@@ -1,0 +1,244 @@
+//! Impaired cells (issue 31, item 2: cells fail alone): which cells are left out of tenants'
+//! answers, and the per-answer mask that leaves them out.
+//!
+//! A tenant's answer in a layer is its shard's addresses, one per cell, in cell order
+//! ([`super::TenantCells::layer`]). An impaired cell is left out of every answer that still has
+//! a healthy cell of that tenant's shard in the layer; when every cell of the shard is
+//! impaired the whole shard is served (never an empty answer: an impaired cell still
+//! answering beats none, as an always-serve profile serves its endpoints when all are down).
+//!
+//! What is impaired is decided off the serving path (today: the operator's drains in the
+//! control file) and compiled into an [`ImpairedCells`]: per impaired layer, the impaired
+//! cells' addresses. Per query, [`ImpairedCells::left_out`] compares the tenant's at most
+//! [`MAX_K`] addresses with that (short) list and returns a [`LeftOut`] bit mask, which the
+//! answer writers apply while writing: no allocation, no lock. The mask is the same for both
+//! families: every cell of a layer has the same families, so position `i` of the IPv4 and of
+//! the IPv6 list is the same cell. Pure and a leaf like the rest of `cells`.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::blame::ImpairedCell;
+use super::{CellTopology, LayerRef, MAX_K};
+
+/// Which positions of an address list to leave out (bit `i`: position `i`). Positions past
+/// [`MAX_K`] are always kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct LeftOut(u8);
+
+impl LeftOut {
+    /// Nothing left out.
+    pub const NONE: LeftOut = LeftOut(0);
+
+    /// Whether position `i` is left out.
+    #[inline]
+    pub fn leaves_out(self, i: usize) -> bool {
+        i < MAX_K && self.0 & (1 << i) != 0
+    }
+
+    /// Whether anything is left out.
+    #[inline]
+    pub fn any(self) -> bool {
+        self.0 != 0
+    }
+
+    /// How many of `len` positions are kept.
+    #[inline]
+    pub fn kept(self, len: usize) -> usize {
+        len - (0..len.min(MAX_K)).filter(|&i| self.leaves_out(i)).count()
+    }
+
+    /// The items of `list` kept, in order.
+    #[inline]
+    pub fn keep<T>(self, list: &[T]) -> impl Iterator<Item = &T> + '_ {
+        list.iter()
+            .enumerate()
+            .filter(move |(i, _)| !self.leaves_out(*i))
+            .map(|(_, item)| item)
+    }
+}
+
+/// The impaired cells of one layer, by address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ImpairedLayer {
+    at: LayerRef,
+    v4: Vec<Ipv4Addr>,
+    v6: Vec<Ipv6Addr>,
+}
+
+/// Every impaired cell, by layer and by address, as the serving path reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImpairedCells {
+    layers: Vec<ImpairedLayer>,
+    /// The same cells by position, for status and blame.
+    cells: Vec<ImpairedCell>,
+}
+
+impl ImpairedCells {
+    /// The impaired `cells` of `topology` (cells it does not have are ignored; duplicates
+    /// count once).
+    pub fn new(topology: &CellTopology, cells: &[ImpairedCell]) -> ImpairedCells {
+        let mut out = ImpairedCells::default();
+        for cell in cells {
+            let Some(found) = topology
+                .layer(cell.layer)
+                .and_then(|l| l.cells().get(usize::from(cell.cell)))
+            else {
+                continue;
+            };
+            if out.cells.contains(cell) {
+                continue;
+            }
+            out.cells.push(*cell);
+            let layer = match out.layers.iter_mut().position(|l| l.at == cell.layer) {
+                Some(i) => &mut out.layers[i],
+                None => {
+                    out.layers.push(ImpairedLayer {
+                        at: cell.layer,
+                        v4: Vec::new(),
+                        v6: Vec::new(),
+                    });
+                    let last = out.layers.len() - 1;
+                    &mut out.layers[last]
+                }
+            };
+            layer.v4.extend(found.v4);
+            layer.v6.extend(found.v6);
+        }
+        out
+    }
+
+    /// Whether no cell is impaired.
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// The impaired cells, in the order given.
+    pub fn cells(&self) -> &[ImpairedCell] {
+        &self.cells
+    }
+
+    /// What to leave out of a tenant's answer in layer `at` (its shard's addresses `v4`,
+    /// `v6`): the impaired cells, unless that would leave nothing. Never allocates.
+    #[inline]
+    pub fn left_out(&self, at: LayerRef, v4: &[Ipv4Addr], v6: &[Ipv6Addr]) -> LeftOut {
+        let Some(layer) = self.layers.iter().find(|l| l.at == at) else {
+            return LeftOut::NONE;
+        };
+        let mut mask = 0u8;
+        let len = v4.len().max(v6.len()).min(MAX_K);
+        for i in 0..len {
+            let impaired = match (v4.get(i), v6.get(i)) {
+                (Some(a), _) => layer.v4.contains(a),
+                (None, Some(a)) => layer.v6.contains(a),
+                (None, None) => false,
+            };
+            if impaired {
+                mask |= 1 << i;
+            }
+        }
+        let all = if len == MAX_K {
+            u8::MAX
+        } else {
+            (1u8 << len) - 1
+        };
+        if mask == all {
+            LeftOut::NONE
+        } else {
+            LeftOut(mask)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cells::{Cell, Layer};
+
+    fn topology(cells: u16, k: usize) -> CellTopology {
+        let cells = (0..cells)
+            .map(|i| Cell {
+                name: format!("g{i}"),
+                v4: Some(Ipv4Addr::new(192, 0, 2, i as u8)),
+                v6: Some(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i)),
+            })
+            .collect();
+        let global = Layer::new("global", cells).unwrap_or_else(|e| panic!("{e}"));
+        CellTopology::new(Some(global), vec![], vec![], k).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn impaired(topology: &CellTopology, cells: &[u16]) -> ImpairedCells {
+        let cells: Vec<ImpairedCell> = cells
+            .iter()
+            .map(|&cell| ImpairedCell {
+                layer: LayerRef::Global,
+                cell,
+            })
+            .collect();
+        ImpairedCells::new(topology, &cells)
+    }
+
+    #[test]
+    fn an_impaired_cell_is_left_out_of_the_tenants_that_have_it_and_only_those() {
+        let topology = topology(8, 3);
+        let drained = impaired(&topology, &[2]);
+        let drained_v4 = Ipv4Addr::new(192, 0, 2, 2);
+        let mut with = 0;
+        for t in 0..200 {
+            let cells = topology.assign(&format!("t{t}"), None);
+            let (v4, v6) = cells.layer(LayerRef::Global).unwrap_or_default();
+            let mask = drained.left_out(LayerRef::Global, v4, v6);
+            let kept4: Vec<_> = mask.keep(v4).copied().collect();
+            let kept6: Vec<_> = mask.keep(v6).copied().collect();
+            if v4.contains(&drained_v4) {
+                with += 1;
+                assert_eq!(kept4.len(), 2, "t{t}: {v4:?} less the drained cell");
+                assert!(!kept4.contains(&drained_v4));
+                assert!(!kept6.contains(&Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2)));
+                assert_eq!(mask.kept(v4.len()), 2);
+            } else {
+                assert_eq!(mask, LeftOut::NONE, "t{t} does not have the cell");
+                assert_eq!(kept4, v4);
+            }
+        }
+        assert!(with > 0, "some tenant has cell 2 in its shard");
+        // Another layer is untouched.
+        let (v4, v6) = (&[drained_v4][..], &[][..]);
+        assert_eq!(drained.left_out(LayerRef::Region(0), v4, v6), LeftOut::NONE);
+    }
+
+    #[test]
+    fn a_shard_with_every_cell_impaired_is_served_whole() {
+        let topology = topology(4, 2);
+        let cells = topology.assign("victim", None);
+        let (v4, v6) = cells.layer(LayerRef::Global).unwrap_or_default();
+        let shard: Vec<u16> = v4.iter().map(|a| u16::from(a.octets()[3])).collect();
+        let drained = impaired(&topology, &shard);
+        assert_eq!(drained.left_out(LayerRef::Global, v4, v6), LeftOut::NONE);
+        // One of the two impaired: the other serves alone.
+        let one = impaired(&topology, &shard[..1]);
+        let mask = one.left_out(LayerRef::Global, v4, v6);
+        assert_eq!(mask.keep(v4).count(), 1);
+        assert_eq!(mask.keep(v4).next(), v4.get(1));
+    }
+
+    #[test]
+    fn unknown_and_duplicate_cells_are_ignored() {
+        let topology = topology(4, 2);
+        let drained = impaired(&topology, &[1, 1, 99]);
+        assert_eq!(drained.cells().len(), 1);
+        assert!(impaired(&topology, &[]).is_empty());
+    }
+
+    #[test]
+    fn left_out_counts_and_keeps_in_order() {
+        let mask = LeftOut(0b0101);
+        assert!(mask.any());
+        assert_eq!(mask.kept(4), 2);
+        assert_eq!(
+            mask.keep(&[0, 1, 2, 3]).copied().collect::<Vec<_>>(),
+            [1, 3]
+        );
+        assert_eq!(mask.kept(10), 8, "positions past MAX_K are kept");
+        assert!(!LeftOut::NONE.any());
+    }
+}
