@@ -37,6 +37,18 @@ fn main() -> ExitCode {
             region,
             write,
         } => cli::drain(&target, &region, false, &write),
+        Command::Cell(CellCommand::Drain {
+            target,
+            layer,
+            cell,
+            write,
+        }) => cli::cell_drain(&target, &layer, &cell, true, &write),
+        Command::Cell(CellCommand::Undrain {
+            target,
+            layer,
+            cell,
+            write,
+        }) => cli::cell_drain(&target, &layer, &cell, false, &write),
         Command::Control(ControlCommand::History { target }) => cli::history_list(&target),
         Command::Control(ControlCommand::Rollback {
             target,
@@ -74,6 +86,7 @@ fn main() -> ExitCode {
         Command::Tenant(TenantCommand::Import { target, dir }) => {
             cli::tenant::import(&target, &dir)
         }
+        Command::Tenant(TenantCommand::Blame { target, json }) => cli::tenant::blame(&target, json),
         Command::Drill(DrillCommand::List { target }) => cli::drill::list(&target),
         Command::Drill(DrillCommand::Run { target, name, dns }) => {
             cli::drill::run_now(&target, &name, dns)

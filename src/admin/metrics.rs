@@ -63,6 +63,8 @@ pub struct Scrape {
     supervisor: SupervisorView,
     /// Tenants: served by state, refused, changes applied.
     tenants: crate::reload::tenants::TenantsStatus,
+    /// Cells left out of tenants' answers and the blame for them.
+    cells: Option<super::cells::CellsView>,
 }
 
 /// Reads the state to report; `fleet` is the node's fleet origin (`None`: single node).
@@ -110,6 +112,7 @@ pub fn gather(
             .map(|n| n.zone.clone())
             .collect(),
         tenants: reloader.tenants().status(),
+        cells: super::cells::view(snapshot.policies(), reloader.tenants()),
         admin: super::connections::view(),
         descriptors: crate::descriptors::status(),
         safety: crate::safety::tally::status(),
@@ -694,6 +697,33 @@ impl Scrape {
         )
     }
 
+    fn encode_cells(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let impaired = self.cells.as_ref().map_or(0, |c| c.impaired.len());
+        gauge(
+            encoder,
+            "steerdns_cells_impaired",
+            "Cells left out of tenants' answers (drained in the control file).",
+            impaired as f64,
+        )?;
+        let blame = self.cells.as_ref().and_then(|c| c.blame.as_ref());
+        gauges(
+            encoder,
+            "steerdns_cell_blame_verdict",
+            "1 for blame's verdict over the impaired cells (named: the suspects hold every \
+             impaired cell and chance explains less than one tenant); all 0 while none is.",
+            ["named", "ambiguous", "no-common-factor", "too-few-cells"].map(|v| {
+                let on = blame.is_some_and(|b| b.verdict == v);
+                (vec![("verdict", v.to_string())], bool_value(on))
+            }),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_cell_blame_suspects",
+            "Tenants whose shards hold the most impaired cells (status lists them).",
+            blame.map_or(0, |b| b.tied) as f64,
+        )
+    }
+
     fn encode_control(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
         let st = &self.status;
         gauge(
@@ -1185,6 +1215,7 @@ impl Collector for Scrape {
         self.encode_series(&mut encoder)?;
         self.encode_control(&mut encoder)?;
         self.encode_tenants(&mut encoder)?;
+        self.encode_cells(&mut encoder)?;
         self.encode_shield(&mut encoder)?;
         self.encode_xdp(&mut encoder)?;
         self.encode_admin(&mut encoder)?;

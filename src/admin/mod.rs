@@ -32,6 +32,7 @@ use crate::reload::{Reloader, Status, Trigger};
 use crate::shield::feed::{FeedError, MAX_FEED_BYTES};
 use crate::shield::source::FeedOrigin;
 
+pub mod cells;
 pub mod connections;
 mod control;
 mod dashboard;
@@ -281,6 +282,9 @@ pub struct StatusView {
     /// servers older than tenants).
     #[serde(default)]
     pub tenants: crate::reload::tenants::TenantsStatus,
+    /// Cells left out of tenants' answers and the blame for them (absent while none is).
+    #[serde(default)]
+    pub cells: Option<cells::CellsView>,
 }
 
 /// DNS Cookies and the demand they prove, as status shows them.
@@ -561,6 +565,7 @@ pub fn status_view(
         secondary: crate::secondary::status().snapshot(),
         transfer: transfer::view(&snapshot),
         tenants: reloader.tenants().status(),
+        cells: cells::view(snapshot.policies(), reloader.tenants()),
         supervisor: Some(supervisor.view()),
     }
 }

@@ -44,6 +44,9 @@ pub enum Command {
         #[command(flatten)]
         write: crate::cli::WriteArgs,
     },
+    /// Cells (`[topology.cells]`): drain one out of its tenants' answers, or undo that.
+    #[command(subcommand)]
+    Cell(CellCommand),
     /// Fleet mode (`[fleet]`): every node's state, seeding, forgetting retired nodes.
     #[command(subcommand)]
     Fleet(FleetCommand),
@@ -391,6 +394,41 @@ pub enum TenantCommand {
         #[command(flatten)]
         target: crate::cli::Target,
         dir: PathBuf,
+    },
+    /// The impaired cells and the tenants whose shards explain them: the suspects, how many
+    /// tenants tie, how many would hold the same cells by chance, and the verdict.
+    Blame {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        /// Print the raw JSON of the status's `cells` block.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum CellCommand {
+    /// Leave a cell out of every tenant answer that still has another cell of the tenant's
+    /// shard in that layer (`steerdns cell drain global g3`; a change like any other).
+    Drain {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        /// `global`, or the region or fallback site whose cells it is, e.g. eu-north.
+        layer: String,
+        /// The cell's name in `[topology.cells]`.
+        cell: String,
+        #[command(flatten)]
+        write: crate::cli::WriteArgs,
+    },
+    /// Undo `cell drain`: the cell is in its tenants' answers again.
+    Undrain {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        /// `global`, or the region or fallback site whose cells it is.
+        layer: String,
+        cell: String,
+        #[command(flatten)]
+        write: crate::cli::WriteArgs,
     },
 }
 

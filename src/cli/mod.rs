@@ -390,7 +390,7 @@ fn print_profiles(
     }
 }
 
-fn fetch_status(addr: SocketAddr) -> Result<StatusView> {
+pub(crate) fn fetch_status(addr: SocketAddr) -> Result<StatusView> {
     let response = http::request(addr, "GET", "/v1/status", None, b"")?;
     if response.status != 200 {
         bail!(
@@ -482,6 +482,22 @@ pub fn weight_show(target: &Target, profile: Option<&str>) -> Result<ExitCode> {
 pub fn drain(target: &Target, region: &str, on: bool, write: &WriteArgs) -> Result<ExitCode> {
     let edit = Edit::Drain {
         region: region.to_owned(),
+        on,
+    };
+    write_edit(target, write, &edit)
+}
+
+/// `cell drain LAYER CELL` (`on`) / `cell undrain LAYER CELL`.
+pub fn cell_drain(
+    target: &Target,
+    layer: &str,
+    cell: &str,
+    on: bool,
+    write: &WriteArgs,
+) -> Result<ExitCode> {
+    let edit = Edit::DrainCell {
+        layer: layer.to_owned(),
+        cell: cell.to_owned(),
         on,
     };
     write_edit(target, write, &edit)
@@ -763,6 +779,9 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     );
     print_taster(&c.taster);
     print_tenants(&status.tenants);
+    if let Some(cells) = &status.cells {
+        print_cells(cells);
+    }
     print_safety(&status.safety);
     print_drills(&status.drills);
     if let Some(b) = &c.bundle {
@@ -1127,6 +1146,29 @@ fn print_bundle(b: &steerdns::reload::BundleStatus) {
             "  refused: bundle {}: {}",
             refused.bundle,
             refused.reasons.join("; ")
+        );
+    }
+}
+
+/// The impaired cells and blame's verdict over them.
+pub(crate) fn print_cells(c: &steerdns::admin::cells::CellsView) {
+    let cells: Vec<String> = c
+        .impaired
+        .iter()
+        .map(|i| format!("{}/{} ({})", i.layer, i.cell, i.reason))
+        .collect();
+    println!("impaired cells: {}", cells.join(", "));
+    let Some(b) = &c.blame else {
+        return;
+    };
+    println!(
+        "blame {}: {} impaired cells, {} tenants looked at; {} hold {} of them; {:.2} would by chance",
+        b.verdict, b.impaired, b.tenants, b.tied, b.best_cover, b.by_chance
+    );
+    for s in &b.suspects {
+        println!(
+            "  suspect {} holds {} of {}",
+            s.tenant, s.covers, b.impaired
         );
     }
 }

@@ -1,5 +1,5 @@
 //! `steerdns tenant list | show | put FILE | delete NAME | history NAME | rollback NAME
-//! [VERSION] | diff NAME [A B] | import DIR`: the running server's tenants, read from
+//! [VERSION] | diff NAME [A B] | import DIR | blame`: the running server's tenants, read from
 //! `/v1/tenants` — each one's served version and serial, and its last refusal with the reason
 //! (file, line, field) — and written through `PUT`/`DELETE /v1/tenants/{name}` when the server
 //! answers (checked, tasted and served before it replies), else into the tenants folder through
@@ -43,6 +43,21 @@ pub fn list(target: &Target, json: bool) -> Result<ExitCode> {
             served(t),
             t.names.join(",")
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tenant blame`: the status's cells block, read from the running server.
+pub fn blame(target: &Target, json: bool) -> Result<ExitCode> {
+    let config = target.config()?;
+    let status = super::fetch_status(target.admin_addr(&config))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status.cells)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &status.cells {
+        Some(cells) => super::print_cells(cells),
+        None => println!("no impaired cells: nothing to blame"),
     }
     Ok(ExitCode::SUCCESS)
 }

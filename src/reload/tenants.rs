@@ -297,10 +297,12 @@ pub struct TenantRegistry {
 }
 
 /// A blame and its inputs, by identity: the impaired cells (their `Arc`) and the tenants
-/// published (theirs). Status is read far more often than either changes.
+/// published (theirs). Status is read far more often than either changes. `Weak`, so that
+/// the memo keeps no old generation of tenants alive, yet an address is never reused while
+/// the memo names it.
 struct BlameMemo {
-    impaired: usize,
-    published: usize,
+    impaired: std::sync::Weak<crate::cells::ImpairedCells>,
+    published: std::sync::Weak<Published>,
     blame: Arc<crate::cells::blame::Blame>,
 }
 
@@ -349,12 +351,12 @@ impl TenantRegistry {
     ) -> Option<Arc<crate::cells::blame::Blame>> {
         let topology = platform.cells()?;
         let published = self.published.load_full();
-        let key = (
-            Arc::as_ptr(impaired) as usize,
-            Arc::as_ptr(&published) as usize,
-        );
         let mut memo = self.blame.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(m) = memo.as_ref().filter(|m| (m.impaired, m.published) == key) {
+        let same = |m: &&BlameMemo| {
+            std::ptr::eq(m.impaired.as_ptr(), Arc::as_ptr(impaired))
+                && std::ptr::eq(m.published.as_ptr(), Arc::as_ptr(&published))
+        };
+        if let Some(m) = memo.as_ref().filter(same) {
             return Some(m.blame.clone());
         }
         let tenants = published.served.iter().filter_map(|t| {
@@ -368,8 +370,8 @@ impl TenantRegistry {
             BLAME_LIMIT,
         ));
         *memo = Some(BlameMemo {
-            impaired: key.0,
-            published: key.1,
+            impaired: Arc::downgrade(impaired),
+            published: Arc::downgrade(&published),
             blame: blame.clone(),
         });
         Some(blame)

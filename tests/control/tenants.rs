@@ -22,11 +22,11 @@ use control_common::*;
 /// The watcher reacts within milliseconds (inotify) or at its backstop poll.
 const APPLY_WAIT: Duration = Duration::from_secs(20);
 
-fn tenant_name(i: usize) -> String {
+pub(crate) fn tenant_name(i: usize) -> String {
     format!("t{i:04}")
 }
 
-fn owned(name: &str) -> String {
+pub(crate) fn owned(name: &str) -> String {
     format!("{name}.edge.example.net.")
 }
 
@@ -37,7 +37,7 @@ fn plain(name: &str, ttl: u32) -> String {
 
 /// A copy of the bundled example with `count` plain tenants `t0000..`, tenant `i` at TTL
 /// `ttl(i)`.
-fn setup_with(label: &str, count: usize, ttl: impl Fn(usize) -> u32) -> Setup {
+pub(crate) fn setup_with(label: &str, count: usize, ttl: impl Fn(usize) -> u32) -> Setup {
     let setup = Setup::new(label);
     let dir = tenants_dir(&setup);
     std::fs::create_dir_all(&dir).expect("mkdir tenants");
@@ -80,18 +80,18 @@ fn show(server: &Daemon, name: &str) -> serde_json::Value {
 }
 
 /// The `tenants` block of the status.
-fn tenant_status(server: &Daemon) -> serde_json::Value {
+pub(crate) fn tenant_status(server: &Daemon) -> serde_json::Value {
     server.status()["tenants"].clone()
 }
 
-fn count(status: &serde_json::Value, field: &str) -> u64 {
+pub(crate) fn count(status: &serde_json::Value, field: &str) -> u64 {
     status[field]
         .as_u64()
         .unwrap_or_else(|| panic!("no tenants.{field} in {status:#}"))
 }
 
 /// Waits until `ready` holds of the tenants' status; returns it.
-fn wait_tenants(
+pub(crate) fn wait_tenants(
     server: &Daemon,
     what: &str,
     ready: impl Fn(&serde_json::Value) -> bool,
@@ -112,7 +112,7 @@ fn wait_tenants(
 }
 
 /// The TTL and addresses of the A answer for `name` (the answer must be NOERROR with an A).
-fn answer(resolver: &mut Resolver, name: &str) -> (u32, Vec<std::net::Ipv4Addr>) {
+pub(crate) fn answer(resolver: &mut Resolver, name: &str) -> (u32, Vec<std::net::Ipv4Addr>) {
     let response = resolver.ask(&plain_query(name, RecordType::A));
     assert_eq!(
         response.metadata.response_code,
@@ -144,7 +144,7 @@ fn chaos_trace(resolver: &mut Resolver, name: &str) -> String {
 }
 
 /// One sample of a metric with the given labels.
-fn metric(server: &Daemon, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn metric(server: &Daemon, name: &str, labels: &[(&str, &str)]) -> f64 {
     let scrape = scrape_metrics(server.admin);
     let samples = samples_with(&scrape, name, labels);
     let sample = samples

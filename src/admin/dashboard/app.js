@@ -357,6 +357,7 @@
       ["Startup", status.startup ? `first answer after ${Math.round(status.startup.first_answer_ms || 0)} ms; ${status.startup.reason || ""}` : "?"],
       ["Zones", (status.zones || []).map((z) => `${z.origin} (serial ${z.serial})`).join(", ") || "none"],
       ["Tenants", tenantsLine(status.tenants)],
+      ["Cells", cellsLine(status.cells)],
       ...supervised(status),
       ...connectionLimits(status),
     ]);
@@ -378,6 +379,18 @@
         "None: every region follows the shield."
       )
     );
+  }
+
+  // Cells left out of tenants' answers and blame's verdict (absent while no cell is impaired).
+  function cellsLine(c) {
+    if (!c) return "none impaired";
+    const cells = (c.impaired || []).map((i) => `${i.layer}/${i.cell} (${i.reason})`).join(", ");
+    const b = c.blame;
+    if (!b) return `impaired: ${cells}`;
+    const names = (b.suspects || []).map((s) => `${s.tenant} (${s.covers}/${b.impaired})`).join(", ");
+    const chance = `${Number(b.by_chance).toFixed(2)} expected by chance`;
+    return `impaired: ${cells}; blame ${b.verdict}: ${num(b.tied)} of ${num(b.tenants)} tenants hold ` +
+      `${num(b.best_cover)}${names ? ` — ${names}` : ""}; ${chance}`;
   }
 
   // The daemon's threads and tasks (absent from older servers); one that ended early is named.

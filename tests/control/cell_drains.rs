@@ -1,0 +1,174 @@
+//! Cells drained (issue 31, items 2 and 4), with the real binary over real sockets: thirty
+//! tenants on the bundled example's six global cells (k = 2); `steerdns cell drain global
+//! g1` leaves g1 out of exactly the answers of the tenants whose shard holds it (their other
+//! cell still answers, TTL unchanged) and touches no other tenant; a second drained cell
+//! makes blame (status, metrics, `steerdns tenant blame`) name the tenants holding both — the
+//! same tenants the DNS answers show; a drain of a cell that does not exist is refused with
+//! its file, line and field named, and changes nothing; undrain brings every answer back.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use crate::control_common::*;
+use crate::tenants::{answer, metric, owned, setup_with, tenant_name, wait_tenants};
+
+const TENANTS: usize = 30;
+const G1: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 101);
+const G2: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 102);
+
+/// Every tenant's TTL and A addresses.
+fn answers(resolver: &mut Resolver) -> BTreeMap<String, (u32, BTreeSet<Ipv4Addr>)> {
+    (0..TENANTS)
+        .map(|i| {
+            let (ttl, addresses) = answer(resolver, &owned(&tenant_name(i)));
+            (tenant_name(i), (ttl, addresses.into_iter().collect()))
+        })
+        .collect()
+}
+
+/// Runs `steerdns ARGS` and checks that the server then serves a new serial.
+fn change(server: &Daemon, args: &[&str]) {
+    let before = server.serial();
+    ok(&server.cli(args), &args.join(" "));
+    server.wait_for_serial_change(before, std::time::Duration::from_secs(10));
+}
+
+#[test]
+fn a_drained_cell_leaves_only_its_tenants_answers_and_blame_names_the_common_factor() {
+    let setup = setup_with("cell-drains", TENANTS, |i| 200 + i as u32);
+    let server = setup.start();
+    wait_tenants(&server, "every tenant served", |t| {
+        t["served"].as_u64() == Some(TENANTS as u64)
+    });
+    let mut resolver = Resolver::new(server.dns);
+    let before = answers(&mut resolver);
+    assert!(before.values().all(|(_, a)| a.len() == 2), "{before:?}");
+    assert!(server.status()["cells"].is_null(), "no cell impaired yet");
+    let holds = |cell: Ipv4Addr| -> BTreeSet<&String> {
+        before
+            .iter()
+            .filter(|(_, (_, a))| a.contains(&cell))
+            .map(|(t, _)| t)
+            .collect()
+    };
+    let on_g1 = holds(G1);
+    assert!(
+        !on_g1.is_empty() && on_g1.len() < TENANTS,
+        "some, not all, of {TENANTS} tenants hold g1 (2 of 6 cells): {on_g1:?}"
+    );
+
+    // One cell drained: left out of its tenants' answers, nobody else's.
+    change(&server, &["cell", "drain", "global", "g1"]);
+    assert!(
+        std::fs::read_to_string(setup.control_path())
+            .is_ok_and(|t| t.contains("[cells.global.g1]\ndrain = true")),
+        "the drain is a recorded change of the control file"
+    );
+    let drained = answers(&mut resolver);
+    for (tenant, (ttl, addresses)) in &drained {
+        let (ttl_before, before) = &before[tenant];
+        assert_eq!(ttl, ttl_before, "{tenant}: TTL as without the drain");
+        if on_g1.contains(tenant) {
+            let mut expected = before.clone();
+            expected.remove(&G1);
+            assert_eq!(addresses, &expected, "{tenant}: its other cell only");
+        } else {
+            assert_eq!(addresses, before, "{tenant} does not hold g1: untouched");
+        }
+    }
+    let status = server.status();
+    let cells = &status["cells"];
+    assert_eq!(
+        cells["impaired"],
+        serde_json::json!([{"layer": "global", "cell": "g1", "reason": "drained"}]),
+        "{cells:#}"
+    );
+    assert_eq!(cells["blame"]["verdict"], "too-few-cells", "{cells:#}");
+    assert_eq!(metric(&server, "steerdns_cells_impaired", &[]), 1.0);
+
+    // A second: blame counts the tenants whose shard holds both, as the answers show them.
+    change(&server, &["cell", "drain", "global", "g2"]);
+    let on_g2 = holds(G2);
+    let cover = |t: &String| usize::from(on_g1.contains(t)) + usize::from(on_g2.contains(t));
+    let best = before.keys().map(cover).max().unwrap_or(0);
+    let tied: BTreeSet<&String> = before.keys().filter(|t| cover(t) == best).collect();
+    let status = server.status();
+    let blame = &status["cells"]["blame"];
+    assert_eq!(blame["impaired"], 2, "{blame:#}");
+    assert_eq!(blame["tenants"], TENANTS, "{blame:#}");
+    assert_eq!(blame["best_cover"], best, "{blame:#}");
+    assert_eq!(blame["tied"], tied.len(), "{blame:#}");
+    let suspects: BTreeSet<&str> = blame["suspects"]
+        .as_array()
+        .map(|s| s.iter().filter_map(|s| s["tenant"].as_str()).collect())
+        .unwrap_or_default();
+    let expected: BTreeSet<&str> = tied.iter().map(|t| t.as_str()).collect();
+    assert_eq!(suspects, expected, "{blame:#}");
+    // 30 tenants, one pair of 15: two expected by chance, so no tenant can be named.
+    let by_chance = blame["by_chance"].as_f64().unwrap_or(-1.0);
+    assert!((by_chance - 2.0).abs() < 1e-9, "{blame:#}");
+    let verdict = if best == 2 {
+        "ambiguous"
+    } else {
+        "no-common-factor"
+    };
+    assert_eq!(blame["verdict"], verdict, "{blame:#}");
+    assert_eq!(metric(&server, "steerdns_cells_impaired", &[]), 2.0);
+    assert_eq!(
+        metric(
+            &server,
+            "steerdns_cell_blame_verdict",
+            &[("verdict", verdict)]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(&server, "steerdns_cell_blame_suspects", &[]),
+        tied.len() as f64
+    );
+    let text = ok(&server.cli(&["tenant", "blame"]), "tenant blame");
+    assert!(
+        text.contains("impaired cells: global/g1 (drained), global/g2 (drained)"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("blame {verdict}")), "{text}");
+    for t in &expected {
+        assert!(text.contains(&format!("suspect {t} holds")), "{text}");
+    }
+    // A tenant holding both is served both: never an empty answer.
+    for (tenant, (_, addresses)) in answers(&mut resolver) {
+        assert!(!addresses.is_empty(), "{tenant}");
+        if cover(&tenant) == 2 {
+            assert_eq!(
+                addresses, before[&tenant].1,
+                "{tenant}: all impaired, all served"
+            );
+        }
+    }
+
+    // A cell that does not exist: refused, its field named, nothing changed.
+    let serial = server.serial();
+    let refused = server.cli(&["cell", "drain", "global", "g9"]);
+    assert!(!refused.status.success(), "{refused:?}");
+    let said = format!("{}{}", stdout(&refused), stderr(&refused));
+    assert!(
+        said.contains("control.toml:") && said.contains("cells.global.g9: \"g9\" is not a cell"),
+        "file, line and field named: {said}"
+    );
+    assert_eq!(server.serial(), serial);
+    assert_eq!(
+        server.status()["cells"]["impaired"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+
+    // Undrained: every answer as before, and nothing impaired.
+    change(&server, &["cell", "undrain", "global", "g1"]);
+    change(&server, &["cell", "undrain", "global", "g2"]);
+    assert_eq!(answers(&mut resolver), before);
+    assert!(server.status()["cells"].is_null());
+    assert_eq!(metric(&server, "steerdns_cells_impaired", &[]), 0.0);
+    let text = ok(&server.cli(&["tenant", "blame"]), "tenant blame");
+    assert!(text.contains("no impaired cells"), "{text}");
+}
