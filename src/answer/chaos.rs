@@ -98,12 +98,14 @@ fn decision_trace(snapshot: &Snapshot, query: &Query, client: &Requester) -> Opt
         Some(tenant) => tenant.route(&data.policies, steered.root),
         None => (&data.policies, steered.root),
     };
-    let decision = policy::explain_with_health(
+    let cells = tenant.and_then(|t| t.cells(&data.policies));
+    let decision = policy::explain_for_tenant(
         policies,
         root,
         &located,
         &snapshot.shield().view(),
         &snapshot.health().view(),
+        cells,
     );
     Some(format!(
         "{} via {source}; {location}{database}; name {}; {}{decision}",

@@ -4,7 +4,9 @@
 //! A tenant's answer in a layer is its shard's addresses, one per cell, in cell order
 //! ([`super::TenantCells::layer`]). An impaired cell is left out of every answer that still has
 //! a healthy cell of that tenant's shard in the layer; when every cell of the shard is
-//! impaired the whole shard is served (never an empty answer: an impaired cell still
+//! impaired, [`ImpairedCells::left_out`] says so and the policy falls back a layer, as the
+//! shield does (global → the client's region → a fallback site), serving the shard whole only
+//! where nothing is left to fall back to (never an empty answer: an impaired cell still
 //! answering beats none, as an always-serve profile serves its endpoints when all are down).
 //!
 //! What is impaired is decided off the serving path (today: the operator's drains in the
@@ -118,11 +120,12 @@ impl ImpairedCells {
     }
 
     /// What to leave out of a tenant's answer in layer `at` (its shard's addresses `v4`,
-    /// `v6`): the impaired cells, unless that would leave nothing. Never allocates.
+    /// `v6`): the impaired cells; `None` when that would leave nothing (every cell of the
+    /// shard impaired). Never allocates.
     #[inline]
-    pub fn left_out(&self, at: LayerRef, v4: &[Ipv4Addr], v6: &[Ipv6Addr]) -> LeftOut {
+    pub fn left_out(&self, at: LayerRef, v4: &[Ipv4Addr], v6: &[Ipv6Addr]) -> Option<LeftOut> {
         let Some(layer) = self.layers.iter().find(|l| l.at == at) else {
-            return LeftOut::NONE;
+            return Some(LeftOut::NONE);
         };
         let mut mask = 0u8;
         let len = v4.len().max(v6.len()).min(MAX_K);
@@ -141,11 +144,7 @@ impl ImpairedCells {
         } else {
             (1u8 << len) - 1
         };
-        if mask == all {
-            LeftOut::NONE
-        } else {
-            LeftOut(mask)
-        }
+        (len == 0 || mask != all).then_some(LeftOut(mask))
     }
 }
 
@@ -186,7 +185,9 @@ mod tests {
         for t in 0..200 {
             let cells = topology.assign(&format!("t{t}"), None);
             let (v4, v6) = cells.layer(LayerRef::Global).unwrap_or_default();
-            let mask = drained.left_out(LayerRef::Global, v4, v6);
+            let mask = drained
+                .left_out(LayerRef::Global, v4, v6)
+                .unwrap_or_else(|| panic!("t{t}: one of 8 impaired"));
             let kept4: Vec<_> = mask.keep(v4).copied().collect();
             let kept6: Vec<_> = mask.keep(v6).copied().collect();
             if v4.contains(&drained_v4) {
@@ -203,20 +204,25 @@ mod tests {
         assert!(with > 0, "some tenant has cell 2 in its shard");
         // Another layer is untouched.
         let (v4, v6) = (&[drained_v4][..], &[][..]);
-        assert_eq!(drained.left_out(LayerRef::Region(0), v4, v6), LeftOut::NONE);
+        assert_eq!(
+            drained.left_out(LayerRef::Region(0), v4, v6),
+            Some(LeftOut::NONE)
+        );
     }
 
     #[test]
-    fn a_shard_with_every_cell_impaired_is_served_whole() {
+    fn a_shard_with_every_cell_impaired_is_reported_as_such() {
         let topology = topology(4, 2);
         let cells = topology.assign("victim", None);
         let (v4, v6) = cells.layer(LayerRef::Global).unwrap_or_default();
         let shard: Vec<u16> = v4.iter().map(|a| u16::from(a.octets()[3])).collect();
         let drained = impaired(&topology, &shard);
-        assert_eq!(drained.left_out(LayerRef::Global, v4, v6), LeftOut::NONE);
+        assert_eq!(drained.left_out(LayerRef::Global, v4, v6), None);
         // One of the two impaired: the other serves alone.
         let one = impaired(&topology, &shard[..1]);
-        let mask = one.left_out(LayerRef::Global, v4, v6);
+        let mask = one
+            .left_out(LayerRef::Global, v4, v6)
+            .unwrap_or_else(|| panic!("one of two impaired"));
         assert_eq!(mask.keep(v4).count(), 1);
         assert_eq!(mask.keep(v4).next(), v4.get(1));
     }

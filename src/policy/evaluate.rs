@@ -157,6 +157,9 @@ pub struct Trace {
     pub steps: [Option<TraceStep>; MAX_PROFILE_DEPTH],
     /// Whether the shield's hot TTL was applied.
     pub hot: bool,
+    /// Anycast roots of a tenant whose every cell in a layer was impaired: the layer fallen
+    /// back to (the last, when it fell twice).
+    pub cells_fallback: Option<Destination>,
 }
 
 /// Computes the answer for `client` under `root` with every monitored endpoint up. Never
@@ -255,7 +258,22 @@ fn evaluate_anycast<'a>(
             IpAddr::V6(_) => SHED_HASH_PREFIX_V6,
         });
     }
-    let (target, left_out) = destination_target(p, destination_of(choice), cells);
+    let mut destination = destination_of(choice);
+    // At most two steps: global -> the client's region -> a fallback site -> none.
+    let (target, left_out) = loop {
+        match destination_target(p, destination, cells) {
+            Served::Addresses(target, left_out) => break (target, left_out),
+            Served::AllImpaired(whole) => match cells_fallback(p, destination, region) {
+                Some(next) => {
+                    trace.cells_fallback = Some(next);
+                    // Where the client is now decides the answer.
+                    scope = scope.max(client.prefix_len);
+                    destination = next;
+                }
+                None => break (whole, LeftOut::NONE),
+            },
+        }
+    };
     Decision {
         target,
         ttl,
@@ -332,16 +350,25 @@ fn destination_salt(destination: Destination) -> u64 {
     }
 }
 
+/// What a destination serves a tenant.
+enum Served<'a> {
+    /// These addresses, less the cells left out.
+    Addresses(Target<'a>, LeftOut),
+    /// Every cell of the tenant's shard there is impaired: its whole shard, served only if
+    /// there is no layer to fall back to.
+    AllImpaired(Target<'a>),
+}
+
 /// The addresses of a destination: the tenant's cells of its layer when it has some there
-/// (less its impaired cells, when another of them is healthy), else the destination's own; an
-/// index that does not exist (a shield view built for a different topology) falls back to
-/// the global answer rather than answering empty. Which cells are impaired changes what is
-/// written, never the TTL or the ECS scope: the name decided which cells, not the client.
+/// (less its impaired cells), else the destination's own; an index that does not exist (a
+/// shield view built for a different topology) falls back to the global answer rather than
+/// answering empty. Which cells are impaired changes what is written, never the TTL or the
+/// ECS scope: the name decided which cells, not the client.
 fn destination_target<'a>(
     p: &'a CompiledPolicies,
     destination: Destination,
     cells: Option<&'a TenantCells>,
-) -> (Target<'a>, LeftOut) {
+) -> Served<'a> {
     let global = (&p.global_v4[..], &p.global_v6[..]);
     let (layer, own) = match destination {
         Destination::Global => (LayerRef::Global, Some(global)),
@@ -362,13 +389,36 @@ fn destination_target<'a>(
             v4: own_v4,
             v6: own_v6,
         };
-        return (target, LeftOut::NONE);
+        return Served::Addresses(target, LeftOut::NONE);
     };
-    let left_out = p
-        .impaired_cells
-        .as_deref()
-        .map_or(LeftOut::NONE, |impaired| impaired.left_out(layer, v4, v6));
-    (Target::Addresses { v4, v6 }, left_out)
+    let target = Target::Addresses { v4, v6 };
+    match p.impaired_cells.as_deref() {
+        None => Served::Addresses(target, LeftOut::NONE),
+        Some(impaired) => match impaired.left_out(layer, v4, v6) {
+            Some(left_out) => Served::Addresses(target, left_out),
+            None => Served::AllImpaired(target),
+        },
+    }
+}
+
+/// Where a tenant goes when every cell of its shard at `from` is impaired, as the shield's
+/// rings fall back: from global to the client's region, from a region to a fallback site on
+/// its continent (else the first), from a fallback site nowhere.
+fn cells_fallback(p: &CompiledPolicies, from: Destination, region: u16) -> Option<Destination> {
+    let site_for = |r: u16| {
+        let continent = p.regions.get(usize::from(r)).map(|r| &r.continent);
+        let same = p.sites.iter().position(|s| Some(&s.continent) == continent);
+        let site = same.or((!p.sites.is_empty()).then_some(0))?;
+        Some(Destination::Fallback(u16::try_from(site).ok()?))
+    };
+    match from {
+        Destination::Global if usize::from(region) < p.regions.len() => {
+            Some(Destination::Region(region))
+        }
+        Destination::Global => site_for(region),
+        Destination::Region(r) => site_for(r),
+        Destination::Fallback(_) => None,
+    }
 }
 
 fn evaluate_profile<'a>(

@@ -4,11 +4,12 @@
 use std::fmt::Write as _;
 
 use super::evaluate::{
-    evaluate_with_health, AnycastChoice, LocatedClient, StepChoice, StepHealth, Target,
+    evaluate_for_tenant, AnycastChoice, LocatedClient, StepChoice, StepHealth, Target,
 };
 use super::health::HealthView;
 use super::knobs::{Destination, ShedView};
 use super::model::{AllDown, CompiledPolicies, GeoRoute, PolicyRoot};
+use crate::cells::LeftOut;
 
 /// Explains how `root` answers `client`: profile path, chosen endpoints, shed state, hash
 /// bucket, TTL and ECS scope, e.g.
@@ -32,7 +33,20 @@ pub fn explain_with_health(
     shed: &ShedView,
     health: &HealthView,
 ) -> String {
-    let decision = evaluate_with_health(p, root, client, shed, health);
+    explain_for_tenant(p, root, client, shed, health, None)
+}
+
+/// [`explain_with_health`] for a name of a tenant with `cells`: its cells in the answer, the
+/// impaired ones left out, and the layer it fell back to when all of them were.
+pub fn explain_for_tenant(
+    p: &CompiledPolicies,
+    root: PolicyRoot,
+    client: &LocatedClient,
+    shed: &ShedView,
+    health: &HealthView,
+    cells: Option<&crate::cells::TenantCells>,
+) -> String {
+    let decision = evaluate_for_tenant(p, root, client, shed, health, cells);
     let mut out = String::new();
     if let Some((region, choice)) = decision.trace.anycast {
         let _ = write!(out, "anycast; region {}", region_label(p, region));
@@ -67,13 +81,23 @@ pub fn explain_with_health(
             }
         }
     }
+    if let Some(to) = decision.trace.cells_fallback {
+        let _ = write!(
+            out,
+            "; every cell of the tenant's shard impaired -> {}",
+            destination_label(p, to)
+        );
+    }
+    if decision.left_out.any() {
+        out.push_str("; impaired cells left out");
+    }
     if decision.trace.hot {
         out.push_str("; region hot (short TTL)");
     }
     let _ = write!(
         out,
         "; answer {}; ttl {}; scope {}",
-        target_text(decision.target),
+        target_text(decision.target, decision.left_out),
         decision.ttl,
         decision.scope
     );
@@ -167,14 +191,14 @@ fn down_endpoints(
         .collect()
 }
 
-fn target_text(target: Target<'_>) -> String {
+fn target_text(target: Target<'_>, left_out: LeftOut) -> String {
     match target {
         Target::Cname { name, .. } => format!("CNAME {name}"),
         Target::Addresses { v4, v6 } => {
-            let all: Vec<String> = v4
-                .iter()
+            let all: Vec<String> = left_out
+                .keep(v4)
                 .map(ToString::to_string)
-                .chain(v6.iter().map(ToString::to_string))
+                .chain(left_out.keep(v6).map(ToString::to_string))
                 .collect();
             if all.is_empty() {
                 "no addresses".to_owned()

@@ -129,7 +129,7 @@ pub(crate) fn answer(resolver: &mut Resolver, name: &str) -> (u32, Vec<std::net:
 }
 
 /// `CH TXT <name>`: the decision trace, which names the tenant's served version.
-fn chaos_trace(resolver: &mut Resolver, name: &str) -> String {
+pub(crate) fn chaos_trace(resolver: &mut Resolver, name: &str) -> String {
     let mut query: Message = plain_query(name, RecordType::TXT);
     query.queries[0].set_query_class(DNSClass::CH);
     let response = resolver.ask(&query);

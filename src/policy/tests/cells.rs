@@ -3,6 +3,7 @@
 //! where its layer has no cells), with the ECS scope of the answer without cells.
 
 use super::*;
+use crate::cells::LayerRef;
 use crate::test_alloc::allocations;
 
 const CELLS: &str = r#"
@@ -299,8 +300,26 @@ fn cells_a_drained_cell_is_left_out_of_its_tenants_answers_only() {
         panic!("cells compiled")
     };
     let hit_cells = topology.assign(hit, None);
+    // From eu-west (no cells there): the region's own addresses, location-decided.
     let d = answer(&p, Some(&hit_cells), EU_WEST, &ShedView::default());
-    assert_eq!(served_v4(&d).len(), 2, "all impaired: all served");
+    assert_eq!(
+        served_v4(&d),
+        vec![v4("198.51.100.4")],
+        "eu-west's own anycast"
+    );
+    assert_eq!(d.trace.cells_fallback, Some(Destination::Region(EU_WEST)));
+    assert_eq!(
+        (d.ttl, d.scope),
+        (300, 20),
+        "the client's region decided: its prefix"
+    );
+    // From eu-north: the tenant's cells there.
+    let d = answer(&p, Some(&hit_cells), EU_NORTH, &ShedView::default());
+    let got = served_v4(&d);
+    assert_eq!(got.len(), 2);
+    assert!(got
+        .iter()
+        .all(|a| a.octets()[..3] == [198, 51, 100] && a.octets()[3] > 50));
 }
 
 #[test]
@@ -318,13 +337,22 @@ fn cells_drains_in_a_region_and_a_site_apply_where_the_tenant_is_sent() {
     let Some(topology) = p.cells() else {
         panic!("cells compiled")
     };
-    for i in 0..10 {
+    let mut fell_back = 0;
+    for i in 0..30 {
         let t = topology.assign(&format!("tenant{i}"), None);
         let d = answer(&p, Some(&t), EU_WEST, &ShedView::default());
         let served = served_v4(&d);
         assert!(!served.is_empty());
         let shard = v4s(&d);
-        if shard != vec![v4("198.51.100.51"), v4("198.51.100.52")] {
+        if d.trace.cells_fallback.is_some() {
+            // Both of its eu-north cells drained: its cells at eu-north's fallback site.
+            assert_eq!(d.trace.cells_fallback, Some(Destination::Fallback(0)));
+            assert!(
+                served.iter().all(|a| a.octets()[..3] == [203, 0, 113]),
+                "tenant{i}: {served:?}"
+            );
+            fell_back += 1;
+        } else {
             assert!(
                 !served.contains(&v4("198.51.100.51")) && !served.contains(&v4("198.51.100.52")),
                 "tenant{i}: {shard:?} served {served:?}"
@@ -334,6 +362,56 @@ fn cells_drains_in_a_region_and_a_site_apply_where_the_tenant_is_sent() {
         let d = answer(&p, Some(&t), EU_NORTH, &ShedView::default());
         assert!(!d.left_out.any());
     }
+    assert!(
+        fell_back > 0,
+        "one of 3 pairs is en1+en2: some of 30 tenants hold it"
+    );
+}
+
+#[test]
+fn cells_a_shard_impaired_in_every_layer_it_can_reach_is_served_whole() {
+    let p = with_cells(&ControlKnobs::default());
+    let Some(topology) = p.cells() else {
+        panic!("cells compiled")
+    };
+    let t = topology.assign("fabrikam", None);
+    let name = |layer: LayerRef, a: &Ipv4Addr| -> Option<String> {
+        let layer = topology.layer(layer)?;
+        Some(
+            layer
+                .cells()
+                .iter()
+                .find(|c| c.v4 == Some(*a))?
+                .name
+                .clone(),
+        )
+    };
+    let mut all = Vec::new();
+    for (layer, key) in [
+        (LayerRef::Global, "global"),
+        (LayerRef::Region(EU_NORTH), "eu-north"),
+        (LayerRef::Site(0), "fb-eu"),
+    ] {
+        let (v4, _) = t.layer(layer).unwrap_or_default();
+        for a in v4 {
+            all.push((key, name(layer, a).unwrap_or_default()));
+        }
+    }
+    let cells: Vec<(&str, &str)> = all.iter().map(|(l, c)| (*l, c.as_str())).collect();
+    let p = with_cells(&drained(&cells));
+    let Some(topology) = p.cells() else {
+        panic!("cells compiled")
+    };
+    let t = topology.assign("fabrikam", None);
+    let d = answer(&p, Some(&t), EU_NORTH, &ShedView::default());
+    assert_eq!(d.trace.cells_fallback, Some(Destination::Fallback(0)));
+    let served = served_v4(&d);
+    assert_eq!(
+        served.len(),
+        2,
+        "nothing left to fall back to: the site shard whole"
+    );
+    assert!(served.iter().all(|a| a.octets()[..3] == [203, 0, 113]));
 }
 
 #[test]
