@@ -3,6 +3,7 @@
 mod alloc;
 mod anycast;
 mod cells;
+mod containment;
 mod errors;
 mod example;
 mod health;
