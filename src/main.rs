@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use cli::args::*;
+use steerdns::tenant::TenantState;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -87,6 +88,12 @@ fn main() -> ExitCode {
             cli::tenant::import(&target, &dir)
         }
         Command::Tenant(TenantCommand::Blame { target, json }) => cli::tenant::blame(&target, json),
+        Command::Tenant(TenantCommand::Quarantine { target, name }) => {
+            cli::tenant::set_state(&target, &name, TenantState::Quarantined)
+        }
+        Command::Tenant(TenantCommand::Release { target, name }) => {
+            cli::tenant::set_state(&target, &name, TenantState::Active)
+        }
         Command::Drill(DrillCommand::List { target }) => cli::drill::list(&target),
         Command::Drill(DrillCommand::Run { target, name, dns }) => {
             cli::drill::run_now(&target, &name, dns)

@@ -654,11 +654,16 @@ impl Scrape {
         gauges(
             encoder,
             "steerdns_tenants",
-            "Tenant documents by state: served active, served suspended, refused (newest \
-             document refused; an earlier version may still serve), never served.",
+            "Tenant documents by state: served active, served suspended, served from the \
+             quarantine cells, refused (newest document refused; an earlier version may still \
+             serve), never served.",
             [
-                ("active", t.served.saturating_sub(t.suspended)),
+                (
+                    "active",
+                    t.served.saturating_sub(t.suspended + t.quarantined),
+                ),
                 ("suspended", t.suspended),
+                ("quarantined", t.quarantined),
                 ("refused", t.refused.len()),
                 ("never_served", never_served),
             ]

@@ -2,7 +2,8 @@
 //! serves and its last refusal; the latter with the document's store revision as `ETag`), and
 //! the writes (token required, like every write): `PUT /v1/tenants/{name}` with the document
 //! as TOML (`Content-Type: application/toml`, `text/plain` or none) or as a JSON object
-//! (`application/json`, turned into the same TOML), and `DELETE /v1/tenants/{name}`.
+//! (`application/json`, turned into the same TOML), `DELETE /v1/tenants/{name}`, and
+//! `POST /v1/tenants/{name}/quarantine` / `release` (the document's `state` edited in place).
 //!
 //! A write goes through the keyed control store (key `tenants/<name>`: the file store writes
 //! a temp file and renames it; the reloader records the history entry when it serves it),
@@ -17,19 +18,23 @@
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::AdminState;
 use crate::control::store::{tenant_key, ControlStore, StoreError};
 use crate::reload::tenants::PutError;
-use crate::tenant::valid_tenant_name;
+use crate::tenant::{valid_tenant_name, TenantState};
 
 pub fn routes() -> Router<AdminState> {
-    Router::new().route("/v1/tenants", get(list)).route(
-        "/v1/tenants/{name}",
-        get(show).put(put_tenant).delete(delete_tenant),
-    )
+    Router::new()
+        .route("/v1/tenants", get(list))
+        .route(
+            "/v1/tenants/{name}",
+            get(show).put(put_tenant).delete(delete_tenant),
+        )
+        .route("/v1/tenants/{name}/quarantine", post(quarantine))
+        .route("/v1/tenants/{name}/release", post(release))
 }
 
 fn json(status: StatusCode, value: serde_json::Value) -> Response {
@@ -269,46 +274,100 @@ async fn put_tenant(
         let text = document_text(&headers, &body)?;
         let (store, staged) = stores_of(&state)?;
         let key = tenant_key(&name);
-        let found = |store: &dyn ControlStore| match store.current(&key) {
-            Ok(current) => Ok(current.map_or(0, |c| c.revision)),
-            Err(e) => Err(Box::new(store_error(e))),
-        };
         // A stale If-Match is refused before the taste; the write compares again.
-        let expected = expected(&precondition, found(store.as_ref())?)?;
-        let author = crate::control::store::Author {
-            source: "admin API".into(),
-            ..Default::default()
-        };
-        let registry = state.reloader.tenants();
-        let write = || store.compare_and_write(&key, expected, &text, &author);
-        let outcome = match staged {
-            true => registry.put_staged(&name, &text, write),
-            false => registry.put(&name, &text, write),
-        };
-        let (written, view) = outcome.map_err(|e| Box::new(put_error(e)))?;
-        let status = if staged {
-            StatusCode::ACCEPTED
-        } else if expected == 0 {
-            StatusCode::CREATED
-        } else {
-            StatusCode::OK
-        };
-        let mut response = json(
-            status,
-            serde_json::json!({
-                "written": true,
-                "staged": staged,
-                "revision": written.revision,
-                "tenant": view,
-            }),
-        );
-        response
-            .headers_mut()
-            .insert(header::ETAG, etag(written.revision));
-        Ok(response)
+        let found = store
+            .current(&key)
+            .map_err(|e| Box::new(store_error(e)))?
+            .map_or(0, |c| c.revision);
+        let expected = expected(&precondition, found)?;
+        write_tenant(&state, store.as_ref(), staged, &name, expected, &text)
     })
     .await;
     finished(outcome)
+}
+
+/// `POST /v1/tenants/{name}/quarantine` and `/release`: the tenant's document with its
+/// `state` set to `quarantined` (removed, on release: active), written and served as any
+/// tenant change (history, taste, staged rollout), compare-and-swap on the revision read.
+async fn set_state(state: AdminState, name: String, to: TenantState) -> Response {
+    let outcome = tokio::task::spawn_blocking(move || {
+        check_name(&name)?;
+        let (store, staged) = stores_of(&state)?;
+        let key = tenant_key(&name);
+        let current = store
+            .current(&key)
+            .map_err(|e| Box::new(store_error(e)))?
+            .ok_or_else(|| {
+                Box::new(error(
+                    StatusCode::NOT_FOUND,
+                    format!("no tenant {name:?} (no document tenants/{name}.toml)"),
+                ))
+            })?;
+        let text = crate::tenant::edit::set_state(&current.text, to)
+            .map_err(|e| Box::new(error(StatusCode::CONFLICT, e)))?;
+        write_tenant(
+            &state,
+            store.as_ref(),
+            staged,
+            &name,
+            current.revision,
+            &text,
+        )
+    })
+    .await;
+    finished(outcome)
+}
+
+async fn quarantine(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    set_state(state, name, TenantState::Quarantined).await
+}
+
+async fn release(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    set_state(state, name, TenantState::Active).await
+}
+
+/// Checks, tastes, writes (compare-and-swap on `expected`, 0: must not exist) and serves
+/// (or, `staged`, leaves to the rollout) tenant `name`'s document `text`.
+fn write_tenant(
+    state: &AdminState,
+    store: &dyn ControlStore,
+    staged: bool,
+    name: &str,
+    expected: u64,
+    text: &str,
+) -> Result<Response, Box<Response>> {
+    let key = tenant_key(name);
+    let author = crate::control::store::Author {
+        source: "admin API".into(),
+        ..Default::default()
+    };
+    let registry = state.reloader.tenants();
+    let write = || store.compare_and_write(&key, expected, text, &author);
+    let outcome = match staged {
+        true => registry.put_staged(name, text, write),
+        false => registry.put(name, text, write),
+    };
+    let (written, view) = outcome.map_err(|e| Box::new(put_error(e)))?;
+    let status = if staged {
+        StatusCode::ACCEPTED
+    } else if expected == 0 {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let mut response = json(
+        status,
+        serde_json::json!({
+            "written": true,
+            "staged": staged,
+            "revision": written.revision,
+            "tenant": view,
+        }),
+    );
+    response
+        .headers_mut()
+        .insert(header::ETAG, etag(written.revision));
+    Ok(response)
 }
 
 /// `DELETE /v1/tenants/{name}`: remove the document (compare-and-swap with `If-Match`); its

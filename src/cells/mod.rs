@@ -304,6 +304,9 @@ pub struct CellTopology {
     global: Option<Layer>,
     regions: Vec<Option<Layer>>,
     sites: Vec<Option<Layer>>,
+    /// Cells for quarantined tenants only ([`CellTopology::assign_quarantined`]): no healthy
+    /// tenant's shard is ever drawn from them. Not one of [`CellTopology::layers`].
+    quarantine: Option<Layer>,
     k: u8,
     fingerprint: u64,
 }
@@ -368,8 +371,84 @@ impl CellTopology {
             global,
             regions,
             sites,
+            quarantine: None,
             k: k as u8,
             fingerprint,
+        })
+    }
+
+    /// This topology with `layer` as its quarantine cells; refused when one of their
+    /// addresses is another cell's.
+    pub fn with_quarantine(self, layer: Layer) -> Result<CellTopology, CellsError> {
+        for (_, other) in self.layers() {
+            for cell in &layer.cells {
+                for theirs in &other.cells {
+                    let same = |a: Option<IpAddr>, b: Option<IpAddr>| a.is_some() && a == b;
+                    let address = [
+                        (cell.v4.map(IpAddr::V4), theirs.v4.map(IpAddr::V4)),
+                        (cell.v6.map(IpAddr::V6), theirs.v6.map(IpAddr::V6)),
+                    ]
+                    .into_iter()
+                    .find(|(a, b)| same(*a, *b))
+                    .and_then(|(a, _)| a);
+                    if let Some(address) = address {
+                        return Err(CellsError::DuplicateAddress {
+                            layer: layer.name.clone(),
+                            name: cell.name.clone(),
+                            address,
+                            other_layer: other.name.clone(),
+                            other: theirs.name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        let mut text = String::from("quarantine");
+        for cell in &layer.cells {
+            text.push_str(&format!(",{}/{:?}/{:?}", cell.name, cell.v4, cell.v6));
+        }
+        let fingerprint = self.fingerprint ^ siphash24(KEY, text.as_bytes());
+        Ok(CellTopology {
+            quarantine: Some(layer),
+            fingerprint,
+            ..self
+        })
+    }
+
+    /// The quarantine cells, when there are any.
+    pub fn quarantine(&self) -> Option<&Layer> {
+        self.quarantine.as_ref()
+    }
+
+    /// A quarantined `tenant`'s cells: its shard of the quarantine cells (`k` of them,
+    /// `None`: the default), in every layer alike, so that wherever its clients are sent its
+    /// answers carry quarantine cells only. `None` without quarantine cells.
+    pub fn assign_quarantined(&self, tenant: &str, k: Option<usize>) -> Option<TenantCells> {
+        let layer = self.quarantine.as_ref()?;
+        let k = k.unwrap_or(self.k());
+        let shard = layer.shard_of(tenant_hash(tenant), k);
+        let mut v4 = Vec::new();
+        let mut v6 = Vec::new();
+        for &index in shard.cells() {
+            let cell = &layer.cells[usize::from(index)];
+            v4.extend(cell.v4);
+            v6.extend(cell.v6);
+        }
+        let span = Span {
+            v4_start: 0,
+            v6_start: 0,
+            v4_len: v4.len() as u8,
+            v6_len: v6.len() as u8,
+        };
+        let slots = 1 + self.regions.len() + self.sites.len();
+        Some(TenantCells {
+            fingerprint: self.fingerprint,
+            regions: self.regions.len() as u16,
+            k: k.clamp(1, MAX_K) as u8,
+            quarantined: true,
+            v4: v4.into_boxed_slice(),
+            v6: v6.into_boxed_slice(),
+            spans: vec![span; slots].into_boxed_slice(),
         })
     }
 
@@ -454,6 +533,7 @@ impl CellTopology {
             fingerprint: self.fingerprint,
             regions: self.regions.len() as u16,
             k: k.clamp(1, MAX_K) as u8,
+            quarantined: false,
             v4: v4.into_boxed_slice(),
             v6: v6.into_boxed_slice(),
             spans: spans.into_boxed_slice(),
@@ -479,6 +559,8 @@ pub struct TenantCells {
     regions: u16,
     /// The cells per layer asked for (a layer with fewer gives all of its own).
     k: u8,
+    /// On the quarantine cells ([`CellTopology::assign_quarantined`]).
+    quarantined: bool,
     /// Every layer's IPv4 (IPv6) addresses back to back, each layer's in cell order.
     v4: Box<[Ipv4Addr]>,
     v6: Box<[Ipv6Addr]>,
@@ -495,6 +577,11 @@ impl TenantCells {
     /// The cells per layer it was given (its document's `cells`, else the platform's k).
     pub fn k(&self) -> usize {
         usize::from(self.k)
+    }
+
+    /// Whether these are quarantine cells (the same in every layer).
+    pub fn is_quarantined(&self) -> bool {
+        self.quarantined
     }
 
     /// The tenant's addresses in layer `at`; `None` when the layer has no cells (the answer

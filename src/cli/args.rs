@@ -395,6 +395,19 @@ pub enum TenantCommand {
         target: crate::cli::Target,
         dir: PathBuf,
     },
+    /// Move a tenant onto the quarantine cells (`[topology.cells] quarantine`), shared with no
+    /// healthy tenant: its document's `state = "quarantined"`, a recorded change like any other.
+    Quarantine {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        name: String,
+    },
+    /// Undo `tenant quarantine`: the tenant answers from its own shard of the cells again.
+    Release {
+        #[command(flatten)]
+        target: crate::cli::Target,
+        name: String,
+    },
     /// The impaired cells and the tenants whose shards explain them: the suspects, how many
     /// tenants tie, how many would hold the same cells by chance, and the verdict.
     Blame {

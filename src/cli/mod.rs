@@ -1178,10 +1178,11 @@ fn print_tenants(t: &steerdns::reload::tenants::TenantsStatus) {
         return;
     }
     println!(
-        "tenants: {} documents, {} served ({} suspended), {} refused; {} changes applied",
+        "tenants: {} documents, {} served ({} suspended, {} quarantined), {} refused; {} changes applied",
         t.count,
         t.served,
         t.suspended,
+        t.quarantined,
         t.refused.len(),
         t.changes_applied
     );

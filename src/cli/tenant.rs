@@ -1,5 +1,5 @@
 //! `steerdns tenant list | show | put FILE | delete NAME | history NAME | rollback NAME
-//! [VERSION] | diff NAME [A B] | import DIR | blame`: the running server's tenants, read from
+//! [VERSION] | diff NAME [A B] | import DIR | quarantine NAME | release NAME | blame`: the running server's tenants, read from
 //! `/v1/tenants` — each one's served version and serial, and its last refusal with the reason
 //! (file, line, field) — and written through `PUT`/`DELETE /v1/tenants/{name}` when the server
 //! answers (checked, tasted and served before it replies), else into the tenants folder through
@@ -15,7 +15,7 @@ use steerdns::config::Config;
 use steerdns::control::store::tenant_key;
 use steerdns::http_client::HttpError;
 use steerdns::reload::tenants::TenantView;
-use steerdns::tenant::valid_tenant_name;
+use steerdns::tenant::{valid_tenant_name, TenantState};
 
 use super::{admin_token, http, open_store, Target};
 
@@ -256,6 +256,45 @@ pub fn put(target: &Target, file: &Path) -> Result<ExitCode> {
         .with_context(|| format!("reading {}", file.display()))?;
     let outcome = put_text(target, &config, &name, &text)?;
     Ok(exit(report(&name, outcome)))
+}
+
+/// `tenant quarantine NAME` (`Quarantined`) / `tenant release NAME` (`Active`): through the
+/// running server's API, else the document in the store edited and written for the next
+/// server to serve.
+pub fn set_state(target: &Target, name: &str, to: TenantState) -> Result<ExitCode> {
+    if !valid_tenant_name(name) {
+        bail!("{name:?} is not a tenant name (1 to 63 lower-case letters, digits or '-')");
+    }
+    let config = target.config()?;
+    let addr = target.admin_addr(&config);
+    let token = admin_token(&config);
+    let verb = match to {
+        TenantState::Quarantined => "quarantine",
+        _ => "release",
+    };
+    let path = format!("/v1/tenants/{name}/{verb}");
+    let outcome = match http::request(addr, "POST", &path, token.as_deref(), b"") {
+        Ok(r) if r.status == 200 || r.status == 202 => {
+            Outcome::Served(serde_json::from_str(&r.body).unwrap_or(serde_json::Value::Null))
+        }
+        Ok(r) => Outcome::Refused(r.status, error_text(&r.body)),
+        Err(e) if unreachable(&e) => {
+            let store = open_store(&config)?;
+            let key = tenant_key(name);
+            let Some(current) = store.inner.current(&key).map_err(|e| store.error(e))? else {
+                bail!("no tenant document {key}");
+            };
+            let text = steerdns::tenant::edit::set_state(&current.text, to)
+                .map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+            return Ok(exit(report(name, put_text(target, &config, name, &text)?)));
+        }
+        Err(e) => return Err(e),
+    };
+    let ok = report(name, outcome);
+    if ok {
+        println!("tenant {name}: {}", to.as_str());
+    }
+    Ok(exit(ok))
 }
 
 /// `tenant delete NAME`.

@@ -56,10 +56,28 @@ pub(super) fn compile_cells(
         global_families,
         errors,
     );
+    let quarantine = (!config.quarantine.is_empty())
+        .then(|| {
+            layer(
+                "quarantine",
+                &config.quarantine,
+                "topology.cells.quarantine",
+                global_families,
+                errors,
+            )
+        })
+        .flatten();
     if errors.0.len() > before {
         return None;
     }
-    match CellTopology::new(global, region_layers, site_layers, k as usize) {
+    let topology =
+        CellTopology::new(global, region_layers, site_layers, k as usize).and_then(|t| {
+            match quarantine {
+                Some(q) => t.with_quarantine(q),
+                None => Ok(t),
+            }
+        });
+    match topology {
         Ok(topology) => Some(Arc::new(topology)),
         Err(e) => {
             errors.push("topology.cells", e.to_string());

@@ -51,6 +51,10 @@ pub struct CellsConfig {
     /// Fallback site name → that site's cells.
     #[serde(default)]
     pub fallback: std::collections::BTreeMap<String, Vec<CellConfig>>,
+    /// Cells for quarantined tenants (`state = "quarantined"` in a tenant's document) only:
+    /// shared with no healthy tenant, announced like the global cells.
+    #[serde(default)]
+    pub quarantine: Vec<CellConfig>,
 }
 
 /// One cell: a name unique in its layer and at most one address per family.

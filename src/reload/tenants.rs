@@ -36,7 +36,7 @@ use crate::taster::child::{TenantBatch, TenantTaste};
 use crate::tenant::cache::{self, CacheKey};
 use crate::tenant::{
     compile, parse, platform_key, valid_tenant_name, Identity, NameChange, PlatformView,
-    ServedTenant, TenantIndex, TenantProblem, TenantTable,
+    ServedTenant, TenantIndex, TenantProblem, TenantState, TenantTable,
 };
 
 /// Largest tenant document.
@@ -88,6 +88,9 @@ pub struct TenantsStatus {
     /// Tenants served (active or suspended).
     pub served: usize,
     pub suspended: usize,
+    /// Tenants served from the quarantine cells (absent from servers older than quarantine).
+    #[serde(default)]
+    pub quarantined: usize,
     /// Tenants whose newest document is refused.
     pub refused: Vec<RefusedTenant>,
     pub refusals_total: u64,
@@ -143,6 +146,22 @@ struct Refused {
     refusal: TenantRefusal,
 }
 
+impl State {
+    /// Counts `tenant` in (`added`) or out of the served tenants by state.
+    fn count(&mut self, tenant: &ServedTenant, added: bool) {
+        let slot = match tenant.state {
+            TenantState::Suspended => &mut self.suspended,
+            TenantState::Quarantined => &mut self.quarantined,
+            TenantState::Active => return,
+        };
+        *slot = if added {
+            *slot + 1
+        } else {
+            slot.saturating_sub(1)
+        };
+    }
+}
+
 #[derive(Default)]
 struct State {
     platform: Option<Arc<Platform>>,
@@ -151,6 +170,7 @@ struct State {
     /// Tenants whose newest document is refused, with what was refused.
     refused: BTreeMap<String, Refused>,
     suspended: usize,
+    quarantined: usize,
     refusals_total: u64,
     changes_applied: u64,
     last_apply_ms: f64,
@@ -359,8 +379,9 @@ impl TenantRegistry {
         if let Some(m) = memo.as_ref().filter(same) {
             return Some(m.blame.clone());
         }
+        // Quarantined tenants are on no platform cell: nothing to blame them for.
         let tenants = published.served.iter().filter_map(|t| {
-            let cells = t.cells(platform)?;
+            let cells = t.cells(platform).filter(|c| !c.is_quarantined())?;
             Some((t.name(), Some(cells.k()), None))
         });
         let blame = Arc::new(crate::cells::blame::blame(
@@ -765,6 +786,7 @@ impl TenantRegistry {
             count: state.served.len() + never_served,
             served: state.served.len(),
             suspended: state.suspended,
+            quarantined: state.quarantined,
             refused: refused_list,
             refusals_total: state.refusals_total,
             changes_applied: state.changes_applied,
@@ -1164,9 +1186,7 @@ fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, Ca
     let mut swap = Swap::default();
     for tenant in cached.plain {
         let tenant = Arc::new(tenant);
-        if tenant.is_suspended() {
-            state.suspended += 1;
-        }
+        state.count(&tenant, true);
         swap.names.extend(NameChange::all_of(&tenant));
         swap.served.push(tenant);
     }
@@ -1175,9 +1195,7 @@ fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, Ca
         match check_alone(platform, None, &own.name, &file, Ok(own.text)) {
             Ok(candidate) => {
                 let tenant = Arc::new(candidate.tenant.served_from(own.since));
-                if tenant.is_suspended() {
-                    state.suspended += 1;
-                }
+                state.count(&tenant, true);
                 swap.names.extend(NameChange::all_of(&tenant));
                 swap.served.push(tenant);
             }
@@ -1322,9 +1340,7 @@ fn remove(state: &mut State, name: &str, swap: &mut Swap) {
     };
     swap.names
         .extend(old.names().map(|(_, wire)| NameChange::Remove(wire.into())));
-    if old.is_suspended() {
-        state.suspended = state.suspended.saturating_sub(1);
-    }
+    state.count(&old, false);
     swap.removed.push(name.to_string());
 }
 
@@ -1632,13 +1648,9 @@ fn accept(
             .filter(|(_, wire)| !tenant.names().any(|(_, n)| n == *wire));
         swap.names
             .extend(gone.map(|(_, wire)| NameChange::Remove(wire.into())));
-        if old.is_suspended() {
-            state.suspended = state.suspended.saturating_sub(1);
-        }
+        state.count(old, false);
     }
-    if tenant.is_suspended() {
-        state.suspended += 1;
-    }
+    state.count(&tenant, true);
     swap.names.extend(NameChange::all_of(&tenant));
     state.refused.remove(&name);
     if changed {

@@ -91,6 +91,9 @@ pub fn encode<'a>(
         out.push(match tenant.state {
             TenantState::Active => 0,
             TenantState::Suspended => 1,
+            // Quarantine needs the platform's cells, so a quarantined tenant is kept as its
+            // text above; 2 is read back as malformed rather than served without its cells.
+            TenantState::Quarantined => 2,
         });
         match tenant.ttl {
             Some(ttl) => {

@@ -122,3 +122,113 @@ fn cells_of_another_platform_are_not_served() {
         "without cells, cached in compiled form"
     );
 }
+
+const QUARANTINE: &str = r#"
+quarantine = [
+  { name = "q1", anycast = ["192.0.2.21"] },
+  { name = "q2", anycast = ["192.0.2.22"] },
+  { name = "q3", anycast = ["192.0.2.23"] },
+]
+"#;
+
+/// The platform with quarantine cells (appended to `[topology.cells]`, before `[[steered]]`).
+fn with_quarantine() -> CompiledPolicies {
+    let text = PLATFORM.replacen("[[steered]]", &format!("{QUARANTINE}\n[[steered]]"), 1);
+    platform(&text)
+}
+
+fn problems(policies: &CompiledPolicies, text: &str) -> Vec<String> {
+    let parsed = parse("tenants/q.toml", text).unwrap_or_else(|p| panic!("{p:?}"));
+    let view = PlatformView {
+        policies,
+        profiles: &BTreeMap::new(),
+        exists: &|_| false,
+    };
+    let identity = Identity {
+        name: "q",
+        serial: 1,
+        fingerprint: 0,
+    };
+    match compile(&parsed, identity, &view) {
+        Ok(_) => Vec::new(),
+        Err(problems) => problems
+            .iter()
+            .map(|p| format!("{}: {}", p.field, p.problem))
+            .collect(),
+    }
+}
+
+#[test]
+fn quarantine_a_quarantined_tenant_answers_from_quarantine_cells_in_every_layer() {
+    let p = with_quarantine();
+    let text = "names = [\"fabrikam.edge.example.net.\"]\nstate = \"quarantined\"\n";
+    let t = tenant(&p, "fabrikam", text);
+    let Some(cells) = t.cells(&p) else {
+        panic!("quarantine cells assigned")
+    };
+    assert!(cells.is_quarantined());
+    let quarantine: Vec<std::net::Ipv4Addr> = (21..=23)
+        .map(|n| std::net::Ipv4Addr::new(192, 0, 2, n))
+        .collect();
+    for at in [LayerRef::Global, LayerRef::Region(0)] {
+        let Some((v4, _)) = cells.layer(at) else {
+            panic!("{at:?}: quarantine cells in every layer, even one without cells")
+        };
+        assert_eq!(v4.len(), 2, "{at:?}: k of the quarantine cells");
+        assert!(v4.iter().all(|a| quarantine.contains(a)), "{at:?}: {v4:?}");
+    }
+    assert_eq!(t.state.as_str(), "quarantined");
+    // Healthy tenants never get a quarantine cell.
+    for i in 0..200 {
+        let healthy = tenant(
+            &p,
+            &format!("t{i}"),
+            &format!("names = [\"t{i}.edge.example.net.\"]\n"),
+        );
+        let (v4, _) = healthy
+            .cells(&p)
+            .and_then(|c| c.layer(LayerRef::Global))
+            .unwrap_or_default();
+        assert!(v4.iter().all(|a| !quarantine.contains(a)), "t{i}: {v4:?}");
+    }
+}
+
+#[test]
+fn quarantine_needs_quarantine_cells_and_the_platform_policy() {
+    let text = "names = [\"q.edge.example.net.\"]\nstate = \"quarantined\"\n";
+    let got = problems(&platform(PLATFORM), text);
+    assert!(
+        got.iter()
+            .any(|p| p.starts_with("state: ") && p.contains("no quarantine cells")),
+        "{got:?}"
+    );
+    let own = "names = [\"q.edge.example.net.\"]\nstate = \"quarantined\"\n[profile]\ntype = \"weighted\"\nttl = 30\nendpoints = [{ name = \"a\", cname = \"a.example.\", weight = 1 }]\n";
+    let got = problems(&with_quarantine(), own);
+    assert!(
+        got.iter()
+            .any(|p| p.starts_with("state: ") && p.contains("own [profile]")),
+        "{got:?}"
+    );
+    // Quarantine cells that reuse a cell's address are refused with the platform.
+    let reused = PLATFORM.replacen(
+        "[[steered]]",
+        "quarantine = [{ name = \"q1\", anycast = [\"192.0.2.12\"] }]\n[[steered]]",
+        1,
+    );
+    let fragment: Fragment = toml::from_str(&reused).unwrap_or_else(|e| panic!("{e}"));
+    let compiled = crate::policy::compile(
+        &fragment.topology,
+        &BTreeMap::new(),
+        &fragment.steered,
+        &ControlKnobs::default(),
+    );
+    let Err(errors) = compiled else {
+        panic!("a quarantine cell on g2's address must be refused")
+    };
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.path == "topology.cells" && e.problem.contains("g2")),
+        "{errors:?}"
+    );
+}

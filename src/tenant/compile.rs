@@ -308,6 +308,15 @@ pub fn compile(
             format!("{names_len} bytes of names: a tenant owns at most 65535 (about 2,500 names)"),
         ));
     }
+    let state = parsed
+        .document
+        .state
+        .as_ref()
+        .map(|s| *s.get_ref())
+        .unwrap_or_default();
+    if state == TenantState::Quarantined {
+        check_quarantine(parsed, platform, &mut problems);
+    }
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -320,30 +329,61 @@ pub fn compile(
         )]);
     };
     // Cells only matter to anycast answers, which a tenant with its own profile never gives.
+    let k = document.cells.as_ref().map(|k| *k.get_ref() as usize);
     let cells = match (platform.policies.cells(), &own) {
-        (Some(topology), None) => Some(Box::new(OwnCells {
-            cells: topology.assign(
-                identity.name,
-                document.cells.as_ref().map(|k| *k.get_ref() as usize),
-            ),
-            text: parsed.text().into(),
-        })),
+        (Some(topology), None) => {
+            let cells = match state {
+                TenantState::Quarantined => topology.assign_quarantined(identity.name, k),
+                _ => Some(topology.assign(identity.name, k)),
+            };
+            cells.map(|cells| {
+                Box::new(OwnCells {
+                    cells,
+                    text: parsed.text().into(),
+                })
+            })
+        }
         _ => None,
     };
     Ok(ServedTenant {
         serial: identity.serial,
         fingerprint: identity.fingerprint,
         since: 0,
-        state: document
-            .state
-            .as_ref()
-            .map(|s| *s.get_ref())
-            .unwrap_or_default(),
+        state,
         ttl: document.ttl.as_ref().map(|t| *t.get_ref()),
         bytes,
         own: own.map(Box::new),
         cells,
     })
+}
+
+/// A quarantined tenant answers from the platform's quarantine cells: it needs them, and the
+/// platform's policy (a profile of its own answers with its endpoints, never cells).
+fn check_quarantine(
+    parsed: &Parsed<'_>,
+    platform: &PlatformView<'_>,
+    problems: &mut Vec<TenantProblem>,
+) {
+    let at = parsed.document.state.as_ref().map_or(0, |s| s.span().start);
+    if parsed.document.profile.is_some() {
+        problems.push(parsed.problem(
+            at,
+            "state",
+            "quarantined, but the tenant answers by its own [profile] (its endpoints, never \
+             cells): quarantine needs the platform's policy",
+        ));
+    } else if platform
+        .policies
+        .cells()
+        .and_then(|t| t.quarantine())
+        .is_none()
+    {
+        problems.push(parsed.problem(
+            at,
+            "state",
+            "quarantined, but the platform has no quarantine cells ([topology.cells] quarantine)",
+        ));
+    }
 }
 
 fn compile_names(

@@ -30,14 +30,18 @@ pub struct TenantProblem {
     pub problem: String,
 }
 
-/// Whether a tenant is answered (`active`) or refused (`suspended`: every query for its
-/// names is answered REFUSED, so resolvers neither cache an answer nor a negative one).
+/// Whether a tenant is answered (`active`), refused (`suspended`: every query for its names
+/// is answered REFUSED, so resolvers neither cache an answer nor a negative one) or answered
+/// from quarantine cells (`quarantined`).
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TenantState {
     #[default]
     Active,
     Suspended,
+    /// Answers from the platform's quarantine cells (`[topology.cells] quarantine`) only,
+    /// wherever its clients are sent: shared with no healthy tenant.
+    Quarantined,
 }
 
 impl TenantState {
@@ -45,6 +49,7 @@ impl TenantState {
         match self {
             TenantState::Active => "active",
             TenantState::Suspended => "suspended",
+            TenantState::Quarantined => "quarantined",
         }
     }
 }

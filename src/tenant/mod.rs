@@ -12,6 +12,7 @@
 pub mod cache;
 pub mod compile;
 pub mod document;
+pub mod edit;
 pub mod table;
 
 #[cfg(test)]

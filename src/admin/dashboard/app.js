@@ -344,7 +344,7 @@
       ? `started from the cache (${t.cache_loaded} tenants)`
       : `cache not used at start${t.cache_not_used ? ` (${t.cache_not_used})` : ""}`;
     const writes = `cache written ${t.cache_writes || 0}×${t.cache_error ? `, last write failed: ${t.cache_error}` : ""}`;
-    return `${t.count} documents, ${t.served} served (${t.suspended} suspended), ${(t.refused || []).length} refused` +
+    return `${t.count} documents, ${t.served} served (${t.suspended} suspended${t.quarantined ? `, ${t.quarantined} quarantined` : ""}), ${(t.refused || []).length} refused` +
       (refused ? ` — ${refused}` : "") + `; ${cache}; ${writes}`;
   }
 
