@@ -24,6 +24,7 @@ mod encrypted;
 mod fault_drills;
 mod idle;
 mod metrics;
+mod quarantine;
 mod safety;
 mod shield_e2e;
 mod shield_prometheus;
