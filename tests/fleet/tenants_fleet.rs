@@ -288,3 +288,159 @@ fn a_tenant_refused_on_the_canary_halts_only_that_tenant_while_another_reaches_e
         assert!(halted(node).is_empty(), "{}: {:?}", node.name, halted(node));
     }
 }
+
+/// `name`'s A addresses at `node` for a client of eu-west, and the ECS scope.
+fn eu_west_answer(node: &Node, name: &str) -> (Vec<std::net::Ipv4Addr>, Option<u8>) {
+    use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
+    let response =
+        Resolver::new(node.daemon().dns).ask(&ecs_query(name, RecordType::A, EU_WEST_SUBNET));
+    let scope = match response
+        .edns
+        .as_ref()
+        .and_then(|e| e.option(EdnsCode::Subnet))
+    {
+        Some(EdnsOption::Subnet(cs)) => Some(cs.scope_prefix()),
+        _ => None,
+    };
+    let mut addresses = a_records(&response);
+    addresses.sort();
+    (addresses, scope)
+}
+
+/// Waits until every node answers `name` for a client of eu-west as `ready` says; returns
+/// each node's answer.
+fn wait_answers_everywhere(
+    fleet: &Fleet,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&[std::net::Ipv4Addr], Option<u8>) -> bool,
+) -> Vec<(Vec<std::net::Ipv4Addr>, Option<u8>)> {
+    let started = Instant::now();
+    fleet
+        .nodes
+        .iter()
+        .map(|node| loop {
+            let (addresses, scope) = eu_west_answer(node, name);
+            if ready(&addresses, scope) {
+                break (addresses, scope);
+            }
+            assert!(
+                started.elapsed() < LIMIT,
+                "{}: {name} {what}: still {addresses:?} scope {scope:?}",
+                node.name
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        })
+        .collect()
+}
+
+/// Issue 31 item 6: quarantine and release round trip in a 3-node fleet, with correct ECS
+/// scopes — through one node's API, every node moves that tenant (and only it) onto the
+/// quarantine cells; with its region drained the scope is the client's prefix everywhere;
+/// released through another node's CLI, every node serves its own shard again.
+#[test]
+fn quarantine_and_release_round_trip_across_three_nodes_with_correct_scopes() {
+    let mut fleet = Fleet {
+        etcd: Etcd::start(),
+        prefix: "/steerdns/quarantine".into(),
+        nodes: Vec::new(),
+    };
+    fleet.add_prepared_node("quarantine", 10, "", &[], |setup| {
+        let dir = setup.path("tenants");
+        std::fs::create_dir_all(&dir).expect("mkdir tenants");
+        for tenant in ["fabrikam", "northwind"] {
+            let file = format!("{tenant}.toml");
+            std::fs::copy(repo_path(&format!("tenants/{file}")), dir.join(&file))
+                .expect("copy the example's tenant");
+        }
+    });
+    fleet.add_node("quarantine", 10, "", &[]);
+    fleet.add_node("quarantine", 10, "", &[]);
+    fleet.wait_connected(LIMIT);
+    let quarantine: Vec<std::net::Ipv4Addr> = (111..=113)
+        .map(|n| std::net::Ipv4Addr::new(192, 0, 2, n))
+        .collect();
+    let in_quarantine =
+        |a: &[std::net::Ipv4Addr]| a.len() == 2 && a.iter().all(|x| quarantine.contains(x));
+    let fabrikam = "fabrikam.edge.example.net.";
+    let northwind = "northwind.edge.example.net.";
+    let before = wait_answers_everywhere(&fleet, fabrikam, "its own pair", |a, _| a.len() == 2);
+    assert!(
+        before.windows(2).all(|w| w[0] == w[1]),
+        "one shard everywhere: {before:?}"
+    );
+    assert!(
+        !in_quarantine(&before[0].0) && before[0].1 == Some(0),
+        "{before:?}"
+    );
+    let northwind_before =
+        wait_answers_everywhere(&fleet, northwind, "its pair", |a, _| a.len() == 2);
+
+    let (code, body) = request(
+        fleet.nodes[1].daemon(),
+        "POST",
+        "/v1/tenants/fabrikam/quarantine",
+        None,
+        None,
+        "",
+    );
+    assert!(code == 200 || code == 202, "{code}: {body}");
+    let took = Instant::now();
+    let quarantined = wait_answers_everywhere(&fleet, fabrikam, "quarantined", |a, s| {
+        in_quarantine(a) && s == Some(0)
+    });
+    println!(
+        "quarantine through ns2 answered by all 3 nodes {:?} after the reply",
+        took.elapsed()
+    );
+    assert!(
+        quarantined.windows(2).all(|w| w[0] == w[1]),
+        "{quarantined:?}"
+    );
+    let stored = fleet.etcd.etcdctl(&[
+        "get",
+        &format!("{}/tenants/fabrikam", fleet.prefix),
+        "--print-value-only",
+    ]);
+    assert!(
+        stored.contains("state = \"quarantined\""),
+        "etcd holds it: {stored}"
+    );
+    for node in &fleet.nodes {
+        assert_eq!(
+            eu_west_answer(node, northwind),
+            northwind_before[0],
+            "{}",
+            node.name
+        );
+        assert_eq!(node.status()["tenants"]["quarantined"], 1, "{}", node.name);
+    }
+
+    // eu-west drained (the fleet's control state): the client's prefix decides everywhere,
+    // and fabrikam still answers from its quarantine cells only.
+    ok(&fleet.nodes[0].cli(&["drain", "eu-west"]), "drain eu-west");
+    let drained = wait_answers_everywhere(&fleet, fabrikam, "scope 24 once drained", |a, s| {
+        in_quarantine(a) && s == Some(24)
+    });
+    assert_eq!(drained[0].0, quarantined[0].0, "the same quarantine cells");
+    let moved = wait_answers_everywhere(&fleet, northwind, "sent on", |a, s| {
+        s == Some(24) && a.iter().all(|x| !quarantine.contains(x))
+    });
+    assert!(moved.iter().all(|(a, _)| !a.is_empty()));
+    ok(
+        &fleet.nodes[0].cli(&["undrain", "eu-west"]),
+        "undrain eu-west",
+    );
+
+    ok(
+        &fleet.nodes[2].cli(&["tenant", "release", "fabrikam"]),
+        "release through ns3",
+    );
+    let released = wait_answers_everywhere(&fleet, fabrikam, "released", |a, s| {
+        a == before[0].0.as_slice() && s == Some(0)
+    });
+    assert_eq!(released, before);
+    for node in &fleet.nodes {
+        assert_eq!(node.status()["tenants"]["quarantined"], 0, "{}", node.name);
+    }
+}
