@@ -65,6 +65,8 @@ pub struct Scrape {
     tenants: crate::reload::tenants::TenantsStatus,
     /// Cells left out of tenants' answers and the blame for them.
     cells: Option<super::cells::CellsView>,
+    /// Per-tenant response budgets (`None`: off).
+    budgets: Option<crate::rrl::budget::BudgetStatus>,
 }
 
 /// Reads the state to report; `fleet` is the node's fleet origin (`None`: single node).
@@ -113,6 +115,7 @@ pub fn gather(
             .collect(),
         tenants: reloader.tenants().status(),
         cells: super::cells::view(snapshot.policies(), reloader.tenants()),
+        budgets: super::budget_status(&snapshot),
         admin: super::connections::view(),
         descriptors: crate::descriptors::status(),
         safety: crate::safety::tally::status(),
@@ -729,6 +732,37 @@ impl Scrape {
         )
     }
 
+    fn encode_budgets(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(b) = &self.budgets else {
+            return Ok(());
+        };
+        gauge(
+            encoder,
+            "steerdns_tenant_budgets_engaged",
+            "1 while UDP load is above [budgets] engage_at and tenants' budgets apply.",
+            bool_value(b.engaged),
+        )?;
+        gauge(
+            encoder,
+            "steerdns_tenant_budgets_utilisation",
+            "UDP queries per second in the last sample over [budgets] capacity_qps.",
+            b.utilisation,
+        )?;
+        counter(
+            encoder,
+            "steerdns_tenant_budgets_engagements",
+            "Times the tenants' budgets engaged since start.",
+            b.engagements,
+        )?;
+        counters(
+            encoder,
+            "steerdns_tenant_budget_limited",
+            "UDP responses over a tenant's budget while engaged: dropped, or sent truncated.",
+            [("dropped", b.dropped), ("slipped", b.slipped)]
+                .map(|(verdict, n)| (vec![("verdict", verdict.to_string())], n)),
+        )
+    }
+
     fn encode_control(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
         let st = &self.status;
         gauge(
@@ -1221,6 +1255,7 @@ impl Collector for Scrape {
         self.encode_control(&mut encoder)?;
         self.encode_tenants(&mut encoder)?;
         self.encode_cells(&mut encoder)?;
+        self.encode_budgets(&mut encoder)?;
         self.encode_shield(&mut encoder)?;
         self.encode_xdp(&mut encoder)?;
         self.encode_admin(&mut encoder)?;

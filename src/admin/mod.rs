@@ -285,6 +285,10 @@ pub struct StatusView {
     /// Cells left out of tenants' answers and the blame for them (absent while none is).
     #[serde(default)]
     pub cells: Option<cells::CellsView>,
+    /// Per-tenant response budgets (`[budgets]`; absent when off): engaged or not, the load
+    /// and the threshold, responses dropped and truncated over budget.
+    #[serde(default)]
+    pub budgets: Option<crate::rrl::budget::BudgetStatus>,
 }
 
 /// DNS Cookies and the demand they prove, as status shows them.
@@ -505,6 +509,14 @@ pub fn profile_views(
 }
 
 /// What `/v1/status` shows; `fleet` is the node's fleet origin (`None`: single node).
+/// The budgets of the snapshot in service, with the process's load.
+pub fn budget_status(
+    snapshot: &crate::snapshot::Snapshot,
+) -> Option<crate::rrl::budget::BudgetStatus> {
+    let budgets = snapshot.budgets()?;
+    Some(crate::rrl::budget::load().status(budgets.limits()))
+}
+
 pub fn status_view(
     reloader: &Reloader,
     fleet: Option<&FleetOrigin>,
@@ -566,6 +578,7 @@ pub fn status_view(
         transfer: transfer::view(&snapshot),
         tenants: reloader.tenants().status(),
         cells: cells::view(snapshot.policies(), reloader.tenants()),
+        budgets: budget_status(&snapshot),
         supervisor: Some(supervisor.view()),
     }
 }

@@ -13,7 +13,8 @@
 //!      zone engine ([`crate::zone::lookup::resolve_in`]) and is written with compression by
 //!      `crate::snapshot::compose::write_plan`.
 //! 3. Over UDP, the response rate limiter ([`crate::rrl`]) may drop the response or have it
-//!    *slipped*: cut to header and question with TC set.
+//!    *slipped*: cut to header and question with TC set; so may a tenant's budget while the
+//!    server is saturated ([`crate::rrl::budget`]).
 //!
 //! Nothing here allocates, locks or does I/O, except the CHAOS trace ([`chaos`], operators'
 //! debugging aid).
@@ -459,6 +460,15 @@ fn answer(
         )
         .ok();
     }
+    // While the server is saturated, a tenant's names get at most its budget of UDP
+    // responses (`crate::rrl::budget`): a flood against one tenant is shed before others'.
+    let budget = match (tenant, snapshot.budgets()) {
+        (Some(tenant), Some(budgets)) => budgets.check(tenant.name(), client),
+        _ => None,
+    };
+    if budget == Some(Verdict::Drop) {
+        return None;
+    }
     // One steering context for the fast path and, if it hands over, the general lookup.
     let mut steering = snapshot.steering_for(
         client,
@@ -478,7 +488,10 @@ fn answer(
         out,
     );
     demand.sample = steering.as_ref().and_then(ClientSteering::demand);
-    len
+    match budget {
+        Some(Verdict::Slip) => len.map(|n| slip_in_place(out, n)),
+        _ => len,
+    }
 }
 
 /// A steered name the fast path can answer: its binding and, for a DO answer through a

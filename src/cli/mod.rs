@@ -782,6 +782,18 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     if let Some(cells) = &status.cells {
         print_cells(cells);
     }
+    if let Some(b) = &status.budgets {
+        println!(
+            "tenant budgets {}: {} UDP queries/s of {} (engage at {}); {} responses/s per tenant; over budget {} dropped, {} truncated",
+            if b.engaged { "ENGAGED" } else { "not engaged" },
+            b.qps,
+            b.capacity_qps,
+            b.engage_qps,
+            b.tenant_rate,
+            b.dropped,
+            b.slipped
+        );
+    }
     print_safety(&status.safety);
     print_drills(&status.drills);
     if let Some(b) = &c.bundle {

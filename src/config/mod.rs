@@ -17,6 +17,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 pub mod admin;
+pub mod budgets;
 pub mod drill;
 pub mod fleet;
 pub mod prometheus;
@@ -59,6 +60,9 @@ pub struct Config {
     /// Response rate limiting for UDP (off unless enabled).
     #[serde(default)]
     pub rrl: rrl::RrlConfig,
+    /// Per-tenant response budgets while the server is saturated (off unless enabled).
+    #[serde(default)]
+    pub budgets: budgets::BudgetsConfig,
     /// Fleet mode: the control state shared by every node through etcd. Absent: single node.
     #[serde(default)]
     pub fleet: Option<fleet::FleetConfig>,
@@ -489,6 +493,7 @@ impl Default for Config {
             shield: ShieldConfig::default(),
             trace: TraceConfig::default(),
             rrl: rrl::RrlConfig::default(),
+            budgets: budgets::BudgetsConfig::default(),
             fleet: None,
             dnssec: crate::dnssec::DnssecConfig::default(),
             taster: TasterConfig::default(),
@@ -712,6 +717,9 @@ impl Config {
             ));
         }
         if let Some((field, message)) = self.rrl.problem() {
+            return Err(invalid(field, message));
+        }
+        if let Some((field, message)) = self.budgets.problem() {
             return Err(invalid(field, message));
         }
         if let Some(fleet) = &self.fleet {

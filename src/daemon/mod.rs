@@ -446,6 +446,12 @@ fn start_background(
     supervisor
         .spawn_thread("shield", move |stop| shield(&|pause| stop.sleep(pause)))
         .map_err(io("starting the traffic shield"))?;
+    let snapshots = reloader.snapshot().clone();
+    supervisor
+        .spawn_thread("tenant-budgets", move |stop| {
+            sample_budgets(&snapshots, &|pause| stop.sleep(pause))
+        })
+        .map_err(io("starting the tenant budgets' sampler"))?;
     let resign = crate::reload::resign::run(reloader.clone());
     supervisor
         .spawn_thread("dnssec-resign", move |stop| {
@@ -551,5 +557,28 @@ fn init_descriptor_budget(admin: &crate::config::admin::AdminConfig) {
         None => tracing::warn!(
             "cannot read RLIMIT_NOFILE: connections are not refused to keep descriptors free"
         ),
+    }
+}
+
+/// The tenant budgets' sampler ([`crate::rrl::budget`]): every
+/// [`crate::rrl::budget::SAMPLE_EVERY`], the UDP queries received so far against the budgets
+/// of the snapshot in service, until `sleep` says the daemon stops.
+fn sample_budgets(
+    snapshots: &crate::snapshot::SharedSnapshot,
+    sleep: &dyn Fn(std::time::Duration) -> bool,
+) {
+    use crate::metrics::serving::{serving, transport_index};
+    let udp = transport_index(crate::dns::wire::Transport::Udp);
+    loop {
+        let queries = serving().totals().queries[udp];
+        let snapshot = snapshots.load();
+        let limits = snapshot
+            .budgets()
+            .map(crate::rrl::budget::TenantBudgets::limits);
+        crate::rrl::budget::load().observe(limits, queries, crate::rrl::clock::now_ms());
+        drop(snapshot);
+        if sleep(crate::rrl::budget::SAMPLE_EVERY) {
+            return;
+        }
     }
 }

@@ -14,6 +14,7 @@
 //! never limits TCP or exempt clients. The serving path only reads the clock, hashes the key
 //! and does one compare-and-swap: no lock, no allocation, no I/O.
 
+pub mod budget;
 pub mod clock;
 pub mod table;
 
@@ -106,7 +107,7 @@ pub enum Verdict {
 
 thread_local! {
     // Limited responses seen by this thread, modulo `slip` (a `const` cell: no allocation).
-    static LIMITED: Cell<u32> = const { Cell::new(0) };
+    pub(crate) static LIMITED: Cell<u32> = const { Cell::new(0) };
 }
 
 /// The limits `[rrl]` asks for, compiled into a snapshot; the buckets they are charged to
@@ -251,7 +252,7 @@ impl RateLimiter {
 }
 
 /// Every `slip`-th limited response (counted in `limited`) is truncated, the rest dropped.
-fn slip_or_drop(slip: u32, limited: &Cell<u32>) -> Verdict {
+pub(crate) fn slip_or_drop(slip: u32, limited: &Cell<u32>) -> Verdict {
     if slip == 0 {
         return Verdict::Drop;
     }

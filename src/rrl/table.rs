@@ -91,15 +91,21 @@ impl Table {
 /// there is one. Returns whether the response may go out, and the new bucket value.
 fn step(old: u64, now_ms: u32, rate: Rate) -> (bool, u64) {
     let full = u64::from(rate.burst) * UNIT;
-    let tokens = if old == 0 {
+    let (tokens, now_ms) = if old == 0 {
         // Never touched: starts full.
-        full
+        (full, now_ms)
     } else {
         let (last, tokens) = unpack(old);
         let elapsed = now_ms.wrapping_sub(last);
-        let elapsed = if elapsed > BACKWARDS { 0 } else { elapsed };
+        // Another thread stored a newer time: no refill, and the bucket's time stays the
+        // newer one (storing ours would hand the next caller the same milliseconds again).
+        let (elapsed, now_ms) = if elapsed > BACKWARDS {
+            (0, last)
+        } else {
+            (elapsed, now_ms)
+        };
         let refill = u64::from(elapsed) * u64::from(rate.per_second);
-        (u64::from(tokens) + refill).min(full)
+        ((u64::from(tokens) + refill).min(full), now_ms)
     };
     let (allowed, left) = if tokens >= UNIT {
         (true, tokens - UNIT)

@@ -141,6 +141,7 @@ pub fn load_after(
         control: control.map(|(file, _)| file).unwrap_or_default(),
         shield,
         rrl: crate::rrl::RrlLimits::from_config(&config.rrl),
+        budgets: crate::rrl::budget::BudgetLimits::from_config(&config.budgets),
         sources: Some(sources),
         dnssec: signing.map(Arc::new),
         dnssec_not_served: keys.not_served.clone(),

@@ -30,6 +30,7 @@ use crate::dns::wire::Requester;
 use crate::dns::wire::{ClientSubnet, WireName};
 use crate::metrics::SnapshotCounters;
 use crate::policy::CompiledPolicies;
+use crate::rrl::budget::{BudgetLimits, TenantBudgets};
 use crate::rrl::{RateLimiter, RrlLimits};
 use crate::shield::live::{Proof, Shield};
 use crate::shield::step::ShieldSettings;
@@ -110,6 +111,8 @@ pub struct Compiled {
     shield: ShieldSetup,
     /// UDP response rate limiting; `None` when `[rrl]` is disabled.
     rrl: Option<RrlLimits>,
+    /// Per-tenant response budgets under saturation; `None` when `[budgets]` is off.
+    budgets: Option<BudgetLimits>,
     /// The files the zones and precompiled answers were built from, so that the next load can
     /// share them when none of those files changed; `None` when not built from files.
     sources: Option<Arc<load::Sources>>,
@@ -160,6 +163,7 @@ impl Compiled {
             control: ControlFile::default(),
             shield: ShieldSetup::default(),
             rrl: None,
+            budgets: None,
             sources: None,
             dnssec: None,
             dnssec_not_served: Vec::new(),
@@ -245,6 +249,8 @@ struct Services {
     health: Arc<crate::health::Board>,
     /// UDP response rate limiting; `None` when `[rrl]` is disabled.
     rrl: Option<RateLimiter>,
+    /// Per-tenant budgets; `None` when `[budgets]` is off.
+    budgets: Option<TenantBudgets>,
     /// Per-zone and steered-answer counters, sized for these zones and policies.
     counters: Arc<SnapshotCounters>,
     /// The tenant table (shared by every snapshot: a tenant change swaps a new table in
@@ -291,6 +297,7 @@ impl Snapshot {
     /// `compiled`, served with `serving`'s services as `serving.serial`.
     pub fn new(compiled: Compiled, serving: Serving<'_>) -> Snapshot {
         let previous_rrl = serving.previous.and_then(|p| p.services.rrl.as_ref());
+        let previous_budgets = serving.previous.and_then(|p| p.services.budgets.as_ref());
         let services = Services {
             shield: serving.shield,
             health: serving.health,
@@ -298,6 +305,10 @@ impl Snapshot {
                 .rrl
                 .as_ref()
                 .map(|limits| RateLimiter::new(limits, previous_rrl)),
+            budgets: compiled
+                .budgets
+                .as_ref()
+                .map(|limits| TenantBudgets::new(limits, previous_budgets)),
             counters: SnapshotCounters::register(compiled.zones.zones(), compiled.policies()),
             tenants: serving.tenants,
         };
@@ -427,6 +438,12 @@ impl Snapshot {
     #[inline]
     pub fn rrl(&self) -> Option<&RateLimiter> {
         self.services.rrl.as_ref()
+    }
+
+    /// Per-tenant response budgets; `None` when `[budgets]` is off.
+    #[inline]
+    pub fn budgets(&self) -> Option<&TenantBudgets> {
+        self.services.budgets.as_ref()
     }
 
     /// Per-zone and steered-answer counters, sized for these zones and policies.

@@ -13,6 +13,7 @@ mod control_common;
 
 mod admin_guard;
 mod bad_inputs;
+mod budgets;
 mod cell_drains;
 mod control_breakglass;
 mod control_edits;

@@ -358,6 +358,7 @@
       ["Zones", (status.zones || []).map((z) => `${z.origin} (serial ${z.serial})`).join(", ") || "none"],
       ["Tenants", tenantsLine(status.tenants)],
       ["Cells", cellsLine(status.cells)],
+      ...budgetsLine(status.budgets),
       ...supervised(status),
       ...connectionLimits(status),
     ]);
@@ -379,6 +380,18 @@
         "None: every region follows the shield."
       )
     );
+  }
+
+  // Per-tenant budgets (absent when [budgets] is off): engaged or not, load, what they shed.
+  function budgetsLine(b) {
+    if (!b) return [];
+    const state = b.engaged ? "ENGAGED" : "not engaged";
+    return [[
+      "Tenant budgets",
+      `${state}: ${num(b.qps)} UDP queries/s of ${num(b.capacity_qps)} (engage at ${num(b.engage_qps)}); ` +
+        `${num(b.tenant_rate)} responses/s per tenant while engaged; over budget ${num(b.dropped)} dropped, ` +
+        `${num(b.slipped)} truncated; engaged ${num(b.engagements)}× since start`,
+    ]];
   }
 
   // Cells left out of tenants' answers and blame's verdict (absent while no cell is impaired).
