@@ -52,6 +52,9 @@ pub struct CellsView {
     /// `None` when the platform has no tenant registry to blame.
     #[serde(default)]
     pub blame: Option<BlameView>,
+    /// `[tenants] auto_quarantine`: the tenants blame quarantined by itself since start.
+    #[serde(default)]
+    pub auto_quarantined: Vec<crate::reload::quarantine::AutoQuarantine>,
 }
 
 /// The block for the policies in service; `None` while no cell is impaired.
@@ -68,6 +71,7 @@ pub fn view(policies: Option<&CompiledPolicies>, tenants: &TenantRegistry) -> Op
     Some(CellsView {
         impaired: named,
         blame,
+        auto_quarantined: crate::reload::quarantine::done(),
     })
 }
 

@@ -38,7 +38,7 @@ mod control;
 mod dashboard;
 mod direct;
 pub mod metrics;
-mod tenants;
+pub mod tenants;
 pub mod token;
 pub mod transfer;
 

@@ -22,6 +22,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::AdminState;
+use crate::config::Config;
 use crate::control::store::{tenant_key, ControlStore, StoreError};
 use crate::reload::tenants::PutError;
 use crate::tenant::{valid_tenant_name, TenantState};
@@ -195,14 +196,33 @@ fn stores_of(state: &AdminState) -> Result<(Box<dyn ControlStore>, bool), Box<Re
         .source()
         .read_config()
         .map_err(|e| Box::new(error(StatusCode::CONFLICT, e)))?;
-    let local =
-        crate::change::file_store(&config).map_err(|e| Box::new(error(StatusCode::CONFLICT, e)))?;
+    tenant_stores(&config).map_err(|e| match e {
+        TenantStoreError::Config(e) => Box::new(error(StatusCode::CONFLICT, e)),
+        TenantStoreError::Store(e) => Box::new(store_error(e)),
+    })
+}
+
+/// Why the tenants' store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TenantStoreError {
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+/// The store tenant documents are written to for `config`: the tenants folder on a single
+/// node; in a fleet, etcd's tenant keys (mirrored into this node's folder, see
+/// `crate::fleet::tenants`). The bool: whether the fleet stages tenant changes
+/// (`[fleet.rollout]` with waves), so that a write is not served here first.
+pub fn tenant_stores(config: &Config) -> Result<(Box<dyn ControlStore>, bool), TenantStoreError> {
+    let local = crate::change::file_store(config).map_err(TenantStoreError::Config)?;
     let Some(fleet) = &config.fleet else {
         return Ok((Box::new(local), false));
     };
     let keep = fleet.history_keep.unwrap_or(config.control.history_keep);
     let etcd = crate::fleet::control_store::EtcdStore::connect(fleet, keep)
-        .map_err(|e| Box::new(store_error(e)))?
+        .map_err(TenantStoreError::Store)?
         .with_tenants(local, config.tenants.dir.clone());
     let staged = fleet.rollout.as_ref().is_some_and(|p| !p.waves.is_empty());
     if staged {

@@ -126,6 +126,10 @@ pub struct TenantsConfig {
     pub dir: PathBuf,
     /// How many accepted versions of each tenant `<dir>/.history/<tenant>/` keeps.
     pub history_keep: usize,
+    /// Quarantine the tenants blame names (`named`: their shards hold every impaired cell and
+    /// chance explains less than one tenant) by itself, as `steerdns tenant quarantine` would.
+    /// Off by default: a drained cell is an operator's act, and blame is advice until trusted.
+    pub auto_quarantine: bool,
 }
 
 impl Default for TenantsConfig {
@@ -133,6 +137,7 @@ impl Default for TenantsConfig {
         TenantsConfig {
             dir: PathBuf::new(),
             history_keep: 20,
+            auto_quarantine: false,
         }
     }
 }

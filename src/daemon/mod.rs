@@ -452,6 +452,17 @@ fn start_background(
             sample_budgets(&snapshots, &|pause| stop.sleep(pause))
         })
         .map_err(io("starting the tenant budgets' sampler"))?;
+    if config.tenants.auto_quarantine {
+        let stores: Box<crate::reload::quarantine::TenantStores> = Box::new(|config| {
+            crate::admin::tenants::tenant_stores(config).map_err(|e| e.to_string())
+        });
+        let body = crate::reload::quarantine::run(reloader.clone(), stores);
+        supervisor
+            .spawn_thread("auto-quarantine", move |stop| {
+                body(&|pause| stop.sleep(pause))
+            })
+            .map_err(io("starting automatic quarantine"))?;
+    }
     let resign = crate::reload::resign::run(reloader.clone());
     supervisor
         .spawn_thread("dnssec-resign", move |stop| {

@@ -12,6 +12,7 @@
 
 pub mod bundle;
 mod origin;
+pub mod quarantine;
 pub mod resign;
 pub mod served;
 pub mod shield;

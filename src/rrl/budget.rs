@@ -24,6 +24,9 @@ use crate::dns::wire::{Requester, Transport};
 
 /// How often the sampler looks at the query counters.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// Samples in a row below the release level before engaged budgets release (a second: a
+/// flood's own dips, or the budgets' relief, must not switch them off and on).
+pub const RELEASE_AFTER: u64 = 10;
 
 /// The budgets `[budgets]` asks for, compiled into a snapshot.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +83,8 @@ pub struct Load {
     slipped: AtomicU64,
     /// The query counter and the time (ms, the rate limiter's clock) at the last sample.
     last: AtomicU64,
+    /// Samples in a row below the release level while engaged.
+    calm: AtomicU64,
 }
 
 static LOAD: Load = Load {
@@ -89,6 +94,7 @@ static LOAD: Load = Load {
     dropped: AtomicU64::new(0),
     slipped: AtomicU64::new(0),
     last: AtomicU64::new(0),
+    calm: AtomicU64::new(0),
 };
 
 /// The process's load state.
@@ -116,8 +122,9 @@ pub struct BudgetStatus {
 
 impl Load {
     /// One sample: `queries` is the UDP queries received since start, `now_ms` the rate
-    /// limiter's clock. Engages at `engage_qps`, releases below `release_qps` (hysteresis:
-    /// a load hovering at the threshold does not flap); without budgets, releases.
+    /// limiter's clock. Engages at `engage_qps`, releases after [`RELEASE_AFTER`] samples in
+    /// a row below `release_qps` (hysteresis and hold-down: a load hovering at the threshold
+    /// does not flap); without budgets, releases.
     pub fn observe(&self, limits: Option<&BudgetLimits>, queries: u64, now_ms: u32) {
         // The previous sample: the counter's low 39 bits and the clock.
         let before = self.last.swap(pack(queries, now_ms), Ordering::Relaxed);
@@ -135,10 +142,19 @@ impl Load {
         self.qps.store(qps, Ordering::Relaxed);
         let engaged = self.engaged.load(Ordering::Relaxed);
         let now = if engaged {
-            qps >= limits.release_qps
+            let calm = if qps >= limits.release_qps {
+                0
+            } else {
+                self.calm.load(Ordering::Relaxed) + 1
+            };
+            self.calm.store(calm, Ordering::Relaxed);
+            calm < RELEASE_AFTER
         } else {
             qps >= limits.engage_qps
         };
+        if !now {
+            self.calm.store(0, Ordering::Relaxed);
+        }
         if now && !engaged {
             self.engagements.fetch_add(1, Ordering::Relaxed);
         }
@@ -275,10 +291,28 @@ mod tests {
         assert!(load.engaged());
         load.observe(Some(&limits), 215, 1_300); // 750 qps: above the release level
         assert!(load.engaged(), "hysteresis: no flapping at the threshold");
-        load.observe(Some(&limits), 285, 1_400); // 700 qps
-        assert!(!load.engaged());
+        let (mut q, mut t) = (215, 1_300);
+        for i in 0..RELEASE_AFTER {
+            assert!(load.engaged(), "held down: {i} calm samples");
+            q += 70; // 700 qps
+            t += 100;
+            load.observe(Some(&limits), q, t);
+            if i == 4 {
+                // One sample back above the release level starts the count again.
+                q += 80;
+                t += 100;
+                load.observe(Some(&limits), q, t);
+            }
+        }
+        assert!(load.engaged(), "the count started again");
+        for _ in 0..5 {
+            q += 70;
+            t += 100;
+            load.observe(Some(&limits), q, t);
+        }
+        assert!(!load.engaged(), "released after a calm second");
         assert_eq!(load.status(&limits).engagements, 1);
-        load.observe(Some(&limits), 500, 1_500); // 2150 qps
+        load.observe(Some(&limits), q + 215, t + 100); // 2150 qps
         assert!(load.engaged());
         load.observe(None, 900, 1_600);
         assert!(!load.engaged(), "budgets switched off: released");

@@ -190,3 +190,90 @@ fn a_drained_cell_leaves_only_its_tenants_answers_and_blame_names_the_common_fac
     let text = ok(&server.cli(&["tenant", "blame"]), "tenant blame");
     assert!(text.contains("no impaired cells"), "{text}");
 }
+
+/// `[tenants] auto_quarantine`: sixteen global cells (k = 2, 120 pairs), thirty tenants; one
+/// tenant's pair drained — chance puts 0.25 tenants on a given pair, so blame names the
+/// tenants holding it, and each is quarantined by itself (a recorded change of its document),
+/// answering from the quarantine cells while nobody else moves.
+#[test]
+fn auto_quarantine_quarantines_the_tenant_blame_names() {
+    let setup = setup_with("auto-quarantine", TENANTS, |i| 200 + i as u32);
+    let text = std::fs::read_to_string(&setup.config).expect("config");
+    let g6 = "  { name = \"g6\", anycast = [\"192.0.2.106\", \"2001:db8::106\"] },\n";
+    assert!(text.contains(g6), "the bundled example's sixth global cell");
+    let more: String = (7..=16)
+        .map(|n| {
+            format!(
+                "  {{ name = \"g{n}\", anycast = [\"192.0.2.{}\", \"2001:db8::{}\"] }},\n",
+                120 + n,
+                120 + n
+            )
+        })
+        .collect();
+    std::fs::write(&setup.config, text.replacen(g6, &format!("{g6}{more}"), 1)).expect("config");
+    setup.extend_config("[tenants]\nauto_quarantine = true\n");
+    let server = setup.start();
+    wait_tenants(&server, "every tenant served", |t| {
+        t["served"].as_u64() == Some(TENANTS as u64)
+    });
+    let mut resolver = Resolver::new(server.dns);
+    let before = answers(&mut resolver);
+    let victim = tenant_name(0);
+    let pair: Vec<Ipv4Addr> = before[&victim].1.iter().copied().collect();
+    let holders: BTreeSet<&String> = before
+        .iter()
+        .filter(|(_, (_, a))| a.iter().copied().collect::<Vec<_>>() == pair)
+        .map(|(t, _)| t)
+        .collect();
+    let names: Vec<String> = pair
+        .iter()
+        .map(|a| match a.octets()[3] {
+            n @ 101..=106 => format!("g{}", n - 100),
+            n => format!("g{}", n - 120),
+        })
+        .collect();
+    let before_changes = server.status()["tenants"]["changes_applied"].as_u64();
+    // Both cells in one control change: blame sees the pair at once.
+    let control = std::fs::read_to_string(setup.control_path()).expect("control");
+    setup.write_control_atomically(&format!(
+        "{control}\n[cells.global.{}]\ndrain = true\n[cells.global.{}]\ndrain = true\n",
+        names[0], names[1]
+    ));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        let status = server.status();
+        let done = status["cells"]["auto_quarantined"]
+            .as_array()
+            .map_or(0, Vec::len);
+        if done >= holders.len() && status["tenants"]["quarantined"] == holders.len() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "auto quarantine of {holders:?} ({names:?}): {:#}\n{}",
+            status["cells"],
+            server.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let done: BTreeSet<&str> = status["cells"]["auto_quarantined"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|e| e["tenant"].as_str()).collect())
+        .unwrap_or_default();
+    let expected: BTreeSet<&str> = holders.iter().map(|t| t.as_str()).collect();
+    assert_eq!(done, expected, "{:#}", status["cells"]);
+    assert!(status["tenants"]["changes_applied"].as_u64() > before_changes);
+    let quarantine: BTreeSet<Ipv4Addr> = (111..=113).map(|n| Ipv4Addr::new(192, 0, 2, n)).collect();
+    for (tenant, (_, addresses)) in answers(&mut resolver) {
+        if holders.contains(&tenant) {
+            assert!(addresses.is_subset(&quarantine), "{tenant}: {addresses:?}");
+        } else {
+            assert!(
+                addresses.is_disjoint(&quarantine),
+                "{tenant}: {addresses:?}"
+            );
+        }
+    }
+    let file = setup.path(&format!("tenants/{victim}.toml"));
+    assert!(std::fs::read_to_string(file).is_ok_and(|t| t.contains("state = \"quarantined\"")));
+}
