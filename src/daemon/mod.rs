@@ -571,7 +571,7 @@ fn init_descriptor_budget(admin: &crate::config::admin::AdminConfig) {
     }
 }
 
-/// The tenant budgets' sampler ([`crate::rrl::budget`]): every
+/// The tenant budgets' sampler ([`crate::rrl::budget`]): while they are on, every
 /// [`crate::rrl::budget::SAMPLE_EVERY`], the UDP queries received so far against the budgets
 /// of the snapshot in service, until `sleep` says the daemon stops.
 fn sample_budgets(
@@ -587,8 +587,14 @@ fn sample_budgets(
             .budgets()
             .map(crate::rrl::budget::TenantBudgets::limits);
         crate::rrl::budget::load().observe(limits, queries, crate::rrl::clock::now_ms());
+        // Budgets off: look again only every 2 s (a reload may turn them on), so that an
+        // idle server without them is not woken ten times a second.
+        let pause = match limits {
+            Some(_) => crate::rrl::budget::SAMPLE_EVERY,
+            None => std::time::Duration::from_secs(2),
+        };
         drop(snapshot);
-        if sleep(crate::rrl::budget::SAMPLE_EVERY) {
+        if sleep(pause) {
             return;
         }
     }
