@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use crate::control_common::*;
-use crate::tenants::{answer, chaos_trace, metric, owned, setup_with, tenant_name, wait_tenants};
+use crate::tenants::{chaos_trace, metric, owned, setup_with, tenant_name, wait_tenants};
 
 const TENANTS: usize = 30;
 const G1: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 101);
@@ -18,12 +18,7 @@ const G2: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 102);
 
 /// Every tenant's TTL and A addresses.
 fn answers(resolver: &mut Resolver) -> BTreeMap<String, (u32, BTreeSet<Ipv4Addr>)> {
-    (0..TENANTS)
-        .map(|i| {
-            let (ttl, addresses) = answer(resolver, &owned(&tenant_name(i)));
-            (tenant_name(i), (ttl, addresses.into_iter().collect()))
-        })
-        .collect()
+    crate::tenants::answers_of(resolver, TENANTS)
 }
 
 /// Runs `steerdns ARGS` and checks that the server then serves a new serial.

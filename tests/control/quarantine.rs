@@ -14,7 +14,7 @@ use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
 use hickory_proto::rr::RecordType;
 
 use crate::control_common::*;
-use crate::tenants::{answer, metric, owned, setup_with, tenant_name, wait_tenants};
+use crate::tenants::{metric, owned, setup_with, wait_tenants};
 
 const TENANTS: usize = 12;
 const VICTIM: &str = "t0003";
@@ -23,13 +23,9 @@ fn quarantine_cells() -> BTreeSet<Ipv4Addr> {
     (111..=113).map(|n| Ipv4Addr::new(192, 0, 2, n)).collect()
 }
 
+/// Every tenant's TTL and A addresses.
 fn answers(resolver: &mut Resolver) -> BTreeMap<String, (u32, BTreeSet<Ipv4Addr>)> {
-    (0..TENANTS)
-        .map(|i| {
-            let (ttl, addresses) = answer(resolver, &owned(&tenant_name(i)));
-            (tenant_name(i), (ttl, addresses.into_iter().collect()))
-        })
-        .collect()
+    crate::tenants::answers_of(resolver, TENANTS)
 }
 
 fn ecs_scope(response: &Message) -> Option<u8> {

@@ -128,6 +128,19 @@ pub(crate) fn answer(resolver: &mut Resolver, name: &str) -> (u32, Vec<std::net:
     (ttl, a_records(&response))
 }
 
+/// The TTL and A addresses of tenants `t0000`.. `count` of them, by name.
+pub(crate) fn answers_of(
+    resolver: &mut Resolver,
+    count: usize,
+) -> std::collections::BTreeMap<String, (u32, std::collections::BTreeSet<std::net::Ipv4Addr>)> {
+    (0..count)
+        .map(|i| {
+            let (ttl, addresses) = answer(resolver, &owned(&tenant_name(i)));
+            (tenant_name(i), (ttl, addresses.into_iter().collect()))
+        })
+        .collect()
+}
+
 /// `CH TXT <name>`: the decision trace, which names the tenant's served version.
 pub(crate) fn chaos_trace(resolver: &mut Resolver, name: &str) -> String {
     let mut query: Message = plain_query(name, RecordType::TXT);
