@@ -719,9 +719,9 @@ impl Scrape {
             "steerdns_cell_blame_verdict",
             "1 for blame's verdict over the impaired cells (named: the suspects hold every \
              impaired cell and chance explains less than one tenant); all 0 while none is.",
-            ["named", "ambiguous", "no-common-factor", "too-few-cells"].map(|v| {
-                let on = blame.is_some_and(|b| b.verdict == v);
-                (vec![("verdict", v.to_string())], bool_value(on))
+            crate::cells::blame::Verdict::ALL.map(|v| {
+                let on = blame.is_some_and(|b| b.verdict == v.as_str());
+                (vec![("verdict", v.as_str().to_string())], bool_value(on))
             }),
         )?;
         gauge(

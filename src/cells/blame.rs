@@ -48,6 +48,13 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    pub const ALL: [Verdict; 4] = [
+        Verdict::Named,
+        Verdict::Ambiguous,
+        Verdict::NoCommonFactor,
+        Verdict::TooFewCells,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::TooFewCells => "too-few-cells",

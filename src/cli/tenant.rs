@@ -178,27 +178,45 @@ fn put_text(target: &Target, config: &Config, name: &str, text: &str) -> Result<
             serde_json::from_str(&r.body).unwrap_or(serde_json::Value::Null),
         )),
         Ok(r) => Ok(Outcome::Refused(r.status, error_text(&r.body))),
-        Err(e) if unreachable(&e) => {
-            let shown = format!("tenants/{name}.toml");
-            if let Err(problems) = steerdns::tenant::parse(&shown, text) {
-                let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
-                return Ok(Outcome::Refused(0, lines.join("\n")));
-            }
-            let store = open_store(config)?;
-            let key = tenant_key(name);
-            let found = store.inner.current(&key).map_err(|e| store.error(e))?;
-            let author = steerdns::control::store::Author {
-                source: "steerdns tenant".into(),
-                ..Default::default()
-            };
-            store
-                .inner
-                .compare_and_write(&key, found.map_or(0, |c| c.revision), text, &author)
-                .map_err(|e| store.error(e))?;
-            Ok(Outcome::Written(format!("{e:#}")))
-        }
+        Err(e) if unreachable(&e) => write_to_store(config, name, text, None, format!("{e:#}")),
         Err(e) => Err(e),
     }
+}
+
+/// No server answered (`why`): `text`, checked alone, written into the store for the next
+/// server to check, taste and serve; compare-and-swap on `expected` (the revision the text was
+/// derived from), else on the revision found now.
+fn write_to_store(
+    config: &Config,
+    name: &str,
+    text: &str,
+    expected: Option<u64>,
+    why: String,
+) -> Result<Outcome> {
+    let shown = format!("tenants/{name}.toml");
+    if let Err(problems) = steerdns::tenant::parse(&shown, text) {
+        let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Ok(Outcome::Refused(0, lines.join("\n")));
+    }
+    let store = open_store(config)?;
+    let key = tenant_key(name);
+    let expected = match expected {
+        Some(revision) => revision,
+        None => store
+            .inner
+            .current(&key)
+            .map_err(|e| store.error(e))?
+            .map_or(0, |c| c.revision),
+    };
+    let author = steerdns::control::store::Author {
+        source: "steerdns tenant".into(),
+        ..Default::default()
+    };
+    store
+        .inner
+        .compare_and_write(&key, expected, text, &author)
+        .map_err(|e| store.error(e))?;
+    Ok(Outcome::Written(why))
 }
 
 /// Prints what became of a write; whether it is served (or written for a server to come).
@@ -286,7 +304,9 @@ pub fn set_state(target: &Target, name: &str, to: TenantState) -> Result<ExitCod
             };
             let text = steerdns::tenant::edit::set_state(&current.text, to)
                 .map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
-            return Ok(exit(report(name, put_text(target, &config, name, &text)?)));
+            let why = format!("{e:#}");
+            let written = write_to_store(&config, name, &text, Some(current.revision), why)?;
+            return Ok(exit(report(name, written)));
         }
         Err(e) => return Err(e),
     };

@@ -390,9 +390,7 @@ fn drain_destination(
     if let Some(n) = neighbour {
         return Some(Destination::Region(n));
     }
-    let same_continent = sites.iter().position(|s| s.continent == region.continent);
-    let site = same_continent.or(if sites.is_empty() { None } else { Some(0) })?;
-    Some(Destination::Fallback(to_u16(site)))
+    super::model::fallback_site_for(region, sites)
 }
 
 /// Converts an index already checked to fit (topology sizes are limited to `u16::MAX`).

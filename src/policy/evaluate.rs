@@ -24,8 +24,8 @@ use super::hash::{permille_bucket, subnet_hash, Purpose, RendezvousScore, Subnet
 use super::health::HealthView;
 use super::knobs::{Destination, RegionShed, ShedView};
 use super::model::{
-    AllDown, CompiledPolicies, EndpointTarget, GeoRoute, PolicyRoot, Profile, ProfileId,
-    RegionOverride, Rule, MAX_PROFILE_DEPTH,
+    fallback_site_for, AllDown, CompiledPolicies, EndpointTarget, GeoRoute, PolicyRoot, Profile,
+    ProfileId, RegionOverride, Rule, MAX_PROFILE_DEPTH,
 };
 
 /// IPv4 prefix hashed to decide per-subnet shedding.
@@ -405,17 +405,13 @@ fn destination_target<'a>(
 /// rings fall back: from global to the client's region, from a region to a fallback site on
 /// its continent (else the first), from a fallback site nowhere.
 fn cells_fallback(p: &CompiledPolicies, from: Destination, region: u16) -> Option<Destination> {
-    let site_for = |r: u16| {
-        let continent = p.regions.get(usize::from(r)).map(|r| &r.continent);
-        let same = p.sites.iter().position(|s| Some(&s.continent) == continent);
-        let site = same.or((!p.sites.is_empty()).then_some(0))?;
-        Some(Destination::Fallback(u16::try_from(site).ok()?))
-    };
+    let site_for = |r: u16| fallback_site_for(p.regions.get(usize::from(r))?, &p.sites);
     match from {
         Destination::Global if usize::from(region) < p.regions.len() => {
             Some(Destination::Region(region))
         }
-        Destination::Global => site_for(region),
+        // A region index this topology does not have: the first site, if any.
+        Destination::Global => (!p.sites.is_empty()).then_some(Destination::Fallback(0)),
         Destination::Region(r) => site_for(r),
         Destination::Fallback(_) => None,
     }

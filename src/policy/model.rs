@@ -43,6 +43,15 @@ pub struct SiteInfo {
     pub capacity: Option<u64>,
 }
 
+/// The fallback site a region's clients fall back to: the first on its continent, else the
+/// first of all (availability beats latency); `None` without fallback sites. One rule for a
+/// drained region and for a tenant whose cells there are all impaired.
+pub(crate) fn fallback_site_for(region: &RegionInfo, sites: &[SiteInfo]) -> Option<Destination> {
+    let same_continent = sites.iter().position(|s| s.continent == region.continent);
+    let site = same_continent.or((!sites.is_empty()).then_some(0))?;
+    Some(Destination::Fallback(u16::try_from(site).ok()?))
+}
+
 /// Identifies a compiled profile (its position in `[profiles]`, sorted by name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProfileId(pub u16);

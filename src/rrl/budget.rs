@@ -206,13 +206,9 @@ impl TenantBudgets {
     /// Budgets for `limits`, charging `previous`'s buckets when the table has the same size
     /// (a reload during a flood hands no tenant a fresh burst).
     pub fn new(limits: &BudgetLimits, previous: Option<&TenantBudgets>) -> TenantBudgets {
-        let table = match previous {
-            Some(p) if p.table.len() == limits.table_size => p.table.clone(),
-            _ => Arc::new(Table::new(limits.table_size)),
-        };
         TenantBudgets {
             limits: limits.clone(),
-            table,
+            table: Table::carried(limits.table_size, previous.map(|p| &p.table)),
         }
     }
 

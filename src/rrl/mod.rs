@@ -156,13 +156,9 @@ impl RateLimiter {
     /// served until now) when the table has the same size, so that a reload during a flood
     /// does not hand every key a fresh burst; fresh buckets otherwise.
     pub fn new(limits: &RrlLimits, previous: Option<&RateLimiter>) -> RateLimiter {
-        let table = match previous {
-            Some(previous) if previous.table.len() == limits.table_size => previous.table.clone(),
-            _ => Arc::new(Table::new(limits.table_size)),
-        };
         RateLimiter {
             limits: limits.clone(),
-            table,
+            table: Table::carried(limits.table_size, previous.map(|p| &p.table)),
         }
     }
 

@@ -10,6 +10,7 @@
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Token units per response: refill works in thousandths, so a rate of 1/s refills 1 unit/ms.
 const UNIT: u64 = 1000;
@@ -56,6 +57,16 @@ impl Table {
 
     pub fn len(&self) -> usize {
         self.buckets.len()
+    }
+
+    /// The table of `size` buckets a new snapshot's limiter charges: `previous` (the one served
+    /// until now) when it has that size, so that a reload during a flood hands no key a fresh
+    /// burst; a fresh one otherwise.
+    pub fn carried(size: usize, previous: Option<&Arc<Table>>) -> Arc<Table> {
+        match previous {
+            Some(previous) if previous.len() == Table::len_for(size) => previous.clone(),
+            _ => Arc::new(Table::new(size)),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
