@@ -817,6 +817,17 @@ impl Scrape {
              taster is off, or the inputs were exactly what this binary last served).",
             if st.startup.tasted { 1.0 } else { 0.0 },
         )?;
+        gauge(
+            encoder,
+            "steerdns_startup_zones_from_cache",
+            "1 when the first load took its zones from the last-known-good zone cache, 0 \
+             when it built them from the zone files (status says why).",
+            if st.startup.zones_from_cache {
+                1.0
+            } else {
+                0.0
+            },
+        )?;
         let taster = &st.taster;
         counters(
             encoder,

@@ -56,6 +56,26 @@ pub struct Digest {
     hash: u64,
 }
 
+impl Digest {
+    /// As stored in a last-known-good cache (length, then hash; little-endian).
+    pub fn to_le_bytes(self) -> [u8; 16] {
+        let mut out = [0; 16];
+        out[..8].copy_from_slice(&self.len.to_le_bytes());
+        out[8..].copy_from_slice(&self.hash.to_le_bytes());
+        out
+    }
+
+    /// The inverse of [`Self::to_le_bytes`].
+    pub fn from_le_bytes(bytes: [u8; 16]) -> Digest {
+        let [len, hash] = [&bytes[..8], &bytes[8..]].map(|half| {
+            let mut word = [0; 8];
+            word.copy_from_slice(half);
+            u64::from_le_bytes(word)
+        });
+        Digest { len, hash }
+    }
+}
+
 /// The [`Digest`] of `bytes` (length and SipHash-1-3; compared only within one process).
 pub fn digest(bytes: &[u8]) -> Digest {
     use std::hash::Hasher;

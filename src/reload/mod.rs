@@ -36,7 +36,7 @@ use crate::control::ControlFile;
 use crate::hash::fnv1a64;
 use crate::rfc3339;
 use crate::shield::live::Shield;
-use crate::snapshot::load::{load_after, ControlSource, Loaded};
+use crate::snapshot::load::{load_after, load_cold, ControlSource, Loaded, ZonesFrom};
 use crate::snapshot::{Compiled, Serving, SharedSnapshot, Snapshot};
 use crate::taster::TasterStatus;
 use served::ServedInputs;
@@ -218,6 +218,10 @@ pub struct Status {
     pub bundle: Option<BundleStatus>,
     /// How this process's first load went.
     pub startup: StartupStatus,
+    /// Where the snapshot served took its zones from (built, shared, the zone cache).
+    pub zones_from: String,
+    /// The snapshot served took its zones from the last-known-good zone cache.
+    pub zones_from_cache: bool,
 }
 
 /// How the first load of this process went: how long until it served, and whether its inputs
@@ -231,6 +235,11 @@ pub struct StartupStatus {
     pub tasted: bool,
     /// Why it was or was not tasted.
     pub reason: String,
+    /// Where its zones came from: the last-known-good zone cache, or built (and why the cache
+    /// was not used).
+    pub zones_from: String,
+    /// They came from the last-known-good zone cache.
+    pub zones_from_cache: bool,
 }
 
 /// The bundles of a node that stages them (see [`bundle`]), as status shows them.
@@ -396,6 +405,8 @@ impl Reloader {
             }
             reloader.accept(&mut state, &config, loaded, text, Trigger::Startup, started);
             startup.first_answer_ms = ms(started.elapsed());
+            startup.zones_from = state.status.zones_from.clone();
+            startup.zones_from_cache = state.status.zones_from_cache;
             state.status.startup = startup;
             reloader.publish(&state);
             warnings.extend(reloader.start_bundles(&mut state, live_bundle));
@@ -714,6 +725,7 @@ impl Reloader {
         let Loaded {
             compiled,
             mut warnings,
+            zones_from,
             ..
         } = loaded;
         let previous = self.snapshot.load();
@@ -798,6 +810,8 @@ impl Reloader {
         status.last_reload_ms = ms(elapsed);
         status.warnings = warnings;
         status.bundle = state.bundles.as_ref().map(|b| b.status.clone());
+        status.zones_from = zones_from.describe();
+        status.zones_from_cache = zones_from == ZonesFrom::Cache;
         if let Some((_, text)) = &control {
             state.last_control_hash = Some(fnv1a64(text.as_bytes()));
             state.served_control_hash = Some(fnv1a64(text.as_bytes()));
@@ -805,6 +819,9 @@ impl Reloader {
         state.served_control = control.clone();
         self.publish(state);
         record_served(config, served.as_ref());
+        if matches!(zones_from, ZonesFrom::Built { .. }) {
+            write_zone_cache(config, self.snapshot.load_full());
+        }
         // Served; now recorded. A failure is said in status for as long as this version
         // serves (the next accepted reload replaces the warnings).
         if let (Some(history), Some((_, text))) = (&to_record, &control) {
@@ -1121,16 +1138,46 @@ fn record_served(config: &Config, served: Option<&ServedInputs>) {
 }
 
 /// Loads with `control`; `previous` (the snapshot being served) lends its zones when no zone
-/// or config file changed.
+/// or config file changed. Without one (the first load), the zone cache of the state
+/// directory may ([`crate::snapshot::zone_cache`]).
 fn load_control(
     config: &Config,
     control: Option<&(PathBuf, String)>,
     previous: Option<&Snapshot>,
 ) -> Result<Loaded, Vec<String>> {
-    let previous = previous.map(Snapshot::compiled);
-    match control {
-        Some((path, text)) => load_after(config, ControlSource::Text { path, text }, previous),
-        None => load_after(config, ControlSource::FromConfig, previous),
+    let source = match control {
+        Some((path, text)) => ControlSource::Text { path, text },
+        None => ControlSource::FromConfig,
+    };
+    match previous {
+        Some(previous) => load_after(config, source, Some(previous.compiled())),
+        None => load_cold(config, source),
+    }
+}
+
+/// Writes the zone cache of `snapshot` (whose zones were just built from their files) in the
+/// background: encoding a million names takes a while, and a reload must not wait for it. One
+/// write at a time; a failure costs only the next start's speed, so it is logged.
+fn write_zone_cache(config: &Config, snapshot: Arc<Snapshot>) {
+    static WRITING: Mutex<()> = Mutex::new(());
+    let Some(path) = crate::snapshot::zone_cache::path(config) else {
+        return;
+    };
+    let spawned = std::thread::Builder::new()
+        .name("zone-cache".to_string())
+        .spawn(move || {
+            let _one_at_a_time = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+            let started = Instant::now();
+            match crate::snapshot::zone_cache::write(&path, snapshot.compiled()) {
+                Ok(bytes) => tracing::info!(
+                    "zone cache written ({bytes} bytes in {:.0} ms)",
+                    ms(started.elapsed())
+                ),
+                Err(e) => tracing::info!("zone cache not written: {e}"),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("zone cache not written: cannot start its thread: {e}");
     }
 }
 

@@ -28,6 +28,45 @@ pub struct Loaded {
     pub compiled: Compiled,
     pub warnings: Vec<String>,
     pub elapsed: std::time::Duration,
+    /// Where the zones and precompiled answers came from.
+    pub zones_from: ZonesFrom,
+}
+
+/// Where a load took its zones and precompiled answers from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ZonesFrom {
+    /// Parsed, validated and compiled from the zone files; the reason the zone cache was not
+    /// used when a cold start looked at it.
+    Built { cache_refused: Option<String> },
+    /// Shared with the snapshot served before (no zone or config file changed).
+    Shared,
+    /// The last-known-good zone cache ([`super::zone_cache`]).
+    Cache,
+}
+
+impl ZonesFrom {
+    /// For status: one line.
+    pub fn describe(&self) -> String {
+        match self {
+            ZonesFrom::Built {
+                cache_refused: None,
+            } => "built from the zone files".to_string(),
+            ZonesFrom::Built {
+                cache_refused: Some(why),
+            } => format!("built from the zone files (zone cache not used: {why})"),
+            ZonesFrom::Shared => "shared with the snapshot served before".to_string(),
+            ZonesFrom::Cache => "from the last-known-good zone cache".to_string(),
+        }
+    }
+}
+
+/// What a load may take its zones from instead of building them.
+enum Reuse<'a> {
+    /// The snapshot being served, when its inputs are unchanged.
+    Served(&'a Compiled),
+    /// The last-known-good zone cache in the state directory (a cold start).
+    Cache,
+    Nothing,
 }
 
 /// Where the control knobs come from for one load.
@@ -59,36 +98,105 @@ pub fn load_after(
     control: ControlSource<'_>,
     previous: Option<&Compiled>,
 ) -> Result<Loaded, Vec<String>> {
+    let reuse = match previous {
+        Some(previous) => Reuse::Served(previous),
+        None => Reuse::Nothing,
+    };
+    load_reusing(config, control, reuse)
+}
+
+/// A server's first load: like [`load_with`], taking the zones and precompiled answers from
+/// the last-known-good zone cache when it holds exactly what the zone files and the config
+/// would build ([`super::zone_cache`]), else building them (and saying why the cache was not
+/// used, in [`Loaded::zones_from`]).
+pub fn load_cold(config: &Config, control: ControlSource<'_>) -> Result<Loaded, Vec<String>> {
+    load_reusing(config, control, Reuse::Cache)
+}
+
+fn load_reusing(
+    config: &Config,
+    control: ControlSource<'_>,
+    reuse: Reuse<'_>,
+) -> Result<Loaded, Vec<String>> {
     let started = Instant::now();
     let control = read_control(config, control)?;
     let config_digest = config_digest(config);
+    let previous = match reuse {
+        Reuse::Served(previous) => Some(previous),
+        Reuse::Cache | Reuse::Nothing => None,
+    };
     let keys = DnssecKeys::load(config, previous.and_then(|p| p.dnssec.as_deref()))?;
     let tls = load_tls(config)?;
     let transfer = match &config.transfer {
         Some(t) => Some(Arc::new(super::transfer::TransferSetup::load(t)?)),
         None => None,
     };
-    let reusable = previous
-        .and_then(|p| Some((p, p.sources.as_ref()?)))
-        .filter(|(_, sources)| sources.unchanged(config, config_digest.as_ref()))
-        .filter(|(p, _)| keys.signed_alike(p.dnssec.as_deref()))
-        .filter(|(p, _)| p.dnssec_not_served == keys.not_served);
     let mut warnings = keys.not_served_warnings(config);
+    let mut zones_from = ZonesFrom::Built {
+        cache_refused: None,
+    };
+    let reusable = match reuse {
+        Reuse::Served(previous) => previous
+            .sources
+            .as_ref()
+            .filter(|sources| sources.unchanged(config, config_digest.as_ref()))
+            .filter(|_| keys.signed_alike(previous.dnssec.as_deref()))
+            .filter(|_| previous.dnssec_not_served == keys.not_served)
+            .map(|sources| Reusable {
+                zones: previous.zones.clone(),
+                precompiled: previous.precompiled.clone(),
+                sources: sources.clone(),
+                signing: previous.dnssec.as_ref().map(|d| d.zones.clone()),
+                from: ZonesFrom::Shared,
+            }),
+        Reuse::Cache if keys.signs_nothing() => {
+            match super::zone_cache::read(config, config_digest.as_ref()) {
+                Ok(cached) => Some(Reusable {
+                    zones: ZoneSet::new(cached.zones),
+                    precompiled: cached.precompiled,
+                    sources: cached.sources,
+                    signing: None,
+                    from: ZonesFrom::Cache,
+                }),
+                Err(why) => {
+                    zones_from = ZonesFrom::Built {
+                        cache_refused: Some(why.to_string()),
+                    };
+                    None
+                }
+            }
+        }
+        Reuse::Cache => {
+            zones_from = ZonesFrom::Built {
+                cache_refused: Some("signed zones are not cached".to_string()),
+            };
+            None
+        }
+        Reuse::Nothing => None,
+    };
     let mut shared = None;
-    if let Some((previous, sources)) = reusable {
-        warnings.extend(sources.zone_warnings.iter().cloned());
+    if let Some(reusable) = reusable {
+        warnings.extend(reusable.sources.zone_warnings.iter().cloned());
         let steering = compile_steering(config, &control, &mut warnings)?;
-        if steered_names(steering.as_ref()) == sources.steered {
-            tracing::debug!("config and zone files unchanged: sharing the zones");
-            let signing = previous.dnssec.as_ref().map(|d| d.zones.clone());
+        if steered_names(steering.as_ref()) == reusable.sources.steered {
+            tracing::debug!(
+                "config and zone files unchanged: {}",
+                reusable.from.describe()
+            );
+            zones_from = reusable.from;
             shared = Some((
-                previous.zones.clone(),
-                Some(previous.precompiled.clone()),
-                sources.clone(),
+                reusable.zones,
+                Some(reusable.precompiled),
+                reusable.sources,
                 steering,
-                signing,
+                reusable.signing,
             ));
         } else {
+            if reusable.from == ZonesFrom::Cache {
+                zones_from = ZonesFrom::Built {
+                    cache_refused: Some("the config binds other steered names".to_string()),
+                };
+            }
             warnings = keys.not_served_warnings(config);
         }
     }
@@ -152,7 +260,17 @@ pub fn load_after(
         compiled,
         warnings,
         elapsed: started.elapsed(),
+        zones_from,
     })
+}
+
+/// Zones and precompiled answers a load may take instead of building them.
+struct Reusable {
+    zones: ZoneSet,
+    precompiled: super::Precompiled,
+    sources: Arc<Sources>,
+    signing: Option<Vec<(String, crate::dnssec::zone::Signed)>>,
+    from: ZonesFrom,
 }
 
 /// What the shield runs with under `config`: `[shield]`, with the steady TTL the policies
@@ -347,6 +465,11 @@ impl DnssecKeys {
                 })
             })
             .collect()
+    }
+
+    /// No zone is to be signed, and none is left out for want of its keys.
+    fn signs_nothing(&self) -> bool {
+        self.zones.is_empty() && self.not_served.is_empty()
     }
 
     /// Would the zones of `previous` be signed the same way now (same keys, key states and
@@ -579,18 +702,18 @@ impl ZoneKeys {
 /// The inputs a snapshot's zones and precompiled answers were built from: the config file,
 /// the zone directory and every file read from it, and the steered names bound into the zones.
 pub struct Sources {
-    config_path: Option<PathBuf>,
+    pub(super) config_path: Option<PathBuf>,
     /// `None`: built-in defaults (no config file).
-    config: Option<Digest>,
-    zones_dir: PathBuf,
+    pub(super) config: Option<Digest>,
+    pub(super) zones_dir: PathBuf,
     /// The `*.zone` files of the directory, in load order.
-    zone_files: Vec<PathBuf>,
+    pub(super) zone_files: Vec<PathBuf>,
     /// Every file read (zone files and included files) and what it held.
-    files: Vec<(PathBuf, Digest)>,
+    pub(super) files: Vec<(PathBuf, Digest)>,
     /// The steered names, lower-cased wire format, in binding order.
-    steered: Vec<Box<[u8]>>,
+    pub(super) steered: Vec<Box<[u8]>>,
     /// The zone warnings of the load that built them (repeated when they are shared).
-    zone_warnings: Arc<[String]>,
+    pub(super) zone_warnings: Arc<[String]>,
 }
 
 impl Sources {
@@ -630,7 +753,7 @@ impl Sources {
 
     /// Does the config still name the same files, and does every file still hold the same
     /// bytes? Reads them all again; any doubt (an unreadable file) answers no.
-    fn unchanged(&self, config: &Config, config_digest: Option<&Digest>) -> bool {
+    pub(super) fn unchanged(&self, config: &Config, config_digest: Option<&Digest>) -> bool {
         if self.config_path != config.source_path
             || self.config.as_ref() != config_digest
             || (config.source_path.is_some() && config_digest.is_none())

@@ -14,6 +14,7 @@ pub mod load;
 mod precompiled;
 pub mod steer;
 pub mod transfer;
+pub mod zone_cache;
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -156,6 +156,11 @@ fn split_key(key: &[u8]) -> (&[u8], u16) {
 }
 
 impl Precompiled {
+    /// How many zones the answers were built for (they name their zone by index into them).
+    pub fn zone_count(&self) -> usize {
+        self.table.signed_zones.len()
+    }
+
     /// The fast-path entry for a name that does not exist but is covered by a steered
     /// wildcard one label up (`contoso.edge.example.net` under `*.edge.example.net`: the
     /// customer hostnames of an edge platform), with the index of its zone. `zones` must be

@@ -7,6 +7,7 @@
 //! policies only the [`lookup::Steering`] hook through which steered names (bound to them by a
 //! [`model::SteeredBinding`]) get their answers ([`lookup::SteeredData`]).
 
+pub mod cache;
 pub mod group;
 pub mod ixfr;
 pub mod journal;

@@ -295,3 +295,106 @@ fn a_restart_on_the_inputs_last_served_is_not_tasted_again() {
     );
     third.stop();
 }
+
+/// Every answer to `queries`, with the ids left out: what a client sees.
+fn answers_to(server: std::net::SocketAddr, queries: &[hickory_proto::op::Message]) -> Vec<String> {
+    let mut resolver = Resolver::new(server);
+    resolver
+        .ask_all(queries)
+        .iter()
+        .map(|m| {
+            format!(
+                "{:?} {:?} {:?} {:?}",
+                m.metadata.response_code, m.answers, m.authorities, m.additionals
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_restart_serves_the_zones_from_the_last_known_good_cache_and_answers_alike() {
+    use hickory_proto::rr::RecordType;
+    let setup = Setup::new("zone-cache");
+    let cache = setup.path("steerdns.toml.state/zones.lkg");
+    let queries: Vec<_> = [
+        ("example.com.", RecordType::SOA),
+        ("example.com.", RecordType::NS),
+        ("example.com.", RecordType::MX),
+        ("mail.example.com.", RecordType::AAAA),
+        ("alias.example.com.", RecordType::A),
+        ("x.wild.example.com.", RecordType::TXT),
+        ("exists.wild.example.com.", RecordType::TXT),
+        ("nothing-here.example.com.", RecordType::A),
+        ("ns1.example.com.", RecordType::TXT),
+        ("contoso.edge.example.net.", RecordType::A),
+    ]
+    .iter()
+    .map(|(name, rtype)| plain_query(name, *rtype))
+    .collect();
+
+    let first = setup.start();
+    let startup = first.status()["startup"].clone();
+    let zones_from = startup["zones_from"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(zones_from.contains("no cache yet"), "{startup:#}");
+    let built = answers_to(first.dns, &queries);
+    // Written in the background after the first load: wait for the file (renamed in whole).
+    let deadline = Instant::now() + REFUSAL_WAIT;
+    while !cache.is_file() {
+        assert!(Instant::now() < deadline, "no zone cache written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.stop();
+
+    // Same inputs: the zones come from the cache, and every answer is the same.
+    let second = setup.start();
+    let status = second.status();
+    assert_eq!(
+        status["startup"]["zones_from"], "from the last-known-good zone cache",
+        "{:#}",
+        status["startup"]
+    );
+    assert_eq!(answers_to(second.dns, &queries), built);
+    let metrics = scrape_metrics(second.admin);
+    let from_cache = samples_with(&metrics, "steerdns_startup_zones_from_cache", &[]);
+    let values: Vec<_> = from_cache.iter().map(|s| s.value.clone()).collect();
+    assert_eq!(values, vec![prometheus_parse::Value::Gauge(1.0)]);
+    second.stop();
+
+    // A damaged cache is refused whole, with the reason, and the zones are built.
+    let mut bytes = std::fs::read(&cache).expect("cache file");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&cache, &bytes).expect("write damaged cache");
+    let third = setup.start();
+    let startup = third.status()["startup"].clone();
+    let zones_from = startup["zones_from"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(zones_from.contains("checksum mismatch"), "{startup:#}");
+    assert_eq!(answers_to(third.dns, &queries), built);
+    third.stop();
+
+    // A zone file changed while the server was down: built again, with the change.
+    let zone = setup.path("zones/example.com.zone");
+    let mut text = std::fs::read_to_string(&zone).expect("zone file");
+    text.push_str("nothing-here 300 IN A 192.0.2.98\n");
+    std::fs::write(&zone, text).expect("write zone");
+    let fourth = setup.start();
+    let startup = fourth.status()["startup"].clone();
+    let zones_from = startup["zones_from"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        zones_from.contains("changed since it was written"),
+        "{startup:#}"
+    );
+    let now = answers_to(fourth.dns, &queries);
+    assert_ne!(now[7], built[7], "the added name is served");
+    assert_eq!(now[..7], built[..7]);
+    fourth.stop();
+}

@@ -1,0 +1,359 @@
+//! The zones' last-known-good cache: `<state directory>/zones.lkg`, the compiled zones, their
+//! precompiled answers and the inputs they were built from, written after a load that built
+//! them and read back at the next start instead of parsing, validating and compiling every
+//! zone file again (issue 32, item 3). Owns the file's name, its sections and the rules for
+//! using it; the container (checksum, binary check) is [`crate::lkg`], the zones' layout
+//! [`crate::zone::cache`], the answers' [`super::Precompiled::cache_sections`].
+//!
+//! A cache is used whole or not at all. It must be intact, written by this very build of the
+//! binary (its version, and the executable's size and modification time: two builds of one
+//! version may compile differently), from the config file as it is now, and every zone file
+//! and include it was built from must still hold the bytes it held (re-read and compared, as
+//! a reload does before sharing zones). The caller also checks that the config binds the same
+//! steered names. Signed zones are not cached (their signatures have validity windows and the
+//! loader renews them), nor are loads that left a zone out.
+//!
+//! Sections: `sources` (below), `zones` ([`crate::zone::cache`]), `precompiled.*`.
+//!
+//! ```text
+//! sources: config path (u8 present + path), config digest (u8 present + 16 bytes),
+//!          zone directory (path), zone files (u32 count, paths), files read (u32 count,
+//!          path + 16-byte digest), steered names (u32 count, u16 length + wire name),
+//!          zone warnings (u32 count, u32 length + UTF-8); a path is u32 length + bytes
+//! ```
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::load::Sources;
+use super::{Compiled, Precompiled};
+use crate::config::Config;
+use crate::files::Digest;
+use crate::lkg::{Cache, Inputs, LkgRefused};
+use crate::zone::model::Zone;
+
+/// The cache's file name in the state directory.
+pub const FILE_NAME: &str = "zones.lkg";
+
+/// What a usable cache holds, ready to be served.
+pub struct CachedZones {
+    pub zones: Vec<Zone>,
+    pub precompiled: Precompiled,
+    pub sources: Arc<Sources>,
+}
+
+/// Why the cache was not used (the zones are then built from their files, as without one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ZoneCacheRefused {
+    #[error("no state directory (no config file)")]
+    NoStateDir,
+    #[error("no cache yet ({})", .0.display())]
+    Missing(PathBuf),
+    #[error("{}: cannot be read: {error}", path.display())]
+    Unreadable { path: PathBuf, error: String },
+    #[error("{}: {reason}", path.display())]
+    Refused { path: PathBuf, reason: LkgRefused },
+    #[error("{}: section {section}: malformed at byte {at}", path.display())]
+    Section {
+        path: PathBuf,
+        section: &'static str,
+        at: usize,
+    },
+    #[error("{}: a zone file or the config changed since it was written", path.display())]
+    InputsChanged { path: PathBuf },
+    #[error("the identity of the running executable cannot be read")]
+    NoBuildIdentity,
+}
+
+/// Why no cache was written.
+#[derive(Debug, thiserror::Error)]
+pub enum ZoneCacheNotWritten {
+    #[error("not built from files")]
+    NoSources,
+    #[error("signed zones, or zones left out, are not cached")]
+    NotCacheable,
+    #[error("the identity of the running executable cannot be read")]
+    NoBuildIdentity,
+    #[error("{}: {error}", path.display())]
+    Write {
+        path: PathBuf,
+        error: crate::files::WriteError,
+    },
+}
+
+/// The cache file of `config`.
+pub fn path(config: &Config) -> Option<PathBuf> {
+    config.state_dir().map(|dir| dir.join(FILE_NAME))
+}
+
+/// The cache of `config`, if it may serve in place of building the zones.
+pub fn read(
+    config: &Config,
+    config_digest: Option<&Digest>,
+) -> Result<CachedZones, ZoneCacheRefused> {
+    let path = path(config).ok_or(ZoneCacheRefused::NoStateDir)?;
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ZoneCacheRefused::Missing(path))
+        }
+        Err(e) => {
+            return Err(ZoneCacheRefused::Unreadable {
+                path,
+                error: e.to_string(),
+            })
+        }
+    };
+    let inputs = inputs(config_digest).ok_or(ZoneCacheRefused::NoBuildIdentity)?;
+    let cache =
+        crate::lkg::decode(&bytes, &inputs).map_err(|reason| ZoneCacheRefused::Refused {
+            path: path.clone(),
+            reason,
+        })?;
+    drop(bytes);
+    from_sections(cache, path, config, config_digest)
+}
+
+fn from_sections(
+    mut cache: Cache,
+    path: PathBuf,
+    config: &Config,
+    config_digest: Option<&Digest>,
+) -> Result<CachedZones, ZoneCacheRefused> {
+    let section = |section: &'static str, at: usize| ZoneCacheRefused::Section {
+        path: path.clone(),
+        section,
+        at,
+    };
+    let sources = decode_sources(take(&mut cache, "sources").unwrap_or_default())
+        .map_err(|at| section("sources", at))?;
+    if !sources.unchanged(config, config_digest) {
+        return Err(ZoneCacheRefused::InputsChanged { path });
+    }
+    let zones = crate::zone::cache::decode(&take(&mut cache, "zones").unwrap_or_default())
+        .map_err(|m| section("zones", m.at))?;
+    let precompiled = Precompiled::from_cache(cache.sections).map_err(|reason| match reason {
+        LkgRefused::Malformed { at } => section("precompiled", at),
+        reason => ZoneCacheRefused::Refused {
+            path: path.clone(),
+            reason,
+        },
+    })?;
+    // The answers name their zone by index: they must have been built for these zones.
+    if precompiled.zone_count() != zones.len() {
+        return Err(section("precompiled", 0));
+    }
+    Ok(CachedZones {
+        zones,
+        precompiled,
+        sources: Arc::new(sources),
+    })
+}
+
+fn take(cache: &mut Cache, name: &str) -> Option<Vec<u8>> {
+    let at = cache.sections.iter().position(|(n, _)| n == name)?;
+    Some(cache.sections.swap_remove(at).1)
+}
+
+/// Writes to `path` (see [`path`]) the cache of what `compiled` serves (its zones were just built from their files).
+/// Returns the file's size. Slow for big zones (it encodes every name): call it off the
+/// serving path and off the reload's critical path.
+pub fn write(path: &Path, compiled: &Compiled) -> Result<u64, ZoneCacheNotWritten> {
+    let sources = compiled.sources().ok_or(ZoneCacheNotWritten::NoSources)?;
+    if compiled.dnssec().is_some() || !compiled.dnssec_not_served.is_empty() {
+        return Err(ZoneCacheNotWritten::NotCacheable);
+    }
+    let zones = crate::zone::cache::encode(compiled.zones().zones())
+        .ok_or(ZoneCacheNotWritten::NotCacheable)?;
+    let mut sections = vec![
+        ("sources".to_string(), encode_sources(sources)),
+        ("zones".to_string(), zones),
+    ];
+    sections.extend(compiled.precompiled().cache_sections());
+    let inputs = inputs(sources.config_digest()).ok_or(ZoneCacheNotWritten::NoBuildIdentity)?;
+    let cache = Cache { inputs, sections };
+    let bytes = crate::lkg::encode(&cache);
+    if let Some(dir) = path.parent() {
+        // The state directory may not exist yet (nothing else wrote to it).
+        let _ = std::fs::create_dir_all(dir);
+    }
+    crate::files::replace_file(path, &bytes).map_err(|error| ZoneCacheNotWritten::Write {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    Ok(bytes.len() as u64)
+}
+
+/// What the container checks before any section is read: this build of the binary and the
+/// config file's digest (the zone files are checked with the `sources` section).
+fn inputs(config_digest: Option<&Digest>) -> Option<Inputs> {
+    let config = config_digest.map_or([0; 16], |d| d.to_le_bytes());
+    Some(Inputs::from([
+        ("build".to_string(), build_identity()?),
+        ("config".to_string(), crate::lkg::fingerprint(&config)),
+    ]))
+}
+
+/// The running executable, told apart from every other build: its path, size and
+/// modification time (the version string alone is the same for every build of a release).
+fn build_identity() -> Option<crate::lkg::Fingerprint> {
+    let exe = std::env::current_exe().ok()?;
+    let metadata = std::fs::metadata(&exe).ok()?;
+    let modified = metadata
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    let identity = format!(
+        "{}\0{}\0{}",
+        exe.display(),
+        metadata.len(),
+        modified.as_nanos()
+    );
+    Some(crate::lkg::fingerprint(identity.as_bytes()))
+}
+
+fn encode_sources(sources: &Sources) -> Vec<u8> {
+    let mut out = Vec::new();
+    let parts = sources;
+    put_optional_path(&mut out, parts.config_path.as_deref());
+    match parts.config {
+        Some(digest) => {
+            out.push(1);
+            out.extend_from_slice(&digest.to_le_bytes());
+        }
+        None => out.push(0),
+    }
+    put_path(&mut out, &parts.zones_dir);
+    put_count(&mut out, parts.zone_files.len());
+    for file in &parts.zone_files {
+        put_path(&mut out, file);
+    }
+    put_count(&mut out, parts.files.len());
+    for (file, digest) in &parts.files {
+        put_path(&mut out, file);
+        out.extend_from_slice(&digest.to_le_bytes());
+    }
+    put_count(&mut out, parts.steered.len());
+    for name in &parts.steered {
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name);
+    }
+    put_count(&mut out, parts.zone_warnings.len());
+    for warning in parts.zone_warnings.iter() {
+        put_count(&mut out, warning.len());
+        out.extend_from_slice(warning.as_bytes());
+    }
+    out
+}
+
+fn put_count(out: &mut Vec<u8>, n: usize) {
+    out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
+}
+
+fn put_path(out: &mut Vec<u8>, path: &Path) {
+    let bytes = path.as_os_str().as_bytes();
+    put_count(out, bytes.len());
+    out.extend_from_slice(bytes);
+}
+
+fn put_optional_path(out: &mut Vec<u8>, path: Option<&Path>) {
+    match path {
+        Some(path) => {
+            out.push(1);
+            put_path(out, path);
+        }
+        None => out.push(0),
+    }
+}
+
+/// The sources [`encode_sources`] wrote; `Err(offset)` where they do not parse.
+fn decode_sources(bytes: Vec<u8>) -> Result<Sources, usize> {
+    let mut r = Reader {
+        bytes: &bytes,
+        at: 0,
+    };
+    let config_path = if r.flag()? { Some(r.path()?) } else { None };
+    let config = if r.flag()? { Some(r.digest()?) } else { None };
+    let zones_dir = r.path()?;
+    let zone_files = (0..r.count()?)
+        .map(|_| r.path())
+        .collect::<Result<_, _>>()?;
+    let files = (0..r.count()?)
+        .map(|_| Ok((r.path()?, r.digest()?)))
+        .collect::<Result<_, usize>>()?;
+    let steered = (0..r.count()?)
+        .map(|_| {
+            let len = u16::from_le_bytes(r.array()?);
+            Ok(Box::from(r.take(usize::from(len))?))
+        })
+        .collect::<Result<_, usize>>()?;
+    let zone_warnings = (0..r.count()?)
+        .map(|_| {
+            let at = r.at;
+            let len = r.count()?;
+            String::from_utf8(r.take(len)?.to_vec()).map_err(|_| at)
+        })
+        .collect::<Result<Vec<String>, usize>>()?;
+    if r.at != bytes.len() {
+        return Err(r.at);
+    }
+    Ok(Sources {
+        config_path,
+        config,
+        zones_dir,
+        zone_files,
+        files,
+        steered,
+        zone_warnings: zone_warnings.into(),
+    })
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> Result<&'a [u8], usize> {
+        let end = self.at.checked_add(len).ok_or(self.at)?;
+        let taken = self.bytes.get(self.at..end).ok_or(self.at)?;
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], usize> {
+        let at = self.at;
+        self.take(N)?.try_into().map_err(|_| at)
+    }
+
+    fn flag(&mut self) -> Result<bool, usize> {
+        match self.array::<1>()? {
+            [0] => Ok(false),
+            [1] => Ok(true),
+            _ => Err(self.at - 1),
+        }
+    }
+
+    /// A u32 count or length, which must fit in what is left (each item takes a byte at
+    /// least), so that a bad count cannot make a loop run long.
+    fn count(&mut self) -> Result<usize, usize> {
+        let at = self.at;
+        let n = u32::from_le_bytes(self.array()?) as usize;
+        if n > self.bytes.len() - self.at {
+            return Err(at);
+        }
+        Ok(n)
+    }
+
+    fn path(&mut self) -> Result<PathBuf, usize> {
+        let len = self.count()?;
+        Ok(PathBuf::from(OsStr::from_bytes(self.take(len)?)))
+    }
+
+    fn digest(&mut self) -> Result<Digest, usize> {
+        self.array().map(Digest::from_le_bytes)
+    }
+}
