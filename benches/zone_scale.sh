@@ -126,6 +126,12 @@ start_and_measure() { # log cmd...
 median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
 declare -A CHECK_S CHECK_MIB START_MS PSS
+wait_for_file() { # path seconds
+    local deadline=$((SECONDS + $2))
+    while [ ! -f "$1" ] && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    [ -f "$1" ] || log "note: $1 did not appear within $2 s"
+}
+
 measure() { # label check-cmd -- serve-cmd
     local label=$1
     shift
@@ -143,6 +149,7 @@ measure() { # label check-cmd -- serve-cmd
         # Not in a subshell: start_and_measure sets SESSION, which stop_server needs.
         start_and_measure "$OUT/serve.$label.$r.log" "${serve[@]}" > "$WORK/measured" || die "$label: no answer"
         read -r ms pss < "$WORK/measured"
+        [ -z "${AFTER_ANSWER:-}" ] || eval "$AFTER_ANSWER"
         stop_server
         sm+=("$ms"); pm+=("$pss")
         log "$label round $r: check ${secs:-–} s ${mib:-–} MiB, first answer $ms ms, PSS $pss MiB"
@@ -155,13 +162,22 @@ measure() { # label check-cmd -- serve-cmd
 log "zone of $NAMES names: $(du -h "$ZONE" | cut -f1)"
 measure nsd nsd-checkzone big.example "$ZONE" -- nsd -d -c "$WORK/nsd/nsd.conf"
 measure knot kzonecheck -o big.example. "$ZONE" -- knotd -c "$WORK/knot/knot.conf"
-# New input: no record of inputs served before (removed before each round), so tasted.
-BEFORE_ROUND='rm -rf "$WORK/steerdns/steerdns.toml.state"' measure steerdns \
+# New input: no record of inputs served before and no zone cache (both removed before each
+# round), so tasted and built; the round waits (untimed) for the zone cache the server writes
+# in the background after its first load, for the restart below.
+STATE=$WORK/steerdns/steerdns.toml.state
+BEFORE_ROUND='rm -rf "$STATE"' \
+AFTER_ANSWER='wait_for_file "$STATE/zones.lkg" 120' measure steerdns \
     "$BIN" check --config "$WORK/steerdns/steerdns.toml" -- \
     "$BIN" serve --config "$WORK/steerdns/steerdns.toml"
-# A restart on the inputs the last run served (its record kept): not tasted again.
+# A restart on the inputs the last run served (its record and zone cache kept): not tasted
+# again, the zones from the last-known-good cache.
 measure steerdns-restart - -- "$BIN" serve --config "$WORK/steerdns/steerdns.toml"
-measure steerdns-notaster - -- "$BIN" serve --config "$WORK/steerdns-notaster/steerdns.toml"
+grep -q "from the last-known-good zone cache" "$OUT"/serve.steerdns-restart.1.log 2> /dev/null \
+    || log "note: the restart rows did not log a zone cache use (see $OUT/serve.steerdns-restart.*.log)"
+# The taster off and no zone cache: what a build from the files costs in the server alone.
+BEFORE_ROUND='rm -f "$WORK/steerdns-notaster/steerdns.toml.state/zones.lkg"' \
+    measure steerdns-notaster - -- "$BIN" serve --config "$WORK/steerdns-notaster/steerdns.toml"
 
 R=$OUT/zone_scale.md
 {
