@@ -135,17 +135,30 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
 /// The cache in `bytes`, if it is of this format, written by this binary, from exactly
 /// `expected_inputs` (same names, same fingerprints), and intact.
 pub fn decode(bytes: &[u8], expected_inputs: &Inputs) -> Result<Cache, LkgRefused> {
-    let header = MAGIC.len() + 4;
-    if bytes.len() < header + SHA256_LEN
-        || bytes.get(..MAGIC.len()) != Some(&MAGIC[..])
-        || bytes.get(MAGIC.len()..header) != Some(&FORMAT_VERSION.to_le_bytes()[..])
-    {
-        return Err(LkgRefused::Format);
-    }
-    let (body, checksum) = bytes.split_at(bytes.len() - SHA256_LEN);
-    if fingerprint(body)[..] != *checksum {
+    check_format(bytes)?;
+    if !checksum_holds(bytes) {
         return Err(LkgRefused::Checksum);
     }
+    decode_unverified(bytes, expected_inputs)
+}
+
+/// Does the checksum at the end of `bytes` match everything before it? The slow half of
+/// [`decode`] (a SHA-256 of the whole file), so that a caller with cores to spare can run it
+/// beside [`decode_unverified`] and use the result only when both succeed.
+pub fn checksum_holds(bytes: &[u8]) -> bool {
+    match bytes.len().checked_sub(SHA256_LEN) {
+        Some(end) => fingerprint(&bytes[..end])[..] == bytes[end..],
+        None => false,
+    }
+}
+
+/// [`decode`] without the checksum: every structural check, none of the trust. Never use the
+/// result unless [`checksum_holds`] for the same bytes (decoding is total: damaged bytes are
+/// refused or decode to something well formed, never a panic).
+pub fn decode_unverified(bytes: &[u8], expected_inputs: &Inputs) -> Result<Cache, LkgRefused> {
+    check_format(bytes)?;
+    let header = MAGIC.len() + 4;
+    let body = &bytes[..bytes.len() - SHA256_LEN];
     let mut reader = Reader {
         bytes: body,
         at: header,
@@ -190,6 +203,18 @@ pub fn decode(bytes: &[u8], expected_inputs: &Inputs) -> Result<Cache, LkgRefuse
         return Err(LkgRefused::Malformed { at: reader.at });
     }
     Ok(Cache { inputs, sections })
+}
+
+/// The magic number and the format version, with room for the checksum.
+fn check_format(bytes: &[u8]) -> Result<(), LkgRefused> {
+    let header = MAGIC.len() + 4;
+    if bytes.len() < header + SHA256_LEN
+        || bytes.get(..MAGIC.len()) != Some(&MAGIC[..])
+        || bytes.get(MAGIC.len()..header) != Some(&FORMAT_VERSION.to_le_bytes()[..])
+    {
+        return Err(LkgRefused::Format);
+    }
+    Ok(())
 }
 
 /// The first input (by name) that is in one list and not the other, or in both with other

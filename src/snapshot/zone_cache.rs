@@ -107,13 +107,25 @@ pub fn read(
         }
     };
     let inputs = inputs(config_digest).ok_or(ZoneCacheRefused::NoBuildIdentity)?;
-    let cache =
-        crate::lkg::decode(&bytes, &inputs).map_err(|reason| ZoneCacheRefused::Refused {
-            path: path.clone(),
-            reason,
-        })?;
-    drop(bytes);
-    from_sections(cache, path, config, config_digest)
+    // The checksum (a SHA-256 of the whole file) on one core while the other decodes: the
+    // decoded zones are used only if it holds, and decoding is total over any bytes.
+    let (intact, decoded) = std::thread::scope(|scope| {
+        let checksum = scope.spawn(|| crate::lkg::checksum_holds(&bytes));
+        let decoded = crate::lkg::decode_unverified(&bytes, &inputs)
+            .map_err(|reason| ZoneCacheRefused::Refused {
+                path: path.clone(),
+                reason,
+            })
+            .and_then(|cache| from_sections(cache, path.clone(), config, config_digest));
+        (checksum.join().unwrap_or(false), decoded)
+    });
+    if !intact {
+        return Err(ZoneCacheRefused::Refused {
+            path,
+            reason: LkgRefused::Checksum,
+        });
+    }
+    decoded
 }
 
 fn from_sections(
