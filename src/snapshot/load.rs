@@ -19,6 +19,7 @@ use crate::zone::parse::{
 };
 use crate::zone::validate::validate;
 
+use super::projection::{self, Projections};
 use super::steer::SteeringData;
 use super::Compiled;
 
@@ -78,7 +79,14 @@ pub fn load_after(
     if let Some((previous, sources)) = reusable {
         warnings.extend(sources.zone_warnings.iter().cloned());
         let steering = compile_steering(config, &control, &mut warnings)?;
-        if steered_names(steering.as_ref()) == sources.steered {
+        // A projection that changed moves its zone's SOA serial: the zone is built again.
+        let same_projection = transfer.is_none()
+            || previous.projections.same_records(&projection::project(
+                steering.as_ref().map(|s| &s.policies),
+                previous.zones.zones(),
+                &|origin| keys.signs(origin),
+            ));
+        if steered_names(steering.as_ref()) == sources.steered && same_projection {
             tracing::debug!("config and zone files unchanged: sharing the zones");
             let signing = previous.dnssec.as_ref().map(|d| d.zones.clone());
             shared = Some((
@@ -87,12 +95,13 @@ pub fn load_after(
                 sources.clone(),
                 steering,
                 signing,
+                previous.projections.clone(),
             ));
         } else {
             warnings = keys.not_served_warnings(config);
         }
     }
-    let (zones, precompiled, sources, steering, signed) = match shared {
+    let (zones, precompiled, sources, steering, signed, projections) = match shared {
         Some(shared) => shared,
         None => {
             let built = build_zones(config)?;
@@ -101,6 +110,10 @@ pub fn load_after(
             zones.retain(|z| !keys.refuses(&z.origin));
             let steering = compile_steering(config, &control, &mut warnings)?;
             bind(config, steering.as_ref(), &mut zones, &keys.not_served)?;
+            let projections = match &transfer {
+                Some(_) => project_zones(config, previous, &keys, steering.as_ref(), &mut zones),
+                None => Projections::default(),
+            };
             let signed = keys.sign_zones(config, &mut zones, steering.as_ref())?;
             let sources = Sources {
                 config_path: config.source_path.clone(),
@@ -117,6 +130,7 @@ pub fn load_after(
                 Arc::new(sources),
                 steering,
                 signed,
+                projections,
             )
         }
     };
@@ -147,12 +161,39 @@ pub fn load_after(
         dnssec_not_served: keys.not_served.clone(),
         tls,
         transfer,
+        projections,
     };
     Ok(Loaded {
         compiled,
         warnings,
         elapsed: started.elapsed(),
     })
+}
+
+/// The static projection of the steered names of `zones` (issue 33 item 3), numbered after
+/// the projections of `previous` (at start: of the state directory), with each zone's SOA
+/// serial moved to its transfer serial. Before signing: a signed zone signs that SOA.
+fn project_zones(
+    config: &Config,
+    previous: Option<&Compiled>,
+    keys: &DnssecKeys,
+    steering: Option<&SteeringData>,
+    zones: &mut [Zone],
+) -> Projections {
+    let remembered = match previous.map(|p| &p.projections).filter(|p| !p.is_empty()) {
+        Some(before) => before.remembered(),
+        None => config
+            .state_dir()
+            .map(|dir| projection::read_state(&dir))
+            .unwrap_or_default(),
+    };
+    let records = projection::project(steering.map(|s| &s.policies), zones, &|origin| {
+        keys.signs(origin)
+    });
+    let file_serials: Vec<u32> = zones.iter().map(|z| z.serial).collect();
+    let projections = projection::number(records, &file_serials, &remembered);
+    projection::apply_serials(zones, &projections);
+    projections
 }
 
 /// What the shield runs with under `config`: `[shield]`, with the steady TTL the policies
@@ -310,6 +351,14 @@ impl DnssecKeys {
             not_served,
             now,
         })
+    }
+
+    /// Is `origin` a zone to sign?
+    fn signs(&self, origin: &hickory_proto::rr::Name) -> bool {
+        let origin = origin.to_string();
+        self.zones
+            .iter()
+            .any(|z| z.zone.eq_ignore_ascii_case(&origin))
     }
 
     /// Is `origin` a zone left out for its keys?

@@ -12,6 +12,7 @@ pub mod compose;
 pub mod cookies;
 pub mod load;
 mod precompiled;
+pub mod projection;
 pub mod steer;
 pub mod transfer;
 
@@ -35,6 +36,8 @@ use crate::rrl::{RateLimiter, RrlLimits};
 use crate::shield::live::{Proof, Shield};
 use crate::shield::step::ShieldSettings;
 use crate::zone::lookup::ZoneSet;
+use crate::zone::model::Zone;
+use crate::zone::transfer::TransferView;
 use steer::{ClientSteering, SteeringData};
 
 /// The pointer the serving path loads for every packet; reloads store a new snapshot into it.
@@ -125,6 +128,9 @@ pub struct Compiled {
     tls: Option<Arc<crate::tls::Material>>,
     /// Outgoing zone transfers (`[transfer]` and its TSIG keys); `None`: AXFR/IXFR refused.
     transfer: Option<Arc<transfer::TransferSetup>>,
+    /// The static projection of the steered names into transfers, per zone (empty without
+    /// `[transfer]`).
+    projections: projection::Projections,
 }
 
 /// What the shield thread ([`crate::reload::shield`]) reads from the snapshot in service.
@@ -169,6 +175,7 @@ impl Compiled {
             dnssec_not_served: Vec::new(),
             tls: None,
             transfer: None,
+            projections: projection::Projections::default(),
         }
     }
 
@@ -236,6 +243,19 @@ impl Compiled {
     /// Outgoing zone transfers; `None` without `[transfer]`.
     pub fn transfer(&self) -> Option<&transfer::TransferSetup> {
         self.transfer.as_deref()
+    }
+
+    /// The static projection of the steered names into transfers, per zone.
+    pub fn projections(&self) -> &projection::Projections {
+        &self.projections
+    }
+
+    /// `zone` as a transfer sends it: with its projected records.
+    pub fn transfer_view<'z>(&'z self, zone: &'z Zone) -> TransferView<'z> {
+        TransferView {
+            zone,
+            projected: self.projections.records(&zone.apex),
+        }
     }
 }
 
@@ -316,8 +336,8 @@ impl Snapshot {
             None => crate::zone::journal::Journal::default(),
             Some(setup) => transfer::next_journal(
                 setup.config.journal_depth,
-                serving.previous.map(|p| (&p.journal, p.zones())),
-                &compiled.zones,
+                serving.previous.map(|p| (&p.journal, p.compiled())),
+                &compiled,
             ),
         };
         Snapshot {
@@ -402,6 +422,11 @@ impl Snapshot {
     /// Outgoing zone transfers; `None` without `[transfer]`.
     pub fn transfer(&self) -> Option<&transfer::TransferSetup> {
         self.compiled.transfer()
+    }
+
+    /// `zone` as a transfer sends it: with its projected records.
+    pub fn transfer_view<'z>(&'z self, zone: &'z Zone) -> TransferView<'z> {
+        self.compiled.transfer_view(zone)
     }
 
     /// The IXFR journal of the zones served.
