@@ -124,10 +124,16 @@ pub fn load_after(
                 steered: steered_names(steering.as_ref()),
                 zone_warnings: built.warnings,
             };
+            // Rebuilt from the same bytes (a projection that moved its zone's serial): the
+            // same sources, so that what the taster checked against them still holds.
+            let sources = match reusable {
+                Some((_, before)) if before.same_inputs(&sources) => before.clone(),
+                _ => Arc::new(sources),
+            };
             (
                 ZoneSet::new(zones),
                 None,
-                Arc::new(sources),
+                sources,
                 steering,
                 signed,
                 projections,
@@ -679,6 +685,17 @@ impl Sources {
 
     /// Does the config still name the same files, and does every file still hold the same
     /// bytes? Reads them all again; any doubt (an unreadable file) answers no.
+    /// Whether `other` was built from exactly the inputs these were (the same bytes of the
+    /// same files, the same steered names).
+    fn same_inputs(&self, other: &Sources) -> bool {
+        self.config_path == other.config_path
+            && self.config == other.config
+            && self.zones_dir == other.zones_dir
+            && self.zone_files == other.zone_files
+            && self.files == other.files
+            && self.steered == other.steered
+    }
+
     fn unchanged(&self, config: &Config, config_digest: Option<&Digest>) -> bool {
         if self.config_path != config.source_path
             || self.config.as_ref() != config_digest

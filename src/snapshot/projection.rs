@@ -4,7 +4,9 @@
 //! Owns, per zone: the projected records (each steered name with `transfer = "default"` and an
 //! always-serve answer, [`CompiledPolicies::static_answer`], as plain A/AAAA or CNAME records
 //! at the name, a wildcard name as wildcard records), how many names were left out, and the
-//! projection revision. Built when a snapshot is built, off the serving path; the serving path
+//! projection revision. At a projected name the projection replaces the zone file's own A and
+//! AAAA records (a base the policy takes over when serving) in what is transferred. Built
+//! when a snapshot is built, off the serving path; the serving path
 //! never reads it (a transfer and the journal do, through [`crate::zone::transfer::TransferView`]).
 //!
 //! The transfer serial. A projection changes with the control knobs (a weight change moves the
@@ -191,7 +193,8 @@ fn owning_zone(zones: &[Zone], name: &Name) -> Option<usize> {
 }
 
 /// The records projecting `target` at `owner`; `None` for a CNAME where the zone has other
-/// data at the name (a CNAME must stand alone, RFC 1034 3.6.2) or nothing to answer.
+/// data at the name than the A/AAAA the projection replaces (a CNAME must stand alone, RFC
+/// 1034 3.6.2), or nothing to answer.
 fn records_for(zone: &Zone, owner: &[u8], target: Target<'_>, ttl: u32) -> Option<Vec<Record>> {
     let record = |rtype: u16, rdata: &[u8]| -> Option<Record> {
         let mut bytes = Vec::with_capacity(10 + rdata.len());
@@ -209,7 +212,11 @@ fn records_for(zone: &Zone, owner: &[u8], target: Target<'_>, ttl: u32) -> Optio
             .chain(v6.iter().map(|a| record(rtype::AAAA, &a.octets())))
             .collect(),
         Target::Cname { wire, .. } => {
-            let has_data = zone.nodes.get(owner).is_some_and(|n| !n.rrsets.is_empty());
+            let has_data = zone.nodes.get(owner).is_some_and(|n| {
+                n.rrsets
+                    .iter()
+                    .any(|set| !matches!(set.rtype, rtype::A | rtype::AAAA))
+            });
             if has_data {
                 return None;
             }

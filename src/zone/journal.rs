@@ -71,7 +71,9 @@ fn records_of(view: TransferView<'_>) -> (BTreeSet<Record>, Option<Record>) {
     let mut records: BTreeSet<Record> = view.projected.iter().cloned().collect();
     let mut soa = None;
     for (owner, node) in &zone.nodes {
-        for (rtype, record) in node_records(node) {
+        for (rtype, record) in node_records(node, |t| {
+            super::transfer::replaced_by_projection(view.projected, owner, t)
+        }) {
             let entry = (owner.clone(), Box::<[u8]>::from(record));
             if rtype == rtype::SOA && owner[..] == zone.apex[..] {
                 soa = Some(entry);
@@ -91,15 +93,19 @@ fn records_of(view: TransferView<'_>) -> (BTreeSet<Record>, Option<Record>) {
     (records, soa)
 }
 
-/// The records of a node's sets and of the RRSIGs over them, with the set's type (RRSIGs
-/// carry the type they cover, so an SOA's RRSIG stays in the diff).
-fn node_records(node: &Node) -> impl Iterator<Item = (u16, &[u8])> {
-    node.rrsets.iter().flat_map(|set| {
-        let signatures = set.rrsig.iter().flat_map(|sig| sig.records());
-        set.records()
-            .map(move |r| (set.rtype, r))
-            .chain(signatures.map(|r| (rtype::RRSIG, r)))
-    })
+/// The records of a node's sets (but those `replaced` says a projection replaces) and of the
+/// RRSIGs over them, with the set's type (RRSIGs carry the type they cover, so an SOA's RRSIG
+/// stays in the diff).
+fn node_records(node: &Node, replaced: impl Fn(u16) -> bool) -> impl Iterator<Item = (u16, &[u8])> {
+    node.rrsets
+        .iter()
+        .filter(move |set| !replaced(set.rtype))
+        .flat_map(|set| {
+            let signatures = set.rrsig.iter().flat_map(|sig| sig.records());
+            set.records()
+                .map(move |r| (set.rtype, r))
+                .chain(signatures.map(|r| (rtype::RRSIG, r)))
+        })
 }
 
 /// How many versions a journal keeps per zone when the config does not say.

@@ -55,6 +55,9 @@ pub fn axfr_records<'z>(view: impl Into<TransferView<'z>>) -> Option<Vec<Transfe
             continue;
         };
         for set in &node.rrsets {
+            if replaced_by_projection(projected, name, set.rtype) {
+                continue;
+            }
             let skip_soa = name == &zone.apex[..] && set.rtype == rtype::SOA;
             push_set(&mut out, name, set, skip_soa);
         }
@@ -71,6 +74,17 @@ pub fn axfr_records<'z>(view: impl Into<TransferView<'z>>) -> Option<Vec<Transfe
     }
     out.push((&zone.apex[..], soa));
     Some(out)
+}
+
+/// Whether the static set of `rtype` at `owner` gives way to the projection: the policy
+/// answers A and AAAA at a steered name (the zone file's records there are only a base the
+/// policy takes over), so a projected name's static A/AAAA are not transferred beside it.
+/// `projected` is sorted by owner.
+pub fn replaced_by_projection(projected: &[Record], owner: &[u8], rtype: u16) -> bool {
+    matches!(rtype, rtype::A | rtype::AAAA)
+        && projected
+            .binary_search_by(|(o, _)| o[..].cmp(owner))
+            .is_ok()
 }
 
 /// A set's records (unless `skip_records`: the apex SOA, sent first and last) and its RRSIGs.

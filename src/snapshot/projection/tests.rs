@@ -7,7 +7,8 @@ use crate::zone::model::example_zone;
 use crate::zone::transfer::{axfr_records, TransferView};
 
 const ZONE: &str = "$TTL 300\n@ SOA ns1 hostmaster 7 3600 600 86400 300\n@ NS ns1\n\
-                    ns1 A 192.0.2.53\ntxt TXT \"static data\"\n";
+                    ns1 A 192.0.2.53\ntxt TXT \"static data\"\n\
+                    w A 203.0.113.99\n";
 
 const POLICIES: &str = r#"
 [topology]
@@ -117,6 +118,11 @@ fn the_projection_carries_each_names_static_answer_and_leaves_out_what_it_must()
         );
     }
     assert!(!got.iter().any(|(o, _)| o.starts_with("hidden")), "{got:?}");
+    // w's static A (the base the policy takes over) gives way to its projected A.
+    let w_a = got
+        .iter()
+        .filter(|e| **e == ("w.example.com.".to_string(), rtype::A));
+    assert_eq!(w_a.count(), 1, "{got:?}");
     let ttl = |owner: &str| {
         zone.records
             .iter()
@@ -164,6 +170,16 @@ fn a_weight_change_moves_the_revision_and_the_soa_serial_and_a_cname_never_sits_
         .find(|(_, r)| u16::from_be_bytes([r[0], r[1]]) == rtype::CNAME)
         .map(|(o, _)| crate::dns::wire::display_wire_name(o));
     assert_eq!(cname.as_deref(), Some("w.example.com."));
+    let view = TransferView {
+        zone: &zones[0],
+        projected: &zone.records,
+    };
+    let at_w: Vec<u16> = owners_and_types(view)
+        .into_iter()
+        .filter(|(o, _)| o == "w.example.com.")
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(at_w, [rtype::CNAME], "the CNAME stands alone");
 
     // A new zone file serial keeps the revision: the sum still moves forward.
     let file_bump = number(
