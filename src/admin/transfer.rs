@@ -22,6 +22,9 @@ pub struct ZoneTransferView {
     pub file_serial: u32,
     pub projected_names: usize,
     pub omitted_names: usize,
+    /// The catalog zone (RFC 9432) this server produces: how many zones it lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catalog_members: Option<usize>,
     /// Differences kept for IXFR, and the serial the oldest starts from.
     pub journal_depth: usize,
     pub journal_oldest_serial: Option<u32>,
@@ -47,6 +50,13 @@ pub fn view(snapshot: &Snapshot) -> Option<BTreeMap<String, ZoneTransferView>> {
             file_serial: projection.map_or(zone.serial, |p| p.file_serial),
             projected_names: projection.map_or(0, |p| p.projected),
             omitted_names: projection.map_or(0, |p| p.omitted),
+            catalog_members: snapshot
+                .compiled()
+                .projections()
+                .catalog
+                .as_ref()
+                .filter(|c| c.apex == zone.apex)
+                .map(|c| c.projected),
             journal_depth: history.map_or(0, |h| h.depth()),
             journal_oldest_serial: history.and_then(|h| h.oldest_serial()),
             status,

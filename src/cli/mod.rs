@@ -904,8 +904,12 @@ fn transfer_line(zone: &str, t: &steerdns::admin::transfer::ZoneTransferView) ->
     ) + &projection_line(t)
 }
 
-/// The static projection of a zone's steered names (empty for a zone without any).
+/// The static projection of a zone's steered names (empty for a zone without any), or what a
+/// catalog zone lists.
 fn projection_line(t: &steerdns::admin::transfer::ZoneTransferView) -> String {
+    if let Some(members) = t.catalog_members {
+        return format!("; catalog zone listing {members} zone(s)");
+    }
     if t.projected_names + t.omitted_names == 0 {
         return String::new();
     }

@@ -111,7 +111,23 @@ pub fn load_after(
             let steering = compile_steering(config, &control, &mut warnings)?;
             bind(config, steering.as_ref(), &mut zones, &keys.not_served)?;
             let projections = match &transfer {
-                Some(_) => project_zones(config, previous, &keys, steering.as_ref(), &mut zones),
+                Some(setup) => {
+                    let remembered = remembered_projections(config, previous);
+                    let mut projections =
+                        project_zones(&remembered, &keys, steering.as_ref(), &mut zones);
+                    if let Some(name) = &setup.config.catalog {
+                        let (catalog, numbered) = super::catalog::build(name, &zones, &remembered)
+                            .map_err(|e| {
+                                vec![format!(
+                                    "{}: transfer.catalog: {e}",
+                                    config_location(config, "catalog")
+                                )]
+                            })?;
+                        zones.push(catalog);
+                        projections.catalog = Some(numbered);
+                    }
+                    projections
+                }
                 None => Projections::default(),
             };
             let signed = keys.sign_zones(config, &mut zones, steering.as_ref())?;
@@ -177,29 +193,34 @@ pub fn load_after(
 }
 
 /// The static projection of the steered names of `zones` (issue 33 item 3), numbered after
-/// the projections of `previous` (at start: of the state directory), with each zone's SOA
+/// `remembered` (the projections of the snapshot before, at start the state directory's),
+/// with each zone's SOA
 /// serial moved to its transfer serial. Before signing: a signed zone signs that SOA.
 fn project_zones(
-    config: &Config,
-    previous: Option<&Compiled>,
+    remembered: &projection::Remembered,
     keys: &DnssecKeys,
     steering: Option<&SteeringData>,
     zones: &mut [Zone],
 ) -> Projections {
-    let remembered = match previous.map(|p| &p.projections).filter(|p| !p.is_empty()) {
+    let records = projection::project(steering.map(|s| &s.policies), zones, &|origin| {
+        keys.signs(origin)
+    });
+    let file_serials: Vec<u32> = zones.iter().map(|z| z.serial).collect();
+    let projections = projection::number(records, &file_serials, remembered);
+    projection::apply_serials(zones, &projections);
+    projections
+}
+
+/// How the projections (and the catalog) were numbered last: by `previous`, else (at start)
+/// as kept in the state directory.
+fn remembered_projections(config: &Config, previous: Option<&Compiled>) -> projection::Remembered {
+    match previous.map(|p| &p.projections).filter(|p| !p.is_empty()) {
         Some(before) => before.remembered(),
         None => config
             .state_dir()
             .map(|dir| projection::read_state(&dir))
             .unwrap_or_default(),
-    };
-    let records = projection::project(steering.map(|s| &s.policies), zones, &|origin| {
-        keys.signs(origin)
-    });
-    let file_serials: Vec<u32> = zones.iter().map(|z| z.serial).collect();
-    let projections = projection::number(records, &file_serials, &remembered);
-    projection::apply_serials(zones, &projections);
-    projections
+    }
 }
 
 /// What the shield runs with under `config`: `[shield]`, with the steady TTL the policies

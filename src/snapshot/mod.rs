@@ -8,6 +8,7 @@
 //! the [`Snapshot`] whole ([`Snapshot::new`], with its serial and hash) and swaps it in with a
 //! single atomic store. Nothing changes a snapshot after it is built; its fields are private.
 
+pub mod catalog;
 pub mod compose;
 pub mod cookies;
 pub mod load;

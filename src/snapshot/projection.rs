@@ -80,6 +80,9 @@ impl ZoneProjection {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Projections {
     zones: Vec<ZoneProjection>,
+    /// The catalog zone's numbering (its records are the member PTRs), when one is produced
+    /// ([`super::catalog`]).
+    pub catalog: Option<ZoneProjection>,
 }
 
 /// What a zone's projection was, to number the next one: its digest and revision.
@@ -101,20 +104,27 @@ impl Projections {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.zones.is_empty()
+        self.zones.is_empty() && self.catalog.is_none()
     }
 
     /// Each zone's digest and revision, to number the projections of the next load.
     pub fn remembered(&self) -> Remembered {
-        self.zones
-            .iter()
+        self.all()
             .map(|z| (z.zone.clone(), (z.digest, z.revision)))
             .collect()
     }
 
+    /// The zones' projections and the catalog's numbering.
+    fn all(&self) -> impl Iterator<Item = &ZoneProjection> {
+        self.zones.iter().chain(&self.catalog)
+    }
+
     /// Whether `records` (one per zone, in the order of `self`'s zones, as [`project`] builds
     /// them for the same zones) are what these projections hold.
+    /// The catalog zone, produced here, is not among them and is passed over in `others`.
     pub fn same_records(&self, others: &[ZoneRecords]) -> bool {
+        let not_catalog = |o: &&ZoneRecords| self.catalog.as_ref().is_none_or(|c| c.apex != o.apex);
+        let others: Vec<&ZoneRecords> = others.iter().filter(not_catalog).collect();
         self.zones.len() == others.len()
             && self
                 .zones
@@ -255,7 +265,10 @@ pub fn number(
             }
         })
         .collect();
-    Projections { zones }
+    Projections {
+        zones,
+        catalog: None,
+    }
 }
 
 fn digest_of(records: &[Record]) -> [u8; 32] {
@@ -308,7 +321,7 @@ fn parse_state_line(line: &str) -> Option<(String, ([u8; 32], u32))> {
 /// Keeps the revisions of `projections` in `dir` (written to a temporary file, then renamed).
 pub fn write_state(dir: &Path, projections: &Projections) -> std::io::Result<()> {
     let mut text = String::new();
-    for z in projections.zones() {
+    for z in projections.all() {
         let hex: String = z.digest.iter().map(|b| format!("{b:02x}")).collect();
         text.push_str(&format!("{} {} {hex}\n", z.zone, z.revision));
     }

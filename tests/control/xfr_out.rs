@@ -597,3 +597,137 @@ fn knot_serves_the_projection_of_steered_names_and_follows_a_weight_change() {
     assert_eq!(serial_of(restarted.dns, "example.com"), Some(second));
     assert_eq!(serial_of(restarted.dns, "edge.example.net"), Some(first));
 }
+
+const CATALOG: &str = "catalog.invalid";
+
+/// Knot on `port` consuming the catalog zone of `primary` (`catalog-role: interpret`): every
+/// member becomes a secondary of `primary` through the `member` template.
+fn knot_catalog_consumer(port: u16, primary: SocketAddr) -> Process {
+    let knotd = tool("/usr/sbin/knotd", "knot");
+    let dir = TempDir::new("xfrout-knot-catalog");
+    let d = dir.path().display();
+    let conf = format!(
+        "server:\n    rundir: \"{d}\"\n    listen: 127.0.0.1@{port}\n\
+         database:\n    storage: \"{d}\"\n\
+         control:\n    listen: \"{d}/knot.sock\"\n\
+         log:\n  - target: stderr\n    any: warning\n\
+         key:\n  - id: {KEY}\n    algorithm: hmac-sha256\n    secret: {SECRET}\n\
+         remote:\n  - id: primary\n    address: {}@{}\n    key: {KEY}\n\
+         acl:\n  - id: notify\n    address: 127.0.0.0/8\n    key: {KEY}\n    action: notify\n\
+         template:\n  - id: member\n    master: primary\n    acl: notify\n\
+         \x20   file: \"{d}/%s.zone\"\n    zonefile-sync: -1\n\
+         zone:\n  - domain: {CATALOG}.\n    file: \"{d}/{CATALOG}.zone\"\n    master: primary\n\
+         \x20   acl: notify\n    zonefile-sync: -1\n    catalog-role: interpret\n\
+         \x20   catalog-template: member\n",
+        primary.ip(),
+        primary.port()
+    );
+    std::fs::write(dir.path().join("knot.conf"), conf).expect("knot.conf");
+    let child = Command::new(knotd)
+        .arg("-c")
+        .arg(dir.path().join("knot.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start knotd");
+    Process { child, _dir: dir }
+}
+
+#[test]
+fn knot_consumes_the_catalog_and_provisions_each_member_zone() {
+    let knot_port = free_port();
+    let catalog_notify = format!(
+        "[transfer.zone.\"{CATALOG}\"]\nkeys = [\"{KEY}\"]\n\
+         notify = [{{ addr = \"127.0.0.1:{knot_port}\", key = \"{KEY}\" }}]\n"
+    );
+    let primary = Primary::start_with(
+        "xfrout-catalog",
+        free_port(),
+        &[knot_port],
+        &catalog_notify,
+        |config| {
+            let text = std::fs::read_to_string(config).expect("config");
+            let text = text.replacen(
+                "[transfer]\n",
+                &format!("[transfer]\ncatalog = \"{CATALOG}\"\n"),
+                1,
+            );
+            std::fs::write(config, text).expect("config");
+        },
+    );
+    let addr = primary.server.addr;
+    // The catalog: version "2", one PTR per zone under zones., numbered from 1.
+    assert_eq!(serial_of(addr, CATALOG), Some(1));
+    let (ok, axfr) = dig_axfr_of(addr, CATALOG);
+    assert!(ok, "{axfr}");
+    // dig's columns, one space apart.
+    let lines: Vec<String> = axfr
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let version = format!("version.{CATALOG}. 0 IN TXT \"2\"");
+    assert!(lines.contains(&version), "{axfr}");
+    let members: Vec<&String> = lines.iter().filter(|l| l.contains(" PTR ")).collect();
+    assert_eq!(members.len(), 1, "{axfr}");
+    assert!(
+        members[0].contains(&format!(".zones.{CATALOG}. 0 IN PTR {ZONE}.")),
+        "{axfr}"
+    );
+    assert!(
+        lines.contains(&format!("{CATALOG}. 0 IN NS invalid.")),
+        "{axfr}"
+    );
+
+    let knot = SocketAddr::from((Ipv4Addr::LOCALHOST, knot_port));
+    let _consumer = knot_catalog_consumer(knot_port, addr);
+    wait_secondary(
+        "Knot provisioning xo.test from the catalog",
+        knot,
+        1,
+        "192.0.2.1",
+    );
+
+    // A zone added on the primary: the catalog's serial moves on, the NOTIFY brings it to
+    // Knot, which provisions the new member and transfers it.
+    let second = "second.test";
+    std::fs::write(
+        primary
+            .dir
+            .path()
+            .join("zones")
+            .join(format!("{second}.zone")),
+        format!(
+            "$ORIGIN {second}.\n$TTL 60\n@ IN SOA ns1 hostmaster 5 3600 600 86400 60\n\
+             @ IN NS ns1\nns1 IN A 192.0.2.53\nwww IN A 192.0.2.77\n"
+        ),
+    )
+    .expect("second zone");
+    control_common::sighup(primary.server.pid());
+    wait_for("the catalog at serial 2", Duration::from_secs(10), || {
+        (serial_of(addr, CATALOG) == Some(2)).then_some(())
+    });
+    wait_for(
+        "Knot serving the new member",
+        Duration::from_secs(20),
+        || {
+            (serial_of(knot, second) == Some(5)
+                && short(knot, "A", &format!("www.{second}")) == "192.0.2.77")
+                .then_some(())
+        },
+    );
+    let status = primary.status();
+    let catalog = &status["transfer"][CATALOG];
+    assert_eq!(catalog["catalog_members"].as_u64(), Some(2), "{catalog}");
+    assert!(
+        primary
+            .cli_status()
+            .contains(&format!("transfer {CATALOG}: serial 2")),
+        "{}",
+        primary.cli_status()
+    );
+}
+
+fn dig_axfr_of(server: SocketAddr, zone: &str) -> (bool, String) {
+    dig_transfer(server, &["+tcp", zone, "AXFR"], Some((KEY, SECRET)))
+}
