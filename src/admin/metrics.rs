@@ -1543,6 +1543,14 @@ fn encode_transfer(
     )?;
     gauges(
         encoder,
+        "steerdns_transfer_projected_names",
+        "Steered names a zone's transfers carry as their static projection.",
+        zones
+            .iter()
+            .map(|(zone, v)| (vec![("zone", zone.clone())], v.projected_names as f64)),
+    )?;
+    gauges(
+        encoder,
         "steerdns_notify_acked_serial",
         "The serial a NOTIFY target last acknowledged.",
         zones.iter().flat_map(|(zone, v)| {

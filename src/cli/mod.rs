@@ -901,6 +901,21 @@ fn transfer_line(zone: &str, t: &steerdns::admin::transfer::ZoneTransferView) ->
             .as_ref()
             .map(|r| format!("; last refusal {r}"))
             .unwrap_or_default()
+    ) + &projection_line(t)
+}
+
+/// The static projection of a zone's steered names (empty for a zone without any), or what a
+/// catalog zone lists.
+fn projection_line(t: &steerdns::admin::transfer::ZoneTransferView) -> String {
+    if let Some(members) = t.catalog_members {
+        return format!("; catalog zone listing {members} zone(s)");
+    }
+    if t.projected_names + t.omitted_names == 0 {
+        return String::new();
+    }
+    format!(
+        "; projected {} steered name(s), {} omitted (zone file serial {})",
+        t.projected_names, t.omitted_names, t.file_serial
     )
 }
 

@@ -39,6 +39,10 @@ pub struct TransferConfig {
     pub notify_timeout_ms: u64,
     /// Per-zone rules, by zone name (`example.com`).
     pub zone: BTreeMap<String, TransferZoneConfig>,
+    /// The name of a catalog zone (RFC 9432) listing every zone served, produced and served
+    /// like a zone (transfers, NOTIFY through its own `[transfer.zone."<name>"]`); unset: none.
+    /// A name under `.invalid` (`catalog.invalid`) keeps it out of the public DNS.
+    pub catalog: Option<String>,
 }
 
 impl Default for TransferConfig {
@@ -57,6 +61,7 @@ impl Default for TransferConfig {
             notify_retries: 5,
             notify_timeout_ms: 1000,
             zone: BTreeMap::new(),
+            catalog: None,
         }
     }
 }
@@ -117,6 +122,12 @@ impl TransferConfig {
             return Some((
                 "transfer.notify_retries / transfer.notify_timeout_ms".into(),
                 "need notify_retries <= 20 and notify_timeout_ms in 10..=60000".into(),
+            ));
+        }
+        if let Some(name) = self.catalog.as_ref().filter(|n| !valid_zone_name(n)) {
+            return Some((
+                "transfer.catalog".into(),
+                format!("{name:?} is not a domain name"),
             ));
         }
         for (name, zone) in &self.zone {

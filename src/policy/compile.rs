@@ -480,6 +480,7 @@ fn compile_steered(
             is_wildcard: name.is_wildcard(),
             name,
             root,
+            transfer: entry.transfer,
         });
     }
     compiled

@@ -272,4 +272,25 @@ pub struct SteeredConfig {
     /// caps the profile's TTL.
     #[serde(default)]
     pub ttl: Option<u32>,
+    /// What an outgoing zone transfer carries for this name (see [`TransferProjection`]).
+    #[serde(default)]
+    pub transfer: TransferProjection,
+}
+
+/// `transfer = "default" | "omit"` on a `[[steered]]` entry: what a secondary that cannot run
+/// the policies gets for the name in a zone transfer.
+///
+/// `"default"` is the default: an operator who turns transfers on for a second provider
+/// expects every name of the zone to resolve there, so a steered name left out would be a
+/// silent NXDOMAIN on the day the provider is the only one answering. `"omit"` is for the
+/// names whose static answer would be wrong everywhere (a name that must never be answered
+/// without its policy).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TransferProjection {
+    /// The name's always-serve answer, as plain records (its static projection).
+    #[default]
+    Default,
+    /// Left out of transfers.
+    Omit,
 }

@@ -22,6 +22,7 @@ mod knobs;
 mod model;
 pub mod monitor;
 mod profiles;
+mod projection;
 
 #[cfg(test)]
 mod tests;
@@ -37,6 +38,7 @@ pub fn demand_key(addr: std::net::IpAddr, prefix_v4: u8, prefix_v6: u8) -> u64 {
 pub use config::{
     CellConfig, CellsConfig, EndpointConfig, FallbackSiteConfig, MonitorConfig, ProfileConfig,
     ProfileKind, RegionConfig, SteeredConfig, SteeredPolicyKind, TopologyConfig,
+    TransferProjection,
 };
 pub use evaluate::{
     evaluate, evaluate_for_tenant, evaluate_with_health, AnycastChoice, Decision, LocatedClient,
@@ -54,3 +56,4 @@ pub use model::{
     RegionOverride, SiteInfo, SteeredName, MAX_PROFILE_DEPTH,
 };
 pub use profiles::MAX_WEIGHT;
+pub use projection::StaticAnswer;

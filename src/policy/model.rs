@@ -82,6 +82,8 @@ pub struct SteeredName {
     pub is_wildcard: bool,
     /// How it answers.
     pub root: PolicyRoot,
+    /// Whether zone transfers carry its static projection (`transfer = ...`).
+    pub transfer: super::config::TransferProjection,
 }
 
 /// How a profile chooses.

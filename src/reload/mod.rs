@@ -822,6 +822,7 @@ impl Reloader {
         state.served_control = control.clone();
         self.publish(state);
         record_served(config, served.as_ref());
+        record_projection(config, &previous, &self.snapshot.load());
         if matches!(zones_from, ZonesFrom::Built { .. }) {
             write_zone_cache(config, self.snapshot.load_full());
         }
@@ -1137,6 +1138,23 @@ fn record_served(config: &Config, served: Option<&ServedInputs>) {
     };
     if let Err(e) = served.write(&dir) {
         tracing::warn!("cannot record the inputs served ({e}): the next start tastes them again");
+    }
+}
+
+/// Keeps the projection revisions of `served` in the state directory when they differ from
+/// those of `previous`, so that a restart numbers the transfer serials on from them
+/// (`snapshot::projection`). A failure is logged: the next start may then serve a serial
+/// below what secondaries hold until the zone file serial moves on.
+fn record_projection(config: &Config, previous: &Snapshot, served: &Snapshot) {
+    let projections = served.compiled().projections();
+    let (Some(dir), false) = (config.state_dir(), projections.is_empty()) else {
+        return;
+    };
+    if previous.compiled().projections().remembered() == projections.remembered() {
+        return;
+    }
+    if let Err(e) = crate::snapshot::projection::write_state(&dir, projections) {
+        tracing::warn!("cannot record the transfer projection revisions ({e})");
     }
 }
 

@@ -135,16 +135,17 @@ pub fn answer_now(snapshot: &Snapshot, packet: &[u8], requester: Requester, now:
         Ok(slot) => slot,
         Err(reason) => return refuse(&mut signer, reason),
     };
+    let view = snapshot.transfer_view(zone);
     let (label, records) = if query.qtype == rtype::AXFR {
-        ("axfr", axfr_records(zone))
+        ("axfr", axfr_records(view))
     } else {
         match client_serial(packet) {
-            Some(serial) => match ixfr_records(zone, snapshot.journal().zone(&zone.apex), serial) {
+            Some(serial) => match ixfr_records(view, snapshot.journal().zone(&zone.apex), serial) {
                 Some((kind, records)) => (kind.as_str(), Some(records)),
                 None => ("ixfr", None),
             },
             // No SOA in the request: the whole zone, as BIND and Knot answer it.
-            None => ("ixfr_full", axfr_records(zone)),
+            None => ("ixfr_full", axfr_records(view)),
         }
     };
     let question = query.question_bytes(packet);

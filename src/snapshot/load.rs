@@ -19,6 +19,7 @@ use crate::zone::parse::{
 };
 use crate::zone::validate::validate;
 
+use super::projection::{self, Projections};
 use super::steer::SteeringData;
 use super::Compiled;
 
@@ -149,7 +150,7 @@ fn load_reusing(
                 signing: previous.dnssec.as_ref().map(|d| d.zones.clone()),
                 from: ZonesFrom::Shared,
             }),
-        Reuse::Cache if keys.signs_nothing() => {
+        Reuse::Cache if keys.signs_nothing() && transfer.is_none() => {
             match super::zone_cache::read(config, config_digest.as_ref()) {
                 Ok(cached) => Some(Reusable {
                     zones: ZoneSet::new(cached.zones),
@@ -167,18 +168,35 @@ fn load_reusing(
             }
         }
         Reuse::Cache => {
+            let why = if transfer.is_some() {
+                "zones with outgoing transfers ([transfer]: projections, a catalog) are not cached"
+            } else {
+                "signed zones are not cached"
+            };
             zones_from = ZonesFrom::Built {
-                cache_refused: Some("signed zones are not cached".to_string()),
+                cache_refused: Some(why.to_string()),
             };
             None
         }
         Reuse::Nothing => None,
     };
+    let reused_sources = reusable.as_ref().map(|r| r.sources.clone());
     let mut shared = None;
     if let Some(reusable) = reusable {
         warnings.extend(reusable.sources.zone_warnings.iter().cloned());
         let steering = compile_steering(config, &control, &mut warnings)?;
-        if steered_names(steering.as_ref()) == reusable.sources.steered {
+        // A projection that changed moves its zone's SOA serial: the zone is built again.
+        // (The zone cache is not used with transfers on, so only a served snapshot gets here.)
+        let same_projection = match (&transfer, previous) {
+            (None, _) => true,
+            (Some(_), Some(previous)) => previous.projections.same_records(&projection::project(
+                steering.as_ref().map(|s| &s.policies),
+                previous.zones.zones(),
+                &|origin| keys.signs(origin),
+            )),
+            (Some(_), None) => false,
+        };
+        if steered_names(steering.as_ref()) == reusable.sources.steered && same_projection {
             tracing::debug!(
                 "config and zone files unchanged: {}",
                 reusable.from.describe()
@@ -190,6 +208,7 @@ fn load_reusing(
                 reusable.sources,
                 steering,
                 reusable.signing,
+                previous.map(|p| p.projections.clone()).unwrap_or_default(),
             ));
         } else {
             if reusable.from == ZonesFrom::Cache {
@@ -200,7 +219,7 @@ fn load_reusing(
             warnings = keys.not_served_warnings(config);
         }
     }
-    let (zones, precompiled, sources, steering, signed) = match shared {
+    let (zones, precompiled, sources, steering, signed, projections) = match shared {
         Some(shared) => shared,
         None => {
             let built = build_zones(config)?;
@@ -209,6 +228,26 @@ fn load_reusing(
             zones.retain(|z| !keys.refuses(&z.origin));
             let steering = compile_steering(config, &control, &mut warnings)?;
             bind(config, steering.as_ref(), &mut zones, &keys.not_served)?;
+            let projections = match &transfer {
+                Some(setup) => {
+                    let remembered = remembered_projections(config, previous);
+                    let mut projections =
+                        project_zones(&remembered, &keys, steering.as_ref(), &mut zones);
+                    if let Some(name) = &setup.config.catalog {
+                        let (catalog, numbered) = super::catalog::build(name, &zones, &remembered)
+                            .map_err(|e| {
+                                vec![format!(
+                                    "{}: transfer.catalog: {e}",
+                                    config_location(config, "catalog")
+                                )]
+                            })?;
+                        zones.push(catalog);
+                        projections.catalog = Some(numbered);
+                    }
+                    projections
+                }
+                None => Projections::default(),
+            };
             let signed = keys.sign_zones(config, &mut zones, steering.as_ref())?;
             let sources = Sources {
                 config_path: config.source_path.clone(),
@@ -219,12 +258,19 @@ fn load_reusing(
                 steered: steered_names(steering.as_ref()),
                 zone_warnings: built.warnings,
             };
+            // Rebuilt from the same bytes (a projection that moved its zone's serial): the
+            // same sources, so that what the taster checked against them still holds.
+            let sources = match reused_sources {
+                Some(before) if before.same_inputs(&sources) => before,
+                _ => Arc::new(sources),
+            };
             (
                 ZoneSet::new(zones),
                 None,
-                Arc::new(sources),
+                sources,
                 steering,
                 signed,
+                projections,
             )
         }
     };
@@ -255,6 +301,7 @@ fn load_reusing(
         dnssec_not_served: keys.not_served.clone(),
         tls,
         transfer,
+        projections,
     };
     Ok(Loaded {
         compiled,
@@ -271,6 +318,37 @@ struct Reusable {
     sources: Arc<Sources>,
     signing: Option<Vec<(String, crate::dnssec::zone::Signed)>>,
     from: ZonesFrom,
+}
+
+/// The static projection of the steered names of `zones` (issue 33 item 3), numbered after
+/// `remembered` (the projections of the snapshot before, at start the state directory's),
+/// with each zone's SOA
+/// serial moved to its transfer serial. Before signing: a signed zone signs that SOA.
+fn project_zones(
+    remembered: &projection::Remembered,
+    keys: &DnssecKeys,
+    steering: Option<&SteeringData>,
+    zones: &mut [Zone],
+) -> Projections {
+    let records = projection::project(steering.map(|s| &s.policies), zones, &|origin| {
+        keys.signs(origin)
+    });
+    let file_serials: Vec<u32> = zones.iter().map(|z| z.serial).collect();
+    let projections = projection::number(records, &file_serials, remembered);
+    projection::apply_serials(zones, &projections);
+    projections
+}
+
+/// How the projections (and the catalog) were numbered last: by `previous`, else (at start)
+/// as kept in the state directory.
+fn remembered_projections(config: &Config, previous: Option<&Compiled>) -> projection::Remembered {
+    match previous.map(|p| &p.projections).filter(|p| !p.is_empty()) {
+        Some(before) => before.remembered(),
+        None => config
+            .state_dir()
+            .map(|dir| projection::read_state(&dir))
+            .unwrap_or_default(),
+    }
 }
 
 /// What the shield runs with under `config`: `[shield]`, with the steady TTL the policies
@@ -428,6 +506,14 @@ impl DnssecKeys {
             not_served,
             now,
         })
+    }
+
+    /// Is `origin` a zone to sign?
+    fn signs(&self, origin: &hickory_proto::rr::Name) -> bool {
+        let origin = origin.to_string();
+        self.zones
+            .iter()
+            .any(|z| z.zone.eq_ignore_ascii_case(&origin))
     }
 
     /// Is `origin` a zone left out for its keys?
@@ -753,6 +839,17 @@ impl Sources {
 
     /// Does the config still name the same files, and does every file still hold the same
     /// bytes? Reads them all again; any doubt (an unreadable file) answers no.
+    /// Whether `other` was built from exactly the inputs these were (the same bytes of the
+    /// same files, the same steered names).
+    fn same_inputs(&self, other: &Sources) -> bool {
+        self.config_path == other.config_path
+            && self.config == other.config
+            && self.zones_dir == other.zones_dir
+            && self.zone_files == other.zone_files
+            && self.files == other.files
+            && self.steered == other.steered
+    }
+
     pub(super) fn unchanged(&self, config: &Config, config_digest: Option<&Digest>) -> bool {
         if self.config_path != config.source_path
             || self.config.as_ref() != config_digest

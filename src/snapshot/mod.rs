@@ -8,10 +8,12 @@
 //! the [`Snapshot`] whole ([`Snapshot::new`], with its serial and hash) and swaps it in with a
 //! single atomic store. Nothing changes a snapshot after it is built; its fields are private.
 
+pub mod catalog;
 pub mod compose;
 pub mod cookies;
 pub mod load;
 mod precompiled;
+pub mod projection;
 pub mod steer;
 pub mod transfer;
 pub mod zone_cache;
@@ -36,6 +38,8 @@ use crate::rrl::{RateLimiter, RrlLimits};
 use crate::shield::live::{Proof, Shield};
 use crate::shield::step::ShieldSettings;
 use crate::zone::lookup::ZoneSet;
+use crate::zone::model::Zone;
+use crate::zone::transfer::TransferView;
 use steer::{ClientSteering, SteeringData};
 
 /// The pointer the serving path loads for every packet; reloads store a new snapshot into it.
@@ -126,6 +130,9 @@ pub struct Compiled {
     tls: Option<Arc<crate::tls::Material>>,
     /// Outgoing zone transfers (`[transfer]` and its TSIG keys); `None`: AXFR/IXFR refused.
     transfer: Option<Arc<transfer::TransferSetup>>,
+    /// The static projection of the steered names into transfers, per zone (empty without
+    /// `[transfer]`).
+    projections: projection::Projections,
 }
 
 /// What the shield thread ([`crate::reload::shield`]) reads from the snapshot in service.
@@ -170,6 +177,7 @@ impl Compiled {
             dnssec_not_served: Vec::new(),
             tls: None,
             transfer: None,
+            projections: projection::Projections::default(),
         }
     }
 
@@ -237,6 +245,19 @@ impl Compiled {
     /// Outgoing zone transfers; `None` without `[transfer]`.
     pub fn transfer(&self) -> Option<&transfer::TransferSetup> {
         self.transfer.as_deref()
+    }
+
+    /// The static projection of the steered names into transfers, per zone.
+    pub fn projections(&self) -> &projection::Projections {
+        &self.projections
+    }
+
+    /// `zone` as a transfer sends it: with its projected records.
+    pub fn transfer_view<'z>(&'z self, zone: &'z Zone) -> TransferView<'z> {
+        TransferView {
+            zone,
+            projected: self.projections.records(&zone.apex),
+        }
     }
 }
 
@@ -317,8 +338,8 @@ impl Snapshot {
             None => crate::zone::journal::Journal::default(),
             Some(setup) => transfer::next_journal(
                 setup.config.journal_depth,
-                serving.previous.map(|p| (&p.journal, p.zones())),
-                &compiled.zones,
+                serving.previous.map(|p| (&p.journal, p.compiled())),
+                &compiled,
             ),
         };
         Snapshot {
@@ -403,6 +424,11 @@ impl Snapshot {
     /// Outgoing zone transfers; `None` without `[transfer]`.
     pub fn transfer(&self) -> Option<&transfer::TransferSetup> {
         self.compiled.transfer()
+    }
+
+    /// `zone` as a transfer sends it: with its projected records.
+    pub fn transfer_view<'z>(&'z self, zone: &'z Zone) -> TransferView<'z> {
+        self.compiled.transfer_view(zone)
     }
 
     /// The IXFR journal of the zones served.

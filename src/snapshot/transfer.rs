@@ -5,10 +5,10 @@
 //! Loading fails, naming the field, when a key file cannot be read (or group/world may read
 //! it) or a key name the section uses is in no key file.
 
+use super::Compiled;
 use crate::config::transfer::{TransferConfig, TransferZoneConfig};
 use crate::dns::tsig::{read_key_file, Key};
 use crate::zone::journal::Journal;
-use crate::zone::lookup::ZoneSet;
 
 /// `[transfer]` with its keys.
 #[derive(Debug)]
@@ -69,26 +69,28 @@ impl TransferSetup {
     }
 }
 
-/// The journal to serve `zones` with, after `previous` (the journal of the snapshot served
-/// until now, with its zones): a difference recorded for every zone whose serial changed; the
-/// history of a signed zone rebuilt at the same serial (new signatures) dropped.
+/// The journal to serve `compiled` with, after `previous` (the journal of the snapshot served
+/// until now, with what it compiled): a difference recorded for every zone whose serial
+/// changed (projected records included: a projection change moves the serial, see
+/// [`super::projection`]); the history of a signed zone rebuilt at the same serial (new
+/// signatures) dropped.
 pub fn next_journal(
     depth: usize,
-    previous: Option<(&Journal, &ZoneSet)>,
-    zones: &ZoneSet,
+    previous: Option<(&Journal, &Compiled)>,
+    compiled: &Compiled,
 ) -> Journal {
     // Depth 0 keeps nothing: no difference is computed (it costs a pass over both versions).
-    let Some((journal, old_zones)) = previous.filter(|_| depth > 0) else {
+    let Some((journal, before)) = previous.filter(|_| depth > 0) else {
         return Journal::new(depth);
     };
     let mut next = journal.clone();
     next.depth = depth;
-    for zone in zones.zones() {
-        let Some(old) = old_zones.by_apex(&zone.apex) else {
+    for zone in compiled.zones().zones() {
+        let Some(old) = before.zones().by_apex(&zone.apex) else {
             continue;
         };
         if old.serial != zone.serial {
-            next = next.after_reload(old, zone);
+            next = next.after_reload(before.transfer_view(old), compiled.transfer_view(zone));
         } else if zone.denial.is_some()
             && !std::ptr::eq(old, zone)
             && next.zone(&zone.apex).is_some()
@@ -109,11 +111,12 @@ mod tests {
     use crate::zone::ixfr::{ixfr_records, IxfrKind};
     use crate::zone::model::example_zone;
 
-    fn zones(serial: u32, www: &str) -> ZoneSet {
-        ZoneSet::new(vec![example_zone(&format!(
+    fn zones(serial: u32, www: &str) -> Compiled {
+        let zone = example_zone(&format!(
             "$TTL 300\n@ SOA ns1 hostmaster {serial} 3600 600 86400 300\n@ NS ns1\n\
              ns1 A 192.0.2.1\nwww A {www}\n"
-        ))])
+        ));
+        Compiled::build(vec![zone], crate::snapshot::ServeOptions::default())
     }
 
     #[test]
@@ -127,9 +130,9 @@ mod tests {
         assert_eq!(same, second);
         let v3 = zones(3, "192.0.2.4");
         let off = next_journal(0, Some((&same, &v2)), &v3);
-        assert_eq!(off.zone(&v3.zones()[0].apex), None);
+        assert_eq!(off.zone(&v3.zones().zones()[0].apex), None);
         let third = next_journal(5, Some((&same, &v2)), &v3);
-        let zone = &v3.zones()[0];
+        let zone = &v3.zones().zones()[0];
         let history = third.zone(&zone.apex);
         assert_eq!(history.map(|h| h.depth()), Some(2));
         let answer = ixfr_records(zone, history, 1).map(|a| a.0);

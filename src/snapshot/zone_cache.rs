@@ -11,7 +11,8 @@
 //! and include it was built from must still hold the bytes it held (re-read and compared, as
 //! a reload does before sharing zones). The caller also checks that the config binds the same
 //! steered names. Signed zones are not cached (their signatures have validity windows and the
-//! loader renews them), nor are loads that left a zone out.
+//! loader renews them), nor are loads that left a zone out, nor zones with outgoing transfers
+//! (`[transfer]`: their SOA serials carry the projection's revision, numbered at load).
 //!
 //! Sections: `sources` (below), `zones` ([`crate::zone::cache`]), `precompiled.*`.
 //!
@@ -72,7 +73,7 @@ pub enum ZoneCacheRefused {
 pub enum ZoneCacheNotWritten {
     #[error("not built from files")]
     NoSources,
-    #[error("signed zones, or zones left out, are not cached")]
+    #[error("signed zones, zones left out and zones with outgoing transfers are not cached")]
     NotCacheable,
     #[error("the identity of the running executable cannot be read")]
     NoBuildIdentity,
@@ -174,7 +175,10 @@ fn take(cache: &mut Cache, name: &str) -> Option<Vec<u8>> {
 /// serving path and off the reload's critical path.
 pub fn write(path: &Path, compiled: &Compiled) -> Result<u64, ZoneCacheNotWritten> {
     let sources = compiled.sources().ok_or(ZoneCacheNotWritten::NoSources)?;
-    if compiled.dnssec().is_some() || !compiled.dnssec_not_served.is_empty() {
+    if compiled.dnssec().is_some()
+        || !compiled.dnssec_not_served.is_empty()
+        || compiled.transfer.is_some()
+    {
         return Err(ZoneCacheNotWritten::NotCacheable);
     }
     let zones = crate::zone::cache::encode(compiled.zones().zones())

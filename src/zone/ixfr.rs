@@ -3,14 +3,13 @@
 //! client is current, the differences since its serial when the history reaches back that
 //! far, else the whole zone AXFR style (RFC 1995 section 4).
 //!
-//! Pure: reads a [`Zone`], a [`History`] and message bytes. Serial order is RFC 1982's
+//! Pure: reads a [`TransferView`] (a zone and its projected records), a [`History`] and message bytes. Serial order is RFC 1982's
 //! ([`serial_newer`]).
 
 use crate::dns::wire::{rtype, HEADER_LEN};
 
 use super::journal::{serial_newer, Diff, History};
-use super::model::Zone;
-use super::transfer::{axfr_records, TransferRecord};
+use super::transfer::{axfr_records, TransferRecord, TransferView};
 
 /// Which answer an IXFR got (a metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,10 +35,12 @@ impl IxfrKind {
 /// The records answering an IXFR from a client at `client_serial`, and which kind of answer
 /// they are. `None` when the zone has no SOA.
 pub fn ixfr_records<'z>(
-    zone: &'z Zone,
+    view: impl Into<TransferView<'z>>,
     history: Option<&'z History>,
     client_serial: u32,
 ) -> Option<(IxfrKind, Vec<TransferRecord<'z>>)> {
+    let view = view.into();
+    let zone = view.zone;
     let soa = zone.soa()?.records().next()?;
     let current = (&zone.apex[..], soa);
     if !serial_newer(zone.serial, client_serial) {
@@ -53,7 +54,7 @@ pub fn ixfr_records<'z>(
             return Some((IxfrKind::Incremental, records));
         }
     }
-    Some((IxfrKind::Full, axfr_records(zone)?))
+    Some((IxfrKind::Full, axfr_records(view)?))
 }
 
 /// The current SOA, then per difference the old SOA, the deleted records, the new SOA and the
@@ -119,7 +120,7 @@ fn skip_name(msg: &[u8], mut pos: usize) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::zone::journal::Journal;
-    use crate::zone::model::example_zone;
+    use crate::zone::model::{example_zone, Zone};
 
     fn text(serial: u32, www: &str) -> String {
         format!(

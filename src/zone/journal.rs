@@ -3,7 +3,7 @@
 //! zone, so an IXFR (RFC 1995) can send the changes since a secondary's serial and a reload can
 //! say what it cost (issue 32).
 //!
-//! Pure: values built from two [`Zone`]s, no I/O, no clock. Serial order is RFC 1982 serial
+//! Pure: values built from two [`super::model::Zone`]s (with their projected records), no I/O, no clock. Serial order is RFC 1982 serial
 //! arithmetic ([`serial_newer`]). A [`Journal`] is a plain value keyed by zone apex; the owner
 //! builds the next one and swaps it in.
 
@@ -11,7 +11,8 @@ use std::collections::{BTreeSet, VecDeque};
 
 use rustc_hash::FxHashMap;
 
-use super::model::{Node, Zone};
+use super::model::Node;
+use super::transfer::TransferView;
 use crate::dns::wire::rtype;
 
 /// One record: its owner (lower-cased wire name) and the bytes after the owner on the wire
@@ -39,13 +40,17 @@ pub struct Diff {
 }
 
 impl Diff {
-    /// The difference from `old` to `new` (same zone).
-    pub fn between(old: &Zone, new: &Zone) -> Diff {
+    /// The difference from `old` to `new` (same zone), projected records included.
+    pub fn between<'a, 'b>(
+        old: impl Into<TransferView<'a>>,
+        new: impl Into<TransferView<'b>>,
+    ) -> Diff {
+        let (old, new) = (old.into(), new.into());
         let (old_records, old_soa) = records_of(old);
         let (new_records, new_soa) = records_of(new);
         Diff {
-            from_serial: old.serial,
-            to_serial: new.serial,
+            from_serial: old.zone.serial,
+            to_serial: new.zone.serial,
             old_soa,
             new_soa,
             deleted: old_records.difference(&new_records).cloned().collect(),
@@ -59,13 +64,16 @@ impl Diff {
     }
 }
 
-/// Every record of a zone (RRSIGs and the NSEC3 chain included) but the apex SOA, and the apex
-/// SOA record.
-fn records_of(zone: &Zone) -> (BTreeSet<Record>, Option<Record>) {
-    let mut records = BTreeSet::new();
+/// Every record of a zone (RRSIGs, the NSEC3 chain and the projected records included) but
+/// the apex SOA, and the apex SOA record.
+fn records_of(view: TransferView<'_>) -> (BTreeSet<Record>, Option<Record>) {
+    let zone = view.zone;
+    let mut records: BTreeSet<Record> = view.projected.iter().cloned().collect();
     let mut soa = None;
     for (owner, node) in &zone.nodes {
-        for (rtype, record) in node_records(node) {
+        for (rtype, record) in node_records(node, |t| {
+            super::transfer::replaced_by_projection(view.projected, owner, t)
+        }) {
             let entry = (owner.clone(), Box::<[u8]>::from(record));
             if rtype == rtype::SOA && owner[..] == zone.apex[..] {
                 soa = Some(entry);
@@ -85,15 +93,19 @@ fn records_of(zone: &Zone) -> (BTreeSet<Record>, Option<Record>) {
     (records, soa)
 }
 
-/// The records of a node's sets and of the RRSIGs over them, with the set's type (RRSIGs
-/// carry the type they cover, so an SOA's RRSIG stays in the diff).
-fn node_records(node: &Node) -> impl Iterator<Item = (u16, &[u8])> {
-    node.rrsets.iter().flat_map(|set| {
-        let signatures = set.rrsig.iter().flat_map(|sig| sig.records());
-        set.records()
-            .map(move |r| (set.rtype, r))
-            .chain(signatures.map(|r| (rtype::RRSIG, r)))
-    })
+/// The records of a node's sets (but those `replaced` says a projection replaces) and of the
+/// RRSIGs over them, with the set's type (RRSIGs carry the type they cover, so an SOA's RRSIG
+/// stays in the diff).
+fn node_records(node: &Node, replaced: impl Fn(u16) -> bool) -> impl Iterator<Item = (u16, &[u8])> {
+    node.rrsets
+        .iter()
+        .filter(move |set| !replaced(set.rtype))
+        .flat_map(|set| {
+            let signatures = set.rrsig.iter().flat_map(|sig| sig.records());
+            set.records()
+                .map(move |r| (set.rtype, r))
+                .chain(signatures.map(|r| (rtype::RRSIG, r)))
+        })
 }
 
 /// How many versions a journal keeps per zone when the config does not say.
@@ -165,12 +177,18 @@ impl Journal {
 
     /// The journal after a zone was reloaded from `old` to `new`: the difference recorded
     /// when the serial changed, the zone left alone when it did not.
-    pub fn after_reload(&self, old: &Zone, new: &Zone) -> Journal {
+    pub fn after_reload<'a, 'b>(
+        &self,
+        old: impl Into<TransferView<'a>>,
+        new: impl Into<TransferView<'b>>,
+    ) -> Journal {
+        let (old, new) = (old.into(), new.into());
+        let (old_zone, new_zone) = (old.zone, new.zone);
         let mut next = self.clone();
-        if old.serial != new.serial {
-            let history = self.zones.get(&new.apex).cloned().unwrap_or_default();
+        if old_zone.serial != new_zone.serial {
+            let history = self.zones.get(&new_zone.apex).cloned().unwrap_or_default();
             let updated = history.with(Diff::between(old, new), self.depth);
-            next.zones.insert(new.apex.clone(), updated);
+            next.zones.insert(new_zone.apex.clone(), updated);
         }
         next
     }

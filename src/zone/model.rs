@@ -455,6 +455,33 @@ impl Zone {
         self.apex_node().and_then(|n| n.rrset(rtype::SOA))
     }
 
+    /// Rewrites the apex SOA's serial, and [`Zone::serial`], to `serial`: the zone is then
+    /// served and transferred at that serial (a zone whose projected steered names changed
+    /// while its file did not, see `snapshot::projection`). Call it before the zone is
+    /// signed. `false` (nothing changed) when the SOA cannot be read.
+    pub fn set_serial(&mut self, serial: u32) -> bool {
+        let apex = self.apex.clone();
+        let Some(set) = self
+            .nodes
+            .get_mut(&apex)
+            .and_then(|node| node.rrsets.iter_mut().find(|s| s.rtype == rtype::SOA))
+        else {
+            return false;
+        };
+        // One SOA record: type, class, TTL, RDLENGTH (10 bytes), then MNAME, RNAME, SERIAL.
+        let Some(at) =
+            skip_wire_name(&set.encoded, 10).and_then(|p| skip_wire_name(&set.encoded, p))
+        else {
+            return false;
+        };
+        let Some(bytes) = set.encoded.get_mut(at..at + 4) else {
+            return false;
+        };
+        bytes.copy_from_slice(&serial.to_be_bytes());
+        self.serial = serial;
+        true
+    }
+
     /// Attaches steered-name bindings (name, binding index), creating nodes where needed.
     /// A steered name may not sit at or below a zone cut, nor beside a static CNAME.
     pub fn bind_steered(&mut self, bindings: &[(&Name, SteeredBinding)]) -> Result<(), ModelError> {
@@ -574,6 +601,17 @@ fn soa_numbers(rdata: &[u8]) -> Option<(u32, u32)> {
     let word =
         |i: usize| u32::from_be_bytes([numbers[i], numbers[i + 1], numbers[i + 2], numbers[i + 3]]);
     Some((word(0), word(16)))
+}
+
+/// The offset just past the uncompressed wire name at `pos` of `bytes`.
+fn skip_wire_name(bytes: &[u8], mut pos: usize) -> Option<usize> {
+    loop {
+        let len = usize::from(*bytes.get(pos)?);
+        pos += 1 + len;
+        if len == 0 {
+            return Some(pos);
+        }
+    }
 }
 
 /// Tests' zone: example.com. built from zone-file text (unsigned).

@@ -3,14 +3,15 @@
 //! signatures, the NSEC3 chain of a signed zone, the SOA again last -- packed into messages
 //! that leave room for a TSIG record.
 //!
-//! Pure: it reads a [`Zone`] and writes bytes. Steered names carry no records in the model
-//! (their answers come from the policies), so they are not in the transfer; their static
-//! projection (issue 33 item 3) is not built yet. Who may transfer, and the sockets, are the
-//! server's.
+//! Pure: it reads a [`TransferView`] and writes bytes. Steered names carry no records in the
+//! model (their answers come from the policies); what a transfer carries for them is their
+//! static projection, records built when the snapshot is built (`snapshot::projection`) and
+//! handed in beside the zone. Who may transfer, and the sockets, are the server's.
 
 use crate::dns::canonical::canonical_cmp;
 use crate::dns::wire::{rtype, HEADER_LEN};
 
+use super::journal::Record;
 use super::model::{Chain, RRset, Zone};
 
 /// The largest transfer message written: the TCP maximum less room for a TSIG record
@@ -21,9 +22,30 @@ pub const MAX_TRANSFER_MESSAGE: usize = 65_535 - 512;
 /// owner (type, class, TTL, RDLENGTH, RDATA), as the model stores them.
 pub type TransferRecord<'z> = (&'z [u8], &'z [u8]);
 
-/// Every record of `zone` in transfer order: SOA, the rest, SOA. `None` when the zone has no
-/// SOA (a compiled zone always has one; the check keeps a transfer from starting without).
-pub fn axfr_records(zone: &Zone) -> Option<Vec<TransferRecord<'_>>> {
+/// A zone as a transfer sends it: the compiled zone and the records projected into it (the
+/// static projection of its steered names), which the zone model does not hold.
+#[derive(Debug, Clone, Copy)]
+pub struct TransferView<'z> {
+    pub zone: &'z Zone,
+    /// Projected records, sorted; none for a zone without steered names to project.
+    pub projected: &'z [Record],
+}
+
+impl<'z> From<&'z Zone> for TransferView<'z> {
+    /// The zone alone, nothing projected.
+    fn from(zone: &'z Zone) -> TransferView<'z> {
+        TransferView {
+            zone,
+            projected: &[],
+        }
+    }
+}
+
+/// Every record of a zone in transfer order: SOA, the rest, the projected records, SOA.
+/// `None` when the zone has no SOA (a compiled zone always has one; the check keeps a
+/// transfer from starting without).
+pub fn axfr_records<'z>(view: impl Into<TransferView<'z>>) -> Option<Vec<TransferRecord<'z>>> {
+    let TransferView { zone, projected } = view.into();
     let soa = zone.soa()?.records().next()?;
     let mut names: Vec<&[u8]> = zone.nodes.keys().map(|k| &k[..]).collect();
     names.sort_by(|a, b| canonical_cmp(a, b));
@@ -33,10 +55,18 @@ pub fn axfr_records(zone: &Zone) -> Option<Vec<TransferRecord<'_>>> {
             continue;
         };
         for set in &node.rrsets {
+            if replaced_by_projection(projected, name, set.rtype) {
+                continue;
+            }
             let skip_soa = name == &zone.apex[..] && set.rtype == rtype::SOA;
             push_set(&mut out, name, set, skip_soa);
         }
     }
+    out.extend(
+        projected
+            .iter()
+            .map(|(owner, record)| (&owner[..], &record[..])),
+    );
     if let Some(Chain::Nsec3(chain)) = zone.denial.as_ref().map(|d| &d.chain) {
         for (owner, set) in chain.records.iter() {
             push_set(&mut out, owner, set, false);
@@ -44,6 +74,17 @@ pub fn axfr_records(zone: &Zone) -> Option<Vec<TransferRecord<'_>>> {
     }
     out.push((&zone.apex[..], soa));
     Some(out)
+}
+
+/// Whether the static set of `rtype` at `owner` gives way to the projection: the policy
+/// answers A and AAAA at a steered name (the zone file's records there are only a base the
+/// policy takes over), so a projected name's static A/AAAA are not transferred beside it.
+/// `projected` is sorted by owner.
+pub fn replaced_by_projection(projected: &[Record], owner: &[u8], rtype: u16) -> bool {
+    matches!(rtype, rtype::A | rtype::AAAA)
+        && projected
+            .binary_search_by(|(o, _)| o[..].cmp(owner))
+            .is_ok()
 }
 
 /// A set's records (unless `skip_records`: the apex SOA, sent first and last) and its RRSIGs.

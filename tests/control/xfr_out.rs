@@ -3,8 +3,9 @@
 //! (the file rewritten with a higher serial, SIGHUP) that only the NOTIFY can explain (the
 //! secondaries' refresh timer is an hour) picked up by IXFR; a request with the wrong secret
 //! refused; BIND's `named-checkzone` on what `dig AXFR` returns; a signed (NSEC3) zone over DoT
-//! verified by `ldns-verify-zone`. A missing tool fails the
-//! test.
+//! verified by `ldns-verify-zone`; the static projection of steered names (issue 33 item 3)
+//! served by a Knot secondary, a weight change reaching it by NOTIFY and IXFR. A missing tool
+//! fails the test.
 
 use crate::control_common;
 
@@ -185,6 +186,11 @@ impl Drop for Process {
 }
 
 fn knot_secondary(port: u16, primary: SocketAddr) -> Process {
+    knot_secondary_of(port, primary, &[ZONE])
+}
+
+/// Knot on `port`, a TSIG secondary of `primary` for `zones`, NOTIFY from loopback accepted.
+fn knot_secondary_of(port: u16, primary: SocketAddr, zones: &[&str]) -> Process {
     let knotd = tool("/usr/sbin/knotd", "knot");
     let dir = TempDir::new("xfrout-knot");
     let d = dir.path().display();
@@ -196,11 +202,18 @@ fn knot_secondary(port: u16, primary: SocketAddr) -> Process {
          key:\n  - id: {KEY}\n    algorithm: hmac-sha256\n    secret: {SECRET}\n\
          remote:\n  - id: primary\n    address: {}@{}\n    key: {KEY}\n\
          acl:\n  - id: notify\n    address: 127.0.0.0/8\n    key: {KEY}\n    action: notify\n\
-         zone:\n  - domain: {ZONE}.\n    file: \"{d}/{ZONE}.zone\"\n    master: primary\n\
-         \x20   acl: notify\n    zonefile-sync: -1\n",
+         zone:\n",
         primary.ip(),
         primary.port()
-    );
+    ) + &zones
+        .iter()
+        .map(|zone| {
+            format!(
+                "  - domain: {zone}.\n    file: \"{d}/{zone}.zone\"\n    master: primary\n\
+                 \x20   acl: notify\n    zonefile-sync: -1\n"
+            )
+        })
+        .collect::<String>();
     std::fs::write(dir.path().join("knot.conf"), conf).expect("knot.conf");
     let child = Command::new(knotd)
         .arg("-c")
@@ -450,4 +463,271 @@ fn a_signed_zone_goes_out_over_dot_with_its_signatures_and_ldns_verifies_it() {
     // The same over plain TCP, from loopback unsigned.
     let (ok, plain) = dig_axfr(primary.server.addr, None);
     assert!(ok && plain.contains("IN\tNSEC3 1 0 0 - "), "{plain}");
+}
+
+/// The bundled example (steered names in example.com and edge.example.net) with transfers on,
+/// NOTIFY to `notify`, and `gw.example.com` marked `transfer = "omit"`.
+fn projection_primary(notify: u16) -> (control_common::Setup, control_common::Daemon) {
+    let setup = control_common::Setup::new("xfrout-projection");
+    let config = std::fs::read_to_string(&setup.config).expect("config");
+    let gw = "name = \"gw.example.com.\"\nprofile = \"appgw\"\n";
+    assert!(config.contains(gw), "the example steers gw.example.com");
+    let omitted = config.replace(gw, &format!("{gw}transfer = \"omit\"\n"));
+    std::fs::write(&setup.config, omitted).expect("write config");
+    let key = setup.path("xfr.key");
+    std::fs::write(
+        &key,
+        format!("key \"{KEY}\" {{ algorithm hmac-sha256; secret \"{SECRET}\"; }};\n"),
+    )
+    .expect("key file");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let target = format!("[{{ addr = \"127.0.0.1:{notify}\", key = \"{KEY}\" }}]");
+    setup.extend_config(&format!(
+        "[transfer]\nkey_files = [\"xfr.key\"]\nper_client_per_minute = 1000\n\
+         notify_timeout_ms = 200\n\
+         [transfer.zone.\"example.com\"]\nkeys = [\"{KEY}\"]\nnotify = {target}\n\
+         [transfer.zone.\"edge.example.net\"]\nkeys = [\"{KEY}\"]\nnotify = {target}\n"
+    ));
+    let server = setup.start();
+    (setup, server)
+}
+
+fn serial_of(server: SocketAddr, zone: &str) -> Option<u32> {
+    let (ok, out) = kdig(server, &["+short", "SOA", zone]);
+    out.split_whitespace().nth(2)?.parse().ok().filter(|_| ok)
+}
+
+fn short(server: SocketAddr, rtype: &str, name: &str) -> String {
+    kdig(server, &["+short", rtype, name]).1.trim().to_string()
+}
+
+/// The example zone files' serial.
+const EXAMPLE_SERIAL: u32 = 2026113001;
+
+#[test]
+fn knot_serves_the_projection_of_steered_names_and_follows_a_weight_change() {
+    let knot_port = free_port();
+    let (setup, primary) = projection_primary(knot_port);
+    let knot = SocketAddr::from((Ipv4Addr::LOCALHOST, knot_port));
+    // Projected names move the served serial off the file's: file serial + revision 1.
+    let first = EXAMPLE_SERIAL + 1;
+    assert_eq!(serial_of(primary.dns, "example.com"), Some(first));
+    let _secondary =
+        knot_secondary_of(knot_port, primary.dns, &["example.com", "edge.example.net"]);
+    wait_for("Knot serving both zones", Duration::from_secs(15), || {
+        (serial_of(knot, "example.com") == Some(first)
+            && serial_of(knot, "edge.example.net") == Some(first))
+        .then_some(())
+    });
+
+    // The secondary answers every steered name with its always-serve answer...
+    assert_eq!(
+        short(knot, "CNAME", "critical.example.com"),
+        "critical.edge.example.net."
+    );
+    assert_eq!(
+        short(knot, "CNAME", "warm.example.com"),
+        "warm.edge.example.net."
+    );
+    // ...the wildcard anycast name as a wildcard, for any name below it...
+    assert_eq!(short(knot, "A", "anything.edge.example.net"), "192.0.2.1");
+    assert_eq!(
+        short(knot, "AAAA", "contoso.edge.example.net"),
+        "2001:db8::1"
+    );
+    // ...and `transfer = "omit"` leaves gw.example.com out.
+    let (_, gw) = kdig(knot, &["A", "gw.example.com"]);
+    assert!(gw.contains("NXDOMAIN"), "{gw}");
+    assert_eq!(short(primary.dns, "A", "gw.example.com"), "203.0.113.20");
+
+    let status = primary.status();
+    let zone = &status["transfer"]["example.com"];
+    assert_eq!(zone["projected_names"].as_u64(), Some(2), "{zone}");
+    assert_eq!(zone["omitted_names"].as_u64(), Some(1), "{zone}");
+    assert_eq!(
+        zone["file_serial"].as_u64(),
+        Some(u64::from(EXAMPLE_SERIAL)),
+        "{zone}"
+    );
+
+    // Break glass: critical to the alternate CDN. The projection follows, the serial moves
+    // on, and the NOTIFY brings it to Knot by IXFR (its refresh timer is two hours).
+    let output = primary.cli(&["weight", "set", "critical", "frontdoor=0", "alt-cdn=100"]);
+    control_common::ok(&output, "weight set");
+    let second = first + 1;
+    wait_for(
+        "steerdns at the new serial",
+        Duration::from_secs(10),
+        || (serial_of(primary.dns, "example.com") == Some(second)).then_some(()),
+    );
+    wait_for("Knot at the new serial", Duration::from_secs(15), || {
+        (serial_of(knot, "example.com") == Some(second)).then_some(())
+    });
+    assert_eq!(
+        short(knot, "CNAME", "critical.example.com"),
+        "critical.cdn.example.org."
+    );
+    // The other zone's projection did not change: its serial stays.
+    assert_eq!(serial_of(primary.dns, "edge.example.net"), Some(first));
+    let admin = primary.admin;
+    let metrics = control_common::http(admin, "GET", "/metrics", None).1;
+    let ixfr = counter(
+        &metrics,
+        "steerdns_transfers_out_total",
+        &["kind=\"ixfr\"", "result=\"ok\"", "zone=\"example.com\""],
+    );
+    assert!(ixfr >= 1, "the change went out by IXFR:\n{metrics}");
+    assert!(
+        metrics.contains("steerdns_transfer_projected_names{zone=\"example.com\"} 2"),
+        "{metrics}"
+    );
+    let cli = primary.cli(&["status"]);
+    let text = control_common::ok(&cli, "status");
+    assert!(
+        text.contains(&format!(
+            "transfer example.com: serial {second}, journal 1 version(s)"
+        )) && text.contains("projected 2 steered name(s), 1 omitted (zone file serial 2026113001)"),
+        "{text}"
+    );
+
+    // A restart numbers on from the state directory: the serial does not go back below what
+    // the secondary holds.
+    drop(primary);
+    let restarted = setup.start();
+    assert_eq!(serial_of(restarted.dns, "example.com"), Some(second));
+    assert_eq!(serial_of(restarted.dns, "edge.example.net"), Some(first));
+}
+
+const CATALOG: &str = "catalog.invalid";
+
+/// Knot on `port` consuming the catalog zone of `primary` (`catalog-role: interpret`): every
+/// member becomes a secondary of `primary` through the `member` template.
+fn knot_catalog_consumer(port: u16, primary: SocketAddr) -> Process {
+    let knotd = tool("/usr/sbin/knotd", "knot");
+    let dir = TempDir::new("xfrout-knot-catalog");
+    let d = dir.path().display();
+    let conf = format!(
+        "server:\n    rundir: \"{d}\"\n    listen: 127.0.0.1@{port}\n\
+         database:\n    storage: \"{d}\"\n\
+         control:\n    listen: \"{d}/knot.sock\"\n\
+         log:\n  - target: stderr\n    any: warning\n\
+         key:\n  - id: {KEY}\n    algorithm: hmac-sha256\n    secret: {SECRET}\n\
+         remote:\n  - id: primary\n    address: {}@{}\n    key: {KEY}\n\
+         acl:\n  - id: notify\n    address: 127.0.0.0/8\n    key: {KEY}\n    action: notify\n\
+         template:\n  - id: member\n    master: primary\n    acl: notify\n\
+         \x20   file: \"{d}/%s.zone\"\n    zonefile-sync: -1\n\
+         zone:\n  - domain: {CATALOG}.\n    file: \"{d}/{CATALOG}.zone\"\n    master: primary\n\
+         \x20   acl: notify\n    zonefile-sync: -1\n    catalog-role: interpret\n\
+         \x20   catalog-template: member\n",
+        primary.ip(),
+        primary.port()
+    );
+    std::fs::write(dir.path().join("knot.conf"), conf).expect("knot.conf");
+    let child = Command::new(knotd)
+        .arg("-c")
+        .arg(dir.path().join("knot.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start knotd");
+    Process { child, _dir: dir }
+}
+
+#[test]
+fn knot_consumes_the_catalog_and_provisions_each_member_zone() {
+    let knot_port = free_port();
+    let catalog_notify = format!(
+        "[transfer.zone.\"{CATALOG}\"]\nkeys = [\"{KEY}\"]\n\
+         notify = [{{ addr = \"127.0.0.1:{knot_port}\", key = \"{KEY}\" }}]\n"
+    );
+    let primary = Primary::start_with(
+        "xfrout-catalog",
+        free_port(),
+        &[knot_port],
+        &catalog_notify,
+        |config| {
+            let text = std::fs::read_to_string(config).expect("config");
+            let text = text.replacen(
+                "[transfer]\n",
+                &format!("[transfer]\ncatalog = \"{CATALOG}\"\n"),
+                1,
+            );
+            std::fs::write(config, text).expect("config");
+        },
+    );
+    let addr = primary.server.addr;
+    // The catalog: version "2", one PTR per zone under zones., numbered from 1.
+    assert_eq!(serial_of(addr, CATALOG), Some(1));
+    let (ok, axfr) = dig_axfr_of(addr, CATALOG);
+    assert!(ok, "{axfr}");
+    // dig's columns, one space apart.
+    let lines: Vec<String> = axfr
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let version = format!("version.{CATALOG}. 0 IN TXT \"2\"");
+    assert!(lines.contains(&version), "{axfr}");
+    let members: Vec<&String> = lines.iter().filter(|l| l.contains(" PTR ")).collect();
+    assert_eq!(members.len(), 1, "{axfr}");
+    assert!(
+        members[0].contains(&format!(".zones.{CATALOG}. 0 IN PTR {ZONE}.")),
+        "{axfr}"
+    );
+    assert!(
+        lines.contains(&format!("{CATALOG}. 0 IN NS invalid.")),
+        "{axfr}"
+    );
+
+    let knot = SocketAddr::from((Ipv4Addr::LOCALHOST, knot_port));
+    let _consumer = knot_catalog_consumer(knot_port, addr);
+    wait_secondary(
+        "Knot provisioning xo.test from the catalog",
+        knot,
+        1,
+        "192.0.2.1",
+    );
+
+    // A zone added on the primary: the catalog's serial moves on, the NOTIFY brings it to
+    // Knot, which provisions the new member and transfers it.
+    let second = "second.test";
+    std::fs::write(
+        primary
+            .dir
+            .path()
+            .join("zones")
+            .join(format!("{second}.zone")),
+        format!(
+            "$ORIGIN {second}.\n$TTL 60\n@ IN SOA ns1 hostmaster 5 3600 600 86400 60\n\
+             @ IN NS ns1\nns1 IN A 192.0.2.53\nwww IN A 192.0.2.77\n"
+        ),
+    )
+    .expect("second zone");
+    control_common::sighup(primary.server.pid());
+    wait_for("the catalog at serial 2", Duration::from_secs(10), || {
+        (serial_of(addr, CATALOG) == Some(2)).then_some(())
+    });
+    wait_for(
+        "Knot serving the new member",
+        Duration::from_secs(20),
+        || {
+            (serial_of(knot, second) == Some(5)
+                && short(knot, "A", &format!("www.{second}")) == "192.0.2.77")
+                .then_some(())
+        },
+    );
+    let status = primary.status();
+    let catalog = &status["transfer"][CATALOG];
+    assert_eq!(catalog["catalog_members"].as_u64(), Some(2), "{catalog}");
+    assert!(
+        primary
+            .cli_status()
+            .contains(&format!("transfer {CATALOG}: serial 2")),
+        "{}",
+        primary.cli_status()
+    );
+}
+
+fn dig_axfr_of(server: SocketAddr, zone: &str) -> (bool, String) {
+    dig_transfer(server, &["+tcp", zone, "AXFR"], Some((KEY, SECRET)))
 }

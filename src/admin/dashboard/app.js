@@ -597,6 +597,39 @@
     );
   }
 
+  // Per zone: the serial served and transferred, what the transfers carry (the projection of
+  // steered names, or the catalog's members) and the NOTIFY targets' acknowledged serials.
+  function renderTransfer(status) {
+    const zones = status.transfer;
+    if (!zones) {
+      byId("transfer").replaceChildren(el("p", { className: "none" }, "Off (no [transfer] in the config)."));
+      return;
+    }
+    const head = el(
+      "tr",
+      {},
+      ...["Zone", "Serial", "Carries", "NOTIFY acked"].map((t) => el("th", { scope: "col" }, t))
+    );
+    const rows = Object.entries(zones).map(([name, z]) => {
+      const carries =
+        z.catalog_members != null
+          ? `catalog of ${num(z.catalog_members)} zone(s)`
+          : `${num(z.projected_names)} steered name(s) projected, ${num(z.omitted_names)} omitted`;
+      const acked = Object.entries(z.notify || {}).map(([t, n]) => `${t}: ${n.acked_serial ?? "not yet"}`);
+      return el(
+        "tr",
+        { dataset: { zone: name } },
+        el("th", { scope: "row" }, name),
+        el("td", {}, z.serial === z.file_serial ? String(z.serial) : `${z.serial} (file ${z.file_serial})`),
+        el("td", {}, carries),
+        el("td", {}, acked.length ? acked.join(", ") : "no targets")
+      );
+    });
+    byId("transfer").replaceChildren(
+      el("table", { className: "transfer" }, el("thead", {}, head), el("tbody", {}, rows))
+    );
+  }
+
   function render(status) {
     renderRings(status);
     renderShield(status);
@@ -606,6 +639,7 @@
     renderProfiles(status);
     renderHealth(status);
     renderEncrypted(status);
+    renderTransfer(status);
   }
 
   function setConnection(ok, detail) {

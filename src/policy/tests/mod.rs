@@ -8,6 +8,7 @@ mod errors;
 mod example;
 mod health;
 mod profiles;
+mod projection;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -3,7 +3,7 @@
 use hickory_proto::rr::Name;
 
 use super::*;
-use crate::zone::model::RecordInput;
+use crate::zone::model::{RecordInput, Zone};
 
 fn name(text: &str) -> Name {
     Name::from_ascii(text).expect("test name")
