@@ -263,10 +263,10 @@ pub fn step(
         return outcome;
     }
     let mut state = carried_over(previous, rings, settings, now_ms);
-    let (tenant_first, mut changes) =
-        shed_tenants_first(&mut state, inputs, rings, settings, now_ms);
+    let (first, mut changes) = shed_tenants_first(&mut state, inputs, rings, settings, now_ms);
     // Predicted again: the loads the regions decide on include what the tenants just moved.
     let predicted = Prediction::new(&state, inputs, rings, settings, now_ms);
+    let tenant_first = regions_left_to_tenants(&first, &predicted, settings);
     let elapsed_ms = previous.last_tick_ms.map(|t| now_ms.saturating_sub(t));
     smooth_demand(&mut state, inputs, settings, elapsed_ms.unwrap_or(0));
     estimate_natural(&mut state, &predicted, settings, elapsed_ms);
@@ -297,9 +297,15 @@ fn shed_tenants_first(
     rings: &Rings,
     settings: &ShieldSettings,
     now_ms: u64,
-) -> (Vec<bool>, Vec<Change>) {
+) -> (tenant::TenantFirst, Vec<Change>) {
     if inputs.tenants.is_empty() && state.tenants.is_empty() {
-        return (vec![false; rings.regions.len()], Vec::new());
+        let none = vec![false; rings.regions.len()];
+        let first = tenant::TenantFirst {
+            changes: Vec::new(),
+            lever_left: none.clone(),
+            active: none,
+        };
+        return (first, Vec::new());
     }
     let predicted = Prediction::new(state, inputs, rings, settings, now_ms);
     let tick = Tick {
@@ -315,8 +321,25 @@ fn shed_tenants_first(
             room.remove(&region_dest(r));
         }
     }
-    let decided = tenant::decide_tenants(state, inputs, &tick, &mut room);
-    (decided.lever_left, decided.changes)
+    let mut decided = tenant::decide_tenants(state, inputs, &tick, &mut room);
+    let changes = std::mem::take(&mut decided.changes);
+    (decided, changes)
+}
+
+/// Per region: whether its tenants' own sheds are still what relieves it, so that it sheds no
+/// more itself (see [`tenant`]): a tenant there can be shed more, or one is shed and the region
+/// is predicted under its high watermark once every move in flight has landed.
+fn regions_left_to_tenants(
+    first: &tenant::TenantFirst,
+    predicted: &Prediction,
+    settings: &ShieldSettings,
+) -> Vec<bool> {
+    (0..first.lever_left.len())
+        .map(|r| {
+            let relieved = predicted.region_util[r] <= settings.high_watermark;
+            first.lever_left[r] || (first.active[r] && relieved)
+        })
+        .collect()
 }
 
 /// The outcome of a tick outside automatic mode, if the mode says so: off drops every

@@ -18,8 +18,15 @@
 //! share too): a tenant that calms down comes home even while the region stays hot, and the
 //! region's own shed (for everybody) takes over if it must.
 //!
+//! A region with a tenant shed on its own sheds no more while that tenant can still be shed
+//! more, nor while the region's load, once every move in flight has landed (the tenant's
+//! included), is predicted under its high watermark: the region-wide shed is for what the
+//! tenant's own cannot fix. (A tenant's moves land as its clients' answers expire, like a
+//! region's; steering the region on the next short TTL alone would shed everybody for the
+//! slow part of the tenant's move.)
+//!
 //! Owns the per-tenant entries of the state and their moves; the regions' decisions read only
-//! whether a region still has a tenant to shed first ([`TenantFirst::lever_left`]).
+//! whether a region is still the tenants' to relieve ([`TenantFirst`]).
 
 use std::collections::BTreeMap;
 
@@ -65,6 +72,8 @@ pub(super) struct TenantFirst {
     pub changes: Vec<Change>,
     /// Per region: a tenant there can still be shed more, so the region does not shed more.
     pub lever_left: Vec<bool>,
+    /// Per region: a tenant there is shed on its own.
+    pub active: Vec<bool>,
 }
 
 /// Decides every tenant's own shed for this tick (before the regions), placing what moves into
@@ -80,6 +89,7 @@ pub(super) fn decide_tenants(
     engage_surging(state, inputs, tick);
     let mut changes = Vec::new();
     let mut lever_left = vec![false; regions];
+    let mut active = vec![false; regions];
     let mut entries = std::mem::take(&mut state.tenants);
     for entry in entries.iter_mut() {
         let before = entry.fraction;
@@ -101,6 +111,9 @@ pub(super) fn decide_tenants(
         {
             lever_left[usize::from(entry.region)] = true;
         }
+        if entry.fraction > 0.0 {
+            active[usize::from(entry.region)] = true;
+        }
     }
     // A released entry stays until its hold-down has passed: shedding it again at once would
     // reverse its last move.
@@ -111,6 +124,7 @@ pub(super) fn decide_tenants(
     TenantFirst {
         changes,
         lever_left,
+        active,
     }
 }
 
