@@ -916,6 +916,26 @@ impl Scrape {
         )?;
         gauges(
             encoder,
+            "steerdns_shield_tenant_shed_fraction",
+            "Tenant-first shedding: share of a tenant's clients in a region shed on their own, \
+             ahead of the region (0..1; present while shed).",
+            sh.tenants.iter().map(|t| {
+                let labels = vec![("tenant", t.tenant.clone()), ("region", t.region.clone())];
+                (labels, t.shed_fraction)
+            }),
+        )?;
+        gauges(
+            encoder,
+            "steerdns_shield_tenant_share",
+            "Tenant-first shedding: a shed tenant's share of its region's load (the limit is \
+             [shield] tenant_share).",
+            sh.tenants.iter().map(|t| {
+                let labels = vec![("tenant", t.tenant.clone()), ("region", t.region.clone())];
+                (labels, t.share)
+            }),
+        )?;
+        gauges(
+            encoder,
             "steerdns_shield_hot",
             "1 while a region is above its low watermark (its clients get the short TTL).",
             sh.regions

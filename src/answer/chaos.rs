@@ -99,14 +99,13 @@ fn decision_trace(snapshot: &Snapshot, query: &Query, client: &Requester) -> Opt
         None => (&data.policies, steered.root),
     };
     let cells = tenant.and_then(|t| t.cells(&data.policies));
-    let decision = policy::explain_for_tenant(
-        policies,
-        root,
-        &located,
-        &snapshot.shield().view(),
-        &snapshot.health().view(),
-        cells,
-    );
+    let (shed, health) = (&snapshot.shield().view(), &snapshot.health().view());
+    let decision = match tenant {
+        Some(t) => {
+            policy::explain_as_tenant(policies, root, &located, shed, health, t.name(), cells)
+        }
+        None => policy::explain_for_tenant(policies, root, &located, shed, health, cells),
+    };
     Some(format!(
         "{} via {source}; {location}{database}; name {}; {}{decision}",
         located.addr,

@@ -1408,14 +1408,36 @@ fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {
         }
         println!("{line}");
     }
+    for tenant in &shield.tenants {
+        let to: Vec<String> = tenant
+            .destinations
+            .iter()
+            .map(|(d, s)| format!("{d} {:.0}%", s * 100.0))
+            .collect();
+        println!(
+            "  tenant-first: {} in {}: shedding {:.0}% -> {} (share {:.0}% of the region, limit \
+             {:.0}%) [{}]",
+            tenant.tenant,
+            tenant.region,
+            tenant.shed_fraction * 100.0,
+            to.join(", "),
+            tenant.share * 100.0,
+            shield.tenant_share * 100.0,
+            tenant.state
+        );
+    }
     for alert in &shield.alerts {
         println!("  alert: {alert}");
     }
     for change in shield.recent_changes.iter().take(5) {
+        let who = match &change.tenant {
+            Some(tenant) => format!("{} (tenant {tenant})", change.region),
+            None => change.region.clone(),
+        };
         println!(
             "  {} {} {:.0}% -> {:.0}%: {}",
             change.at,
-            change.region,
+            who,
             change.from * 100.0,
             change.to * 100.0,
             change.reason

@@ -173,6 +173,10 @@ pub struct ShieldConfig {
     /// queries without ECS count by their source only when it is proven (TCP, DoT/DoH/DoQ,
     /// or a valid server cookie). Empty (default): nothing counts unproven.
     pub trusted_ecs_resolvers: Vec<IpNet>,
+    /// Tenant-first shedding: a tenant whose clients bring more than this share of a hot
+    /// region's load (the feed's `tenants` section) is shed alone before the region is
+    /// (0 < share <= 1; 1 turns it off, as no tenant can bring more than all of it).
+    pub tenant_share: f64,
 }
 
 impl Default for ShieldConfig {
@@ -190,6 +194,7 @@ impl Default for ShieldConfig {
             load_file: None,
             prometheus: None,
             trusted_ecs_resolvers: Vec::new(),
+            tenant_share: 0.3,
         }
     }
 }
@@ -614,6 +619,12 @@ impl Config {
             return Err(invalid(
                 "shield.max_step",
                 format!("{} is outside (0, 1]", shield.max_step),
+            ));
+        }
+        if !in_unit(shield.tenant_share) {
+            return Err(invalid(
+                "shield.tenant_share",
+                format!("{} is outside (0, 1]", shield.tenant_share),
             ));
         }
         if shield.stale_after_secs >= shield.revert_after_secs {

@@ -23,9 +23,17 @@ pub struct PrometheusConfig {
     /// PromQL giving one series per region or site: its capacity. Unset: `[topology]`'s.
     #[serde(default)]
     pub capacity_query: Option<String>,
+    /// PromQL giving one series per tenant and client region: the load that tenant's clients
+    /// located in the region bring (labelled by `tenant_label` and `label`), for tenant-first
+    /// shedding (`[shield] tenant_share`).
+    #[serde(default)]
+    pub tenant_query: Option<String>,
     /// The series label naming the region or site.
     #[serde(default = "default_label")]
     pub label: String,
+    /// The tenant query's label naming the tenant.
+    #[serde(default = "default_tenant_label")]
+    pub tenant_label: String,
     /// Milliseconds between queries.
     #[serde(default = "default_interval_ms")]
     pub interval_ms: u64,
@@ -36,6 +44,10 @@ pub struct PrometheusConfig {
 
 fn default_label() -> String {
     "region".into()
+}
+
+fn default_tenant_label() -> String {
+    "tenant".into()
 }
 
 fn default_interval_ms() -> u64 {
@@ -52,17 +64,13 @@ impl PrometheusConfig {
         if let Err(message) = crate::http_client::parse_base_url(&self.url) {
             return Some(("shield.prometheus.url", message));
         }
-        let valid_label = !self.label.is_empty()
-            && self
-                .label
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !self.label.starts_with(|c: char| c.is_ascii_digit());
-        if !valid_label {
-            return Some((
-                "shield.prometheus.label",
-                format!("{:?} is not a Prometheus label name", self.label),
-            ));
+        for (field, label) in [
+            ("shield.prometheus.label", &self.label),
+            ("shield.prometheus.tenant_label", &self.tenant_label),
+        ] {
+            if !is_label_name(label) {
+                return Some((field, format!("{label:?} is not a Prometheus label name")));
+            }
         }
         for (field, query) in [
             ("shield.prometheus.region_query", Some(&self.region_query)),
@@ -74,6 +82,7 @@ impl PrometheusConfig {
                 "shield.prometheus.capacity_query",
                 self.capacity_query.as_ref(),
             ),
+            ("shield.prometheus.tenant_query", self.tenant_query.as_ref()),
         ] {
             if query.is_some_and(|q| q.trim().is_empty()) {
                 return Some((field, "is empty".into()));
@@ -90,4 +99,11 @@ impl PrometheusConfig {
         }
         None
     }
+}
+
+/// Whether `label` is a Prometheus label name (`[a-zA-Z_][a-zA-Z0-9_]*`).
+fn is_label_name(label: &str) -> bool {
+    !label.is_empty()
+        && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !label.starts_with(|c: char| c.is_ascii_digit())
 }

@@ -160,6 +160,9 @@ pub struct Trace {
     /// Anycast roots of a tenant whose every cell in a layer was impaired: the layer fallen
     /// back to (the last, when it fell twice).
     pub cells_fallback: Option<Destination>,
+    /// The shed in the anycast choice was the tenant's own (tenant-first shedding), not its
+    /// region's.
+    pub tenant_first: bool,
 }
 
 /// Computes the answer for `client` under `root` with every monitored endpoint up. Never
@@ -201,8 +204,34 @@ pub fn evaluate_for_tenant<'a>(
     health: &HealthView,
     cells: Option<&'a TenantCells>,
 ) -> Decision<'a> {
+    evaluate_tenant(p, root, client, shed, health, (None, cells))
+}
+
+/// [`evaluate_for_tenant`] for the tenant named `tenant`: its own shed in the client's region
+/// (tenant-first shedding, in the shield's view) applies to its anycast answers too. Never
+/// panics and never allocates.
+pub fn evaluate_as_tenant<'a>(
+    p: &'a CompiledPolicies,
+    root: PolicyRoot,
+    client: &LocatedClient,
+    shed: &ShedView,
+    health: &HealthView,
+    tenant: &str,
+    cells: Option<&'a TenantCells>,
+) -> Decision<'a> {
+    evaluate_tenant(p, root, client, shed, health, (Some(tenant), cells))
+}
+
+fn evaluate_tenant<'a>(
+    p: &'a CompiledPolicies,
+    root: PolicyRoot,
+    client: &LocatedClient,
+    shed: &ShedView,
+    health: &HealthView,
+    (tenant, cells): (Option<&str>, Option<&'a TenantCells>),
+) -> Decision<'a> {
     match root {
-        PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed, cells),
+        PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed, (tenant, cells)),
         PolicyRoot::Profile { profile, ttl_cap } => {
             let health = Health { p, view: health };
             evaluate_profile(p, profile, ttl_cap.unwrap_or(u32::MAX), client, &health)
@@ -223,7 +252,7 @@ fn evaluate_anycast<'a>(
     ttl: u32,
     client: &LocatedClient,
     shed: &ShedView,
-    cells: Option<&'a TenantCells>,
+    (tenant, cells): (Option<&str>, Option<&'a TenantCells>),
 ) -> Decision<'a> {
     let region = client.region;
     let mut trace = Trace::default();
@@ -232,9 +261,10 @@ fn evaluate_anycast<'a>(
     let choice = match p.region_override(region) {
         RegionOverride::Forced(destination) => AnycastChoice::Forced(destination),
         RegionOverride::Drained(destination) => AnycastChoice::Drained(destination),
-        RegionOverride::None => match shed.region(region) {
+        RegionOverride::None => match shed_for(shed, tenant, region) {
             None => AnycastChoice::Global,
-            Some(state) => {
+            Some((state, tenant_first)) => {
+                trace.tenant_first = tenant_first;
                 if let Some(hot) = state.hot_ttl() {
                     trace.hot = hot < ttl;
                     ttl = ttl.min(hot);
@@ -246,7 +276,8 @@ fn evaluate_anycast<'a>(
         },
     };
     trace.anycast = Some((region, choice));
-    let location_dependent = p.any_override || shed.any_active();
+    let location_dependent =
+        p.any_override || shed.any_active() || tenant.is_some_and(|t| shed.tenant_shed_anywhere(t));
     let mut scope = if location_dependent {
         client.prefix_len
     } else {
@@ -280,6 +311,24 @@ fn evaluate_anycast<'a>(
         scope: scope.min(family_bits(client.addr)),
         left_out,
         trace,
+    }
+}
+
+/// The shed that decides for a client of `region`: the region's, or the tenant's own when it
+/// sheds more (a subnet shed by either is shed; both hash the same buckets, so the larger
+/// fraction covers the smaller). The bool says the tenant's own decided.
+#[inline]
+fn shed_for<'v>(
+    shed: &'v ShedView,
+    tenant: Option<&str>,
+    region: u16,
+) -> Option<(&'v RegionShed, bool)> {
+    let of_region = shed.region(region);
+    let own = tenant.and_then(|t| shed.tenant_region(t, region));
+    match (of_region, own) {
+        (Some(r), Some(t)) if r.fraction_permille() >= t.fraction_permille() => Some((r, false)),
+        (_, Some(t)) => Some((t, true)),
+        (r, None) => r.map(|r| (r, false)),
     }
 }
 

@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 
 use super::evaluate::{
-    evaluate_for_tenant, AnycastChoice, LocatedClient, StepChoice, StepHealth, Target,
+    evaluate_as_tenant, evaluate_for_tenant, AnycastChoice, LocatedClient, StepChoice, StepHealth,
+    Target,
 };
 use super::health::HealthView;
 use super::knobs::{Destination, ShedView};
@@ -46,10 +47,46 @@ pub fn explain_for_tenant(
     health: &HealthView,
     cells: Option<&crate::cells::TenantCells>,
 ) -> String {
-    let decision = evaluate_for_tenant(p, root, client, shed, health, cells);
+    explain_tenant(p, root, client, shed, health, (None, cells))
+}
+
+/// [`explain_for_tenant`] for the tenant named `tenant`: a shed that is its own (tenant-first
+/// shedding) says so, with its share of the region's load as the shield last saw it.
+pub fn explain_as_tenant(
+    p: &CompiledPolicies,
+    root: PolicyRoot,
+    client: &LocatedClient,
+    shed: &ShedView,
+    health: &HealthView,
+    tenant: &str,
+    cells: Option<&crate::cells::TenantCells>,
+) -> String {
+    explain_tenant(p, root, client, shed, health, (Some(tenant), cells))
+}
+
+fn explain_tenant(
+    p: &CompiledPolicies,
+    root: PolicyRoot,
+    client: &LocatedClient,
+    shed: &ShedView,
+    health: &HealthView,
+    (tenant, cells): (Option<&str>, Option<&crate::cells::TenantCells>),
+) -> String {
+    let decision = match tenant {
+        Some(name) => evaluate_as_tenant(p, root, client, shed, health, name, cells),
+        None => evaluate_for_tenant(p, root, client, shed, health, cells),
+    };
     let mut out = String::new();
     if let Some((region, choice)) = decision.trace.anycast {
         let _ = write!(out, "anycast; region {}", region_label(p, region));
+        if decision.trace.tenant_first {
+            let _ = write!(
+                out,
+                "; tenant-first: tenant {} shed on its own (its share of the region's load is \
+                 above the shield's tenant_share), the region is not",
+                tenant.unwrap_or("?")
+            );
+        }
         let _ = write!(out, "; {}", anycast_choice(p, choice));
         if let Some(revision) = shed.revision() {
             let _ = write!(out, "; shield state revision {revision}");

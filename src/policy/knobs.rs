@@ -257,6 +257,9 @@ impl RegionShed {
 pub struct ShedView {
     regions: Vec<RegionShed>,
     any_active: bool,
+    /// Tenants shed on their own (tenant-first): (tenant, region, shed), sorted by tenant then
+    /// region, so that a query finds its tenant's by binary search, without allocating.
+    tenants: Vec<(Box<str>, u16, RegionShed)>,
     /// Fleet mode: the revision of the leader's published state this view was built from
     /// (shown in `CH TXT` traces); `None` when this node decided alone.
     revision: Option<i64>,
@@ -283,6 +286,48 @@ impl ShedView {
     /// Whether any region is shed or hot (then anycast answers depend on client location).
     pub fn any_active(&self) -> bool {
         self.any_active
+    }
+
+    /// Sets the tenants shed on their own (replacing any set before).
+    pub fn set_tenants<'a>(&mut self, sheds: impl IntoIterator<Item = (&'a str, u16, RegionShed)>) {
+        self.tenants = sheds
+            .into_iter()
+            .filter(|(_, _, shed)| shed.is_active())
+            .map(|(tenant, region, shed)| (Box::from(tenant), region, shed))
+            .collect();
+        self.tenants.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        self.tenants.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    }
+
+    /// `tenant`'s own shed in `region`, if it has one. No allocation: a binary search (and
+    /// nothing at all while no tenant is shed).
+    #[inline]
+    pub fn tenant_region(&self, tenant: &str, region: u16) -> Option<&RegionShed> {
+        if self.tenants.is_empty() {
+            return None;
+        }
+        self.tenants
+            .binary_search_by(|(t, r, _)| (&**t, *r).cmp(&(tenant, region)))
+            .ok()
+            .map(|i| &self.tenants[i].2)
+    }
+
+    /// Whether `tenant` has an own shed in any region (then its anycast answers depend on the
+    /// client's location).
+    #[inline]
+    pub fn tenant_shed_anywhere(&self, tenant: &str) -> bool {
+        if self.tenants.is_empty() {
+            return false;
+        }
+        let first = self.tenants.partition_point(|(t, _, _)| &**t < tenant);
+        self.tenants
+            .get(first)
+            .is_some_and(|(t, _, _)| &**t == tenant)
+    }
+
+    /// Every tenant's own shed: (tenant, region, shed).
+    pub fn tenants(&self) -> impl Iterator<Item = (&str, u16, &RegionShed)> + '_ {
+        self.tenants.iter().map(|(t, r, s)| (&**t, *r, s))
     }
 
     /// Marks the view as built from the fleet's published state `revision`.

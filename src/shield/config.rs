@@ -22,6 +22,7 @@ impl ShieldSettings {
             stale_after_ms: config.stale_after_secs.saturating_mul(1000),
             revert_after_ms: config.revert_after_secs.saturating_mul(1000),
             allow_cross_continent: config.allow_cross_continent,
+            tenant_share: config.tenant_share,
         }
     }
 }

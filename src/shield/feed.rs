@@ -5,7 +5,8 @@
 //! {"time": "2026-11-30T10:00:00Z",
 //!  "source": "prometheus-exporter@mon-1",
 //!  "regions":  {"eu-west": {"load": 950, "capacity": 1000}},
-//!  "fallback": {"fb-eu":   {"load": 200, "capacity": 2000}}}
+//!  "fallback": {"fb-eu":   {"load": 200, "capacity": 2000}},
+//!  "tenants":  {"contoso": {"eu-west": 600}}}
 //! ```
 //!
 //! - `time` (required): when the numbers were measured, RFC 3339 (`Z` or a `±HH:MM` offset,
@@ -14,6 +15,11 @@
 //!   same units (requests/s, Gbit/s, … as long as both agree), each at most
 //!   [`MAX_FEED_VALUE`]. Names must be configured regions and fallback sites; one left out of a
 //!   feed means "no fresh data" for it.
+//! - `tenants` (optional): tenant name → region name → the load that tenant's clients located
+//!   in the region bring (wherever they are served), in the region's units, for tenant-first
+//!   shedding (`[shield] tenant_share`). Region names must be configured; a tenant name is at
+//!   most [`MAX_TENANT_NAME`] characters without control characters (a name the server does not
+//!   serve moves nothing). Counted with the other entries against [`MAX_FEED_ENTRIES`].
 //! - `source` (optional): a free-text label of the sender, for operators; the shield ignores it.
 //!
 //! Anything else is refused, and a feed with any fault is refused whole: the shield never acts
@@ -41,6 +47,8 @@ pub const MAX_LOAD_RATIO: f64 = 100.0;
 /// subtracts and divides these over every region and site; values near `f64::MAX` pass the
 /// other checks yet overflow to infinity (then NaN) there.
 pub const MAX_FEED_VALUE: f64 = 1e15;
+/// Longest tenant name in a feed (a tenant's name is its document's file stem).
+pub const MAX_TENANT_NAME: usize = 255;
 /// Longest `source` label.
 const MAX_SOURCE_LABEL: usize = 256;
 /// How much of an unknown name is echoed back in an error.
@@ -71,6 +79,8 @@ pub struct LoadFeed {
     pub regions: BTreeMap<String, Sample>,
     /// Fallback sites, by configured name.
     pub fallback: BTreeMap<String, Sample>,
+    /// Per tenant, per configured region: the load the tenant's clients there bring.
+    pub tenants: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 impl LoadFeed {
@@ -89,12 +99,15 @@ impl LoadFeed {
                     })
                     .collect()
             };
-        serde_json::json!({
+        let mut document = serde_json::json!({
             "time": crate::rfc3339::format_utc_millis(self.time),
             "regions": section(&self.regions),
             "fallback": section(&self.fallback),
-        })
-        .to_string()
+        });
+        if !self.tenants.is_empty() {
+            document["tenants"] = serde_json::json!(self.tenants);
+        }
+        document.to_string()
     }
 }
 
@@ -161,12 +174,19 @@ pub fn parse_feed(
     let raw: RawFeed = serde_json::from_str(text).map_err(|e| FeedError::Syntax(e.to_string()))?;
     check_shape(&raw)?;
     let time = check_time(&raw.time, now)?;
+    let tenants = check_tenants(
+        raw.tenants.into_iter().flat_map(|(tenant, loads)| {
+            loads.into_iter().map(move |(r, l)| (tenant.clone(), r, l))
+        }),
+        regions,
+    )?;
     let regions = check_section("regions", "region", raw.regions, regions)?;
     let fallback = check_section("fallback", "fallback site", raw.fallback, sites)?;
     Ok(LoadFeed {
         time,
         regions,
         fallback,
+        tenants,
     })
 }
 
@@ -178,6 +198,8 @@ pub struct FeedEntries {
     pub time: SystemTime,
     pub regions: Vec<(String, f64, f64)>,
     pub fallback: Vec<(String, f64, f64)>,
+    /// Tenant, region, load (a per-tenant query's results).
+    pub tenants: Vec<(String, String, f64)>,
 }
 
 /// Checks assembled entries by exactly the rules [`parse_feed`] applies once the JSON is read:
@@ -190,6 +212,10 @@ pub fn check_entries(
     now: SystemTime,
 ) -> Result<LoadFeed, FeedError> {
     check_count(entries.regions.len() + entries.fallback.len())?;
+    check_count_with_tenants(
+        entries.regions.len() + entries.fallback.len(),
+        entries.tenants.len(),
+    )?;
     check_skew(
         entries.time,
         || crate::rfc3339::format_utc(entries.time),
@@ -209,6 +235,7 @@ pub fn check_entries(
         }
         Ok(out)
     };
+    let tenants = check_tenants(entries.tenants, regions)?;
     let regions = check_section(
         "regions",
         "region",
@@ -225,6 +252,7 @@ pub fn check_entries(
         time: entries.time,
         regions,
         fallback,
+        tenants,
     })
 }
 
@@ -238,6 +266,25 @@ struct RawFeed {
     regions: Vec<(String, RawSample)>,
     #[serde(default, deserialize_with = "unique_names")]
     fallback: Vec<(String, RawSample)>,
+    #[serde(default, deserialize_with = "unique_names")]
+    tenants: Vec<(String, TenantRegions)>,
+}
+
+/// One tenant's figures: region → load, each region once.
+struct TenantRegions(Vec<(String, f64)>);
+
+impl<'de> Deserialize<'de> for TenantRegions {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        unique_names(deserializer).map(TenantRegions)
+    }
+}
+
+impl IntoIterator for TenantRegions {
+    type Item = (String, f64);
+    type IntoIter = std::vec::IntoIter<(String, f64)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
 }
 
 #[derive(Deserialize)]
@@ -249,19 +296,19 @@ struct RawSample {
 
 /// A JSON object read in order, refusing a name given twice (serde_json would silently keep
 /// the last one, and two numbers for one region means the sender is confused).
-fn unique_names<'de, D: Deserializer<'de>>(
+fn unique_names<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
     deserializer: D,
-) -> Result<Vec<(String, RawSample)>, D::Error> {
-    struct UniqueNames;
-    impl<'de> Visitor<'de> for UniqueNames {
-        type Value = Vec<(String, RawSample)>;
+) -> Result<Vec<(String, V)>, D::Error> {
+    struct UniqueNames<V>(std::marker::PhantomData<V>);
+    impl<'de, V: Deserialize<'de>> Visitor<'de> for UniqueNames<V> {
+        type Value = Vec<(String, V)>;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("an object of name → {\"load\": …, \"capacity\": …}")
+            f.write_str("an object of names, each given once")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut seen = std::collections::BTreeSet::new();
             let mut entries = Vec::new();
-            while let Some((name, sample)) = map.next_entry::<String, RawSample>()? {
+            while let Some((name, sample)) = map.next_entry::<String, V>()? {
                 if entries.len() >= MAX_FEED_ENTRIES {
                     return Err(serde::de::Error::custom(format!(
                         "more than {MAX_FEED_ENTRIES} entries"
@@ -278,7 +325,7 @@ fn unique_names<'de, D: Deserializer<'de>>(
             Ok(entries)
         }
     }
-    deserializer.deserialize_map(UniqueNames)
+    deserializer.deserialize_map(UniqueNames(std::marker::PhantomData))
 }
 
 /// The one rule on how many entries a feed may have, parsed or assembled.
@@ -295,8 +342,15 @@ fn check_count(count: usize) -> Result<(), FeedError> {
     Ok(())
 }
 
+/// The entry limit counts tenant figures too (each tenant's each region).
+fn check_count_with_tenants(rings: usize, tenant_figures: usize) -> Result<(), FeedError> {
+    check_count(rings.saturating_add(tenant_figures))
+}
+
 fn check_shape(raw: &RawFeed) -> Result<(), FeedError> {
     check_count(raw.regions.len() + raw.fallback.len())?;
+    let figures: usize = raw.tenants.iter().map(|(_, r)| r.0.len()).sum();
+    check_count_with_tenants(raw.regions.len() + raw.fallback.len(), figures)?;
     if let Some(source) = &raw.source {
         if source.chars().count() > MAX_SOURCE_LABEL {
             return Err(FeedError::BadSource(format!(
@@ -355,6 +409,53 @@ fn check_section(
         }
         let sample = check_sample(&format!("{section}.{name}"), raw)?;
         checked.insert(name, sample);
+    }
+    Ok(checked)
+}
+
+/// Checks tenant figures (tenant, region, load): a tenant name of at most
+/// [`MAX_TENANT_NAME`] characters without control characters, a configured region, a finite
+/// non-negative load within [`MAX_FEED_VALUE`], each (tenant, region) once.
+fn check_tenants(
+    figures: impl IntoIterator<Item = (String, String, f64)>,
+    regions: &[&str],
+) -> Result<BTreeMap<String, BTreeMap<String, f64>>, FeedError> {
+    let mut checked: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for (tenant, region, load) in figures {
+        let field = format!("tenants.{}.{}", echo(&tenant), echo(&region));
+        let bad = |problem: String| FeedError::BadValue {
+            field: field.clone(),
+            problem,
+        };
+        if tenant.is_empty()
+            || tenant.chars().count() > MAX_TENANT_NAME
+            || tenant.chars().any(char::is_control)
+        {
+            return Err(bad(format!(
+                "a tenant name is 1..={MAX_TENANT_NAME} characters without control characters"
+            )));
+        }
+        if !regions.contains(&region.as_str()) {
+            return Err(FeedError::UnknownName {
+                section: "tenants",
+                name: format!("{}.{}", echo(&tenant), echo(&region)),
+                kind: "region",
+                known: list_names(regions),
+            });
+        }
+        if !(0.0..=MAX_FEED_VALUE).contains(&load) {
+            return Err(bad(format!(
+                "must be ≥ 0 and at most {MAX_FEED_VALUE:e} (got {load})"
+            )));
+        }
+        if checked
+            .entry(tenant)
+            .or_default()
+            .insert(region, load)
+            .is_some()
+        {
+            return Err(bad("appears twice".into()));
+        }
     }
     Ok(checked)
 }
@@ -845,5 +946,62 @@ mod tests {
         let feed = feed.unwrap_or_else(|e| panic!("{e}"));
         let again = parse_feed(feed.to_json().as_bytes(), &names.0, &names.1, now);
         assert_eq!(again, Ok(feed));
+    }
+
+    #[test]
+    fn tenant_figures_are_read_by_region_and_written_back() {
+        let text = r#"{"time": "2026-11-30T10:00:00Z",
+            "regions": {"eu-west": {"load": 950, "capacity": 1000}},
+            "tenants": {"contoso": {"eu-west": 600, "na-east": 3.5}, "fabrikam": {}}}"#;
+        let feed = parse(text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(feed.tenants["contoso"]["eu-west"], 600.0);
+        assert_eq!(feed.tenants["contoso"]["na-east"], 3.5);
+        assert!(
+            !feed.tenants.contains_key("fabrikam"),
+            "no figures, nothing to keep"
+        );
+        let again = parse(&feed.to_json()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again, feed);
+    }
+
+    #[test]
+    fn refuses_bad_tenant_figures_naming_the_field() {
+        let with_tenants = |tenants: &str| {
+            format!(
+                r#"{{"time": "2026-11-30T10:00:00Z",
+                    "regions": {{"eu-west": {{"load": 950, "capacity": 1000}}}},
+                    "tenants": {{{tenants}}}}}"#
+            )
+        };
+        let unknown = refusal(&with_tenants(r#""contoso": {"mars-1": 5}"#));
+        assert!(
+            unknown.starts_with("tenants.contoso.mars-1: unknown region"),
+            "{unknown}"
+        );
+        let negative = refusal(&with_tenants(r#""contoso": {"eu-west": -1}"#));
+        assert!(
+            negative.starts_with("tenants.contoso.eu-west: must be"),
+            "{negative}"
+        );
+        let twice = refusal(&with_tenants(r#""contoso": {"eu-west": 1, "eu-west": 2}"#));
+        assert!(twice.contains("appears twice"), "{twice}");
+        let nameless = refusal(&with_tenants(r#""": {"eu-west": 1}"#));
+        assert!(nameless.contains("a tenant name is"), "{nameless}");
+        let shape = refusal(&with_tenants(r#""contoso": {"eu-west": {"load": 1}}"#));
+        assert!(shape.starts_with("load feed does not parse"), "{shape}");
+    }
+
+    #[test]
+    fn assembled_tenant_figures_pass_the_same_checks() {
+        let entries = |load: f64| FeedEntries {
+            time: at(FEED_TIME),
+            regions: vec![("eu-west".into(), 950.0, 1000.0)],
+            fallback: Vec::new(),
+            tenants: vec![("contoso".into(), "eu-west".into(), load)],
+        };
+        let feed = check_entries(entries(600.0), REGIONS, SITES, at(FEED_TIME));
+        assert_eq!(feed.map(|f| f.tenants["contoso"]["eu-west"]), Ok(600.0));
+        let nan = check_entries(entries(f64::NAN), REGIONS, SITES, at(FEED_TIME));
+        assert!(matches!(nan, Err(FeedError::BadValue { .. })), "{nan:?}");
     }
 }

@@ -17,7 +17,7 @@ use super::prometheus::Capacities;
 use super::source::{FeedSlot, FeedStats, LoadSource};
 use super::step::{
     checked_step, shed_view, Change, Demand, Inputs, Note, Reading, RingNode, Rings,
-    ShieldSettings, ShieldState,
+    ShieldSettings, ShieldState, TenantLoad,
 };
 use crate::metrics::cells::{current_slot, Cells};
 use crate::policy::ShieldMode;
@@ -258,6 +258,28 @@ pub struct ShieldStatus {
     /// Fleet mode: who leads, which published state this node serves and how.
     #[serde(default)]
     pub fleet: Option<FleetShieldStatus>,
+    /// Tenant-first shedding: the limit on one tenant's share of a hot region's load, and the
+    /// tenants shed on their own.
+    #[serde(default)]
+    pub tenant_share: f64,
+    #[serde(default)]
+    pub tenants: Vec<TenantShedStatus>,
+}
+
+/// One tenant shed on its own in one region (tenant-first shedding), as status shows it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TenantShedStatus {
+    pub tenant: String,
+    pub region: String,
+    /// Its clients' load from the region and its share of the region's load (the tenant's
+    /// shed added back).
+    pub load: f64,
+    pub share: f64,
+    /// Share of its client subnets in the region shed, where to (destination, share).
+    pub shed_fraction: f64,
+    pub destinations: Vec<(String, f64)>,
+    pub state: String,
+    pub reason: String,
 }
 
 /// What one tick reads from the served state (the snapshot builds it; the shield does not
@@ -294,6 +316,9 @@ pub struct RingStatus {
 pub struct ChangeRecord {
     pub at: String,
     pub region: String,
+    /// A tenant's own shed in the region (tenant-first), not the region's.
+    #[serde(default)]
+    pub tenant: Option<String>,
     pub from: f64,
     pub to: f64,
     pub reason: String,
@@ -418,8 +443,12 @@ impl Shield {
                 .get(change.region as usize)
                 .copied()
                 .unwrap_or("?");
+            let who = match &change.tenant {
+                Some(tenant) => format!("tenant {tenant} in {region}"),
+                None => region.to_string(),
+            };
             tracing::info!(
-                "shield: {region} shed {:.1}% -> {:.1}%: {}",
+                "shield: {who} shed {:.1}% -> {:.1}%: {}",
                 change.from * 100.0,
                 change.to * 100.0,
                 change.reason
@@ -427,6 +456,7 @@ impl Shield {
             status.recent_changes.push_front(ChangeRecord {
                 at: rfc3339::format_utc(now),
                 region: region.to_string(),
+                tenant: change.tenant.clone(),
                 from: change.from,
                 to: change.to,
                 reason: change.reason.clone(),
@@ -472,6 +502,10 @@ impl Shield {
             operator_held: (0..policies.regions().len())
                 .map(|r| policies.region_override(r as u16) != RegionOverride::None)
                 .collect(),
+            tenants: latest
+                .as_ref()
+                .map(|(feed, _, _)| tenant_loads(&feed.tenants, policies))
+                .unwrap_or_default(),
         }
     }
 
@@ -536,6 +570,25 @@ impl Shield {
                 }
             })
             .collect();
+        status.tenant_share = settings.tenant_share;
+        status.tenants = state
+            .tenants
+            .iter()
+            .filter(|t| t.fraction > 0.0)
+            .map(|t| TenantShedStatus {
+                tenant: t.tenant.clone(),
+                region: policies
+                    .regions()
+                    .get(usize::from(t.region))
+                    .map_or("?".into(), |r| r.name.clone()),
+                load: t.load,
+                share: t.share,
+                shed_fraction: t.fraction,
+                destinations: t.shares.iter().map(|(d, s)| (dest_name(d), *s)).collect(),
+                state: note_text(t.note).to_string(),
+                reason: t.reason.clone(),
+            })
+            .collect();
         status.sites = policies
             .fallback_sites()
             .iter()
@@ -582,6 +635,23 @@ impl Shield {
             }
         }
     }
+}
+
+/// The feed's tenant figures by region index, for the step.
+fn tenant_loads(
+    tenants: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
+    policies: &CompiledPolicies,
+) -> Vec<TenantLoad> {
+    tenants
+        .iter()
+        .map(|(tenant, loads)| TenantLoad {
+            tenant: tenant.clone(),
+            regions: policies
+                .region_names()
+                .map(|region| loads.get(region).copied())
+                .collect(),
+        })
+        .collect()
 }
 
 /// How old a feed's data is: from its own time, but never younger than since it arrived (a

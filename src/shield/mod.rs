@@ -22,4 +22,6 @@ pub mod step;
 pub mod wire;
 
 #[cfg(test)]
+mod tenant_tests;
+#[cfg(test)]
 mod tests;

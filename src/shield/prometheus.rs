@@ -10,10 +10,16 @@
 //! region_query = 'sum by (region) (rate(edge_requests_total[1m]))'
 //! fallback_query = 'sum by (region) (rate(fallback_requests_total[1m]))'
 //! # capacity_query = 'max by (region) (edge_capacity_rps)'
+//! # tenant_query = 'sum by (tenant, region) (rate(edge_requests_total[1m]))'
 //! label = "region"
+//! # tenant_label = "tenant"
 //! interval_ms = 5000
 //! timeout_ms = 2000
 //! ```
+//!
+//! The optional tenant query gives one series per tenant and client region — the load that
+//! tenant's clients located in the region bring, wherever they are served — labelled by
+//! `tenant_label` and `label`: the feed's `tenants` section, for tenant-first shedding.
 //!
 //! The results become a [`FeedEntries`] checked by [`check_entries`], the very checks every
 //! JSON feed passes (unknown names, NaN, negative or absurd values refuse the whole result,
@@ -76,6 +82,43 @@ struct ApiSeries {
 /// Reads an `/api/v1/query` answer that must be an instant vector, each series carrying
 /// `label`. Errors say what Prometheus said or what is wrong with the answer.
 pub fn parse_vector(status: u16, body: &str, label: &str) -> Result<Vec<Row>, String> {
+    parse_series(status, body)?
+        .into_iter()
+        .map(|s| row_of(s, label))
+        .collect()
+}
+
+/// One series of the tenant query: the tenant, the region, the load, its time (seconds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantRow {
+    pub tenant: String,
+    pub row: Row,
+}
+
+/// [`parse_vector`] for the tenant query: each series carries `tenant_label` and `label`.
+pub fn parse_tenant_vector(
+    status: u16,
+    body: &str,
+    tenant_label: &str,
+    label: &str,
+) -> Result<Vec<TenantRow>, String> {
+    parse_series(status, body)?
+        .into_iter()
+        .map(|s| {
+            let tenant =
+                s.metric.get(tenant_label).cloned().ok_or_else(|| {
+                    format!("a series has no label {tenant_label:?}: {:?}", s.metric)
+                })?;
+            Ok(TenantRow {
+                tenant,
+                row: row_of(s, label)?,
+            })
+        })
+        .collect()
+}
+
+/// The series of an instant-vector answer.
+fn parse_series(status: u16, body: &str) -> Result<Vec<ApiSeries>, String> {
     let answer: ApiAnswer = serde_json::from_str(body).map_err(|e| {
         format!(
             "HTTP {status}, not a Prometheus API answer ({e}): {:?}",
@@ -96,29 +139,27 @@ pub fn parse_vector(status: u16, body: &str, label: &str) -> Result<Vec<Row>, St
             data.result_type
         ));
     }
-    let series: Vec<ApiSeries> =
-        serde_json::from_value(data.result).map_err(|e| format!("malformed result: {e}"))?;
-    series
-        .into_iter()
-        .map(|s| {
-            let name = s
-                .metric
-                .get(label)
-                .cloned()
-                .ok_or_else(|| format!("a series has no label {label:?}: {:?}", s.metric))?;
-            // Prometheus writes NaN and ±Inf as "NaN", "+Inf", "-Inf"; Rust reads all three.
-            let value = s
-                .value
-                .1
-                .parse::<f64>()
-                .map_err(|_| format!("{name}: sample value {:?} is not a number", s.value.1))?;
-            Ok(Row {
-                name,
-                value,
-                time: s.value.0,
-            })
-        })
-        .collect()
+    serde_json::from_value(data.result).map_err(|e| format!("malformed result: {e}"))
+}
+
+/// A series as a row named by its `label`.
+fn row_of(s: ApiSeries, label: &str) -> Result<Row, String> {
+    let name = s
+        .metric
+        .get(label)
+        .cloned()
+        .ok_or_else(|| format!("a series has no label {label:?}: {:?}", s.metric))?;
+    // Prometheus writes NaN and ±Inf as "NaN", "+Inf", "-Inf"; Rust reads all three.
+    let value = s
+        .value
+        .1
+        .parse::<f64>()
+        .map_err(|_| format!("{name}: sample value {:?} is not a number", s.value.1))?;
+    Ok(Row {
+        name,
+        value,
+        time: s.value.0,
+    })
 }
 
 /// Capacities from `[topology]`, by region and by fallback site name (every configured name,
@@ -136,6 +177,8 @@ pub struct Fetched {
     pub fallback: Vec<Row>,
     /// From the capacity query (empty without one).
     pub capacities: Vec<Row>,
+    /// From the tenant query (empty without one).
+    pub tenants: Vec<TenantRow>,
 }
 
 /// Turns fetched rows into feed entries: each load paired with its capacity (the capacity
@@ -190,6 +233,11 @@ pub fn assemble(
         time,
         regions: pair("regions", fetched.regions, &topology.regions)?,
         fallback: pair("fallback", fetched.fallback, &topology.sites)?,
+        tenants: fetched
+            .tenants
+            .into_iter()
+            .map(|t| (t.tenant, t.row.name, t.row.value))
+            .collect(),
     })
 }
 
@@ -201,7 +249,8 @@ fn fetch(config: &PrometheusConfig) -> Result<Fetched, String> {
         crate::http_client::Scheme::Http => None,
     };
     let timeout = Duration::from_millis(config.timeout_ms);
-    let query = |promql: &str| -> Result<Vec<Row>, String> {
+    // One instant query: the answer's status and body.
+    let get = |promql: &str| -> Result<(u16, String), String> {
         let path = format!("/api/v1/query?query={}", encode_query_value(promql));
         let request = Request {
             method: "GET",
@@ -211,7 +260,11 @@ fn fetch(config: &PrometheusConfig) -> Result<Fetched, String> {
         };
         let response = request_url(&base, tls.as_ref(), request, timeout, MAX_RESPONSE)
             .map_err(|e| e.to_string())?;
-        parse_vector(response.status, &response.body, &config.label)
+        Ok((response.status, response.body))
+    };
+    let query = |promql: &str| -> Result<Vec<Row>, String> {
+        let (status, body) = get(promql)?;
+        parse_vector(status, &body, &config.label)
     };
     let regions = query(&config.region_query).map_err(|e| format!("region_query: {e}"))?;
     let fallback = match &config.fallback_query {
@@ -222,10 +275,19 @@ fn fetch(config: &PrometheusConfig) -> Result<Fetched, String> {
         Some(q) => query(q).map_err(|e| format!("capacity_query: {e}"))?,
         None => Vec::new(),
     };
+    let tenants = match &config.tenant_query {
+        Some(q) => get(q)
+            .and_then(|(status, body)| {
+                parse_tenant_vector(status, &body, &config.tenant_label, &config.label)
+            })
+            .map_err(|e| format!("tenant_query: {e}"))?,
+        None => Vec::new(),
+    };
     Ok(Fetched {
         regions,
         fallback,
         capacities,
+        tenants,
     })
 }
 
@@ -371,6 +433,7 @@ mod tests {
             regions,
             fallback: rows(&[("fb-eu", "100")]),
             capacities: Vec::new(),
+            tenants: Vec::new(),
         };
         let entries = assemble(fetched, &topology(), now())?;
         check_entries(entries, REGIONS, SITES, now())
@@ -395,6 +458,7 @@ mod tests {
             regions: rows(&[("eu-west", "950")]),
             fallback: Vec::new(),
             capacities: rows(&[("eu-west", "5000")]),
+            tenants: Vec::new(),
         };
         let entries = assemble(fetched, &topology(), now()).unwrap();
         assert_eq!(entries.regions, vec![("eu-west".into(), 950.0, 5000.0)]);
@@ -437,6 +501,7 @@ mod tests {
                     regions: Vec::new(),
                     fallback: Vec::new(),
                     capacities: Vec::new(),
+                    tenants: Vec::new(),
                 },
                 &topology(),
                 now(),
@@ -459,6 +524,7 @@ mod tests {
                 regions: rows(&[("na-east", "1")]),
                 fallback: Vec::new(),
                 capacities: Vec::new(),
+                tenants: Vec::new(),
             },
             &topology,
             now(),
@@ -504,6 +570,8 @@ mod tests {
             fallback_query: None,
             capacity_query: Some(" ".into()),
             label: "region".into(),
+            tenant_query: None,
+            tenant_label: "tenant".into(),
             interval_ms: 1000,
             timeout_ms: 1000,
         };
@@ -544,6 +612,8 @@ mod tests {
             fallback_query: None,
             capacity_query: None,
             label: "region".into(),
+            tenant_query: None,
+            tenant_label: "tenant".into(),
             interval_ms: 100,
             timeout_ms: 500,
         };
@@ -571,5 +641,37 @@ mod tests {
             refusal.reason
         );
         assert!(slot.latest().is_none());
+    }
+
+    #[test]
+    fn the_tenant_query_gives_the_feed_its_tenant_figures() {
+        let answer = serde_json::json!({"status": "success", "data": {"resultType": "vector",
+            "result": [
+                {"metric": {"tenant": "contoso", "region": "eu-west"},
+                 "value": [1_796_032_799.5, "600"]},
+                {"metric": {"region": "eu-west"}, "value": [1_796_032_799.5, "1"]}]}})
+        .to_string();
+        let missing = parse_tenant_vector(200, &answer, "tenant", "region");
+        assert!(
+            missing
+                .as_ref()
+                .is_err_and(|e| e.contains("no label \"tenant\"")),
+            "{missing:?}"
+        );
+        let answer = answer.replace(
+            r#"{"region":"eu-west"}"#,
+            r#"{"tenant":"x","region":"eu-west"}"#,
+        );
+        let tenants = parse_tenant_vector(200, &answer, "tenant", "region").unwrap();
+        let fetched = Fetched {
+            regions: rows(&[("eu-west", "950")]),
+            fallback: Vec::new(),
+            capacities: Vec::new(),
+            tenants,
+        };
+        let entries = assemble(fetched, &topology(), now()).unwrap();
+        let feed = check_entries(entries, REGIONS, SITES, now()).unwrap();
+        assert_eq!(feed.tenants["contoso"]["eu-west"], 600.0);
+        assert_eq!(feed.tenants["x"]["eu-west"], 1.0);
     }
 }

@@ -20,6 +20,10 @@
 
 use std::collections::BTreeMap;
 
+mod tenant;
+
+pub use tenant::{TenantLoad, TenantShed};
+
 use crate::policy::ShieldMode;
 use crate::policy::{Destination, RegionShed, ShedShare, ShedView, MAX_SHED_DESTINATIONS};
 
@@ -42,6 +46,9 @@ pub struct ShieldSettings {
     /// Data older than this (ms) decays a region's shedding back to normal answers.
     pub revert_after_ms: u64,
     pub allow_cross_continent: bool,
+    /// Tenant-first shedding: the share of a hot region's load one tenant may bring before it
+    /// is shed alone, ahead of the region ([`tenant`]).
+    pub tenant_share: f64,
 }
 
 impl ShieldSettings {
@@ -94,6 +101,8 @@ pub struct Inputs {
     /// Regions the operator forced or drained: the shield leaves them alone and never sheds
     /// into them.
     pub operator_held: Vec<bool>,
+    /// Per-tenant load by client region, for tenant-first shedding ([`tenant`]).
+    pub tenants: Vec<TenantLoad>,
 }
 
 /// Why a region is in the state it is.
@@ -196,12 +205,26 @@ pub struct ShieldState {
     /// smoothed over a normal TTL, and for how long (ms) they have been accumulating.
     pub demand: Vec<Demand>,
     pub demand_age_ms: u64,
+    /// Tenants shed on their own (tenant-first), sorted by tenant then region, each with its
+    /// moves still in flight (kept apart from the regions' own, which they settle against).
+    pub tenants: Vec<TenantShed>,
+}
+
+impl ShieldState {
+    /// Every move in flight: the regions' and the tenants'.
+    fn all_moves(&self) -> impl Iterator<Item = &Move> + '_ {
+        self.moves
+            .iter()
+            .chain(self.tenants.iter().flat_map(|t| &t.moves))
+    }
 }
 
 /// One decision that changed, for logs and status.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
     pub region: u16,
+    /// A tenant's own shed in the region (tenant-first), not the region's.
+    pub tenant: Option<String>,
     pub from: f64,
     pub to: f64,
     pub reason: String,
@@ -224,6 +247,8 @@ struct Tick<'a> {
     settings: &'a ShieldSettings,
     predicted: &'a Prediction,
     now_ms: u64,
+    /// Per region: a tenant there is still being shed first, so the region sheds no more.
+    tenant_first: &'a [bool],
 }
 
 /// Runs one tick.
@@ -238,7 +263,10 @@ pub fn step(
         return outcome;
     }
     let mut state = carried_over(previous, rings, settings, now_ms);
+    let (first, mut changes) = shed_tenants_first(&mut state, inputs, rings, settings, now_ms);
+    // Predicted again: the loads the regions decide on include what the tenants just moved.
     let predicted = Prediction::new(&state, inputs, rings, settings, now_ms);
+    let tenant_first = regions_left_to_tenants(&first, &predicted, settings);
     let elapsed_ms = previous.last_tick_ms.map(|t| now_ms.saturating_sub(t));
     smooth_demand(&mut state, inputs, settings, elapsed_ms.unwrap_or(0));
     estimate_natural(&mut state, &predicted, settings, elapsed_ms);
@@ -248,15 +276,70 @@ pub fn step(
         settings,
         predicted: &predicted,
         now_ms,
+        tenant_first: &tenant_first,
     };
     let mut room = predicted.headroom(&state, rings, settings);
     let closed = closed_regions(&state, inputs, &tick);
     close_to_shed_load(&mut state, &closed, &mut room);
-    let changes = decide_regions(&mut state, inputs, &tick, &mut room);
+    changes.extend(decide_regions(&mut state, inputs, &tick, &mut room));
     for (i, u) in predicted.site_util.iter().enumerate() {
         state.site_utilisation[i] = *u;
     }
     (state, changes)
+}
+
+/// The tenants' own sheds, decided before the regions' on the loads predicted at the start of
+/// the tick, into the room left by destinations that are not closed; returns, per region,
+/// whether a tenant there is still being shed first, and the changes.
+fn shed_tenants_first(
+    state: &mut ShieldState,
+    inputs: &Inputs,
+    rings: &Rings,
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> (tenant::TenantFirst, Vec<Change>) {
+    if inputs.tenants.is_empty() && state.tenants.is_empty() {
+        let none = vec![false; rings.regions.len()];
+        let first = tenant::TenantFirst {
+            changes: Vec::new(),
+            lever_left: none.clone(),
+            active: none,
+        };
+        return (first, Vec::new());
+    }
+    let predicted = Prediction::new(state, inputs, rings, settings, now_ms);
+    let tick = Tick {
+        rings,
+        settings,
+        predicted: &predicted,
+        now_ms,
+        tenant_first: &[],
+    };
+    let mut room = predicted.headroom(state, rings, settings);
+    for (r, closed) in closed_regions(state, inputs, &tick).iter().enumerate() {
+        if *closed {
+            room.remove(&region_dest(r));
+        }
+    }
+    let mut decided = tenant::decide_tenants(state, inputs, &tick, &mut room);
+    let changes = std::mem::take(&mut decided.changes);
+    (decided, changes)
+}
+
+/// Per region: whether its tenants' own sheds are still what relieves it, so that it sheds no
+/// more itself (see [`tenant`]): a tenant there can be shed more, or one is shed and the region
+/// is predicted under its high watermark once every move in flight has landed.
+fn regions_left_to_tenants(
+    first: &tenant::TenantFirst,
+    predicted: &Prediction,
+    settings: &ShieldSettings,
+) -> Vec<bool> {
+    (0..first.lever_left.len())
+        .map(|r| {
+            let relieved = predicted.region_util[r] <= settings.high_watermark;
+            first.lever_left[r] || (first.active[r] && relieved)
+        })
+        .collect()
 }
 
 /// The outcome of a tick outside automatic mode, if the mode says so: off drops every
@@ -272,10 +355,24 @@ fn outside_auto(previous: &ShieldState, mode: ShieldMode) -> Option<(ShieldState
                 .filter(|(_, r)| r.fraction > 0.0)
                 .map(|(i, r)| Change {
                     region: i as u16,
+                    tenant: None,
                     from: r.fraction,
                     to: 0.0,
                     reason: "shield off".into(),
                 })
+                .chain(
+                    previous
+                        .tenants
+                        .iter()
+                        .filter(|t| t.fraction > 0.0)
+                        .map(|t| Change {
+                            region: t.region,
+                            tenant: Some(t.tenant.clone()),
+                            from: t.fraction,
+                            to: 0.0,
+                            reason: "shield off".into(),
+                        }),
+                )
                 .collect();
             Some((ShieldState::default(), changes))
         }
@@ -300,6 +397,9 @@ fn carried_over(
     state.site_utilisation.resize(rings.sites.len(), 0.0);
     let short_ms = u64::from(settings.short_ttl) * 1000;
     state.moves.retain(|m| !m.landed(now_ms, short_ms));
+    for tenant in state.tenants.iter_mut() {
+        tenant.moves.retain(|m| !m.landed(now_ms, short_ms));
+    }
     state
 }
 
@@ -363,6 +463,7 @@ fn decide_regions(
         if (after - before).abs() > 1e-9 {
             changes.push(Change {
                 region: r as u16,
+                tenant: None,
                 from: before,
                 to: after,
                 reason,
@@ -398,7 +499,27 @@ pub fn repair(state: &mut ShieldState, rings: &Rings) -> Vec<String> {
     drop_broken_moves(&mut state.moves, &reset, &mut repairs);
     zero_broken_site_utilisation(&mut state.site_utilisation, rings, &mut repairs);
     restart_broken_demand(state, &mut repairs);
+    drop_broken_tenant_sheds(state, &mut repairs);
     repairs
+}
+
+/// Drops every tenant shed with a non-finite number (its clients go back to the region's
+/// answer) and the tenant moves that are not finite.
+fn drop_broken_tenant_sheds(state: &mut ShieldState, repairs: &mut Vec<String>) {
+    let finite = |t: &TenantShed| {
+        [t.fraction, t.load, t.share].iter().all(|v| v.is_finite())
+            && t.shares.values().all(|v| v.is_finite())
+            && t.moves
+                .iter()
+                .all(|m| m.amount.is_finite() && m.fast_share.is_finite())
+    };
+    for broken in state.tenants.iter().filter(|t| !finite(t)) {
+        repairs.push(format!(
+            "tenant {} in region {}: not finite: its own shed dropped",
+            broken.tenant, broken.region
+        ));
+    }
+    state.tenants.retain(finite);
 }
 
 /// Starts every region with a non-finite number over from normal answers (keeping its TTL
@@ -527,7 +648,7 @@ impl Prediction {
         // Only regions steer, so sites are left out of it.
         let mut region_load_soon = measured_loads(&inputs.regions, regions);
         shift_by_moves(
-            &state.moves,
+            state.all_moves(),
             |m| m.unseen(now_ms, short_ms) - m.unseen(now_ms + short_ms, short_ms),
             &mut region_load_soon,
             &mut [],
@@ -535,7 +656,7 @@ impl Prediction {
         let mut region_load = measured_loads(&inputs.regions, regions);
         let mut site_load = measured_loads(&inputs.sites, sites);
         shift_by_moves(
-            &state.moves,
+            state.all_moves(),
             |m| m.unseen(now_ms, short_ms),
             &mut region_load,
             &mut site_load,
@@ -657,8 +778,8 @@ fn fresh(readings: &[Option<Reading>], n: usize, stale_after_ms: u64) -> Vec<boo
 /// Moves `amount(m)` of each move in flight, in order, from its source region's load to its
 /// destination's (a load never drops below 0). Destinations without a load (no reading, or
 /// sites when `site_load` is empty) are left alone.
-fn shift_by_moves(
-    moves: &[Move],
+fn shift_by_moves<'m>(
+    moves: impl IntoIterator<Item = &'m Move>,
     amount: impl Fn(&Move) -> f64,
     region_load: &mut [Option<f64>],
     site_load: &mut [Option<f64>],
@@ -893,6 +1014,13 @@ fn decide_region(
     let util = predicted.region_util_soon[r];
     let wanted = wanted_fraction(state, r, util, tick);
     let wanted = respect_hold_down(&state.regions[r], wanted, settings, now_ms);
+    // Tenant first: while a tenant of the region can still be shed on its own, the region
+    // (everybody else) sheds no more.
+    let wanted = if tick.tenant_first.get(r).copied().unwrap_or(false) {
+        wanted.min(state.regions[r].fraction)
+    } else {
+        wanted
+    };
     // The region turns hot (short TTL) before its moves are scheduled: moves made now land
     // according to how long its clients have had the short TTL.
     let region = &mut state.regions[r];
@@ -1501,38 +1629,54 @@ fn destination_tiers(r: usize, rings: &Rings, settings: &ShieldSettings) -> Vec<
 pub fn shed_view(state: &ShieldState, settings: &ShieldSettings) -> ShedView {
     let mut view = ShedView::default();
     for (r, region) in state.regions.iter().enumerate() {
-        let fraction = (region.fraction * 1000.0).round().clamp(0.0, 1000.0) as u16;
-        let mut shares: Vec<(Destination, f64)> =
-            region.shares.iter().map(|(d, a)| (*d, *a)).collect();
-        shares.sort_by(|a, b| b.1.total_cmp(&a.1));
-        shares.truncate(MAX_SHED_DESTINATIONS);
-        let total: f64 = shares.iter().map(|s| s.1).sum();
-        let mut permille: Vec<ShedShare> = Vec::new();
-        if fraction > 0 && total > 0.0 {
-            let mut given = 0u16;
-            for (i, (dest, amount)) in shares.iter().enumerate() {
-                let share = if i + 1 == shares.len() {
-                    1000 - given
-                } else {
-                    ((amount / total) * 1000.0).round() as u16
-                };
-                if share == 0 || given + share > 1000 {
-                    continue;
-                }
-                given += share;
-                permille.push(ShedShare {
-                    destination: *dest,
-                    share_permille: share,
-                });
-            }
-        }
-        let fraction = if permille.is_empty() { 0 } else { fraction };
         let hot_ttl = region.hot.then_some(settings.short_ttl);
-        if let Ok(shed) = RegionShed::new(fraction, &permille, hot_ttl) {
-            if shed.is_active() {
-                view.set_region(r as u16, shed);
-            }
+        if let Some(shed) = region_shed(region.fraction, &region.shares, hot_ttl) {
+            view.set_region(r as u16, shed);
         }
     }
+    // A shed tenant's clients keep the short TTL, so that they come home quickly.
+    let tenants = state.tenants.iter().filter_map(|t| {
+        region_shed(t.fraction, &t.shares, Some(settings.short_ttl))
+            .filter(|shed| shed.fraction_permille() > 0)
+            .map(|shed| (t.tenant.as_str(), t.region, shed))
+    });
+    view.set_tenants(tenants);
     view
+}
+
+/// A shed in per-mille, with at most [`MAX_SHED_DESTINATIONS`] destinations (the largest);
+/// `None` when it changes nothing.
+fn region_shed(
+    fraction: f64,
+    shares: &BTreeMap<Destination, f64>,
+    hot_ttl: Option<u32>,
+) -> Option<RegionShed> {
+    let fraction = (fraction * 1000.0).round().clamp(0.0, 1000.0) as u16;
+    let mut shares: Vec<(Destination, f64)> = shares.iter().map(|(d, a)| (*d, *a)).collect();
+    shares.sort_by(|a, b| b.1.total_cmp(&a.1));
+    shares.truncate(MAX_SHED_DESTINATIONS);
+    let total: f64 = shares.iter().map(|s| s.1).sum();
+    let mut permille: Vec<ShedShare> = Vec::new();
+    if fraction > 0 && total > 0.0 {
+        let mut given = 0u16;
+        for (i, (dest, amount)) in shares.iter().enumerate() {
+            let share = if i + 1 == shares.len() {
+                1000 - given
+            } else {
+                ((amount / total) * 1000.0).round() as u16
+            };
+            if share == 0 || given + share > 1000 {
+                continue;
+            }
+            given += share;
+            permille.push(ShedShare {
+                destination: *dest,
+                share_permille: share,
+            });
+        }
+    }
+    let fraction = if permille.is_empty() { 0 } else { fraction };
+    RegionShed::new(fraction, &permille, hot_ttl)
+        .ok()
+        .filter(RegionShed::is_active)
 }

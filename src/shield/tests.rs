@@ -50,6 +50,7 @@ fn inputs(regions: &[(f64, f64)], sites: &[(f64, f64)]) -> Inputs {
         demand: Vec::new(),
         mode: ShieldMode::Auto,
         operator_held: vec![false; regions.len()],
+        tenants: Vec::new(),
     }
 }
 
@@ -490,6 +491,7 @@ impl World {
             demand: Vec::new(),
             mode: ShieldMode::Auto,
             operator_held: vec![false; self.demand.len()],
+            tenants: Vec::new(),
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::geo::Locator;
 use crate::health::Board;
 use crate::metrics::SnapshotCounters;
 use crate::policy::{
-    self, evaluate, evaluate_for_tenant, evaluate_with_health, AnycastChoice, CompiledPolicies,
+    self, evaluate, evaluate_as_tenant, evaluate_with_health, AnycastChoice, CompiledPolicies,
     Decision, Destination, HealthView, PolicyRoot, ShedView, Target,
 };
 use crate::shield::live::{DemandCounters, DemandSample, Proof, Shield};
@@ -218,22 +218,23 @@ impl<'s> ClientSteering<'s> {
         policies: &'s CompiledPolicies,
         root: PolicyRoot,
         client: &policy::LocatedClient,
-        cells: Option<&'s TenantCells>,
+        (tenant, cells): (Option<&'s str>, Option<&'s TenantCells>),
     ) -> Decision<'s> {
-        match root {
-            PolicyRoot::Anycast { .. } if cells.is_some() => {
+        match (root, tenant) {
+            // A tenant's anycast answer: its cells, and its own shed (tenant-first) if any.
+            (PolicyRoot::Anycast { .. }, Some(name)) => {
                 let shed = self.shed.get_or_init(|| self.shield.view());
-                evaluate_for_tenant(policies, root, client, shed, &ALL_UP, cells)
+                evaluate_as_tenant(policies, root, client, shed, &ALL_UP, name, cells)
             }
-            PolicyRoot::Anycast { .. } => {
+            (PolicyRoot::Anycast { .. }, None) => {
                 let shed = self.shed.get_or_init(|| self.shield.view());
                 evaluate(policies, root, client, shed)
             }
-            PolicyRoot::Profile { .. } if self.health.is_empty() => {
+            (PolicyRoot::Profile { .. }, _) if self.health.is_empty() => {
                 let shed = NO_SHED.get_or_init(ShedView::default);
                 evaluate(policies, root, client, shed)
             }
-            PolicyRoot::Profile { .. } => {
+            (PolicyRoot::Profile { .. }, _) => {
                 let shed = NO_SHED.get_or_init(ShedView::default);
                 let health = self.health_view.get_or_init(|| self.health.view());
                 evaluate_with_health(policies, root, client, shed, health)
@@ -253,16 +254,20 @@ impl<'s> ClientSteering<'s> {
         if !reuse {
             let platform = &self.data.policies;
             let root = platform.steered().get(binding.index())?.root;
-            let (policies, root, cells) = match self.tenant.take() {
+            let (policies, root, tenant) = match self.tenant.take() {
                 Some(tenant) => {
                     let (policies, root) = tenant.route(platform, root);
-                    (policies, root, tenant.cells(platform))
+                    (
+                        policies,
+                        root,
+                        (Some(tenant.name()), tenant.cells(platform)),
+                    )
                 }
-                None => (platform, root, None),
+                None => (platform, root, (None, None)),
             };
             let client = self.client();
             // Built in its slot and counted there: no copy of the decision on the way.
-            let decision = self.decide(policies, root, &client, cells);
+            let decision = self.decide(policies, root, &client, tenant);
             let (_, decision) = self.decided.insert((binding, decision));
             self.counters
                 .record_steered(binding, client.region, &decision.trace);

@@ -30,6 +30,7 @@ mod safety;
 mod shield_e2e;
 mod shield_prometheus;
 mod taster;
+mod tenant_first;
 mod tenants;
 mod xfr_in;
 mod xfr_out;

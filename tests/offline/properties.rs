@@ -604,6 +604,7 @@ fn run_ticks(
             demand: Vec::new(),
             mode: ShieldMode::Auto,
             operator_held: tick.held[..n].to_vec(),
+            tenants: Vec::new(),
         };
         let (next, _changes) = step(&state, &inputs, rings, settings, now);
         prop_assert_eq!(next.regions.len(), n);
@@ -747,6 +748,7 @@ proptest! {
             demand: Vec::new(),
             mode: ShieldMode::Auto,
             operator_held: tick.held[..n].to_vec(),
+            tenants: Vec::new(),
         };
         let (next, _) = step(&ShieldState::default(), &inputs, rings, &settings, 1_000_000);
         let fresh = |r: &Option<Reading>| r.filter(|r| r.age_ms < settings.stale_after_ms);

@@ -198,13 +198,23 @@
               "tr",
               {},
               el("td", {}, c.at),
-              el("th", { scope: "row" }, c.region),
+              el("th", { scope: "row" }, c.tenant ? `${c.region} (tenant ${c.tenant})` : c.region),
               el("td", {}, `${pct(c.from)} \u2192 ${pct(c.to)}`),
               el("td", {}, c.reason)
             )
           )
         : [el("tr", {}, el("td", { colSpan: 4 }, "No decision changes since start."))])
     );
+  }
+
+  // Tenant-first shedding: the tenants shed on their own, ahead of their region (absent while
+  // none is).
+  function tenantFirstLine(shield) {
+    const shed = Array.isArray(shield.tenants) ? shield.tenants : [];
+    if (!shed.length) return null;
+    return shed
+      .map((t) => `${t.tenant} in ${t.region}: ${pct(t.shed_fraction)} shed (share ${pct(t.share)} of the region, limit ${pct(shield.tenant_share)}; ${t.state})`)
+      .join("; ");
   }
 
   // Fleet mode: who leads, which published state this node serves, the age of its inputs.
@@ -231,6 +241,7 @@
       ["Feeds", `${shield.feeds_accepted || 0} accepted, ${shield.feeds_refused || 0} refused`],
       ["Last refused feed", shield.last_feed_refusal || null],
       ["Watermarks", `high ${pct(shield.high_watermark)}, low ${pct(shield.low_watermark)}`],
+      ["Tenant-first", tenantFirstLine(shield)],
     ].concat(fleetShieldRows(shield.fleet)));
     serverAlerts = (Array.isArray(shield.alerts) ? shield.alerts : []).concat(
       (status.warnings || []).map((w) => "warning: " + w),

@@ -204,6 +204,7 @@ pub fn run_nameservers(
                 demand: std::mem::take(&mut answers[d]),
                 mode,
                 operator_held: vec![false; regions],
+                tenants: Vec::new(),
             };
             let (next, changes) = step(&states[d], &inputs, &rings, settings, t * 1000);
             states[d] = next;
