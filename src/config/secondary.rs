@@ -15,6 +15,9 @@ pub struct SecondaryConfig {
     pub dir: Option<PathBuf>,
     /// The secondary zones.
     pub zone: Vec<SecondaryZoneConfig>,
+    /// Catalog zones (RFC 9432) pulled like a secondary zone; every member they list becomes a
+    /// secondary zone from the same primaries (copy `<dir>/<member>.zone`).
+    pub catalog: Vec<SecondaryZoneConfig>,
 }
 
 /// One zone pulled from its primaries.
@@ -45,7 +48,7 @@ impl SecondaryConfig {
             Some(dir) => dir,
             None => base.join("secondary"),
         };
-        for zone in &mut self.zone {
+        for zone in self.zone.iter_mut().chain(&mut self.catalog) {
             let file = match zone.file.take() {
                 Some(file) if file.is_relative() => base.join(file),
                 Some(file) => file,
@@ -58,6 +61,18 @@ impl SecondaryConfig {
 }
 
 impl SecondaryZoneConfig {
+    /// The secondary zone `member` of this catalog: its primaries and timeout, its copy in
+    /// `dir`.
+    pub fn member(&self, member: &str, dir: &Path) -> SecondaryZoneConfig {
+        let name = member.trim_end_matches('.').to_ascii_lowercase();
+        SecondaryZoneConfig {
+            file: Some(dir.join(format!("{name}.zone"))),
+            name,
+            primaries: self.primaries.clone(),
+            timeout_secs: self.timeout_secs,
+        }
+    }
+
     /// `name` as an absolute domain name (`example.org` → `example.org.`); `None` if it is not
     /// a domain name.
     pub fn origin(&self) -> Option<hickory_proto::rr::Name> {

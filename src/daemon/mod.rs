@@ -484,6 +484,15 @@ fn start_background(
             })
             .map_err(io(format!("starting secondary zone {}", zone.name)))?;
     }
+    for catalog in &config.secondary.catalog {
+        let dir = config.secondary.dir.clone().unwrap_or_default();
+        let body = crate::secondary::run_catalog(catalog.clone(), dir, reloader.clone());
+        supervisor
+            .spawn_thread(format!("catalog {}", catalog.name), move |stop| {
+                body(&|pause| stop.sleep(pause))
+            })
+            .map_err(io(format!("starting catalog zone {}", catalog.name)))?;
+    }
     crate::reload::watch::spawn_tenants(reloader.clone())
         .map_err(io("starting the tenants' folder watcher"))?;
     let Some(node) = fleet else {

@@ -1,5 +1,6 @@
 //! Secondary zones (issue 33 item 4): one background thread per `[[secondary.zone]]` pulls the
-//! zone from its primaries by AXFR over TCP, on the SOA refresh/retry timers (RFC 1035 §3.3.13).
+//! zone from its primaries by AXFR over TCP, on the SOA refresh/retry timers (RFC 1035 §3.3.13);
+//! one per `[[secondary.catalog]]` (RFC 9432, item 5) pulls the catalog and each member it lists.
 //!
 //! Owns the transfer loop and the per-zone transfer status. A transfer is parsed and validated
 //! exactly like a zone file (it is turned into zone-file text and read back by the same parser
@@ -14,7 +15,7 @@ pub mod transfer;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use hickory_proto::rr::Name;
 use serde::{Deserialize, Serialize};
@@ -92,47 +93,131 @@ pub fn run(
     reloader: Arc<Reloader>,
 ) -> impl FnOnce(&dyn Fn(Duration) -> bool) {
     move |sleep| {
-        let Some(origin) = zone.origin() else {
-            tracing::warn!("secondary zone {:?}: not a domain name", zone.name);
+        let Some(mut task) = ZoneTask::new(zone) else {
             return;
         };
-        let mut timers = copy_timers(&zone.copy_path(), &origin);
-        status().update(&zone.name, |s| s.serial = timers.map(|t| t.serial));
-        let mut last_contact = SystemTime::now();
         loop {
-            let pause = match refresh_once(&zone, &origin, timers, &reloader) {
-                Ok(fresh) => {
-                    timers = fresh.or(timers);
-                    last_contact = SystemTime::now();
-                    status().update(&zone.name, |s| s.expired = false);
-                    timers.map_or(INITIAL_RETRY, |t| t.refresh)
-                }
-                Err(reason) => {
-                    tracing::warn!("secondary zone {}: {reason}", zone.name);
-                    let expired = timers
-                        .is_some_and(|t| last_contact.elapsed().unwrap_or_default() > t.expire);
-                    if expired {
-                        tracing::warn!("secondary zone {}: past its SOA expire time", zone.name);
-                    }
-                    status().update(&zone.name, |s| {
-                        s.last_refusal = Some(format!(
-                            "{}: {reason}",
-                            crate::rfc3339::format_utc(SystemTime::now())
-                        ));
-                        s.expired = expired;
-                        s.checks_failed += 1;
-                    });
-                    timers.map_or(INITIAL_RETRY, |t| t.retry)
-                }
-            };
-            let next = SystemTime::now() + pause;
-            status().update(&zone.name, |s| {
-                s.next_refresh = Some(crate::rfc3339::format_utc(next))
-            });
+            let pause = task.step(&reloader);
             if sleep(pause) {
                 return;
             }
         }
+    }
+}
+
+/// The body of one catalog's thread (RFC 9432, consumer): the catalog is refreshed like a
+/// secondary zone, and every member its copy lists is refreshed on its own timers from the
+/// catalog's primaries, on this one thread, until `sleep` says stop. A member that leaves the
+/// catalog stops being refreshed (and the loader stops serving it); one that joins is
+/// transferred at the next pass.
+pub fn run_catalog(
+    catalog: SecondaryZoneConfig,
+    dir: std::path::PathBuf,
+    reloader: Arc<Reloader>,
+) -> impl FnOnce(&dyn Fn(Duration) -> bool) {
+    move |sleep| {
+        let Some(mut task) = ZoneTask::new(catalog.clone()) else {
+            return;
+        };
+        let mut catalog_due = Instant::now();
+        let mut members: BTreeMap<String, (ZoneTask, Instant)> = BTreeMap::new();
+        loop {
+            let now = Instant::now();
+            if catalog_due <= now {
+                catalog_due = now + task.step(&reloader);
+            }
+            let listed = crate::snapshot::catalog::catalog_members(&catalog);
+            let listed: Vec<SecondaryZoneConfig> = listed
+                .iter()
+                .map(|m| catalog.member(&m.to_ascii(), &dir))
+                .collect();
+            members.retain(|name, _| listed.iter().any(|m| &m.name == name));
+            for member in listed {
+                if !members.contains_key(&member.name) {
+                    if let Some(member_task) = ZoneTask::new(member.clone()) {
+                        members.insert(member.name.clone(), (member_task, now));
+                    }
+                }
+            }
+            for (member_task, due) in members.values_mut() {
+                if *due <= Instant::now() {
+                    *due = Instant::now() + member_task.step(&reloader);
+                }
+            }
+            let next = members
+                .values()
+                .map(|(_, due)| *due)
+                .fold(catalog_due, Instant::min);
+            if sleep(
+                next.saturating_duration_since(Instant::now())
+                    .max(MIN_TIMER),
+            ) {
+                return;
+            }
+        }
+    }
+}
+
+/// One secondary zone's refresh state: its config, the timers of the copy served, and when a
+/// primary last answered.
+struct ZoneTask {
+    zone: SecondaryZoneConfig,
+    origin: Name,
+    timers: Option<Timers>,
+    last_contact: SystemTime,
+}
+
+impl ZoneTask {
+    fn new(zone: SecondaryZoneConfig) -> Option<ZoneTask> {
+        let Some(origin) = zone.origin() else {
+            tracing::warn!("secondary zone {:?}: not a domain name", zone.name);
+            return None;
+        };
+        let timers = copy_timers(&zone.copy_path(), &origin);
+        status().update(&zone.name, |s| s.serial = timers.map(|t| t.serial));
+        Some(ZoneTask {
+            zone,
+            origin,
+            timers,
+            last_contact: SystemTime::now(),
+        })
+    }
+
+    /// One refresh, its outcome recorded in status; how long to wait before the next.
+    fn step(&mut self, reloader: &Reloader) -> Duration {
+        let zone = &self.zone;
+        let pause = match refresh_once(zone, &self.origin, self.timers, reloader) {
+            Ok(fresh) => {
+                self.timers = fresh.or(self.timers);
+                self.last_contact = SystemTime::now();
+                status().update(&zone.name, |s| s.expired = false);
+                self.timers.map_or(INITIAL_RETRY, |t| t.refresh)
+            }
+            Err(reason) => {
+                tracing::warn!("secondary zone {}: {reason}", zone.name);
+                let last_contact = self.last_contact;
+                let expired = self
+                    .timers
+                    .is_some_and(|t| last_contact.elapsed().unwrap_or_default() > t.expire);
+                if expired {
+                    tracing::warn!("secondary zone {}: past its SOA expire time", zone.name);
+                }
+                status().update(&zone.name, |s| {
+                    s.last_refusal = Some(format!(
+                        "{}: {reason}",
+                        crate::rfc3339::format_utc(SystemTime::now())
+                    ));
+                    s.expired = expired;
+                    s.checks_failed += 1;
+                });
+                self.timers.map_or(INITIAL_RETRY, |t| t.retry)
+            }
+        };
+        let next = SystemTime::now() + pause;
+        status().update(&zone.name, |s| {
+            s.next_refresh = Some(crate::rfc3339::format_utc(next))
+        });
+        pause
     }
 }
 

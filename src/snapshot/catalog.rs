@@ -1,4 +1,7 @@
-//! The catalog zone this server produces (RFC 9432, schema version 2): one zone, named by
+//! Catalog zones (RFC 9432, schema version 2): the one this server produces, and the members
+//! of the ones it consumes ([`members`], [`secondary_zones`]).
+//!
+//! The catalog zone this server produces: one zone, named by
 //! `[transfer] catalog`, listing every other zone served, so that a secondary provider (Knot
 //! with `catalog-role: interpret`, BIND, PowerDNS) provisions and drops member zones by
 //! itself. Built with the zones when a snapshot is built, served and transferred like any zone.
@@ -18,8 +21,13 @@
 //! The serial is numbered like a projection ([`super::projection`]): the revision, starting
 //! at 1, grows by one whenever the set of members changes, and is kept in the state directory.
 
-use hickory_proto::rr::Name;
+use hickory_proto::rr::{Name, RecordType};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
 use sha2::{Digest, Sha256};
+
+use crate::config::secondary::SecondaryZoneConfig;
+use crate::config::Config;
+use crate::zone::parse::{load_zone_file, ParsedZone};
 
 use super::projection::{number, Remembered, ZoneProjection, ZoneRecords};
 use crate::dns::wire::{class, rtype};
@@ -152,6 +160,79 @@ fn catalog_zone(origin: &Name, members: &[(Name, Vec<u8>)], serial: u32) -> Resu
         rdata,
     }));
     Zone::build(origin, records).map_err(|e| e.to_string())
+}
+
+/// The member zones a consumed catalog lists: the PTR targets at `<label>.zones.<catalog>`
+/// (RFC 9432 4.3.1), lower case, sorted. `Err` when the catalog does not say `version TXT "2"`
+/// (4.2.1: a consumer must not interpret a schema it does not know).
+pub fn members(catalog: &ParsedZone) -> Result<Vec<Name>, String> {
+    let origin = &catalog.origin;
+    let version = Name::from_ascii("version")
+        .and_then(|v| v.append_domain(origin))
+        .map_err(|e| e.to_string())?;
+    let zones = Name::from_ascii("zones")
+        .and_then(|v| v.append_domain(origin))
+        .map_err(|e| e.to_string())?;
+    let is_version_2 = catalog
+        .records
+        .iter()
+        .any(|r| r.rtype == RecordType::TXT && r.name == version && r.rdata == [1, b'2']);
+    if !is_version_2 {
+        return Err(format!(
+            "{origin}: no version TXT \"2\" (RFC 9432 schema 2)"
+        ));
+    }
+    let mut members: Vec<Name> = catalog
+        .records
+        .iter()
+        .filter(|r| r.rtype == RecordType::PTR && r.name.num_labels() == zones.num_labels() + 1)
+        .filter(|r| zones.zone_of(&r.name))
+        .filter_map(|r| {
+            let mut decoder = BinDecoder::new(&r.rdata);
+            Name::read(&mut decoder).ok().map(|n| n.to_lowercase())
+        })
+        .collect();
+    members.sort();
+    members.dedup();
+    Ok(members)
+}
+
+/// Every secondary zone `config` names: its `[[secondary.zone]]`s, its catalogs, and the
+/// members of each catalog whose copy is on disk and reads as a schema 2 catalog (a catalog
+/// not transferred yet, or not readable, provisions nothing). Reads the catalogs' copies.
+pub fn secondary_zones(config: &Config) -> Vec<SecondaryZoneConfig> {
+    let secondary = &config.secondary;
+    let mut zones = secondary.zone.clone();
+    let dir = secondary.dir.clone().unwrap_or_default();
+    for catalog in &secondary.catalog {
+        zones.push(catalog.clone());
+        for member in catalog_members(catalog) {
+            let member = catalog.member(&member.to_ascii(), &dir);
+            if !zones
+                .iter()
+                .any(|z| z.name.trim_end_matches('.') == member.name)
+            {
+                zones.push(member);
+            }
+        }
+    }
+    zones
+}
+
+/// The members listed by the copy of `catalog` on disk (none when there is no good copy).
+pub fn catalog_members(catalog: &SecondaryZoneConfig) -> Vec<Name> {
+    let path = catalog.copy_path();
+    let (Some(origin), true) = (catalog.origin(), path.is_file()) else {
+        return Vec::new();
+    };
+    match load_zone_file(&path, &origin).map(|copy| members(&copy)) {
+        Ok(Ok(members)) => members,
+        Ok(Err(problem)) => {
+            tracing::warn!("catalog {origin}: {problem}; provisioning nothing from it");
+            Vec::new()
+        }
+        Err(_) => Vec::new(),
+    }
 }
 
 #[cfg(test)]

@@ -951,7 +951,7 @@ fn build_zones(config: &Config) -> Result<BuiltZones, Vec<String>> {
 /// secondary task transfers it again. A name the zone directory also serves is left out too.
 fn load_secondary_copies(config: &Config, parsed: &mut Vec<ParsedZone>) -> Vec<ZoneProblem> {
     let mut warnings = Vec::new();
-    for zone in &config.secondary.zone {
+    for zone in &super::catalog::secondary_zones(config) {
         let path = zone.copy_path();
         if !path.is_file() {
             continue;
@@ -990,7 +990,9 @@ fn load_secondary_copies(config: &Config, parsed: &mut Vec<ParsedZone>) -> Vec<Z
 /// The zone files a load reads: the zone directory's, then the secondary copies present.
 pub fn zone_paths(config: &Config) -> Option<Vec<PathBuf>> {
     let mut paths = zone_files_in(&config.server.zones).ok()?;
-    let copies = config.secondary.zone.iter().map(|z| z.copy_path());
+    let copies = super::catalog::secondary_zones(config)
+        .into_iter()
+        .map(|z| z.copy_path());
     paths.extend(copies.filter(|p| p.is_file()));
     Some(paths)
 }

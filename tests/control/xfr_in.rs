@@ -247,3 +247,89 @@ fn read_frame(stream: &mut std::net::TcpStream) -> Option<Vec<u8>> {
     stream.read_exact(&mut body).ok()?;
     Some(body)
 }
+
+/// A Knot primary generating a catalog zone (`catalog-role: generate`) with one member zone.
+fn knot_catalog_producer(catalog: &str, member: &str) -> Knot {
+    assert!(
+        Path::new(KNOTD).exists(),
+        "{KNOTD} is missing: apt-get install knot (.ci/run installs it)"
+    );
+    let dir = TempDir::new("xfrin-knot-catalog");
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let d = dir.path().display();
+    let conf = format!(
+        "server:\n    rundir: \"{d}\"\n    listen: {}@{}\n\
+         database:\n    storage: \"{d}\"\n\
+         control:\n    listen: \"{d}/knot.sock\"\n\
+         log:\n  - target: stderr\n    any: warning\n\
+         acl:\n  - id: xfr\n    address: 127.0.0.0/8\n    action: transfer\n\
+         zone:\n  - domain: {catalog}.\n    catalog-role: generate\n    acl: xfr\n\
+         \x20 - domain: {member}.\n    file: \"{d}/{member}.zone\"\n    acl: xfr\n\
+         \x20   catalog-role: member\n    catalog-zone: {catalog}.\n",
+        addr.ip(),
+        addr.port()
+    );
+    std::fs::write(dir.path().join("knot.conf"), conf).expect("write knot.conf");
+    std::fs::write(
+        dir.path().join(format!("{member}.zone")),
+        format!(
+            "$ORIGIN {member}.\n$TTL 60\n@ IN SOA ns1 hostmaster 3 60 60 600 60\n\
+             @ IN NS ns1\nns1 IN A 192.0.2.53\nwww IN A 192.0.2.99\n"
+        ),
+    )
+    .expect("write member zone");
+    let child = Command::new(KNOTD)
+        .arg("-c")
+        .arg(dir.path().join("knot.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start knotd");
+    let knot = Knot { child, dir, addr };
+    // Knot answers a catalog's SOA over TCP only (UDP: REFUSED), as secondaries ask it.
+    wait_for("knot serving its catalog", Duration::from_secs(10), || {
+        let (ok, out) = kdig(addr, &["+tcp", "+short", "SOA", catalog]);
+        (ok && !out.trim().is_empty()).then_some(())
+    });
+    knot
+}
+
+#[test]
+fn a_catalog_from_knot_provisions_its_member_zones() {
+    let knot = knot_catalog_producer("cat.test", "member.test");
+    let knot_addr = knot.addr;
+    let config = TempConfig::new(
+        "xfrin-catalog",
+        &format!(
+            "[[secondary.catalog]]\nname = \"cat.test\"\nprimaries = [\"{knot_addr}\"]\n\
+             timeout_secs = 2\n"
+        ),
+    );
+    let server = config.start();
+    wait_for(
+        "steerdns serving the catalog's member",
+        Duration::from_secs(20),
+        || {
+            let answer = a_records(&server.udp(&query("www.member.test.", RecordType::A)));
+            (answer == vec![Ipv4Addr::new(192, 0, 2, 99)]).then_some(())
+        },
+    );
+    assert!(
+        config
+            .dir()
+            .join("secondary")
+            .join("member.test.zone")
+            .is_file(),
+        "the member's copy is kept on disk"
+    );
+    let admin = server.admin.expect("admin endpoint");
+    let (_, body) = control_common::http(admin, "GET", "/v1/status", None);
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
+    assert_eq!(
+        status["secondary"]["member.test"]["serial"].as_u64(),
+        Some(3),
+        "{body}"
+    );
+    drop(knot);
+}
