@@ -272,4 +272,27 @@ mod tests {
         let e = build("example.com", &zones, &Remembered::new()).expect_err("a served zone");
         assert!(e.contains("is a zone served"), "{e}");
     }
+
+    fn consumed(text: &str) -> Result<Vec<String>, String> {
+        let origin = Name::from_ascii("cat.test.").expect("origin");
+        let parsed =
+            crate::zone::parse::parse_zone_text(text, std::path::Path::new("cat.zone"), &origin)
+                .map_err(|p| format!("{p:?}"))?;
+        members(&parsed).map(|m| m.iter().map(|n| n.to_ascii()).collect())
+    }
+
+    #[test]
+    fn a_consumer_reads_the_members_of_a_schema_2_catalog_only() {
+        let head = "$TTL 0\n@ SOA invalid. invalid. 1 3600 600 2147483646 0\n@ NS invalid.\n";
+        let listed = consumed(&format!(
+            "{head}version TXT \"2\"\nb1.zones PTR B.test.\na1.zones PTR a.test.\n\
+             group.a1.zones TXT \"ignored property\"\nelsewhere PTR c.test.\n"
+        ));
+        assert_eq!(
+            listed,
+            Ok(vec!["a.test.".to_string(), "b.test.".to_string()])
+        );
+        let old = consumed(&format!("{head}version TXT \"1\"\na1.zones PTR a.test.\n"));
+        assert!(old.is_err_and(|e| e.contains("schema 2")));
+    }
 }
