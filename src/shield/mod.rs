@@ -22,6 +22,8 @@ pub mod step;
 pub mod wire;
 
 #[cfg(test)]
+mod surge_figure;
+#[cfg(test)]
 mod tenant_tests;
 #[cfg(test)]
 mod tests;
