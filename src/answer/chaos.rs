@@ -98,14 +98,12 @@ fn decision_trace(snapshot: &Snapshot, query: &Query, client: &Requester) -> Opt
         Some(tenant) => tenant.route(&data.policies, steered.root),
         None => (&data.policies, steered.root),
     };
-    let cells = tenant.and_then(|t| t.cells(&data.policies));
+    let as_tenant = tenant.map(|t| policy::AsTenant {
+        name: t.name(),
+        cells: t.cells(&data.policies),
+    });
     let (shed, health) = (&snapshot.shield().view(), &snapshot.health().view());
-    let decision = match tenant {
-        Some(t) => {
-            policy::explain_as_tenant(policies, root, &located, shed, health, t.name(), cells)
-        }
-        None => policy::explain_for_tenant(policies, root, &located, shed, health, cells),
-    };
+    let decision = policy::explain_for_tenant(policies, root, &located, shed, health, as_tenant);
     Some(format!(
         "{} via {source}; {location}{database}; name {}; {}{decision}",
         located.addr,

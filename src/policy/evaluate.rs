@@ -191,47 +191,30 @@ pub fn evaluate_with_health<'a>(
     evaluate_for_tenant(p, root, client, shed, health, None)
 }
 
-/// [`evaluate_with_health`] for a tenant's name: an anycast answer carries the tenant's
-/// `cells` (its shard of the destination's layer, computed when the tenant was compiled)
-/// instead of the destination's own addresses, where that layer has cells. The choice, TTL
-/// and ECS scope are the same as without cells: which cells is decided by the name, not by the
-/// client. Never panics and never allocates.
+/// The tenant a name belongs to, for [`evaluate_for_tenant`]: its name (to find its own shed,
+/// tenant-first shedding) and its cells (its shard of each layer, computed when the tenant was
+/// compiled; `None` without cells).
+#[derive(Clone, Copy, Debug)]
+pub struct AsTenant<'a> {
+    pub name: &'a str,
+    pub cells: Option<&'a TenantCells>,
+}
+
+/// [`evaluate_with_health`] for a tenant's name: an anycast answer carries the tenant's cells
+/// instead of the destination's own addresses, where that layer has cells, and the tenant's
+/// own shed in the client's region (in the shield's view) applies when it sheds more than the
+/// region's. Which cells is decided by the name, not by the client: the choice, TTL and ECS
+/// scope are the ones the shed decides. Never panics and never allocates.
 pub fn evaluate_for_tenant<'a>(
     p: &'a CompiledPolicies,
     root: PolicyRoot,
     client: &LocatedClient,
     shed: &ShedView,
     health: &HealthView,
-    cells: Option<&'a TenantCells>,
-) -> Decision<'a> {
-    evaluate_tenant(p, root, client, shed, health, (None, cells))
-}
-
-/// [`evaluate_for_tenant`] for the tenant named `tenant`: its own shed in the client's region
-/// (tenant-first shedding, in the shield's view) applies to its anycast answers too. Never
-/// panics and never allocates.
-pub fn evaluate_as_tenant<'a>(
-    p: &'a CompiledPolicies,
-    root: PolicyRoot,
-    client: &LocatedClient,
-    shed: &ShedView,
-    health: &HealthView,
-    tenant: &str,
-    cells: Option<&'a TenantCells>,
-) -> Decision<'a> {
-    evaluate_tenant(p, root, client, shed, health, (Some(tenant), cells))
-}
-
-fn evaluate_tenant<'a>(
-    p: &'a CompiledPolicies,
-    root: PolicyRoot,
-    client: &LocatedClient,
-    shed: &ShedView,
-    health: &HealthView,
-    (tenant, cells): (Option<&str>, Option<&'a TenantCells>),
+    tenant: Option<AsTenant<'a>>,
 ) -> Decision<'a> {
     match root {
-        PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed, (tenant, cells)),
+        PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed, tenant),
         PolicyRoot::Profile { profile, ttl_cap } => {
             let health = Health { p, view: health };
             evaluate_profile(p, profile, ttl_cap.unwrap_or(u32::MAX), client, &health)
@@ -252,8 +235,10 @@ fn evaluate_anycast<'a>(
     ttl: u32,
     client: &LocatedClient,
     shed: &ShedView,
-    (tenant, cells): (Option<&str>, Option<&'a TenantCells>),
+    tenant: Option<AsTenant<'a>>,
 ) -> Decision<'a> {
+    let cells = tenant.and_then(|t| t.cells);
+    let tenant = tenant.map(|t| t.name);
     let region = client.region;
     let mut trace = Trace::default();
     let mut ttl = ttl;

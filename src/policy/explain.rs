@@ -4,8 +4,7 @@
 use std::fmt::Write as _;
 
 use super::evaluate::{
-    evaluate_as_tenant, evaluate_for_tenant, AnycastChoice, LocatedClient, StepChoice, StepHealth,
-    Target,
+    evaluate_for_tenant, AnycastChoice, AsTenant, LocatedClient, StepChoice, StepHealth, Target,
 };
 use super::health::HealthView;
 use super::knobs::{Destination, ShedView};
@@ -37,45 +36,19 @@ pub fn explain_with_health(
     explain_for_tenant(p, root, client, shed, health, None)
 }
 
-/// [`explain_with_health`] for a name of a tenant with `cells`: its cells in the answer, the
-/// impaired ones left out, and the layer it fell back to when all of them were.
+/// [`explain_with_health`] for a tenant's name: its cells in the answer, the impaired ones left
+/// out, the layer it fell back to when all of them were, and a shed that is its own
+/// (tenant-first shedding), with its share of the region's load as the shield last saw it.
 pub fn explain_for_tenant(
     p: &CompiledPolicies,
     root: PolicyRoot,
     client: &LocatedClient,
     shed: &ShedView,
     health: &HealthView,
-    cells: Option<&crate::cells::TenantCells>,
+    tenant: Option<AsTenant<'_>>,
 ) -> String {
-    explain_tenant(p, root, client, shed, health, (None, cells))
-}
-
-/// [`explain_for_tenant`] for the tenant named `tenant`: a shed that is its own (tenant-first
-/// shedding) says so, with its share of the region's load as the shield last saw it.
-pub fn explain_as_tenant(
-    p: &CompiledPolicies,
-    root: PolicyRoot,
-    client: &LocatedClient,
-    shed: &ShedView,
-    health: &HealthView,
-    tenant: &str,
-    cells: Option<&crate::cells::TenantCells>,
-) -> String {
-    explain_tenant(p, root, client, shed, health, (Some(tenant), cells))
-}
-
-fn explain_tenant(
-    p: &CompiledPolicies,
-    root: PolicyRoot,
-    client: &LocatedClient,
-    shed: &ShedView,
-    health: &HealthView,
-    (tenant, cells): (Option<&str>, Option<&crate::cells::TenantCells>),
-) -> String {
-    let decision = match tenant {
-        Some(name) => evaluate_as_tenant(p, root, client, shed, health, name, cells),
-        None => evaluate_for_tenant(p, root, client, shed, health, cells),
-    };
+    let decision = evaluate_for_tenant(p, root, client, shed, health, tenant);
+    let tenant = tenant.map(|t| t.name);
     let mut out = String::new();
     if let Some((region, choice)) = decision.trace.anycast {
         let _ = write!(out, "anycast; region {}", region_label(p, region));

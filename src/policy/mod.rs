@@ -41,11 +41,11 @@ pub use config::{
     TransferProjection,
 };
 pub use evaluate::{
-    evaluate, evaluate_as_tenant, evaluate_for_tenant, evaluate_with_health, AnycastChoice,
-    Decision, LocatedClient, StepChoice, StepHealth, Target, Trace, TraceStep, SHED_HASH_PREFIX_V4,
+    evaluate, evaluate_for_tenant, evaluate_with_health, AnycastChoice, AsTenant, Decision,
+    LocatedClient, StepChoice, StepHealth, Target, Trace, TraceStep, SHED_HASH_PREFIX_V4,
     SHED_HASH_PREFIX_V6,
 };
-pub use explain::{explain, explain_as_tenant, explain_for_tenant, explain_with_health};
+pub use explain::{explain, explain_for_tenant, explain_with_health};
 pub use health::{HealthView, SlotHealth};
 pub use knobs::{
     BadForcedAnswer, CellKnobs, ControlKnobs, Destination, EndpointKnobs, ForcedAnswer,

@@ -18,8 +18,9 @@ use super::live::rings_of;
 use super::step::{shed_view, step, Inputs, Reading, ShieldSettings, ShieldState, TenantLoad};
 use crate::cells::TenantCells;
 use crate::policy::{
-    compile, evaluate_as_tenant, CompiledPolicies, ControlKnobs, HealthView, LocatedClient,
-    PolicyRoot, ProfileConfig, ShedView, ShieldMode, SteeredConfig, Target, TopologyConfig,
+    compile, evaluate_for_tenant, AsTenant, CompiledPolicies, ControlKnobs, HealthView,
+    LocatedClient, PolicyRoot, ProfileConfig, ShedView, ShieldMode, SteeredConfig, Target,
+    TopologyConfig,
 };
 
 const TENANTS: usize = 10_000;
@@ -223,15 +224,11 @@ fn answer(
         prefix_len: 20,
     };
     let root = PolicyRoot::Anycast { ttl: 300 };
-    let d = evaluate_as_tenant(
-        p,
-        root,
-        &client,
-        view,
-        &HealthView::all_up(),
+    let tenant = AsTenant {
         name,
-        Some(cells),
-    );
+        cells: Some(cells),
+    };
+    let d = evaluate_for_tenant(p, root, &client, view, &HealthView::all_up(), Some(tenant));
     match d.target {
         Target::Addresses { v4, .. } => d.left_out.keep(v4).copied().collect(),
         Target::Cname { .. } => Vec::new(),

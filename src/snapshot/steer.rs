@@ -6,15 +6,14 @@ use std::cell::OnceCell;
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
-use crate::cells::TenantCells;
 use crate::dns::wire::{rtype, ClientSubnet};
 use crate::dnssec::SteeredSigs;
 use crate::geo::Locator;
 use crate::health::Board;
 use crate::metrics::SnapshotCounters;
 use crate::policy::{
-    self, evaluate, evaluate_as_tenant, evaluate_with_health, AnycastChoice, CompiledPolicies,
-    Decision, Destination, HealthView, PolicyRoot, ShedView, Target,
+    self, evaluate, evaluate_for_tenant, evaluate_with_health, AnycastChoice, AsTenant,
+    CompiledPolicies, Decision, Destination, HealthView, PolicyRoot, ShedView, Target,
 };
 use crate::shield::live::{DemandCounters, DemandSample, Proof, Shield};
 use crate::tenant::ServedTenant;
@@ -218,13 +217,13 @@ impl<'s> ClientSteering<'s> {
         policies: &'s CompiledPolicies,
         root: PolicyRoot,
         client: &policy::LocatedClient,
-        (tenant, cells): (Option<&'s str>, Option<&'s TenantCells>),
+        tenant: Option<AsTenant<'s>>,
     ) -> Decision<'s> {
         match (root, tenant) {
             // A tenant's anycast answer: its cells, and its own shed (tenant-first) if any.
-            (PolicyRoot::Anycast { .. }, Some(name)) => {
+            (PolicyRoot::Anycast { .. }, Some(_)) => {
                 let shed = self.shed.get_or_init(|| self.shield.view());
-                evaluate_as_tenant(policies, root, client, shed, &ALL_UP, name, cells)
+                evaluate_for_tenant(policies, root, client, shed, &ALL_UP, tenant)
             }
             (PolicyRoot::Anycast { .. }, None) => {
                 let shed = self.shed.get_or_init(|| self.shield.view());
@@ -257,13 +256,13 @@ impl<'s> ClientSteering<'s> {
             let (policies, root, tenant) = match self.tenant.take() {
                 Some(tenant) => {
                     let (policies, root) = tenant.route(platform, root);
-                    (
-                        policies,
-                        root,
-                        (Some(tenant.name()), tenant.cells(platform)),
-                    )
+                    let as_tenant = AsTenant {
+                        name: tenant.name(),
+                        cells: tenant.cells(platform),
+                    };
+                    (policies, root, Some(as_tenant))
                 }
-                None => (platform, root, (None, None)),
+                None => (platform, root, None),
             };
             let client = self.client();
             // Built in its slot and counted there: no copy of the decision on the way.

@@ -42,7 +42,11 @@ fn answer<'a>(
     shed: &ShedView,
 ) -> Decision<'a> {
     let client = client(region, v4_subnet(7), 20);
-    evaluate_for_tenant(p, ROOT, &client, shed, &HealthView::all_up(), cells)
+    let tenant = cells.map(|cells| AsTenant {
+        name: "tenant",
+        cells: Some(cells),
+    });
+    evaluate_for_tenant(p, ROOT, &client, shed, &HealthView::all_up(), tenant)
 }
 
 fn v4s(d: &Decision<'_>) -> Vec<Ipv4Addr> {

@@ -80,7 +80,10 @@ fn served(p: &CompiledPolicies, tenant: &TenantCells, region: u16) -> Vec<Ipv4Ad
         &client,
         &ShedView::default(),
         &HealthView::all_up(),
-        Some(tenant),
+        Some(AsTenant {
+            name: "tenant",
+            cells: Some(tenant),
+        }),
     );
     d.left_out.keep(v4_of(&d)).copied().collect()
 }
