@@ -23,6 +23,7 @@ pub mod geo;
 pub mod hash;
 pub mod health;
 pub mod http_client;
+pub mod le_reader;
 pub mod lkg;
 pub mod metrics;
 pub mod policy;

@@ -32,6 +32,7 @@ use super::load::Sources;
 use super::{Compiled, Precompiled};
 use crate::config::Config;
 use crate::files::Digest;
+use crate::le_reader::{LeReader, Malformed};
 use crate::lkg::{Cache, Inputs, LkgRefused};
 use crate::zone::model::Zone;
 
@@ -141,7 +142,7 @@ fn from_sections(
         at,
     };
     let sources = decode_sources(take(&mut cache, "sources").unwrap_or_default())
-        .map_err(|at| section("sources", at))?;
+        .map_err(|m| section("sources", m.at))?;
     if !sources.unchanged(config, config_digest) {
         return Err(ZoneCacheRefused::InputsChanged { path });
     }
@@ -285,37 +286,40 @@ fn put_optional_path(out: &mut Vec<u8>, path: Option<&Path>) {
     }
 }
 
-/// The sources [`encode_sources`] wrote; `Err(offset)` where they do not parse.
-fn decode_sources(bytes: Vec<u8>) -> Result<Sources, usize> {
-    let mut r = Reader {
-        bytes: &bytes,
-        at: 0,
+/// The sources [`encode_sources`] wrote.
+fn decode_sources(bytes: Vec<u8>) -> Result<Sources, Malformed> {
+    let mut r = LeReader::new(&bytes);
+    let config_path = if flag(&mut r)? {
+        Some(path_of(&mut r)?)
+    } else {
+        None
     };
-    let config_path = if r.flag()? { Some(r.path()?) } else { None };
-    let config = if r.flag()? { Some(r.digest()?) } else { None };
-    let zones_dir = r.path()?;
-    let zone_files = (0..r.count()?)
-        .map(|_| r.path())
+    let config = if flag(&mut r)? {
+        Some(digest(&mut r)?)
+    } else {
+        None
+    };
+    let zones_dir = path_of(&mut r)?;
+    let zone_files = (0..count(&mut r)?)
+        .map(|_| path_of(&mut r))
         .collect::<Result<_, _>>()?;
-    let files = (0..r.count()?)
-        .map(|_| Ok((r.path()?, r.digest()?)))
-        .collect::<Result<_, usize>>()?;
-    let steered = (0..r.count()?)
+    let files = (0..count(&mut r)?)
+        .map(|_| Ok((path_of(&mut r)?, digest(&mut r)?)))
+        .collect::<Result<_, Malformed>>()?;
+    let steered = (0..count(&mut r)?)
         .map(|_| {
-            let len = u16::from_le_bytes(r.array()?);
+            let len = r.u16()?;
             Ok(Box::from(r.take(usize::from(len))?))
         })
-        .collect::<Result<_, usize>>()?;
-    let zone_warnings = (0..r.count()?)
+        .collect::<Result<_, Malformed>>()?;
+    let zone_warnings = (0..count(&mut r)?)
         .map(|_| {
-            let at = r.at;
-            let len = r.count()?;
+            let at = r.malformed();
+            let len = count(&mut r)?;
             String::from_utf8(r.take(len)?.to_vec()).map_err(|_| at)
         })
-        .collect::<Result<Vec<String>, usize>>()?;
-    if r.at != bytes.len() {
-        return Err(r.at);
-    }
+        .collect::<Result<Vec<String>, Malformed>>()?;
+    r.finish()?;
     Ok(Sources {
         config_path,
         config,
@@ -327,49 +331,31 @@ fn decode_sources(bytes: Vec<u8>) -> Result<Sources, usize> {
     })
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+fn flag(r: &mut LeReader<'_>) -> Result<bool, Malformed> {
+    let at = r.malformed();
+    match r.u8()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(at),
+    }
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, len: usize) -> Result<&'a [u8], usize> {
-        let end = self.at.checked_add(len).ok_or(self.at)?;
-        let taken = self.bytes.get(self.at..end).ok_or(self.at)?;
-        self.at = end;
-        Ok(taken)
+/// A u32 count or length, which must fit in what is left (each item takes a byte at least),
+/// so that a bad count cannot make a loop run long.
+fn count(r: &mut LeReader<'_>) -> Result<usize, Malformed> {
+    let at = r.malformed();
+    let n = r.u32()? as usize;
+    if n > r.left() {
+        return Err(at);
     }
+    Ok(n)
+}
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], usize> {
-        let at = self.at;
-        self.take(N)?.try_into().map_err(|_| at)
-    }
+fn path_of(r: &mut LeReader<'_>) -> Result<PathBuf, Malformed> {
+    let len = count(r)?;
+    Ok(PathBuf::from(OsStr::from_bytes(r.take(len)?)))
+}
 
-    fn flag(&mut self) -> Result<bool, usize> {
-        match self.array::<1>()? {
-            [0] => Ok(false),
-            [1] => Ok(true),
-            _ => Err(self.at - 1),
-        }
-    }
-
-    /// A u32 count or length, which must fit in what is left (each item takes a byte at
-    /// least), so that a bad count cannot make a loop run long.
-    fn count(&mut self) -> Result<usize, usize> {
-        let at = self.at;
-        let n = u32::from_le_bytes(self.array()?) as usize;
-        if n > self.bytes.len() - self.at {
-            return Err(at);
-        }
-        Ok(n)
-    }
-
-    fn path(&mut self) -> Result<PathBuf, usize> {
-        let len = self.count()?;
-        Ok(PathBuf::from(OsStr::from_bytes(self.take(len)?)))
-    }
-
-    fn digest(&mut self) -> Result<Digest, usize> {
-        self.array().map(Digest::from_le_bytes)
-    }
+fn digest(r: &mut LeReader<'_>) -> Result<Digest, Malformed> {
+    r.array().map(Digest::from_le_bytes)
 }

@@ -32,13 +32,10 @@ use rustc_hash::FxHashMap;
 
 use super::model::{name_to_wire, Node, RRset, SteeredBinding, Zone};
 use crate::dns::wire::rtype;
+use crate::le_reader::LeReader;
 
 /// A section that does not parse, at this byte offset into it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("zone cache section malformed at byte {at}")]
-pub struct Malformed {
-    pub at: usize,
-}
+pub use crate::le_reader::Malformed;
 
 const CUT: u8 = 1;
 const BELOW_CUT: u8 = 2;
@@ -109,7 +106,7 @@ fn encode_node(out: &mut Vec<u8>, key: &[u8], node: &Node) -> Option<()> {
 
 /// The zones [`encode`] wrote.
 pub fn decode(bytes: &[u8]) -> Result<Vec<Zone>, Malformed> {
-    let mut reader = Reader { bytes, at: 0 };
+    let mut reader = LeReader::new(bytes);
     let count = reader.u32()? as usize;
     // Each zone takes at least 18 bytes: a count beyond that is a lie, not an allocation.
     if count > bytes.len() / 18 {
@@ -119,19 +116,17 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Zone>, Malformed> {
     for _ in 0..count {
         zones.push(decode_zone(&mut reader)?);
     }
-    if reader.at != bytes.len() {
-        return Err(reader.malformed());
-    }
+    reader.finish()?;
     Ok(zones)
 }
 
-fn decode_zone(reader: &mut Reader<'_>) -> Result<Zone, Malformed> {
-    let at = reader.at;
+fn decode_zone(reader: &mut LeReader<'_>) -> Result<Zone, Malformed> {
+    let at = reader.at();
     let origin_len = usize::from(reader.u16()?);
     let origin = Name::from_bytes(reader.take(origin_len)?).map_err(|_| Malformed { at })?;
     let serial = reader.u32()?;
     let negative_ttl = reader.u32()?;
-    let nodes_at = reader.at;
+    let nodes_at = reader.at();
     let count = usize::try_from(reader.u64()?).map_err(|_| Malformed { at: nodes_at })?;
     // A node takes at least 4 bytes (key length, one label byte, flags, set count u16).
     if count > reader.left() / 4 {
@@ -140,7 +135,7 @@ fn decode_zone(reader: &mut Reader<'_>) -> Result<Zone, Malformed> {
     let mut nodes: FxHashMap<Box<[u8]>, Node> = FxHashMap::default();
     nodes.reserve(count);
     for _ in 0..count {
-        let at = reader.at;
+        let at = reader.at();
         let (key, node) = decode_node(reader)?;
         if nodes.insert(key, node).is_some() {
             return Err(Malformed { at });
@@ -164,7 +159,7 @@ fn decode_zone(reader: &mut Reader<'_>) -> Result<Zone, Malformed> {
     })
 }
 
-fn decode_node(reader: &mut Reader<'_>) -> Result<(Box<[u8]>, Node), Malformed> {
+fn decode_node(reader: &mut LeReader<'_>) -> Result<(Box<[u8]>, Node), Malformed> {
     let key_len = usize::from(reader.u8()?);
     let key: Box<[u8]> = reader.take(key_len)?.into();
     let flags = reader.u8()?;
@@ -191,12 +186,12 @@ fn decode_node(reader: &mut Reader<'_>) -> Result<(Box<[u8]>, Node), Malformed> 
     Ok((key, node))
 }
 
-fn decode_rrset(reader: &mut Reader<'_>) -> Result<RRset, Malformed> {
+fn decode_rrset(reader: &mut LeReader<'_>) -> Result<RRset, Malformed> {
     let rtype = reader.u16()?;
     let ttl = reader.u32()?;
     let count = reader.u16()?;
     let len = reader.u32()? as usize;
-    let at = reader.at;
+    let at = reader.at();
     let encoded = reader.take(len)?;
     if records_in(encoded) != Some(usize::from(count)) {
         return Err(Malformed { at });
@@ -227,49 +222,6 @@ fn records_in(mut encoded: &[u8]) -> Option<usize> {
         count += 1;
     }
     Some(count)
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn malformed(&self) -> Malformed {
-        Malformed { at: self.at }
-    }
-
-    fn left(&self) -> usize {
-        self.bytes.len() - self.at
-    }
-
-    fn take(&mut self, len: usize) -> Result<&'a [u8], Malformed> {
-        let end = self.at.checked_add(len).ok_or(self.malformed())?;
-        let taken = self.bytes.get(self.at..end).ok_or(self.malformed())?;
-        self.at = end;
-        Ok(taken)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
-        let at = self.at;
-        self.take(N)?.try_into().map_err(|_| Malformed { at })
-    }
-
-    fn u8(&mut self) -> Result<u8, Malformed> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn u16(&mut self) -> Result<u16, Malformed> {
-        self.array().map(u16::from_le_bytes)
-    }
-
-    fn u32(&mut self) -> Result<u32, Malformed> {
-        self.array().map(u32::from_le_bytes)
-    }
-
-    fn u64(&mut self) -> Result<u64, Malformed> {
-        self.array().map(u64::from_le_bytes)
-    }
 }
 
 #[cfg(test)]
