@@ -790,14 +790,6 @@ impl Reloader {
         );
         let config_hash = format!("{config_hash:016x}");
         let snapshot = Arc::new(snapshot);
-        self.snapshot.store(snapshot.clone());
-        self.tenants.platform_changed(
-            config,
-            snapshot,
-            self.source.taster.as_deref(),
-            self.source.taste_args(),
-            control.as_ref().map(|(_, text)| text.clone()),
-        );
         let elapsed = started.elapsed();
         let status = &mut state.status;
         status.serial = serial;
@@ -820,7 +812,17 @@ impl Reloader {
             state.served_control_hash = Some(fnv1a64(text.as_bytes()));
         }
         state.served_control = control.clone();
+        // Served and shown as one step: status is ready before the swap and published right
+        // after it, so whoever sees an answer from this version sees its serial in status too.
+        self.snapshot.store(snapshot.clone());
         self.publish(state);
+        self.tenants.platform_changed(
+            config,
+            snapshot,
+            self.source.taster.as_deref(),
+            self.source.taste_args(),
+            control.as_ref().map(|(_, text)| text.clone()),
+        );
         record_served(config, served.as_ref());
         record_projection(config, &previous, &self.snapshot.load());
         if matches!(zones_from, ZonesFrom::Built { .. }) {

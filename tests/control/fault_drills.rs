@@ -127,11 +127,14 @@ fn served_critical_weights(status: &Json) -> (Option<u64>, Option<u64>) {
     (weight("frontdoor"), weight("alt-cdn"))
 }
 
-/// Sets break-glass (critical → alt-cdn) and waits until every subnet gets it.
-fn break_glass(setup: &Setup, resolver: &mut Resolver, subnets: &[String]) {
+/// Sets break-glass (critical → alt-cdn) and waits until every subnet gets it and status
+/// shows its serial (what the drills compare against afterwards).
+fn break_glass(setup: &Setup, server: &Daemon, resolver: &mut Resolver, subnets: &[String]) {
+    let serial = server.serial();
     let written = Instant::now();
     setup.write_control_atomically(&critical_control(0, 100, 0));
     wait_all_target(resolver, subnets, ALT_CDN, written, REACT);
+    server.wait_for_serial_change(serial, REACT);
 }
 
 /// Waits for one more refusal than `before`, then checks serial and answers did not move and
@@ -264,7 +267,7 @@ fn a_power_cut_control_file_zero_length_or_zero_filled_is_refused() {
     let server = setup.start();
     let mut resolver = Resolver::new(server.dns);
     let subnets = distinct_subnets(20);
-    break_glass(&setup, &mut resolver, &subnets);
+    break_glass(&setup, &server, &mut resolver, &subnets);
     let metric_before = refused_reloads_metric(server.admin);
 
     // Truncated, then the power went before the new bytes were written.
@@ -303,7 +306,7 @@ fn a_zone_file_cut_short_by_a_power_cut_is_refused_on_sighup() {
     let server = setup.start();
     let mut resolver = Resolver::new(server.dns);
     let subnets = distinct_subnets(20);
-    break_glass(&setup, &mut resolver, &subnets);
+    break_glass(&setup, &server, &mut resolver, &subnets);
     let zone = setup.path("zones/example.com.zone");
     let text = std::fs::read_to_string(&zone).expect("read zone");
     // Cut in the middle of mail's address: "mail A 192.0".
@@ -342,7 +345,7 @@ fn a_config_file_cut_short_by_a_power_cut_is_refused_on_sighup() {
     let server = setup.start();
     let mut resolver = Resolver::new(server.dns);
     let subnets = distinct_subnets(20);
-    break_glass(&setup, &mut resolver, &subnets);
+    break_glass(&setup, &server, &mut resolver, &subnets);
     let text = std::fs::read_to_string(&setup.config).expect("read config");
     // Cut inside a quoted string, as a write interrupted mid-block would.
     let cut = text
