@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::AdminState;
 use crate::change::{edit_file, screen, ChangeError, OverrideRequest};
 use crate::config::Config;
-use crate::control::edit::Edit;
+use crate::control::edit::{Edit, EditError};
 use crate::safety::tally;
 
 pub fn routes() -> Router<AdminState> {
@@ -68,7 +68,7 @@ fn config_of(state: &AdminState) -> Result<Config, Box<Response>> {
     let config = state.reloader.source().read_config().map_err(|e| {
         Box::new(json(
             StatusCode::CONFLICT,
-            serde_json::json!({ "error": e }),
+            serde_json::json!({ "error": e.to_string() }),
         ))
     })?;
     tally::configure(&config.safety);
@@ -164,10 +164,7 @@ async fn write_edit(State(state): State<AdminState>, body: axum::body::Bytes) ->
         .filter(|b| !b.is_empty());
     let by = format!("{} via admin API", who.unwrap_or("someone"));
     let edit = request.edit;
-    write(state, request.overrides, by, move |text| {
-        edit.apply(text).map_err(|e| e.to_string())
-    })
-    .await
+    write(state, request.overrides, by, move |text| edit.apply(text)).await
 }
 
 /// One write through [`edit_file`], tasted against the snapshot served, then served.
@@ -175,7 +172,7 @@ async fn write(
     state: AdminState,
     overrides: Vec<OverrideRequest>,
     by: String,
-    edit: impl Fn(&str) -> Result<String, String> + Send + 'static,
+    edit: impl Fn(&str) -> Result<String, EditError> + Send + 'static,
 ) -> Response {
     let outcome = tokio::task::spawn_blocking(move || {
         let config = config_of(&state)?;
@@ -185,7 +182,6 @@ async fn write(
                 serde_json::json!({ "error": "fleet mode: the control state is in etcd; change it with the CLI (weight set, drain, control rollback)", "written": false }),
             )));
         }
-        let file = config.control.file.clone().unwrap_or_default();
         let (served, status) = state.reloader.snapshot_and_status();
         let floor = crate::change::recorded_floor(&config).max(status.serial);
         let written = edit_file(
@@ -194,7 +190,7 @@ async fn write(
             Some(served.compiled()),
             &overrides,
             &by,
-            |text| edit(text).map_err(|e| format!("{}: {e}", file.display())),
+            edit,
         )
         .map_err(refused)?;
         drop(served);

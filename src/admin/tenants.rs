@@ -195,9 +195,9 @@ fn stores_of(state: &AdminState) -> Result<(Box<dyn ControlStore>, bool), Box<Re
         .reloader
         .source()
         .read_config()
-        .map_err(|e| Box::new(error(StatusCode::CONFLICT, e)))?;
+        .map_err(|e| Box::new(error(StatusCode::CONFLICT, e.to_string())))?;
     tenant_stores(&config).map_err(|e| match e {
-        TenantStoreError::Config(e) => Box::new(error(StatusCode::CONFLICT, e)),
+        TenantStoreError::Config(e) => Box::new(error(StatusCode::CONFLICT, e.to_string())),
         TenantStoreError::Store(e) => Box::new(store_error(e)),
     })
 }
@@ -205,8 +205,8 @@ fn stores_of(state: &AdminState) -> Result<(Box<dyn ControlStore>, bool), Box<Re
 /// Why the tenants' store could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum TenantStoreError {
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(crate::change::ChangeError),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -324,7 +324,7 @@ async fn set_state(state: AdminState, name: String, to: TenantState) -> Response
                 ))
             })?;
         let text = crate::tenant::edit::set_state(&current.text, to)
-            .map_err(|e| Box::new(error(StatusCode::CONFLICT, e)))?;
+            .map_err(|e| Box::new(error(StatusCode::CONFLICT, e.to_string())))?;
         write_tenant(
             &state,
             store.as_ref(),

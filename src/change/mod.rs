@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::control::edit::{
     explicit_serial, replace_if_unchanged, set_overrides, set_serial, ControlLock, EditError,
 };
-use crate::control::history::History;
+use crate::control::history::{History, HistoryError};
 use crate::control::{summarize, ControlFile, Override};
 use crate::safety::{evaluate, refused, Baseline, Change, Recorded, Violation};
 use crate::snapshot::load::{load_after, ControlSource};
@@ -42,8 +42,28 @@ pub enum ChangeError {
     BadOverride(String),
     #[error("no control file configured ([control] file in the config)")]
     NoControlFile,
-    #[error("{0}")]
-    Edit(String),
+    /// The edit itself could not be made on the file's text (a knob that is not there, a name
+    /// the config would refuse, text that is not TOML), or the file's lock not taken.
+    #[error("{}: {source}", path.display())]
+    Edit {
+        path: PathBuf,
+        #[source]
+        source: EditError,
+    },
+    /// The edit could not be made on a text that is not a file (the fleet's state in etcd).
+    #[error("the change does not apply: {0}")]
+    Text(#[from] EditError),
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    History(#[from] HistoryError),
+    /// The candidate's `[[overrides]]` could not be written into its text.
+    #[error("cannot record the overrides in the candidate: {0}")]
+    RecordOverrides(#[source] EditError),
     #[error("{path}: changed by someone else during each of {attempts} attempts; nothing written")]
     Contended { path: PathBuf, attempts: usize },
 }
@@ -162,7 +182,7 @@ pub fn screen_at(
             at: at.clone(),
         })
         .collect();
-    let text = set_overrides(candidate, &records).map_err(|e| ChangeError::Edit(e.to_string()))?;
+    let text = set_overrides(candidate, &records).map_err(ChangeError::RecordOverrides)?;
     Ok(Screened {
         text,
         unused: ids
@@ -174,28 +194,28 @@ pub fn screen_at(
 }
 
 /// The control file's history as the config places it.
-pub fn history(config: &Config) -> Result<History, String> {
+pub fn history(config: &Config) -> Result<History, ChangeError> {
     let file = config
         .control
         .file
         .as_ref()
-        .ok_or("no control file configured")?;
+        .ok_or(ChangeError::NoControlFile)?;
     let dir = config
         .control
         .history_dir
         .clone()
         .unwrap_or_else(|| History::default_dir(file));
-    History::open(&dir, config.control.history_keep).map_err(|e| format!("control history: {e}"))
+    Ok(History::open(&dir, config.control.history_keep)?)
 }
 
 /// The local control store the config names: its control file and history, and its tenants'
 /// folder (`tenants/<name>` keys).
-pub fn file_store(config: &Config) -> Result<crate::control::store::FileStore, String> {
+pub fn file_store(config: &Config) -> Result<crate::control::store::FileStore, ChangeError> {
     let file = config
         .control
         .file
         .clone()
-        .ok_or("no control file configured ([control] file in the config)")?;
+        .ok_or(ChangeError::NoControlFile)?;
     Ok(
         crate::control::store::FileStore::new(file, history(config)?)
             .with_tenants(config.tenants.dir.clone(), config.tenants.history_keep),
@@ -235,34 +255,36 @@ pub fn edit_file(
     served: Option<&Compiled>,
     overrides: &[OverrideRequest],
     by: &str,
-    edit: impl Fn(&str) -> Result<String, String>,
+    edit: impl Fn(&str) -> Result<String, EditError>,
 ) -> Result<Written, ChangeError> {
     let path = config
         .control
         .file
         .clone()
         .ok_or(ChangeError::NoControlFile)?;
-    let _lock =
-        ControlLock::acquire(&path, LOCK_WAIT).map_err(|e| ChangeError::Edit(e.to_string()))?;
+    let edit_error = |source| ChangeError::Edit {
+        path: path.clone(),
+        source,
+    };
+    let _lock = ControlLock::acquire(&path, LOCK_WAIT).map_err(edit_error)?;
     let recent = history(config)
         .map(|h| crate::safety::recent_from_history(&h, crate::safety::RECENT_VERSIONS))
         .unwrap_or_default();
     for _ in 0..EDIT_ATTEMPTS {
         let old = match crate::files::read_text_limited(&path, crate::files::SMALL_FILE_LIMIT) {
             Ok(text) => Some(text),
-            Err(e) if path.exists() => {
-                return Err(ChangeError::Edit(format!(
-                    "{}: cannot read: {e}",
-                    path.display()
-                )))
+            Err(source) if path.exists() => {
+                return Err(ChangeError::Read {
+                    path: path.clone(),
+                    source,
+                })
             }
             Err(_) => None,
         };
         let current = old.as_deref().unwrap_or("");
-        let edited = edit(current).map_err(ChangeError::Edit)?;
+        let edited = edit(current).map_err(edit_error)?;
         let screened = screen(config, current, &edited, &recent, overrides, by)?;
-        let new_text = bump_serial(current, &screened.text, floor)
-            .map_err(|e| ChangeError::Edit(format!("{}: {e}", path.display())))?;
+        let new_text = bump_serial(current, &screened.text, floor).map_err(edit_error)?;
         let candidate = ControlSource::Text {
             path: &path,
             text: &new_text,
@@ -271,7 +293,7 @@ pub fn edit_file(
         match replace_if_unchanged(&path, old.as_deref(), &new_text) {
             Ok(()) => {}
             Err(EditError::ChangedUnderneath { .. }) => continue,
-            Err(e) => return Err(ChangeError::Edit(e.to_string())),
+            Err(e) => return Err(edit_error(e)),
         }
         let summary = match (
             ControlFile::parse(current, &path),

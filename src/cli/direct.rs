@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use super::http::request;
 use steerdns::change::{screen, ChangeError};
 use steerdns::config::Config;
-use steerdns::control::edit::set_serial;
+use steerdns::control::edit::{set_serial, EditError};
 use steerdns::fleet::direct::{DirectRequest, KnownNode, NodeDirectView};
 
 use super::safety::{print_overridden, print_refusal, OverrideArgs};
@@ -131,7 +131,7 @@ pub(super) fn edit(
     target: &Target,
     what: &str,
     overrides: &OverrideArgs,
-    edit: impl Fn(&str) -> Result<String, String>,
+    edit: impl Fn(&str) -> Result<String, EditError>,
 ) -> Result<ExitCode> {
     let config = target.config()?;
     let requests = overrides.requests()?;
@@ -147,7 +147,7 @@ pub(super) fn edit(
         }
         return Ok(ExitCode::FAILURE);
     };
-    let edited = edit(&base.text).map_err(anyhow::Error::msg)?;
+    let edited = edit(&base.text)?;
     let by = steerdns::fleet::store::who();
     let recent = steerdns::change::history(&config)
         .map(|h| steerdns::safety::recent_from_history(&h, steerdns::safety::RECENT_VERSIONS))
@@ -239,7 +239,7 @@ pub fn rollback(
     overrides: &OverrideArgs,
 ) -> Result<ExitCode> {
     let config = target.config()?;
-    let history = steerdns::change::history(&config).map_err(anyhow::Error::msg)?;
+    let history = steerdns::change::history(&config)?;
     let versions = history.list().map_err(|e| anyhow::anyhow!("{e}"))?;
     let serial = match version {
         Some(v) => v,

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 
 use steerdns::change::OverrideRequest;
 use steerdns::config::Config;
+use steerdns::control::edit::EditError;
 use steerdns::drill::{run, run_with, Endpoints, WriteFailure, Writer};
 
 use super::safety::{fleet_edit_refused, OverrideArgs};
@@ -204,7 +205,7 @@ impl Writer for FleetWriter<'_> {
         what: &str,
         _by: &str,
         overrides: &[OverrideRequest],
-        edit: &dyn Fn(&str) -> Result<String, String>,
+        edit: &dyn Fn(&str) -> Result<String, EditError>,
     ) -> Result<(), WriteFailure> {
         let args = OverrideArgs {
             rules: overrides.iter().map(|o| o.rule.clone()).collect(),

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{bail, Context, Result};
 use etcd_client::Client;
 
+use steerdns::change::ChangeError;
 use steerdns::config::fleet::FleetConfig;
 use steerdns::config::Config;
 use steerdns::fleet::store::{self, Convergence, NodeRecord, WriteError};
@@ -97,7 +98,7 @@ pub fn edit(
     config: &Config,
     what: &str,
     emergency: bool,
-    edit: impl Fn(&str) -> Result<String, String>,
+    edit: impl Fn(&str) -> Result<String, ChangeError>,
 ) -> Result<ExitCode> {
     let fleet = fleet_of(config)?;
     runtime()?.block_on(async {

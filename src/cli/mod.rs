@@ -75,7 +75,7 @@ fn control_path(config: &Config) -> Result<PathBuf> {
 
 fn history(config: &Config) -> Result<History> {
     control_path(config)?;
-    steerdns::change::history(config).map_err(anyhow::Error::msg)
+    Ok(steerdns::change::history(config)?)
 }
 
 /// One change of the local control file: a [`Edit`] value, or a whole text (a rollback).
@@ -124,11 +124,7 @@ fn edit_control(
     let what = change.describe();
     let path = control_path(config)?;
     let floor = serial_floor(target, config);
-    let edit = |text: &str| {
-        change
-            .apply(text)
-            .map_err(|e| format!("{}: {e}", path.display()))
-    };
+    let edit = |text: &str| change.apply(text);
     match steerdns::change::edit_file(config, floor, None, &requests, &by, edit) {
         Ok(written) => {
             safety::print_overridden(&written.overridden, &written.unused);
@@ -420,14 +416,12 @@ pub struct WriteArgs {
 fn write_edit(target: &Target, write: &WriteArgs, edit: &Edit) -> Result<ExitCode> {
     let what = edit.describe();
     if write.direct.direct {
-        return direct::edit(target, &what, &write.overrides, |text| {
-            edit.apply(text).map_err(|e| e.to_string())
-        });
+        return direct::edit(target, &what, &write.overrides, |text| edit.apply(text));
     }
     let config = target.config()?;
     if config.fleet.is_some() {
         return safety::fleet_edit(&config, &what, write.emergency, &write.overrides, |text| {
-            edit.apply(text).map_err(|e| e.to_string())
+            edit.apply(text)
         });
     }
     edit_control(target, &config, LocalChange::Edit(edit), &write.overrides)

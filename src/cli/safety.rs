@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 
 use steerdns::change::{screen, ChangeError, OverrideRequest};
 use steerdns::config::Config;
+use steerdns::control::edit::EditError;
 use steerdns::safety::{recorded, Recorded, Violation, RECENT_VERSIONS};
 
 use super::{fleet, http, Target};
@@ -137,7 +138,7 @@ pub(super) fn fleet_edit(
     what: &str,
     emergency: bool,
     overrides: &OverrideArgs,
-    edit: impl Fn(&str) -> Result<String, String>,
+    edit: impl Fn(&str) -> Result<String, EditError>,
 ) -> Result<ExitCode> {
     fleet_edit_refused(config, what, emergency, overrides, edit).0
 }
@@ -149,7 +150,7 @@ pub(super) fn fleet_edit_refused(
     what: &str,
     emergency: bool,
     overrides: &OverrideArgs,
-    edit: impl Fn(&str) -> Result<String, String>,
+    edit: impl Fn(&str) -> Result<String, EditError>,
 ) -> (Result<ExitCode>, Option<Vec<Violation>>) {
     let inputs = || -> Result<_> { Ok((overrides.requests()?, fleet_recent(config)?)) };
     let (requests, recent) = match inputs() {
@@ -166,11 +167,10 @@ pub(super) fn fleet_edit_refused(
                 Ok(screened.text)
             }
             Err(ChangeError::Refused(violations)) => {
-                let message = ChangeError::Refused(violations.clone()).to_string();
-                *refusal.borrow_mut() = Some(violations);
-                Err(message)
+                *refusal.borrow_mut() = Some(violations.clone());
+                Err(ChangeError::Refused(violations))
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e),
         }
     });
     match (outcome, refusal.into_inner()) {

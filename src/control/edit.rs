@@ -73,6 +73,19 @@ pub enum EditError {
     /// e.g. an editor or config management).
     #[error("{path}: changed by someone else while this edit was being made")]
     ChangedUnderneath { path: PathBuf },
+    /// The text in force does not parse as a control file, so an edit that reads its knobs
+    /// (a drill's shift) cannot be made.
+    #[error(transparent)]
+    Control(#[from] super::ControlError),
+    /// A shift of weight from an endpoint that has none.
+    #[error("{profile}/{endpoint} has no weight to move")]
+    NoWeightToMove { profile: String, endpoint: String },
+    /// A drain of a region that is drained already.
+    #[error("{region} is drained already")]
+    DrainedAlready { region: String },
+    /// A forced answer for a region that has one already.
+    #[error("{region} has a forced answer already")]
+    ForcedAlready { region: String },
 }
 
 /// An exclusive lock serializing edits of one control file, held until dropped: `flock(2)` on

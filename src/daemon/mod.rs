@@ -20,8 +20,8 @@ pub use supervisor::{Shutdown, Supervisor, SupervisorStatus};
 /// Why the daemon did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(#[from] crate::reload::SourceError),
     #[error("refusing to start: {} problem(s) in config, zones or control file", .0.len())]
     Refused(Vec<String>),
     #[error(transparent)]
@@ -453,9 +453,8 @@ fn start_background(
         })
         .map_err(io("starting the tenant budgets' sampler"))?;
     if config.tenants.auto_quarantine {
-        let stores: Box<crate::reload::quarantine::TenantStores> = Box::new(|config| {
-            crate::admin::tenants::tenant_stores(config).map_err(|e| e.to_string())
-        });
+        let stores: Box<crate::reload::quarantine::TenantStores> =
+            Box::new(|config| crate::admin::tenants::tenant_stores(config).map_err(|e| e.into()));
         let body = crate::reload::quarantine::run(reloader.clone(), stores);
         supervisor
             .spawn_thread("auto-quarantine", move |stop| {

@@ -32,7 +32,7 @@ use ipnet::IpNet;
 use crate::change::{edit_file, ChangeError, OverrideRequest};
 use crate::config::drill::{DrillAction, DrillConfig};
 use crate::config::Config;
-use crate::control::edit::{set_drain, set_force, set_weights, ControlLock};
+use crate::control::edit::{set_drain, set_force, set_weights, ControlLock, EditError};
 use crate::control::ControlFile;
 use crate::dns::wire::{Requester, Transport, MAX_MESSAGE};
 use crate::snapshot::load::{load_with, ControlSource};
@@ -81,7 +81,7 @@ pub trait Writer {
         what: &str,
         by: &str,
         overrides: &[OverrideRequest],
-        edit: &dyn Fn(&str) -> Result<String, String>,
+        edit: &dyn Fn(&str) -> Result<String, EditError>,
     ) -> Result<(), WriteFailure>;
     /// Waits (at most `limit`) until every node serves the version last written; the nodes.
     /// A single node has none to wait for: the runner's DNS check is its proof.
@@ -140,7 +140,7 @@ impl Writer for FileWriter<'_> {
         _what: &str,
         by: &str,
         overrides: &[OverrideRequest],
-        edit: &dyn Fn(&str) -> Result<String, String>,
+        edit: &dyn Fn(&str) -> Result<String, EditError>,
     ) -> Result<(), WriteFailure> {
         let floor = self.floor();
         match edit_file(self.config, floor, None, overrides, by, edit) {
@@ -292,7 +292,10 @@ impl<'a> Runner<'a> {
         self.pre_checks(&status)?;
         let before =
             ControlFile::parse(&before_text, &control_path).map_err(|e| Blocked(e.to_string()))?;
-        let drill_text = self.plan().apply(&before_text, &before).map_err(Blocked)?;
+        let drill_text = self
+            .plan()
+            .apply(&before_text, &before)
+            .map_err(|e| Blocked(e.to_string()))?;
         let expected_before = self.predict(&control_path, &before_text).map_err(Blocked)?;
         let expected_during = self.predict(&control_path, &drill_text).map_err(Blocked)?;
         if expected_before == expected_during {
@@ -329,7 +332,7 @@ impl<'a> Runner<'a> {
         let what = format!("drill {}", self.drill.name);
         let plan = self.plan();
         let change = self.writer.write(&what, &by, &[], &|text| {
-            let now = ControlFile::parse(text, &control_path).map_err(|e| e.to_string())?;
+            let now = ControlFile::parse(text, &control_path)?;
             plan.apply(text, &now)
         });
         match change {
@@ -465,12 +468,10 @@ impl<'a> Runner<'a> {
                     (from.to_owned(), plan.weight(before, profile, from)),
                     (to.to_owned(), plan.weight(before, profile, to)),
                 ];
-                set_weights(text, profile, &pairs).map_err(|e| e.to_string())
+                set_weights(text, profile, &pairs)
             }
-            DrillAction::Drain => set_drain(text, d.region.as_deref().unwrap_or_default(), false)
-                .map_err(|e| e.to_string()),
-            DrillAction::Fallback => set_force(text, d.region.as_deref().unwrap_or_default(), None)
-                .map_err(|e| e.to_string()),
+            DrillAction::Drain => set_drain(text, d.region.as_deref().unwrap_or_default(), false),
+            DrillAction::Fallback => set_force(text, d.region.as_deref().unwrap_or_default(), None),
         };
         let place = self.writer.place();
         let result = self
@@ -703,7 +704,7 @@ struct Plan<'a> {
 
 impl Plan<'_> {
     /// The drill's change applied to `text` (whose knobs are `now`).
-    fn apply(&self, text: &str, now: &ControlFile) -> Result<String, String> {
+    fn apply(&self, text: &str, now: &ControlFile) -> Result<String, EditError> {
         let d = self.drill;
         match d.action {
             DrillAction::Shift => {
@@ -715,21 +716,25 @@ impl Plan<'_> {
                 let total: u32 = self.total_weight(now, profile);
                 let moved = (total * d.share.unwrap_or(0)).div_ceil(100).min(wf);
                 if moved == 0 {
-                    return Err(format!("{profile}/{from} has no weight to move"));
+                    return Err(EditError::NoWeightToMove {
+                        profile: profile.to_owned(),
+                        endpoint: from.to_owned(),
+                    });
                 }
                 set_weights(
                     text,
                     profile,
                     &[(from.to_owned(), wf - moved), (to.to_owned(), wt + moved)],
                 )
-                .map_err(|e| e.to_string())
             }
             DrillAction::Drain => {
                 let region = d.region.as_deref().unwrap_or_default();
                 if now.regions.get(region).is_some_and(|k| k.drain) {
-                    return Err(format!("{region} is drained already"));
+                    return Err(EditError::DrainedAlready {
+                        region: region.to_owned(),
+                    });
                 }
-                set_drain(text, region, true).map_err(|e| e.to_string())
+                set_drain(text, region, true)
             }
             DrillAction::Fallback => {
                 let region = d.region.as_deref().unwrap_or_default();
@@ -740,9 +745,11 @@ impl Plan<'_> {
                     .and_then(|k| k.force.as_ref())
                     .is_some()
                 {
-                    return Err(format!("{region} has a forced answer already"));
+                    return Err(EditError::ForcedAlready {
+                        region: region.to_owned(),
+                    });
                 }
-                set_force(text, region, Some(&force)).map_err(|e| e.to_string())
+                set_force(text, region, Some(&force))
             }
         }
     }

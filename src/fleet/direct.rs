@@ -350,7 +350,7 @@ pub fn serve(
     let config = reloader
         .source()
         .read_config()
-        .map_err(DirectRefusal::Bad)?;
+        .map_err(|e| DirectRefusal::Bad(e.to_string()))?;
     crate::safety::tally::configure(&config.safety);
     let served = reloader.status().serial;
     let serial = store::serial_of(&request.text);

@@ -772,7 +772,7 @@ async fn seed(ctx: &Ctx, client: &mut Client) -> Result<store::Control, FleetErr
         .reloader
         .source()
         .read_config()
-        .map_err(FleetError::Other)?;
+        .map_err(|e| FleetError::Other(e.to_string()))?;
     let path = config
         .control
         .file

@@ -138,8 +138,8 @@ pub struct Written {
 pub enum WriteError {
     #[error(transparent)]
     Fleet(#[from] FleetError),
-    #[error("the change does not apply: {0}")]
-    Edit(String),
+    #[error(transparent)]
+    Edit(crate::change::ChangeError),
     #[error("refused, nothing written:\n  {}", .0.join("\n  "))]
     Refused(Vec<String>),
     #[error("the fleet has no control state yet under {0}: start a node (it seeds the fleet from its control file) or run `steerdns fleet init --from FILE`")]
@@ -396,7 +396,7 @@ pub async fn update(
     keep: usize,
     source: &str,
     emergency: bool,
-    edit: impl Fn(&str) -> Result<String, String>,
+    edit: impl Fn(&str) -> Result<String, crate::change::ChangeError>,
     taste: impl Fn(&str) -> Result<(), Vec<String>>,
 ) -> Result<Written, WriteError> {
     for attempt in 0..MAX_WRITE_ATTEMPTS {
@@ -434,7 +434,7 @@ pub async fn update(
             newest_history_serial(client, keys).await?,
             floor,
         ]);
-        let text = set_serial(&edited, serial).map_err(|e| WriteError::Edit(e.to_string()))?;
+        let text = set_serial(&edited, serial).map_err(|e| WriteError::Edit(e.into()))?;
         taste(&text).map_err(WriteError::Refused)?;
         let path = Path::new("control");
         let summary = match (

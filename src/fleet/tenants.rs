@@ -119,7 +119,7 @@ pub async fn list(client: &mut Client, keys: &Keys) -> Result<Listed, FleetError
                     listed.documents.insert(name.to_string(), text);
                     listed.revisions.insert(name.to_string(), kv.mod_revision());
                 }
-                Err(why) => listed.bad.push((key, why)),
+                Err(why) => listed.bad.push((key, why.to_string())),
             }
         }
         match response.kvs().last() {
@@ -132,12 +132,21 @@ pub async fn list(client: &mut Client, keys: &Keys) -> Result<Listed, FleetError
     }
 }
 
+/// Why an etcd value is not a tenant document's text.
+#[derive(Debug, thiserror::Error)]
+pub enum DocumentError {
+    #[error("{0} bytes: above the 1 MiB limit")]
+    TooLarge(usize),
+    #[error("not UTF-8 text: {0}")]
+    NotUtf8(#[from] std::string::FromUtf8Error),
+}
+
 /// A value as a tenant document's text.
-pub fn document(value: &[u8]) -> Result<String, String> {
+pub fn document(value: &[u8]) -> Result<String, DocumentError> {
     if value.len() > DOCUMENT_LIMIT {
-        return Err(format!("{} bytes: above the 1 MiB limit", value.len()));
+        return Err(DocumentError::TooLarge(value.len()));
     }
-    String::from_utf8(value.to_vec()).map_err(|e| format!("not UTF-8 text: {e}"))
+    Ok(String::from_utf8(value.to_vec())?)
 }
 
 /// The tenant a watched key names, if it is a tenant's key.
@@ -464,8 +473,14 @@ mod tests {
 
     #[test]
     fn a_document_from_etcd_is_bounded_utf8() {
-        assert_eq!(document(b"names = []").as_deref(), Ok("names = []"));
-        assert!(document(&[0xff, 0xfe]).is_err());
-        assert!(document(&vec![b'a'; DOCUMENT_LIMIT + 1]).is_err());
+        assert_eq!(document(b"names = []").ok().as_deref(), Some("names = []"));
+        assert!(matches!(
+            document(&[0xff, 0xfe]),
+            Err(DocumentError::NotUtf8(_))
+        ));
+        assert!(matches!(
+            document(&vec![b'a'; DOCUMENT_LIMIT + 1]),
+            Err(DocumentError::TooLarge(n)) if n == DOCUMENT_LIMIT + 1
+        ));
     }
 }

@@ -398,22 +398,34 @@ pub(crate) fn to_u16(index: usize) -> u16 {
     u16::try_from(index).unwrap_or(u16::MAX)
 }
 
+/// Why a configured name is not one a steered name, endpoint or tenant may use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("{0:?} must be an absolute name ending with a dot, e.g. \"example.com.\"")]
+    NotAbsolute(String),
+    #[error("{text:?} is not a valid name: {reason}")]
+    Invalid { text: String, reason: String },
+    #[error("{0:?}: '*' is only allowed as the whole first label of a steered name")]
+    Wildcard(String),
+    #[error("{0:?}: labels are letters, digits, '-' or '_' and do not start or end with '-'")]
+    BadLabel(String),
+}
+
 /// Parses an absolute DNS name (trailing dot required), optionally allowing a leading `*.`.
-pub fn parse_absolute_name(text: &str, allow_wildcard: bool) -> Result<Name, String> {
+pub fn parse_absolute_name(text: &str, allow_wildcard: bool) -> Result<Name, NameError> {
     if !text.ends_with('.') || text == "." {
-        return Err(format!(
-            "{text:?} must be an absolute name ending with a dot, e.g. \"example.com.\""
-        ));
+        return Err(NameError::NotAbsolute(text.to_owned()));
     }
-    let name = Name::from_ascii(text).map_err(|e| format!("{text:?} is not a valid name: {e}"))?;
+    let name = Name::from_ascii(text).map_err(|e| NameError::Invalid {
+        text: text.to_owned(),
+        reason: e.to_string(),
+    })?;
     for (i, label) in name.iter().enumerate() {
         if label == b"*" {
             if i == 0 && allow_wildcard {
                 continue;
             }
-            return Err(format!(
-                "{text:?}: '*' is only allowed as the whole first label of a steered name"
-            ));
+            return Err(NameError::Wildcard(text.to_owned()));
         }
         let valid = !label.is_empty()
             && label
@@ -422,9 +434,7 @@ pub fn parse_absolute_name(text: &str, allow_wildcard: bool) -> Result<Name, Str
             && label.first() != Some(&b'-')
             && label.last() != Some(&b'-');
         if !valid {
-            return Err(format!(
-                "{text:?}: labels are letters, digits, '-' or '_' and do not start or end with '-'"
-            ));
+            return Err(NameError::BadLabel(text.to_owned()));
         }
     }
     Ok(name.to_lowercase())
@@ -455,7 +465,7 @@ fn compile_steered(
         let name = match parse_absolute_name(&entry.name, true) {
             Ok(name) => name,
             Err(problem) => {
-                errors.push(format!("{path}.name"), problem);
+                errors.push(format!("{path}.name"), problem.to_string());
                 continue;
             }
         };

@@ -27,7 +27,7 @@ mod projection;
 #[cfg(test)]
 mod tests;
 
-pub use compile::{compile, name_wire, parse_absolute_name, PolicyError, MAX_TTL};
+pub use compile::{compile, name_wire, parse_absolute_name, NameError, PolicyError, MAX_TTL};
 pub use profiles::compile_tenant_profile;
 
 /// A stable key of `addr`'s client prefix (`prefix_v4`/`prefix_v6` bits), for the shield's

@@ -357,7 +357,7 @@ fn dns_check(
     let name = match parse_absolute_name(name, false) {
         Ok(name) => name_wire(&name),
         Err(problem) => {
-            errors.push(format!("{path}.dns_name"), problem);
+            errors.push(format!("{path}.dns_name"), problem.to_string());
             return None;
         }
     };

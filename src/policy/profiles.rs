@@ -456,7 +456,7 @@ fn endpoint_target(
                 name,
             },
             Err(problem) => {
-                errors.push(format!("{path}.cname"), problem);
+                errors.push(format!("{path}.cname"), problem.to_string());
                 empty
             }
         },

@@ -31,6 +31,39 @@ const MAX_FILE_BYTES: u64 = 1 << 30;
 /// The marker of the bundle served.
 const SERVING: &str = "serving";
 
+/// Why a bundle could not be captured or marked served (nothing is served from it then).
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("a staged bundle needs a config file (none was read)")]
+    NoConfigFile,
+    #[error("{}: more than {MAX_FILES} files to stage", path.display())]
+    TooManyFiles { path: PathBuf },
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        /// What was being done: "read", "write", "create", "store the bundle".
+        action: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Marker {
+        path: PathBuf,
+        #[source]
+        source: crate::files::WriteError,
+    },
+}
+
+/// An I/O failure on `path` while doing `action`.
+fn io(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> BundleError {
+    let path = path.to_path_buf();
+    move |source| BundleError::Io {
+        path,
+        action,
+        source,
+    }
+}
+
 /// The directory of one node's bundles.
 #[derive(Debug, Clone)]
 pub struct BundleStore {
@@ -64,12 +97,11 @@ impl BundleStore {
 
     /// Copies the files `live` (the config as read from the live files) names into the store;
     /// returns the copy's id. Capturing the same bytes again returns the same id.
-    pub fn capture(&self, live: &Config) -> Result<BundleId, String> {
+    pub fn capture(&self, live: &Config) -> Result<BundleId, BundleError> {
         let Some(config_file) = &live.source_path else {
-            return Err("a staged bundle needs a config file (none was read)".into());
+            return Err(BundleError::NoConfigFile);
         };
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| format!("{}: cannot create: {e}", self.dir.display()))?;
+        std::fs::create_dir_all(&self.dir).map_err(io(&self.dir, "create"))?;
         let scratch = self.dir.join(format!(".capture-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&scratch);
         let mut copy = Copy::new(&scratch)?;
@@ -79,7 +111,7 @@ impl BundleStore {
             if let Some(database) = &live.geo.database {
                 copy.file(&live.base_dir.join(database), Path::new("geo.mmdb"))?;
             }
-            Ok::<_, String>(())
+            Ok::<_, BundleError>(())
         })();
         if let Err(e) = captured {
             let _ = std::fs::remove_dir_all(&scratch);
@@ -90,8 +122,7 @@ impl BundleStore {
         if target.is_dir() {
             let _ = std::fs::remove_dir_all(&scratch);
         } else {
-            std::fs::rename(&scratch, &target)
-                .map_err(|e| format!("{}: cannot store the bundle: {e}", target.display()))?;
+            std::fs::rename(&scratch, &target).map_err(io(&target, "store the bundle"))?;
         }
         Ok(id)
     }
@@ -132,11 +163,15 @@ impl BundleStore {
         serving: &str,
         previous: Option<&str>,
         keep: &[&str],
-    ) -> Result<(), String> {
+    ) -> Result<(), BundleError> {
         let marker = self.dir.join(SERVING);
         let text = format!("{serving}\n{}\n", previous.unwrap_or(""));
-        crate::files::replace_file(&marker, text.as_bytes())
-            .map_err(|e| format!("{}: {e}", marker.display()))?;
+        crate::files::replace_file(&marker, text.as_bytes()).map_err(|source| {
+            BundleError::Marker {
+                path: marker.clone(),
+                source,
+            }
+        })?;
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Ok(());
         };
@@ -164,8 +199,8 @@ struct Copy {
 }
 
 impl Copy {
-    fn new(root: &Path) -> Result<Copy, String> {
-        std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    fn new(root: &Path) -> Result<Copy, BundleError> {
+        std::fs::create_dir_all(root).map_err(io(root, "create"))?;
         Ok(Copy {
             root: root.to_path_buf(),
             hash: crate::hash::fnv1a64(b""),
@@ -177,34 +212,31 @@ impl Copy {
         self.hash = crate::hash::fnv1a64_more(self.hash, bytes);
     }
 
-    fn file(&mut self, from: &Path, to: &Path) -> Result<(), String> {
+    fn file(&mut self, from: &Path, to: &Path) -> Result<(), BundleError> {
         self.files += 1;
         if self.files > MAX_FILES {
-            return Err(format!(
-                "{}: more than {MAX_FILES} files to stage",
-                from.display()
-            ));
+            return Err(BundleError::TooManyFiles {
+                path: from.to_path_buf(),
+            });
         }
-        let bytes = crate::files::read_limited(from, MAX_FILE_BYTES)
-            .map_err(|e| format!("{}: cannot read: {e}", from.display()))?;
+        let bytes = crate::files::read_limited(from, MAX_FILE_BYTES).map_err(io(from, "read"))?;
         self.mix(to.to_string_lossy().as_bytes());
         self.mix(&[0]);
         self.mix(&(bytes.len() as u64).to_be_bytes());
         self.mix(&bytes);
         let path = self.root.join(to);
-        let mut file = std::fs::File::create(&path)
-            .map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
+        let mut file = std::fs::File::create(&path).map_err(io(&path, "write"))?;
         file.write_all(&bytes)
             .and_then(|()| file.sync_all())
-            .map_err(|e| format!("{}: cannot write: {e}", path.display()))
+            .map_err(io(&path, "write"))
     }
 
     /// Copies directory `from` (regular files and subdirectories, in name order) to `to`.
-    fn tree(&mut self, from: &Path, to: &Path) -> Result<(), String> {
-        std::fs::create_dir_all(self.root.join(to))
-            .map_err(|e| format!("{}: {e}", self.root.join(to).display()))?;
+    fn tree(&mut self, from: &Path, to: &Path) -> Result<(), BundleError> {
+        let target = self.root.join(to);
+        std::fs::create_dir_all(&target).map_err(io(&target, "create"))?;
         let mut entries: Vec<_> = std::fs::read_dir(from)
-            .map_err(|e| format!("{}: cannot read: {e}", from.display()))?
+            .map_err(io(from, "read"))?
             .flatten()
             .collect();
         entries.sort_by_key(|e| e.file_name());
@@ -252,7 +284,10 @@ mod tests {
             dir: dir.join("store"),
         };
         let first = store.capture(&live(&dir, "serial 1\n")).expect("capture");
-        assert_eq!(store.capture(&live(&dir, "serial 1\n")), Ok(first.clone()));
+        assert_eq!(
+            store.capture(&live(&dir, "serial 1\n")).ok(),
+            Some(first.clone())
+        );
         let second = store.capture(&live(&dir, "serial 2\n")).expect("capture");
         assert_ne!(first, second);
         let kept = dir
@@ -290,7 +325,10 @@ mod tests {
         let mut config = live(&dir, "x");
         config.server.zones = dir.join("nowhere");
         let error = store.capture(&config).expect_err("no zones");
-        assert!(error.contains("nowhere"), "{error}");
+        assert!(
+            matches!(&error, BundleError::Io { path, action: "read", .. } if path.ends_with("nowhere")),
+            "{error}"
+        );
         let left: Vec<_> = std::fs::read_dir(dir.join("store"))
             .expect("store")
             .flatten()

@@ -41,6 +41,20 @@ use crate::snapshot::{Compiled, Serving, SharedSnapshot, Snapshot};
 use crate::taster::TasterStatus;
 use served::ServedInputs;
 
+/// Why the config a [`Source`] names could not be read: the file itself, or a command-line
+/// flag that does not fit it.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("--nsid: longer than 255 bytes ({0})")]
+    NsidTooLong(usize),
+    #[error("--node: the config has no [fleet] section")]
+    NodeWithoutFleet,
+    #[error("--node: {0}")]
+    BadNode(String),
+}
+
 /// Where the configuration comes from (the command line, re-read on every reload).
 #[derive(Debug, Clone, Default)]
 pub struct Source {
@@ -92,10 +106,9 @@ impl Source {
         }
     }
 
-    pub fn read_config(&self) -> Result<Config, String> {
+    pub fn read_config(&self) -> Result<Config, SourceError> {
         let mut config = match self.config_path() {
-            Some(path) => Config::load_relative_to(&path, self.base_dir.as_deref())
-                .map_err(|e| e.to_string())?,
+            Some(path) => Config::load_relative_to(&path, self.base_dir.as_deref())?,
             None => Config::default(),
         };
         if let Some(zones) = &self.zones {
@@ -106,7 +119,7 @@ impl Source {
         }
         if let Some(nsid) = &self.nsid {
             if nsid.len() > 255 {
-                return Err(format!("--nsid: longer than 255 bytes ({})", nsid.len()));
+                return Err(SourceError::NsidTooLong(nsid.len()));
             }
             config.server.nsid = Some(nsid.clone());
         }
@@ -115,10 +128,10 @@ impl Source {
         }
         if let Some(node) = &self.node {
             let Some(fleet) = &mut config.fleet else {
-                return Err("--node: the config has no [fleet] section".to_string());
+                return Err(SourceError::NodeWithoutFleet);
             };
             if let Some(problem) = crate::config::fleet::node_name_problem(node) {
-                return Err(format!("--node: {problem}"));
+                return Err(SourceError::BadNode(problem));
             }
             fleet.node = Some(node.clone());
         }
@@ -335,7 +348,7 @@ impl Reloader {
         origin: Arc<dyn ControlOrigin>,
     ) -> Result<(Arc<Reloader>, Vec<String>), Vec<String>> {
         let started = Instant::now();
-        let live = source.read_config().map_err(|e| vec![e])?;
+        let live = source.read_config().map_err(|e| vec![e.to_string()])?;
         // With `[fleet.rollout]`: serve the bundle served last (a restart mid-rollout must not
         // serve live files the rollout has not released); the live files wait for their wave.
         let (bundles, live_bundle) = open_bundles(&live)?;
@@ -343,7 +356,7 @@ impl Reloader {
             .as_ref()
             .map(|b| b.store.source(&source, &b.base, &b.status.serving));
         let config = match &pinned {
-            Some(pinned) => pinned.read_config().map_err(|e| vec![e])?,
+            Some(pinned) => pinned.read_config().map_err(|e| vec![e.to_string()])?,
             None => live,
         };
         let load_source = pinned.as_ref().unwrap_or(&source);
@@ -632,7 +645,7 @@ impl Reloader {
         let source = self.serving_source(state).into_owned();
         let result = source
             .read_config()
-            .map_err(|e| vec![e])
+            .map_err(|e| vec![e.to_string()])
             .and_then(|config| {
                 let control = self.origin.current(&config);
                 state.last_control_hash = Some(match &control {
@@ -758,13 +771,13 @@ impl Reloader {
                     Ok((serial, true)) => (serial, Some(history)),
                     Ok((serial, false)) => (serial, None),
                     Err(e) => {
-                        warnings.push(unrecorded(next, e));
+                        warnings.push(unrecorded(next, e.to_string()));
                         (next, None)
                     }
                 }
             }
             (Some(_), Err(e)) => {
-                warnings.push(unrecorded(next, e));
+                warnings.push(unrecorded(next, e.to_string()));
                 (next, None)
             }
             (None, _) => (0, None),
@@ -907,10 +920,10 @@ impl Reloader {
     /// node does not stage bundles, or the live files are the bundle served.
     fn stage_live(&self, state: &mut State) -> Option<Result<bundle::BundleId, Vec<String>>> {
         let bundles = state.bundles.as_mut()?;
-        let captured = self
-            .source
-            .read_config()
-            .and_then(|live| bundles.store.capture(&live));
+        let captured = match self.source.read_config() {
+            Ok(live) => bundles.store.capture(&live).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
         let id = match captured {
             Ok(id) => id,
             Err(e) => return Some(Err(vec![format!("the live files cannot be staged: {e}")])),
@@ -945,7 +958,7 @@ impl Reloader {
         let control = state.served_control.clone();
         let result = source
             .read_config()
-            .map_err(|e| vec![e])
+            .map_err(|e| vec![e.to_string()])
             .and_then(|config| {
                 self.taste_and_load(&source, &config, control.as_ref(), &mut state.status)
                     .map(drop)
@@ -1204,7 +1217,7 @@ fn write_zone_cache(config: &Config, snapshot: Arc<Snapshot>) {
     }
 }
 
-fn open_history(config: &Config) -> Result<History, String> {
+fn open_history(config: &Config) -> Result<History, crate::change::ChangeError> {
     crate::change::history(config)
 }
 
@@ -1216,10 +1229,8 @@ fn number_version(
     text: &str,
     control: &ControlFile,
     served: u64,
-) -> Result<(u64, bool), String> {
-    let newest = history
-        .newest()
-        .map_err(|e| format!("control history: {e}"))?;
+) -> Result<(u64, bool), crate::control::history::HistoryError> {
+    let newest = history.newest()?;
     if let Some((meta, newest_text)) = &newest {
         if newest_text == text && meta.serial >= served {
             return Ok((meta.serial, false));

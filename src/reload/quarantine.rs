@@ -14,14 +14,35 @@ use std::time::Duration;
 use crate::cells::blame::{Blame, Verdict};
 use crate::cells::ImpairedCells;
 use crate::config::Config;
-use crate::control::store::{tenant_key, Author, ControlStore};
+use crate::control::store::{tenant_key, Author, ControlStore, StoreError};
+use crate::tenant::edit::NotToml;
 use crate::tenant::TenantState;
 
+use super::tenants::PutError;
 use super::Reloader;
 
-/// Opens the tenants' store for a config: the store, and whether writes are staged.
-pub type TenantStores =
-    dyn Fn(&Config) -> Result<(Box<dyn ControlStore>, bool), String> + Send + Sync;
+/// Opens the tenants' store for a config: the store, and whether writes are staged. (Its
+/// error is the caller's own type, boxed: this module imports nothing above the reloader.)
+pub type TenantStores = dyn Fn(&Config) -> Result<(Box<dyn ControlStore>, bool), Box<dyn std::error::Error + Send + Sync>>
+    + Send
+    + Sync;
+
+/// Why a tenant named by blame was not quarantined (kept in status with the attempt).
+#[derive(Debug, thiserror::Error)]
+pub enum QuarantineError {
+    #[error(transparent)]
+    Config(#[from] super::SourceError),
+    #[error("the tenants' store: {0}")]
+    Stores(Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("no document {0}")]
+    NoDocument(String),
+    #[error(transparent)]
+    Edit(#[from] NotToml),
+    #[error(transparent)]
+    Put(#[from] PutError<StoreError>),
+}
 
 /// How often the impaired cells in service are looked at.
 pub const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -99,7 +120,7 @@ fn look(reloader: &Reloader, stores: &TenantStores, seen: &mut Weak<ImpairedCell
             covers: blame.best_cover,
             impaired: blame.impaired,
             by_chance: blame.by_chance,
-            error,
+            error: error.map(|e| e.to_string()),
         });
     }
 }
@@ -119,14 +140,17 @@ pub fn named(blame: &Blame) -> Vec<&str> {
 }
 
 /// Sets `tenant`'s document's state to quarantined through the one tenant write path.
-fn quarantine(reloader: &Reloader, stores: &TenantStores, tenant: &str) -> Result<(), String> {
+fn quarantine(
+    reloader: &Reloader,
+    stores: &TenantStores,
+    tenant: &str,
+) -> Result<(), QuarantineError> {
     let config = reloader.source().read_config()?;
-    let (store, staged) = stores(&config)?;
+    let (store, staged) = stores(&config).map_err(QuarantineError::Stores)?;
     let key = tenant_key(tenant);
     let current = store
-        .current(&key)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no document {key}"))?;
+        .current(&key)?
+        .ok_or_else(|| QuarantineError::NoDocument(key.clone()))?;
     let text = crate::tenant::edit::set_state(&current.text, TenantState::Quarantined)?;
     let author = Author {
         source: "automatic quarantine (blame)".into(),
@@ -139,7 +163,7 @@ fn quarantine(reloader: &Reloader, stores: &TenantStores, tenant: &str) -> Resul
     } else {
         registry.put(tenant, &text, write)
     };
-    outcome.map(drop).map_err(|e| e.to_string())
+    Ok(outcome.map(drop)?)
 }
 
 fn record(entry: AutoQuarantine) {

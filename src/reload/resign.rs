@@ -104,7 +104,7 @@ fn signing_rollover_due(reloader: &Reloader, now: u64) -> bool {
 /// directory (the reload that follows signs with them), removed keys' files moved aside.
 fn roll_keys(reloader: &Reloader, now: u64) -> Result<(), String> {
     use crate::dnssec::{keys, rollover, ZoneSettings};
-    let config = reloader.source().read_config()?;
+    let config = reloader.source().read_config().map_err(|e| e.to_string())?;
     let max_ttls: Vec<(String, u32)> = reloader
         .snapshot()
         .load()

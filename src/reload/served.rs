@@ -24,6 +24,21 @@ pub const RECORD_FILE: &str = "served.json";
 /// Raised when the record's layout changes: an older record is then simply stale.
 const FORMAT: u32 = 1;
 
+/// Why the record of what was served could not be written (the next start tastes again).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{}: cannot create: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot encode the record: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error(transparent)]
+    Write(#[from] crate::files::WriteError),
+}
+
 /// What one load read, as digests (see the module comment).
 #[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,13 +169,15 @@ impl ServedInputs {
     /// Writes the record into `dir` (created if missing), replacing the file atomically for
     /// readers but without waiting for the disk: a slow flush must never delay serving, and a
     /// record lost to a crash only costs a taste at the next start.
-    pub fn write(&self, dir: &Path) -> Result<(), String> {
+    pub fn write(&self, dir: &Path) -> Result<(), RecordError> {
         let path = dir.join(RECORD_FILE);
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let text = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
-        crate::files::replace_file_unflushed(&path, &text)
-            .map(drop)
-            .map_err(|e| e.to_string())
+        std::fs::create_dir_all(dir).map_err(|source| RecordError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let text = serde_json::to_vec_pretty(self)?;
+        crate::files::replace_file_unflushed(&path, &text)?;
+        Ok(())
     }
 }
 

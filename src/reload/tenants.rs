@@ -26,7 +26,7 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, TasterConfig};
-use crate::control::history::History;
+use crate::control::history::{History, HistoryError};
 use crate::dns::wire::WireName;
 use crate::hash::fnv1a64;
 use crate::policy::ProfileConfig;
@@ -283,7 +283,7 @@ enum Change {
     Written {
         name: String,
         file: String,
-        text: Result<String, String>,
+        text: Result<String, Unreadable>,
         /// FNV hash of the text (`None`: it could not be read).
         looked_at: Option<u64>,
     },
@@ -997,10 +997,21 @@ pub(super) fn tenant_of(file_name: &str) -> Option<&str> {
     (!name.starts_with('.') && !name.is_empty()).then_some(name)
 }
 
+/// A tenant document that could not be read: its file as shown, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: cannot read: {source}")]
+struct Unreadable {
+    file: String,
+    #[source]
+    source: std::io::Error,
+}
+
 /// Reads one tenant's document (its text, or why it cannot be read).
-fn read_document(shown: &str, path: &Path, name: &str) -> Result<String, String> {
-    crate::files::read_text_limited(path, TENANT_FILE_LIMIT)
-        .map_err(|e| format!("{shown}/{name}.toml: cannot read: {e}"))
+fn read_document(shown: &str, path: &Path, name: &str) -> Result<String, Unreadable> {
+    crate::files::read_text_limited(path, TENANT_FILE_LIMIT).map_err(|source| Unreadable {
+        file: format!("{shown}/{name}.toml"),
+        source,
+    })
 }
 
 /// A look's change for one file present in the folder, if its bytes differ from the ones
@@ -1153,7 +1164,10 @@ fn look_only(known: &Known, dir: &Path, names: &BTreeSet<String>) -> Vec<Change>
             Err(e) => changes.push(Change::Written {
                 name: name.clone(),
                 file: format!("{shown}/{name}.toml"),
-                text: Err(format!("{shown}/{name}.toml: cannot read: {e}")),
+                text: Err(Unreadable {
+                    file: format!("{shown}/{name}.toml"),
+                    source: e,
+                }),
                 looked_at: None,
             }),
         }
@@ -1351,7 +1365,7 @@ fn check_alone(
     served: Option<&ServedTenant>,
     name: &str,
     file: &str,
-    text: Result<String, String>,
+    text: Result<String, Unreadable>,
 ) -> Result<Candidate, Vec<TenantProblem>> {
     let whole = |field: &str, problem: String| {
         vec![TenantProblem {
@@ -1361,7 +1375,7 @@ fn check_alone(
             problem,
         }]
     };
-    let text = text.map_err(|e| whole("document", e))?;
+    let text = text.map_err(|e| whole("document", e.to_string()))?;
     if !valid_tenant_name(name) {
         return Err(whole(
             "file name",
@@ -1438,9 +1452,9 @@ fn next_serial(
     }
 }
 
-fn history(platform: &Platform, name: &str) -> Result<History, String> {
+fn history(platform: &Platform, name: &str) -> Result<History, HistoryError> {
     let dir = platform.dir.join(".history").join(name);
-    History::open(&dir, platform.history_keep).map_err(|e| e.to_string())
+    History::open(&dir, platform.history_keep)
 }
 
 /// Names claimed earlier in this batch: name → (tenant, file).
@@ -1626,10 +1640,7 @@ fn accept(
     } = candidate;
     let now = SystemTime::now();
     let serial = tenant.serial;
-    match history(platform, &name).and_then(|h| {
-        h.record(&text, serial, source, &file, now)
-            .map_err(|e| e.to_string())
-    }) {
+    match history(platform, &name).and_then(|h| h.record(&text, serial, source, &file, now)) {
         Ok(_) => {}
         Err(e) => tracing::warn!("tenant {name} serial {serial} served but not recorded: {e}"),
     }

@@ -92,7 +92,7 @@ impl Fault {
 /// candidate control text (`None`: the config names no control file); everything, or with
 /// `steering_only` all but the zones (the server shares the zones it serves).
 pub fn taste(
-    config: Result<Config, String>,
+    config: Result<Config, impl std::fmt::Display>,
     control: Option<&str>,
     steering_only: bool,
 ) -> Verdict {
@@ -110,7 +110,7 @@ pub fn taste(
         Ok(config) => config,
         Err(problem) => {
             return Verdict::Problems {
-                problems: vec![problem],
+                problems: vec![problem.to_string()],
             }
         }
     };
@@ -173,7 +173,10 @@ pub struct TenantBatch {
 
 /// Tastes a batch of tenant documents: each is parsed and compiled against the platform
 /// (config and control text, no zones). The fault drill strikes on a document's text too.
-pub fn taste_tenants(config: Result<Config, String>, batch: &TenantBatch) -> Verdict {
+pub fn taste_tenants(
+    config: Result<Config, impl std::fmt::Display>,
+    batch: &TenantBatch,
+) -> Verdict {
     if let Some(fault) = std::env::var(FAULT_ENV).ok().and_then(|s| Fault::parse(&s)) {
         for tenant in &batch.tenants {
             fault.strike(&tenant.text);
@@ -184,7 +187,7 @@ pub fn taste_tenants(config: Result<Config, String>, batch: &TenantBatch) -> Ver
         Ok(config) => config,
         Err(problem) => {
             return Verdict::Problems {
-                problems: vec![problem],
+                problems: vec![problem.to_string()],
             }
         }
     };
@@ -301,7 +304,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_config_is_a_problem_not_a_crash() {
-        let verdict = taste(Err("steerdns.toml: cannot read".into()), None, false);
+        let verdict = taste(Err("steerdns.toml: cannot read"), None, false);
         assert_eq!(
             verdict,
             Verdict::Problems {

@@ -224,7 +224,7 @@ fn check_names(parsed: &Parsed<'_>, problems: &mut Vec<TenantProblem>) {
                 format!("{:?} is listed twice", name.get_ref()),
             )),
             Ok(parsed_name) => seen.push(parsed_name),
-            Err(problem) => problems.push(parsed.problem(at, field, problem)),
+            Err(problem) => problems.push(parsed.problem(at, field, problem.to_string())),
         }
     }
 }

@@ -5,13 +5,16 @@ use toml_edit::{value, DocumentMut};
 
 use super::document::TenantState;
 
+/// The tenant document's text is not TOML, so its `state` cannot be set in it.
+#[derive(Debug, thiserror::Error)]
+#[error("the tenant document is not TOML: {0}")]
+pub struct NotToml(#[source] toml_edit::TomlError);
+
 /// `text` with `state = "<state>"` set, or the `state` key removed for `active` (the
 /// default): a release leaves the document as it was before its quarantine. Refused when
 /// the text is not TOML (the write would be refused anyway; this says so before it).
-pub fn set_state(text: &str, state: TenantState) -> Result<String, String> {
-    let mut doc: DocumentMut = text
-        .parse()
-        .map_err(|e| format!("the tenant document is not TOML: {e}"))?;
+pub fn set_state(text: &str, state: TenantState) -> Result<String, NotToml> {
+    let mut doc: DocumentMut = text.parse().map_err(NotToml)?;
     match state {
         TenantState::Active => {
             doc.remove("state");
