@@ -13,13 +13,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::step::{Demand, Move, Note, RegionState, Rings, ShieldState};
+use super::step::{Demand, Move, Note, RegionState, Rings, ShieldState, TenantShed};
 use crate::policy::Destination;
 
 /// Largest record accepted from etcd, in bytes.
 pub const MAX_RECORD_BYTES: usize = 1 << 20;
 /// Most moves in flight a published state may carry (a real one holds a few per region).
 const MAX_MOVES: usize = 4096;
+/// Most tenant sheds a published state may carry (a tenant is shed on its own only when it
+/// surges; a real state holds a handful).
+const MAX_TENANT_SHEDS: usize = 4096;
 /// Largest load, demand or trend figure believed (the feed's own bound: 10^15 of any unit).
 const MAX_MAGNITUDE: f64 = super::feed::MAX_FEED_VALUE;
 /// How far ahead of this node's clock a timer may be: a move lands at most a normal TTL
@@ -111,6 +114,27 @@ pub struct WireState {
     /// Smoothed demand per client region.
     pub demand: BTreeMap<String, WireDemand>,
     pub demand_age_ms: u64,
+    /// Tenants shed on their own (tenant-first). Left out when there are none, so that a
+    /// state without one reads the same to a node built before tenant sheds were published.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<WireTenantShed>,
+}
+
+/// One tenant's own shed in one region ([`TenantShed`] by name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireTenantShed {
+    pub tenant: String,
+    pub region: String,
+    pub fraction: f64,
+    pub shares: BTreeMap<String, f64>,
+    pub load: f64,
+    pub share: f64,
+    pub last_direction: i8,
+    pub last_move_at: u64,
+    pub note: String,
+    pub reason: String,
+    pub moves: Vec<WireMove>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -376,21 +400,7 @@ pub fn encode_state(state: &ShieldState, rings: &Rings) -> WireState {
                 ))
             })
             .collect(),
-        moves: state
-            .moves
-            .iter()
-            .map(|m| WireMove {
-                from: rings
-                    .regions
-                    .get(m.from as usize)
-                    .map_or("?".into(), |n| n.name.clone()),
-                to: dest(&m.to),
-                amount: m.amount,
-                at: m.at,
-                fast_share: m.fast_share,
-                slow_until: m.slow_until,
-            })
-            .collect(),
+        moves: state.moves.iter().map(|m| encode_move(m, rings)).collect(),
         sites: state
             .site_utilisation
             .iter()
@@ -400,6 +410,49 @@ pub fn encode_state(state: &ShieldState, rings: &Rings) -> WireState {
         last_tick_ms: state.last_tick_ms,
         demand: encode_demand(&state.demand, rings),
         demand_age_ms: state.demand_age_ms,
+        tenants: state
+            .tenants
+            .iter()
+            .map(|t| encode_tenant(t, rings))
+            .collect(),
+    }
+}
+
+fn region_name(r: u16, rings: &Rings) -> String {
+    rings
+        .regions
+        .get(r as usize)
+        .map_or("?".into(), |n| n.name.clone())
+}
+
+fn encode_move(m: &Move, rings: &Rings) -> WireMove {
+    WireMove {
+        from: region_name(m.from, rings),
+        to: destination_name(m.to, rings),
+        amount: m.amount,
+        at: m.at,
+        fast_share: m.fast_share,
+        slow_until: m.slow_until,
+    }
+}
+
+fn encode_tenant(t: &TenantShed, rings: &Rings) -> WireTenantShed {
+    WireTenantShed {
+        tenant: t.tenant.clone(),
+        region: region_name(t.region, rings),
+        fraction: t.fraction,
+        shares: t
+            .shares
+            .iter()
+            .map(|(d, s)| (destination_name(*d, rings), *s))
+            .collect(),
+        load: t.load,
+        share: t.share,
+        last_direction: t.last_direction,
+        last_move_at: t.last_move_at,
+        note: note_name(t.note).to_string(),
+        reason: t.reason.clone(),
+        moves: t.moves.iter().map(|m| encode_move(m, rings)).collect(),
     }
 }
 
@@ -428,19 +481,7 @@ pub fn decode_state(
     }
     for (i, m) in wire.moves.iter().enumerate() {
         let path = format!("state.moves[{i}]");
-        let to = parse_destination(&m.to, rings, &format!("{path}.to"))?;
-        if to == Destination::Global {
-            return Err(unknown(&format!("{path}.to"), "destination", "global"));
-        }
-        state.moves.push(Move {
-            from: region_index(&m.from, rings, &format!("{path}.from"))?,
-            to,
-            // Negative: shedding less moves clients back.
-            amount: magnitude(m.amount, &format!("{path}.amount"))?,
-            at: timer(m.at, &format!("{path}.at"), clock)?,
-            fast_share: bounded(m.fast_share, &format!("{path}.fast_share"), 0.0, 1.0)?,
-            slow_until: slow_timer(m.slow_until, &format!("{path}.slow_until"), clock)?,
-        });
+        state.moves.push(decode_move(m, rings, &path, clock)?);
     }
     for (name, u) in &wire.sites {
         let path = format!("state.sites.{name}");
@@ -457,7 +498,116 @@ pub fn decode_state(
     };
     state.demand = decode_demand(&wire.demand, rings, "state.demand")?;
     state.demand_age_ms = wire.demand_age_ms;
+    state.tenants = decode_tenants(&wire.tenants, rings, clock)?;
     Ok(state)
+}
+
+fn decode_move(m: &WireMove, rings: &Rings, path: &str, clock: Clock) -> Result<Move, WireError> {
+    let to = parse_destination(&m.to, rings, &format!("{path}.to"))?;
+    if to == Destination::Global {
+        return Err(unknown(&format!("{path}.to"), "destination", "global"));
+    }
+    Ok(Move {
+        from: region_index(&m.from, rings, &format!("{path}.from"))?,
+        to,
+        // Negative: shedding less moves clients back.
+        amount: magnitude(m.amount, &format!("{path}.amount"))?,
+        at: timer(m.at, &format!("{path}.at"), clock)?,
+        fast_share: bounded(m.fast_share, &format!("{path}.fast_share"), 0.0, 1.0)?,
+        slow_until: slow_timer(m.slow_until, &format!("{path}.slow_until"), clock)?,
+    })
+}
+
+/// The tenant sheds of a published state, sorted by tenant then region as the step keeps
+/// them (the serving view searches them), one entry per tenant and region.
+fn decode_tenants(
+    wire: &[WireTenantShed],
+    rings: &Rings,
+    clock: Clock,
+) -> Result<Vec<TenantShed>, WireError> {
+    if wire.len() > MAX_TENANT_SHEDS {
+        return Err(WireError::BadValue {
+            path: "state.tenants".into(),
+            problem: format!(
+                "{} tenant sheds; the limit is {MAX_TENANT_SHEDS}",
+                wire.len()
+            ),
+        });
+    }
+    let mut moves = 0;
+    let mut tenants = Vec::with_capacity(wire.len());
+    for (i, t) in wire.iter().enumerate() {
+        let path = format!("state.tenants[{i}]");
+        moves += t.moves.len();
+        if moves > MAX_MOVES {
+            return Err(WireError::BadValue {
+                path: format!("{path}.moves"),
+                problem: format!("more than {MAX_MOVES} tenant moves in all"),
+            });
+        }
+        tenants.push(decode_tenant(t, rings, &path, clock)?);
+    }
+    tenants.sort_by(|a, b| (&a.tenant, a.region).cmp(&(&b.tenant, b.region)));
+    if let Some(twice) = tenants
+        .windows(2)
+        .find(|w| w[0].tenant == w[1].tenant && w[0].region == w[1].region)
+    {
+        return Err(WireError::BadValue {
+            path: "state.tenants".into(),
+            problem: format!(
+                "tenant {:?} is shed twice in region {}",
+                twice[0].tenant,
+                region_name(twice[0].region, rings)
+            ),
+        });
+    }
+    Ok(tenants)
+}
+
+fn decode_tenant(
+    t: &WireTenantShed,
+    rings: &Rings,
+    path: &str,
+    clock: Clock,
+) -> Result<TenantShed, WireError> {
+    let name_ok = !t.tenant.is_empty()
+        && t.tenant.len() <= 63
+        && t.tenant
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !name_ok {
+        return Err(unknown(&format!("{path}.tenant"), "tenant name", &t.tenant));
+    }
+    let mut shares = BTreeMap::new();
+    for (to, share) in &t.shares {
+        let at = format!("{path}.shares.{to}");
+        shares.insert(parse_destination(to, rings, &at)?, share_of(*share, &at)?);
+    }
+    if !(-1..=1).contains(&t.last_direction) {
+        return Err(WireError::BadValue {
+            path: format!("{path}.last_direction"),
+            problem: format!("{} is not -1, 0 or 1", t.last_direction),
+        });
+    }
+    let moves = t
+        .moves
+        .iter()
+        .enumerate()
+        .map(|(i, m)| decode_move(m, rings, &format!("{path}.moves[{i}]"), clock))
+        .collect::<Result<_, _>>()?;
+    Ok(TenantShed {
+        tenant: t.tenant.clone(),
+        region: region_index(&t.region, rings, &format!("{path}.region"))?,
+        fraction: share_of(t.fraction, &format!("{path}.fraction"))?,
+        shares,
+        load: bounded(t.load, &format!("{path}.load"), 0.0, MAX_MAGNITUDE)?,
+        share: bounded(t.share, &format!("{path}.share"), 0.0, MAX_MAGNITUDE)?,
+        last_direction: t.last_direction,
+        last_move_at: timer(t.last_move_at, &format!("{path}.last_move_at"), clock)?,
+        note: parse_note(&t.note, &format!("{path}.note"))?,
+        reason: t.reason.chars().take(512).collect(),
+        moves,
+    })
 }
 
 fn decode_region(
@@ -623,6 +773,73 @@ mod tests {
                 .starts_with("state.regions.eu-west.last_move_at"),
             "{error}"
         );
+    }
+
+    /// [`shedding_state`] with tenant t0003 shed on its own from eu-west to fb-eu.
+    fn tenant_shedding_state() -> ShieldState {
+        let mut state = shedding_state();
+        state.tenants.push(TenantShed {
+            tenant: "t0003".into(),
+            region: 0,
+            fraction: 0.4,
+            shares: BTreeMap::from([(Destination::Fallback(0), 1.0)]),
+            load: 600.0,
+            share: 0.61,
+            last_direction: 1,
+            last_move_at: 950,
+            note: Note::Shedding,
+            reason: "61% of eu-west".into(),
+            moves: vec![Move {
+                from: 0,
+                to: Destination::Fallback(0),
+                amount: 240.0,
+                at: 950,
+                fast_share: 0.5,
+                slow_until: 300_950,
+            }],
+        });
+        state
+    }
+
+    #[test]
+    fn tenant_sheds_read_back_as_written_and_are_left_out_when_there_are_none() {
+        let state = tenant_shedding_state();
+        let json = serde_json::to_vec(&encode_state(&state, &rings())).unwrap_or_default();
+        let read: WireState = decode(&json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read.tenants[0].region, "eu-west");
+        assert_eq!(read.tenants[0].moves[0].to, "site:fb-eu");
+        assert_eq!(decode_state(&read, &rings(), clock(2_000)), Ok(state));
+        let none =
+            serde_json::to_string(&encode_state(&shedding_state(), &rings())).unwrap_or_default();
+        assert!(!none.contains("tenants"), "{none}");
+    }
+
+    #[test]
+    fn bad_tenant_sheds_are_refused_with_the_field() {
+        let good = encode_state(&tenant_shedding_state(), &rings());
+        let refused = |edit: &dyn Fn(&mut WireTenantShed)| {
+            let mut wire = good.clone();
+            edit(&mut wire.tenants[0]);
+            decode_state(&wire, &rings(), clock(2_000))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| panic!("accepted"))
+        };
+        assert!(refused(&|t| t.region = "mars-1".into()).starts_with("state.tenants[0].region"));
+        assert!(refused(&|t| t.fraction = f64::NAN).starts_with("state.tenants[0].fraction"));
+        assert!(refused(&|t| t.tenant = "Bad Name".into()).starts_with("state.tenants[0].tenant"));
+        assert!(refused(&|t| t.moves[0].at = u64::MAX).starts_with("state.tenants[0].moves[0].at"));
+        assert!(
+            refused(&|t| t.shares = BTreeMap::from([("site:nowhere".into(), 1.0)]))
+                .starts_with("state.tenants[0].shares.site:nowhere")
+        );
+        let mut twice = good.clone();
+        twice.tenants.push(twice.tenants[0].clone());
+        let error = decode_state(&twice, &rings(), clock(2_000))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("shed twice"), "{error}");
     }
 
     #[test]

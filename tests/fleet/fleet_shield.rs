@@ -58,11 +58,16 @@ struct Feeder {
 
 impl Feeder {
     fn start(addr: SocketAddr) -> Feeder {
+        Feeder::start_with(addr, overload_feed)
+    }
+
+    /// A feeder pushing a fresh `feed()` every 200 ms.
+    fn start_with(addr: SocketAddr, feed: fn() -> String) -> Feeder {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let thread = std::thread::spawn(move || {
             while !stopping.load(Ordering::Relaxed) {
-                let body = overload_feed();
+                let body = feed();
                 let request = format!(
                     "POST /v1/load HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
                      Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
@@ -576,4 +581,112 @@ fn a_published_state_with_timers_beyond_the_hold_down_is_refused() {
             .as_str()
             .is_some_and(|r| r.contains("state.regions.eu-west.last_move_at"))
     });
+}
+
+/// eu-west hot (990 of 1000), fabrikam's clients there bringing 600 of it, tailspin's 20.
+fn tenant_surge_feed() -> String {
+    let mut feed = every_region_feed(990.0, "fleet tenant-first test");
+    feed["tenants"] = serde_json::json!({
+        "fabrikam": { "eu-west": 600.0 },
+        "tailspin": { "eu-west": 20.0 },
+    });
+    feed.to_string()
+}
+
+/// `name`'s A addresses at `node` for a client of eu-west (ECS).
+fn from_eu_west(node: &Node, name: &str) -> BTreeSet<Ipv4Addr> {
+    let response =
+        Resolver::new(node.daemon().dns).ask(&ecs_query(name, RecordType::A, EU_WEST_SUBNET));
+    a_records(&response).into_iter().collect()
+}
+
+/// The bundled example's cells of eu-north and fb-eu, where eu-west's clients are shed to.
+fn neighbour_cells() -> BTreeSet<Ipv4Addr> {
+    let eu_north = (151..=153).map(|n| Ipv4Addr::new(198, 51, 100, n));
+    let fb_eu = (121..=123).map(|n| Ipv4Addr::new(203, 0, 113, n));
+    eu_north.chain(fb_eu).collect()
+}
+
+/// Tenant-first shedding in a fleet (issue 31 item 3): the leader decides a tenant's own shed
+/// from a feed pushed to another node, publishes it with the regions' state, and every node
+/// serves it: the surging tenant's eu-west clients get its neighbour cells from all three,
+/// the other tenant's answers and the region's shed stay as they were.
+#[test]
+fn a_tenant_shed_decided_by_the_leader_is_served_by_every_node() {
+    const FABRIKAM: &str = "fabrikam.edge.example.net.";
+    const TAILSPIN: &str = "tailspin.edge.example.net.";
+    let mut fleet = Fleet {
+        etcd: Etcd::start(),
+        prefix: "/steerdns/tenant-shed".into(),
+        nodes: Vec::new(),
+    };
+    fleet.add_prepared_node("tenant-shed", LEASE_TTL, &shield_section(), &[], |setup| {
+        let dir = setup.path("tenants");
+        std::fs::create_dir_all(&dir).expect("mkdir tenants");
+        for tenant in ["fabrikam", "tailspin"] {
+            let file = format!("{tenant}.toml");
+            std::fs::copy(repo_path(&format!("tenants/{file}")), dir.join(&file))
+                .expect("copy the example's tenant");
+        }
+    });
+    fleet.add_node("tenant-shed", LEASE_TTL, &shield_section(), &[]);
+    fleet.add_node("tenant-shed", LEASE_TTL, &shield_section(), &[]);
+    fleet.wait_connected(WAIT);
+    wait_all(
+        &fleet,
+        "serving both tenants and agreeing on a leader",
+        |s| s["tenants"]["served"].as_u64() == Some(2) && shield_fleet(s)["leader"].is_string(),
+    );
+    let before: Vec<_> = fleet
+        .nodes
+        .iter()
+        .map(|n| (from_eu_west(n, FABRIKAM), from_eu_west(n, TAILSPIN)))
+        .collect();
+    assert!(
+        before.iter().all(|b| b == &before[0] && b.0.len() == 2),
+        "{before:?}"
+    );
+
+    let leader = leader_key(&fleet).expect("a leader key");
+    let pushed_to = fleet
+        .nodes
+        .iter()
+        .position(|n| n.name != leader)
+        .expect("a node that does not lead");
+    let _feeder = Feeder::start_with(fleet.nodes[pushed_to].daemon().admin, tenant_surge_feed);
+    let statuses = wait_all(&fleet, "serving fabrikam's own shed", |s| {
+        shield_fleet(s)["revision"].is_i64()
+            && s["shield"]["tenants"].as_array().is_some_and(|t| {
+                t.iter()
+                    .any(|t| t["tenant"] == "fabrikam" && t["shed_fraction"] == 1.0)
+            })
+    });
+    for status in &statuses {
+        assert_eq!(eu_west_fraction(status), 0.0, "the region is not shed");
+        let tenants = status["shield"]["tenants"].as_array().expect("tenants");
+        assert!(
+            tenants.iter().all(|t| t["tenant"] != "tailspin"),
+            "tailspin is under its share: {tenants:?}"
+        );
+    }
+    for (node, (fabrikam, tailspin)) in fleet.nodes.iter().zip(&before) {
+        let moved = from_eu_west(node, FABRIKAM);
+        assert_eq!(moved.len(), 2, "{}: k = 2 cells: {moved:?}", node.name);
+        assert!(
+            moved.is_subset(&neighbour_cells()),
+            "{}: {moved:?}",
+            node.name
+        );
+        assert!(moved.is_disjoint(fabrikam), "{}: fabrikam moved", node.name);
+        assert_eq!(
+            &from_eu_west(node, TAILSPIN),
+            tailspin,
+            "{}: tailspin's answer unchanged",
+            node.name
+        );
+    }
+    println!(
+        "fabrikam's own shed (leader {leader}, feed at {}) served by all 3 nodes",
+        fleet.nodes[pushed_to].name
+    );
 }
