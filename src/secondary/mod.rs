@@ -44,7 +44,8 @@ const NOTIFY_POLL: Duration = Duration::from_millis(100);
 /// What status shows per secondary zone.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ZoneStatus {
-    /// The serial being served (from the last good copy); `None`: nothing transferred yet.
+    /// The serial being served (from the last good copy); `None`: nothing transferred yet. In
+    /// `/v1/status`, the serial of the snapshot the status is made from.
     pub serial: Option<u32>,
     /// When the last transfer in ended (RFC 3339), its kind ("ixfr" or "axfr"), the serial it
     /// brought and its result ("ok", with why an IXFR became an AXFR, or why refused).
