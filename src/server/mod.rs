@@ -5,8 +5,8 @@
 //! of their clients gets a connection slot ([`admission`]).
 //!
 //! Owns no DNS logic: every packet goes to [`crate::answer::respond`] with the snapshot
-//! loaded at that moment, but a NOTIFY to a secondary zone over UDP or TCP, which goes to
-//! [`crate::secondary::notify::answer`] ([`respond_or_notify`]).
+//! loaded at that moment, but a NOTIFY to a secondary zone over UDP (sockets or XDP) or TCP,
+//! which goes to [`crate::secondary::notify::answer`] ([`respond_or_notify`]).
 
 pub mod admission;
 pub mod encrypted;

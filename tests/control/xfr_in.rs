@@ -572,3 +572,63 @@ fn knot_notify_brings_an_ixfr_and_notifies_from_others_are_refused() {
     );
     assert!(text.contains("last NOTIFY refused"), "{text}");
 }
+
+/// A primary that answers every SOA query with serial 99, unsigned (`key` = None) or signed
+/// with `key` — which is not the key the request was signed with.
+fn forging_primary(key: Option<steerdns::dns::tsig::Key>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let Some(request) = read_frame(&mut stream) else {
+                continue;
+            };
+            let Ok(parsed) = Message::from_vec(&request) else {
+                continue;
+            };
+            let mut reply = soa_reply(&parsed);
+            let mac = steerdns::dns::tsig::find(&request)
+                .ok()
+                .flatten()
+                .map(|record| record.mac);
+            if let (Some(key), Some(mac)) = (&key, mac) {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .expect("clock")
+                    .as_secs();
+                steerdns::dns::tsig::Signer::for_answer_of(key, &mac).sign(&mut reply, now);
+            }
+            let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
+            framed.extend_from_slice(&reply);
+            let _ = stream.write_all(&framed);
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_answer_unsigned_or_with_a_bad_mac_is_refused() {
+    use steerdns::dns::tsig::{Algorithm, Key};
+    let forged = Key::new(
+        "sec-key",
+        Algorithm::HmacSha256,
+        b"wrong!-wrong!-wrong!-wrong!-1234",
+    );
+    let cases = [
+        (None, "the answer is not signed"),
+        (forged, "the answer's TSIG signature is wrong"),
+    ];
+    for (key, reason) in cases {
+        let primary = forging_primary(key);
+        let config = TempConfig::new("xfrin-forged", &keyed_config(primary));
+        write_key(config.dir(), SECRET);
+        let server = config.start();
+        let status = wait_status(&server, reason, |s| {
+            s["last_refusal"]
+                .as_str()
+                .is_some_and(|r| r.contains(reason))
+        });
+        assert!(status["serial"].is_null(), "nothing served: {status}");
+        assert_eq!(status["transfers_ok"].as_u64(), Some(0), "{status}");
+    }
+}
