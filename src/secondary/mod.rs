@@ -451,9 +451,9 @@ fn record_transfer(zone: &str, fetched: &Fetched) {
 }
 
 /// The new version: by IXFR from the copy held when there is one, by AXFR when there is none,
-/// when the primary answers the IXFR with the whole zone, or when its differences do not
-/// apply or their result is not a valid zone (why, in `note`). A TSIG or connection failure
-/// ends the attempt: nothing unverified is used.
+/// when the IXFR fails or the primary answers it with the whole zone, or when its differences
+/// do not apply or their result is not a valid zone (why, in `note`). A TSIG failure ends the
+/// attempt: nothing unverified is used.
 fn fetch(
     path: &Path,
     origin: &Name,
@@ -543,11 +543,11 @@ fn incremental(
     };
     let answer = match transfer::ixfr(primary, origin, (soa.ttl, &soa.rdata), link) {
         Ok(answer) => answer,
-        // A primary without IXFR (NOTIMP, REFUSED, a stream it cannot finish): ask AXFR.
-        Err(TransferError::Protocol { message, .. }) => {
-            return Ok(Incremental::Fallback(format!("IXFR failed: {message}")))
-        }
-        Err(e) => return Err(e),
+        // A bad signature ends the attempt: an AXFR from the same primary gets no trust from it.
+        Err(e @ TransferError::Tsig { .. }) => return Err(e),
+        // A primary without IXFR (NOTIMP, REFUSED, a closed connection, a stream it cannot
+        // finish): ask AXFR.
+        Err(e) => return Ok(Incremental::Fallback(format!("IXFR failed: {e}"))),
     };
     let (serial, differences) = match answer {
         Ixfr::Full(records) => return Ok(Incremental::Full(records)),

@@ -337,6 +337,8 @@ fn skip_name(packet: &[u8], mut pos: usize) -> Option<usize> {
 /// request was) and the zone's task told, or REFUSED (NOTAUTH for a bad signature) and
 /// counted. `None`: not even a question to echo (dropped, counted).
 pub fn answer(packet: &[u8], from: IpAddr, out: &mut [u8]) -> Option<usize> {
+    // A dual-stack socket shows an IPv4 primary as ::ffff:a.b.c.d.
+    let from = from.to_canonical();
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -493,6 +493,75 @@ mod tests {
         Name::from_ascii(text).unwrap()
     }
 
+    fn soa_record(serial: u32) -> Record {
+        let soa = SOA::new(
+            name("ns1.sec.test."),
+            name("hm.sec.test."),
+            serial,
+            60,
+            30,
+            600,
+            60,
+        );
+        Record::from_rdata(name("sec.test."), 60, RData::SOA(soa))
+    }
+
+    fn ns_record(target: &str) -> Record {
+        Record::from_rdata(name("sec.test."), 60, RData::NS(NS(name(target))))
+    }
+
+    fn stream_of(records: Vec<Record>) -> IxfrStream {
+        let mut stream = IxfrStream::default();
+        for record in records {
+            stream.push(record).expect("in order");
+        }
+        stream
+    }
+
+    #[test]
+    fn an_ixfr_answer_is_sorted_into_differences_or_a_whole_zone() {
+        // RFC 1995 section 7's shape: 1 -> 2 -> 3, closed by the SOA of 3.
+        let stream = stream_of(vec![
+            soa_record(3),
+            soa_record(1),
+            ns_record("old.sec.test."),
+            soa_record(2),
+            ns_record("mid.sec.test."),
+            soa_record(2),
+            soa_record(3),
+            ns_record("new.sec.test."),
+            soa_record(3),
+        ]);
+        assert!(stream.done);
+        let Ixfr::Differences {
+            serial,
+            differences,
+        } = stream.into_answer()
+        else {
+            panic!("not differences");
+        };
+        assert_eq!(serial, 3);
+        let chain: Vec<(u32, u32, usize, usize)> = differences
+            .iter()
+            .map(|d| (d.from, d.to, d.deleted.len(), d.added.len()))
+            .collect();
+        assert_eq!(chain, vec![(1, 2, 2, 2), (2, 3, 1, 2)]);
+
+        let full = stream_of(vec![
+            soa_record(3),
+            ns_record("ns1.sec.test."),
+            soa_record(3),
+        ]);
+        assert!(full.done);
+        assert!(matches!(full.into_answer(), Ixfr::Full(records) if records.len() == 2));
+
+        let mut closed = stream_of(vec![soa_record(3), soa_record(3)]);
+        assert!(closed.done);
+        assert!(closed.push(ns_record("late.sec.test.")).is_err());
+        let mut headless = IxfrStream::default();
+        assert!(headless.push(ns_record("ns1.sec.test.")).is_err());
+    }
+
     #[test]
     fn serial_arithmetic_wraps_per_rfc_1982() {
         assert!(serial_newer(2, 1));
