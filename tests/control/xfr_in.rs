@@ -632,3 +632,103 @@ fn an_answer_unsigned_or_with_a_bad_mac_is_refused() {
         assert_eq!(status["transfers_ok"].as_u64(), Some(0), "{status}");
     }
 }
+
+/// A primary at serial 5 whose IXFR deletes a record the secondary does not hold; its AXFR is
+/// the good zone. Counts the IXFRs it answered.
+fn stale_diff_primary() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let ixfrs = Arc::new(AtomicUsize::new(0));
+    let counter = ixfrs.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let Some(request) = read_frame(&mut stream) else {
+                continue;
+            };
+            let Ok(request) = Message::from_vec(&request) else {
+                continue;
+            };
+            let qtype = request.queries.first().map(|q| q.query_type());
+            let records = match qtype {
+                Some(RecordType::IXFR) => {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let gone = a_record("gone.sec.test.", Ipv4Addr::new(192, 0, 2, 9));
+                    vec![
+                        soa_record(5),
+                        soa_record(1),
+                        gone,
+                        soa_record(5),
+                        soa_record(5),
+                    ]
+                }
+                Some(RecordType::AXFR) => vec![
+                    soa_record(5),
+                    Record::from_rdata(
+                        Name::from_ascii(ZONE).expect("name"),
+                        60,
+                        RData::NS(hickory_proto::rr::rdata::NS(
+                            Name::from_ascii("ns1.sec.test.").expect("name"),
+                        )),
+                    ),
+                    a_record("ns1.sec.test.", Ipv4Addr::new(192, 0, 2, 53)),
+                    a_record("www.sec.test.", Ipv4Addr::new(192, 0, 2, 5)),
+                    soa_record(5),
+                ],
+                _ => vec![soa_record(5)],
+            };
+            let mut reply = Message::new(
+                request.metadata.id,
+                MessageType::Response,
+                request.metadata.op_code,
+            );
+            reply.metadata.authoritative = true;
+            reply.add_queries(request.queries.clone());
+            reply.add_answers(records);
+            let reply = reply.to_vec().expect("encode");
+            let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
+            framed.extend_from_slice(&reply);
+            let _ = stream.write_all(&framed);
+        }
+    });
+    (addr, ixfrs)
+}
+
+fn soa_record(serial: u32) -> Record {
+    let soa = SOA::new(
+        Name::from_ascii("ns1.sec.test.").expect("name"),
+        Name::from_ascii("hostmaster.sec.test.").expect("name"),
+        serial,
+        1,
+        1,
+        600,
+        60,
+    );
+    Record::from_rdata(Name::from_ascii(ZONE).expect("name"), 60, RData::SOA(soa))
+}
+
+fn a_record(owner: &str, addr: Ipv4Addr) -> Record {
+    Record::from_rdata(
+        Name::from_ascii(owner).expect("name"),
+        60,
+        RData::A(hickory_proto::rr::rdata::A(addr)),
+    )
+}
+
+#[test]
+fn an_ixfr_that_does_not_apply_falls_back_to_axfr() {
+    let (primary, ixfrs) = stale_diff_primary();
+    let config = TempConfig::new("xfrin-stale-diff", &secondary_config(primary));
+    // The copy held: serial 1, as a first transfer would have left it.
+    std::fs::create_dir_all(config.dir().join("secondary")).expect("mkdir");
+    let held = zone_text(1, "192.0.2.1").replace("hostmaster", "hostmaster.sec.test.");
+    std::fs::write(copy_path(&config), held).expect("write the copy");
+    let server = config.start();
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 5));
+    assert!(ixfrs.load(Ordering::SeqCst) >= 1, "IXFR was asked first");
+    let status = secondary_status(&server);
+    assert_eq!(status["last_transfer_kind"], "axfr", "{status}");
+    assert_eq!(status["serial"].as_u64(), Some(5), "{status}");
+    let result = status["last_result"].as_str().unwrap_or_default();
+    assert!(result.contains("does not apply"), "{status}");
+    assert!(result.contains("gone.sec.test"), "{status}");
+}
