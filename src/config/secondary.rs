@@ -34,7 +34,8 @@ pub struct SecondaryZoneConfig {
     /// Seconds a connection to a primary, or one read from it, may take.
     #[serde(default = "default_timeout_secs")]
     pub timeout_secs: u64,
-    /// A TSIG key file (mode 0600, the `key "name" { ... };` format of `[transfer] key_files`):
+    /// A TSIG key file (mode 0600, the `key "name" { ... };` format of `[transfer] key_files`),
+    /// read by the zone's task at its first refresh (a changed file is used after a restart):
     /// SOA queries and transfer requests are signed with its key, every answer and NOTIFY must
     /// carry its MAC.
     #[serde(default)]
