@@ -346,7 +346,7 @@ pub fn answer(packet: &[u8], from: IpAddr, out: &mut [u8]) -> Option<usize> {
         count_unzoned(Refusal::Malformed);
         return None;
     };
-    let echo = &packet[HEADER_LEN..question.end];
+    let echo = packet.get(HEADER_LEN..question.end)?;
     let table = table().load();
     let Some(entry) = table.zones.get(&question.wire) else {
         count_unzoned(Refusal::NotSecondary);
@@ -356,17 +356,44 @@ pub fn answer(packet: &[u8], from: IpAddr, out: &mut [u8]) -> Option<usize> {
         entry.signal.refuse(Refusal::NotPrimary, from, now);
         return copy_out(reply(packet, echo, rcode::REFUSED), out);
     }
-    let Some(key) = &entry.key else {
-        // A zone without a key takes no signed NOTIFY either: its signature cannot be checked.
-        if !matches!(tsig::find(packet), Ok(None)) {
-            entry.signal.refuse(Refusal::Tsig, from, now);
-            return copy_out(reply(packet, echo, rcode::REFUSED), out);
-        }
-        entry.signal.accept(question.serial, now);
-        return copy_out(reply(packet, echo, rcode::NOERROR), out);
+    let message = match &entry.key {
+        Some(key) => signed_reply(entry, key, packet, echo, &question, from, now),
+        None => unkeyed_reply(entry, packet, echo, &question, from, now),
     };
+    copy_out(message, out)
+}
+
+/// The answer for a zone without a key: it takes no signed NOTIFY either, since nothing could
+/// check the signature.
+fn unkeyed_reply(
+    entry: &Entry,
+    packet: &[u8],
+    echo: &[u8],
+    question: &Question,
+    from: IpAddr,
+    now: u64,
+) -> Vec<u8> {
+    if !matches!(tsig::find(packet), Ok(None)) {
+        entry.signal.refuse(Refusal::Tsig, from, now);
+        return reply(packet, echo, rcode::REFUSED);
+    }
+    entry.signal.accept(question.serial, now);
+    reply(packet, echo, rcode::NOERROR)
+}
+
+/// The answer for a zone with `key`: accepted only when signed with it (and the answer signed
+/// in turn), NOTAUTH with the TSIG error for a bad signature (RFC 8945 5.2).
+fn signed_reply(
+    entry: &Entry,
+    key: &Key,
+    packet: &[u8],
+    echo: &[u8],
+    question: &Question,
+    from: IpAddr,
+    now: u64,
+) -> Vec<u8> {
     let keys = std::slice::from_ref(key);
-    let message = match tsig::verify_request(packet, keys, now) {
+    match tsig::verify_request(packet, keys, now) {
         Ok(Verdict::Signed { request_mac, .. }) => {
             entry.signal.accept(question.serial, now);
             let mut message = reply(packet, echo, rcode::NOERROR);
@@ -387,8 +414,7 @@ pub fn answer(packet: &[u8], from: IpAddr, out: &mut [u8]) -> Option<usize> {
             entry.signal.refuse(Refusal::Malformed, from, now);
             reply(packet, echo, rcode::FORMERR)
         }
-    };
-    copy_out(message, out)
+    }
 }
 
 fn count_unzoned(reason: Refusal) {
