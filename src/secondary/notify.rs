@@ -244,13 +244,15 @@ fn lower_wire(name: &hickory_proto::rr::Name) -> Vec<u8> {
     wire
 }
 
-/// Whether `packet` is a NOTIFY request (opcode 4, QR clear): for [`answer`], not the query
-/// path.
+/// Whether `packet` is a NOTIFY request (opcode 4, QR clear) for [`answer`] rather than the
+/// query path: only while this server has secondary zones. A server without any takes no
+/// NOTIFY at all, and the query path answers NOTIMP as for any opcode it does not implement.
 pub fn is_notify(packet: &[u8]) -> bool {
-    packet.get(2..4).is_some_and(|f| {
+    let opcode_notify = packet.get(2..4).is_some_and(|f| {
         let flags = u16::from_be_bytes([f[0], f[1]]);
         flags & flag::QR == 0 && (flags >> 11) & 0xf == OPCODE_NOTIFY
-    })
+    });
+    opcode_notify && !table().load().zones.is_empty()
 }
 
 /// The question of a NOTIFY: its lower-cased wire name, where the question ends, and the
@@ -423,11 +425,13 @@ fn count_unzoned(reason: Refusal) {
     }
 }
 
-/// A NOTIFY response: the request's ID and opcode, QR and AA, `code`, the question echoed.
+/// A NOTIFY response: the request's ID and opcode, QR, `code`, the question echoed; AA when
+/// accepted (RFC 1996 4.7), an error not being authoritative.
 fn reply(packet: &[u8], question: &[u8], code: u16) -> Vec<u8> {
     let mut message = Vec::with_capacity(HEADER_LEN + question.len() + 128);
     message.extend_from_slice(&packet[..2]);
-    let flags = flag::QR | flag::AA | OPCODE_NOTIFY << 11 | (code & 0xf);
+    let aa = if code == rcode::NOERROR { flag::AA } else { 0 };
+    let flags = flag::QR | aa | OPCODE_NOTIFY << 11 | (code & 0xf);
     message.extend_from_slice(&flags.to_be_bytes());
     message.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
     message.extend_from_slice(question);
