@@ -1503,6 +1503,39 @@ fn encode_secondary(
                 )
             })
         }),
+    )?;
+    encode_notifies_in(encoder, zones)
+}
+
+/// NOTIFYs to secondary zones (RFC 1996): per zone accepted and refused, and those refused for
+/// no secondary zone of this server (zone "-") by reason.
+fn encode_notifies_in(
+    encoder: &mut DescriptorEncoder,
+    zones: &BTreeMap<String, crate::secondary::ZoneStatus>,
+) -> fmt::Result {
+    let row = |zone: &str, result: &str, n: u64| {
+        (
+            vec![("zone", zone.to_string()), ("result", result.to_string())],
+            n,
+        )
+    };
+    let per_zone = zones.iter().flat_map(|(zone, s)| {
+        [
+            row(zone, "accepted", s.notifies_accepted),
+            row(zone, "refused", s.notifies_refused),
+        ]
+    });
+    let unzoned = crate::secondary::notify::unzoned_refusals()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(reason, n)| row("-", reason, n));
+    counters(
+        encoder,
+        "steerdns_secondary_notifies",
+        "NOTIFYs received for secondary zones, by zone and result (accepted, refused: not from a \
+         primary, unsigned or a bad TSIG); zone \"-\": for no secondary zone here (not_secondary) \
+         or unreadable (malformed).",
+        per_zone.chain(unzoned),
     )
 }
 

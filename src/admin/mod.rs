@@ -574,13 +574,36 @@ pub fn status_view(
         descriptors: Some(crate::descriptors::status()),
         safety: crate::safety::tally::status(),
         drills: crate::drill::log::status(),
-        secondary: crate::secondary::status().snapshot(),
+        secondary: secondary_view(&snapshot),
         transfer: transfer::view(&snapshot),
         tenants: reloader.tenants().status(),
         cells: cells::view(snapshot.policies(), reloader.tenants()),
         budgets: budget_status(&snapshot),
         supervisor: Some(supervisor.view()),
     }
+}
+
+/// The secondary zones' status, each with the serial of the snapshot this status is made
+/// from: the transfer task records its serial just after the swap, and status must never show
+/// a serial the answers do not (or the other way round).
+fn secondary_view(
+    snapshot: &crate::snapshot::Snapshot,
+) -> BTreeMap<String, crate::secondary::ZoneStatus> {
+    let mut zones = crate::secondary::status().snapshot();
+    for (name, status) in zones.iter_mut() {
+        status.serial = snapshot
+            .zones()
+            .zones()
+            .iter()
+            .find(|z| {
+                z.origin
+                    .to_ascii()
+                    .trim_end_matches('.')
+                    .eq_ignore_ascii_case(name)
+            })
+            .map(|z| z.serial);
+    }
+    zones
 }
 
 fn destination_name(

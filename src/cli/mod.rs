@@ -858,8 +858,44 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
     for (zone, t) in status.transfer.iter().flatten() {
         println!("{}", transfer_line(zone, t));
     }
+    for (zone, s) in &status.secondary {
+        println!("{}", secondary_line(zone, s));
+    }
     print_connection_limits(&status);
     Ok(ExitCode::SUCCESS)
+}
+
+/// One secondary zone: serial, last transfer in (kind, serial, when, result), last NOTIFY,
+/// last refusal of a transfer and of a NOTIFY.
+fn secondary_line(zone: &str, s: &steerdns::secondary::ZoneStatus) -> String {
+    let serial = s
+        .serial
+        .map_or("no copy yet".to_string(), |n| format!("serial {n}"));
+    let last = match &s.last_transfer {
+        Some(at) => format!(
+            "last in {} serial {} at {at}: {}",
+            s.last_transfer_kind.as_deref().unwrap_or("?"),
+            s.last_transfer_serial
+                .map_or("-".to_string(), |n| n.to_string()),
+            s.last_result.as_deref().unwrap_or("?")
+        ),
+        None => "no transfer in yet".to_string(),
+    };
+    let mut line = format!(
+        "secondary {zone}: {serial}{}; {last}",
+        if s.expired { " EXPIRED" } else { "" }
+    );
+    let notes = [
+        ("last NOTIFY", &s.last_notify),
+        ("last refusal", &s.last_refusal),
+        ("last NOTIFY refused", &s.last_notify_refusal),
+    ];
+    for (label, value) in notes {
+        if let Some(value) = value {
+            line.push_str(&format!("; {label} {value}"));
+        }
+    }
+    line
 }
 
 /// One zone's transfers out: serial, journal, last transfer, NOTIFY targets, last refusal.

@@ -34,6 +34,15 @@ pub struct SecondaryZoneConfig {
     /// Seconds a connection to a primary, or one read from it, may take.
     #[serde(default = "default_timeout_secs")]
     pub timeout_secs: u64,
+    /// A TSIG key file (mode 0600, the `key "name" { ... };` format of `[transfer] key_files`),
+    /// read by the zone's task at its first refresh (a changed file is used after a restart):
+    /// SOA queries and transfer requests are signed with its key, every answer and NOTIFY must
+    /// carry its MAC.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// Which key of `key_file`; unset: the file must hold exactly one.
+    #[serde(default)]
+    pub key: Option<String>,
 }
 
 fn default_timeout_secs() -> u64 {
@@ -55,14 +64,21 @@ impl SecondaryConfig {
                 None => dir.join(format!("{}.zone", zone.name.trim_end_matches('.'))),
             };
             zone.file = Some(file);
+            if let Some(key_file) = zone.key_file.take() {
+                zone.key_file = Some(if key_file.is_relative() {
+                    base.join(key_file)
+                } else {
+                    key_file
+                });
+            }
         }
         self.dir = Some(dir);
     }
 }
 
 impl SecondaryZoneConfig {
-    /// The secondary zone `member` of this catalog: its primaries and timeout, its copy in
-    /// `dir`.
+    /// The secondary zone `member` of this catalog: its primaries, timeout and key, its copy
+    /// in `dir`.
     pub fn member(&self, member: &str, dir: &Path) -> SecondaryZoneConfig {
         let name = member.trim_end_matches('.').to_ascii_lowercase();
         SecondaryZoneConfig {
@@ -70,6 +86,8 @@ impl SecondaryZoneConfig {
             name,
             primaries: self.primaries.clone(),
             timeout_secs: self.timeout_secs,
+            key_file: self.key_file.clone(),
+            key: self.key.clone(),
         }
     }
 

@@ -603,12 +603,21 @@ pub fn sign_request(msg: &mut Vec<u8>, key: &Key, now: u64) -> Vec<u8> {
     mac
 }
 
+/// Messages of a stream that may follow each other unsigned (RFC 8945 5.3.1: the first
+/// message and at least every 100th carry a MAC).
+const MAX_UNSIGNED_RUN: usize = 99;
+
 /// Signs the answers to one signed request: the first with the request's MAC, each later one
 /// of the same stream with the MAC before it (RFC 8945 5.3.1: every message is signed here).
+/// On the client side it also checks them, where a later message may come unsigned: its
+/// bytes are then digested with the next signed one.
 pub struct Signer<'k> {
     key: &'k Key,
     previous_mac: Vec<u8>,
     first: bool,
+    /// The unsigned messages received since the last signed one, as received.
+    unsigned: Vec<u8>,
+    unsigned_run: usize,
 }
 
 impl<'k> Signer<'k> {
@@ -618,6 +627,8 @@ impl<'k> Signer<'k> {
             key,
             previous_mac: request_mac.to_vec(),
             first: true,
+            unsigned: Vec::new(),
+            unsigned_run: 0,
         }
     }
 
@@ -627,11 +638,13 @@ impl<'k> Signer<'k> {
         append_record(msg, self.key, now, &mac, error::NOERROR, &[]);
         self.previous_mac = mac;
         self.first = false;
+        self.unsigned.clear();
     }
 
     fn digest(&self, unsigned: &[u8], time: u64, error: u16, other: &[u8]) -> Vec<u8> {
         let mut ctx = hmac::Context::with_key(&self.key.key);
         ctx.update(&prefixed(&self.previous_mac));
+        ctx.update(&self.unsigned);
         ctx.update(unsigned);
         if self.first {
             ctx.update(&variables(
@@ -676,7 +689,47 @@ impl<'k> Signer<'k> {
         }
         self.previous_mac = record.mac;
         self.first = false;
+        self.unsigned.clear();
+        self.unsigned_run = 0;
         Ok(())
+    }
+
+    /// Checks the next message of a multi-message answer (an AXFR or IXFR stream, RFC 8945
+    /// 5.3.1): the first must be signed; a later one may come unsigned, up to 99 in a row,
+    /// and is then covered by the next signed one. [`Signer::finish`] checks the last.
+    pub fn verify_next(&mut self, msg: &[u8], now: u64) -> Result<(), AnswerError> {
+        if find(msg).map_err(|_| AnswerError::Malformed)?.is_some() {
+            return self.verify(msg, now);
+        }
+        if self.first {
+            return Err(AnswerError::Unsigned);
+        }
+        if self.unsigned_run >= MAX_UNSIGNED_RUN {
+            return Err(AnswerError::TooManyUnsigned);
+        }
+        self.unsigned.extend_from_slice(msg);
+        self.unsigned_run += 1;
+        Ok(())
+    }
+
+    /// The end of a stream: its last message must have been signed (unsigned ones after the
+    /// last MAC are covered by nothing).
+    pub fn finish(&self) -> Result<(), AnswerError> {
+        if self.first || self.unsigned_run > 0 {
+            return Err(AnswerError::Unsigned);
+        }
+        Ok(())
+    }
+}
+
+/// The name of a TSIG error code (`BADSIG`), as logs and status show it.
+pub fn error_name(code: u16) -> String {
+    match code {
+        error::BADSIG => "BADSIG".to_string(),
+        error::BADKEY => "BADKEY".to_string(),
+        error::BADTIME => "BADTIME".to_string(),
+        error::BADTRUNC => "BADTRUNC".to_string(),
+        other => format!("error {other}"),
     }
 }
 
@@ -689,12 +742,14 @@ pub enum AnswerError {
     Unsigned,
     #[error("the answer is signed with another key")]
     WrongKey,
-    #[error("the server answered TSIG error {0}")]
+    #[error("the server refused our signature: TSIG {}", error_name(*.0))]
     Error(u16),
     #[error("the answer's TSIG signature is wrong")]
     BadSig,
     #[error("the answer's TSIG time is outside its fudge")]
     BadTime,
+    #[error("more than 99 messages of the answer in a row carry no TSIG")]
+    TooManyUnsigned,
 }
 
 /// Appends the TSIG record of a NOTAUTH answer to `answer` (header and question already

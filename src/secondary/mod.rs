@@ -1,19 +1,24 @@
 //! Secondary zones (issue 33 item 4): one background thread per `[[secondary.zone]]` pulls the
-//! zone from its primaries by AXFR over TCP, on the SOA refresh/retry timers (RFC 1035 §3.3.13);
-//! one per `[[secondary.catalog]]` (RFC 9432, item 5) pulls the catalog and each member it lists.
+//! zone from its primaries over TCP, by IXFR from the copy held (RFC 1995, [`ixfr`]) or AXFR,
+//! TSIG-signed when the zone has a key, on the SOA refresh/retry timers (RFC 1035 §3.3.13) or
+//! at once when a primary sends a NOTIFY (RFC 1996, [`notify`]); one per
+//! `[[secondary.catalog]]` (RFC 9432, item 5) pulls the catalog and each member it lists.
 //!
 //! Owns the transfer loop and the per-zone transfer status. A transfer is parsed and validated
 //! exactly like a zone file (it is turned into zone-file text and read back by the same parser
 //! and `zone::validate`); only a valid one is written, atomically, to the zone's on-disk copy,
 //! and then enters the snapshot through the one reload path ([`Reloader::reload`]) — the
 //! snapshot loader reads the copies like zone files, which is also how a restart serves the
-//! zone from disk before any primary answers. A bad transfer keeps the last good copy serving
-//! and says why (log WARN and status). Never touches the serving path.
+//! zone from disk before any primary answers. A bad transfer (TSIG, malformed, failing
+//! validation) keeps the last good copy serving and says why (log WARN and status). Never
+//! touches the serving path: NOTIFYs reach the task through [`notify::Signal`].
 
+pub mod ixfr;
+pub mod notify;
 pub mod transfer;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -21,26 +26,32 @@ use hickory_proto::rr::Name;
 use serde::{Deserialize, Serialize};
 
 use crate::config::secondary::SecondaryZoneConfig;
+use crate::dns::tsig::{read_key_file, Key, KeyFileError};
 use crate::reload::{Reloader, Trigger};
 use crate::zone::parse::{load_zone_file, parse_zone_text, ZoneProblem};
 use crate::zone::validate::validate;
 
-use transfer::{axfr, serial_newer, soa_serial, zone_text};
+use transfer::{axfr, serial_newer, soa_serial, zone_text, Entry, Ixfr, Link, TransferError};
 
 /// Refresh and retry used until a SOA is known (no copy on disk yet).
 const INITIAL_RETRY: Duration = Duration::from_secs(10);
 /// Timers from a SOA are clamped to this range: a SOA saying 0 must not spin the task.
 const MIN_TIMER: Duration = Duration::from_secs(1);
 const MAX_TIMER: Duration = Duration::from_secs(24 * 3600);
+/// How often a zone's thread looks for a NOTIFY while it waits for its timer.
+const NOTIFY_POLL: Duration = Duration::from_millis(100);
 
 /// What status shows per secondary zone.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ZoneStatus {
-    /// The serial being served (from the last good copy); `None`: nothing transferred yet.
+    /// The serial being served (from the last good copy); `None`: nothing transferred yet. In
+    /// `/v1/status`, the serial of the snapshot the status is made from.
     pub serial: Option<u32>,
-    /// When the last transfer in ended (RFC 3339), its kind ("axfr") and result ("ok" or why).
+    /// When the last transfer in ended (RFC 3339), its kind ("ixfr" or "axfr"), the serial it
+    /// brought and its result ("ok", with why an IXFR became an AXFR, or why refused).
     pub last_transfer: Option<String>,
     pub last_transfer_kind: Option<String>,
+    pub last_transfer_serial: Option<u32>,
     pub last_result: Option<String>,
     /// The last refused transfer or failed check, and why.
     pub last_refusal: Option<String>,
@@ -52,6 +63,12 @@ pub struct ZoneStatus {
     pub transfers_ok: u64,
     pub transfers_refused: u64,
     pub checks_failed: u64,
+    /// The last NOTIFY accepted (RFC 3339 and the serial it carried), the last one refused
+    /// (when, from whom, why), and the counts of both.
+    pub last_notify: Option<String>,
+    pub last_notify_refusal: Option<String>,
+    pub notifies_accepted: u64,
+    pub notifies_refused: u64,
 }
 
 /// The status of every secondary zone, by name (background threads write, admin reads).
@@ -61,8 +78,17 @@ pub struct SecondaryStatus {
 }
 
 impl SecondaryStatus {
+    /// Every zone's status, with its NOTIFY counts as the serving path left them.
     pub fn snapshot(&self) -> BTreeMap<String, ZoneStatus> {
-        self.zones.lock().map(|z| z.clone()).unwrap_or_default()
+        let mut zones = self.zones.lock().map(|z| z.clone()).unwrap_or_default();
+        for (name, report) in notify::reports() {
+            let status = zones.entry(name).or_default();
+            status.notifies_accepted = report.accepted;
+            status.notifies_refused = report.refused;
+            status.last_notify = report.last_notify;
+            status.last_notify_refusal = report.last_refusal;
+        }
+        zones
     }
 
     fn update(&self, zone: &str, change: impl FnOnce(&mut ZoneStatus)) {
@@ -87,7 +113,8 @@ struct Timers {
     expire: Duration,
 }
 
-/// The body of one zone's thread: check, transfer when newer, sleep, until `sleep` says stop.
+/// The body of one zone's thread: check, transfer when newer, wait for the timer or a NOTIFY,
+/// until `sleep` says stop.
 pub fn run(
     zone: SecondaryZoneConfig,
     reloader: Arc<Reloader>,
@@ -98,18 +125,33 @@ pub fn run(
         };
         loop {
             let pause = task.step(&reloader);
-            if sleep(pause) {
+            if wait(sleep, pause, || task.signal.pending()) {
                 return;
             }
         }
     }
 }
 
+/// Sleeps `pause`, ended early once `notified` holds (checked every [`NOTIFY_POLL`]); true
+/// when `sleep` says stop.
+fn wait(sleep: &dyn Fn(Duration) -> bool, pause: Duration, notified: impl Fn() -> bool) -> bool {
+    let end = Instant::now() + pause;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if notified() || left.is_zero() {
+            return false;
+        }
+        if sleep(left.min(NOTIFY_POLL)) {
+            return true;
+        }
+    }
+}
+
 /// The body of one catalog's thread (RFC 9432, consumer): the catalog is refreshed like a
-/// secondary zone, and every member its copy lists is refreshed on its own timers from the
-/// catalog's primaries, on this one thread, until `sleep` says stop. A member that leaves the
-/// catalog stops being refreshed (and the loader stops serving it); one that joins is
-/// transferred at the next pass.
+/// secondary zone, and every member its copy lists is refreshed on its own timers (or its
+/// NOTIFY) from the catalog's primaries, on this one thread, until `sleep` says stop. A member
+/// that leaves the catalog stops being refreshed (and the loader stops serving it); one that
+/// joins is transferred at the next pass.
 pub fn run_catalog(
     catalog: SecondaryZoneConfig,
     dir: std::path::PathBuf,
@@ -123,24 +165,12 @@ pub fn run_catalog(
         let mut members: BTreeMap<String, (ZoneTask, Instant)> = BTreeMap::new();
         loop {
             let now = Instant::now();
-            if catalog_due <= now {
+            if catalog_due <= now || task.signal.pending() {
                 catalog_due = now + task.step(&reloader);
             }
-            let listed = crate::snapshot::catalog::catalog_members(&catalog);
-            let listed: Vec<SecondaryZoneConfig> = listed
-                .iter()
-                .map(|m| catalog.member(&m.to_ascii(), &dir))
-                .collect();
-            members.retain(|name, _| listed.iter().any(|m| &m.name == name));
-            for member in listed {
-                if !members.contains_key(&member.name) {
-                    if let Some(member_task) = ZoneTask::new(member.clone()) {
-                        members.insert(member.name.clone(), (member_task, now));
-                    }
-                }
-            }
+            update_members(&catalog, &dir, &mut members, now);
             for (member_task, due) in members.values_mut() {
-                if *due <= Instant::now() {
+                if *due <= Instant::now() || member_task.signal.pending() {
                     *due = Instant::now() + member_task.step(&reloader);
                 }
             }
@@ -148,23 +178,56 @@ pub fn run_catalog(
                 .values()
                 .map(|(_, due)| *due)
                 .fold(catalog_due, Instant::min);
-            if sleep(
-                next.saturating_duration_since(Instant::now())
-                    .max(MIN_TIMER),
-            ) {
+            let pause = next
+                .saturating_duration_since(Instant::now())
+                .max(MIN_TIMER);
+            let notified =
+                || task.signal.pending() || members.values().any(|(m, _)| m.signal.pending());
+            if wait(sleep, pause, notified) {
                 return;
             }
         }
     }
 }
 
-/// One secondary zone's refresh state: its config, the timers of the copy served, and when a
-/// primary last answered.
+/// Brings `members` to what the catalog's copy lists: new ones due `now`, gone ones dropped
+/// (and their NOTIFYs refused again).
+fn update_members(
+    catalog: &SecondaryZoneConfig,
+    dir: &Path,
+    members: &mut BTreeMap<String, (ZoneTask, Instant)>,
+    now: Instant,
+) {
+    let listed: Vec<SecondaryZoneConfig> = crate::snapshot::catalog::catalog_members(catalog)
+        .iter()
+        .map(|m| catalog.member(&m.to_ascii(), dir))
+        .collect();
+    members.retain(|name, (member, _)| {
+        let kept = listed.iter().any(|m| &m.name == name);
+        if !kept {
+            notify::unregister(&member.origin);
+        }
+        kept
+    });
+    for member in listed {
+        if !members.contains_key(&member.name) {
+            if let Some(member_task) = ZoneTask::new(member.clone()) {
+                members.insert(member.name.clone(), (member_task, now));
+            }
+        }
+    }
+}
+
+/// One secondary zone's refresh state: its config and TSIG key, the timers of the copy served,
+/// when a primary last answered, and where NOTIFYs for it are left.
 struct ZoneTask {
     zone: SecondaryZoneConfig,
     origin: Name,
+    /// The zone's key once read (`None` also while `key_file` cannot be read).
+    key: Option<Key>,
     timers: Option<Timers>,
     last_contact: SystemTime,
+    signal: Arc<notify::Signal>,
 }
 
 impl ZoneTask {
@@ -175,43 +238,59 @@ impl ZoneTask {
         };
         let timers = copy_timers(&zone.copy_path(), &origin);
         status().update(&zone.name, |s| s.serial = timers.map(|t| t.serial));
+        // A zone with a key is registered for NOTIFY only once its key is read: until then
+        // nothing could check a NOTIFY's signature.
+        let signal = match zone.key_file {
+            None => notify::register(&zone.name, &origin, &zone.primaries, None),
+            Some(_) => Arc::default(),
+        };
         Some(ZoneTask {
             zone,
             origin,
+            key: None,
             timers,
             last_contact: SystemTime::now(),
+            signal,
         })
+    }
+
+    /// Reads the zone's key if it has one and it is not read yet (a key file fixed later is
+    /// picked up at the next refresh), and registers it for NOTIFY.
+    fn ensure_key(&mut self) -> Result<(), String> {
+        if self.key.is_some() {
+            return Ok(());
+        }
+        let Some(key) = load_key(&self.zone).map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        let zone = &self.zone;
+        self.signal =
+            notify::register(&zone.name, &self.origin, &zone.primaries, Some(key.clone()));
+        self.key = Some(key);
+        Ok(())
     }
 
     /// One refresh, its outcome recorded in status; how long to wait before the next.
     fn step(&mut self, reloader: &Reloader) -> Duration {
+        if self.signal.take() {
+            tracing::info!("secondary zone {}: NOTIFY, checking now", self.zone.name);
+        }
+        let result = self.ensure_key().and_then(|()| {
+            let link = Link {
+                key: self.key.as_ref(),
+                timeout: Duration::from_secs(self.zone.timeout_secs.max(1)),
+            };
+            refresh_once(&self.zone, &self.origin, self.timers, link, reloader)
+        });
         let zone = &self.zone;
-        let pause = match refresh_once(zone, &self.origin, self.timers, reloader) {
+        let pause = match result {
             Ok(fresh) => {
                 self.timers = fresh.or(self.timers);
                 self.last_contact = SystemTime::now();
                 status().update(&zone.name, |s| s.expired = false);
                 self.timers.map_or(INITIAL_RETRY, |t| t.refresh)
             }
-            Err(reason) => {
-                tracing::warn!("secondary zone {}: {reason}", zone.name);
-                let last_contact = self.last_contact;
-                let expired = self
-                    .timers
-                    .is_some_and(|t| last_contact.elapsed().unwrap_or_default() > t.expire);
-                if expired {
-                    tracing::warn!("secondary zone {}: past its SOA expire time", zone.name);
-                }
-                status().update(&zone.name, |s| {
-                    s.last_refusal = Some(format!(
-                        "{}: {reason}",
-                        crate::rfc3339::format_utc(SystemTime::now())
-                    ));
-                    s.expired = expired;
-                    s.checks_failed += 1;
-                });
-                self.timers.map_or(INITIAL_RETRY, |t| t.retry)
-            }
+            Err(reason) => self.failed(&reason),
         };
         let next = SystemTime::now() + pause;
         status().update(&zone.name, |s| {
@@ -219,6 +298,68 @@ impl ZoneTask {
         });
         pause
     }
+
+    /// A refresh that failed: logged, in status, expiry checked; the retry time.
+    fn failed(&self, reason: &str) -> Duration {
+        let zone = &self.zone;
+        tracing::warn!("secondary zone {}: {reason}", zone.name);
+        let last_contact = self.last_contact;
+        let expired = self
+            .timers
+            .is_some_and(|t| last_contact.elapsed().unwrap_or_default() > t.expire);
+        if expired {
+            tracing::warn!("secondary zone {}: past its SOA expire time", zone.name);
+        }
+        status().update(&zone.name, |s| {
+            s.last_refusal = Some(format!(
+                "{}: {reason}",
+                crate::rfc3339::format_utc(SystemTime::now())
+            ));
+            s.expired = expired;
+            s.checks_failed += 1;
+        });
+        self.timers.map_or(INITIAL_RETRY, |t| t.retry)
+    }
+}
+
+/// Why a secondary zone's TSIG key was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error(transparent)]
+    File(#[from] KeyFileError),
+    #[error("TSIG key file {path}: no key named {name}")]
+    Missing { path: PathBuf, name: String },
+    #[error("TSIG key file {path} holds {count} keys: say which with `key`")]
+    Ambiguous { path: PathBuf, count: usize },
+    #[error("`key = {name:?}` without a `key_file` to read it from")]
+    NoFile { name: String },
+}
+
+/// The zone's TSIG key: the one `key` names in `key_file`, or the file's only key.
+pub fn load_key(zone: &SecondaryZoneConfig) -> Result<Option<Key>, KeyError> {
+    let Some(path) = &zone.key_file else {
+        return match &zone.key {
+            Some(name) => Err(KeyError::NoFile { name: name.clone() }),
+            None => Ok(None),
+        };
+    };
+    let mut keys = read_key_file(path)?;
+    let wanted = zone.key.as_deref().map(|k| k.trim_end_matches('.'));
+    let index = match wanted {
+        Some(name) => keys.iter().position(|k| k.name.eq_ignore_ascii_case(name)),
+        None if keys.len() == 1 => Some(0),
+        None => {
+            return Err(KeyError::Ambiguous {
+                path: path.clone(),
+                count: keys.len(),
+            })
+        }
+    };
+    let index = index.ok_or_else(|| KeyError::Missing {
+        path: path.clone(),
+        name: wanted.unwrap_or_default().to_string(),
+    })?;
+    Ok(Some(keys.swap_remove(index)))
 }
 
 /// One refresh: ask each primary for its serial, transfer from the first one that has a newer
@@ -227,12 +368,12 @@ fn refresh_once(
     zone: &SecondaryZoneConfig,
     origin: &Name,
     timers: Option<Timers>,
+    link: Link<'_>,
     reloader: &Reloader,
 ) -> Result<Option<Timers>, String> {
-    let timeout = Duration::from_secs(zone.timeout_secs.max(1));
     let mut failures = Vec::new();
     for &primary in &zone.primaries {
-        let serial = match soa_serial(primary, origin, timeout) {
+        let serial = match soa_serial(primary, origin, link) {
             Ok(serial) => serial,
             Err(e) => {
                 failures.push(e.to_string());
@@ -242,7 +383,7 @@ fn refresh_once(
         if timers.is_some_and(|t| !serial_newer(serial, t.serial)) {
             return Ok(None);
         }
-        match transfer_from(zone, origin, primary, timeout, reloader) {
+        match transfer_from(zone, origin, primary, link, timers, reloader) {
             Ok(fresh) => return Ok(Some(fresh)),
             Err(e) => failures.push(e),
         }
@@ -250,44 +391,191 @@ fn refresh_once(
     Err(failures.join("; "))
 }
 
-/// AXFR from `primary`, validated, written to the copy and reloaded.
+/// A new version as zone text, how it came and, for an AXFR that replaced an IXFR, why.
+struct Fetched {
+    kind: &'static str,
+    text: String,
+    timers: Result<Timers, String>,
+    note: Option<String>,
+}
+
+/// The new version from `primary`, validated, written to the copy and reloaded.
 fn transfer_from(
     zone: &SecondaryZoneConfig,
     origin: &Name,
     primary: std::net::SocketAddr,
-    timeout: Duration,
+    link: Link<'_>,
+    held: Option<Timers>,
     reloader: &Reloader,
 ) -> Result<Timers, String> {
-    let records = axfr(primary, origin, timeout).map_err(|e| e.to_string())?;
-    let text = zone_text(&records)?;
     let path = zone.copy_path();
-    let result = check_text(&text, &path, origin);
-    let now = crate::rfc3339::format_utc(SystemTime::now());
-    status().update(&zone.name, |s| {
-        s.last_transfer = Some(now.clone());
-        s.last_transfer_kind = Some("axfr".to_string());
-        match &result {
-            Ok(_) => s.transfers_ok += 1,
-            Err(_) => s.transfers_refused += 1,
-        }
-        s.last_result = Some(match &result {
-            Ok(_) => "ok".to_string(),
-            Err(e) => format!("refused: {e}"),
-        });
-    });
-    let timers = result
+    let fetched = fetch(&path, origin, primary, link, held).map_err(|e| e.to_string())?;
+    record_transfer(&zone.name, &fetched);
+    let timers = fetched
+        .timers
         .map_err(|e| format!("transfer from {primary} refused, keeping the last good copy: {e}"))?;
-    write_copy(&path, &text)?;
+    write_copy(&path, &fetched.text)?;
     reloader.reload(Trigger::Secondary).map_err(|problems| {
         format!("reload after the transfer refused: {}", problems.join("; "))
     })?;
     tracing::info!(
-        "secondary zone {}: serial {} from {primary}",
+        "secondary zone {}: serial {} from {primary} by {}",
         zone.name,
-        timers.serial
+        timers.serial,
+        fetched.kind
     );
     status().update(&zone.name, |s| s.serial = Some(timers.serial));
     Ok(timers)
+}
+
+fn record_transfer(zone: &str, fetched: &Fetched) {
+    let now = crate::rfc3339::format_utc(SystemTime::now());
+    status().update(zone, |s| {
+        s.last_transfer = Some(now.clone());
+        s.last_transfer_kind = Some(fetched.kind.to_string());
+        match &fetched.timers {
+            Ok(timers) => {
+                s.transfers_ok += 1;
+                s.last_transfer_serial = Some(timers.serial);
+                s.last_result = Some(match &fetched.note {
+                    Some(note) => format!("ok ({note})"),
+                    None => "ok".to_string(),
+                });
+            }
+            Err(e) => {
+                s.transfers_refused += 1;
+                s.last_result = Some(format!("refused: {e}"));
+            }
+        }
+    });
+}
+
+/// The new version: by IXFR from the copy held when there is one, by AXFR when there is none,
+/// when the IXFR fails or the primary answers it with the whole zone, or when its differences
+/// do not apply or their result is not a valid zone (why, in `note`). A TSIG failure ends the
+/// attempt: nothing unverified is used.
+fn fetch(
+    path: &Path,
+    origin: &Name,
+    primary: std::net::SocketAddr,
+    link: Link<'_>,
+    held: Option<Timers>,
+) -> Result<Fetched, TransferError> {
+    let note = match held {
+        None => None,
+        Some(held) => match incremental(path, origin, primary, link, held)? {
+            Incremental::Applied(text) => {
+                let timers = check_text(&text, path, origin);
+                match timers {
+                    Ok(_) => return Ok(fetched("ixfr", text, timers, None)),
+                    Err(e) => Some(format!("the IXFR result is no valid zone: {e}")),
+                }
+            }
+            Incremental::Full(records) => {
+                let text = zone_text(&records).map_err(|e| protocol(primary, e))?;
+                let timers = check_text(&text, path, origin);
+                let note = "the primary answered the IXFR with the whole zone".to_string();
+                return Ok(fetched("axfr", text, timers, Some(note)));
+            }
+            Incremental::Fallback(why) => Some(why),
+        },
+    };
+    if let Some(why) = &note {
+        tracing::info!("secondary zone {origin}: AXFR from {primary}: {why}");
+    }
+    let text = zone_text(&axfr(primary, origin, link)?).map_err(|e| protocol(primary, e))?;
+    let timers = check_text(&text, path, origin);
+    Ok(fetched(
+        "axfr",
+        text,
+        timers,
+        note.map(|n| format!("AXFR: {n}")),
+    ))
+}
+
+fn fetched(
+    kind: &'static str,
+    text: String,
+    timers: Result<Timers, String>,
+    note: Option<String>,
+) -> Fetched {
+    Fetched {
+        kind,
+        text,
+        timers,
+        note,
+    }
+}
+
+fn protocol(primary: std::net::SocketAddr, message: String) -> TransferError {
+    TransferError::Protocol { primary, message }
+}
+
+/// What an IXFR attempt gave.
+enum Incremental {
+    /// The differences applied to the copy: the new version's zone text (not yet validated).
+    Applied(String),
+    /// The primary sent the whole zone.
+    Full(Vec<hickory_proto::rr::Record>),
+    /// Nothing usable (why): an AXFR is needed.
+    Fallback(String),
+}
+
+/// IXFR from the copy held at `path` (serial `held.serial`).
+fn incremental(
+    path: &Path,
+    origin: &Name,
+    primary: std::net::SocketAddr,
+    link: Link<'_>,
+    held: Timers,
+) -> Result<Incremental, TransferError> {
+    let Ok(copy) = load_zone_file(path, origin) else {
+        return Ok(Incremental::Fallback(
+            "no readable copy to apply differences to".into(),
+        ));
+    };
+    let Some(soa) = copy
+        .records
+        .iter()
+        .find(|r| r.rtype == hickory_proto::rr::RecordType::SOA)
+    else {
+        return Ok(Incremental::Fallback("the copy has no SOA".into()));
+    };
+    let answer = match transfer::ixfr(primary, origin, (soa.ttl, &soa.rdata), link) {
+        Ok(answer) => answer,
+        // A bad signature ends the attempt: an AXFR from the same primary gets no trust from it.
+        Err(e @ TransferError::Tsig { .. }) => return Err(e),
+        // A primary without IXFR (NOTIMP, REFUSED, a closed connection, a stream it cannot
+        // finish): ask AXFR.
+        Err(e) => return Ok(Incremental::Fallback(format!("IXFR failed: {e}"))),
+    };
+    let (serial, differences) = match answer {
+        Ixfr::Full(records) => return Ok(Incremental::Full(records)),
+        Ixfr::SoaOnly(serial) => {
+            let why = format!("the primary answered the IXFR with its SOA alone (serial {serial})");
+            return Ok(Incremental::Fallback(why));
+        }
+        Ixfr::Differences {
+            serial,
+            differences,
+        } => (serial, differences),
+    };
+    let entries: Vec<Entry> = copy
+        .records
+        .into_iter()
+        .map(|r| Entry {
+            name: r.name,
+            ttl: r.ttl,
+            rtype: r.rtype,
+            rdata: r.rdata,
+        })
+        .collect();
+    Ok(
+        match ixfr::apply(entries, held.serial, serial, &differences) {
+            Ok(applied) => Incremental::Applied(transfer::entries_text(&applied)),
+            Err(e) => Incremental::Fallback(format!("the IXFR does not apply: {e}")),
+        },
+    )
 }
 
 /// Parses and validates transferred text like a zone file; the SOA timers when it passes.

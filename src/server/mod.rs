@@ -5,7 +5,8 @@
 //! of their clients gets a connection slot ([`admission`]).
 //!
 //! Owns no DNS logic: every packet goes to [`crate::answer::respond`] with the snapshot
-//! loaded at that moment.
+//! loaded at that moment, but a NOTIFY to a secondary zone over UDP (sockets or XDP) or TCP,
+//! which goes to [`crate::secondary::notify::answer`] ([`respond_or_notify`]).
 
 pub mod admission;
 pub mod encrypted;
@@ -25,6 +26,20 @@ use std::thread::JoinHandle;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::snapshot::SharedSnapshot;
+
+/// [`crate::answer::respond`], or for a NOTIFY (RFC 1996) the secondary zones' answer: the
+/// query path proper has no opcode but QUERY. Neither locks nor does I/O.
+pub fn respond_or_notify(
+    snapshot: &crate::snapshot::Snapshot,
+    packet: &[u8],
+    client: &crate::dns::wire::Requester,
+    out: &mut [u8],
+) -> Option<usize> {
+    if crate::secondary::notify::is_notify(packet) {
+        return crate::secondary::notify::answer(packet, client.addr, out);
+    }
+    crate::answer::respond(snapshot, packet, client, out)
+}
 
 /// Receive buffer per UDP socket: room for bursts while a worker is busy.
 const UDP_RECV_BUFFER: usize = 4 << 20;

@@ -23,7 +23,7 @@ use tokio::io::{
 use tokio::net::{TcpListener, TcpStream};
 
 use super::admission::{Admission, AdmissionLimits, Admitted};
-use crate::answer::respond;
+use super::respond_or_notify;
 use crate::config::TcpConfig;
 use crate::dns::wire::{Requester, Transport, MAX_MESSAGE};
 use crate::metrics::serving::ConnectionEvent;
@@ -201,7 +201,7 @@ async fn answer_one<S: AsyncRead + AsyncWrite + Unpin>(
     }
     let answered = {
         let current = snapshot.load();
-        respond(
+        respond_or_notify(
             &current,
             &buffers.query[..len],
             client,

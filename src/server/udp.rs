@@ -1,5 +1,6 @@
 //! The UDP fast path: one SO_REUSEPORT socket per worker thread, batched with `recvmmsg` /
-//! `sendmmsg`. Buffers are allocated once per worker; the loop itself allocates nothing.
+//! `sendmmsg`. Buffers are allocated once per worker; the loop itself allocates nothing (but for
+//! the answer to a NOTIFY, which is no query: [`super::respond_or_notify`]).
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::answer::respond;
+use super::respond_or_notify;
 use crate::dns::wire::{Requester, Transport};
 use crate::snapshot::SharedSnapshot;
 
@@ -76,7 +77,7 @@ fn answer_batch(batch: &mut Batch, socket: &UdpSocket, snapshot: &SharedSnapshot
         let client = Requester::new(peer.ip(), Transport::Udp);
         let query_len = batch.in_msgs[i].msg_len as usize;
         let (query, response) = batch.buffers(i);
-        if let Some(len) = respond(&current, &query[..query_len], &client, response) {
+        if let Some(len) = respond_or_notify(&current, &query[..query_len], &client, response) {
             batch.stage_reply(i, replies, len);
             replies += 1;
         }

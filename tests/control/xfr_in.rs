@@ -1,6 +1,8 @@
 //! Secondary zones (issue 33 item 4) against a real Knot primary: AXFR in, a change on Knot
 //! picked up on the SOA refresh timer, a restart serving the on-disk copy while Knot is down,
-//! and a primary answering garbage keeping the last good copy.
+//! and a primary answering garbage keeping the last good copy; TSIG (the right key transfers,
+//! a wrong one is refused and the copy kept), IXFR from Knot's journal on Knot's NOTIFY, and
+//! NOTIFYs from anyone else refused.
 
 // The harness through control_common (which loads tests/common itself) for its admin HTTP client.
 use crate::control_common;
@@ -31,8 +33,22 @@ struct Knot {
     addr: SocketAddr,
 }
 
+/// What a test Knot adds to the plain primary: a TSIG key every transfer must be signed with,
+/// a journal of differences (IXFR), a NOTIFY target.
+#[derive(Default)]
+struct KnotSetup {
+    /// The base64 secret of `sec-key` (hmac-sha256).
+    key: Option<&'static str>,
+    ixfr: bool,
+    notify: Option<SocketAddr>,
+}
+
 impl Knot {
     fn start(zone_text: &str) -> Knot {
+        Knot::start_with(zone_text, &KnotSetup::default())
+    }
+
+    fn start_with(zone_text: &str, setup: &KnotSetup) -> Knot {
         for tool in [KNOTD, KNOTC] {
             assert!(
                 Path::new(tool).exists(),
@@ -41,17 +57,7 @@ impl Knot {
         }
         let dir = TempDir::new("xfrin-knot");
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
-        let d = dir.path().display();
-        let conf = format!(
-            "server:\n    rundir: \"{d}\"\n    listen: {}@{}\n\
-             database:\n    storage: \"{d}\"\n\
-             control:\n    listen: \"{d}/knot.sock\"\n\
-             log:\n  - target: stderr\n    any: warning\n\
-             acl:\n  - id: xfr\n    address: 127.0.0.0/8\n    action: transfer\n\
-             zone:\n  - domain: {ZONE}\n    file: \"{d}/sec.test.zone\"\n    acl: xfr\n    journal-content: none\n",
-            addr.ip(),
-            addr.port()
-        );
+        let conf = knot_conf(dir.path(), addr, setup);
         std::fs::write(dir.path().join("knot.conf"), conf).expect("write knot.conf");
         std::fs::write(dir.path().join("sec.test.zone"), zone_text).expect("write zone");
         let child = Command::new(KNOTD)
@@ -86,6 +92,48 @@ impl Knot {
         assert!(status.success(), "knotc zone-reload failed");
         self.wait_serial(serial);
     }
+}
+
+/// Knot's configuration (3.2 syntax) for the zone, with what `setup` asks.
+fn knot_conf(dir: &Path, addr: SocketAddr, setup: &KnotSetup) -> String {
+    let d = dir.display();
+    let mut conf = format!(
+        "server:\n    rundir: \"{d}\"\n    listen: {}@{}\n\
+         database:\n    storage: \"{d}\"\n\
+         control:\n    listen: \"{d}/knot.sock\"\n\
+         log:\n  - target: stderr\n    any: warning\n",
+        addr.ip(),
+        addr.port()
+    );
+    let key_line = match setup.key {
+        Some(secret) => {
+            conf += &format!(
+                "key:\n  - id: sec-key\n    algorithm: hmac-sha256\n    secret: {secret}\n"
+            );
+            "    key: sec-key\n"
+        }
+        None => "",
+    };
+    if let Some(target) = setup.notify {
+        conf += &format!(
+            "remote:\n  - id: steerdns\n    address: {}@{}\n{key_line}",
+            target.ip(),
+            target.port()
+        );
+    }
+    conf += &format!(
+        "acl:\n  - id: xfr\n    address: 127.0.0.0/8\n{key_line}    action: transfer\n\
+         zone:\n  - domain: {ZONE}\n    file: \"{d}/sec.test.zone\"\n    acl: xfr\n"
+    );
+    conf += if setup.ixfr {
+        "    journal-content: changes\n    zonefile-load: difference\n"
+    } else {
+        "    journal-content: none\n"
+    };
+    if setup.notify.is_some() {
+        conf += "    notify: steerdns\n";
+    }
+    conf
 }
 
 impl Drop for Knot {
@@ -138,6 +186,15 @@ fn axfr_from_knot_then_refresh_then_restart_from_disk_then_garbage_keeps_the_cop
 
     knot.change(&zone_text(2, "192.0.2.2"), 2);
     wait_www(&server, Ipv4Addr::new(192, 0, 2, 2));
+    // Knot keeps no journal here: it answers our IXFR with the whole zone, taken as an AXFR.
+    let status = secondary_status(&server);
+    assert_eq!(status["last_transfer_kind"], "axfr", "{status}");
+    assert!(
+        status["last_result"]
+            .as_str()
+            .is_some_and(|r| r.contains("whole zone")),
+        "{status}"
+    );
     drop(server);
     drop(knot);
 
@@ -332,4 +389,346 @@ fn a_catalog_from_knot_provisions_its_member_zones() {
         "{body}"
     );
     drop(knot);
+}
+
+const SECRET: &str = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTEyMzQ=";
+const WRONG_SECRET: &str = "d3JvbmchLXdyb25nIS13cm9uZyEtd3JvbmchLTEyMzQ=";
+
+/// `sec-key` with `secret` in the key-file format, mode 0600, at `dir/sec.key`.
+fn write_key(dir: &Path, secret: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("sec.key");
+    std::fs::write(
+        &path,
+        format!("key \"sec-key\" {{\n\talgorithm hmac-sha256;\n\tsecret \"{secret}\";\n}};\n"),
+    )
+    .expect("write key file");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod key");
+    path
+}
+
+fn keyed_config(primary: SocketAddr) -> String {
+    format!("{}key_file = \"sec.key\"\n", secondary_config(primary))
+}
+
+/// `zone_text` with SOA refresh and retry of an hour: only a NOTIFY explains a quick refresh.
+fn slow_zone_text(serial: u32, www: &str) -> String {
+    zone_text(serial, www).replace(
+        &format!("{serial} 1 1 600 60"),
+        &format!("{serial} 3600 3600 86400 60"),
+    )
+}
+
+fn secondary_status(server: &Server) -> serde_json::Value {
+    let admin = server.admin.expect("admin endpoint");
+    let (_, body) = control_common::http(admin, "GET", "/v1/status", None);
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
+    status["secondary"]["sec.test"].clone()
+}
+
+fn wait_status(
+    server: &Server,
+    what: &str,
+    holds: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    wait_for(what, Duration::from_secs(20), || {
+        let status = secondary_status(server);
+        holds(&status).then_some(status)
+    })
+}
+
+#[test]
+fn tsig_transfers_with_the_right_key_and_a_wrong_key_is_refused_keeping_the_copy() {
+    let setup = KnotSetup {
+        key: Some(SECRET),
+        ..KnotSetup::default()
+    };
+    let knot = Knot::start_with(&zone_text(1, "192.0.2.1"), &setup);
+    let config = TempConfig::new("xfrin-tsig", &keyed_config(knot.addr));
+    write_key(config.dir(), SECRET);
+    let server = config.start();
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 1));
+    let status = secondary_status(&server);
+    assert_eq!(status["serial"].as_u64(), Some(1), "{status}");
+    assert_eq!(status["last_transfer_kind"], "axfr", "{status}");
+    drop(server);
+
+    // Knot has a new version, but our key is wrong now: refused, the copy keeps serving.
+    write_key(config.dir(), WRONG_SECRET);
+    let server = config.start();
+    knot.change(&zone_text(2, "192.0.2.2"), 2);
+    let status = wait_status(&server, "a TSIG refusal in status", |s| {
+        s["last_refusal"]
+            .as_str()
+            .is_some_and(|r| r.contains("TSIG"))
+    });
+    let refusal = status["last_refusal"].as_str().unwrap_or_default();
+    assert!(refusal.contains("BADSIG"), "{status}");
+    assert_eq!(status["serial"].as_u64(), Some(1), "{status}");
+    assert_eq!(www(&server), vec![Ipv4Addr::new(192, 0, 2, 1)]);
+    drop(server);
+
+    // A key file others may read is refused too, with the reason in status.
+    let key = write_key(config.dir(), SECRET);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    let server = config.start();
+    let status = wait_status(&server, "the key file's refusal in status", |s| {
+        s["last_refusal"]
+            .as_str()
+            .is_some_and(|r| r.contains("chmod 600"))
+    });
+    assert_eq!(status["serial"].as_u64(), Some(1), "{status}");
+    assert_eq!(www(&server), vec![Ipv4Addr::new(192, 0, 2, 1)]);
+}
+
+/// A NOTIFY for sec.test from `from` (a loopback address other than Knot's), answered by
+/// `server` over UDP.
+fn notify_from(from: &str, server: SocketAddr) -> Message {
+    let socket = std::net::UdpSocket::bind((from, 0)).expect("bind a loopback socket");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut message = Message::new(777, MessageType::Query, hickory_proto::op::OpCode::Notify);
+    message.add_query(hickory_proto::op::Query::query(
+        Name::from_ascii(ZONE).expect("name"),
+        RecordType::SOA,
+    ));
+    let bytes = message.to_vec().expect("encode NOTIFY");
+    socket.send_to(&bytes, server).expect("send NOTIFY");
+    let mut buf = [0u8; 1024];
+    let (len, _) = socket.recv_from(&mut buf).expect("an answer to the NOTIFY");
+    Message::from_vec(&buf[..len]).expect("a DNS answer")
+}
+
+#[test]
+fn knot_notify_brings_an_ixfr_and_notifies_from_others_are_refused() {
+    let port = free_port();
+    let listen = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let setup = KnotSetup {
+        key: Some(SECRET),
+        ixfr: true,
+        notify: Some(listen),
+    };
+    let knot = Knot::start_with(&slow_zone_text(1, "192.0.2.1"), &setup);
+    let config = TempConfig::new("xfrin-notify", &keyed_config(knot.addr));
+    write_key(config.dir(), SECRET);
+    let server = config.start_with(&["--listen", &listen.to_string()]);
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 1));
+
+    // The SOA says refresh in an hour: only Knot's NOTIFY explains serial 2 arriving now.
+    knot.change(&slow_zone_text(2, "192.0.2.2"), 2);
+    let status = wait_status(&server, "serial 2 in status", |s| {
+        s["serial"].as_u64() == Some(2)
+    });
+    assert_eq!(www(&server), vec![Ipv4Addr::new(192, 0, 2, 2)]);
+    assert_eq!(status["last_transfer_kind"], "ixfr", "{status}");
+    assert_eq!(status["last_transfer_serial"].as_u64(), Some(2), "{status}");
+    assert!(status["notifies_accepted"].as_u64() >= Some(1), "{status}");
+    assert!(
+        status["last_notify"]
+            .as_str()
+            .is_some_and(|n| n.contains("serial 2")),
+        "{status}"
+    );
+
+    // Anyone else's NOTIFY is refused and counted; so is an unsigned one from Knot's address.
+    let stranger = notify_from("127.0.0.2", server.addr);
+    assert_eq!(stranger.metadata.response_code, ResponseCode::Refused);
+    assert_eq!(stranger.metadata.id, 777);
+    let unsigned = notify_from("127.0.0.1", server.addr);
+    assert_eq!(unsigned.metadata.response_code, ResponseCode::Refused);
+    let status = wait_status(&server, "two refused NOTIFYs", |s| {
+        s["notifies_refused"].as_u64() >= Some(2)
+    });
+    let refusal = status["last_notify_refusal"].as_str().unwrap_or_default();
+    assert!(refusal.contains("from 127.0.0.1: unsigned"), "{status}");
+    assert_eq!(status["serial"].as_u64(), Some(2), "{status}");
+
+    let admin = server.admin.expect("admin endpoint");
+    let metrics = control_common::scrape_metrics(admin);
+    let refused = control_common::samples_with(
+        &metrics,
+        "steerdns_secondary_notifies_total",
+        &[("zone", "sec.test"), ("result", "refused")],
+    );
+    assert!(
+        matches!(refused.first().map(|s| &s.value), Some(prometheus_parse::Value::Counter(n)) if *n >= 2.0),
+        "the refused NOTIFY metric: {refused:?}"
+    );
+
+    let cli = Command::new(env!("CARGO_BIN_EXE_steerdns"))
+        .args(["status", "--admin", &admin.to_string(), "--config"])
+        .arg(config.dir().join("steerdns.toml"))
+        .env("STEERDNS_LOG", "warn")
+        .output()
+        .expect("run steerdns status");
+    let text = String::from_utf8_lossy(&cli.stdout);
+    assert!(
+        text.contains("secondary sec.test: serial 2; last in ixfr serial 2"),
+        "{text}"
+    );
+    assert!(text.contains("last NOTIFY refused"), "{text}");
+}
+
+/// A primary that answers every SOA query with serial 99, unsigned (`key` = None) or signed
+/// with `key` — which is not the key the request was signed with.
+fn forging_primary(key: Option<steerdns::dns::tsig::Key>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let Some(request) = read_frame(&mut stream) else {
+                continue;
+            };
+            let Ok(parsed) = Message::from_vec(&request) else {
+                continue;
+            };
+            let mut reply = soa_reply(&parsed);
+            let mac = steerdns::dns::tsig::find(&request)
+                .ok()
+                .flatten()
+                .map(|record| record.mac);
+            if let (Some(key), Some(mac)) = (&key, mac) {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .expect("clock")
+                    .as_secs();
+                steerdns::dns::tsig::Signer::for_answer_of(key, &mac).sign(&mut reply, now);
+            }
+            let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
+            framed.extend_from_slice(&reply);
+            let _ = stream.write_all(&framed);
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_answer_unsigned_or_with_a_bad_mac_is_refused() {
+    use steerdns::dns::tsig::{Algorithm, Key};
+    let forged = Key::new(
+        "sec-key",
+        Algorithm::HmacSha256,
+        b"wrong!-wrong!-wrong!-wrong!-1234",
+    );
+    let cases = [
+        (None, "the answer is not signed"),
+        (forged, "the answer's TSIG signature is wrong"),
+    ];
+    for (key, reason) in cases {
+        let primary = forging_primary(key);
+        let config = TempConfig::new("xfrin-forged", &keyed_config(primary));
+        write_key(config.dir(), SECRET);
+        let server = config.start();
+        let status = wait_status(&server, reason, |s| {
+            s["last_refusal"]
+                .as_str()
+                .is_some_and(|r| r.contains(reason))
+        });
+        assert!(status["serial"].is_null(), "nothing served: {status}");
+        assert_eq!(status["transfers_ok"].as_u64(), Some(0), "{status}");
+    }
+}
+
+/// A primary at serial 5 whose IXFR deletes a record the secondary does not hold; its AXFR is
+/// the good zone. Counts the IXFRs it answered.
+fn stale_diff_primary() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let ixfrs = Arc::new(AtomicUsize::new(0));
+    let counter = ixfrs.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let Some(request) = read_frame(&mut stream) else {
+                continue;
+            };
+            let Ok(request) = Message::from_vec(&request) else {
+                continue;
+            };
+            let qtype = request.queries.first().map(|q| q.query_type());
+            let records = match qtype {
+                Some(RecordType::IXFR) => {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let gone = a_record("gone.sec.test.", Ipv4Addr::new(192, 0, 2, 9));
+                    vec![
+                        soa_record(5),
+                        soa_record(1),
+                        gone,
+                        soa_record(5),
+                        soa_record(5),
+                    ]
+                }
+                Some(RecordType::AXFR) => vec![
+                    soa_record(5),
+                    Record::from_rdata(
+                        Name::from_ascii(ZONE).expect("name"),
+                        60,
+                        RData::NS(hickory_proto::rr::rdata::NS(
+                            Name::from_ascii("ns1.sec.test.").expect("name"),
+                        )),
+                    ),
+                    a_record("ns1.sec.test.", Ipv4Addr::new(192, 0, 2, 53)),
+                    a_record("www.sec.test.", Ipv4Addr::new(192, 0, 2, 5)),
+                    soa_record(5),
+                ],
+                _ => vec![soa_record(5)],
+            };
+            let mut reply = Message::new(
+                request.metadata.id,
+                MessageType::Response,
+                request.metadata.op_code,
+            );
+            reply.metadata.authoritative = true;
+            reply.add_queries(request.queries.clone());
+            reply.add_answers(records);
+            let reply = reply.to_vec().expect("encode");
+            let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
+            framed.extend_from_slice(&reply);
+            let _ = stream.write_all(&framed);
+        }
+    });
+    (addr, ixfrs)
+}
+
+fn soa_record(serial: u32) -> Record {
+    let soa = SOA::new(
+        Name::from_ascii("ns1.sec.test.").expect("name"),
+        Name::from_ascii("hostmaster.sec.test.").expect("name"),
+        serial,
+        1,
+        1,
+        600,
+        60,
+    );
+    Record::from_rdata(Name::from_ascii(ZONE).expect("name"), 60, RData::SOA(soa))
+}
+
+fn a_record(owner: &str, addr: Ipv4Addr) -> Record {
+    Record::from_rdata(
+        Name::from_ascii(owner).expect("name"),
+        60,
+        RData::A(hickory_proto::rr::rdata::A(addr)),
+    )
+}
+
+#[test]
+fn an_ixfr_that_does_not_apply_falls_back_to_axfr() {
+    let (primary, ixfrs) = stale_diff_primary();
+    let config = TempConfig::new("xfrin-stale-diff", &secondary_config(primary));
+    // The copy held: serial 1, as a first transfer would have left it.
+    std::fs::create_dir_all(config.dir().join("secondary")).expect("mkdir");
+    let held = zone_text(1, "192.0.2.1").replace("hostmaster", "hostmaster.sec.test.");
+    std::fs::write(copy_path(&config), held).expect("write the copy");
+    let server = config.start();
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 5));
+    assert!(ixfrs.load(Ordering::SeqCst) >= 1, "IXFR was asked first");
+    let status = secondary_status(&server);
+    assert_eq!(status["last_transfer_kind"], "axfr", "{status}");
+    assert_eq!(status["serial"].as_u64(), Some(5), "{status}");
+    let result = status["last_result"].as_str().unwrap_or_default();
+    assert!(result.contains("does not apply"), "{status}");
+    assert!(result.contains("gone.sec.test"), "{status}");
 }

@@ -204,3 +204,61 @@ fn a_kdig_sha512_axfr_query_verifies() {
         Ok(Verdict::Signed { key: 1, .. })
     ));
 }
+
+/// RFC 8945 5.3.1 on the client side: a later message may come unsigned and is covered by the
+/// next MAC; an unsigned first or last message, a tampered unsigned one and a run of 100
+/// unsigned messages are refused.
+#[test]
+fn a_stream_with_unsigned_messages_between_macs_verifies_and_gaps_are_refused() {
+    let key = key256();
+    let mut request = message(9, 0);
+    let request_mac = sign_request(&mut request, &key, 1_000_000);
+    // The server side: messages 0 and 3 signed, 1 and 2 digested into 3's MAC.
+    let mut server = Signer::for_answer_of(&key, &request_mac);
+    let mut stream: Vec<Vec<u8>> = (0..4u8)
+        .map(|i| {
+            let mut m = message(9, 0);
+            m[3] = i;
+            m
+        })
+        .collect();
+    server.sign(&mut stream[0], 1_000_001);
+    server.unsigned = [stream[1].clone(), stream[2].clone()].concat();
+    server.sign(&mut stream[3], 1_000_001);
+
+    let mut client = Signer::for_answer_of(&key, &request_mac);
+    for m in &stream {
+        assert_eq!(client.verify_next(m, 1_000_002), Ok(()));
+    }
+    assert_eq!(client.finish(), Ok(()));
+
+    let mut tampered = Signer::for_answer_of(&key, &request_mac);
+    let mut altered = stream.clone();
+    altered[2][3] ^= 0x40;
+    let results: Vec<_> = altered
+        .iter()
+        .map(|m| tampered.verify_next(m, 1_000_002))
+        .collect();
+    assert_eq!(results[3], Err(AnswerError::BadSig));
+
+    let mut unsigned_first = Signer::for_answer_of(&key, &request_mac);
+    assert_eq!(
+        unsigned_first.verify_next(&stream[1], 1_000_002),
+        Err(AnswerError::Unsigned)
+    );
+    let mut open_end = Signer::for_answer_of(&key, &request_mac);
+    for m in &stream[..3] {
+        assert_eq!(open_end.verify_next(m, 1_000_002), Ok(()));
+    }
+    assert_eq!(open_end.finish(), Err(AnswerError::Unsigned));
+
+    let mut long_gap = Signer::for_answer_of(&key, &request_mac);
+    assert_eq!(long_gap.verify_next(&stream[0], 1_000_002), Ok(()));
+    for _ in 0..99 {
+        assert_eq!(long_gap.verify_next(&stream[1], 1_000_002), Ok(()));
+    }
+    assert_eq!(
+        long_gap.verify_next(&stream[1], 1_000_002),
+        Err(AnswerError::TooManyUnsigned)
+    );
+}

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::answer::respond;
+use super::respond_or_notify;
 use crate::config::{XdpAttach, XdpConfig};
 use crate::dns::wire::{Requester, Transport};
 use crate::metrics::xdp::{QueueCounters, XdpView};
@@ -394,7 +394,7 @@ fn answer_frame(
     let datagram = frame::parse(packet.get(..end.checked_sub(offset)?)?).ok()?;
     let query = &packet[datagram.header_len..datagram.header_len + datagram.payload_len];
     let client = Requester::new(datagram.source, Transport::Udp);
-    let mut n = respond(snapshot, query, &client, response)?;
+    let mut n = respond_or_notify(snapshot, query, &client, response)?;
     let room = payload_room(mtu, &datagram, packet.len());
     if n > room {
         // Too big for the link: the socket path would fragment; we answer TC so the client
