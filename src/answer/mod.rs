@@ -435,6 +435,18 @@ fn answer(
             .ok()
         }
     }
+    // A secondary zone past its SOA expire time: its data is no longer authoritative.
+    if found.zone.is_some_and(|z| snapshot.zone_expired(z)) {
+        return write_simple(
+            snapshot.options(),
+            packet,
+            query,
+            rcode::SERVFAIL,
+            limit,
+            out,
+        )
+        .ok();
+    }
     if let Some(FastPathEntry::Response(cached)) = found.entry {
         if let Some(len) = serve_precompiled(snapshot, packet, query, cached, limit, out) {
             return Some(len);

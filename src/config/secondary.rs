@@ -109,4 +109,14 @@ impl SecondaryZoneConfig {
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("{}.zone", self.name)))
     }
+
+    /// The marker beside the copy that says the zone is past its SOA expire time
+    /// (`<copy>.expired`): written by the secondary task when the primaries stay silent that
+    /// long, removed once one answers. While it exists every load answers the zone SERVFAIL
+    /// (RFC 1035 §4.3.5: expired data is no longer authoritative); a restart keeps it so.
+    pub fn expired_marker(&self) -> PathBuf {
+        let mut name = self.copy_path().into_os_string();
+        name.push(".expired");
+        PathBuf::from(name)
+    }
 }

@@ -227,6 +227,9 @@ struct ZoneTask {
     key: Option<Key>,
     timers: Option<Timers>,
     last_contact: SystemTime,
+    /// Past the SOA expire time without a primary answering; kept across a restart (the
+    /// marker says so) until one answers, since the restart does not make the copy fresher.
+    expired: bool,
     signal: Arc<notify::Signal>,
 }
 
@@ -237,7 +240,13 @@ impl ZoneTask {
             return None;
         };
         let timers = copy_timers(&zone.copy_path(), &origin);
-        status().update(&zone.name, |s| s.serial = timers.map(|t| t.serial));
+        // Expired before a restart: still SERVFAIL (the load read the marker) until a
+        // primary answers.
+        let expired = zone.expired_marker().exists();
+        status().update(&zone.name, |s| {
+            s.serial = timers.map(|t| t.serial);
+            s.expired = expired;
+        });
         // A zone with a key is registered for NOTIFY only once its key is read: until then
         // nothing could check a NOTIFY's signature.
         let signal = match zone.key_file {
@@ -250,6 +259,7 @@ impl ZoneTask {
             key: None,
             timers,
             last_contact: SystemTime::now(),
+            expired,
             signal,
         })
     }
@@ -282,31 +292,34 @@ impl ZoneTask {
             };
             refresh_once(&self.zone, &self.origin, self.timers, link, reloader)
         });
-        let zone = &self.zone;
         let pause = match result {
             Ok(fresh) => {
                 self.timers = fresh.or(self.timers);
                 self.last_contact = SystemTime::now();
-                status().update(&zone.name, |s| s.expired = false);
+                self.expired = false;
+                status().update(&self.zone.name, |s| s.expired = false);
+                self.serve_expired(reloader);
                 self.timers.map_or(INITIAL_RETRY, |t| t.refresh)
             }
-            Err(reason) => self.failed(&reason),
+            Err(reason) => self.failed(&reason, reloader),
         };
         let next = SystemTime::now() + pause;
-        status().update(&zone.name, |s| {
+        status().update(&self.zone.name, |s| {
             s.next_refresh = Some(crate::rfc3339::format_utc(next))
         });
         pause
     }
 
     /// A refresh that failed: logged, in status, expiry checked; the retry time.
-    fn failed(&self, reason: &str) -> Duration {
+    fn failed(&mut self, reason: &str, reloader: &Reloader) -> Duration {
         let zone = &self.zone;
         tracing::warn!("secondary zone {}: {reason}", zone.name);
         let last_contact = self.last_contact;
-        let expired = self
-            .timers
-            .is_some_and(|t| last_contact.elapsed().unwrap_or_default() > t.expire);
+        let expired = self.expired
+            || self
+                .timers
+                .is_some_and(|t| last_contact.elapsed().unwrap_or_default() > t.expire);
+        self.expired = expired;
         if expired {
             tracing::warn!("secondary zone {}: past its SOA expire time", zone.name);
         }
@@ -318,7 +331,40 @@ impl ZoneTask {
             s.expired = expired;
             s.checks_failed += 1;
         });
+        self.serve_expired(reloader);
         self.timers.map_or(INITIAL_RETRY, |t| t.retry)
+    }
+
+    /// Makes what is served follow `self.expired`: the zone's expired marker written (every
+    /// load then answers the zone SERVFAIL) or removed, and a reload, only when that changes.
+    fn serve_expired(&self, reloader: &Reloader) {
+        let expired = self.expired;
+        let marker = self.zone.expired_marker();
+        if marker.exists() == expired {
+            return;
+        }
+        let written = if expired {
+            std::fs::write(&marker, b"past its SOA expire time: answered SERVFAIL\n")
+        } else {
+            std::fs::remove_file(&marker)
+        };
+        if let Err(e) = written {
+            tracing::error!(
+                "secondary zone {}: {}: {e}; the zone is served as before",
+                self.zone.name,
+                marker.display()
+            );
+            return;
+        }
+        let what = if expired { "SERVFAIL" } else { "served again" };
+        match reloader.reload(Trigger::Secondary) {
+            Ok(_) => tracing::warn!("secondary zone {}: {what}", self.zone.name),
+            Err(problems) => tracing::error!(
+                "secondary zone {}: reload after expiry changed refused: {}",
+                self.zone.name,
+                problems.join("; ")
+            ),
+        }
     }
 }
 

@@ -286,7 +286,9 @@ fn load_reusing(
     let precompiled =
         precompiled.unwrap_or_else(|| super::Precompiled::build(&zones, policies, &options));
     let shield = shield_setup(config, policies);
+    let expired = expired_zones(config, &zones);
     let compiled = Compiled {
+        expired,
         zones,
         precompiled,
         options,
@@ -309,6 +311,30 @@ fn load_reusing(
         elapsed: started.elapsed(),
         zones_from,
     })
+}
+
+/// Per zone of `zones`: a secondary zone whose expired marker exists (read on every load, so
+/// a zone shared from the previous load gets its expiry from now).
+fn expired_zones(config: &Config, zones: &ZoneSet) -> Box<[bool]> {
+    let mut expired = vec![false; zones.zones().len()];
+    let mut any = false;
+    for zone in &super::catalog::secondary_zones(config) {
+        let Some(origin) = zone.origin() else {
+            continue;
+        };
+        let apex = crate::zone::model::name_to_wire(&origin.to_lowercase());
+        if let Some(i) = zones.zones().iter().position(|z| z.apex == apex) {
+            if zone.expired_marker().exists() {
+                expired[i] = true;
+                any = true;
+            }
+        }
+    }
+    if any {
+        expired.into_boxed_slice()
+    } else {
+        Box::default()
+    }
 }
 
 /// Zones and precompiled answers a load may take instead of building them.

@@ -133,6 +133,9 @@ pub struct Compiled {
     /// The static projection of the steered names into transfers, per zone (empty without
     /// `[transfer]`).
     projections: projection::Projections,
+    /// Per zone (by index in `zones`): a secondary zone past its SOA expire time, answered
+    /// SERVFAIL. Empty when none is.
+    expired: Box<[bool]>,
 }
 
 /// What the shield thread ([`crate::reload::shield`]) reads from the snapshot in service.
@@ -178,6 +181,7 @@ impl Compiled {
             tls: None,
             transfer: None,
             projections: projection::Projections::default(),
+            expired: Box::default(),
         }
     }
 
@@ -197,6 +201,22 @@ impl Compiled {
 
     pub fn zones(&self) -> &ZoneSet {
         &self.zones
+    }
+
+    /// Whether zone `index` of [`Compiled::zones`] is a secondary zone past its expire time.
+    #[inline]
+    pub fn zone_expired(&self, index: usize) -> bool {
+        self.expired.get(index).copied().unwrap_or(false)
+    }
+
+    /// The origins of the zones answered SERVFAIL for being past expire.
+    pub fn expired_zones(&self) -> impl Iterator<Item = &crate::zone::model::Zone> {
+        self.zones
+            .zones()
+            .iter()
+            .zip(self.expired.iter())
+            .filter(|(_, expired)| **expired)
+            .map(|(zone, _)| zone)
     }
 
     /// The precompiled answers (static responses and steered bindings by name and type).
@@ -378,6 +398,12 @@ impl Snapshot {
     /// What was compiled (zones, policies, options, sources, signing, TLS material).
     pub fn compiled(&self) -> &Compiled {
         &self.compiled
+    }
+
+    /// Whether zone `index` is a secondary zone past its expire time (answered SERVFAIL).
+    #[inline]
+    pub fn zone_expired(&self, index: usize) -> bool {
+        self.compiled.zone_expired(index)
     }
 
     #[inline]

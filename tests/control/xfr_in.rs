@@ -49,6 +49,12 @@ impl Knot {
     }
 
     fn start_with(zone_text: &str, setup: &KnotSetup) -> Knot {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+        Knot::start_on(zone_text, setup, addr)
+    }
+
+    /// A Knot listening on `addr` (a primary coming back where the secondary looks for it).
+    fn start_on(zone_text: &str, setup: &KnotSetup, addr: SocketAddr) -> Knot {
         for tool in [KNOTD, KNOTC] {
             assert!(
                 Path::new(tool).exists(),
@@ -56,7 +62,6 @@ impl Knot {
             );
         }
         let dir = TempDir::new("xfrin-knot");
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
         let conf = knot_conf(dir.path(), addr, setup);
         std::fs::write(dir.path().join("knot.conf"), conf).expect("write knot.conf");
         std::fs::write(dir.path().join("sec.test.zone"), zone_text).expect("write zone");
@@ -731,4 +736,59 @@ fn an_ixfr_that_does_not_apply_falls_back_to_axfr() {
     let result = status["last_result"].as_str().unwrap_or_default();
     assert!(result.contains("does not apply"), "{status}");
     assert!(result.contains("gone.sec.test"), "{status}");
+}
+
+/// A zone past its SOA expire time (RFC 1035 §4.3.5, RFC 1996): once no primary answered for
+/// `expire` seconds the zone is answered SERVFAIL (its data is no longer authoritative) and
+/// status says so; a restart while expired keeps SERVFAIL; the primary back on its address
+/// brings the zone back without a restart.
+#[test]
+fn a_zone_past_its_expire_time_is_answered_servfail_until_its_primary_is_back() {
+    let short = |serial: u32| {
+        format!(
+            "$ORIGIN {ZONE}\n$TTL 60\n@ IN SOA ns1 hostmaster {serial} 1 1 3 60\n\
+             @ IN NS ns1\nns1 IN A 192.0.2.53\nwww IN A 192.0.2.1\n"
+        )
+    };
+    let knot = Knot::start(&short(1));
+    let primary = knot.addr;
+    let config = TempConfig::new("xfrin-expire", &secondary_config(primary));
+    let server = config.start();
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 1));
+    let marker = config.dir().join("secondary").join("sec.test.zone.expired");
+    assert!(!marker.exists(), "not expired while Knot answers");
+    drop(knot);
+
+    let rcode = |server: &Server| {
+        server
+            .udp(&query("www.sec.test.", RecordType::A))
+            .metadata
+            .response_code
+    };
+    wait_for(
+        "the zone answered SERVFAIL",
+        Duration::from_secs(20),
+        || (rcode(&server) == ResponseCode::ServFail).then_some(()),
+    );
+    let status = secondary_status(&server);
+    assert_eq!(status["expired"], true, "{status}");
+    assert!(marker.is_file(), "the expired marker is written");
+    drop(server);
+
+    // Restarted while the primary is still gone: SERVFAIL from the first answer on.
+    let server = config.start();
+    assert_eq!(rcode(&server), ResponseCode::ServFail);
+    wait_status(&server, "expired in status after the restart", |s| {
+        s["expired"] == true
+    });
+
+    // The primary is back where the secondary looks for it (the same serial: contact alone
+    // renews the copy): served again, no restart.
+    let _knot = Knot::start_on(&short(1), &KnotSetup::default(), primary);
+    wait_for("the zone served again", Duration::from_secs(20), || {
+        (rcode(&server) == ResponseCode::NoError && !www(&server).is_empty()).then_some(())
+    });
+    assert_eq!(www(&server), vec![Ipv4Addr::new(192, 0, 2, 1)]);
+    assert!(!marker.exists(), "the marker is removed");
+    assert_eq!(secondary_status(&server)["expired"], false);
 }
