@@ -620,15 +620,13 @@ fn a_tenant_shed_decided_by_the_leader_is_served_by_every_node() {
         prefix: "/steerdns/tenant-shed".into(),
         nodes: Vec::new(),
     };
-    fleet.add_prepared_node("tenant-shed", LEASE_TTL, &shield_section(), &[], |setup| {
-        let dir = setup.path("tenants");
-        std::fs::create_dir_all(&dir).expect("mkdir tenants");
-        for tenant in ["fabrikam", "tailspin"] {
-            let file = format!("{tenant}.toml");
-            std::fs::copy(repo_path(&format!("tenants/{file}")), dir.join(&file))
-                .expect("copy the example's tenant");
-        }
-    });
+    fleet.add_prepared_node(
+        "tenant-shed",
+        LEASE_TTL,
+        &shield_section(),
+        &[],
+        with_example_tenants,
+    );
     fleet.add_node("tenant-shed", LEASE_TTL, &shield_section(), &[]);
     fleet.add_node("tenant-shed", LEASE_TTL, &shield_section(), &[]);
     fleet.wait_connected(WAIT);

@@ -76,15 +76,7 @@ fn a_tenant_written_through_one_node_is_served_by_all_three_and_survives_etcd_do
         prefix: "/steerdns/tenants".into(),
         nodes: Vec::new(),
     };
-    fleet.add_prepared_node("tenants", 10, "", &[], |setup| {
-        let dir = setup.path("tenants");
-        std::fs::create_dir_all(&dir).expect("mkdir tenants");
-        for tenant in ["fabrikam", "tailspin"] {
-            let file = format!("{tenant}.toml");
-            std::fs::copy(repo_path(&format!("tenants/{file}")), dir.join(&file))
-                .expect("copy the example's tenant");
-        }
-    });
+    fleet.add_prepared_node("tenants", 10, "", &[], with_example_tenants);
     fleet.add_node("tenants", 10, "", &[]);
     fleet.add_node("tenants", 10, "", &[]);
     fleet.wait_connected(LIMIT);

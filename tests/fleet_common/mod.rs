@@ -85,6 +85,18 @@ pub struct Fleet {
     pub nodes: Vec<Node>,
 }
 
+/// Puts the bundled example's tenants (fabrikam, tailspin) in `setup`'s tenants folder: the
+/// node that starts with them seeds the fleet's etcd.
+pub fn with_example_tenants(setup: &Setup) {
+    let dir = setup.path("tenants");
+    std::fs::create_dir_all(&dir).expect("mkdir tenants");
+    for tenant in ["fabrikam", "tailspin"] {
+        let file = format!("{tenant}.toml");
+        std::fs::copy(repo_path(&format!("tenants/{file}")), dir.join(&file))
+            .expect("copy the example's tenant");
+    }
+}
+
 /// The `[fleet]` section for a node of this fleet.
 pub fn fleet_section(endpoint: &str, prefix: &str, lease_ttl_secs: u64) -> String {
     format!(
