@@ -60,6 +60,7 @@ pub fn taste(args: TasteArgs) -> Result<ExitCode> {
         source.read_config(),
         control.as_deref(),
         args.steering_only,
+        &args.zone_window,
     );
     println!("{}", serde_json::to_string(&verdict)?);
     Ok(ExitCode::from(verdict.exit_code()))

@@ -133,6 +133,9 @@ pub struct Compiled {
     /// The static projection of the steered names into transfers, per zone (empty without
     /// `[transfer]`).
     projections: projection::Projections,
+    /// The differences a reload applied (by zone apex), for the IXFR journal: given, not
+    /// computed again from both versions (empty for a load that built the zones).
+    differences: Vec<(Box<[u8]>, crate::zone::journal::Diff)>,
 }
 
 /// What the shield thread ([`crate::reload::shield`]) reads from the snapshot in service.
@@ -178,6 +181,7 @@ impl Compiled {
             tls: None,
             transfer: None,
             projections: projection::Projections::default(),
+            differences: Vec::new(),
         }
     }
 
@@ -250,6 +254,14 @@ impl Compiled {
     /// The static projection of the steered names into transfers, per zone.
     pub fn projections(&self) -> &projection::Projections {
         &self.projections
+    }
+
+    /// The difference a reload applied to the zone with this apex, if it was applied as one.
+    pub fn difference(&self, apex: &[u8]) -> Option<&crate::zone::journal::Diff> {
+        self.differences
+            .iter()
+            .find(|(a, _)| a[..] == *apex)
+            .map(|(_, d)| d)
     }
 
     /// `zone` as a transfer sends it: with its projected records.

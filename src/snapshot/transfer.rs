@@ -89,7 +89,11 @@ pub fn next_journal(
         let Some(old) = before.zones().by_apex(&zone.apex) else {
             continue;
         };
-        if old.serial != zone.serial {
+        if let (Some(diff), true) = (compiled.difference(&zone.apex), old.serial != zone.serial) {
+            // Applied as a difference: recorded as applied, not found again by comparing every
+            // record of both versions.
+            next = next.with_difference(&zone.apex, diff.clone());
+        } else if old.serial != zone.serial {
             next = next.after_reload(before.transfer_view(old), compiled.transfer_view(zone));
         } else if zone.denial.is_some()
             && !std::ptr::eq(old, zone)

@@ -95,6 +95,7 @@ pub fn taste(
     config: Result<Config, String>,
     control: Option<&str>,
     steering_only: bool,
+    zone_windows: &[String],
 ) -> Verdict {
     if let Some(fault) = std::env::var(FAULT_ENV).ok().and_then(|s| Fault::parse(&s)) {
         for text in control
@@ -120,6 +121,13 @@ pub fn taste(
         None => ControlSource::FromConfig,
     };
     if steering_only {
+        let windows: Result<Vec<()>, String> =
+            zone_windows.iter().map(|w| taste_window(w)).collect();
+        if let Err(problem) = windows {
+            return Verdict::Problems {
+                problems: vec![problem],
+            };
+        }
         return match load_steering(&config, source()) {
             Ok(taste) => {
                 let fingerprint = super::steering_fingerprint(
@@ -153,6 +161,13 @@ pub fn taste(
         }
         Err(problems) => Verdict::Problems { problems },
     }
+}
+
+/// One changed part of a zone file (`--zone-window`), parsed as the server will parse it.
+fn taste_window(arg: &str) -> Result<(), String> {
+    crate::snapshot::load::TasteWindow::from_arg(arg)
+        .ok_or_else(|| format!("--zone-window {arg:?}: malformed"))?
+        .taste()
 }
 
 /// One tenant document for the child to taste.

@@ -215,6 +215,29 @@ pub fn taste(
     run(command, settings, control, scope)
 }
 
+/// Runs `program taste <args> --steering-only --zone-window …` with `control` on stdin: the
+/// child loads the steering (as [`Scope::Steering`]) and parses the changed parts of the zone
+/// files (`windows`, see `crate::snapshot::load::difference_windows`) that the server will
+/// apply as a difference. Its fingerprint is [`steering_fingerprint`]'s.
+pub fn taste_difference(
+    program: &Path,
+    settings: &TasterConfig,
+    args: &[OsString],
+    control: Option<&str>,
+    windows: &[crate::snapshot::load::TasteWindow],
+) -> Result<Tasted, Refused> {
+    let mut command = Command::new(program);
+    command.arg0("steerdns-taster").arg("taste").args(args);
+    if control.is_some() {
+        command.arg("--control-stdin");
+    }
+    command.arg("--steering-only");
+    for window in windows {
+        command.arg("--zone-window").arg(window.to_arg());
+    }
+    run(command, settings, control, Scope::Steering)
+}
+
 /// Runs `program taste <args> --tenants-stdin` with `batch` on stdin under `settings`'
 /// limits: the child parses and compiles each tenant document against the platform.
 pub fn taste_tenants(

@@ -1,0 +1,277 @@
+//! The difference path of a reload (issue 32 item 4): when only zone files changed, and each
+//! change is one [`crate::zone::difference`] can apply with certainty, the served snapshot's
+//! zones are reused with the changed names laid over them, and its precompiled answers are
+//! kept for every zone but the changed ones (whose queries take the general lookup, which
+//! reads the new names) until a full build compacts them.
+//!
+//! Owns the checks that the rest of the inputs are what the served snapshot was built from
+//! (the config file, the list of zone files, no DNSSEC, nothing projected into transfers)
+//! and the reasons it declines ([`Declined`]); the caller then builds everything whole.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::files::Digest;
+use crate::zone::difference::{self, Fallback};
+use crate::zone::journal::Diff;
+use crate::zone::lookup::ZoneSet;
+use crate::zone::model::{name_to_wire, Zone};
+use crate::zone::parse::{origin_from_file_name, MAX_ZONE_FILE_BYTES};
+
+use super::super::{Compiled, Precompiled};
+use super::Sources;
+
+/// Why a reload was not applied as a difference (it is then built whole).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Declined {
+    #[error("the config file changed")]
+    Config,
+    #[error("the set of zone files changed")]
+    ZoneFiles,
+    #[error("DNSSEC zones are built whole")]
+    Signed,
+    #[error("zones projected into transfers (steered names, a catalog) are built whole")]
+    Projected,
+    #[error("{}: cannot be read", .0.display())]
+    Unreadable(PathBuf),
+    #[error("{}: not a zone file of its own (an included file or a secondary copy)", .0.display())]
+    NotAZoneFile(PathBuf),
+    #[error("{}: the bytes served are not kept (the zones came from the zone cache)", .0.display())]
+    NoText(PathBuf),
+    #[error("{}: {why}", .path.display())]
+    Zone { path: PathBuf, why: Fallback },
+}
+
+/// The zones after a difference, and what it changed.
+pub struct Applied {
+    pub zones: ZoneSet,
+    pub precompiled: Precompiled,
+    pub sources: Arc<Sources>,
+    /// The differences, by zone apex, for the IXFR journal.
+    pub diffs: Vec<(Box<[u8]>, Diff)>,
+    /// Records removed plus records added, over every file.
+    pub records_changed: usize,
+    /// The files applied as a difference.
+    pub files: Vec<PathBuf>,
+}
+
+/// `previous`'s zones with the changes of their files applied, when every change can be
+/// applied as a difference; `Ok(None)` when no file changed.
+pub fn apply(
+    config: &Config,
+    config_digest: Option<&Digest>,
+    previous: &Compiled,
+    transferring: bool,
+) -> Result<Option<Applied>, Declined> {
+    let Some(sources) = previous.sources.as_ref() else {
+        return Err(Declined::Config);
+    };
+    if sources.config_path != config.source_path
+        || sources.config.as_ref() != config_digest
+        || (config.source_path.is_some() && config_digest.is_none())
+        || sources.zones_dir != config.server.zones
+    {
+        return Err(Declined::Config);
+    }
+    if previous.dnssec.is_some() || !config.dnssec.zones.is_empty() {
+        return Err(Declined::Signed);
+    }
+    if transferring && previous.projections.catalog.is_some() {
+        return Err(Declined::Projected);
+    }
+    if super::zone_paths(config).as_ref() != Some(&sources.zone_files) {
+        return Err(Declined::ZoneFiles);
+    }
+    let changed = changed_files(sources)?;
+    if changed.is_empty() {
+        return Ok(None);
+    }
+    let mut zones: Vec<Option<Zone>> = Vec::new();
+    zones.resize_with(previous.zones.zones().len(), || None);
+    let mut next_sources = Sources::clone(sources);
+    let (mut diffs, mut records_changed, mut files) = (Vec::new(), 0, Vec::new());
+    for (path, bytes, digest) in changed {
+        let (index, applied) = apply_file(sources, previous, &path, &bytes)?;
+        records_changed += applied.records_changed;
+        diffs.push((applied.zone.apex.clone(), applied.diff));
+        zones[index] = Some(applied.zone);
+        next_sources.replace_file(&path, digest, Arc::from(bytes));
+        files.push(path);
+    }
+    let stale: Vec<usize> = zones
+        .iter()
+        .enumerate()
+        .filter_map(|(i, z)| z.as_ref().map(|_| i))
+        .collect();
+    let mut all = Vec::with_capacity(zones.len());
+    for (zone, served) in zones.into_iter().zip(previous.zones.zones()) {
+        match zone {
+            Some(zone) => all.push(zone),
+            None => all.push(served.shallow_clone().ok_or(Declined::Signed)?),
+        }
+    }
+    Ok(Some(Applied {
+        zones: ZoneSet::new(all),
+        precompiled: previous.precompiled.with_stale(&stale),
+        sources: Arc::new(next_sources),
+        diffs,
+        records_changed,
+        files,
+    }))
+}
+
+/// The files whose bytes changed since `sources` were read: each with its new bytes and
+/// digest.
+fn changed_files(sources: &Sources) -> Result<Vec<(PathBuf, Vec<u8>, Digest)>, Declined> {
+    let mut changed = Vec::new();
+    for (path, digest) in &sources.files {
+        let bytes = crate::files::read_limited(path, MAX_ZONE_FILE_BYTES)
+            .map_err(|_| Declined::Unreadable(path.clone()))?;
+        let now = crate::files::digest(&bytes);
+        if now != *digest {
+            changed.push((path.clone(), bytes, now));
+        }
+    }
+    Ok(changed)
+}
+
+/// Applies the change of one zone file: its zone's index and the new version.
+fn apply_file(
+    sources: &Sources,
+    previous: &Compiled,
+    path: &PathBuf,
+    bytes: &[u8],
+) -> Result<(usize, difference::Applied), Declined> {
+    let not_a_zone = || Declined::NotAZoneFile(path.clone());
+    let in_dir = path.parent() == Some(sources.zones_dir.as_path());
+    let origin = origin_from_file_name(path)
+        .filter(|_| in_dir && sources.zone_files.contains(path))
+        .ok_or_else(not_a_zone)?;
+    let old = sources
+        .texts
+        .iter()
+        .find(|(p, _)| p == path)
+        .map(|(_, text)| text.clone())
+        .ok_or_else(|| Declined::NoText(path.clone()))?;
+    let apex = name_to_wire(&origin);
+    let index = previous
+        .zones
+        .zones()
+        .iter()
+        .position(|z| z.apex == apex)
+        .ok_or_else(not_a_zone)?;
+    let served = &previous.zones.zones()[index];
+    let zone_error = |why| Declined::Zone {
+        path: path.clone(),
+        why,
+    };
+    let window = difference::find_window(&old, bytes)
+        .map_err(zone_error)?
+        .ok_or_else(|| zone_error(Fallback::NotServedAsRead))?;
+    let ttl = window.ttl_line.as_ref();
+    let old_records =
+        difference::parse_window(&old, &window.old, ttl, path, &origin).map_err(zone_error)?;
+    let new_records =
+        difference::parse_window(bytes, &window.new, ttl, path, &origin).map_err(zone_error)?;
+    let applied = difference::apply(served, &old_records, &new_records).map_err(zone_error)?;
+    Ok((index, applied))
+}
+
+/// A changed zone file's new window, for the taster child to parse before the server does:
+/// the file, its digest as the server read it, and the window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TasteWindow {
+    pub path: PathBuf,
+    pub digest: Digest,
+    pub window: difference::Window,
+}
+
+/// The windows of the zone files changed since `previous` was built, when every change looks
+/// like one the difference path applies (the bytes compared, nothing parsed); `None` when the
+/// reload is one for a full build (or no zone file changed).
+pub fn difference_windows(config: &Config, previous: &Compiled) -> Option<Vec<TasteWindow>> {
+    let sources = previous.sources.as_ref()?;
+    let digest = super::config_digest(config);
+    let same_config = sources.config_path == config.source_path
+        && sources.config.as_ref() == digest.as_ref()
+        && sources.zones_dir == config.server.zones;
+    if !same_config || previous.dnssec.is_some() || !config.dnssec.zones.is_empty() {
+        return None;
+    }
+    if super::zone_paths(config).as_ref() != Some(&sources.zone_files) {
+        return None;
+    }
+    let changed = changed_files(sources).ok()?;
+    let mut windows = Vec::with_capacity(changed.len());
+    for (path, bytes, digest) in changed {
+        let (_, old) = sources.texts.iter().find(|(p, _)| *p == path)?;
+        let window = difference::find_window(old, &bytes).ok()??;
+        windows.push(TasteWindow {
+            path,
+            digest,
+            window,
+        });
+    }
+    (!windows.is_empty()).then_some(windows)
+}
+
+impl TasteWindow {
+    /// As one argument of `steerdns taste --zone-window`: `START:END:TTL_START:TTL_END:DIGEST:PATH`
+    /// (the TTL line `0:0` when there is none; the path last, as it may hold colons).
+    pub fn to_arg(&self) -> std::ffi::OsString {
+        let ttl = self.window.ttl_line.clone().unwrap_or(0..0);
+        let digest = data_encoding::HEXLOWER.encode(&self.digest.to_le_bytes());
+        let mut arg = std::ffi::OsString::from(format!(
+            "{}:{}:{}:{}:{digest}:",
+            self.window.new.start, self.window.new.end, ttl.start, ttl.end
+        ));
+        arg.push(self.path.as_os_str());
+        arg
+    }
+
+    /// The inverse of [`Self::to_arg`].
+    pub fn from_arg(arg: &str) -> Option<TasteWindow> {
+        let mut parts = arg.splitn(6, ':');
+        let mut number = || parts.next()?.parse::<usize>().ok();
+        let (start, end, ttl_start, ttl_end) = (number()?, number()?, number()?, number()?);
+        let digest = data_encoding::HEXLOWER
+            .decode(parts.next()?.as_bytes())
+            .ok()?;
+        let path = PathBuf::from(parts.next()?);
+        Some(TasteWindow {
+            path,
+            digest: Digest::from_le_bytes(digest.try_into().ok()?),
+            window: difference::Window {
+                old: 0..0,
+                new: start..end,
+                ttl_line: (ttl_end > ttl_start).then_some(ttl_start..ttl_end),
+            },
+        })
+    }
+
+    /// The taster child's part: reads the file, checks it holds the bytes the server read,
+    /// and parses the window as the server will (a crash, a hang or a blow-up there refuses
+    /// the change). Lines that do not parse alone are no refusal: the server's difference
+    /// path then declines them and the change is tasted whole. `Err`: one line.
+    pub fn taste(&self) -> Result<(), String> {
+        let shown = self.path.display();
+        let bytes = crate::files::read_limited(&self.path, MAX_ZONE_FILE_BYTES)
+            .map_err(|e| format!("{shown}: cannot read: {e}"))?;
+        if crate::files::digest(&bytes) != self.digest {
+            return Err(format!(
+                "{shown}: changed while it was tasted (reload again)"
+            ));
+        }
+        let origin =
+            origin_from_file_name(&self.path).ok_or_else(|| format!("{shown}: not a zone file"))?;
+        let in_bounds = |r: &std::ops::Range<usize>| r.start <= r.end && r.end <= bytes.len();
+        let ttl = self.window.ttl_line.as_ref();
+        if !in_bounds(&self.window.new) || !ttl.is_none_or(in_bounds) {
+            return Err(format!("{shown}: the changed lines lie outside the file"));
+        }
+        let parsed = difference::parse_window(&bytes, &self.window.new, ttl, &self.path, &origin);
+        tracing::debug!("{shown}: the changed lines parse alone: {}", parsed.is_ok());
+        Ok(())
+    }
+}
