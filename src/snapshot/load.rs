@@ -48,7 +48,9 @@ pub enum ZonesFrom {
     /// The zones served before with the changed records of these files laid over them
     /// ([`difference`]).
     Difference {
-        records_changed: usize,
+        names_changed: usize,
+        removed: usize,
+        added: usize,
         files: Vec<PathBuf>,
     },
     /// Shared with the snapshot served before (no zone or config file changed).
@@ -74,13 +76,20 @@ impl ZonesFrom {
                 ..
             } => format!("built from the zone files (not applied as a difference: {why})"),
             ZonesFrom::Difference {
-                records_changed,
+                names_changed,
+                removed,
+                added,
                 files,
             } => {
                 let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-                let plural = if *records_changed == 1 { "" } else { "s" };
+                let plural = |n: usize, word: &str| match n {
+                    1 => format!("1 {word}"),
+                    n => format!("{n} {word}s"),
+                };
                 format!(
-                    "applied as a difference: {records_changed} record{plural} changed ({})",
+                    "applied as a difference: {} changed, {} removed and {added} added ({})",
+                    plural(*names_changed, "name"),
+                    plural(*removed, "record"),
                     files.join(", ")
                 )
             }
@@ -479,7 +488,9 @@ fn try_difference(
         },
     };
     let from = ZonesFrom::Difference {
-        records_changed: applied.records_changed,
+        names_changed: applied.names_changed,
+        removed: applied.removed,
+        added: applied.added,
         files: applied.files,
     };
     Ok(Difference::Applied(AppliedDifference {

@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_config_is_a_problem_not_a_crash() {
-        let verdict = taste(Err("steerdns.toml: cannot read".into()), None, false);
+        let verdict = taste(Err("steerdns.toml: cannot read".into()), None, false, &[]);
         assert_eq!(
             verdict,
             Verdict::Problems {

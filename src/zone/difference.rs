@@ -47,8 +47,14 @@ pub enum Fallback {
     OverlayFull(usize),
     #[error("the changed lines do not parse alone")]
     Unparsable,
-    #[error("the changed lines do not read as what is served (no sure record boundary)")]
+    #[error("the changed lines do not read as what is served")]
     NotServedAsRead,
+    #[error("no sure record boundary around the change")]
+    NoBoundary,
+    #[error("more than {MAX_REGIONS} separate changes")]
+    TooManyRegions,
+    #[error("no $TTL before the change (a record without a TTL would take the one before it)")]
+    NoTtl,
     #[error("{0} has records outside the changed lines")]
     OwnerOutsideWindow(String),
     #[error("{0} loses its last record (a removed name)")]
@@ -82,8 +88,11 @@ pub struct Window {
 pub struct Applied {
     /// The new version: the served one's names with the changed ones laid over them.
     pub zone: Zone,
-    /// Records removed plus records added.
-    pub records_changed: usize,
+    /// Records removed and added (the SOA's included).
+    pub removed: usize,
+    pub added: usize,
+    /// Names whose records changed (the apex's SOA included).
+    pub names_changed: usize,
     /// The difference, for the IXFR journal.
     pub diff: Diff,
 }
@@ -153,11 +162,16 @@ fn last_special(bytes: &[u8], end: usize) -> Option<usize> {
     a.max(b)
 }
 
-/// The last line start at or before `limit` that begins a record with its own owner. Lexes
-/// only up to the last special byte before `limit` (the SOA's parentheses at the top, say):
-/// after it, every line start is a record boundary if the lexer is between records there.
+/// The last line start at or before `limit` that begins a record with its own owner.
 fn record_start_before(bytes: &[u8], limit: usize) -> Option<usize> {
     let limit = line_start(bytes, limit);
+    plain_record_start(bytes, limit).or_else(|| lexed_record_start(bytes, limit))
+}
+
+/// [`record_start_before`] lexing only up to the last special byte before `limit` (the SOA's
+/// parentheses at the top, say): after it, every line start is a record boundary if the
+/// lexer is between records there. `None`: not found that way.
+fn plain_record_start(bytes: &[u8], limit: usize) -> Option<usize> {
     let plain_from = match last_special(bytes, limit) {
         None => 0,
         Some(special) => {
@@ -176,65 +190,203 @@ fn record_start_before(bytes: &[u8], limit: usize) -> Option<usize> {
         if starts_owner(bytes, at) {
             return Some(at);
         }
-        if at == 0 {
-            return None;
-        }
-        at = line_start(bytes, at - 1);
+        at = line_start(bytes, at.checked_sub(1)?);
     }
 }
 
-/// Where the changed part of `old` → `new` lies, widened to whole records; `Ok(None)` when the
-/// files are the same.
-pub fn find_window(old: &[u8], new: &[u8]) -> Result<Option<Window>, Fallback> {
-    let prefix = common_prefix(old, new);
-    if prefix == old.len() && prefix == new.len() {
-        return Ok(None);
-    }
-    let most = old.len().min(new.len()) - prefix;
-    let suffix = common_suffix(&old[old.len() - most..], &new[new.len() - most..]);
-    check_directives(new)?;
-    check_directives(old)?;
-    let mut start = record_start_before(new, prefix).ok_or(Fallback::NotServedAsRead)?;
-    // The first differing line may start a record in one version only (an owner written
-    // where the other inherits it): start a record earlier, common to both.
-    while !starts_owner(old, start) {
-        let before = start.checked_sub(1).ok_or(Fallback::NotServedAsRead)?;
-        start = record_start_before(new, before).ok_or(Fallback::NotServedAsRead)?;
-    }
-    let (old_end, new_end) = (old.len() - suffix, new.len() - suffix);
-    // Both versions lexed from the window start to the end of their change, then on together
-    // through the common suffix to the first line that starts a record in both.
-    let mut old_lex = Lex::default().run(&old[start..old_end]);
-    let mut new_lex = Lex::default().run(&new[start..new_end]);
-    let tail = &new[new_end..];
-    let mut taken = tail.len();
-    for (i, &b) in tail.iter().enumerate() {
-        let at_line_start = i == 0 && new.get(new_end.wrapping_sub(1)) == Some(&b'\n')
-            || i > 0 && tail[i - 1] == b'\n';
-        if at_line_start
-            && old_lex.between_records()
-            && new_lex.between_records()
-            && starts_owner(tail, i)
-        {
-            taken = i;
-            break;
+/// [`record_start_before`] lexing every byte before `limit`.
+fn lexed_record_start(bytes: &[u8], limit: usize) -> Option<usize> {
+    let (mut lex, mut found, mut line_begins) = (Lex::default(), None, true);
+    for (at, &byte) in bytes.iter().enumerate().take(limit + 1) {
+        if line_begins && lex.between_records() && starts_owner(bytes, at) {
+            found = Some(at);
         }
-        old_lex.step(b);
-        new_lex.step(b);
+        lex.step(byte);
+        line_begins = byte == b'\n';
     }
-    if taken == tail.len() && !(old_lex.between_records() && new_lex.between_records()) {
-        return Err(Fallback::NotServedAsRead);
+    found
+}
+
+/// At most this many separate changes in one file (more are built whole).
+const MAX_REGIONS: usize = 64;
+/// How far past a difference the two versions are searched for agreeing again, and by how
+/// many bytes they may be shifted against each other then.
+const RESYNC_SPAN: usize = 4096;
+const RESYNC_SHIFT: usize = 64;
+/// How many bytes must agree for the versions to count as agreeing again.
+const ANCHOR: usize = 32;
+
+/// One changed stretch: these bytes of the old version became those of the new one; the
+/// bytes between two stretches are the same in both.
+type Region = (Range<usize>, Range<usize>);
+
+/// The changed stretches of `old` → `new`, in order (the SOA serial at the top and a record
+/// further down are two). Any split is a correct edit script: the bytes between stretches
+/// are equal, and the windows built on them are checked for record boundaries in both.
+fn change_regions(old: &[u8], new: &[u8]) -> Option<Vec<Region>> {
+    let (mut o, mut n, mut regions) = (0, 0, Vec::new());
+    loop {
+        let same = common_prefix(&old[o..], &new[n..]);
+        (o, n) = (o + same, n + same);
+        if o == old.len() && n == new.len() {
+            return Some(regions);
+        }
+        if regions.len() == MAX_REGIONS {
+            return None;
+        }
+        match resync(old, new, o, n) {
+            Some((old_len, new_len)) => {
+                regions.push((o..o + old_len, n..n + new_len));
+                (o, n) = (o + old_len, n + new_len);
+            }
+            None => {
+                let most = (old.len() - o).min(new.len() - n);
+                let tail = common_suffix(&old[old.len() - most..], &new[new.len() - most..]);
+                regions.push((o..old.len() - tail, n..new.len() - tail));
+                return Some(regions);
+            }
+        }
     }
-    let window = Window {
-        old: start..old_end + taken,
-        new: start..new_end + taken,
-        ttl_line: ttl_line_before(new, start),
+}
+
+/// The shortest change at (`o`, `n`) after which the versions agree again for [`ANCHOR`]
+/// bytes: its length in the old and in the new version.
+fn resync(old: &[u8], new: &[u8], o: usize, n: usize) -> Option<(usize, usize)> {
+    let agree = |a: usize, b: usize| match (old.get(a..a + ANCHOR), new.get(b..b + ANCHOR)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
     };
-    let bytes = window.old.len() + window.new.len();
+    for k in 0..RESYNC_SPAN {
+        for shift in 0..RESYNC_SHIFT {
+            if k + shift == 0 {
+                continue;
+            }
+            if agree(o + k, n + k + shift) {
+                return Some((k, k + shift));
+            }
+            if agree(o + k + shift, n + k) {
+                return Some((k + shift, k));
+            }
+        }
+    }
+    None
+}
+
+/// Where the changes of `old` → `new` lie, each widened to whole records (changes whose
+/// records touch share a window); empty when the files are the same. `origin` is the
+/// zone's, absolute (`example.com.`).
+pub fn find_windows(old: &[u8], new: &[u8], origin: &str) -> Result<Vec<Window>, Fallback> {
+    let regions = change_regions(old, new).ok_or(Fallback::TooManyRegions)?;
+    if regions.is_empty() {
+        return Ok(Vec::new());
+    }
+    check_directives(new, origin)?;
+    check_directives(old, origin)?;
+    let mut windows: Vec<Window> = Vec::new();
+    let mut next = 0;
+    while next < regions.len() {
+        let (old_region, new_region) = &regions[next];
+        let mut start = record_start_before(new, new_region.start).ok_or(Fallback::NoBoundary)?;
+        // The first differing line may start a record in one version only (an owner written
+        // where the other inherits it): start a record earlier, common to both. Reaching
+        // back into the window before joins it.
+        let overlaps =
+            |windows: &[Window], at: usize| windows.last().is_some_and(|w| at < w.new.end);
+        let old_at = |at: usize| (at + old_region.start).checked_sub(new_region.start);
+        while !overlaps(&windows, start) {
+            let old_start = old_at(start).ok_or(Fallback::NoBoundary)?;
+            if starts_owner(old, old_start) {
+                break;
+            }
+            let before = start.checked_sub(1).ok_or(Fallback::NoBoundary)?;
+            start = record_start_before(new, before).ok_or(Fallback::NoBoundary)?;
+        }
+        let (old_start, new_start) = match windows.last() {
+            Some(w) if overlaps(&windows, start) => (w.old.start, w.new.start),
+            _ => (old_at(start).ok_or(Fallback::NoBoundary)?, start),
+        };
+        if overlaps(&windows, start) {
+            windows.pop();
+        }
+        let (old_end, new_end, after) = window_end(old, new, &regions, next, old_start, new_start)?;
+        windows.push(Window {
+            old: old_start..old_end,
+            new: new_start..new_end,
+            ttl_line: ttl_line_before(new, new_start),
+        });
+        next = after;
+    }
+    check_windows(old, new, &windows)?;
+    Ok(windows)
+}
+
+/// The end of the window starting at (`old_start`, `new_start`) and holding region `first`:
+/// both versions lexed from the start through the region, then on together through the
+/// equal bytes after it to the first line that starts a record in both (taking in the next
+/// region when they reach it first). Returns the ends and the index of the next region.
+fn window_end(
+    old: &[u8],
+    new: &[u8],
+    regions: &[Region],
+    first: usize,
+    old_start: usize,
+    new_start: usize,
+) -> Result<(usize, usize, usize), Fallback> {
+    let (old_region, new_region) = &regions[first];
+    let mut old_lex = Lex::default().run(&old[old_start..old_region.end]);
+    let mut new_lex = Lex::default().run(&new[new_start..new_region.end]);
+    let mut at = first;
+    loop {
+        let (old_region, new_region) = &regions[at];
+        let equal_end = regions.get(at + 1).map_or(new.len(), |(_, n)| n.start);
+        let shift = |p: usize| p + old_region.end - new_region.end;
+        for p in new_region.end..equal_end {
+            let line_begins = p > 0 && new[p - 1] == b'\n' && old[shift(p) - 1] == b'\n';
+            if line_begins
+                && old_lex.between_records()
+                && new_lex.between_records()
+                && starts_owner(new, p)
+            {
+                return Ok((shift(p), p, at + 1));
+            }
+            old_lex.step(new[p]);
+            new_lex.step(new[p]);
+        }
+        match regions.get(at + 1) {
+            None if old_lex.between_records() && new_lex.between_records() => {
+                return Ok((old.len(), new.len(), at + 1))
+            }
+            None => return Err(Fallback::NoBoundary),
+            Some((next_old, next_new)) => {
+                old_lex = old_lex.run(&old[next_old.clone()]);
+                new_lex = new_lex.run(&new[next_new.clone()]);
+                at += 1;
+            }
+        }
+    }
+}
+
+/// The windows together are small, hold no directive, and follow a `$TTL` (without one, a
+/// record without a TTL takes the one before it, which may lie in a window).
+fn check_windows(old: &[u8], new: &[u8], windows: &[Window]) -> Result<(), Fallback> {
+    let bytes: usize = windows.iter().map(|w| w.old.len() + w.new.len()).sum();
     if bytes > MAX_WINDOW_BYTES {
         return Err(Fallback::TooManyBytes(bytes));
     }
-    Ok(Some(window))
+    for w in windows {
+        let directive = |bytes: &[u8]| {
+            bytes.first() == Some(&b'$') || memchr::memmem::find(bytes, b"\n$").is_some()
+        };
+        if directive(&old[w.old.clone()]) || directive(&new[w.new.clone()]) {
+            return Err(Fallback::Directive(
+                "a directive among the changed lines".into(),
+            ));
+        }
+        if w.ttl_line.is_none() {
+            return Err(Fallback::NoTtl);
+        }
+    }
+    Ok(())
 }
 
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
@@ -273,23 +425,30 @@ fn common_suffix(a: &[u8], b: &[u8]) -> usize {
     at + rest
 }
 
-/// Every `$` at a line start must be `$TTL`: `$ORIGIN` and `$INCLUDE` change how the lines
-/// after them read, which the window parse does not follow.
-fn check_directives(bytes: &[u8]) -> Result<(), Fallback> {
+/// Every `$` at a line start must be `$TTL`, or `$ORIGIN` naming the zone's own origin (as
+/// many files begin): another `$ORIGIN` or an `$INCLUDE` changes how the lines after it read,
+/// which the window parse does not follow.
+fn check_directives(bytes: &[u8], origin: &str) -> Result<(), Fallback> {
     for at in memchr::memchr_iter(b'$', bytes) {
         if at > 0 && bytes[at - 1] != b'\n' {
             continue;
         }
-        let word: Vec<u8> = bytes[at..]
-            .iter()
-            .take_while(|b| !b.is_ascii_whitespace())
-            .take(16)
-            .copied()
-            .collect();
-        if !word.eq_ignore_ascii_case(b"$TTL") {
-            return Err(Fallback::Directive(
-                String::from_utf8_lossy(&word).into_owned(),
-            ));
+        let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
+        let line = bytes[at..end]
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or_default();
+        let mut words = line
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|w| !w.is_empty());
+        let word = words.next().unwrap_or_default();
+        let argument: &[u8] = words.next().unwrap_or_default();
+        let own_origin = word.eq_ignore_ascii_case(b"$ORIGIN")
+            && argument.eq_ignore_ascii_case(origin.as_bytes())
+            && words.next().is_none();
+        if !word.eq_ignore_ascii_case(b"$TTL") && !own_origin {
+            let shown: String = String::from_utf8_lossy(word).chars().take(16).collect();
+            return Err(Fallback::Directive(shown));
         }
     }
     Ok(())
@@ -298,7 +457,13 @@ fn check_directives(bytes: &[u8]) -> Result<(), Fallback> {
 /// The last `$TTL` line before `start`.
 fn ttl_line_before(bytes: &[u8], start: usize) -> Option<Range<usize>> {
     let head = &bytes[..start];
-    let at = memchr::memmem::rfind_iter(head, b"$").find(|&at| at == 0 || head[at - 1] == b'\n')?;
+    let at = memchr::memmem::rfind_iter(head, b"$")
+        .filter(|&at| at == 0 || head[at - 1] == b'\n')
+        .find(|&at| {
+            head[at..]
+                .get(..4)
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"$TTL"))
+        })?;
     let end = memchr::memchr(b'\n', &head[at..]).map_or(head.len(), |i| at + i);
     Some(at..end)
 }
@@ -334,7 +499,7 @@ fn key_of(record: &SourceRecord) -> Key {
     )
 }
 
-/// Applies the records of the old window → those of the new window to `served` (the zone
+/// Applies the records of the old windows → those of the new windows to `served` (the zone
 /// the old file built), or says why a full build must do it.
 pub fn apply(
     served: &Zone,
@@ -359,15 +524,17 @@ pub fn apply(
     if overlay >= MAX_OVERLAY_NODES {
         return Err(Fallback::OverlayFull(overlay));
     }
-    let owners = owners_changed(&old_set, &new_set);
-    for (owner, _) in &owners {
-        check_old_records(served, owner, &old_keys)?;
-    }
-    validate_changed(served, new)?;
+    let owners = owners_changed(&old_set, &new_set, old.iter().chain(new));
     let mut changed: Vec<(Box<[u8]>, Node)> = Vec::new();
-    for (owner, name) in &owners {
-        changed.push((owner.clone(), new_node(served, owner, name, &new_keys)?));
+    let mut records: Vec<SourceRecord> = Vec::new();
+    for owner in &owners {
+        let touched = touched_types(&owner.wire, &old_keys, &new_keys);
+        check_old_records(served, owner, &old_keys, &touched)?;
+        let node = new_node(served, owner, &new_keys, &touched)?;
+        records.extend(node_records(owner, &node, new));
+        changed.push((owner.wire.clone(), node));
     }
+    validate_changed(served, records)?;
     let ancestors = missing_ancestors(served, &changed);
     changed.extend(ancestors);
     let diff_records = journal_records(served, &changed);
@@ -387,43 +554,93 @@ pub fn apply(
     };
     Ok(Applied {
         zone,
-        records_changed: removed + added,
+        removed,
+        added,
+        names_changed: owners.len(),
         diff,
     })
 }
 
-/// The owners whose records differ, with a display name each (in first-seen order).
-fn owners_changed(old: &FxHashSet<&Key>, new: &FxHashSet<&Key>) -> Vec<(Box<[u8]>, String)> {
+/// A name whose records differ between the windows.
+struct Owner {
+    wire: Box<[u8]>,
+    name: Name,
+}
+
+impl Owner {
+    fn shown(&self) -> String {
+        self.name.to_string()
+    }
+}
+
+/// The owners whose records differ (sorted by wire name), each with its name as written
+/// in `records` (the windows').
+fn owners_changed<'r>(
+    old: &FxHashSet<&Key>,
+    new: &FxHashSet<&Key>,
+    records: impl Iterator<Item = &'r SourceRecord>,
+) -> Vec<Owner> {
+    let names: FxHashMap<Box<[u8]>, &Name> =
+        records.map(|r| (name_to_wire(&r.name), &r.name)).collect();
     let mut seen: FxHashSet<&[u8]> = FxHashSet::default();
-    let mut owners: Vec<(Box<[u8]>, String)> = Vec::new();
+    let mut owners: Vec<Owner> = Vec::new();
     for key in old.difference(new).chain(new.difference(old)) {
+        let Some(&name) = names.get(&key.0) else {
+            continue;
+        };
         if seen.insert(&key.0) {
-            owners.push((key.0.clone(), crate::dns::wire::display_wire_name(&key.0)));
+            owners.push(Owner {
+                wire: key.0.clone(),
+                name: name.clone(),
+            });
         }
     }
-    owners.sort();
+    owners.sort_by(|a, b| a.wire.cmp(&b.wire));
     owners
 }
 
-/// Every record the served zone holds at `owner` must be one of the old window's (and each of
-/// those must be served): then the window holds the owner whole, and the state it was parsed
-/// with was the file's.
-fn check_old_records(served: &Zone, owner: &[u8], old: &[Key]) -> Result<(), Fallback> {
-    let shown = || crate::dns::wire::display_wire_name(owner);
-    let node = served.nodes.get(owner);
+/// The types of `owner` with records in either window: the sets rebuilt from the new one.
+fn touched_types(owner: &[u8], old: &[Key], new: &[Key]) -> Vec<u16> {
+    let mut types: Vec<u16> = old
+        .iter()
+        .chain(new)
+        .filter(|k| *k.0 == *owner)
+        .map(|k| k.1)
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    types
+}
+
+/// Every record the served zone holds at `owner` of a touched type must be one of the old
+/// window's (and each of those must be served): then the window holds those sets whole, and
+/// the state it was parsed with was the file's.
+fn check_old_records(
+    served: &Zone,
+    owner: &Owner,
+    old: &[Key],
+    touched: &[u16],
+) -> Result<(), Fallback> {
+    let node = served.nodes.get(&owner.wire);
     if node.is_some_and(|n| n.steer.is_some()) {
-        return Err(Fallback::Steered(shown()));
+        return Err(Fallback::Steered(owner.shown()));
     }
     let mut in_window: Vec<(u16, &[u8])> = old
         .iter()
-        .filter(|k| *k.0 == *owner)
+        .filter(|k| *k.0 == *owner.wire)
         .map(|k| (k.1, &k.3[..]))
         .collect();
     in_window.sort_unstable();
     in_window.dedup();
-    let served_count: usize = node.map_or(0, |n| n.rrsets.iter().map(|s| s.rdatas().count()).sum());
+    let served_count: usize = node.map_or(0, |n| {
+        n.rrsets
+            .iter()
+            .filter(|s| touched.contains(&s.rtype))
+            .map(|s| s.rdatas().count())
+            .sum()
+    });
     if served_count != in_window.len() {
-        return Err(Fallback::OwnerOutsideWindow(shown()));
+        return Err(Fallback::OwnerOutsideWindow(owner.shown()));
     }
     for (rt, rdata) in in_window {
         let found = node
@@ -436,11 +653,40 @@ fn check_old_records(served: &Zone, owner: &[u8], old: &[Key]) -> Result<(), Fal
     Ok(())
 }
 
-/// The validator's errors on the new window's records (with the served SOA when the window
-/// has none, so that the SOA checks see one): any error is a full build's to report.
-fn validate_changed(served: &Zone, new: &[SourceRecord]) -> Result<(), Fallback> {
-    let mut records = new.to_vec();
-    let has_soa = new.iter().any(|r| r.rtype == RecordType::SOA);
+/// The changed names' records, as a full load would validate them: the new window's, and
+/// the untouched sets' (as served). With the served SOA when the window has none, so that
+/// the SOA checks see one.
+fn node_records(owner: &Owner, node: &Node, new: &[SourceRecord]) -> Vec<SourceRecord> {
+    let file = Arc::new(std::path::PathBuf::from("served"));
+    let from_window = new
+        .iter()
+        .filter(|r| name_to_wire(&r.name) == owner.wire)
+        .cloned();
+    let touched: Vec<u16> = new
+        .iter()
+        .filter(|r| name_to_wire(&r.name) == owner.wire)
+        .map(|r| u16::from(r.rtype))
+        .collect();
+    let kept = node
+        .rrsets
+        .iter()
+        .filter(|s| !touched.contains(&s.rtype))
+        .flat_map(|s| s.rdatas().map(move |rdata| (s.rtype, s.ttl, rdata)))
+        .map(|(rt, ttl, rdata)| SourceRecord {
+            name: owner.name.clone(),
+            rtype: RecordType::from(rt),
+            ttl,
+            rdata: rdata.to_vec(),
+            file: file.clone(),
+            line: 0,
+        });
+    from_window.chain(kept).collect()
+}
+
+/// The validator's errors on the changed names' records (with the served SOA when the
+/// apex did not change): any error is a full build's to report.
+fn validate_changed(served: &Zone, mut records: Vec<SourceRecord>) -> Result<(), Fallback> {
+    let has_soa = records.iter().any(|r| r.rtype == RecordType::SOA);
     if let (false, Some(soa)) = (has_soa, served.soa()) {
         let file = Arc::new(std::path::PathBuf::from("served"));
         records.extend(soa.rdatas().map(|rdata| SourceRecord {
@@ -480,42 +726,41 @@ fn structural(rt: u16, at_apex: bool) -> bool {
     }
 }
 
-/// The node `owner` gets: built from the new window's records exactly as a full build would
-/// (records of one type in file order), with the served node's flags (no cut moves).
-fn new_node(served: &Zone, owner: &[u8], name: &str, new: &[Key]) -> Result<Node, Fallback> {
-    let at_apex = *owner == *served.apex;
-    let old = served.nodes.get(owner);
+/// The node `owner` gets: its untouched sets as served, the touched ones built from the new
+/// window's records exactly as a full build builds them (records of one type in file
+/// order), sets in type order, with the served node's flags (no cut moves).
+fn new_node(served: &Zone, owner: &Owner, new: &[Key], touched: &[u16]) -> Result<Node, Fallback> {
+    let at_apex = *owner.wire == *served.apex;
+    let old = served.nodes.get(&owner.wire);
+    if let Some(&rt) = touched.iter().find(|&&rt| structural(rt, at_apex)) {
+        return Err(Fallback::Structural(owner.shown(), type_name(rt)));
+    }
+    if old.is_none() && owner.wire.starts_with(b"\x01*") {
+        return Err(Fallback::Structural(owner.shown(), "wildcard".into()));
+    }
     let mut records: Vec<RawRecord<'_>> = new
         .iter()
-        .filter(|k| *k.0 == *owner)
+        .filter(|k| *k.0 == *owner.wire)
         .map(|k| (k.1, k.2, &k.3[..]))
         .collect();
-    if records.is_empty() {
-        return Err(Fallback::NameRemoved(name.to_string()));
-    }
-    let old_types = old
-        .into_iter()
-        .flat_map(|n| n.rrsets.iter().map(|s| s.rtype));
-    if let Some(rt) = records
-        .iter()
-        .map(|r| r.0)
-        .chain(old_types)
-        .find(|&rt| structural(rt, at_apex))
-    {
-        return Err(Fallback::Structural(name.to_string(), type_name(rt)));
-    }
-    if old.is_none() && owner.starts_with(b"\x01*") {
-        return Err(Fallback::Structural(name.to_string(), "wildcard".into()));
-    }
     records.sort_by_key(|r| r.0);
-    let mut node = Node::from_records(owner, &records).map_err(|_| Fallback::Model)?;
+    let mut node = Node::from_records(&owner.wire, &records).map_err(|_| Fallback::Model)?;
+    let kept = old
+        .into_iter()
+        .flat_map(|n| n.rrsets.iter())
+        .filter(|s| !touched.contains(&s.rtype));
+    node.rrsets.extend(kept.cloned());
+    node.rrsets.sort_by_key(|s| s.rtype);
+    if node.rrsets.is_empty() {
+        return Err(Fallback::NameRemoved(owner.shown()));
+    }
     match old {
         Some(old) => {
             node.is_cut = old.is_cut;
             node.below_cut = old.below_cut;
             node.has_wildcard_child = old.has_wildcard_child;
         }
-        None => node.below_cut = served.has_cut_above(owner),
+        None => node.below_cut = served.has_cut_above(&owner.wire),
     }
     Ok(node)
 }

@@ -50,8 +50,10 @@ pub struct Applied {
     pub sources: Arc<Sources>,
     /// The differences, by zone apex, for the IXFR journal.
     pub diffs: Vec<(Box<[u8]>, Diff)>,
-    /// Records removed plus records added, over every file.
-    pub records_changed: usize,
+    /// Names changed, records removed and records added, over every file.
+    pub names_changed: usize,
+    pub removed: usize,
+    pub added: usize,
     /// The files applied as a difference.
     pub files: Vec<PathBuf>,
 }
@@ -90,10 +92,13 @@ pub fn apply(
     let mut zones: Vec<Option<Zone>> = Vec::new();
     zones.resize_with(previous.zones.zones().len(), || None);
     let mut next_sources = Sources::clone(sources);
-    let (mut diffs, mut records_changed, mut files) = (Vec::new(), 0, Vec::new());
+    let (mut diffs, mut files) = (Vec::new(), Vec::new());
+    let (mut names_changed, mut removed, mut added) = (0, 0, 0);
     for (path, bytes, digest) in changed {
         let (index, applied) = apply_file(sources, previous, &path, &bytes)?;
-        records_changed += applied.records_changed;
+        names_changed += applied.names_changed;
+        removed += applied.removed;
+        added += applied.added;
         diffs.push((applied.zone.apex.clone(), applied.diff));
         zones[index] = Some(applied.zone);
         next_sources.replace_file(&path, digest, Arc::from(bytes));
@@ -116,7 +121,9 @@ pub fn apply(
         precompiled: previous.precompiled.with_stale(&stale),
         sources: Arc::new(next_sources),
         diffs,
-        records_changed,
+        names_changed,
+        removed,
+        added,
         files,
     }))
 }
@@ -166,14 +173,17 @@ fn apply_file(
         path: path.clone(),
         why,
     };
-    let window = difference::find_window(&old, bytes)
-        .map_err(zone_error)?
-        .ok_or_else(|| zone_error(Fallback::NotServedAsRead))?;
-    let ttl = window.ttl_line.as_ref();
-    let old_records =
-        difference::parse_window(&old, &window.old, ttl, path, &origin).map_err(zone_error)?;
-    let new_records =
-        difference::parse_window(bytes, &window.new, ttl, path, &origin).map_err(zone_error)?;
+    let windows = difference::find_windows(&old, bytes, &origin.to_string()).map_err(zone_error)?;
+    let (mut old_records, mut new_records) = (Vec::new(), Vec::new());
+    for window in &windows {
+        let ttl = window.ttl_line.as_ref();
+        old_records.extend(
+            difference::parse_window(&old, &window.old, ttl, path, &origin).map_err(zone_error)?,
+        );
+        new_records.extend(
+            difference::parse_window(bytes, &window.new, ttl, path, &origin).map_err(zone_error)?,
+        );
+    }
     let applied = difference::apply(served, &old_records, &new_records).map_err(zone_error)?;
     Ok((index, applied))
 }
@@ -206,12 +216,13 @@ pub fn difference_windows(config: &Config, previous: &Compiled) -> Option<Vec<Ta
     let mut windows = Vec::with_capacity(changed.len());
     for (path, bytes, digest) in changed {
         let (_, old) = sources.texts.iter().find(|(p, _)| *p == path)?;
-        let window = difference::find_window(old, &bytes).ok()??;
-        windows.push(TasteWindow {
-            path,
+        let origin = origin_from_file_name(&path)?.to_string();
+        let found = difference::find_windows(old, &bytes, &origin).ok()?;
+        windows.extend(found.into_iter().map(|window| TasteWindow {
+            path: path.clone(),
             digest,
             window,
-        });
+        }));
     }
     (!windows.is_empty()).then_some(windows)
 }
