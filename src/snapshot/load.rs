@@ -1521,6 +1521,128 @@ mod tests {
         )
     }
 
+    /// A zone of `hosts` names at `serial`, as `zones/big.example.zone`.
+    fn big_zone(serial: u32, hosts: usize) -> String {
+        let mut text = format!(
+            "$ORIGIN big.example.\n$TTL 300\n@ IN SOA ns1 hostmaster (\n  {serial} ; serial\n  \
+             7200 900 1209600 60 )\n@ NS ns1\nns1 A 192.0.2.53\n@ MX 10 mail\nmail A 192.0.2.25\n\
+             www CNAME h7\n"
+        );
+        for i in 0..hosts {
+            text.push_str(&format!("h{i} A 192.0.2.{}\n", i % 250));
+        }
+        text
+    }
+
+    fn query(name: &str, qtype: u16) -> Vec<u8> {
+        let mut p = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 1];
+        for label in name.trim_end_matches('.').split('.') {
+            p.push(label.len() as u8);
+            p.extend_from_slice(label.as_bytes());
+        }
+        p.push(0);
+        p.extend_from_slice(&qtype.to_be_bytes());
+        p.extend_from_slice(&1u16.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+        p
+    }
+
+    /// The response of `snapshot` to each query.
+    fn answers(snapshot: &crate::snapshot::Snapshot, queries: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let client = crate::dns::wire::Requester::new(
+            std::net::IpAddr::from([127, 0, 0, 1]),
+            crate::dns::wire::Transport::Udp,
+        );
+        let mut out = vec![0u8; 4096];
+        queries
+            .iter()
+            .map(|q| {
+                let len = crate::answer::respond(snapshot, q, &client, &mut out).unwrap_or(0);
+                out[..len].to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_zone_file_edit_is_applied_as_a_difference_and_answers_as_a_full_build() {
+        let example = Example::new("difference");
+        let path = example.path("zones/big.example.zone");
+        std::fs::write(&path, big_zone(1, 2000)).expect("write zone");
+        let first = example.load(None);
+        let edited = big_zone(2, 2000).replace("h1000 A 192.0.2.0\n", "h1000 A 198.51.100.1\n");
+        std::fs::write(&path, &edited).expect("write zone");
+        let loaded = load_after(&example.config(), ControlSource::FromConfig, Some(&first))
+            .unwrap_or_else(|problems| panic!("refused: {problems:?}"));
+        assert!(
+            matches!(
+                &loaded.zones_from,
+                ZonesFrom::Difference {
+                    names_changed: 2,
+                    removed: 2,
+                    added: 2,
+                    ..
+                }
+            ),
+            "{}",
+            loaded.zones_from.describe()
+        );
+        let full = example.load(None);
+        let mut queries = Vec::new();
+        for i in (0..2000).step_by(37).chain([1000, 7]) {
+            for qtype in [rtype::A, rtype::AAAA, rtype::TXT] {
+                queries.push(query(&format!("h{i}.big.example."), qtype));
+            }
+        }
+        for (name, qtype) in [
+            ("big.example.", rtype::SOA),
+            ("big.example.", rtype::NS),
+            ("big.example.", rtype::MX),
+            ("www.big.example.", rtype::A),
+            ("nx.big.example.", rtype::A),
+            ("mail.example.com.", rtype::A),
+        ] {
+            queries.push(query(name, qtype));
+        }
+        let applied = crate::snapshot::Snapshot::standalone(loaded.compiled);
+        let built = crate::snapshot::Snapshot::standalone(full);
+        let (got, want) = (answers(&applied, &queries), answers(&built, &queries));
+        for ((q, got), want) in queries.iter().zip(&got).zip(&want) {
+            assert!(!want.is_empty());
+            assert_eq!(got, want, "query {q:?}");
+        }
+        assert!(want[queries.len() - 6..].iter().all(|r| r.len() > 12));
+    }
+
+    #[test]
+    fn an_edit_the_difference_cannot_take_is_built_whole_or_refused_as_a_full_load_refuses_it() {
+        let example = Example::new("difference-declined");
+        let path = example.path("zones/big.example.zone");
+        std::fs::write(&path, big_zone(1, 200)).expect("write zone");
+        let first = example.load(None);
+        let origin = big_zone(2, 200).replace("h100 A", "$ORIGIN sub.big.example.\nh100 A");
+        std::fs::write(&path, &origin).expect("write zone");
+        let loaded = load_after(&example.config(), ControlSource::FromConfig, Some(&first))
+            .unwrap_or_else(|problems| panic!("refused: {problems:?}"));
+        match &loaded.zones_from {
+            ZonesFrom::Built {
+                difference_declined: Some(why),
+                ..
+            } => assert!(why.contains("$ORIGIN"), "{why}"),
+            other => panic!("{}", other.describe()),
+        }
+        let cname = big_zone(2, 200).replace(
+            "h100 A 192.0.2.100\n",
+            "h100 A 192.0.2.100\nh100 CNAME ns1\n",
+        );
+        std::fs::write(&path, &cname).expect("write zone");
+        let refused = load_after(&example.config(), ControlSource::FromConfig, Some(&first));
+        let full = load_after(&example.config(), ControlSource::FromConfig, None);
+        match (refused, full) {
+            (Err(refused), Err(full)) => assert_eq!(refused, full),
+            _ => panic!("a CNAME beside an A is refused"),
+        }
+    }
+
     #[test]
     fn a_control_change_shares_the_zones_and_precompiled_answers() {
         let example = Example::new("control");
