@@ -155,6 +155,10 @@ impl TasterStatus {
             Ok(tasted) => match tasted.scope {
                 Scope::Full => "ok: loaded everything".to_string(),
                 Scope::Steering => "ok: loaded all but the zones (shared)".to_string(),
+                Scope::Difference => {
+                    "ok: loaded all but the zones, and parsed the changed lines of the zone files"
+                        .to_string()
+                }
             },
             Err(Refused::Problems(lines)) => format!("problems: {} line(s)", lines.len()),
             Err(refused) => format!("{}: {refused}", outcome.as_str()),
@@ -193,6 +197,9 @@ pub enum Scope {
     /// server will load by sharing the zones it serves (see
     /// [`crate::snapshot::load::load_steering`]). Its fingerprint is [`steering_fingerprint`].
     Steering,
+    /// As [`Scope::Steering`], and the changed lines of the zone files the server applies as
+    /// a difference ([`taste_difference`]).
+    Difference,
 }
 
 /// Runs `program taste <args>` with `control` on stdin under `settings`' limits and returns
@@ -235,7 +242,7 @@ pub fn taste_difference(
     for window in windows {
         command.arg("--zone-window").arg(window.to_arg());
     }
-    run(command, settings, control, Scope::Steering)
+    run(command, settings, control, Scope::Difference)
 }
 
 /// Runs `program taste <args> --tenants-stdin` with `batch` on stdin under `settings`'
