@@ -1179,7 +1179,7 @@ fn taste_difference(
         None => ControlSource::FromConfig,
     };
     let loaded = match load_difference(config, control_source, previous.compiled())? {
-        DifferenceLoad::Loaded(loaded) => loaded,
+        DifferenceLoad::Loaded(loaded) => *loaded,
         DifferenceLoad::Declined(why) => return Ok(Err(Some(why))),
     };
     // What was applied must be the bytes the child parsed.

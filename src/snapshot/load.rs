@@ -151,7 +151,7 @@ pub fn load_after(
 /// What [`load_difference`] did.
 pub enum DifferenceLoad {
     /// Loaded, the zone files' changes applied as a difference.
-    Loaded(Loaded),
+    Loaded(Box<Loaded>),
     /// Not loaded: the change is not one the difference path applies, for this reason (load
     /// it with [`load_after`]).
     Declined(String),
@@ -165,7 +165,7 @@ pub fn load_difference(
     previous: &Compiled,
 ) -> Result<DifferenceLoad, Vec<String>> {
     match load_reusing(config, control, Reuse::DifferenceOnly(previous)) {
-        Ok(loaded) => Ok(DifferenceLoad::Loaded(loaded)),
+        Ok(loaded) => Ok(DifferenceLoad::Loaded(Box::new(loaded))),
         Err(Stop::Declined(why)) => Ok(DifferenceLoad::Declined(why)),
         Err(Stop::Refused(problems)) => Err(problems),
     }
@@ -440,7 +440,7 @@ type Shared = (
 
 /// What the difference path made of a reload.
 enum Difference {
-    Applied(AppliedDifference),
+    Applied(Box<AppliedDifference>),
     /// Built whole instead, for this reason.
     Declined(String),
 }
@@ -493,7 +493,7 @@ fn try_difference(
         added: applied.added,
         files: applied.files,
     };
-    Ok(Difference::Applied(AppliedDifference {
+    Ok(Difference::Applied(Box::new(AppliedDifference {
         shared: (
             applied.zones,
             Some(applied.precompiled),
@@ -504,7 +504,7 @@ fn try_difference(
         ),
         from,
         diffs: applied.diffs,
-    }))
+    })))
 }
 
 /// The projections of `zones` when no zone projects anything, before or now (every zone is

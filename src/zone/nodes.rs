@@ -43,13 +43,15 @@ impl Nodes {
     }
 
     #[inline]
-    pub fn get_key_value(&self, name: &[u8]) -> Option<(&Box<[u8]>, &Node)> {
+    pub fn get_key_value(&self, name: &[u8]) -> Option<(&[u8], &Node)> {
         if !self.overlay.is_empty() {
-            if let Some(found) = self.overlay.get_key_value(name) {
-                return Some(found);
+            if let Some((key, node)) = self.overlay.get_key_value(name) {
+                return Some((key, node));
             }
         }
-        self.base.get_key_value(name)
+        self.base
+            .get_key_value(name)
+            .map(|(key, node)| (&key[..], node))
     }
 
     pub fn contains_key(&self, name: &[u8]) -> bool {

@@ -50,6 +50,12 @@ fn difference(old: &str, new: &str) -> Result<Applied, Fallback> {
     apply(&served, &before, &after)
 }
 
+/// An RRset as compared: type, TTL, encoded records, targets.
+type Set = (u16, u32, Box<[u8]>, Box<[Box<[u8]>]>);
+
+/// What an edit must fall back for.
+type Case = (&'static str, String, fn(&Fallback) -> bool);
+
 /// Every node of `full` is in `applied` with the same records and flags, and no other.
 fn assert_same_zone(applied: &Zone, full: &Zone) {
     assert_eq!(applied.nodes.len(), full.nodes.len(), "node count");
@@ -66,7 +72,7 @@ fn assert_same_zone(applied: &Zone, full: &Zone) {
             (other.is_cut, other.below_cut, other.has_wildcard_child),
             "{shown} flags"
         );
-        let sets = |n: &Node| -> Vec<(u16, u32, Box<[u8]>, Box<[Box<[u8]>]>)> {
+        let sets = |n: &Node| -> Vec<Set> {
             n.rrsets
                 .iter()
                 .map(|s| (s.rtype, s.ttl, s.encoded.clone(), s.targets.clone()))
@@ -123,7 +129,7 @@ fn an_edit_of_the_soa_in_parentheses_is_a_difference_too() {
 fn edits_a_difference_cannot_be_sure_of_are_built_whole() {
     let old = text(1, 50);
     let bumped = text(2, 50);
-    let cases: [(&str, String, fn(&Fallback) -> bool); 6] = [
+    let cases: [Case; 6] = [
         (
             "an $ORIGIN line",
             bumped.replace("h9 A", "$ORIGIN sub.example.com.\nh9 A"),
