@@ -803,9 +803,9 @@ impl Reloader {
         status.warnings = warnings;
         status.bundle = state.bundles.as_ref().map(|b| b.status.clone());
         status.zones_from = zones_from.describe();
-        if trigger == Trigger::Startup {
-            tracing::info!("zones: {}", status.zones_from);
-        }
+        // Every load says where its zones came from: a reload that was not applied as a
+        // difference says why (the operator's answer to "why did this reload take seconds").
+        tracing::info!("{}: zones {}", trigger.as_str(), status.zones_from);
         status.zones_from_cache = zones_from == ZonesFrom::Cache;
         if let Some((_, text)) = &control {
             state.last_control_hash = Some(fnv1a64(text.as_bytes()));
