@@ -106,7 +106,7 @@ enum Reuse<'a> {
     /// The snapshot being served with the zone files' changes applied as a difference, and
     /// nothing else: a change the difference path declines stops the load
     /// ([`Stop::Declined`]) instead of building the zones.
-    DifferenceOnly(&'a Compiled),
+    DifferenceOnly(&'a Compiled, &'a Prepared),
     /// The last-known-good zone cache in the state directory (a cold start).
     Cache,
     Nothing,
@@ -163,15 +163,16 @@ pub fn load_difference(
     config: &Config,
     control: ControlSource<'_>,
     previous: &Compiled,
+    prepared: &Prepared,
 ) -> Result<DifferenceLoad, Vec<String>> {
-    match load_reusing(config, control, Reuse::DifferenceOnly(previous)) {
+    match load_reusing(config, control, Reuse::DifferenceOnly(previous, prepared)) {
         Ok(loaded) => Ok(DifferenceLoad::Loaded(Box::new(loaded))),
         Err(Stop::Declined(why)) => Ok(DifferenceLoad::Declined(why)),
         Err(Stop::Refused(problems)) => Err(problems),
     }
 }
 
-pub use difference::{difference_windows, TasteWindow};
+pub use difference::{difference_windows, Prepared, TasteWindow};
 
 /// Why a load stopped: refused (one line per problem), or declined by the difference path.
 enum Stop {
@@ -211,10 +212,14 @@ fn load_reusing(
     let control = read_control(config, control)?;
     let config_digest = config_digest(config);
     let previous = match reuse {
-        Reuse::Served(previous) | Reuse::DifferenceOnly(previous) => Some(previous),
+        Reuse::Served(previous) | Reuse::DifferenceOnly(previous, _) => Some(previous),
         Reuse::Cache | Reuse::Nothing => None,
     };
-    let difference_only = matches!(reuse, Reuse::DifferenceOnly(_));
+    let prepared = match reuse {
+        Reuse::DifferenceOnly(_, prepared) => Some(prepared),
+        _ => None,
+    };
+    let difference_only = prepared.is_some();
     let keys = DnssecKeys::load(config, previous.and_then(|p| p.dnssec.as_deref()))?;
     let tls = load_tls(config)?;
     let transfer = match &config.transfer {
@@ -270,7 +275,7 @@ fn load_reusing(
             };
             None
         }
-        Reuse::Nothing | Reuse::DifferenceOnly(_) => None,
+        Reuse::Nothing | Reuse::DifferenceOnly(..) => None,
     };
     let reused_sources = reusable.as_ref().map(|r| r.sources.clone());
     let mut shared = None;
@@ -314,7 +319,8 @@ fn load_reusing(
     }
     let mut differences = Vec::new();
     if let (Some(previous), None, None) = (previous, &shared, &reused_sources) {
-        let (from, outcome) = match try_difference(config, previous, &transfer, &keys, &control)? {
+        let tried = try_difference(config, previous, &transfer, &keys, &control, prepared)?;
+        let (from, outcome) = match tried {
             Difference::Applied(applied) => {
                 warnings.extend(applied.shared.2.zone_warnings.iter().cloned());
                 differences = applied.diffs;
@@ -460,13 +466,16 @@ fn try_difference(
     transfer: &Option<Arc<super::transfer::TransferSetup>>,
     keys: &DnssecKeys,
     control: &Option<(ControlFile, String)>,
+    prepared: Option<&Prepared>,
 ) -> Result<Difference, Vec<String>> {
     let declined = |why: String| Ok(Difference::Declined(why));
     if !keys.signs_nothing() {
         return declined("DNSSEC zones are built whole".to_string());
     }
     let digest = config_digest(config);
-    let applied = match difference::apply(config, digest.as_ref(), previous, transfer.is_some()) {
+    let transferring = transfer.is_some();
+    let applied = match difference::apply(config, digest.as_ref(), previous, transferring, prepared)
+    {
         Ok(Some(applied)) => applied,
         Ok(None) => return declined("no zone file changed".to_string()),
         Err(why) => return declined(why.to_string()),
@@ -1030,12 +1039,12 @@ pub struct Sources {
     pub(super) zone_warnings: Arc<[String]>,
     /// The zone files' bytes as served, for the next reload to find what an edit changed
     /// (empty when the zones came from the zone cache).
-    pub(super) texts: Vec<(PathBuf, Arc<[u8]>)>,
+    pub(super) texts: Vec<(PathBuf, crate::zone::parse::Text)>,
 }
 
 impl Sources {
     /// `path` now holds `text` (whose digest is `digest`).
-    fn replace_file(&mut self, path: &Path, digest: Digest, text: Arc<[u8]>) {
+    fn replace_file(&mut self, path: &Path, digest: Digest, text: crate::zone::parse::Text) {
         for (p, d) in &mut self.files {
             if p == path {
                 *d = digest;
@@ -1137,7 +1146,7 @@ struct BuiltZones {
     /// Every file read and what it held.
     files: Vec<(PathBuf, Digest)>,
     /// The zone files' bytes.
-    texts: Vec<(PathBuf, Arc<[u8]>)>,
+    texts: Vec<(PathBuf, crate::zone::parse::Text)>,
 }
 
 /// Reads, validates and compiles the zone files.

@@ -95,7 +95,7 @@ pub fn taste(
     config: Result<Config, String>,
     control: Option<&str>,
     steering_only: bool,
-    zone_windows: &[String],
+    zone_windows: &[crate::snapshot::load::TasteWindow],
 ) -> Verdict {
     if let Some(fault) = std::env::var(FAULT_ENV).ok().and_then(|s| Fault::parse(&s)) {
         for text in control
@@ -121,12 +121,8 @@ pub fn taste(
         None => ControlSource::FromConfig,
     };
     if steering_only {
-        let windows: Result<Vec<()>, String> =
-            zone_windows.iter().map(|w| taste_window(w)).collect();
-        if let Err(problem) = windows {
-            return Verdict::Problems {
-                problems: vec![problem],
-            };
+        for window in zone_windows {
+            window.taste();
         }
         return match load_steering(&config, source()) {
             Ok(taste) => {
@@ -163,11 +159,13 @@ pub fn taste(
     }
 }
 
-/// One changed part of a zone file (`--zone-window`), parsed as the server will parse it.
-fn taste_window(arg: &str) -> Result<(), String> {
-    crate::snapshot::load::TasteWindow::from_arg(arg)
-        .ok_or_else(|| format!("--zone-window {arg:?}: malformed"))?
-        .taste()
+/// What the server sends the child on stdin (one JSON value) with `--difference-stdin`: the
+/// candidate control text and the changed lines of the zone files it will apply as a
+/// difference (see `crate::snapshot::load::difference_windows`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DifferenceBatch {
+    pub control: Option<String>,
+    pub windows: Vec<crate::snapshot::load::TasteWindow>,
 }
 
 /// One tenant document for the child to taste.

@@ -222,10 +222,12 @@ pub fn taste(
     run(command, settings, control, scope)
 }
 
-/// Runs `program taste <args> --steering-only --zone-window …` with `control` on stdin: the
-/// child loads the steering (as [`Scope::Steering`]) and parses the changed parts of the zone
-/// files (`windows`, see `crate::snapshot::load::difference_windows`) that the server will
-/// apply as a difference. Its fingerprint is [`steering_fingerprint`]'s.
+/// Runs `program taste <args> --difference-stdin` with the control text and `windows` on
+/// stdin (one JSON value, [`child::DifferenceBatch`]): the child loads the steering (as
+/// [`Scope::Steering`]) and parses the changed lines of the zone files (`windows`, see
+/// `crate::snapshot::load::difference_windows`) that the server will apply as a difference
+/// — the lines themselves, so the child reads no zone file. Its fingerprint is
+/// [`steering_fingerprint`]'s.
 pub fn taste_difference(
     program: &Path,
     settings: &TasterConfig,
@@ -233,16 +235,19 @@ pub fn taste_difference(
     control: Option<&str>,
     windows: &[crate::snapshot::load::TasteWindow],
 ) -> Result<Tasted, Refused> {
+    let batch = child::DifferenceBatch {
+        control: control.map(str::to_string),
+        windows: windows.to_vec(),
+    };
+    let input = serde_json::to_string(&batch)
+        .map_err(|e| Refused::Broken(format!("cannot write the changed lines: {e}")))?;
     let mut command = Command::new(program);
-    command.arg0("steerdns-taster").arg("taste").args(args);
-    if control.is_some() {
-        command.arg("--control-stdin");
-    }
-    command.arg("--steering-only");
-    for window in windows {
-        command.arg("--zone-window").arg(window.to_arg());
-    }
-    run(command, settings, control, Scope::Difference)
+    command
+        .arg0("steerdns-taster")
+        .arg("taste")
+        .args(args)
+        .arg("--difference-stdin");
+    run(command, settings, Some(&input), Scope::Difference)
 }
 
 /// Runs `program taste <args> --tenants-stdin` with `batch` on stdin under `settings`'

@@ -476,13 +476,30 @@ pub fn parse_window(
     path: &Path,
     origin: &Name,
 ) -> Result<Vec<SourceRecord>, Fallback> {
-    let mut text = String::new();
+    let text = |range: &Range<usize>| {
+        bytes
+            .get(range.clone())
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .ok_or(Fallback::NotText)
+    };
+    let ttl = ttl_line.map(text).transpose()?;
+    parse_text(ttl, text(window)?, path, origin)
+}
+
+/// [`parse_window`] of lines already cut out: `ttl_line` (the `$TTL` in force) then `text`.
+pub fn parse_text(
+    ttl_line: Option<&str>,
+    text: &str,
+    path: &Path,
+    origin: &Name,
+) -> Result<Vec<SourceRecord>, Fallback> {
+    let mut whole = String::with_capacity(text.len() + 32);
     if let Some(line) = ttl_line {
-        text.push_str(std::str::from_utf8(&bytes[line.clone()]).map_err(|_| Fallback::NotText)?);
-        text.push('\n');
+        whole.push_str(line);
+        whole.push('\n');
     }
-    text.push_str(std::str::from_utf8(&bytes[window.clone()]).map_err(|_| Fallback::NotText)?);
-    parse_zone_text(&text, path, origin)
+    whole.push_str(text);
+    parse_zone_text(&whole, path, origin)
         .map(|parsed| parsed.records)
         .map_err(|_| Fallback::Unparsable)
 }

@@ -17,7 +17,7 @@ use crate::zone::difference::{self, Fallback};
 use crate::zone::journal::Diff;
 use crate::zone::lookup::ZoneSet;
 use crate::zone::model::{name_to_wire, Zone};
-use crate::zone::parse::{origin_from_file_name, MAX_ZONE_FILE_BYTES};
+use crate::zone::parse::{origin_from_file_name, Text, MAX_ZONE_FILE_BYTES};
 
 use super::super::{Compiled, Precompiled};
 use super::Sources;
@@ -59,12 +59,15 @@ pub struct Applied {
 }
 
 /// `previous`'s zones with the changes of their files applied, when every change can be
-/// applied as a difference; `Ok(None)` when no file changed.
+/// applied as a difference; `Ok(None)` when no file changed. `prepared`: the changed files
+/// as [`difference_windows`] read them (and the taster tasted them), used as they are instead
+/// of being read again.
 pub fn apply(
     config: &Config,
     config_digest: Option<&Digest>,
     previous: &Compiled,
     transferring: bool,
+    prepared: Option<&Prepared>,
 ) -> Result<Option<Applied>, Declined> {
     let Some(sources) = previous.sources.as_ref() else {
         return Err(Declined::Config);
@@ -85,7 +88,10 @@ pub fn apply(
     if super::zone_paths(config).as_ref() != Some(&sources.zone_files) {
         return Err(Declined::ZoneFiles);
     }
-    let changed = changed_files(sources)?;
+    let changed = match prepared {
+        Some(prepared) => prepared.files.clone(),
+        None => changed_files(sources)?,
+    };
     if changed.is_empty() {
         return Ok(None);
     }
@@ -101,7 +107,7 @@ pub fn apply(
         added += applied.added;
         diffs.push((applied.zone.apex.clone(), applied.diff));
         zones[index] = Some(applied.zone);
-        next_sources.replace_file(&path, digest, Arc::from(bytes));
+        next_sources.replace_file(&path, digest, bytes);
         files.push(path);
     }
     let stale: Vec<usize> = zones
@@ -128,16 +134,23 @@ pub fn apply(
     }))
 }
 
+/// A changed file: its path, the bytes read now and their digest.
+type Changed = (PathBuf, Text, Digest);
+
 /// The files whose bytes changed since `sources` were read: each with its new bytes and
-/// digest.
-fn changed_files(sources: &Sources) -> Result<Vec<(PathBuf, Vec<u8>, Digest)>, Declined> {
+/// digest. A file whose served bytes are kept is compared with them (cheaper than a digest).
+fn changed_files(sources: &Sources) -> Result<Vec<Changed>, Declined> {
     let mut changed = Vec::new();
     for (path, digest) in &sources.files {
         let bytes = crate::files::read_limited(path, MAX_ZONE_FILE_BYTES)
             .map_err(|_| Declined::Unreadable(path.clone()))?;
+        let kept = sources.texts.iter().find(|(p, _)| p == path);
+        if kept.is_some_and(|(_, text)| **text == bytes) {
+            continue;
+        }
         let now = crate::files::digest(&bytes);
         if now != *digest {
-            changed.push((path.clone(), bytes, now));
+            changed.push((path.clone(), Arc::new(bytes), now));
         }
     }
     Ok(changed)
@@ -188,19 +201,33 @@ fn apply_file(
     Ok((index, applied))
 }
 
-/// A changed zone file's new window, for the taster child to parse before the server does:
-/// the file, its digest as the server read it, and the window.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TasteWindow {
-    pub path: PathBuf,
-    pub digest: Digest,
-    pub window: difference::Window,
+/// What [`difference_windows`] read and found: the changed files (read once, the same bytes
+/// then tasted and applied) and their changed lines.
+pub struct Prepared {
+    files: Vec<Changed>,
+    pub windows: Vec<TasteWindow>,
 }
 
-/// The windows of the zone files changed since `previous` was built, when every change looks
-/// like one the difference path applies (the bytes compared, nothing parsed); `None` when the
-/// reload is one for a full build (or no zone file changed).
-pub fn difference_windows(config: &Config, previous: &Compiled) -> Option<Vec<TasteWindow>> {
+impl Prepared {
+    /// Each changed file and the digest of the bytes read.
+    pub fn digests(&self) -> impl Iterator<Item = (&PathBuf, &Digest)> {
+        self.files.iter().map(|(path, _, digest)| (path, digest))
+    }
+}
+
+/// A changed zone file's new lines, for the taster child to parse before the server does:
+/// the file (for its origin and messages), the `$TTL` line in force and the lines.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TasteWindow {
+    pub path: PathBuf,
+    pub ttl_line: Option<String>,
+    pub text: String,
+}
+
+/// The zone files changed since `previous` was built, read once, and their changed lines,
+/// when every change looks like one the difference path applies (the bytes compared, nothing
+/// parsed); `None` when the reload is one for a full build (or no zone file changed).
+pub fn difference_windows(config: &Config, previous: &Compiled) -> Option<Prepared> {
     let sources = previous.sources.as_ref()?;
     let digest = super::config_digest(config);
     let same_config = sources.config_path == config.source_path
@@ -212,77 +239,45 @@ pub fn difference_windows(config: &Config, previous: &Compiled) -> Option<Vec<Ta
     if super::zone_paths(config).as_ref() != Some(&sources.zone_files) {
         return None;
     }
-    let changed = changed_files(sources).ok()?;
-    let mut windows = Vec::with_capacity(changed.len());
-    for (path, bytes, digest) in changed {
-        let (_, old) = sources.texts.iter().find(|(p, _)| *p == path)?;
-        let origin = origin_from_file_name(&path)?.to_string();
-        let found = difference::find_windows(old, &bytes, &origin).ok()?;
-        windows.extend(found.into_iter().map(|window| TasteWindow {
-            path: path.clone(),
-            digest,
-            window,
-        }));
+    let files = changed_files(sources).ok()?;
+    let mut windows = Vec::new();
+    for (path, bytes, _) in &files {
+        let (_, old) = sources.texts.iter().find(|(p, _)| p == path)?;
+        let origin = origin_from_file_name(path)?.to_string();
+        for window in difference::find_windows(old, bytes, &origin).ok()? {
+            let text = |range: std::ops::Range<usize>| {
+                std::str::from_utf8(bytes.get(range)?)
+                    .ok()
+                    .map(str::to_string)
+            };
+            let ttl_line = match window.ttl_line.clone() {
+                Some(range) => Some(text(range)?),
+                None => None,
+            };
+            windows.push(TasteWindow {
+                path: path.clone(),
+                ttl_line,
+                text: text(window.new.clone())?,
+            });
+        }
     }
-    (!windows.is_empty()).then_some(windows)
+    (!files.is_empty()).then_some(Prepared { files, windows })
 }
 
 impl TasteWindow {
-    /// As one argument of `steerdns taste --zone-window`: `START:END:TTL_START:TTL_END:DIGEST:PATH`
-    /// (the TTL line `0:0` when there is none; the path last, as it may hold colons).
-    pub fn to_arg(&self) -> std::ffi::OsString {
-        let ttl = self.window.ttl_line.clone().unwrap_or(0..0);
-        let digest = data_encoding::HEXLOWER.encode(&self.digest.to_le_bytes());
-        let mut arg = std::ffi::OsString::from(format!(
-            "{}:{}:{}:{}:{digest}:",
-            self.window.new.start, self.window.new.end, ttl.start, ttl.end
-        ));
-        arg.push(self.path.as_os_str());
-        arg
-    }
-
-    /// The inverse of [`Self::to_arg`].
-    pub fn from_arg(arg: &str) -> Option<TasteWindow> {
-        let mut parts = arg.splitn(6, ':');
-        let mut number = || parts.next()?.parse::<usize>().ok();
-        let (start, end, ttl_start, ttl_end) = (number()?, number()?, number()?, number()?);
-        let digest = data_encoding::HEXLOWER
-            .decode(parts.next()?.as_bytes())
-            .ok()?;
-        let path = PathBuf::from(parts.next()?);
-        Some(TasteWindow {
-            path,
-            digest: Digest::from_le_bytes(digest.try_into().ok()?),
-            window: difference::Window {
-                old: 0..0,
-                new: start..end,
-                ttl_line: (ttl_end > ttl_start).then_some(ttl_start..ttl_end),
-            },
-        })
-    }
-
-    /// The taster child's part: reads the file, checks it holds the bytes the server read,
-    /// and parses the window as the server will (a crash, a hang or a blow-up there refuses
-    /// the change). Lines that do not parse alone are no refusal: the server's difference
-    /// path then declines them and the change is tasted whole. `Err`: one line.
-    pub fn taste(&self) -> Result<(), String> {
-        let shown = self.path.display();
-        let bytes = crate::files::read_limited(&self.path, MAX_ZONE_FILE_BYTES)
-            .map_err(|e| format!("{shown}: cannot read: {e}"))?;
-        if crate::files::digest(&bytes) != self.digest {
-            return Err(format!(
-                "{shown}: changed while it was tasted (reload again)"
-            ));
-        }
-        let origin =
-            origin_from_file_name(&self.path).ok_or_else(|| format!("{shown}: not a zone file"))?;
-        let in_bounds = |r: &std::ops::Range<usize>| r.start <= r.end && r.end <= bytes.len();
-        let ttl = self.window.ttl_line.as_ref();
-        if !in_bounds(&self.window.new) || !ttl.is_none_or(in_bounds) {
-            return Err(format!("{shown}: the changed lines lie outside the file"));
-        }
-        let parsed = difference::parse_window(&bytes, &self.window.new, ttl, &self.path, &origin);
-        tracing::debug!("{shown}: the changed lines parse alone: {}", parsed.is_ok());
-        Ok(())
+    /// The taster child's part: parses the lines as the server will (a crash, a hang or a
+    /// blow-up there refuses the change). Lines that do not parse alone are no refusal: the
+    /// server's difference path then declines them and the change is tasted whole.
+    pub fn taste(&self) {
+        let Some(origin) = origin_from_file_name(&self.path) else {
+            return;
+        };
+        let parsed =
+            difference::parse_text(self.ttl_line.as_deref(), &self.text, &self.path, &origin);
+        tracing::debug!(
+            "{}: the changed lines parse alone: {}",
+            self.path.display(),
+            parsed.is_ok()
+        );
     }
 }

@@ -49,6 +49,9 @@ const MAX_NAME_OCTETS: usize = 255;
 const MAX_CHAR_STRING_OCTETS: usize = 255;
 const MAX_RDATA_OCTETS: usize = 65535;
 
+/// A zone file's bytes as read, shared (an `Arc` of the buffer read: no copy).
+pub type Text = Arc<Vec<u8>>;
+
 /// One resource record as written in a zone file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceRecord {
@@ -75,7 +78,7 @@ pub struct ParsedZone {
     pub sources: Vec<(PathBuf, crate::files::Digest)>,
     /// The zone file's bytes as read, kept when a load asks for them so that the next
     /// reload can find what an edit changed without parsing ([`super::difference`]).
-    pub text: Option<Arc<[u8]>>,
+    pub text: Option<Text>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -168,7 +171,7 @@ pub fn load_zone_file(path: &Path, origin: &Name) -> Result<ParsedZone, Vec<Zone
     match read_zone_bytes(path) {
         Ok(bytes) => {
             let mut zone = parse_zone_bytes(&bytes, path, origin)?;
-            zone.text = Some(Arc::from(bytes));
+            zone.text = Some(Arc::new(bytes));
             Ok(zone)
         }
         Err(message) => Err(vec![ZoneProblem::error(path, 0, message)]),
