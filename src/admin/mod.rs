@@ -437,6 +437,10 @@ pub struct StatusFields {
     /// How this process's first load went (absent from servers older than it).
     #[serde(default)]
     pub startup: crate::reload::StartupStatus,
+    /// Where the snapshot served took its zones from: built (and why not as a difference),
+    /// shared, the zone cache, or a difference applied (absent from servers older than it).
+    #[serde(default)]
+    pub zones_from: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -481,6 +485,7 @@ impl From<Status> for StatusFields {
             control_checks: s.control_checks,
             bundle: s.bundle,
             startup: s.startup,
+            zones_from: s.zones_from,
         }
     }
 }

@@ -111,6 +111,10 @@ pub struct TasteArgs {
     /// Load everything but the zones (the server shares the zones it serves).
     #[arg(long)]
     pub steering_only: bool,
+    /// Standard input is the control text and the changed lines of zone files the server
+    /// will apply as a difference (JSON): loads the steering and parses those lines.
+    #[arg(long)]
+    pub difference_stdin: bool,
     /// Standard input is a batch of tenant documents (JSON) to taste against the platform.
     #[arg(long)]
     pub tenants_stdin: bool,

@@ -46,6 +46,23 @@ pub fn taste(args: TasteArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string(&verdict)?);
         return Ok(ExitCode::from(verdict.exit_code()));
     }
+    if args.difference_stdin {
+        let mut text = String::new();
+        std::io::stdin()
+            .take(steerdns::files::SMALL_FILE_LIMIT)
+            .read_to_string(&mut text)
+            .context("reading the changed lines from standard input")?;
+        let batch: steerdns::taster::child::DifferenceBatch =
+            serde_json::from_str(&text).context("the changed lines are not valid JSON")?;
+        let verdict = steerdns::taster::child::taste(
+            source.read_config(),
+            batch.control.as_deref(),
+            true,
+            &batch.windows,
+        );
+        println!("{}", serde_json::to_string(&verdict)?);
+        return Ok(ExitCode::from(verdict.exit_code()));
+    }
     let control = if args.control_stdin {
         let mut text = String::new();
         std::io::stdin()
@@ -60,6 +77,7 @@ pub fn taste(args: TasteArgs) -> Result<ExitCode> {
         source.read_config(),
         control.as_deref(),
         args.steering_only,
+        &[],
     );
     println!("{}", serde_json::to_string(&verdict)?);
     Ok(ExitCode::from(verdict.exit_code()))

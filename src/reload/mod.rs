@@ -816,9 +816,9 @@ impl Reloader {
         status.warnings = warnings;
         status.bundle = state.bundles.as_ref().map(|b| b.status.clone());
         status.zones_from = zones_from.describe();
-        if trigger == Trigger::Startup {
-            tracing::info!("zones: {}", status.zones_from);
-        }
+        // Every load says where its zones came from: a reload that was not applied as a
+        // difference says why (the operator's answer to "why did this reload take seconds").
+        tracing::info!("{}: zones {}", trigger.as_str(), status.zones_from);
         status.zones_from_cache = zones_from == ZonesFrom::Cache;
         if let Some((_, text)) = &control {
             state.last_control_hash = Some(fnv1a64(text.as_bytes()));
@@ -838,6 +838,8 @@ impl Reloader {
         );
         record_served(config, served.as_ref());
         record_projection(config, &previous, &self.snapshot.load());
+        // After a difference the cache is left as it was: it names the old file's digest, so
+        // the next start refuses it and builds (writing it would store stale answers).
         if matches!(zones_from, ZonesFrom::Built { .. }) {
             write_zone_cache(config, self.snapshot.load_full());
         }
@@ -1082,6 +1084,18 @@ fn taste_then_load(
         Some(program) if config.taster.enabled => program,
         _ => return load_control(config, control, previous),
     };
+    // Same config and zone files as the snapshot served: the server will share its zones
+    // if the change binds the same steered names, and then the taster need not build them.
+    let shared =
+        previous.and_then(|p| crate::snapshot::load::shareable_sources(config, p.compiled()));
+    // Else, zone file edits the server can apply as a difference: the taster tastes that.
+    let mut declined = None;
+    if let (None, Some(previous)) = (&shared, previous) {
+        match taste_difference(source, config, control, previous, program, taster)? {
+            Ok(loaded) => return Ok(loaded),
+            Err(why) => declined = why,
+        }
+    }
     let mut run = |scope| {
         let started = Instant::now();
         let result =
@@ -1089,10 +1103,6 @@ fn taste_then_load(
         taster.count(&result, started.elapsed());
         result.map_err(|refused| refused.reasons())
     };
-    // Same config and zone files as the snapshot served: the server will share its zones
-    // if the change binds the same steered names, and then the taster need not build them.
-    let shared =
-        previous.and_then(|p| crate::snapshot::load::shareable_sources(config, p.compiled()));
     let mut tasted = None;
     if let Some(sources) = shared {
         let steering = run(Scope::Steering)?;
@@ -1107,7 +1117,17 @@ fn taste_then_load(
         Some(tasted) => tasted,
         None => (run(Scope::Full)?, None),
     };
-    let loaded = load_control(config, control, previous)?;
+    let mut loaded = load_control(config, control, previous)?;
+    if let (
+        Some(why),
+        ZonesFrom::Built {
+            difference_declined: declined @ None,
+            ..
+        },
+    ) = (declined, &mut loaded.zones_from)
+    {
+        *declined = Some(why);
+    }
     let same = match (&shared, loaded.compiled.sources()) {
         (Some(shared), Some(used)) => Arc::ptr_eq(shared, used),
         (Some(_), None) => false,
@@ -1123,6 +1143,59 @@ fn taste_then_load(
         ]);
     }
     Ok(loaded)
+}
+
+/// Zone file edits that look like a difference (the bytes compared, see
+/// [`crate::snapshot::load::difference_windows`]): tasted as one (the steering and the
+/// changed lines, in the child), then applied. `Ok(Err(why))`: not applied as a difference
+/// (`why`: the reason, when it got as far as trying); the caller tastes and loads it whole.
+fn taste_difference(
+    source: &Source,
+    config: &Config,
+    control: Option<&(PathBuf, String)>,
+    previous: &Snapshot,
+    program: &Path,
+    taster: &mut TasterStatus,
+) -> Result<Result<Loaded, Option<String>>, Vec<String>> {
+    use crate::snapshot::load::{load_difference, DifferenceLoad};
+    let Some(prepared) = crate::snapshot::load::difference_windows(config, previous.compiled())
+    else {
+        return Ok(Err(None));
+    };
+    let text = control.map(|(_, text)| text.as_str());
+    let started = Instant::now();
+    let result = crate::taster::taste_difference(
+        program,
+        &config.taster,
+        &source.taste_args(),
+        text,
+        &prepared.windows,
+    );
+    taster.count(&result, started.elapsed());
+    let tasted = result.map_err(|refused| refused.reasons())?;
+    let Some(sources) = previous.compiled().sources() else {
+        return Ok(Err(None));
+    };
+    let expected = crate::taster::steering_fingerprint(
+        sources.config_digest(),
+        sources.steered(),
+        config,
+        text,
+    );
+    if tasted.fingerprint != expected {
+        return Ok(Err(Some(
+            "the change binds other steered names".to_string(),
+        )));
+    }
+    let control_source = match control {
+        Some((path, text)) => ControlSource::Text { path, text },
+        None => ControlSource::FromConfig,
+    };
+    // The load applies the very bytes whose changed lines the child parsed (read once).
+    match load_difference(config, control_source, previous.compiled(), &prepared)? {
+        DifferenceLoad::Loaded(loaded) => Ok(Ok(*loaded)),
+        DifferenceLoad::Declined(why) => Ok(Err(Some(why))),
+    }
 }
 
 /// `Ok(why)` when the inputs of `config` and `control` are exactly what this binary last

@@ -23,6 +23,8 @@ use super::projection::{self, Projections};
 use super::steer::SteeringData;
 use super::Compiled;
 
+mod difference;
+
 /// What a load compiled, ready to serve, with the warnings found on the way and how long it
 /// took.
 pub struct Loaded {
@@ -37,8 +39,20 @@ pub struct Loaded {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ZonesFrom {
     /// Parsed, validated and compiled from the zone files; the reason the zone cache was not
-    /// used when a cold start looked at it.
-    Built { cache_refused: Option<String> },
+    /// used when a cold start looked at it, and the reason a reload did not apply the change
+    /// as a difference.
+    Built {
+        cache_refused: Option<String>,
+        difference_declined: Option<String>,
+    },
+    /// The zones served before with the changed records of these files laid over them
+    /// ([`difference`]).
+    Difference {
+        names_changed: usize,
+        removed: usize,
+        added: usize,
+        files: Vec<PathBuf>,
+    },
     /// Shared with the snapshot served before (no zone or config file changed).
     Shared,
     /// The last-known-good zone cache ([`super::zone_cache`]).
@@ -51,10 +65,34 @@ impl ZonesFrom {
         match self {
             ZonesFrom::Built {
                 cache_refused: None,
+                difference_declined: None,
             } => "built from the zone files".to_string(),
             ZonesFrom::Built {
                 cache_refused: Some(why),
+                ..
             } => format!("built from the zone files (zone cache not used: {why})"),
+            ZonesFrom::Built {
+                difference_declined: Some(why),
+                ..
+            } => format!("built from the zone files (not applied as a difference: {why})"),
+            ZonesFrom::Difference {
+                names_changed,
+                removed,
+                added,
+                files,
+            } => {
+                let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+                let plural = |n: usize, word: &str| match n {
+                    1 => format!("1 {word}"),
+                    n => format!("{n} {word}s"),
+                };
+                format!(
+                    "applied as a difference: {} changed, {} removed and {added} added ({})",
+                    plural(*names_changed, "name"),
+                    plural(*removed, "record"),
+                    files.join(", ")
+                )
+            }
             ZonesFrom::Shared => "shared with the snapshot served before".to_string(),
             ZonesFrom::Cache => "from the last-known-good zone cache".to_string(),
         }
@@ -65,6 +103,10 @@ impl ZonesFrom {
 enum Reuse<'a> {
     /// The snapshot being served, when its inputs are unchanged.
     Served(&'a Compiled),
+    /// The snapshot being served with the zone files' changes applied as a difference, and
+    /// nothing else: a change the difference path declines stops the load
+    /// ([`Stop::Declined`]) instead of building the zones.
+    DifferenceOnly(&'a Compiled, &'a Prepared),
     /// The last-known-good zone cache in the state directory (a cold start).
     Cache,
     Nothing,
@@ -103,7 +145,54 @@ pub fn load_after(
         Some(previous) => Reuse::Served(previous),
         None => Reuse::Nothing,
     };
-    load_reusing(config, control, reuse)
+    load_reusing(config, control, reuse).map_err(Stop::into_problems)
+}
+
+/// What [`load_difference`] did.
+pub enum DifferenceLoad {
+    /// Loaded, the zone files' changes applied as a difference.
+    Loaded(Box<Loaded>),
+    /// Not loaded: the change is not one the difference path applies, for this reason (load
+    /// it with [`load_after`]).
+    Declined(String),
+}
+
+/// Like [`load_after`], for a change of zone files only that the difference path can apply
+/// ([`difference_windows`] found it): applies it, or declines without building anything.
+pub fn load_difference(
+    config: &Config,
+    control: ControlSource<'_>,
+    previous: &Compiled,
+    prepared: &Prepared,
+) -> Result<DifferenceLoad, Vec<String>> {
+    match load_reusing(config, control, Reuse::DifferenceOnly(previous, prepared)) {
+        Ok(loaded) => Ok(DifferenceLoad::Loaded(Box::new(loaded))),
+        Err(Stop::Declined(why)) => Ok(DifferenceLoad::Declined(why)),
+        Err(Stop::Refused(problems)) => Err(problems),
+    }
+}
+
+pub use difference::{difference_windows, Prepared, TasteWindow};
+
+/// Why a load stopped: refused (one line per problem), or declined by the difference path.
+enum Stop {
+    Refused(Vec<String>),
+    Declined(String),
+}
+
+impl From<Vec<String>> for Stop {
+    fn from(problems: Vec<String>) -> Stop {
+        Stop::Refused(problems)
+    }
+}
+
+impl Stop {
+    fn into_problems(self) -> Vec<String> {
+        match self {
+            Stop::Refused(problems) => problems,
+            Stop::Declined(why) => vec![why],
+        }
+    }
 }
 
 /// A server's first load: like [`load_with`], taking the zones and precompiled answers from
@@ -111,21 +200,26 @@ pub fn load_after(
 /// would build ([`super::zone_cache`]), else building them (and saying why the cache was not
 /// used, in [`Loaded::zones_from`]).
 pub fn load_cold(config: &Config, control: ControlSource<'_>) -> Result<Loaded, Vec<String>> {
-    load_reusing(config, control, Reuse::Cache)
+    load_reusing(config, control, Reuse::Cache).map_err(Stop::into_problems)
 }
 
 fn load_reusing(
     config: &Config,
     control: ControlSource<'_>,
     reuse: Reuse<'_>,
-) -> Result<Loaded, Vec<String>> {
+) -> Result<Loaded, Stop> {
     let started = Instant::now();
     let control = read_control(config, control)?;
     let config_digest = config_digest(config);
     let previous = match reuse {
-        Reuse::Served(previous) => Some(previous),
+        Reuse::Served(previous) | Reuse::DifferenceOnly(previous, _) => Some(previous),
         Reuse::Cache | Reuse::Nothing => None,
     };
+    let prepared = match reuse {
+        Reuse::DifferenceOnly(_, prepared) => Some(prepared),
+        _ => None,
+    };
+    let difference_only = prepared.is_some();
     let keys = DnssecKeys::load(config, previous.and_then(|p| p.dnssec.as_deref()))?;
     let tls = load_tls(config)?;
     let transfer = match &config.transfer {
@@ -135,6 +229,7 @@ fn load_reusing(
     let mut warnings = keys.not_served_warnings(config);
     let mut zones_from = ZonesFrom::Built {
         cache_refused: None,
+        difference_declined: None,
     };
     let reusable = match reuse {
         Reuse::Served(previous) => previous
@@ -162,6 +257,7 @@ fn load_reusing(
                 Err(why) => {
                     zones_from = ZonesFrom::Built {
                         cache_refused: Some(why.to_string()),
+                        difference_declined: None,
                     };
                     None
                 }
@@ -175,10 +271,11 @@ fn load_reusing(
             };
             zones_from = ZonesFrom::Built {
                 cache_refused: Some(why.to_string()),
+                difference_declined: None,
             };
             None
         }
-        Reuse::Nothing => None,
+        Reuse::Nothing | Reuse::DifferenceOnly(..) => None,
     };
     let reused_sources = reusable.as_ref().map(|r| r.sources.clone());
     let mut shared = None;
@@ -214,10 +311,33 @@ fn load_reusing(
             if reusable.from == ZonesFrom::Cache {
                 zones_from = ZonesFrom::Built {
                     cache_refused: Some("the config binds other steered names".to_string()),
+                    difference_declined: None,
                 };
             }
             warnings = keys.not_served_warnings(config);
         }
+    }
+    let mut differences = Vec::new();
+    if let (Some(previous), None, None) = (previous, &shared, &reused_sources) {
+        let tried = try_difference(config, previous, &transfer, &keys, &control, prepared)?;
+        let (from, outcome) = match tried {
+            Difference::Applied(applied) => {
+                warnings.extend(applied.shared.2.zone_warnings.iter().cloned());
+                differences = applied.diffs;
+                (applied.from, Some(applied.shared))
+            }
+            Difference::Declined(why) if difference_only => return Err(Stop::Declined(why)),
+            Difference::Declined(why) => (
+                ZonesFrom::Built {
+                    cache_refused: None,
+                    difference_declined: Some(why),
+                },
+                None,
+            ),
+        };
+        tracing::debug!("zones: {}", from.describe());
+        zones_from = from;
+        shared = outcome;
     }
     let (zones, precompiled, sources, steering, signed, projections) = match shared {
         Some(shared) => shared,
@@ -257,6 +377,7 @@ fn load_reusing(
                 files: built.files,
                 steered: steered_names(steering.as_ref()),
                 zone_warnings: built.warnings,
+                texts: built.texts,
             };
             // Rebuilt from the same bytes (a projection that moved its zone's serial): the
             // same sources, so that what the taster checked against them still holds.
@@ -304,6 +425,7 @@ fn load_reusing(
         tls,
         transfer,
         projections,
+        differences,
     };
     Ok(Loaded {
         compiled,
@@ -335,6 +457,120 @@ fn expired_zones(config: &Config, zones: &ZoneSet) -> Box<[bool]> {
     } else {
         Box::default()
     }
+}
+
+/// What a load takes instead of building: zones, precompiled answers (`None`: build them),
+/// sources, steering, what signing did, projections.
+type Shared = (
+    ZoneSet,
+    Option<super::Precompiled>,
+    Arc<Sources>,
+    Option<SteeringData>,
+    Option<ZonesSigned>,
+    Projections,
+);
+
+/// What the difference path made of a reload.
+enum Difference {
+    Applied(Box<AppliedDifference>),
+    /// Built whole instead, for this reason.
+    Declined(String),
+}
+
+struct AppliedDifference {
+    shared: Shared,
+    from: ZonesFrom,
+    diffs: Vec<(Box<[u8]>, crate::zone::journal::Diff)>,
+}
+
+/// The served zones with the zone files' changes applied as a difference, when that is sure
+/// to serve what a full build would; the steering compiled as for any load. `Err` only for
+/// what refuses the load whole (the policies).
+fn try_difference(
+    config: &Config,
+    previous: &Compiled,
+    transfer: &Option<Arc<super::transfer::TransferSetup>>,
+    keys: &DnssecKeys,
+    control: &Option<(ControlFile, String)>,
+    prepared: Option<&Prepared>,
+) -> Result<Difference, Vec<String>> {
+    let declined = |why: String| Ok(Difference::Declined(why));
+    if !keys.signs_nothing() {
+        return declined("DNSSEC zones are built whole".to_string());
+    }
+    let digest = config_digest(config);
+    let transferring = transfer.is_some();
+    let applied = match difference::apply(config, digest.as_ref(), previous, transferring, prepared)
+    {
+        Ok(Some(applied)) => applied,
+        Ok(None) => return declined("no zone file changed".to_string()),
+        Err(why) => return declined(why.to_string()),
+    };
+    let mut ignored = Vec::new();
+    let steering = compile_steering(config, control, &mut ignored)?;
+    if steered_names(steering.as_ref()) != applied.sources.steered {
+        return declined("the config binds other steered names".to_string());
+    }
+    let projections = match transfer {
+        None => Projections::default(),
+        Some(_) => match unmoved_projections(previous, &applied.zones, steering.as_ref(), keys) {
+            Some(projections) => projections,
+            None => {
+                return declined(
+                    "steered names are projected into the zones' transfers".to_string(),
+                )
+            }
+        },
+    };
+    let from = ZonesFrom::Difference {
+        names_changed: applied.names_changed,
+        removed: applied.removed,
+        added: applied.added,
+        files: applied.files,
+    };
+    Ok(Difference::Applied(Box::new(AppliedDifference {
+        shared: (
+            applied.zones,
+            Some(applied.precompiled),
+            applied.sources,
+            steering,
+            None,
+            projections,
+        ),
+        from,
+        diffs: applied.diffs,
+    })))
+}
+
+/// The projections of `zones` when no zone projects anything, before or now (every zone is
+/// then transferred at its file serial, which the difference set); `None` otherwise.
+fn unmoved_projections(
+    previous: &Compiled,
+    zones: &ZoneSet,
+    steering: Option<&SteeringData>,
+    keys: &DnssecKeys,
+) -> Option<Projections> {
+    let before = &previous.projections;
+    if before.catalog.is_some()
+        || before
+            .zones()
+            .iter()
+            .any(|p| p.revision != 0 || !before.records(&p.apex).is_empty())
+    {
+        return None;
+    }
+    let records = projection::project(steering.map(|s| &s.policies), zones.zones(), &|origin| {
+        keys.signs(origin)
+    });
+    let serials: Vec<u32> = zones.zones().iter().map(|z| z.serial).collect();
+    let numbered = projection::number(records, &serials, &before.remembered());
+    let moved = zones.zones().iter().any(|z| {
+        !numbered.records(&z.apex).is_empty()
+            || numbered
+                .zone(&z.apex)
+                .is_some_and(|p| p.transfer_serial() != z.serial)
+    });
+    (!moved).then_some(numbered)
 }
 
 /// Zones and precompiled answers a load may take instead of building them.
@@ -813,6 +1049,7 @@ impl ZoneKeys {
 
 /// The inputs a snapshot's zones and precompiled answers were built from: the config file,
 /// the zone directory and every file read from it, and the steered names bound into the zones.
+#[derive(Clone)]
 pub struct Sources {
     pub(super) config_path: Option<PathBuf>,
     /// `None`: built-in defaults (no config file).
@@ -826,9 +1063,23 @@ pub struct Sources {
     pub(super) steered: Vec<Box<[u8]>>,
     /// The zone warnings of the load that built them (repeated when they are shared).
     pub(super) zone_warnings: Arc<[String]>,
+    /// The zone files' bytes as served, for the next reload to find what an edit changed
+    /// (empty when the zones came from the zone cache).
+    pub(super) texts: Vec<(PathBuf, crate::zone::parse::Text)>,
 }
 
 impl Sources {
+    /// `path` now holds `text` (whose digest is `digest`).
+    fn replace_file(&mut self, path: &Path, digest: Digest, text: crate::zone::parse::Text) {
+        for (p, d) in &mut self.files {
+            if p == path {
+                *d = digest;
+            }
+        }
+        self.texts.retain(|(p, _)| p != path);
+        self.texts.push((path.to_path_buf(), text));
+    }
+
     /// The config file's digest (`None`: built-in defaults).
     pub fn config_digest(&self) -> Option<&Digest> {
         self.config.as_ref()
@@ -920,6 +1171,8 @@ struct BuiltZones {
     zone_files: Vec<PathBuf>,
     /// Every file read and what it held.
     files: Vec<(PathBuf, Digest)>,
+    /// The zone files' bytes.
+    texts: Vec<(PathBuf, crate::zone::parse::Text)>,
 }
 
 /// Reads, validates and compiles the zone files.
@@ -965,6 +1218,10 @@ fn build_zones(config: &Config) -> Result<BuiltZones, Vec<String>> {
         files: parsed
             .iter()
             .flat_map(|z| z.sources.iter().cloned())
+            .collect(),
+        texts: parsed
+            .iter_mut()
+            .filter_map(|z| Some((z.path.clone(), z.text.take()?)))
             .collect(),
     };
     drop_in_background(parsed);
@@ -1297,6 +1554,128 @@ mod tests {
             "[profiles.critical.endpoints]\nfrontdoor = {{ weight = {frontdoor} }}\n\
              alt-cdn = {{ weight = {alt_cdn} }}\nappgw = {{ weight = 0 }}\n"
         )
+    }
+
+    /// A zone of `hosts` names at `serial`, as `zones/big.example.zone`.
+    fn big_zone(serial: u32, hosts: usize) -> String {
+        let mut text = format!(
+            "$ORIGIN big.example.\n$TTL 300\n@ IN SOA ns1 hostmaster (\n  {serial} ; serial\n  \
+             7200 900 1209600 60 )\n@ NS ns1\nns1 A 192.0.2.53\n@ MX 10 mail\nmail A 192.0.2.25\n\
+             www CNAME h7\n"
+        );
+        for i in 0..hosts {
+            text.push_str(&format!("h{i} A 192.0.2.{}\n", i % 250));
+        }
+        text
+    }
+
+    fn query(name: &str, qtype: u16) -> Vec<u8> {
+        let mut p = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 1];
+        for label in name.trim_end_matches('.').split('.') {
+            p.push(label.len() as u8);
+            p.extend_from_slice(label.as_bytes());
+        }
+        p.push(0);
+        p.extend_from_slice(&qtype.to_be_bytes());
+        p.extend_from_slice(&1u16.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+        p
+    }
+
+    /// The response of `snapshot` to each query.
+    fn answers(snapshot: &crate::snapshot::Snapshot, queries: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let client = crate::dns::wire::Requester::new(
+            std::net::IpAddr::from([127, 0, 0, 1]),
+            crate::dns::wire::Transport::Udp,
+        );
+        let mut out = vec![0u8; 4096];
+        queries
+            .iter()
+            .map(|q| {
+                let len = crate::answer::respond(snapshot, q, &client, &mut out).unwrap_or(0);
+                out[..len].to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_zone_file_edit_is_applied_as_a_difference_and_answers_as_a_full_build() {
+        let example = Example::new("difference");
+        let path = example.path("zones/big.example.zone");
+        std::fs::write(&path, big_zone(1, 2000)).expect("write zone");
+        let first = example.load(None);
+        let edited = big_zone(2, 2000).replace("h1000 A 192.0.2.0\n", "h1000 A 198.51.100.1\n");
+        std::fs::write(&path, &edited).expect("write zone");
+        let loaded = load_after(&example.config(), ControlSource::FromConfig, Some(&first))
+            .unwrap_or_else(|problems| panic!("refused: {problems:?}"));
+        assert!(
+            matches!(
+                &loaded.zones_from,
+                ZonesFrom::Difference {
+                    names_changed: 2,
+                    removed: 2,
+                    added: 2,
+                    ..
+                }
+            ),
+            "{}",
+            loaded.zones_from.describe()
+        );
+        let full = example.load(None);
+        let mut queries = Vec::new();
+        for i in (0..2000).step_by(37).chain([1000, 7]) {
+            for qtype in [rtype::A, rtype::AAAA, rtype::TXT] {
+                queries.push(query(&format!("h{i}.big.example."), qtype));
+            }
+        }
+        for (name, qtype) in [
+            ("big.example.", rtype::SOA),
+            ("big.example.", rtype::NS),
+            ("big.example.", rtype::MX),
+            ("www.big.example.", rtype::A),
+            ("nx.big.example.", rtype::A),
+            ("mail.example.com.", rtype::A),
+        ] {
+            queries.push(query(name, qtype));
+        }
+        let applied = crate::snapshot::Snapshot::standalone(loaded.compiled);
+        let built = crate::snapshot::Snapshot::standalone(full);
+        let (got, want) = (answers(&applied, &queries), answers(&built, &queries));
+        for ((q, got), want) in queries.iter().zip(&got).zip(&want) {
+            assert!(!want.is_empty());
+            assert_eq!(got, want, "query {q:?}");
+        }
+        assert!(want[queries.len() - 6..].iter().all(|r| r.len() > 12));
+    }
+
+    #[test]
+    fn an_edit_the_difference_cannot_take_is_built_whole_or_refused_as_a_full_load_refuses_it() {
+        let example = Example::new("difference-declined");
+        let path = example.path("zones/big.example.zone");
+        std::fs::write(&path, big_zone(1, 200)).expect("write zone");
+        let first = example.load(None);
+        let origin = big_zone(2, 200).replace("h100 A", "$ORIGIN sub.big.example.\nh100 A");
+        std::fs::write(&path, &origin).expect("write zone");
+        let loaded = load_after(&example.config(), ControlSource::FromConfig, Some(&first))
+            .unwrap_or_else(|problems| panic!("refused: {problems:?}"));
+        match &loaded.zones_from {
+            ZonesFrom::Built {
+                difference_declined: Some(why),
+                ..
+            } => assert!(why.contains("$ORIGIN"), "{why}"),
+            other => panic!("{}", other.describe()),
+        }
+        let cname = big_zone(2, 200).replace(
+            "h100 A 192.0.2.100\n",
+            "h100 A 192.0.2.100\nh100 CNAME ns1\n",
+        );
+        std::fs::write(&path, &cname).expect("write zone");
+        let refused = load_after(&example.config(), ControlSource::FromConfig, Some(&first));
+        let full = load_after(&example.config(), ControlSource::FromConfig, None);
+        match (refused, full) {
+            (Err(refused), Err(full)) => assert_eq!(refused, full),
+            _ => panic!("a CNAME beside an A is refused"),
+        }
     }
 
     #[test]

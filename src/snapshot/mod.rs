@@ -136,6 +136,9 @@ pub struct Compiled {
     /// Per zone (by index in `zones`): a secondary zone past its SOA expire time, answered
     /// SERVFAIL. Empty when none is.
     expired: Box<[bool]>,
+    /// The differences a reload applied (by zone apex), for the IXFR journal: given, not
+    /// computed again from both versions (empty for a load that built the zones).
+    differences: Vec<(Box<[u8]>, crate::zone::journal::Diff)>,
 }
 
 /// What the shield thread ([`crate::reload::shield`]) reads from the snapshot in service.
@@ -182,6 +185,7 @@ impl Compiled {
             transfer: None,
             projections: projection::Projections::default(),
             expired: Box::default(),
+            differences: Vec::new(),
         }
     }
 
@@ -270,6 +274,14 @@ impl Compiled {
     /// The static projection of the steered names into transfers, per zone.
     pub fn projections(&self) -> &projection::Projections {
         &self.projections
+    }
+
+    /// The difference a reload applied to the zone with this apex, if it was applied as one.
+    pub fn difference(&self, apex: &[u8]) -> Option<&crate::zone::journal::Diff> {
+        self.differences
+            .iter()
+            .find(|(a, _)| a[..] == *apex)
+            .map(|(_, d)| d)
     }
 
     /// `zone` as a transfer sends it: with its projected records.

@@ -32,6 +32,10 @@ pub struct Precompiled {
     table: Arc<Table>,
     /// The DO variants of the answers of signed zones: with signatures and proofs.
     signed: Arc<Table>,
+    /// By zone index: zones changed by a difference since these answers were built (see
+    /// `super::load`): their answers may be stale, so their queries take the general lookup.
+    /// `None` (one branch per query) for answers built with their zones.
+    stale: Option<Arc<[bool]>>,
 }
 
 #[derive(Default)]
@@ -156,6 +160,41 @@ fn split_key(key: &[u8]) -> (&[u8], u16) {
 }
 
 impl Precompiled {
+    /// These answers, with the zones at `changed` (indices) marked stale too.
+    pub(super) fn with_stale(&self, changed: &[usize]) -> Precompiled {
+        let zones = self.zone_count();
+        let mut stale: Vec<bool> = match &self.stale {
+            Some(stale) => stale.to_vec(),
+            None => vec![false; zones],
+        };
+        stale.resize(zones, false);
+        for &i in changed {
+            if let Some(flag) = stale.get_mut(i) {
+                *flag = true;
+            }
+        }
+        Precompiled {
+            stale: Some(stale.into()),
+            ..self.clone()
+        }
+    }
+
+    /// Are the answers of zone `zone` stale (changed by a difference since they were built)?
+    #[inline]
+    fn is_stale(&self, zone: usize) -> bool {
+        match &self.stale {
+            None => false,
+            Some(stale) => stale.get(zone).copied().unwrap_or(true),
+        }
+    }
+
+    /// How many zones have stale answers.
+    pub fn stale_zones(&self) -> usize {
+        self.stale
+            .as_ref()
+            .map_or(0, |s| s.iter().filter(|&&s| s).count())
+    }
+
     /// How many zones the answers were built for (they name their zone by index into them).
     pub fn zone_count(&self) -> usize {
         self.table.signed_zones.len()
@@ -180,6 +219,9 @@ impl Precompiled {
         }
         let &(zone, binding) = table.wildcards.get(qname.suffix(1))?;
         let zone = usize::from(zone);
+        if self.is_stale(zone) {
+            return None;
+        }
         // An existing name (or empty non-terminal) is answered by its own node, never by the
         // wildcard (RFC 4592 §2.2.1).
         if zones.zones().get(zone)?.node(qname.as_wire()).is_some() {
@@ -198,6 +240,9 @@ impl Precompiled {
     ) -> Option<(usize, FastPathEntry<'_>)> {
         if dnssec && !self.signed.index.is_empty() {
             if let Some(slot) = self.signed.find(qname.as_wire(), qtype) {
+                if self.is_stale(usize::from(slot.zone)) {
+                    return None;
+                }
                 return Some((usize::from(slot.zone), self.signed.entry(slot)?));
             }
         }
@@ -207,7 +252,8 @@ impl Precompiled {
         }
         let slot = table.find(qname.as_wire(), qtype)?;
         let zone = usize::from(slot.zone);
-        if dnssec && table.signed_zones.get(zone).copied().unwrap_or(false) {
+        if (dnssec && table.signed_zones.get(zone).copied().unwrap_or(false)) || self.is_stale(zone)
+        {
             return None;
         }
         Some((zone, table.entry(slot)?))
@@ -359,6 +405,7 @@ impl Precompiled {
         Precompiled {
             table: Arc::new(table),
             signed: Arc::new(signed),
+            stale: None,
         }
     }
 }

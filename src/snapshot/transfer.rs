@@ -89,7 +89,11 @@ pub fn next_journal(
         let Some(old) = before.zones().by_apex(&zone.apex) else {
             continue;
         };
-        if old.serial != zone.serial {
+        if let (Some(diff), true) = (compiled.difference(&zone.apex), old.serial != zone.serial) {
+            // Applied as a difference: recorded as applied, not found again by comparing every
+            // record of both versions.
+            next = next.with_difference(&zone.apex, diff.clone());
+        } else if old.serial != zone.serial {
             next = next.after_reload(before.transfer_view(old), compiled.transfer_view(zone));
         } else if zone.denial.is_some()
             && !std::ptr::eq(old, zone)
@@ -137,6 +141,52 @@ mod tests {
         assert_eq!(history.map(|h| h.depth()), Some(2));
         let answer = ixfr_records(zone, history, 1).map(|a| a.0);
         assert_eq!(answer, Some(IxfrKind::Incremental));
+    }
+
+    #[test]
+    fn a_difference_applied_is_journaled_as_the_full_comparison_would_journal_it() {
+        let text = |serial: u32, www: &str| {
+            format!(
+                "$TTL 300\n@ SOA ns1 hostmaster {serial} 3600 600 86400 300\n@ NS ns1\n\
+                 ns1 A 192.0.2.1\nwww A {www}\nnew A 192.0.2.9\n"
+            )
+        };
+        let (old_text, new_text) = (text(1, "192.0.2.2"), text(2, "192.0.2.3"));
+        let v1 = Compiled::build(
+            vec![example_zone(&old_text)],
+            crate::snapshot::ServeOptions::default(),
+        );
+        let served = &v1.zones().zones()[0];
+        let origin = served.origin.clone();
+        let path = std::path::Path::new("example.com.zone");
+        let windows = crate::zone::difference::find_windows(
+            old_text.as_bytes(),
+            new_text.as_bytes(),
+            "example.com.",
+        )
+        .expect("windows");
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        for w in &windows {
+            let ttl = w.ttl_line.as_ref();
+            let parse = |bytes: &str, range| {
+                crate::zone::difference::parse_window(bytes.as_bytes(), range, ttl, path, &origin)
+                    .expect("parses")
+            };
+            before.extend(parse(&old_text, &w.old));
+            after.extend(parse(&new_text, &w.new));
+        }
+        let applied = crate::zone::difference::apply(served, &before, &after).expect("applied");
+        let apex = applied.zone.apex.clone();
+        let mut v2 = Compiled::build(vec![applied.zone], crate::snapshot::ServeOptions::default());
+        v2.differences = vec![(apex.clone(), applied.diff)];
+        let journaled = next_journal(5, Some((&Journal::new(5), &v1)), &v2);
+        let full = Compiled::build(
+            vec![example_zone(&new_text)],
+            crate::snapshot::ServeOptions::default(),
+        );
+        let compared = next_journal(5, Some((&Journal::new(5), &v1)), &full);
+        assert!(journaled.zone(&apex).is_some());
+        assert_eq!(journaled.zone(&apex), compared.zone(&apex));
     }
 
     #[test]

@@ -328,6 +328,7 @@ fn decode_sources(bytes: Vec<u8>) -> Result<Sources, Malformed> {
         files,
         steered,
         zone_warnings: zone_warnings.into(),
+        texts: Vec::new(),
     })
 }
 

@@ -95,6 +95,7 @@ pub fn taste(
     config: Result<Config, impl std::fmt::Display>,
     control: Option<&str>,
     steering_only: bool,
+    zone_windows: &[crate::snapshot::load::TasteWindow],
 ) -> Verdict {
     if let Some(fault) = std::env::var(FAULT_ENV).ok().and_then(|s| Fault::parse(&s)) {
         for text in control
@@ -120,6 +121,9 @@ pub fn taste(
         None => ControlSource::FromConfig,
     };
     if steering_only {
+        for window in zone_windows {
+            window.taste();
+        }
         return match load_steering(&config, source()) {
             Ok(taste) => {
                 let fingerprint = super::steering_fingerprint(
@@ -153,6 +157,15 @@ pub fn taste(
         }
         Err(problems) => Verdict::Problems { problems },
     }
+}
+
+/// What the server sends the child on stdin (one JSON value) with `--difference-stdin`: the
+/// candidate control text and the changed lines of the zone files it will apply as a
+/// difference (see `crate::snapshot::load::difference_windows`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DifferenceBatch {
+    pub control: Option<String>,
+    pub windows: Vec<crate::snapshot::load::TasteWindow>,
 }
 
 /// One tenant document for the child to taste.
@@ -304,7 +317,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_config_is_a_problem_not_a_crash() {
-        let verdict = taste(Err("steerdns.toml: cannot read"), None, false);
+        let verdict = taste(Err("steerdns.toml: cannot read"), None, false, &[]);
         assert_eq!(
             verdict,
             Verdict::Problems {

@@ -155,6 +155,10 @@ impl TasterStatus {
             Ok(tasted) => match tasted.scope {
                 Scope::Full => "ok: loaded everything".to_string(),
                 Scope::Steering => "ok: loaded all but the zones (shared)".to_string(),
+                Scope::Difference => {
+                    "ok: loaded all but the zones, and parsed the changed lines of the zone files"
+                        .to_string()
+                }
             },
             Err(Refused::Problems(lines)) => format!("problems: {} line(s)", lines.len()),
             Err(refused) => format!("{}: {refused}", outcome.as_str()),
@@ -193,6 +197,9 @@ pub enum Scope {
     /// server will load by sharing the zones it serves (see
     /// [`crate::snapshot::load::load_steering`]). Its fingerprint is [`steering_fingerprint`].
     Steering,
+    /// As [`Scope::Steering`], and the changed lines of the zone files the server applies as
+    /// a difference ([`taste_difference`]).
+    Difference,
 }
 
 /// Runs `program taste <args>` with `control` on stdin under `settings`' limits and returns
@@ -213,6 +220,34 @@ pub fn taste(
         command.arg("--steering-only");
     }
     run(command, settings, control, scope)
+}
+
+/// Runs `program taste <args> --difference-stdin` with the control text and `windows` on
+/// stdin (one JSON value, [`child::DifferenceBatch`]): the child loads the steering (as
+/// [`Scope::Steering`]) and parses the changed lines of the zone files (`windows`, see
+/// `crate::snapshot::load::difference_windows`) that the server will apply as a difference
+/// — the lines themselves, so the child reads no zone file. Its fingerprint is
+/// [`steering_fingerprint`]'s.
+pub fn taste_difference(
+    program: &Path,
+    settings: &TasterConfig,
+    args: &[OsString],
+    control: Option<&str>,
+    windows: &[crate::snapshot::load::TasteWindow],
+) -> Result<Tasted, Refused> {
+    let batch = child::DifferenceBatch {
+        control: control.map(str::to_string),
+        windows: windows.to_vec(),
+    };
+    let input = serde_json::to_string(&batch)
+        .map_err(|e| Refused::Broken(format!("cannot write the changed lines: {e}")))?;
+    let mut command = Command::new(program);
+    command
+        .arg0("steerdns-taster")
+        .arg("taste")
+        .args(args)
+        .arg("--difference-stdin");
+    run(command, settings, Some(&input), Scope::Difference)
 }
 
 /// Runs `program taste <args> --tenants-stdin` with `batch` on stdin under `settings`'

@@ -152,7 +152,7 @@ fn decode_zone(reader: &mut LeReader<'_>) -> Result<Zone, Malformed> {
         apex_labels: origin.num_labels() as usize,
         origin,
         apex,
-        nodes,
+        nodes: crate::zone::nodes::Nodes::from(nodes),
         negative_ttl,
         serial,
         denial: None,

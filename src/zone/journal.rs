@@ -195,6 +195,16 @@ impl Journal {
 
     /// The journal without the history of the zone with this apex (its next IXFR from an
     /// older serial is answered AXFR style).
+    /// The journal with `diff` (a difference applied as such, see `super::difference`)
+    /// recorded for the zone with this apex.
+    pub fn with_difference(&self, apex: &[u8], diff: Diff) -> Journal {
+        let mut next = self.clone();
+        let history = self.zones.get(apex).cloned().unwrap_or_default();
+        next.zones
+            .insert(Box::from(apex), history.with(diff, self.depth));
+        next
+    }
+
     pub fn forget(&self, apex: &[u8]) -> Journal {
         let mut next = self.clone();
         next.zones.remove(apex);

@@ -8,11 +8,13 @@
 //! [`model::SteeredBinding`]) get their answers ([`lookup::SteeredData`]).
 
 pub mod cache;
+pub mod difference;
 pub mod group;
 pub mod ixfr;
 pub mod journal;
 pub mod lookup;
 pub mod model;
+pub mod nodes;
 pub mod parse;
 pub mod transfer;
 pub mod validate;

@@ -9,6 +9,7 @@ use hickory_proto::rr::Name;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::group::{ancestors, label_count, push_wire_key, Grouped};
+use super::nodes::Nodes;
 use crate::dns::wire::rtype;
 
 /// One record to load: what the zone file parser hands over.
@@ -121,7 +122,8 @@ pub struct Zone {
     pub origin: Name,
     pub apex: Box<[u8]>,
     pub apex_labels: usize,
-    pub nodes: FxHashMap<Box<[u8]>, Node>,
+    /// Every name's node: a shared base and the names a difference changed ([`Nodes`]).
+    pub nodes: Nodes,
     /// TTL of negative answers: min(SOA TTL, SOA MINIMUM) per RFC 2308.
     pub negative_ttl: u32,
     pub serial: u32,
@@ -346,7 +348,7 @@ impl Zone {
             origin: origin.clone(),
             apex,
             apex_labels,
-            nodes,
+            nodes: Nodes::from(nodes),
             negative_ttl: soa_ttl.min(minimum),
             serial,
             denial: None,
@@ -416,7 +418,7 @@ impl Zone {
     }
 
     /// Is there a zone cut strictly between the apex and `key`?
-    fn has_cut_above(&self, key: &[u8]) -> bool {
+    pub(crate) fn has_cut_above(&self, key: &[u8]) -> bool {
         let depth = label_count(key).saturating_sub(self.apex_labels);
         ancestors(key)
             .skip(1)
@@ -545,7 +547,50 @@ impl Zone {
 }
 
 /// (type, TTL, RDATA) of one record while grouping by owner.
-type RawRecord<'a> = (u16, u32, &'a [u8]);
+pub(crate) type RawRecord<'a> = (u16, u32, &'a [u8]);
+
+impl Zone {
+    /// This zone with `nodes` in place of its own and the apex SOA's numbers read again: a
+    /// version built by a difference (`super::difference`), sharing the unchanged names.
+    /// `None` for a signed zone (its denial chain would have to change too) or when the new
+    /// apex has no readable SOA.
+    pub(crate) fn with_nodes(&self, nodes: Nodes) -> Option<Zone> {
+        if self.denial.is_some() {
+            return None;
+        }
+        let soa = nodes.get(&self.apex)?.rrset(rtype::SOA)?;
+        let (serial, minimum) = soa_numbers(soa.rdatas().next()?)?;
+        Some(Zone {
+            origin: self.origin.clone(),
+            apex: self.apex.clone(),
+            apex_labels: self.apex_labels,
+            negative_ttl: soa.ttl.min(minimum),
+            serial,
+            nodes,
+            denial: None,
+        })
+    }
+
+    /// The same zone, sharing its names (`None` for a signed zone).
+    pub(crate) fn shallow_clone(&self) -> Option<Zone> {
+        self.with_nodes(self.nodes.clone())
+    }
+}
+
+impl Node {
+    /// A node of `records` (sorted by type, file order within a type), built exactly as
+    /// [`Zone::build`] builds it; the flags are the caller's to set.
+    pub(crate) fn from_records(
+        owner: &[u8],
+        records: &[RawRecord<'_>],
+    ) -> Result<Node, ModelError> {
+        let mut seen = Vec::new();
+        Ok(Node {
+            rrsets: build_rrsets(owner, records, &mut seen)?,
+            ..Node::default()
+        })
+    }
+}
 
 /// The RRsets of one owner from its records sorted by type; `seen` is scratch space.
 fn build_rrsets<'r>(

@@ -34,3 +34,4 @@ mod tenant_first;
 mod tenants;
 mod xfr_in;
 mod xfr_out;
+mod zone_difference;

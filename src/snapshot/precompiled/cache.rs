@@ -118,6 +118,7 @@ impl Precompiled {
         Ok(Precompiled {
             table: Arc::new(table),
             signed: Arc::new(signed),
+            stale: None,
         })
     }
 }
@@ -296,6 +297,7 @@ mod tests {
         Precompiled {
             table: Arc::new(table),
             signed: Arc::new(signed),
+            stale: None,
         }
     }
 

@@ -318,5 +318,6 @@ pub(super) fn parse_zone_bytes_within(
         path: path.to_path_buf(),
         records: parser.records,
         sources: parser.sources,
+        text: None,
     })
 }

@@ -49,6 +49,9 @@ const MAX_NAME_OCTETS: usize = 255;
 const MAX_CHAR_STRING_OCTETS: usize = 255;
 const MAX_RDATA_OCTETS: usize = 65535;
 
+/// A zone file's bytes as read, shared (an `Arc` of the buffer read: no copy).
+pub type Text = Arc<Vec<u8>>;
+
 /// One resource record as written in a zone file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceRecord {
@@ -73,6 +76,9 @@ pub struct ParsedZone {
     /// Every file read for this zone (the zone file, then each `$INCLUDE`d file) and what it
     /// held, so that a reload can tell whether anything changed.
     pub sources: Vec<(PathBuf, crate::files::Digest)>,
+    /// The zone file's bytes as read, kept when a load asks for them so that the next
+    /// reload can find what an edit changed without parsing ([`super::difference`]).
+    pub text: Option<Text>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -163,7 +169,11 @@ pub fn parse_zone_text(
 /// Reads and parses one zone file.
 pub fn load_zone_file(path: &Path, origin: &Name) -> Result<ParsedZone, Vec<ZoneProblem>> {
     match read_zone_bytes(path) {
-        Ok(bytes) => parse_zone_bytes(&bytes, path, origin),
+        Ok(bytes) => {
+            let mut zone = parse_zone_bytes(&bytes, path, origin)?;
+            zone.text = Some(Arc::new(bytes));
+            Ok(zone)
+        }
         Err(message) => Err(vec![ZoneProblem::error(path, 0, message)]),
     }
 }
