@@ -455,7 +455,7 @@ fn answer(
     // A name that may be a tenant's (no static answer of its own): one probe of the tenant
     // table. A suspended tenant's names are REFUSED.
     let tenants = match found.entry {
-        None | Some(FastPathEntry::SteeredWildcard(_)) => Some(snapshot.tenants().load()),
+        None | Some(FastPathEntry::SteeredWildcard(_)) => snapshot.tenants().load_if_any(),
         Some(_) => None,
     };
     let tenant = tenants

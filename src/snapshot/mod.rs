@@ -19,6 +19,7 @@ pub mod transfer;
 pub mod zone_cache;
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -314,7 +315,42 @@ struct Services {
 
 /// The tenant table the serving path loads for a name that may be a tenant's; the
 /// reloader stores a new one for each accepted tenant change.
-pub type SharedTenants = Arc<ArcSwap<crate::tenant::TenantTable>>;
+pub type SharedTenants = Arc<TenantSlot>;
+
+/// Where the tenant table is swapped, with whether it holds any name: on a server without
+/// tenants a query that may be a tenant's costs one atomic load instead of an `ArcSwap`
+/// guard taken and dropped (~80 instructions per steered answer, callgrind).
+#[derive(Default)]
+pub struct TenantSlot {
+    table: ArcSwap<crate::tenant::TenantTable>,
+    any: AtomicBool,
+}
+
+impl TenantSlot {
+    /// The table in service, kept (for building the next one from it).
+    pub fn load_full(&self) -> Arc<crate::tenant::TenantTable> {
+        self.table.load_full()
+    }
+
+    /// The table in service (empty or not).
+    pub fn load(&self) -> arc_swap::Guard<Arc<crate::tenant::TenantTable>> {
+        self.table.load()
+    }
+
+    /// The table in service if it holds any name (the serving path's probe).
+    #[inline]
+    pub fn load_if_any(&self) -> Option<arc_swap::Guard<Arc<crate::tenant::TenantTable>>> {
+        self.any.load(Ordering::Acquire).then(|| self.table.load())
+    }
+
+    /// Swaps `table` in. The flag follows the table: a reader that still sees the old flag
+    /// loads the new table, which answers for itself.
+    pub fn store(&self, table: Arc<crate::tenant::TenantTable>) {
+        let any = !table.is_empty();
+        self.table.store(table);
+        self.any.store(any, Ordering::Release);
+    }
+}
 
 /// What a [`Compiled`] is served with: the runtime services and the version it serves as.
 pub struct Serving<'a> {
