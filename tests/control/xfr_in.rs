@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_common::common::{
-    a_records, free_port, kdig, query, wait_for, Server, TempConfig, TempDir,
+    a_records, free_port, kdig, query, steerdns_check, wait_for, Server, TempConfig, TempDir,
 };
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::rdata::SOA;
@@ -479,6 +479,19 @@ fn tsig_transfers_with_the_right_key_and_a_wrong_key_is_refused_keeping_the_copy
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     }
+    // `steerdns check` says so too (a warning: the server keeps serving the copy).
+    let (code, out) = steerdns_check(
+        config.dir(),
+        &[
+            std::ffi::OsStr::new("--config"),
+            std::ffi::OsStr::new("steerdns.toml"),
+        ],
+    );
+    assert!(code.success(), "{out}");
+    assert!(
+        out.contains("warning: secondary zone sec.test") && out.contains("chmod 600"),
+        "{out}"
+    );
     let server = config.start();
     let status = wait_status(&server, "the key file's refusal in status", |s| {
         s["last_refusal"]
