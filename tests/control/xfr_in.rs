@@ -245,35 +245,39 @@ struct GarbagePrimary {
 
 impl GarbagePrimary {
     fn start() -> GarbagePrimary {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = listener.local_addr().expect("address");
         let axfrs = Arc::new(AtomicUsize::new(0));
         let counter = axfrs.clone();
-        std::thread::spawn(move || {
-            for mut stream in listener.incoming().flatten() {
-                let Some(request) = read_frame(&mut stream) else {
-                    continue;
-                };
-                let Ok(request) = Message::from_vec(&request) else {
-                    continue;
-                };
-                let is_axfr =
-                    request.queries.first().map(|q| q.query_type()) == Some(RecordType::AXFR);
-                let reply = if is_axfr {
-                    vec![0xde, 0xad, 0xbe, 0xef, 0xff, 0xff, 0xff, 0xff, 0x00, 0x01]
-                } else {
-                    soa_reply(&request)
-                };
-                let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
-                framed.extend_from_slice(&reply);
-                let _ = stream.write_all(&framed);
-                if is_axfr {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                }
+        let addr = fake_primary(move |request| {
+            let request = Message::from_vec(request).ok()?;
+            let is_axfr = request.queries.first().map(|q| q.query_type()) == Some(RecordType::AXFR);
+            if !is_axfr {
+                return Some(soa_reply(&request));
             }
+            counter.fetch_add(1, Ordering::SeqCst);
+            Some(vec![
+                0xde, 0xad, 0xbe, 0xef, 0xff, 0xff, 0xff, 0xff, 0x00, 0x01,
+            ])
         });
         GarbagePrimary { addr, axfrs }
     }
+}
+
+/// A primary on a loopback TCP port that answers each request (one framed message a
+/// connection) with what `answer` makes of its bytes (`None`: no answer).
+fn fake_primary(answer: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + 'static) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let Some(reply) = read_frame(&mut stream).and_then(|request| answer(&request)) else {
+                continue;
+            };
+            let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
+            framed.extend_from_slice(&reply);
+            let _ = stream.write_all(&framed);
+        }
+    });
+    addr
 }
 
 fn soa_reply(request: &Message) -> Vec<u8> {
@@ -594,34 +598,22 @@ fn knot_notify_brings_an_ixfr_and_notifies_from_others_are_refused() {
 /// A primary that answers every SOA query with serial 99, unsigned (`key` = None) or signed
 /// with `key` — which is not the key the request was signed with.
 fn forging_primary(key: Option<steerdns::dns::tsig::Key>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("address");
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let Some(request) = read_frame(&mut stream) else {
-                continue;
-            };
-            let Ok(parsed) = Message::from_vec(&request) else {
-                continue;
-            };
-            let mut reply = soa_reply(&parsed);
-            let mac = steerdns::dns::tsig::find(&request)
-                .ok()
-                .flatten()
-                .map(|record| record.mac);
-            if let (Some(key), Some(mac)) = (&key, mac) {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .expect("clock")
-                    .as_secs();
-                steerdns::dns::tsig::Signer::for_answer_of(key, &mac).sign(&mut reply, now);
-            }
-            let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
-            framed.extend_from_slice(&reply);
-            let _ = stream.write_all(&framed);
+    fake_primary(move |request| {
+        let parsed = Message::from_vec(request).ok()?;
+        let mut reply = soa_reply(&parsed);
+        let mac = steerdns::dns::tsig::find(request)
+            .ok()
+            .flatten()
+            .map(|record| record.mac);
+        if let (Some(key), Some(mac)) = (&key, mac) {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_secs();
+            steerdns::dns::tsig::Signer::for_answer_of(key, &mac).sign(&mut reply, now);
         }
-    });
-    addr
+        Some(reply)
+    })
 }
 
 #[test]
@@ -654,59 +646,47 @@ fn an_answer_unsigned_or_with_a_bad_mac_is_refused() {
 /// A primary at serial 5 whose IXFR deletes a record the secondary does not hold; its AXFR is
 /// the good zone. Counts the IXFRs it answered.
 fn stale_diff_primary() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("address");
     let ixfrs = Arc::new(AtomicUsize::new(0));
     let counter = ixfrs.clone();
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let Some(request) = read_frame(&mut stream) else {
-                continue;
-            };
-            let Ok(request) = Message::from_vec(&request) else {
-                continue;
-            };
-            let qtype = request.queries.first().map(|q| q.query_type());
-            let records = match qtype {
-                Some(RecordType::IXFR) => {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    let gone = a_record("gone.sec.test.", Ipv4Addr::new(192, 0, 2, 9));
-                    vec![
-                        soa_record(5),
-                        soa_record(1),
-                        gone,
-                        soa_record(5),
-                        soa_record(5),
-                    ]
-                }
-                Some(RecordType::AXFR) => vec![
+    let addr = fake_primary(move |request| {
+        let request = Message::from_vec(request).ok()?;
+        let qtype = request.queries.first().map(|q| q.query_type());
+        let records = match qtype {
+            Some(RecordType::IXFR) => {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let gone = a_record("gone.sec.test.", Ipv4Addr::new(192, 0, 2, 9));
+                vec![
                     soa_record(5),
-                    Record::from_rdata(
-                        Name::from_ascii(ZONE).expect("name"),
-                        60,
-                        RData::NS(hickory_proto::rr::rdata::NS(
-                            Name::from_ascii("ns1.sec.test.").expect("name"),
-                        )),
-                    ),
-                    a_record("ns1.sec.test.", Ipv4Addr::new(192, 0, 2, 53)),
-                    a_record("www.sec.test.", Ipv4Addr::new(192, 0, 2, 5)),
+                    soa_record(1),
+                    gone,
                     soa_record(5),
-                ],
-                _ => vec![soa_record(5)],
-            };
-            let mut reply = Message::new(
-                request.metadata.id,
-                MessageType::Response,
-                request.metadata.op_code,
-            );
-            reply.metadata.authoritative = true;
-            reply.add_queries(request.queries.clone());
-            reply.add_answers(records);
-            let reply = reply.to_vec().expect("encode");
-            let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
-            framed.extend_from_slice(&reply);
-            let _ = stream.write_all(&framed);
-        }
+                    soa_record(5),
+                ]
+            }
+            Some(RecordType::AXFR) => vec![
+                soa_record(5),
+                Record::from_rdata(
+                    Name::from_ascii(ZONE).expect("name"),
+                    60,
+                    RData::NS(hickory_proto::rr::rdata::NS(
+                        Name::from_ascii("ns1.sec.test.").expect("name"),
+                    )),
+                ),
+                a_record("ns1.sec.test.", Ipv4Addr::new(192, 0, 2, 53)),
+                a_record("www.sec.test.", Ipv4Addr::new(192, 0, 2, 5)),
+                soa_record(5),
+            ],
+            _ => vec![soa_record(5)],
+        };
+        let mut reply = Message::new(
+            request.metadata.id,
+            MessageType::Response,
+            request.metadata.op_code,
+        );
+        reply.metadata.authoritative = true;
+        reply.add_queries(request.queries.clone());
+        reply.add_answers(records);
+        Some(reply.to_vec().expect("encode"))
     });
     (addr, ixfrs)
 }
