@@ -55,3 +55,37 @@ need() {
         command -v "$t" > /dev/null || die "missing $t (.ci/run installs the bench tools)"
     done
 }
+
+# nsd_conf DIR PORT ZONEFILE [CONTROL_SOCKET]: writes DIR/nsd.conf, an NSD serving big.example
+# from ZONEFILE on 127.0.0.1:PORT in the foreground layout the zone benches use (no chroot, no
+# database, no RRL); with CONTROL_SOCKET, nsd-control on that unix socket.
+nsd_conf() {
+    local dir=$1 port=$2 zonefile=$3 control=${4:-} remote
+    if [ -n "$control" ]; then
+        remote="    control-enable: yes
+    control-interface: \"$control\""
+    else
+        remote="    control-enable: no"
+    fi
+    cat > "$dir/nsd.conf" << NSDCONF
+server:
+    ip-address: 127.0.0.1@$port
+    server-count: 1
+    reuseport: no
+    do-ip6: no
+    username: ""
+    chroot: ""
+    database: ""
+    zonelistfile: "$dir/zone.list"
+    xfrdfile: "$dir/xfrd.state"
+    xfrdir: "$dir"
+    pidfile: "$dir/nsd.pid"
+    logfile: "$dir/nsd.log"
+    rrl-ratelimit: 0
+remote-control:
+$remote
+zone:
+    name: big.example
+    zonefile: "$zonefile"
+NSDCONF
+}

@@ -119,28 +119,7 @@ rounds knot knotc -c "$WORK/knot/knot.conf" zone-reload big.example.
 
 # ------------------------------------------------------------------ NSD
 mkdir -p "$WORK/nsd"
-cat > "$WORK/nsd/nsd.conf" << NSDCONF
-server:
-    ip-address: 127.0.0.1@$PORT
-    server-count: 1
-    reuseport: no
-    do-ip6: no
-    username: ""
-    chroot: ""
-    database: ""
-    zonelistfile: "$WORK/nsd/zone.list"
-    xfrdfile: "$WORK/nsd/xfrd.state"
-    xfrdir: "$WORK/nsd"
-    pidfile: "$WORK/nsd/nsd.pid"
-    logfile: "$WORK/nsd/nsd.log"
-    rrl-ratelimit: 0
-remote-control:
-    control-enable: yes
-    control-interface: "$WORK/nsd/nsd.sock"
-zone:
-    name: big.example
-    zonefile: "$ZONE"
-NSDCONF
+nsd_conf "$WORK/nsd" "$PORT" "$ZONE" "$WORK/nsd/nsd.sock"
 serve nsd nsd -d -c "$WORK/nsd/nsd.conf"
 rounds nsd nsd-control -c "$WORK/nsd/nsd.conf" reload big.example
 

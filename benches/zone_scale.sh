@@ -37,27 +37,7 @@ big_zone "$NAMES" > "$ZONE"
 LAST=h$((NAMES - 1)).big.example
 
 mkdir -p "$WORK/nsd"
-cat > "$WORK/nsd/nsd.conf" << EOF
-server:
-    ip-address: 127.0.0.1@$PORT
-    server-count: 1
-    reuseport: no
-    do-ip6: no
-    username: ""
-    chroot: ""
-    database: ""
-    zonelistfile: "$WORK/nsd/zone.list"
-    xfrdfile: "$WORK/nsd/xfrd.state"
-    xfrdir: "$WORK/nsd"
-    pidfile: "$WORK/nsd/nsd.pid"
-    logfile: "$WORK/nsd/nsd.log"
-    rrl-ratelimit: 0
-remote-control:
-    control-enable: no
-zone:
-    name: big.example
-    zonefile: "$ZONE"
-EOF
+nsd_conf "$WORK/nsd" "$PORT" "$ZONE"
 
 mkdir -p "$WORK/knot/run" "$WORK/knot/db"
 cat > "$WORK/knot/knot.conf" << EOF
