@@ -540,6 +540,7 @@ fn steered_entry<'s>(
 
 /// The answers that may be steered (`steering`, when names are): the steered fast path, else
 /// the general lookup in the zone found.
+#[inline]
 fn answer_steerable<'s>(
     snapshot: &'s Snapshot,
     packet: &[u8],

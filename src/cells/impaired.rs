@@ -46,7 +46,13 @@ impl LeftOut {
     /// How many of `len` positions are kept.
     #[inline]
     pub fn kept(self, len: usize) -> usize {
-        len - (0..len.min(MAX_K)).filter(|&i| self.leaves_out(i)).count()
+        // The bits of the first `len` positions (all of them past MAX_K), counted at once.
+        let mask = if len >= MAX_K {
+            u8::MAX
+        } else {
+            (1u8 << len) - 1
+        };
+        len - (self.0 & mask).count_ones() as usize
     }
 
     /// The items of `list` kept, in order.

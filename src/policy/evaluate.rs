@@ -330,6 +330,7 @@ fn destination_of(choice: AnycastChoice) -> Destination {
 /// A subnet is shed when its bucket is below the fraction, so raising the fraction only adds
 /// subnets. The destination is picked by an independent rendezvous hash over the shares, so a
 /// shed subnet keeps its destination when the fraction changes.
+#[inline]
 fn shed_choice(state: &RegionShed, addr: IpAddr) -> (AnycastChoice, bool) {
     let fraction = state.fraction_permille();
     if fraction == 0 {

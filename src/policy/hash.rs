@@ -18,8 +18,6 @@ pub(crate) enum Purpose {
     ShedDestination = 2,
     /// Weighted profile endpoint choice.
     Weighted = 3,
-    /// The shield's once-per-client-prefix demand count.
-    Demand = 4,
 }
 
 #[derive(Clone)]
@@ -111,6 +109,37 @@ pub(crate) fn subnet_hash(
     SubnetHasher::new(addr, prefix_v4, prefix_v6, purpose).hash(salt)
 }
 
+/// The masked prefix bits of `addr` (left-aligned, IPv4 in the top 32 bits), its family
+/// and the prefix length.
+#[inline]
+fn masked_prefix(addr: IpAddr, prefix_v4: u8, prefix_v6: u8) -> (u128, u64, u8) {
+    let (bits, family, prefix) = match addr {
+        IpAddr::V4(a) => (u128::from(u32::from(a)) << 96, 4u64, prefix_v4.min(32)),
+        IpAddr::V6(a) => (u128::from(a), 6u64, prefix_v6.min(128)),
+    };
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(prefix))
+    };
+    (bits & mask, family, prefix)
+}
+
+/// A fast, unkeyed mix of `addr`'s prefix (MurmurHash3's 64-bit finaliser over both halves
+/// and the family): for spreading prefixes over a local table, never for a sticky choice.
+#[inline]
+pub(crate) fn prefix_mix(addr: IpAddr, prefix_v4: u8, prefix_v6: u8) -> u64 {
+    let (masked, family, _) = masked_prefix(addr, prefix_v4, prefix_v6);
+    let fmix = |mut k: u64| {
+        k ^= k >> 33;
+        k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        k ^= k >> 33;
+        k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        k ^ (k >> 33)
+    };
+    fmix(fmix((masked >> 64) as u64 ^ family) ^ masked as u64)
+}
+
 /// [`subnet_hash`] for one subnet and purpose and many salts (one per endpoint or shed
 /// destination): the subnet is absorbed once, each salt costs a third of a whole hash.
 #[derive(Clone)]
@@ -120,16 +149,7 @@ pub(crate) struct SubnetHasher {
 
 impl SubnetHasher {
     pub(crate) fn new(addr: IpAddr, prefix_v4: u8, prefix_v6: u8, purpose: Purpose) -> Self {
-        let (bits, family, prefix) = match addr {
-            IpAddr::V4(a) => (u128::from(u32::from(a)) << 96, 4u64, prefix_v4.min(32)),
-            IpAddr::V6(a) => (u128::from(a), 6u64, prefix_v6.min(128)),
-        };
-        let mask = if prefix == 0 {
-            0
-        } else {
-            u128::MAX << (128 - u32::from(prefix))
-        };
-        let masked = bits & mask;
+        let (masked, family, prefix) = masked_prefix(addr, prefix_v4, prefix_v6);
         let mut state = Sip::new(KEY.0, KEY.1);
         state.compress((masked >> 64) as u64);
         state.compress(masked as u64);
@@ -267,6 +287,29 @@ mod tests {
         let k1 = u64::from_le_bytes([8, 9, 10, 11, 12, 13, 14, 15]);
         let msg: Vec<u8> = (0u8..15).collect();
         assert_eq!(siphash24(k0, k1, &msg), 0xa129_ca61_49be_45e5);
+    }
+
+    #[test]
+    fn prefix_mix_keys_a_prefix_and_spreads_prefixes() {
+        let v4 = |a, b, c, d| IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d));
+        // The same /24 is one key; the host bits do not count.
+        assert_eq!(
+            prefix_mix(v4(10, 1, 2, 3), 24, 56),
+            prefix_mix(v4(10, 1, 2, 200), 24, 56)
+        );
+        // 65,536 neighbouring /24s: no two share a key, and their low bits (the bit map's
+        // index) fill a 2^16 table about as uniform hashing would (~63% distinct).
+        let keys: std::collections::HashSet<u64> = (0..=u16::MAX)
+            .map(|i| prefix_mix(v4(10, (i >> 8) as u8, i as u8, 1), 24, 56))
+            .collect();
+        assert_eq!(keys.len(), 65_536);
+        let slots: std::collections::HashSet<u64> = keys.iter().map(|k| k & 0xffff).collect();
+        assert!((39_000..44_000).contains(&slots.len()), "{}", slots.len());
+        // An IPv4 prefix and the IPv6 prefix with the same leading bits differ.
+        let v6: IpAddr = "0a01:0200::1"
+            .parse()
+            .unwrap_or(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST));
+        assert_ne!(prefix_mix(v4(10, 1, 2, 0), 24, 24), prefix_mix(v6, 24, 24));
     }
 
     #[test]

@@ -30,10 +30,12 @@ mod tests;
 pub use compile::{compile, name_wire, parse_absolute_name, NameError, PolicyError, MAX_TTL};
 pub use profiles::compile_tenant_profile;
 
-/// A stable key of `addr`'s client prefix (`prefix_v4`/`prefix_v6` bits), for the shield's
-/// demand count (keyed like the per-subnet steering hashes, with a purpose of its own).
+/// A key of `addr`'s client prefix (`prefix_v4`/`prefix_v6` bits), for the shield's
+/// once-per-prefix demand count within a tick. It only spreads prefixes over this node's
+/// bit map (nothing sticky hangs on it, and nothing leaves the node), so a multiply-xorshift
+/// mix does, at a tenth of the SipHash the steering choices need.
 pub fn demand_key(addr: std::net::IpAddr, prefix_v4: u8, prefix_v6: u8) -> u64 {
-    hash::subnet_hash(addr, prefix_v4, prefix_v6, hash::Purpose::Demand, 0)
+    hash::prefix_mix(addr, prefix_v4, prefix_v6)
 }
 pub use config::{
     CellConfig, CellsConfig, EndpointConfig, FallbackSiteConfig, MonitorConfig, ProfileConfig,

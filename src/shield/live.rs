@@ -146,6 +146,7 @@ impl DemandCounters {
     /// when the source is proven (`proven`: TCP or an encrypted transport, or a valid DNS
     /// server cookie: a spoofed UDP source can show neither) or trusted; a plain UDP source
     /// is a claim anyone can make, so it does not count.
+    #[inline]
     pub fn counted_address(
         &self,
         source: IpAddr,
@@ -165,6 +166,7 @@ impl DemandCounters {
     /// The demand of one answer with `ttl` for a client at `addr` (see
     /// [`Self::counted_address`]) of `region`, sent to `to` (`Global` = kept); counted by
     /// [`Self::record`] once the answer is sent.
+    #[inline]
     pub fn sample(&self, addr: IpAddr, region: u16, to: Destination, ttl: u32) -> DemandSample {
         let column = match to {
             Destination::Global => 0,
