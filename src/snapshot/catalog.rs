@@ -69,6 +69,7 @@ pub fn build(
                 .iter()
                 .map(|(owner, rdata)| (name_to_wire(owner), ptr_record(rdata)))
                 .collect(),
+            signing: Box::default(),
             projected: members.len(),
             omitted: 0,
         }],

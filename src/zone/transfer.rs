@@ -69,7 +69,9 @@ pub fn axfr_records<'z>(view: impl Into<TransferView<'z>>) -> Option<Vec<Transfe
     );
     if let Some(Chain::Nsec3(chain)) = zone.denial.as_ref().map(|d| &d.chain) {
         for (owner, set) in chain.records.iter() {
-            push_set(&mut out, owner, set, false);
+            if !replaced_by_projection(projected, owner, rtype::NSEC3) {
+                push_set(&mut out, owner, set, false);
+            }
         }
     }
     out.push((&zone.apex[..], soa));
@@ -78,13 +80,22 @@ pub fn axfr_records<'z>(view: impl Into<TransferView<'z>>) -> Option<Vec<Transfe
 
 /// Whether the static set of `rtype` at `owner` gives way to the projection: the policy
 /// answers A and AAAA at a steered name (the zone file's records there are only a base the
-/// policy takes over), so a projected name's static A/AAAA are not transferred beside it.
-/// `projected` is sorted by owner.
+/// policy takes over), so a projected name's static A/AAAA are not transferred beside it; and
+/// in a signed zone the denial record (NSEC, NSEC3) of a steered name is replaced by the one
+/// re-typed to what the transfer carries there (`crate::dnssec::transfer`). `projected` is
+/// sorted by owner.
 pub fn replaced_by_projection(projected: &[Record], owner: &[u8], rtype: u16) -> bool {
-    matches!(rtype, rtype::A | rtype::AAAA)
-        && projected
-            .binary_search_by(|(o, _)| o[..].cmp(owner))
-            .is_ok()
+    let start = projected.partition_point(|(o, _)| o[..] < *owner);
+    let mut at_owner = projected[start..]
+        .iter()
+        .take_while(|(o, _)| o[..] == *owner);
+    match rtype {
+        rtype::A | rtype::AAAA => at_owner.next().is_some(),
+        rtype::NSEC | rtype::NSEC3 => {
+            at_owner.any(|(_, r)| r.get(..2) == Some(&rtype.to_be_bytes()[..]))
+        }
+        _ => false,
+    }
 }
 
 /// A set's records (unless `skip_records`: the apex SOA, sent first and last) and its RRSIGs.

@@ -26,7 +26,7 @@ const SECRET: &str = "c3RlZXJkbnMtdHJhbnNmZXItdGVzdC1zZWNyZXQtMzI=";
 const OTHER_KEY: &str = "other-key";
 const WRONG: &str = "d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldC13cm9uZzE=";
 
-fn tool(path: &'static str, package: &str) -> &'static str {
+pub(crate) fn tool(path: &'static str, package: &str) -> &'static str {
     assert!(
         Path::new(path).exists(),
         "{path} is missing: apt-get install {package} (.ci/run installs it)"
@@ -165,7 +165,7 @@ fn wait_secondary(what: &str, secondary: SocketAddr, serial: u32, addr: &str) {
 }
 
 /// The value of a counter line of `metrics` whose labels contain every one of `labels`.
-fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
+pub(crate) fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
     metrics
         .lines()
         .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
@@ -173,7 +173,7 @@ fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
         .sum::<f64>() as u64
 }
 
-struct Process {
+pub(crate) struct Process {
     child: Child,
     _dir: TempDir,
 }
@@ -190,7 +190,18 @@ fn knot_secondary(port: u16, primary: SocketAddr) -> Process {
 }
 
 /// Knot on `port`, a TSIG secondary of `primary` for `zones`, NOTIFY from loopback accepted.
-fn knot_secondary_of(port: u16, primary: SocketAddr, zones: &[&str]) -> Process {
+pub(crate) fn knot_secondary_of(port: u16, primary: SocketAddr, zones: &[&str]) -> Process {
+    knot_secondary_with(port, primary, zones, "")
+}
+
+/// Like [`knot_secondary_of`], with `zone_options` (YAML lines, indented as zone keys) for
+/// every zone.
+pub(crate) fn knot_secondary_with(
+    port: u16,
+    primary: SocketAddr,
+    zones: &[&str],
+    zone_options: &str,
+) -> Process {
     let knotd = tool("/usr/sbin/knotd", "knot");
     let dir = TempDir::new("xfrout-knot");
     let d = dir.path().display();
@@ -210,7 +221,7 @@ fn knot_secondary_of(port: u16, primary: SocketAddr, zones: &[&str]) -> Process 
         .map(|zone| {
             format!(
                 "  - domain: {zone}.\n    file: \"{d}/{zone}.zone\"\n    master: primary\n\
-                 \x20   acl: notify\n    zonefile-sync: -1\n"
+                 \x20   acl: notify\n    zonefile-sync: -1\n{zone_options}"
             )
         })
         .collect::<String>();
@@ -334,7 +345,11 @@ fn dig_axfr(server: SocketAddr, key: Option<&str>) -> (bool, String) {
 }
 
 /// `dig` with `args` and, when given, `-y hmac-sha256:<name>:<secret>`.
-fn dig_transfer(server: SocketAddr, args: &[&str], key: Option<(&str, &str)>) -> (bool, String) {
+pub(crate) fn dig_transfer(
+    server: SocketAddr,
+    args: &[&str],
+    key: Option<(&str, &str)>,
+) -> (bool, String) {
     let mut command = Command::new("dig");
     command
         .arg(format!("@{}", server.ip()))
@@ -468,7 +483,14 @@ fn a_signed_zone_goes_out_over_dot_with_its_signatures_and_ldns_verifies_it() {
 /// The bundled example (steered names in example.com and edge.example.net) with transfers on,
 /// NOTIFY to `notify`, and `gw.example.com` marked `transfer = "omit"`.
 fn projection_primary(notify: u16) -> (control_common::Setup, control_common::Daemon) {
-    let setup = control_common::Setup::new("xfrout-projection");
+    let setup = projection_setup("xfrout-projection", notify);
+    let server = setup.start();
+    (setup, server)
+}
+
+/// The setup of [`projection_primary`], not started.
+pub(crate) fn projection_setup(label: &str, notify: u16) -> control_common::Setup {
+    let setup = control_common::Setup::new(label);
     let config = std::fs::read_to_string(&setup.config).expect("config");
     let gw = "name = \"gw.example.com.\"\nprofile = \"appgw\"\n";
     assert!(config.contains(gw), "the example steers gw.example.com");
@@ -488,21 +510,20 @@ fn projection_primary(notify: u16) -> (control_common::Setup, control_common::Da
          [transfer.zone.\"example.com\"]\nkeys = [\"{KEY}\"]\nnotify = {target}\n\
          [transfer.zone.\"edge.example.net\"]\nkeys = [\"{KEY}\"]\nnotify = {target}\n"
     ));
-    let server = setup.start();
-    (setup, server)
+    setup
 }
 
-fn serial_of(server: SocketAddr, zone: &str) -> Option<u32> {
+pub(crate) fn serial_of(server: SocketAddr, zone: &str) -> Option<u32> {
     let (ok, out) = kdig(server, &["+short", "SOA", zone]);
     out.split_whitespace().nth(2)?.parse().ok().filter(|_| ok)
 }
 
-fn short(server: SocketAddr, rtype: &str, name: &str) -> String {
+pub(crate) fn short(server: SocketAddr, rtype: &str, name: &str) -> String {
     kdig(server, &["+short", rtype, name]).1.trim().to_string()
 }
 
 /// The example zone files' serial.
-const EXAMPLE_SERIAL: u32 = 2026113001;
+pub(crate) const EXAMPLE_SERIAL: u32 = 2026113001;
 
 #[test]
 fn knot_serves_the_projection_of_steered_names_and_follows_a_weight_change() {
@@ -728,6 +749,6 @@ fn knot_consumes_the_catalog_and_provisions_each_member_zone() {
     );
 }
 
-fn dig_axfr_of(server: SocketAddr, zone: &str) -> (bool, String) {
+pub(crate) fn dig_axfr_of(server: SocketAddr, zone: &str) -> (bool, String) {
     dig_transfer(server, &["+tcp", zone, "AXFR"], Some((KEY, SECRET)))
 }
