@@ -889,6 +889,7 @@ fn secondary_line(zone: &str, s: &steerdns::secondary::ZoneStatus) -> String {
         ("last NOTIFY", &s.last_notify),
         ("last refusal", &s.last_refusal),
         ("last NOTIFY refused", &s.last_notify_refusal),
+        ("key file", &s.key_problem),
     ];
     for (label, value) in notes {
         if let Some(value) = value {

@@ -12,6 +12,11 @@
 //! zone from disk before any primary answers. A bad transfer (TSIG, malformed, failing
 //! validation) keeps the last good copy serving and says why (log WARN and status). Never
 //! touches the serving path: NOTIFYs reach the task through [`notify::Signal`].
+//!
+//! A zone's TSIG key file is read again on every SIGHUP or `steerdns reload`
+//! ([`reread_keys`] moves a generation counter each task looks at): a good new key replaces
+//! the old one (for transfers and NOTIFY), a bad one keeps the old key and is reported (log
+//! WARN, `key_problem` and `last_refusal` in status).
 
 pub mod ixfr;
 pub mod notify;
@@ -19,6 +24,7 @@ pub mod transfer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -69,6 +75,17 @@ pub struct ZoneStatus {
     pub last_notify_refusal: Option<String>,
     pub notifies_accepted: u64,
     pub notifies_refused: u64,
+    /// The zone's key file could not be read again (when, why); the key read before is kept.
+    pub key_problem: Option<String>,
+}
+
+/// Moved by every SIGHUP and `steerdns reload`: each zone's task reads its key file again.
+static KEY_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Has every secondary zone read its TSIG key file again (at its next look, within
+/// [`NOTIFY_POLL`]).
+pub fn reread_keys() {
+    KEY_GENERATION.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The status of every secondary zone, by name (background threads write, admin reads).
@@ -125,7 +142,7 @@ pub fn run(
         };
         loop {
             let pause = task.step(&reloader);
-            if wait(sleep, pause, || task.signal.pending()) {
+            if wait(sleep, pause, || task.pending()) {
                 return;
             }
         }
@@ -165,12 +182,12 @@ pub fn run_catalog(
         let mut members: BTreeMap<String, (ZoneTask, Instant)> = BTreeMap::new();
         loop {
             let now = Instant::now();
-            if catalog_due <= now || task.signal.pending() {
+            if catalog_due <= now || task.pending() {
                 catalog_due = now + task.step(&reloader);
             }
             update_members(&catalog, &dir, &mut members, now);
             for (member_task, due) in members.values_mut() {
-                if *due <= Instant::now() || member_task.signal.pending() {
+                if *due <= Instant::now() || member_task.pending() {
                     *due = Instant::now() + member_task.step(&reloader);
                 }
             }
@@ -181,8 +198,7 @@ pub fn run_catalog(
             let pause = next
                 .saturating_duration_since(Instant::now())
                 .max(MIN_TIMER);
-            let notified =
-                || task.signal.pending() || members.values().any(|(m, _)| m.signal.pending());
+            let notified = || task.pending() || members.values().any(|(m, _)| m.pending());
             if wait(sleep, pause, notified) {
                 return;
             }
@@ -231,6 +247,8 @@ struct ZoneTask {
     /// marker says so) until one answers, since the restart does not make the copy fresher.
     expired: bool,
     signal: Arc<notify::Signal>,
+    /// The [`KEY_GENERATION`] the key was last read at.
+    key_generation: u64,
 }
 
 impl ZoneTask {
@@ -261,12 +279,54 @@ impl ZoneTask {
             last_contact: SystemTime::now(),
             expired,
             signal,
+            key_generation: KEY_GENERATION.load(Ordering::Relaxed),
         })
+    }
+
+    /// A NOTIFY waits, or the key file is to be read again.
+    fn pending(&self) -> bool {
+        self.signal.pending() || self.keys_stale()
+    }
+
+    fn keys_stale(&self) -> bool {
+        self.key.is_some() && self.key_generation != KEY_GENERATION.load(Ordering::Relaxed)
+    }
+
+    /// Reads the key file again (a reload asked): a good key replaces the one held, a bad
+    /// file keeps it and is reported.
+    fn reread_key(&mut self) {
+        self.key_generation = KEY_GENERATION.load(Ordering::Relaxed);
+        let name = self.zone.name.clone();
+        match load_key(&self.zone) {
+            Ok(Some(key)) => {
+                let zone = &self.zone;
+                self.signal =
+                    notify::register(&zone.name, &self.origin, &zone.primaries, Some(key.clone()));
+                tracing::info!("secondary zone {name}: TSIG key {} read again", key.name);
+                self.key = Some(key);
+                status().update(&name, |s| s.key_problem = None);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("secondary zone {name}: {e}; the key read before is kept");
+                let problem = format!(
+                    "{}: {e} (the key read before is kept)",
+                    crate::rfc3339::format_utc(SystemTime::now())
+                );
+                status().update(&name, |s| {
+                    s.key_problem = Some(problem.clone());
+                    s.last_refusal = Some(problem);
+                });
+            }
+        }
     }
 
     /// Reads the zone's key if it has one and it is not read yet (a key file fixed later is
     /// picked up at the next refresh), and registers it for NOTIFY.
     fn ensure_key(&mut self) -> Result<(), String> {
+        if self.keys_stale() {
+            self.reread_key();
+        }
         if self.key.is_some() {
             return Ok(());
         }
@@ -277,6 +337,8 @@ impl ZoneTask {
         self.signal =
             notify::register(&zone.name, &self.origin, &zone.primaries, Some(key.clone()));
         self.key = Some(key);
+        self.key_generation = KEY_GENERATION.load(Ordering::Relaxed);
+        status().update(&zone.name, |s| s.key_problem = None);
         Ok(())
     }
 

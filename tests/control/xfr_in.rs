@@ -785,3 +785,49 @@ fn a_zone_past_its_expire_time_is_answered_servfail_until_its_primary_is_back() 
     assert!(!marker.exists(), "the marker is removed");
     assert_eq!(secondary_status(&server)["expired"], false);
 }
+
+#[test]
+fn a_secondary_zones_key_file_is_read_again_on_sighup_and_a_bad_one_keeps_the_old_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let setup = KnotSetup {
+        key: Some(SECRET),
+        ..KnotSetup::default()
+    };
+    let knot = Knot::start_with(&zone_text(1, "192.0.2.1"), &setup);
+    let config = TempConfig::new("xfrin-rekey", &keyed_config(knot.addr));
+    let key = write_key(config.dir(), SECRET);
+    let server = config.start();
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 1));
+
+    // A key file others may read, then SIGHUP: reported, and the key read before is kept
+    // (the next version still comes in, signed with it).
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    control_common::sighup(server.pid());
+    let status = wait_status(&server, "the bad key file reported", |s| {
+        s["key_problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("chmod 600") && p.contains("kept"))
+    });
+    assert_eq!(status["serial"].as_u64(), Some(1), "{status}");
+    knot.change(&zone_text(2, "192.0.2.2"), 2);
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 2));
+
+    // A new (here: wrong) secret, then SIGHUP: read again and used without a restart, so
+    // Knot refuses it and the copy keeps serving.
+    write_key(config.dir(), WRONG_SECRET);
+    control_common::sighup(server.pid());
+    wait_status(&server, "the new key read", |s| s["key_problem"].is_null());
+    knot.change(&zone_text(3, "192.0.2.3"), 3);
+    let status = wait_status(&server, "Knot refusing the new key", |s| {
+        s["last_refusal"]
+            .as_str()
+            .is_some_and(|r| r.contains("BADSIG"))
+    });
+    assert_eq!(status["serial"].as_u64(), Some(2), "{status}");
+    assert_eq!(www(&server), vec![Ipv4Addr::new(192, 0, 2, 2)]);
+
+    // The right secret back, SIGHUP: the transfer goes through.
+    write_key(config.dir(), SECRET);
+    control_common::sighup(server.pid());
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 3));
+}

@@ -752,3 +752,60 @@ fn knot_consumes_the_catalog_and_provisions_each_member_zone() {
 pub(crate) fn dig_axfr_of(server: SocketAddr, zone: &str) -> (bool, String) {
     dig_transfer(server, &["+tcp", zone, "AXFR"], Some((KEY, SECRET)))
 }
+
+/// Writes the primary's key file: `KEY` with `secret`, at `mode`.
+fn write_primary_key(primary: &Primary, secret: &str, mode: u32) {
+    let key = primary.dir.path().join("xfr.key");
+    let text = format!("key \"{KEY}\" {{ algorithm hmac-sha256; secret \"{secret}\"; }};\n");
+    let temporary = primary.dir.path().join("xfr.key.new");
+    std::fs::write(&temporary, text).expect("key file");
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    std::fs::rename(&temporary, key).expect("rename key file");
+}
+
+/// SIGHUP, and the status once the reload it started is counted (accepted or refused).
+fn sighup_and_wait(primary: &Primary) -> serde_json::Value {
+    let count = |s: &serde_json::Value| {
+        s["reloads_accepted"].as_u64().unwrap_or(0) + s["reloads_refused"].as_u64().unwrap_or(0)
+    };
+    let before = count(&primary.status());
+    control_common::sighup(primary.server.pid());
+    wait_for("the reload counted", Duration::from_secs(15), || {
+        let status = primary.status();
+        (count(&status) > before).then_some(status)
+    })
+}
+
+#[test]
+fn a_changed_key_file_is_read_again_on_sighup_and_a_bad_one_keeps_the_old_key() {
+    let primary = Primary::start("xfrout-rekey", free_port(), &[]);
+    let addr = primary.server.addr;
+    let signed_ok = |secret: &str| {
+        let (ok, text) = dig_axfr(addr, Some(secret));
+        ok && text.contains("192.0.2.1") && !text.contains("failed")
+    };
+    assert!(signed_ok(SECRET));
+
+    // A new secret in the key file: after SIGHUP it is the one that works.
+    write_primary_key(&primary, WRONG, 0o600);
+    let status = sighup_and_wait(&primary);
+    assert!(status["last_refusal"].is_null(), "{status}");
+    assert!(signed_ok(WRONG), "the new secret transfers");
+    let (_, old) = dig_axfr(addr, Some(SECRET));
+    assert!(
+        old.contains("BADSIG") && !old.contains("192.0.2.1"),
+        "{old}"
+    );
+
+    // A key file others may read: the reload is refused and says why; the key read before
+    // keeps working, and the server keeps serving.
+    write_primary_key(&primary, SECRET, 0o644);
+    let status = sighup_and_wait(&primary);
+    let reasons = control_common::refusal_reasons(&status);
+    assert!(
+        reasons.iter().any(|r| r.contains("transfer.key_files")),
+        "{status}"
+    );
+    assert!(signed_ok(WRONG), "the key read before is kept");
+    assert_eq!(soa_serial(addr), Some(1));
+}
