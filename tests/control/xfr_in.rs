@@ -831,3 +831,58 @@ fn a_secondary_zones_key_file_is_read_again_on_sighup_and_a_bad_one_keeps_the_ol
     control_common::sighup(server.pid());
     wait_www(&server, Ipv4Addr::new(192, 0, 2, 3));
 }
+
+#[test]
+fn a_flood_of_refused_notifies_is_rate_limited_per_source_and_counted() {
+    let knot = Knot::start(&zone_text(1, "192.0.2.1"));
+    let config = TempConfig::new("xfrin-notify-flood", &secondary_config(knot.addr));
+    let server = config.start();
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 1));
+
+    // 300 NOTIFYs from a stranger (127.0.1.9: not the primary, and another /24 than the
+    // sources below), sent as fast as possible.
+    let socket = std::net::UdpSocket::bind(("127.0.1.9", 0)).expect("bind a loopback socket");
+    let mut message = Message::new(555, MessageType::Query, hickory_proto::op::OpCode::Notify);
+    message.add_query(hickory_proto::op::Query::query(
+        Name::from_ascii(ZONE).expect("name"),
+        RecordType::SOA,
+    ));
+    let packet = message.to_vec().expect("encode");
+    const SENT: u64 = 300;
+    for _ in 0..SENT {
+        socket.send_to(&packet, server.addr).expect("send");
+    }
+    // Every one is counted as refused; what the limiter kept back is counted too.
+    let admin = server.admin.expect("admin endpoint");
+    let limited = wait_for("the flood counted", Duration::from_secs(10), || {
+        let status = secondary_status(&server);
+        let metrics = control_common::scrape_metrics(admin);
+        let limited =
+            control_common::samples_with(&metrics, "steerdns_notify_refusals_limited_total", &[]);
+        let limited = match limited.first().map(|s| &s.value) {
+            Some(prometheus_parse::Value::Counter(n)) => *n as u64,
+            _ => 0,
+        };
+        (status["notifies_refused"].as_u64() == Some(SENT)).then_some(limited)
+    });
+    // The answers that went out: the burst (20) and what refilled meanwhile (5 a second).
+    socket
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut buf = [0u8; 512];
+    let mut answered = 0u64;
+    while socket.recv_from(&mut buf).is_ok() {
+        answered += 1;
+    }
+    assert!((20..40).contains(&answered), "{answered} refusals answered");
+    assert_eq!(
+        answered + limited,
+        SENT,
+        "{answered} answered, {limited} limited"
+    );
+
+    // Queries are answered as ever, and another source's refusal still gets its answer.
+    assert_eq!(www(&server), vec![Ipv4Addr::new(192, 0, 2, 1)]);
+    let other = notify_from("127.0.0.2", server.addr);
+    assert_eq!(other.metadata.response_code, ResponseCode::Refused);
+}
