@@ -896,6 +896,9 @@ fn secondary_line(zone: &str, s: &steerdns::secondary::ZoneStatus) -> String {
             line.push_str(&format!("; {label} {value}"));
         }
     }
+    if !s.catalog_groups.is_empty() {
+        line.push_str(&format!("; catalog group {}", s.catalog_groups.join(", ")));
+    }
     line
 }
 

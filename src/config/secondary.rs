@@ -35,7 +35,7 @@ pub struct SecondaryZoneConfig {
     #[serde(default = "default_timeout_secs")]
     pub timeout_secs: u64,
     /// A TSIG key file (mode 0600, the `key "name" { ... };` format of `[transfer] key_files`),
-    /// read by the zone's task at its first refresh (a changed file is used after a restart):
+    /// read by the zone's task at its first refresh and again on every SIGHUP or reload:
     /// SOA queries and transfer requests are signed with its key, every answer and NOTIFY must
     /// carry its MAC.
     #[serde(default)]
@@ -43,6 +43,13 @@ pub struct SecondaryZoneConfig {
     /// Which key of `key_file`; unset: the file must hold exactly one.
     #[serde(default)]
     pub key: Option<String>,
+    /// For a member of a consumed catalog: its `group` properties (RFC 9432 4.4.2).
+    #[serde(skip)]
+    pub catalog_groups: Vec<String>,
+    /// For a member of a consumed catalog: the catalog named by its `coo` property (RFC 9432
+    /// 4.4.1), which may take the member over.
+    #[serde(skip)]
+    pub catalog_coo: Option<String>,
 }
 
 fn default_timeout_secs() -> u64 {
@@ -88,6 +95,8 @@ impl SecondaryZoneConfig {
             timeout_secs: self.timeout_secs,
             key_file: self.key_file.clone(),
             key: self.key.clone(),
+            catalog_groups: Vec::new(),
+            catalog_coo: None,
         }
     }
 

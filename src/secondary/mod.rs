@@ -77,6 +77,9 @@ pub struct ZoneStatus {
     pub notifies_refused: u64,
     /// The zone's key file could not be read again (when, why); the key read before is kept.
     pub key_problem: Option<String>,
+    /// For a member of a consumed catalog: its `group` properties (RFC 9432 4.4.2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub catalog_groups: Vec<String>,
 }
 
 /// Moved by every SIGHUP and `steerdns reload`: each zone's task reads its key file again.
@@ -214,10 +217,7 @@ fn update_members(
     members: &mut BTreeMap<String, (ZoneTask, Instant)>,
     now: Instant,
 ) {
-    let listed: Vec<SecondaryZoneConfig> = crate::snapshot::catalog::catalog_members(catalog)
-        .iter()
-        .map(|m| catalog.member(&m.to_ascii(), dir))
-        .collect();
+    let listed = crate::snapshot::catalog::catalog_member_zones(catalog, dir);
     members.retain(|name, (member, _)| {
         let kept = listed.iter().any(|m| &m.name == name);
         if !kept {
@@ -264,6 +264,7 @@ impl ZoneTask {
         status().update(&zone.name, |s| {
             s.serial = timers.map(|t| t.serial);
             s.expired = expired;
+            s.catalog_groups = zone.catalog_groups.clone();
         });
         // A zone with a key is registered for NOTIFY only once its key is read: until then
         // nothing could check a NOTIFY's signature.

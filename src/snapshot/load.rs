@@ -354,13 +354,14 @@ fn load_reusing(
                     let mut projections =
                         project_zones(&remembered, &keys, steering.as_ref(), &mut zones);
                     if let Some(name) = &setup.config.catalog {
-                        let (catalog, numbered) = super::catalog::build(name, &zones, &remembered)
-                            .map_err(|e| {
-                                vec![format!(
-                                    "{}: transfer.catalog: {e}",
-                                    config_location(config, "catalog")
-                                )]
-                            })?;
+                        let (catalog, numbered) =
+                            super::catalog::build(name, &zones, &setup.config, &remembered)
+                                .map_err(|e| {
+                                    vec![format!(
+                                        "{}: transfer.catalog: {e}",
+                                        config_location(config, "catalog")
+                                    )]
+                                })?;
                         zones.push(catalog);
                         projections.catalog = Some(numbered);
                     }

@@ -331,7 +331,7 @@ fn knot_catalog_producer(catalog: &str, member: &str) -> Knot {
          acl:\n  - id: xfr\n    address: 127.0.0.0/8\n    action: transfer\n\
          zone:\n  - domain: {catalog}.\n    catalog-role: generate\n    acl: xfr\n\
          \x20 - domain: {member}.\n    file: \"{d}/{member}.zone\"\n    acl: xfr\n\
-         \x20   catalog-role: member\n    catalog-zone: {catalog}.\n",
+         \x20   catalog-role: member\n    catalog-zone: {catalog}.\n    catalog-group: edge\n",
         addr.ip(),
         addr.port()
     );
@@ -395,6 +395,12 @@ fn a_catalog_from_knot_provisions_its_member_zones() {
     assert_eq!(
         status["secondary"]["member.test"]["serial"].as_u64(),
         Some(3),
+        "{body}"
+    );
+    // Knot's `catalog-group` (RFC 9432 4.4.2) is read with the member.
+    assert_eq!(
+        status["secondary"]["member.test"]["catalog_groups"],
+        serde_json::json!(["edge"]),
         "{body}"
     );
     drop(knot);

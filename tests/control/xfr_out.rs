@@ -809,3 +809,108 @@ fn a_changed_key_file_is_read_again_on_sighup_and_a_bad_one_keeps_the_old_key() 
     assert!(signed_ok(WRONG), "the key read before is kept");
     assert_eq!(soa_serial(addr), Some(1));
 }
+
+/// Knot on `port` consuming the catalog of `primary` with two templates: `member`, and
+/// `edge` for members of that catalog group (RFC 9432 4.4.2), which writes its zone files at
+/// once to `edge-<zone>.zone` in the directory returned.
+fn knot_group_consumer(port: u16, primary: SocketAddr) -> (Process, PathBuf) {
+    let knotd = tool("/usr/sbin/knotd", "knot");
+    let dir = TempDir::new("xfrout-knot-group");
+    let d = dir.path().display();
+    let conf = format!(
+        "server:\n    rundir: \"{d}\"\n    listen: 127.0.0.1@{port}\n\
+         database:\n    storage: \"{d}\"\n\
+         control:\n    listen: \"{d}/knot.sock\"\n\
+         log:\n  - target: stderr\n    any: warning\n\
+         key:\n  - id: {KEY}\n    algorithm: hmac-sha256\n    secret: {SECRET}\n\
+         remote:\n  - id: primary\n    address: {}@{}\n    key: {KEY}\n\
+         acl:\n  - id: notify\n    address: 127.0.0.0/8\n    key: {KEY}\n    action: notify\n\
+         template:\n  - id: member\n    master: primary\n    acl: notify\n\
+         \x20   file: \"{d}/%s.zone\"\n    zonefile-sync: -1\n\
+         \x20 - id: edge\n    master: primary\n    acl: notify\n\
+         \x20   file: \"{d}/edge-%s.zone\"\n    zonefile-sync: 0\n\
+         zone:\n  - domain: {CATALOG}.\n    file: \"{d}/{CATALOG}.zone\"\n    master: primary\n\
+         \x20   acl: notify\n    zonefile-sync: -1\n    catalog-role: interpret\n\
+         \x20   catalog-template: [ member, edge ]\n",
+        primary.ip(),
+        primary.port()
+    );
+    std::fs::write(dir.path().join("knot.conf"), conf).expect("knot.conf");
+    let child = Command::new(knotd)
+        .arg("-c")
+        .arg(dir.path().join("knot.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start knotd");
+    let path = dir.path().to_path_buf();
+    (Process { child, _dir: dir }, path)
+}
+
+#[test]
+fn knot_provisions_a_member_with_the_template_of_its_catalog_group() {
+    let knot_port = free_port();
+    let catalog_notify = format!(
+        "[transfer.zone.\"{CATALOG}\"]\nkeys = [\"{KEY}\"]\n\
+         notify = [{{ addr = \"127.0.0.1:{knot_port}\", key = \"{KEY}\" }}]\n"
+    );
+    let primary = Primary::start_with(
+        "xfrout-catalog-group",
+        free_port(),
+        &[knot_port],
+        &catalog_notify,
+        |config| {
+            let text = std::fs::read_to_string(config).expect("config");
+            let text = text
+                .replacen(
+                    "[transfer]\n",
+                    &format!("[transfer]\ncatalog = \"{CATALOG}\"\n"),
+                    1,
+                )
+                .replacen(
+                    &format!("[transfer.zone.\"{ZONE}\"]\n"),
+                    &format!(
+                        "[transfer.zone.\"{ZONE}\"]\ncatalog_group = \"edge\"\n\
+                         catalog_coo = \"next.invalid\"\n"
+                    ),
+                    1,
+                );
+            std::fs::write(config, text).expect("config");
+        },
+    );
+    let addr = primary.server.addr;
+    let (ok, axfr) = dig_axfr_of(addr, CATALOG);
+    assert!(ok, "{axfr}");
+    let lines: Vec<String> = axfr
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("group.")
+            && l.ends_with(&format!(".zones.{CATALOG}. 0 IN TXT \"edge\""))),
+        "{axfr}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("coo.") && l.ends_with(" PTR next.invalid.")),
+        "{axfr}"
+    );
+
+    // Knot takes the member's group as the template to provision it with: the `edge`
+    // template writes its zone file at once, where only that template would.
+    let knot = SocketAddr::from((Ipv4Addr::LOCALHOST, knot_port));
+    let (_consumer, dir) = knot_group_consumer(knot_port, addr);
+    wait_secondary("Knot provisioning xo.test", knot, 1, "192.0.2.1");
+    wait_for(
+        "the edge template's zone file",
+        Duration::from_secs(15),
+        || {
+            dir.join(format!("edge-{ZONE}.zone"))
+                .is_file()
+                .then_some(())
+        },
+    );
+    assert!(!dir.join(format!("{ZONE}.zone")).exists());
+}
