@@ -65,6 +65,9 @@ pub struct ZoneStatus {
     pub next_refresh: Option<String>,
     /// Past the SOA expire time without reaching a primary.
     pub expired: bool,
+    /// When the copy served expires (RFC 3339: the last answer from a primary plus the SOA
+    /// expire time) unless a primary answers before.
+    pub expires_at: Option<String>,
     /// Transfers in accepted, refused (failed validation), and refresh checks that failed.
     pub transfers_ok: u64,
     pub transfers_refused: u64,
@@ -258,12 +261,14 @@ impl ZoneTask {
             return None;
         };
         let timers = copy_timers(&zone.copy_path(), &origin);
+        let started = SystemTime::now();
         // Expired before a restart: still SERVFAIL (the load read the marker) until a
         // primary answers.
         let expired = zone.expired_marker().exists();
         status().update(&zone.name, |s| {
             s.serial = timers.map(|t| t.serial);
             s.expired = expired;
+            s.expires_at = expiry(started, timers);
             s.catalog_groups = zone.catalog_groups.clone();
         });
         // A zone with a key is registered for NOTIFY only once its key is read: until then
@@ -277,7 +282,7 @@ impl ZoneTask {
             origin,
             key: None,
             timers,
-            last_contact: SystemTime::now(),
+            last_contact: started,
             expired,
             signal,
             key_generation: KEY_GENERATION.load(Ordering::Relaxed),
@@ -360,7 +365,11 @@ impl ZoneTask {
                 self.timers = fresh.or(self.timers);
                 self.last_contact = SystemTime::now();
                 self.expired = false;
-                status().update(&self.zone.name, |s| s.expired = false);
+                let expires_at = expiry(self.last_contact, self.timers);
+                status().update(&self.zone.name, |s| {
+                    s.expired = false;
+                    s.expires_at = expires_at;
+                });
                 self.serve_expired(reloader);
                 self.timers.map_or(INITIAL_RETRY, |t| t.refresh)
             }
@@ -429,6 +438,11 @@ impl ZoneTask {
             ),
         }
     }
+}
+
+/// When a copy with `timers`, last confirmed at `contact`, expires (RFC 3339).
+fn expiry(contact: SystemTime, timers: Option<Timers>) -> Option<String> {
+    timers.map(|t| crate::rfc3339::format_utc(contact + t.expire))
 }
 
 /// Why a secondary zone's TSIG key was not read.
