@@ -387,10 +387,27 @@ pub fn answer(packet: &[u8], from: IpAddr, out: &mut [u8]) -> Option<usize> {
         entry.signal.refuse(Refusal::NotPrimary, from, now);
         return refuse_into(out, packet, echo, rcode::REFUSED, from);
     }
+    let request = Request {
+        packet,
+        echo,
+        question: &question,
+        from,
+        now,
+    };
     match &entry.key {
-        Some(key) => signed_reply(entry, key, packet, echo, &question, from, now, out),
-        None => unkeyed_reply(entry, packet, echo, &question, from, now, out),
+        Some(key) => signed_reply(entry, key, &request, out),
+        None => unkeyed_reply(entry, &request, out),
     }
+}
+
+/// A NOTIFY being answered: its bytes, its question section (echoed), what the question
+/// says, its sender and the time.
+struct Request<'a> {
+    packet: &'a [u8],
+    echo: &'a [u8],
+    question: &'a Question,
+    from: IpAddr,
+    now: u64,
 }
 
 /// The refusal limiter's buckets (one table per process, as the listeners are).
@@ -443,40 +460,23 @@ fn refuse_into(
 
 /// The answer for a zone without a key: it takes no signed NOTIFY either, since nothing could
 /// check the signature.
-fn unkeyed_reply(
-    entry: &Entry,
-    packet: &[u8],
-    echo: &[u8],
-    question: &Question,
-    from: IpAddr,
-    now: u64,
-    out: &mut [u8],
-) -> Option<usize> {
-    if !matches!(tsig::find(packet), Ok(None)) {
-        entry.signal.refuse(Refusal::Tsig, from, now);
-        return refuse_into(out, packet, echo, rcode::REFUSED, from);
+fn unkeyed_reply(entry: &Entry, r: &Request<'_>, out: &mut [u8]) -> Option<usize> {
+    if !matches!(tsig::find(r.packet), Ok(None)) {
+        entry.signal.refuse(Refusal::Tsig, r.from, r.now);
+        return refuse_into(out, r.packet, r.echo, rcode::REFUSED, r.from);
     }
-    entry.signal.accept(question.serial, now);
-    reply_into(out, packet, echo, rcode::NOERROR)
+    entry.signal.accept(r.question.serial, r.now);
+    reply_into(out, r.packet, r.echo, rcode::NOERROR)
 }
 
 /// The answer for a zone with `key`: accepted only when signed with it (and the answer signed
 /// in turn), NOTAUTH with the TSIG error for a bad signature (RFC 8945 5.2).
-#[allow(clippy::too_many_arguments)]
-fn signed_reply(
-    entry: &Entry,
-    key: &Key,
-    packet: &[u8],
-    echo: &[u8],
-    question: &Question,
-    from: IpAddr,
-    now: u64,
-    out: &mut [u8],
-) -> Option<usize> {
+fn signed_reply(entry: &Entry, key: &Key, r: &Request<'_>, out: &mut [u8]) -> Option<usize> {
     let keys = std::slice::from_ref(key);
+    let (packet, echo, from, now) = (r.packet, r.echo, r.from, r.now);
     match tsig::verify_request(packet, keys, now) {
         Ok(Verdict::Signed { request_mac, .. }) => {
-            entry.signal.accept(question.serial, now);
+            entry.signal.accept(r.question.serial, now);
             let mut message = reply(packet, echo, rcode::NOERROR);
             Signer::for_answer_of(key, &request_mac).sign(&mut message, now);
             copy_out(message, out)
