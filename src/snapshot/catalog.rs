@@ -323,8 +323,7 @@ pub fn catalog_member_zones(catalog: &SecondaryZoneConfig, dir: &Path) -> Vec<Se
     catalog_entries(catalog)
         .into_iter()
         .map(|m| {
-            let mut zone = catalog.member(&m.zone.to_ascii(), dir);
-            zone.catalog_groups = m.groups;
+            let mut zone = catalog.member_in(&m.zone.to_ascii(), dir, m.groups);
             zone.catalog_coo = m.coo.map(|c| c.to_ascii());
             zone
         })
@@ -527,7 +526,8 @@ mod tests {
         let text = format!(
             "[secondary]\ndir = {:?}\n\
              [[secondary.catalog]]\nname = \"old.cat\"\nprimaries = [\"192.0.2.1:53\"]\n\
-             [[secondary.catalog]]\nname = \"new.cat\"\nprimaries = [\"192.0.2.2:53\"]\n",
+             [[secondary.catalog]]\nname = \"new.cat\"\nprimaries = [\"192.0.2.2:53\"]\n\
+             [secondary.catalog.group.\"edge\"]\nprimaries = [\"192.0.2.3:53\"]\n",
             dir.display().to_string()
         );
         let path = dir.join("steerdns.toml");
@@ -541,10 +541,11 @@ mod tests {
                 .find(|z| z.name == name)
                 .map(|z| (z.primaries[0].to_string(), z.catalog_groups.clone()))
         };
-        // The coo moves it to the catalog it names, with that catalog's properties...
+        // The coo moves it to the catalog it names, with that catalog's properties (group
+        // edge, whose settings give it its own primaries)...
         assert_eq!(
             primary_of("moving.test"),
-            Some(("192.0.2.2:53".to_string(), vec!["edge".to_string()]))
+            Some(("192.0.2.3:53".to_string(), vec!["edge".to_string()]))
         );
         // ...and without one the first catalog keeps it.
         assert_eq!(
@@ -552,5 +553,13 @@ mod tests {
             Some(("192.0.2.1:53".to_string(), Vec::new()))
         );
         assert_eq!(zones.iter().filter(|z| z.name == "moving.test").count(), 1);
+    }
+
+    #[test]
+    fn member_groups_belong_to_catalogs_only() {
+        let text = "[[secondary.zone]]\nname = \"a.test\"\nprimaries = [\"192.0.2.1:53\"]\n\
+                    [secondary.zone.group.\"edge\"]\ntimeout_secs = 3\n";
+        let e = crate::config::Config::parse(text, Path::new("t.toml")).expect_err("refused");
+        assert!(e.to_string().contains("a catalog's"), "{e}");
     }
 }

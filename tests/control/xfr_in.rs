@@ -892,3 +892,44 @@ fn a_flood_of_refused_notifies_is_rate_limited_per_source_and_counted() {
     let other = notify_from("127.0.0.2", server.addr);
     assert_eq!(other.metadata.response_code, ResponseCode::Refused);
 }
+
+#[test]
+fn a_catalog_groups_settings_apply_to_its_members() {
+    let knot = knot_catalog_producer("cat.test", "member.test");
+    let knot_addr = knot.addr;
+    // The catalog is pulled unsigned; its group `edge` (Knot's `catalog-group`) signs with a
+    // key Knot does not know, so the member's transfers are refused: the group's settings,
+    // not the catalog's, are the member's.
+    let config = TempConfig::new(
+        "xfrin-catalog-group",
+        &format!(
+            "[[secondary.catalog]]\nname = \"cat.test\"\nprimaries = [\"{knot_addr}\"]\n\
+             timeout_secs = 2\n[secondary.catalog.group.\"edge\"]\nkey_file = \"sec.key\"\n"
+        ),
+    );
+    write_key(config.dir(), SECRET);
+    let server = config.start();
+    let admin = server.admin.expect("admin endpoint");
+    let member = wait_for(
+        "the member refused by Knot",
+        Duration::from_secs(20),
+        || {
+            let (_, body) = control_common::http(admin, "GET", "/v1/status", None);
+            let status: serde_json::Value = serde_json::from_str(&body).ok()?;
+            let member = status["secondary"]["member.test"].clone();
+            member["last_refusal"]
+                .as_str()
+                .is_some_and(|r| r.contains("BADKEY") || r.contains("NOTAUTH"))
+                .then_some(member)
+        },
+    );
+    assert_eq!(
+        member["catalog_groups"],
+        serde_json::json!(["edge"]),
+        "{member}"
+    );
+    assert!(member["serial"].is_null(), "{member}");
+    let answer = server.udp(&query("www.member.test.", RecordType::A));
+    assert_ne!(answer.metadata.response_code, ResponseCode::NoError);
+    drop(knot);
+}
