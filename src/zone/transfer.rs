@@ -89,11 +89,14 @@ pub fn replaced_by_projection(projected: &[Record], owner: &[u8], rtype: u16) ->
     let mut at_owner = projected[start..]
         .iter()
         .take_while(|(o, _)| o[..] == *owner);
+    let type_of = |record: &[u8]| record.get(..2).map(|t| u16::from_be_bytes([t[0], t[1]]));
     match rtype {
-        rtype::A | rtype::AAAA => at_owner.next().is_some(),
-        rtype::NSEC | rtype::NSEC3 => {
-            at_owner.any(|(_, r)| r.get(..2) == Some(&rtype.to_be_bytes()[..]))
+        // Replaced by the projection proper (its addresses or CNAME), not by the signatures
+        // and denial records that come with it.
+        rtype::A | rtype::AAAA => {
+            at_owner.any(|(_, r)| matches!(type_of(r), Some(rtype::A | rtype::AAAA | rtype::CNAME)))
         }
+        rtype::NSEC | rtype::NSEC3 => at_owner.any(|(_, r)| type_of(r) == Some(rtype)),
         _ => false,
     }
 }
@@ -207,5 +210,25 @@ mod tests {
         }
         assert_eq!(total, records.len());
         assert_eq!(pack_messages(9, QUESTION, &records, 40), None);
+    }
+
+    #[test]
+    fn only_projected_addresses_replace_the_zone_files_and_only_a_denial_record_its_own() {
+        let owner: Box<[u8]> = Box::from(&b"\x02gw\x07example\x03com\x00"[..]);
+        let record = |rt: u16| -> Record {
+            let mut bytes = rt.to_be_bytes().to_vec();
+            bytes.extend_from_slice(&[0, 1, 0, 0, 0, 60, 0, 0]);
+            (owner.clone(), bytes.into_boxed_slice())
+        };
+        // An omitted name in a signed zone: only its re-typed NSEC (and its RRSIG).
+        let omitted = vec![record(rtype::RRSIG), record(rtype::NSEC)];
+        assert!(!replaced_by_projection(&omitted, &owner, rtype::A));
+        assert!(replaced_by_projection(&omitted, &owner, rtype::NSEC));
+        assert!(!replaced_by_projection(&omitted, &owner, rtype::NSEC3));
+        // A projected name: its addresses replace the zone file's.
+        let projected = vec![record(rtype::CNAME)];
+        assert!(replaced_by_projection(&projected, &owner, rtype::AAAA));
+        assert!(!replaced_by_projection(&projected, &owner, rtype::TXT));
+        assert!(!replaced_by_projection(&projected, b"\x01x\x00", rtype::A));
     }
 }

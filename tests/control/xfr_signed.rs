@@ -24,6 +24,11 @@ const VALIDATING: &str = "    dnssec-validation: on\n";
 /// edge.example.net with NSEC3, `extra` in `[dnssec]`, fresh keys.
 fn signed_projection_setup(label: &str, notify: u16, extra: &str) -> control_common::Setup {
     let setup = projection_setup(label, notify);
+    // The omitted name keeps zone-file data of its own: transferred as written, signed.
+    let zone = setup.path("zones/example.com.zone");
+    let mut text = std::fs::read_to_string(&zone).expect("zone file");
+    text.push_str("gw IN TXT \"application gateways\"\ngw IN A 192.0.2.99\n");
+    std::fs::write(&zone, text).expect("zone file");
     setup.extend_config(&format!(
         "[dnssec]\nkeys = \"keys\"\nzones = [\"example.com.\", \"edge.example.net.\"]\n{extra}\
          [dnssec.zone.\"edge.example.net.\"]\ndenial = \"nsec3\"\n"
@@ -120,7 +125,26 @@ fn a_signed_zone_transfers_its_projection_signed_and_a_validating_knot_serves_it
             ),
         "{example}"
     );
-    assert!(!has(&example, "gw.example.com.", "A", ""), "{example}");
+    // The omitted name: its zone-file records as written, signed, and its NSEC listing them.
+    assert!(
+        has(&example, "gw.example.com.", "A", "192.0.2.99")
+            && has(&example, "gw.example.com.", "RRSIG", "A ")
+            && has(
+                &example,
+                "gw.example.com.",
+                "TXT",
+                "\"application gateways\""
+            )
+            && has(&example, "gw.example.com.", "RRSIG", "TXT "),
+        "{example}"
+    );
+    let gw_types: Vec<String> = example
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 5 && f[0] == "gw.example.com." && f[3] == "NSEC")
+        .map(|f| f[5..].iter().map(|t| t.to_string()).collect())
+        .unwrap_or_default();
+    assert_eq!(gw_types, ["A", "TXT", "RRSIG", "NSEC"], "{example}");
     let edge = verified_axfr(&setup, primary.dns, "edge.example.net");
     assert!(
         has(&edge, "*.edge.example.net.", "A", "192.0.2.1"),
