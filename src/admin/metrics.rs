@@ -1529,6 +1529,13 @@ fn encode_notifies_in(
         .into_iter()
         .filter(|(_, n)| *n > 0)
         .map(|(reason, n)| row("-", reason, n));
+    counter(
+        encoder,
+        "steerdns_notify_refusals_limited",
+        "Refused NOTIFYs left unanswered because their source prefix (/24, /56) was over the \
+         refusal rate (5 a second, bursts of 20): a flood of bad NOTIFYs is not reflected.",
+        crate::secondary::notify::refusals_dropped(),
+    )?;
     counters(
         encoder,
         "steerdns_secondary_notifies",

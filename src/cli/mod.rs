@@ -889,11 +889,15 @@ fn secondary_line(zone: &str, s: &steerdns::secondary::ZoneStatus) -> String {
         ("last NOTIFY", &s.last_notify),
         ("last refusal", &s.last_refusal),
         ("last NOTIFY refused", &s.last_notify_refusal),
+        ("key file", &s.key_problem),
     ];
     for (label, value) in notes {
         if let Some(value) = value {
             line.push_str(&format!("; {label} {value}"));
         }
+    }
+    if !s.catalog_groups.is_empty() {
+        line.push_str(&format!("; catalog group {}", s.catalog_groups.join(", ")));
     }
     line
 }

@@ -757,6 +757,9 @@ impl Config {
         if let Some((field, message)) = self.transfer.as_ref().and_then(|t| t.problem()) {
             return Err(invalid(&field, message));
         }
+        if let Some((field, message)) = self.secondary.problem() {
+            return Err(invalid(&field, message));
+        }
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! `[secondary]`: zones this server pulls from a primary by zone transfer (issue 33 item 4).
 //! Plain data; the transfer task itself lives in `crate::secondary`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -35,12 +36,38 @@ pub struct SecondaryZoneConfig {
     #[serde(default = "default_timeout_secs")]
     pub timeout_secs: u64,
     /// A TSIG key file (mode 0600, the `key "name" { ... };` format of `[transfer] key_files`),
-    /// read by the zone's task at its first refresh (a changed file is used after a restart):
+    /// read by the zone's task at its first refresh and again on every SIGHUP or reload:
     /// SOA queries and transfer requests are signed with its key, every answer and NOTIFY must
     /// carry its MAC.
     #[serde(default)]
     pub key_file: Option<PathBuf>,
     /// Which key of `key_file`; unset: the file must hold exactly one.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// For a catalog: settings for the members of a group (RFC 9432 4.4.2), by group name;
+    /// a member takes those of the first of its groups (in name order) listed here, the
+    /// catalog's own otherwise. Refused on a `[[secondary.zone]]`.
+    #[serde(default)]
+    pub group: BTreeMap<String, GroupSettings>,
+    /// For a member of a consumed catalog: its `group` properties (RFC 9432 4.4.2).
+    #[serde(skip)]
+    pub catalog_groups: Vec<String>,
+    /// For a member of a consumed catalog: the catalog named by its `coo` property (RFC 9432
+    /// 4.4.1), which may take the member over.
+    #[serde(skip)]
+    pub catalog_coo: Option<String>,
+}
+
+/// What a catalog's member group sets for its members instead of the catalog's own.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupSettings {
+    #[serde(default)]
+    pub primaries: Option<Vec<SocketAddr>>,
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
     #[serde(default)]
     pub key: Option<String>,
 }
@@ -64,15 +91,28 @@ impl SecondaryConfig {
                 None => dir.join(format!("{}.zone", zone.name.trim_end_matches('.'))),
             };
             zone.file = Some(file);
-            if let Some(key_file) = zone.key_file.take() {
-                zone.key_file = Some(if key_file.is_relative() {
-                    base.join(key_file)
+            let absolute = |path: PathBuf| {
+                if path.is_relative() {
+                    base.join(path)
                 } else {
-                    key_file
-                });
+                    path
+                }
+            };
+            zone.key_file = zone.key_file.take().map(absolute);
+            for settings in zone.group.values_mut() {
+                settings.key_file = settings.key_file.take().map(absolute);
             }
         }
         self.dir = Some(dir);
+    }
+
+    /// The first problem as (field, message), if any.
+    pub fn problem(&self) -> Option<(String, String)> {
+        let zone = self.zone.iter().find(|z| !z.group.is_empty())?;
+        Some((
+            format!("secondary.zone {:?}: group", zone.name),
+            "member groups are a catalog's ([[secondary.catalog]])".into(),
+        ))
     }
 }
 
@@ -88,7 +128,28 @@ impl SecondaryZoneConfig {
             timeout_secs: self.timeout_secs,
             key_file: self.key_file.clone(),
             key: self.key.clone(),
+            group: BTreeMap::new(),
+            catalog_groups: Vec::new(),
+            catalog_coo: None,
         }
+    }
+
+    /// The member `member` of this catalog in `groups` (its group properties): the
+    /// settings of the first group configured here, over [`SecondaryZoneConfig::member`]'s.
+    pub fn member_in(&self, member: &str, dir: &Path, groups: Vec<String>) -> SecondaryZoneConfig {
+        let mut zone = self.member(member, dir);
+        if let Some(settings) = groups.iter().find_map(|g| self.group.get(g)) {
+            if let Some(primaries) = &settings.primaries {
+                zone.primaries = primaries.clone();
+            }
+            zone.timeout_secs = settings.timeout_secs.unwrap_or(zone.timeout_secs);
+            if settings.key_file.is_some() {
+                zone.key_file = settings.key_file.clone();
+                zone.key = settings.key.clone();
+            }
+        }
+        zone.catalog_groups = groups;
+        zone
     }
 
     /// `name` as an absolute domain name (`example.org` → `example.org.`); `None` if it is not

@@ -75,6 +75,12 @@ pub struct TransferZoneConfig {
     pub allow_unsigned: Option<bool>,
     /// Secondaries told of every serial change (RFC 1996).
     pub notify: Vec<NotifyTarget>,
+    /// The zone's `group` property in the catalog produced (RFC 9432 4.4.2): a consumer
+    /// chooses its settings by it (Knot: the `catalog-template` of that id).
+    pub catalog_group: Option<String>,
+    /// The zone's `coo` property (change of ownership, RFC 9432 4.4.1): the catalog a consumer
+    /// may move the zone to, keeping its data, when that catalog lists it too.
+    pub catalog_coo: Option<String>,
 }
 
 /// A secondary to NOTIFY.
@@ -142,6 +148,22 @@ impl TransferConfig {
                 return Some((
                     format!("transfer.zone.{name}.keys"),
                     format!("{key:?} is empty"),
+                ));
+            }
+            if let Some(group) = zone
+                .catalog_group
+                .as_ref()
+                .filter(|g| g.is_empty() || g.len() > 255)
+            {
+                return Some((
+                    format!("transfer.zone.{name}.catalog_group"),
+                    format!("{group:?} must be 1 to 255 bytes (one TXT string)"),
+                ));
+            }
+            if let Some(coo) = zone.catalog_coo.as_ref().filter(|n| !valid_zone_name(n)) {
+                return Some((
+                    format!("transfer.zone.{name}.catalog_coo"),
+                    format!("{coo:?} is not a domain name"),
                 ));
             }
             for target in &zone.notify {

@@ -26,6 +26,7 @@ pub mod rollover;
 pub mod settings;
 pub mod sign;
 pub mod steered;
+pub mod transfer;
 pub mod zone;
 
 pub use config::DnssecConfig;

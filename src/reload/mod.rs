@@ -525,6 +525,10 @@ impl Reloader {
     /// ([`Reloader::serve_bundle`]); a bundle refused is this reload's refusal.
     pub fn reload(&self, trigger: Trigger) -> Result<Accepted, Vec<String>> {
         let mut state = self.lock();
+        if matches!(trigger, Trigger::Signal | Trigger::Api) {
+            // Secondary zones' key files are read by their own threads, not by the load.
+            crate::secondary::reread_keys();
+        }
         let staged = match trigger {
             Trigger::Signal | Trigger::Api => self.stage_live(&mut state),
             _ => None,

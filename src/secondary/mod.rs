@@ -12,6 +12,11 @@
 //! zone from disk before any primary answers. A bad transfer (TSIG, malformed, failing
 //! validation) keeps the last good copy serving and says why (log WARN and status). Never
 //! touches the serving path: NOTIFYs reach the task through [`notify::Signal`].
+//!
+//! A zone's TSIG key file is read again on every SIGHUP or `steerdns reload`
+//! ([`reread_keys`] moves a generation counter each task looks at): a good new key replaces
+//! the old one (for transfers and NOTIFY), a bad one keeps the old key and is reported (log
+//! WARN, `key_problem` and `last_refusal` in status).
 
 pub mod ixfr;
 pub mod notify;
@@ -19,6 +24,7 @@ pub mod transfer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -59,6 +65,9 @@ pub struct ZoneStatus {
     pub next_refresh: Option<String>,
     /// Past the SOA expire time without reaching a primary.
     pub expired: bool,
+    /// When the copy served expires (RFC 3339: the last answer from a primary plus the SOA
+    /// expire time) unless a primary answers before.
+    pub expires_at: Option<String>,
     /// Transfers in accepted, refused (failed validation), and refresh checks that failed.
     pub transfers_ok: u64,
     pub transfers_refused: u64,
@@ -69,6 +78,20 @@ pub struct ZoneStatus {
     pub last_notify_refusal: Option<String>,
     pub notifies_accepted: u64,
     pub notifies_refused: u64,
+    /// The zone's key file could not be read again (when, why); the key read before is kept.
+    pub key_problem: Option<String>,
+    /// For a member of a consumed catalog: its `group` properties (RFC 9432 4.4.2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub catalog_groups: Vec<String>,
+}
+
+/// Moved by every SIGHUP and `steerdns reload`: each zone's task reads its key file again.
+static KEY_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Has every secondary zone read its TSIG key file again (at its next look, within
+/// [`NOTIFY_POLL`]).
+pub fn reread_keys() {
+    KEY_GENERATION.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The status of every secondary zone, by name (background threads write, admin reads).
@@ -125,7 +148,7 @@ pub fn run(
         };
         loop {
             let pause = task.step(&reloader);
-            if wait(sleep, pause, || task.signal.pending()) {
+            if wait(sleep, pause, || task.pending()) {
                 return;
             }
         }
@@ -165,12 +188,12 @@ pub fn run_catalog(
         let mut members: BTreeMap<String, (ZoneTask, Instant)> = BTreeMap::new();
         loop {
             let now = Instant::now();
-            if catalog_due <= now || task.signal.pending() {
+            if catalog_due <= now || task.pending() {
                 catalog_due = now + task.step(&reloader);
             }
             update_members(&catalog, &dir, &mut members, now);
             for (member_task, due) in members.values_mut() {
-                if *due <= Instant::now() || member_task.signal.pending() {
+                if *due <= Instant::now() || member_task.pending() {
                     *due = Instant::now() + member_task.step(&reloader);
                 }
             }
@@ -181,8 +204,7 @@ pub fn run_catalog(
             let pause = next
                 .saturating_duration_since(Instant::now())
                 .max(MIN_TIMER);
-            let notified =
-                || task.signal.pending() || members.values().any(|(m, _)| m.signal.pending());
+            let notified = || task.pending() || members.values().any(|(m, _)| m.pending());
             if wait(sleep, pause, notified) {
                 return;
             }
@@ -198,10 +220,7 @@ fn update_members(
     members: &mut BTreeMap<String, (ZoneTask, Instant)>,
     now: Instant,
 ) {
-    let listed: Vec<SecondaryZoneConfig> = crate::snapshot::catalog::catalog_members(catalog)
-        .iter()
-        .map(|m| catalog.member(&m.to_ascii(), dir))
-        .collect();
+    let listed = crate::snapshot::catalog::catalog_member_zones(catalog, dir);
     members.retain(|name, (member, _)| {
         let kept = listed.iter().any(|m| &m.name == name);
         if !kept {
@@ -231,6 +250,8 @@ struct ZoneTask {
     /// marker says so) until one answers, since the restart does not make the copy fresher.
     expired: bool,
     signal: Arc<notify::Signal>,
+    /// The [`KEY_GENERATION`] the key was last read at.
+    key_generation: u64,
 }
 
 impl ZoneTask {
@@ -240,12 +261,15 @@ impl ZoneTask {
             return None;
         };
         let timers = copy_timers(&zone.copy_path(), &origin);
+        let started = SystemTime::now();
         // Expired before a restart: still SERVFAIL (the load read the marker) until a
         // primary answers.
         let expired = zone.expired_marker().exists();
         status().update(&zone.name, |s| {
             s.serial = timers.map(|t| t.serial);
             s.expired = expired;
+            s.expires_at = expiry(started, timers);
+            s.catalog_groups = zone.catalog_groups.clone();
         });
         // A zone with a key is registered for NOTIFY only once its key is read: until then
         // nothing could check a NOTIFY's signature.
@@ -258,15 +282,57 @@ impl ZoneTask {
             origin,
             key: None,
             timers,
-            last_contact: SystemTime::now(),
+            last_contact: started,
             expired,
             signal,
+            key_generation: KEY_GENERATION.load(Ordering::Relaxed),
         })
+    }
+
+    /// A NOTIFY waits, or the key file is to be read again.
+    fn pending(&self) -> bool {
+        self.signal.pending() || self.keys_stale()
+    }
+
+    fn keys_stale(&self) -> bool {
+        self.key.is_some() && self.key_generation != KEY_GENERATION.load(Ordering::Relaxed)
+    }
+
+    /// Reads the key file again (a reload asked): a good key replaces the one held, a bad
+    /// file keeps it and is reported.
+    fn reread_key(&mut self) {
+        self.key_generation = KEY_GENERATION.load(Ordering::Relaxed);
+        let name = self.zone.name.clone();
+        match load_key(&self.zone) {
+            Ok(Some(key)) => {
+                let zone = &self.zone;
+                self.signal =
+                    notify::register(&zone.name, &self.origin, &zone.primaries, Some(key.clone()));
+                tracing::info!("secondary zone {name}: TSIG key {} read again", key.name);
+                self.key = Some(key);
+                status().update(&name, |s| s.key_problem = None);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("secondary zone {name}: {e}; the key read before is kept");
+                let problem = format!(
+                    "{}: {e} (the key read before is kept)",
+                    crate::rfc3339::format_utc(SystemTime::now())
+                );
+                status().update(&name, |s| {
+                    s.key_problem = Some(problem.clone());
+                    s.last_refusal = Some(problem);
+                });
+            }
+        }
     }
 
     /// Reads the zone's key if it has one and it is not read yet (a key file fixed later is
     /// picked up at the next refresh), and registers it for NOTIFY.
     fn ensure_key(&mut self) -> Result<(), String> {
+        if self.keys_stale() {
+            self.reread_key();
+        }
         if self.key.is_some() {
             return Ok(());
         }
@@ -277,6 +343,8 @@ impl ZoneTask {
         self.signal =
             notify::register(&zone.name, &self.origin, &zone.primaries, Some(key.clone()));
         self.key = Some(key);
+        self.key_generation = KEY_GENERATION.load(Ordering::Relaxed);
+        status().update(&zone.name, |s| s.key_problem = None);
         Ok(())
     }
 
@@ -297,7 +365,11 @@ impl ZoneTask {
                 self.timers = fresh.or(self.timers);
                 self.last_contact = SystemTime::now();
                 self.expired = false;
-                status().update(&self.zone.name, |s| s.expired = false);
+                let expires_at = expiry(self.last_contact, self.timers);
+                status().update(&self.zone.name, |s| {
+                    s.expired = false;
+                    s.expires_at = expires_at;
+                });
                 self.serve_expired(reloader);
                 self.timers.map_or(INITIAL_RETRY, |t| t.refresh)
             }
@@ -366,6 +438,11 @@ impl ZoneTask {
             ),
         }
     }
+}
+
+/// When a copy with `timers`, last confirmed at `contact`, expires (RFC 3339).
+fn expiry(contact: SystemTime, timers: Option<Timers>) -> Option<String> {
+    timers.map(|t| crate::rfc3339::format_utc(contact + t.expire))
 }
 
 /// Why a secondary zone's TSIG key was not read.

@@ -6,6 +6,15 @@
 //! [`is_notify`] and [`answer`] on the serving path, which therefore only reads the table
 //! (lock-free, `arc_swap`), computes a MAC at most and sets atomics: no lock, no I/O. Accepted
 //! and refused NOTIFYs are counted per zone and per reason for status and metrics.
+//!
+//! Refusals are rate-limited per source prefix (/24 for IPv4, /56 for IPv6), as the RRL limits
+//! responses: [`REFUSALS_PER_SECOND`] with a burst of [`REFUSAL_BURST`], in a fixed table of
+//! token buckets ([`crate::rrl::table`]: one compare-and-swap, no lock, no allocation). A
+//! refusal over the rate is still counted but gets no answer (counted in
+//! [`refusals_dropped`]), so a flood of bad NOTIFYs costs a parse and a table lookup each and
+//! is not reflected. The question is read into a stack buffer and refusals are written
+//! straight into the listener's buffer: a refused NOTIFY allocates nothing (an accepted one
+//! from a primary may, to sign its answer).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
@@ -17,6 +26,13 @@ use arc_swap::ArcSwap;
 
 use crate::dns::tsig::{self, Key, Signer, Verdict};
 use crate::dns::wire::{flag, rcode, HEADER_LEN};
+use crate::rrl::table::{hash_value, Rate, Table as Buckets};
+
+/// Refused NOTIFYs answered per second per source prefix, and at once from a full bucket.
+pub const REFUSALS_PER_SECOND: u32 = 5;
+pub const REFUSAL_BURST: u32 = 20;
+/// Buckets of the refusal limiter (prefixes beyond share buckets: stricter, never looser).
+const REFUSAL_BUCKETS: usize = 4096;
 
 /// The NOTIFY opcode (RFC 1996 section 3.1).
 const OPCODE_NOTIFY: u16 = 4;
@@ -255,12 +271,19 @@ pub fn is_notify(packet: &[u8]) -> bool {
     opcode_notify && !table().load().zones.is_empty()
 }
 
-/// The question of a NOTIFY: its lower-cased wire name, where the question ends, and the
-/// serial of the SOA in the answer section if there is one.
+/// The question of a NOTIFY: its lower-cased wire name (in a stack buffer: no allocation),
+/// where the question ends, and the serial of the SOA in the answer section if there is one.
 struct Question {
-    wire: Vec<u8>,
+    wire: [u8; 255],
+    wire_len: usize,
     end: usize,
     serial: Option<u32>,
+}
+
+impl Question {
+    fn wire(&self) -> &[u8] {
+        &self.wire[..self.wire_len]
+    }
 }
 
 fn read_question(packet: &[u8]) -> Option<Question> {
@@ -272,20 +295,20 @@ fn read_question(packet: &[u8]) -> Option<Question> {
     if count(4)? != 1 {
         return None;
     }
-    let mut wire = Vec::new();
+    let mut wire = [0u8; 255];
+    let mut wire_len = 0;
     let mut pos = HEADER_LEN;
     loop {
         let len = usize::from(*packet.get(pos)?);
-        if len >= 64 || wire.len() + len + 1 > 255 {
+        if len >= 64 || wire_len + len + 1 > 255 {
             return None;
         }
-        wire.push(len as u8);
-        wire.extend(
-            packet
-                .get(pos + 1..pos + 1 + len)?
-                .iter()
-                .map(u8::to_ascii_lowercase),
-        );
+        wire[wire_len] = len as u8;
+        let label = packet.get(pos + 1..pos + 1 + len)?;
+        let target = &mut wire[wire_len + 1..wire_len + 1 + len];
+        target.copy_from_slice(label);
+        target.make_ascii_lowercase();
+        wire_len += 1 + len;
         pos += 1 + len;
         if len == 0 {
             break;
@@ -301,7 +324,12 @@ fn read_question(packet: &[u8]) -> Option<Question> {
     } else {
         None
     };
-    Some(Question { wire, end, serial })
+    Some(Question {
+        wire,
+        wire_len,
+        end,
+        serial,
+    })
 }
 
 /// The serial of a SOA answer record at `pos` (owner compressed or not; RFC 1996 3.7).
@@ -337,7 +365,8 @@ fn skip_name(packet: &[u8], mut pos: usize) -> Option<usize> {
 
 /// Answers a NOTIFY from `from` into `out`: NOERROR (AA, the question echoed, signed when the
 /// request was) and the zone's task told, or REFUSED (NOTAUTH for a bad signature) and
-/// counted. `None`: not even a question to echo (dropped, counted).
+/// counted. `None`: not even a question to echo, or a refusal over its source's rate (dropped,
+/// counted).
 pub fn answer(packet: &[u8], from: IpAddr, out: &mut [u8]) -> Option<usize> {
     // A dual-stack socket shows an IPv4 primary as ::ffff:a.b.c.d.
     let from = from.to_canonical();
@@ -350,71 +379,124 @@ pub fn answer(packet: &[u8], from: IpAddr, out: &mut [u8]) -> Option<usize> {
     };
     let echo = packet.get(HEADER_LEN..question.end)?;
     let table = table().load();
-    let Some(entry) = table.zones.get(&question.wire) else {
+    let Some(entry) = table.zones.get(question.wire()) else {
         count_unzoned(Refusal::NotSecondary);
-        return copy_out(reply(packet, echo, rcode::REFUSED), out);
+        return refuse_into(out, packet, echo, rcode::REFUSED, from);
     };
     if !entry.primaries.contains(&from) {
         entry.signal.refuse(Refusal::NotPrimary, from, now);
-        return copy_out(reply(packet, echo, rcode::REFUSED), out);
+        return refuse_into(out, packet, echo, rcode::REFUSED, from);
     }
-    let message = match &entry.key {
-        Some(key) => signed_reply(entry, key, packet, echo, &question, from, now),
-        None => unkeyed_reply(entry, packet, echo, &question, from, now),
+    let request = Request {
+        packet,
+        echo,
+        question: &question,
+        from,
+        now,
     };
-    copy_out(message, out)
+    match &entry.key {
+        Some(key) => signed_reply(entry, key, &request, out),
+        None => unkeyed_reply(entry, &request, out),
+    }
+}
+
+/// A NOTIFY being answered: its bytes, its question section (echoed), what the question
+/// says, its sender and the time.
+struct Request<'a> {
+    packet: &'a [u8],
+    echo: &'a [u8],
+    question: &'a Question,
+    from: IpAddr,
+    now: u64,
+}
+
+/// The refusal limiter's buckets (one table per process, as the listeners are).
+fn refusal_buckets() -> &'static Buckets {
+    static BUCKETS: OnceLock<Buckets> = OnceLock::new();
+    BUCKETS.get_or_init(|| Buckets::new(REFUSAL_BUCKETS))
+}
+
+static REFUSALS_DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Refused NOTIFYs left unanswered because their source prefix was over its rate.
+pub fn refusals_dropped() -> u64 {
+    REFUSALS_DROPPED.load(Ordering::Relaxed)
+}
+
+/// Whether a refusal to `from` may be answered now (a token of its prefix's bucket taken);
+/// counts the ones that may not.
+fn refusal_allowed(from: IpAddr) -> bool {
+    let prefix: u128 = match from {
+        IpAddr::V4(v4) => u128::from(u32::from(v4) & 0xffff_ff00),
+        IpAddr::V6(v6) => u128::from(v6) & !((1u128 << 72) - 1),
+    };
+    let buckets = refusal_buckets();
+    let slot = buckets.slot(|h| hash_value(h, (from.is_ipv4(), prefix)));
+    let rate = Rate {
+        per_second: REFUSALS_PER_SECOND,
+        burst: REFUSAL_BURST,
+    };
+    let allowed = buckets.take(slot, crate::rrl::clock::now_ms(), rate);
+    if !allowed {
+        REFUSALS_DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    allowed
+}
+
+/// A refusal (`code`) written into `out` when its source is within its rate; `None` (no
+/// answer) otherwise.
+fn refuse_into(
+    out: &mut [u8],
+    packet: &[u8],
+    echo: &[u8],
+    code: u16,
+    from: IpAddr,
+) -> Option<usize> {
+    if !refusal_allowed(from) {
+        return None;
+    }
+    reply_into(out, packet, echo, code)
 }
 
 /// The answer for a zone without a key: it takes no signed NOTIFY either, since nothing could
 /// check the signature.
-fn unkeyed_reply(
-    entry: &Entry,
-    packet: &[u8],
-    echo: &[u8],
-    question: &Question,
-    from: IpAddr,
-    now: u64,
-) -> Vec<u8> {
-    if !matches!(tsig::find(packet), Ok(None)) {
-        entry.signal.refuse(Refusal::Tsig, from, now);
-        return reply(packet, echo, rcode::REFUSED);
+fn unkeyed_reply(entry: &Entry, r: &Request<'_>, out: &mut [u8]) -> Option<usize> {
+    if !matches!(tsig::find(r.packet), Ok(None)) {
+        entry.signal.refuse(Refusal::Tsig, r.from, r.now);
+        return refuse_into(out, r.packet, r.echo, rcode::REFUSED, r.from);
     }
-    entry.signal.accept(question.serial, now);
-    reply(packet, echo, rcode::NOERROR)
+    entry.signal.accept(r.question.serial, r.now);
+    reply_into(out, r.packet, r.echo, rcode::NOERROR)
 }
 
 /// The answer for a zone with `key`: accepted only when signed with it (and the answer signed
 /// in turn), NOTAUTH with the TSIG error for a bad signature (RFC 8945 5.2).
-fn signed_reply(
-    entry: &Entry,
-    key: &Key,
-    packet: &[u8],
-    echo: &[u8],
-    question: &Question,
-    from: IpAddr,
-    now: u64,
-) -> Vec<u8> {
+fn signed_reply(entry: &Entry, key: &Key, r: &Request<'_>, out: &mut [u8]) -> Option<usize> {
     let keys = std::slice::from_ref(key);
+    let (packet, echo, from, now) = (r.packet, r.echo, r.from, r.now);
     match tsig::verify_request(packet, keys, now) {
         Ok(Verdict::Signed { request_mac, .. }) => {
-            entry.signal.accept(question.serial, now);
+            entry.signal.accept(r.question.serial, now);
             let mut message = reply(packet, echo, rcode::NOERROR);
             Signer::for_answer_of(key, &request_mac).sign(&mut message, now);
-            message
+            copy_out(message, out)
         }
         Ok(Verdict::Refused(refusal)) => {
             entry.signal.refuse(Refusal::Tsig, from, now);
+            if !refusal_allowed(from) {
+                return None;
+            }
             let mut message = reply(packet, echo, tsig::NOTAUTH);
             tsig::error_answer(&mut message, &refusal, keys, now);
-            message
+            copy_out(message, out)
         }
         Ok(Verdict::Unsigned) => {
             entry.signal.refuse(Refusal::Unsigned, from, now);
-            reply(packet, echo, rcode::REFUSED)
+            refuse_into(out, packet, echo, rcode::REFUSED, from)
         }
         Err(tsig::Malformed) => {
             entry.signal.refuse(Refusal::Malformed, from, now);
-            reply(packet, echo, rcode::FORMERR)
+            refuse_into(out, packet, echo, rcode::FORMERR, from)
         }
     }
 }
@@ -428,14 +510,24 @@ fn count_unzoned(reason: Refusal) {
 /// A NOTIFY response: the request's ID and opcode, QR, `code`, the question echoed; AA when
 /// accepted (RFC 1996 4.7), an error not being authoritative.
 fn reply(packet: &[u8], question: &[u8], code: u16) -> Vec<u8> {
-    let mut message = Vec::with_capacity(HEADER_LEN + question.len() + 128);
-    message.extend_from_slice(&packet[..2]);
+    let mut message = vec![0; HEADER_LEN + question.len()];
+    let len = reply_into(&mut message, packet, question, code).unwrap_or(0);
+    message.truncate(len);
+    message.reserve(128);
+    message
+}
+
+/// [`reply`] written into `out` (no allocation); its length, `None` when it does not fit.
+fn reply_into(out: &mut [u8], packet: &[u8], question: &[u8], code: u16) -> Option<usize> {
+    let len = HEADER_LEN + question.len();
+    let target = out.get_mut(..len)?;
+    target[..2].copy_from_slice(packet.get(..2)?);
     let aa = if code == rcode::NOERROR { flag::AA } else { 0 };
     let flags = flag::QR | aa | OPCODE_NOTIFY << 11 | (code & 0xf);
-    message.extend_from_slice(&flags.to_be_bytes());
-    message.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
-    message.extend_from_slice(question);
-    message
+    target[2..4].copy_from_slice(&flags.to_be_bytes());
+    target[4..HEADER_LEN].copy_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+    target[HEADER_LEN..].copy_from_slice(question);
+    Some(len)
 }
 
 fn copy_out(message: Vec<u8>, out: &mut [u8]) -> Option<usize> {
@@ -496,6 +588,36 @@ mod tests {
 
         let elsewhere = answered(&notify("unknown.test."), "127.0.0.1");
         assert_eq!(elsewhere.metadata.response_code, ResponseCode::Refused);
+        unregister(&origin);
+    }
+
+    #[test]
+    fn refusals_are_limited_per_source_prefix_and_a_primary_is_not() {
+        let origin = Name::from_ascii("n3.test.").expect("name");
+        let primary = "192.0.2.53:53".parse().expect("addr");
+        let signal = register("n3.test", &origin, &[primary], None);
+        let request = notify("n3.test.");
+        let mut out = vec![0u8; 1024];
+        let dropped_before = refusals_dropped();
+        let flood: usize = (0..200u8)
+            .filter(|i| {
+                let from = IpAddr::from([198, 51, 100, *i]);
+                answer(&request, from, &mut out).is_some()
+            })
+            .count();
+        // The burst, and what refilled while the loop ran (5 a second).
+        assert!(
+            (REFUSAL_BURST as usize..REFUSAL_BURST as usize + 5).contains(&flood),
+            "{flood} refusals answered"
+        );
+        assert!(refusals_dropped() - dropped_before >= 200 - flood as u64);
+        assert_eq!(signal.report().refused, 200, "every refusal is counted");
+        // Another prefix has its own bucket, and the primary is never limited.
+        assert!(answer(&request, "203.0.113.9".parse().expect("ip"), &mut out).is_some());
+        for _ in 0..50 {
+            let reply = answered(&request, "192.0.2.53");
+            assert_eq!(reply.metadata.response_code, ResponseCode::NoError);
+        }
         unregister(&origin);
     }
 

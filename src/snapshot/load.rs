@@ -289,7 +289,7 @@ fn load_reusing(
             (Some(_), Some(previous)) => previous.projections.same_records(&projection::project(
                 steering.as_ref().map(|s| &s.policies),
                 previous.zones.zones(),
-                &|origin| keys.signs(origin),
+                &|origin| keys.stamp(origin),
             )),
             (Some(_), None) => false,
         };
@@ -354,13 +354,14 @@ fn load_reusing(
                     let mut projections =
                         project_zones(&remembered, &keys, steering.as_ref(), &mut zones);
                     if let Some(name) = &setup.config.catalog {
-                        let (catalog, numbered) = super::catalog::build(name, &zones, &remembered)
-                            .map_err(|e| {
-                                vec![format!(
-                                    "{}: transfer.catalog: {e}",
-                                    config_location(config, "catalog")
-                                )]
-                            })?;
+                        let (catalog, numbered) =
+                            super::catalog::build(name, &zones, &setup.config, &remembered)
+                                .map_err(|e| {
+                                    vec![format!(
+                                        "{}: transfer.catalog: {e}",
+                                        config_location(config, "catalog")
+                                    )]
+                                })?;
                         zones.push(catalog);
                         projections.catalog = Some(numbered);
                     }
@@ -369,6 +370,8 @@ fn load_reusing(
                 None => Projections::default(),
             };
             let signed = keys.sign_zones(config, &mut zones, steering.as_ref())?;
+            let mut projections = projections;
+            keys.sign_projections(&zones, &mut projections)?;
             let sources = Sources {
                 config_path: config.source_path.clone(),
                 config: config_digest,
@@ -560,7 +563,7 @@ fn unmoved_projections(
         return None;
     }
     let records = projection::project(steering.map(|s| &s.policies), zones.zones(), &|origin| {
-        keys.signs(origin)
+        keys.stamp(origin)
     });
     let serials: Vec<u32> = zones.zones().iter().map(|z| z.serial).collect();
     let numbered = projection::number(records, &serials, &before.remembered());
@@ -593,7 +596,7 @@ fn project_zones(
     zones: &mut [Zone],
 ) -> Projections {
     let records = projection::project(steering.map(|s| &s.policies), zones, &|origin| {
-        keys.signs(origin)
+        keys.stamp(origin)
     });
     let file_serials: Vec<u32> = zones.iter().map(|z| z.serial).collect();
     let projections = projection::number(records, &file_serials, remembered);
@@ -770,12 +773,70 @@ impl DnssecKeys {
         })
     }
 
-    /// Is `origin` a zone to sign?
-    fn signs(&self, origin: &hickory_proto::rr::Name) -> bool {
+    /// The signing stamp of `origin` when it is a zone to sign: what its signatures depend
+    /// on beside its records (the window, each key's tag, algorithm and state), so that a
+    /// re-sign is a new projection revision and a new serial (`crate::snapshot::projection`).
+    fn stamp(&self, origin: &hickory_proto::rr::Name) -> Option<Box<[u8]>> {
         let origin = origin.to_string();
-        self.zones
+        let to_sign = self
+            .zones
             .iter()
-            .any(|z| z.zone.eq_ignore_ascii_case(&origin))
+            .find(|z| z.zone.eq_ignore_ascii_case(&origin))?;
+        let mut stamp = Vec::new();
+        stamp.extend_from_slice(&to_sign.window.inception.to_be_bytes());
+        stamp.extend_from_slice(&to_sign.window.expiration.to_be_bytes());
+        for key in &to_sign.keys {
+            let timing = &key.timing;
+            stamp.extend_from_slice(&key.tag.to_be_bytes());
+            stamp.push(key.algorithm.number());
+            stamp.push(
+                u8::from(timing.published(self.now))
+                    | u8::from(timing.active(self.now)) << 1
+                    | u8::from(key.role.signs_keys()) << 2
+                    | u8::from(key.role.signs_zone()) << 3,
+            );
+        }
+        Some(stamp.into_boxed_slice())
+    }
+
+    /// The active zone-signing keys of `to_sign` at this load's time.
+    fn zone_signing<'k>(&self, to_sign: &'k ZoneKeys) -> Vec<&'k crate::dnssec::Key> {
+        to_sign
+            .keys
+            .iter()
+            .filter(|k| {
+                k.role.signs_zone() && k.timing.published(self.now) && k.timing.active(self.now)
+            })
+            .collect()
+    }
+
+    /// Signs the projections of the signed zones of `zones` (signed already): what their
+    /// transfers carry ([`crate::dnssec::transfer`]).
+    fn sign_projections(
+        &self,
+        zones: &[Zone],
+        projections: &mut Projections,
+    ) -> Result<(), Vec<String>> {
+        for projection in projections.zones_mut() {
+            let Some(zone) = zones.iter().find(|z| z.apex == projection.apex) else {
+                continue;
+            };
+            let Some(to_sign) = self.zones.iter().find(|z| z.zone == projection.zone) else {
+                continue;
+            };
+            if zone.denial.is_none() {
+                continue;
+            }
+            let keys = self.zone_signing(to_sign);
+            projection.transferred = crate::dnssec::transfer::sign_projection(
+                zone,
+                &projection.records,
+                &keys,
+                &to_sign.window,
+            )
+            .map_err(|e| vec![e.to_string()])?;
+        }
+        Ok(())
     }
 
     /// Is `origin` a zone left out for its keys?
@@ -895,13 +956,7 @@ impl DnssecKeys {
         zone.denial.as_ref()?;
         let origin = zone.origin.to_string().to_ascii_lowercase();
         let to_sign = self.zones.iter().find(|z| z.zone == origin)?;
-        let keys = to_sign
-            .keys
-            .iter()
-            .filter(|k| {
-                k.role.signs_zone() && k.timing.published(self.now) && k.timing.active(self.now)
-            })
-            .collect();
+        let keys = self.zone_signing(to_sign);
         Some(crate::dnssec::steered::SteeredOwner {
             owner,
             apex: zone.apex.clone(),

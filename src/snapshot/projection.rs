@@ -29,8 +29,15 @@
 //! signed and compiled ([`crate::zone::model::Zone::set_serial`]), so an SOA query, NOTIFY,
 //! IXFR and AXFR all say the same serial.
 //!
-//! Signed zones are not projected (their steered names are counted as left out): the
-//! projected records would need signatures and denial records of their own.
+//! Signed zones. A signed zone's projection is signed too, after the zone
+//! ([`crate::dnssec::transfer`]): an RRSIG over each projected RRset, and at every steered
+//! name the zone's NSEC (or NSEC3) record re-typed to what the transfer carries there (the
+//! served one lists every type the policy can answer with), signed. Those records are the
+//! zone's [`ZoneProjection::transferred`] records; the serving path keeps its own. The
+//! signatures change when the zone is signed again (a new validity window, a key event)
+//! while the file serial does not, so a signed zone's digest also covers its signing
+//! stamp (window and keys, [`ZoneRecords::signing`]): a re-sign is a new revision, the serial
+//! moves forward and the NOTIFY goes out, and secondaries do not keep expiring signatures.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -53,12 +60,18 @@ pub struct ZoneProjection {
     pub zone: String,
     /// Its apex (lower-cased wire name).
     pub apex: Box<[u8]>,
-    /// The projected records, sorted.
+    /// The projected records, sorted (unsigned: what the numbering compares).
     pub records: Vec<Record>,
+    /// What a transfer carries beside (or instead of) the zone's own records, sorted: the
+    /// projected records and, in a signed zone, their RRSIGs and the re-typed denial records
+    /// of the steered names ([`crate::dnssec::transfer`]).
+    pub transferred: Vec<Record>,
+    /// The signing stamp the digest covers (empty for an unsigned zone).
+    pub signing: Box<[u8]>,
     /// Steered names in the zone with a projection.
     pub projected: usize,
-    /// Steered names in the zone left out: `transfer = "omit"`, nothing always served, a
-    /// CNAME beside other data, or a signed zone.
+    /// Steered names in the zone left out: `transfer = "omit"`, nothing always served, or a
+    /// CNAME beside other data.
     pub omitted: usize,
     /// SHA-256 of the records, to tell one projection from the next.
     pub digest: [u8; 32],
@@ -94,9 +107,15 @@ impl Projections {
         self.zones.iter().find(|z| &z.apex[..] == apex)
     }
 
-    /// The projected records of the zone with this apex (none when it has no projection).
+    /// What a transfer of the zone with this apex carries beside its own records (none when
+    /// it has no projection): [`ZoneProjection::transferred`].
     pub fn records(&self, apex: &[u8]) -> &[Record] {
-        self.zone(apex).map_or(&[], |z| &z.records[..])
+        self.zone(apex).map_or(&[], |z| &z.transferred[..])
+    }
+
+    /// The projections, to sign those of signed zones ([`crate::dnssec::transfer`]).
+    pub fn zones_mut(&mut self) -> &mut [ZoneProjection] {
+        &mut self.zones
     }
 
     pub fn zones(&self) -> &[ZoneProjection] {
@@ -130,7 +149,7 @@ impl Projections {
                 .zones
                 .iter()
                 .zip(others)
-                .all(|(z, o)| z.apex == o.apex && z.records == o.records)
+                .all(|(z, o)| z.apex == o.apex && z.records == o.records && z.signing == o.signing)
     }
 }
 
@@ -140,16 +159,19 @@ pub struct ZoneRecords {
     pub zone: String,
     pub apex: Box<[u8]>,
     pub records: Vec<Record>,
+    /// A signed zone's signing stamp (its signature window and keys, see the module
+    /// documentation); empty for an unsigned zone.
+    pub signing: Box<[u8]>,
     pub projected: usize,
     pub omitted: usize,
 }
 
 /// The projected records of every zone of `zones` (in their order) under `policies`;
-/// `signed` says which zones are signed (not projected).
+/// `signing` gives a signed zone's signing stamp (`None`: unsigned).
 pub fn project(
     policies: Option<&CompiledPolicies>,
     zones: &[Zone],
-    signed: &dyn Fn(&Name) -> bool,
+    signing: &dyn Fn(&Name) -> Option<Box<[u8]>>,
 ) -> Vec<ZoneRecords> {
     let mut out: Vec<ZoneRecords> = zones
         .iter()
@@ -157,6 +179,7 @@ pub fn project(
             zone: z.origin.to_string().to_ascii_lowercase(),
             apex: z.apex.clone(),
             records: Vec::new(),
+            signing: signing(&z.origin).unwrap_or_default(),
             projected: 0,
             omitted: 0,
         })
@@ -169,7 +192,7 @@ pub fn project(
             continue;
         };
         let zone = &zones[at];
-        let records = (steered.transfer == TransferProjection::Default && !signed(&zone.origin))
+        let records = (steered.transfer == TransferProjection::Default)
             .then(|| policies.static_answer(steered.root))
             .flatten()
             .and_then(|answer| {
@@ -247,7 +270,7 @@ pub fn number(
         .into_iter()
         .zip(file_serials)
         .map(|(r, &file_serial)| {
-            let digest = digest_of(&r.records);
+            let digest = digest_of(&r.records, &r.signing);
             let revision = match remembered.get(&r.zone) {
                 Some((before, revision)) if *before == digest => *revision,
                 Some((_, revision)) => revision.wrapping_add(1),
@@ -256,7 +279,9 @@ pub fn number(
             ZoneProjection {
                 zone: r.zone,
                 apex: r.apex,
+                transferred: r.records.clone(),
                 records: r.records,
+                signing: r.signing,
                 projected: r.projected,
                 omitted: r.omitted,
                 digest,
@@ -271,8 +296,12 @@ pub fn number(
     }
 }
 
-fn digest_of(records: &[Record]) -> [u8; 32] {
+fn digest_of(records: &[Record], signing: &[u8]) -> [u8; 32] {
     let mut hash = Sha256::new();
+    if !signing.is_empty() {
+        hash.update(b"signed");
+        hash.update(signing);
+    }
     for (owner, record) in records {
         for part in [owner, record] {
             hash.update((part.len() as u32).to_be_bytes());

@@ -84,6 +84,9 @@ fn records_of(view: TransferView<'_>) -> (BTreeSet<Record>, Option<Record>) {
     }
     if let Some(super::model::Chain::Nsec3(chain)) = zone.denial.as_ref().map(|d| &d.chain) {
         for (owner, set) in chain.records.iter() {
+            if super::transfer::replaced_by_projection(view.projected, owner, rtype::NSEC3) {
+                continue;
+            }
             let sigs = set.rrsig.iter().flat_map(|sig| sig.records());
             for record in set.records().chain(sigs) {
                 records.insert((owner.clone(), Box::<[u8]>::from(record)));

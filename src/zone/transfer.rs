@@ -69,7 +69,9 @@ pub fn axfr_records<'z>(view: impl Into<TransferView<'z>>) -> Option<Vec<Transfe
     );
     if let Some(Chain::Nsec3(chain)) = zone.denial.as_ref().map(|d| &d.chain) {
         for (owner, set) in chain.records.iter() {
-            push_set(&mut out, owner, set, false);
+            if !replaced_by_projection(projected, owner, rtype::NSEC3) {
+                push_set(&mut out, owner, set, false);
+            }
         }
     }
     out.push((&zone.apex[..], soa));
@@ -78,13 +80,25 @@ pub fn axfr_records<'z>(view: impl Into<TransferView<'z>>) -> Option<Vec<Transfe
 
 /// Whether the static set of `rtype` at `owner` gives way to the projection: the policy
 /// answers A and AAAA at a steered name (the zone file's records there are only a base the
-/// policy takes over), so a projected name's static A/AAAA are not transferred beside it.
-/// `projected` is sorted by owner.
+/// policy takes over), so a projected name's static A/AAAA are not transferred beside it; and
+/// in a signed zone the denial record (NSEC, NSEC3) of a steered name is replaced by the one
+/// re-typed to what the transfer carries there (`crate::dnssec::transfer`). `projected` is
+/// sorted by owner.
 pub fn replaced_by_projection(projected: &[Record], owner: &[u8], rtype: u16) -> bool {
-    matches!(rtype, rtype::A | rtype::AAAA)
-        && projected
-            .binary_search_by(|(o, _)| o[..].cmp(owner))
-            .is_ok()
+    let start = projected.partition_point(|(o, _)| o[..] < *owner);
+    let mut at_owner = projected[start..]
+        .iter()
+        .take_while(|(o, _)| o[..] == *owner);
+    let type_of = |record: &[u8]| record.get(..2).map(|t| u16::from_be_bytes([t[0], t[1]]));
+    match rtype {
+        // Replaced by the projection proper (its addresses or CNAME), not by the signatures
+        // and denial records that come with it.
+        rtype::A | rtype::AAAA => {
+            at_owner.any(|(_, r)| matches!(type_of(r), Some(rtype::A | rtype::AAAA | rtype::CNAME)))
+        }
+        rtype::NSEC | rtype::NSEC3 => at_owner.any(|(_, r)| type_of(r) == Some(rtype)),
+        _ => false,
+    }
 }
 
 /// A set's records (unless `skip_records`: the apex SOA, sent first and last) and its RRSIGs.
@@ -196,5 +210,25 @@ mod tests {
         }
         assert_eq!(total, records.len());
         assert_eq!(pack_messages(9, QUESTION, &records, 40), None);
+    }
+
+    #[test]
+    fn only_projected_addresses_replace_the_zone_files_and_only_a_denial_record_its_own() {
+        let owner: Box<[u8]> = Box::from(&b"\x02gw\x07example\x03com\x00"[..]);
+        let record = |rt: u16| -> Record {
+            let mut bytes = rt.to_be_bytes().to_vec();
+            bytes.extend_from_slice(&[0, 1, 0, 0, 0, 60, 0, 0]);
+            (owner.clone(), bytes.into_boxed_slice())
+        };
+        // An omitted name in a signed zone: only its re-typed NSEC (and its RRSIG).
+        let omitted = vec![record(rtype::RRSIG), record(rtype::NSEC)];
+        assert!(!replaced_by_projection(&omitted, &owner, rtype::A));
+        assert!(replaced_by_projection(&omitted, &owner, rtype::NSEC));
+        assert!(!replaced_by_projection(&omitted, &owner, rtype::NSEC3));
+        // A projected name: its addresses replace the zone file's.
+        let projected = vec![record(rtype::CNAME)];
+        assert!(replaced_by_projection(&projected, &owner, rtype::AAAA));
+        assert!(!replaced_by_projection(&projected, &owner, rtype::TXT));
+        assert!(!replaced_by_projection(&projected, b"\x01x\x00", rtype::A));
     }
 }

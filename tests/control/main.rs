@@ -34,4 +34,5 @@ mod tenant_first;
 mod tenants;
 mod xfr_in;
 mod xfr_out;
+mod xfr_signed;
 mod zone_difference;

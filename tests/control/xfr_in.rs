@@ -331,7 +331,7 @@ fn knot_catalog_producer(catalog: &str, member: &str) -> Knot {
          acl:\n  - id: xfr\n    address: 127.0.0.0/8\n    action: transfer\n\
          zone:\n  - domain: {catalog}.\n    catalog-role: generate\n    acl: xfr\n\
          \x20 - domain: {member}.\n    file: \"{d}/{member}.zone\"\n    acl: xfr\n\
-         \x20   catalog-role: member\n    catalog-zone: {catalog}.\n",
+         \x20   catalog-role: member\n    catalog-zone: {catalog}.\n    catalog-group: edge\n",
         addr.ip(),
         addr.port()
     );
@@ -395,6 +395,12 @@ fn a_catalog_from_knot_provisions_its_member_zones() {
     assert_eq!(
         status["secondary"]["member.test"]["serial"].as_u64(),
         Some(3),
+        "{body}"
+    );
+    // Knot's `catalog-group` (RFC 9432 4.4.2) is read with the member.
+    assert_eq!(
+        status["secondary"]["member.test"]["catalog_groups"],
+        serde_json::json!(["edge"]),
         "{body}"
     );
     drop(knot);
@@ -784,4 +790,146 @@ fn a_zone_past_its_expire_time_is_answered_servfail_until_its_primary_is_back() 
     assert_eq!(www(&server), vec![Ipv4Addr::new(192, 0, 2, 1)]);
     assert!(!marker.exists(), "the marker is removed");
     assert_eq!(secondary_status(&server)["expired"], false);
+}
+
+#[test]
+fn a_secondary_zones_key_file_is_read_again_on_sighup_and_a_bad_one_keeps_the_old_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let setup = KnotSetup {
+        key: Some(SECRET),
+        ..KnotSetup::default()
+    };
+    let knot = Knot::start_with(&zone_text(1, "192.0.2.1"), &setup);
+    let config = TempConfig::new("xfrin-rekey", &keyed_config(knot.addr));
+    let key = write_key(config.dir(), SECRET);
+    let server = config.start();
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 1));
+
+    // A key file others may read, then SIGHUP: reported, and the key read before is kept
+    // (the next version still comes in, signed with it).
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    control_common::sighup(server.pid());
+    let status = wait_status(&server, "the bad key file reported", |s| {
+        s["key_problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("chmod 600") && p.contains("kept"))
+    });
+    assert_eq!(status["serial"].as_u64(), Some(1), "{status}");
+    knot.change(&zone_text(2, "192.0.2.2"), 2);
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 2));
+
+    // A new (here: wrong) secret, then SIGHUP: read again and used without a restart, so
+    // Knot refuses it and the copy keeps serving.
+    write_key(config.dir(), WRONG_SECRET);
+    control_common::sighup(server.pid());
+    wait_status(&server, "the new key read", |s| s["key_problem"].is_null());
+    knot.change(&zone_text(3, "192.0.2.3"), 3);
+    let status = wait_status(&server, "Knot refusing the new key", |s| {
+        s["last_refusal"]
+            .as_str()
+            .is_some_and(|r| r.contains("BADSIG"))
+    });
+    assert_eq!(status["serial"].as_u64(), Some(2), "{status}");
+    assert_eq!(www(&server), vec![Ipv4Addr::new(192, 0, 2, 2)]);
+
+    // The right secret back, SIGHUP: the transfer goes through.
+    write_key(config.dir(), SECRET);
+    control_common::sighup(server.pid());
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 3));
+}
+
+#[test]
+fn a_flood_of_refused_notifies_is_rate_limited_per_source_and_counted() {
+    let knot = Knot::start(&zone_text(1, "192.0.2.1"));
+    let config = TempConfig::new("xfrin-notify-flood", &secondary_config(knot.addr));
+    let server = config.start();
+    wait_www(&server, Ipv4Addr::new(192, 0, 2, 1));
+
+    // 300 NOTIFYs from a stranger (127.0.1.9: not the primary, and another /24 than the
+    // sources below), sent as fast as possible.
+    let socket = std::net::UdpSocket::bind(("127.0.1.9", 0)).expect("bind a loopback socket");
+    let mut message = Message::new(555, MessageType::Query, hickory_proto::op::OpCode::Notify);
+    message.add_query(hickory_proto::op::Query::query(
+        Name::from_ascii(ZONE).expect("name"),
+        RecordType::SOA,
+    ));
+    let packet = message.to_vec().expect("encode");
+    const SENT: u64 = 300;
+    for _ in 0..SENT {
+        socket.send_to(&packet, server.addr).expect("send");
+    }
+    // Every one is counted as refused; what the limiter kept back is counted too.
+    let admin = server.admin.expect("admin endpoint");
+    let limited = wait_for("the flood counted", Duration::from_secs(10), || {
+        let status = secondary_status(&server);
+        let metrics = control_common::scrape_metrics(admin);
+        let limited =
+            control_common::samples_with(&metrics, "steerdns_notify_refusals_limited_total", &[]);
+        let limited = match limited.first().map(|s| &s.value) {
+            Some(prometheus_parse::Value::Counter(n)) => *n as u64,
+            _ => 0,
+        };
+        (status["notifies_refused"].as_u64() == Some(SENT)).then_some(limited)
+    });
+    // The answers that went out: the burst (20) and what refilled meanwhile (5 a second).
+    socket
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut buf = [0u8; 512];
+    let mut answered = 0u64;
+    while socket.recv_from(&mut buf).is_ok() {
+        answered += 1;
+    }
+    assert!((20..40).contains(&answered), "{answered} refusals answered");
+    assert_eq!(
+        answered + limited,
+        SENT,
+        "{answered} answered, {limited} limited"
+    );
+
+    // Queries are answered as ever, and another source's refusal still gets its answer.
+    assert_eq!(www(&server), vec![Ipv4Addr::new(192, 0, 2, 1)]);
+    let other = notify_from("127.0.0.2", server.addr);
+    assert_eq!(other.metadata.response_code, ResponseCode::Refused);
+}
+
+#[test]
+fn a_catalog_groups_settings_apply_to_its_members() {
+    let knot = knot_catalog_producer("cat.test", "member.test");
+    let knot_addr = knot.addr;
+    // The catalog is pulled unsigned; its group `edge` (Knot's `catalog-group`) signs with a
+    // key Knot does not know, so the member's transfers are refused: the group's settings,
+    // not the catalog's, are the member's.
+    let config = TempConfig::new(
+        "xfrin-catalog-group",
+        &format!(
+            "[[secondary.catalog]]\nname = \"cat.test\"\nprimaries = [\"{knot_addr}\"]\n\
+             timeout_secs = 2\n[secondary.catalog.group.\"edge\"]\nkey_file = \"sec.key\"\n"
+        ),
+    );
+    write_key(config.dir(), SECRET);
+    let server = config.start();
+    let admin = server.admin.expect("admin endpoint");
+    let member = wait_for(
+        "the member refused by Knot",
+        Duration::from_secs(20),
+        || {
+            let (_, body) = control_common::http(admin, "GET", "/v1/status", None);
+            let status: serde_json::Value = serde_json::from_str(&body).ok()?;
+            let member = status["secondary"]["member.test"].clone();
+            member["last_refusal"]
+                .as_str()
+                .is_some_and(|r| r.contains("BADKEY") || r.contains("NOTAUTH"))
+                .then_some(member)
+        },
+    );
+    assert_eq!(
+        member["catalog_groups"],
+        serde_json::json!(["edge"]),
+        "{member}"
+    );
+    assert!(member["serial"].is_null(), "{member}");
+    let answer = server.udp(&query("www.member.test.", RecordType::A));
+    assert_ne!(answer.metadata.response_code, ResponseCode::NoError);
+    drop(knot);
 }

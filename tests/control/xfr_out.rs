@@ -26,7 +26,7 @@ const SECRET: &str = "c3RlZXJkbnMtdHJhbnNmZXItdGVzdC1zZWNyZXQtMzI=";
 const OTHER_KEY: &str = "other-key";
 const WRONG: &str = "d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldC13cm9uZzE=";
 
-fn tool(path: &'static str, package: &str) -> &'static str {
+pub(crate) fn tool(path: &'static str, package: &str) -> &'static str {
     assert!(
         Path::new(path).exists(),
         "{path} is missing: apt-get install {package} (.ci/run installs it)"
@@ -165,7 +165,7 @@ fn wait_secondary(what: &str, secondary: SocketAddr, serial: u32, addr: &str) {
 }
 
 /// The value of a counter line of `metrics` whose labels contain every one of `labels`.
-fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
+pub(crate) fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
     metrics
         .lines()
         .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
@@ -173,7 +173,7 @@ fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
         .sum::<f64>() as u64
 }
 
-struct Process {
+pub(crate) struct Process {
     child: Child,
     _dir: TempDir,
 }
@@ -190,7 +190,18 @@ fn knot_secondary(port: u16, primary: SocketAddr) -> Process {
 }
 
 /// Knot on `port`, a TSIG secondary of `primary` for `zones`, NOTIFY from loopback accepted.
-fn knot_secondary_of(port: u16, primary: SocketAddr, zones: &[&str]) -> Process {
+pub(crate) fn knot_secondary_of(port: u16, primary: SocketAddr, zones: &[&str]) -> Process {
+    knot_secondary_with(port, primary, zones, "")
+}
+
+/// Like [`knot_secondary_of`], with `zone_options` (YAML lines, indented as zone keys) for
+/// every zone.
+pub(crate) fn knot_secondary_with(
+    port: u16,
+    primary: SocketAddr,
+    zones: &[&str],
+    zone_options: &str,
+) -> Process {
     let knotd = tool("/usr/sbin/knotd", "knot");
     let dir = TempDir::new("xfrout-knot");
     let d = dir.path().display();
@@ -210,7 +221,7 @@ fn knot_secondary_of(port: u16, primary: SocketAddr, zones: &[&str]) -> Process 
         .map(|zone| {
             format!(
                 "  - domain: {zone}.\n    file: \"{d}/{zone}.zone\"\n    master: primary\n\
-                 \x20   acl: notify\n    zonefile-sync: -1\n"
+                 \x20   acl: notify\n    zonefile-sync: -1\n{zone_options}"
             )
         })
         .collect::<String>();
@@ -334,7 +345,11 @@ fn dig_axfr(server: SocketAddr, key: Option<&str>) -> (bool, String) {
 }
 
 /// `dig` with `args` and, when given, `-y hmac-sha256:<name>:<secret>`.
-fn dig_transfer(server: SocketAddr, args: &[&str], key: Option<(&str, &str)>) -> (bool, String) {
+pub(crate) fn dig_transfer(
+    server: SocketAddr,
+    args: &[&str],
+    key: Option<(&str, &str)>,
+) -> (bool, String) {
     let mut command = Command::new("dig");
     command
         .arg(format!("@{}", server.ip()))
@@ -468,7 +483,14 @@ fn a_signed_zone_goes_out_over_dot_with_its_signatures_and_ldns_verifies_it() {
 /// The bundled example (steered names in example.com and edge.example.net) with transfers on,
 /// NOTIFY to `notify`, and `gw.example.com` marked `transfer = "omit"`.
 fn projection_primary(notify: u16) -> (control_common::Setup, control_common::Daemon) {
-    let setup = control_common::Setup::new("xfrout-projection");
+    let setup = projection_setup("xfrout-projection", notify);
+    let server = setup.start();
+    (setup, server)
+}
+
+/// The setup of [`projection_primary`], not started.
+pub(crate) fn projection_setup(label: &str, notify: u16) -> control_common::Setup {
+    let setup = control_common::Setup::new(label);
     let config = std::fs::read_to_string(&setup.config).expect("config");
     let gw = "name = \"gw.example.com.\"\nprofile = \"appgw\"\n";
     assert!(config.contains(gw), "the example steers gw.example.com");
@@ -488,21 +510,20 @@ fn projection_primary(notify: u16) -> (control_common::Setup, control_common::Da
          [transfer.zone.\"example.com\"]\nkeys = [\"{KEY}\"]\nnotify = {target}\n\
          [transfer.zone.\"edge.example.net\"]\nkeys = [\"{KEY}\"]\nnotify = {target}\n"
     ));
-    let server = setup.start();
-    (setup, server)
+    setup
 }
 
-fn serial_of(server: SocketAddr, zone: &str) -> Option<u32> {
+pub(crate) fn serial_of(server: SocketAddr, zone: &str) -> Option<u32> {
     let (ok, out) = kdig(server, &["+short", "SOA", zone]);
     out.split_whitespace().nth(2)?.parse().ok().filter(|_| ok)
 }
 
-fn short(server: SocketAddr, rtype: &str, name: &str) -> String {
+pub(crate) fn short(server: SocketAddr, rtype: &str, name: &str) -> String {
     kdig(server, &["+short", rtype, name]).1.trim().to_string()
 }
 
 /// The example zone files' serial.
-const EXAMPLE_SERIAL: u32 = 2026113001;
+pub(crate) const EXAMPLE_SERIAL: u32 = 2026113001;
 
 #[test]
 fn knot_serves_the_projection_of_steered_names_and_follows_a_weight_change() {
@@ -728,6 +749,168 @@ fn knot_consumes_the_catalog_and_provisions_each_member_zone() {
     );
 }
 
-fn dig_axfr_of(server: SocketAddr, zone: &str) -> (bool, String) {
+pub(crate) fn dig_axfr_of(server: SocketAddr, zone: &str) -> (bool, String) {
     dig_transfer(server, &["+tcp", zone, "AXFR"], Some((KEY, SECRET)))
+}
+
+/// Writes the primary's key file: `KEY` with `secret`, at `mode`.
+fn write_primary_key(primary: &Primary, secret: &str, mode: u32) {
+    let key = primary.dir.path().join("xfr.key");
+    let text = format!("key \"{KEY}\" {{ algorithm hmac-sha256; secret \"{secret}\"; }};\n");
+    let temporary = primary.dir.path().join("xfr.key.new");
+    std::fs::write(&temporary, text).expect("key file");
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    std::fs::rename(&temporary, key).expect("rename key file");
+}
+
+/// SIGHUP, and the status once the reload it started is counted (accepted or refused).
+fn sighup_and_wait(primary: &Primary) -> serde_json::Value {
+    let count = |s: &serde_json::Value| {
+        s["reloads_accepted"].as_u64().unwrap_or(0) + s["reloads_refused"].as_u64().unwrap_or(0)
+    };
+    let before = count(&primary.status());
+    control_common::sighup(primary.server.pid());
+    wait_for("the reload counted", Duration::from_secs(15), || {
+        let status = primary.status();
+        (count(&status) > before).then_some(status)
+    })
+}
+
+#[test]
+fn a_changed_key_file_is_read_again_on_sighup_and_a_bad_one_keeps_the_old_key() {
+    let primary = Primary::start("xfrout-rekey", free_port(), &[]);
+    let addr = primary.server.addr;
+    let signed_ok = |secret: &str| {
+        let (ok, text) = dig_axfr(addr, Some(secret));
+        ok && text.contains("192.0.2.1") && !text.contains("failed")
+    };
+    assert!(signed_ok(SECRET));
+
+    // A new secret in the key file: after SIGHUP it is the one that works.
+    write_primary_key(&primary, WRONG, 0o600);
+    let status = sighup_and_wait(&primary);
+    assert!(status["last_refusal"].is_null(), "{status}");
+    assert!(signed_ok(WRONG), "the new secret transfers");
+    let (_, old) = dig_axfr(addr, Some(SECRET));
+    assert!(
+        old.contains("BADSIG") && !old.contains("192.0.2.1"),
+        "{old}"
+    );
+
+    // A key file others may read: the reload is refused and says why; the key read before
+    // keeps working, and the server keeps serving.
+    write_primary_key(&primary, SECRET, 0o644);
+    let status = sighup_and_wait(&primary);
+    let reasons = control_common::refusal_reasons(&status);
+    assert!(
+        reasons.iter().any(|r| r.contains("transfer.key_files")),
+        "{status}"
+    );
+    assert!(signed_ok(WRONG), "the key read before is kept");
+    assert_eq!(soa_serial(addr), Some(1));
+}
+
+/// Knot on `port` consuming the catalog of `primary` with two templates: `member`, and
+/// `edge` for members of that catalog group (RFC 9432 4.4.2), which writes its zone files at
+/// once to `edge-<zone>.zone` in the directory returned.
+fn knot_group_consumer(port: u16, primary: SocketAddr) -> (Process, PathBuf) {
+    let knotd = tool("/usr/sbin/knotd", "knot");
+    let dir = TempDir::new("xfrout-knot-group");
+    let d = dir.path().display();
+    let conf = format!(
+        "server:\n    rundir: \"{d}\"\n    listen: 127.0.0.1@{port}\n\
+         database:\n    storage: \"{d}\"\n\
+         control:\n    listen: \"{d}/knot.sock\"\n\
+         log:\n  - target: stderr\n    any: warning\n\
+         key:\n  - id: {KEY}\n    algorithm: hmac-sha256\n    secret: {SECRET}\n\
+         remote:\n  - id: primary\n    address: {}@{}\n    key: {KEY}\n\
+         acl:\n  - id: notify\n    address: 127.0.0.0/8\n    key: {KEY}\n    action: notify\n\
+         template:\n  - id: member\n    master: primary\n    acl: notify\n\
+         \x20   file: \"{d}/%s.zone\"\n    zonefile-sync: -1\n\
+         \x20 - id: edge\n    master: primary\n    acl: notify\n\
+         \x20   file: \"{d}/edge-%s.zone\"\n    zonefile-sync: 0\n\
+         zone:\n  - domain: {CATALOG}.\n    file: \"{d}/{CATALOG}.zone\"\n    master: primary\n\
+         \x20   acl: notify\n    zonefile-sync: -1\n    catalog-role: interpret\n\
+         \x20   catalog-template: [ member, edge ]\n",
+        primary.ip(),
+        primary.port()
+    );
+    std::fs::write(dir.path().join("knot.conf"), conf).expect("knot.conf");
+    let child = Command::new(knotd)
+        .arg("-c")
+        .arg(dir.path().join("knot.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start knotd");
+    let path = dir.path().to_path_buf();
+    (Process { child, _dir: dir }, path)
+}
+
+#[test]
+fn knot_provisions_a_member_with_the_template_of_its_catalog_group() {
+    let knot_port = free_port();
+    let catalog_notify = format!(
+        "[transfer.zone.\"{CATALOG}\"]\nkeys = [\"{KEY}\"]\n\
+         notify = [{{ addr = \"127.0.0.1:{knot_port}\", key = \"{KEY}\" }}]\n"
+    );
+    let primary = Primary::start_with(
+        "xfrout-catalog-group",
+        free_port(),
+        &[knot_port],
+        &catalog_notify,
+        |config| {
+            let text = std::fs::read_to_string(config).expect("config");
+            let text = text
+                .replacen(
+                    "[transfer]\n",
+                    &format!("[transfer]\ncatalog = \"{CATALOG}\"\n"),
+                    1,
+                )
+                .replacen(
+                    &format!("[transfer.zone.\"{ZONE}\"]\n"),
+                    &format!(
+                        "[transfer.zone.\"{ZONE}\"]\ncatalog_group = \"edge\"\n\
+                         catalog_coo = \"next.invalid\"\n"
+                    ),
+                    1,
+                );
+            std::fs::write(config, text).expect("config");
+        },
+    );
+    let addr = primary.server.addr;
+    let (ok, axfr) = dig_axfr_of(addr, CATALOG);
+    assert!(ok, "{axfr}");
+    let lines: Vec<String> = axfr
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("group.")
+            && l.ends_with(&format!(".zones.{CATALOG}. 0 IN TXT \"edge\""))),
+        "{axfr}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("coo.") && l.ends_with(" PTR next.invalid.")),
+        "{axfr}"
+    );
+
+    // Knot takes the member's group as the template to provision it with: the `edge`
+    // template writes its zone file at once, where only that template would.
+    let knot = SocketAddr::from((Ipv4Addr::LOCALHOST, knot_port));
+    let (_consumer, dir) = knot_group_consumer(knot_port, addr);
+    wait_secondary("Knot provisioning xo.test", knot, 1, "192.0.2.1");
+    wait_for(
+        "the edge template's zone file",
+        Duration::from_secs(15),
+        || {
+            dir.join(format!("edge-{ZONE}.zone"))
+                .is_file()
+                .then_some(())
+        },
+    );
+    assert!(!dir.join(format!("{ZONE}.zone")).exists());
 }

@@ -597,3 +597,66 @@ fn chromium_shows_the_tenants_and_a_refused_one() {
         "{alerts}"
     );
 }
+
+#[test]
+fn chromium_shows_the_secondary_zones_in_the_transfer_panel() {
+    // A steerdns primary for sec.test (transfers from loopback need no key).
+    let primary_setup = Setup::new("dashboard-xfr-primary");
+    std::fs::write(
+        primary_setup.path("zones/sec.test.zone"),
+        "$ORIGIN sec.test.\n$TTL 60\n@ IN SOA ns1 hostmaster 7 3600 600 86400 60\n\
+         @ IN NS ns1\nns1 IN A 192.0.2.53\nwww IN A 192.0.2.7\n",
+    )
+    .expect("zone file");
+    primary_setup.extend_config("[transfer]\n");
+    let primary = primary_setup.start();
+    // A secondary of it, and one whose primary does not answer.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent_addr = silent.local_addr().expect("addr");
+    drop(silent);
+    let setup = Setup::new("dashboard-xfr-secondary");
+    setup.extend_config(&format!(
+        "[[secondary.zone]]\nname = \"sec.test\"\nprimaries = [\"{}\"]\ntimeout_secs = 2\n\
+         [[secondary.zone]]\nname = \"gone.test\"\nprimaries = [\"{silent_addr}\"]\n\
+         timeout_secs = 1\n",
+        primary.dns
+    ));
+    let daemon = setup.start();
+    daemon.wait_for_status(
+        "sec.test transferred and gone.test refused",
+        SHED_LIMIT,
+        |s| {
+            s["secondary"]["sec.test"]["serial"].as_u64() == Some(7)
+                && s["secondary"]["gone.test"]["last_refusal"].is_string()
+        },
+    );
+
+    let run = chromium(&[
+        "--virtual-time-budget=5000".into(),
+        "--dump-dom".into(),
+        format!("http://{}/", daemon.admin),
+    ]);
+    let dom = &run.stdout;
+    assert_eq!(
+        attribute(element(dom, "data-connection=", ">"), "data-connection"),
+        Some("ok"),
+        "the page did not read /v1/status; chromium stderr:\n{}",
+        run.stderr
+    );
+    let sec = text_of(element(dom, "data-secondary=\"sec.test\"", "</tr>"));
+    assert!(
+        sec.starts_with("sec.test 7 axfr serial 7 at ")
+            && sec.contains(" expires ")
+            && sec.ends_with(" none"),
+        "sec.test row: {sec}"
+    );
+    let gone = text_of(element(dom, "data-secondary=\"gone.test\"", "</tr>"));
+    assert!(
+        gone.starts_with("gone.test none none yet no copy yet; next try "),
+        "gone.test row: {gone}"
+    );
+    assert!(
+        gone.contains(&silent_addr.to_string()),
+        "the refusal names the primary: {gone}"
+    );
+}

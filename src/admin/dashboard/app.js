@@ -641,6 +641,45 @@
     );
   }
 
+  // Secondary zones (zone transfers in): the serial served, the last transfer in, when the
+  // copy expires (or that it has: answered SERVFAIL) and the last refusal.
+  function renderSecondary(status) {
+    const zones = Object.entries(status.secondary || {});
+    if (!zones.length) {
+      byId("secondary").replaceChildren(el("p", { className: "none" }, "No secondary zones."));
+      return;
+    }
+    const head = el(
+      "tr",
+      {},
+      ...["Zone", "Serial", "Last transfer in", "Expiry", "Last refusal"].map((t) =>
+        el("th", { scope: "col" }, t)
+      )
+    );
+    const rows = zones.map(([name, z]) => {
+      const last = z.last_transfer
+        ? `${z.last_transfer_kind} serial ${z.last_transfer_serial} at ${z.last_transfer}: ${z.last_result}`
+        : "none yet";
+      const expiry = z.expired
+        ? "EXPIRED: answered SERVFAIL until a primary answers"
+        : z.expires_at
+          ? `expires ${z.expires_at}; next refresh ${z.next_refresh ?? "-"}`
+          : `no copy yet; next try ${z.next_refresh ?? "-"}`;
+      return el(
+        "tr",
+        { dataset: { secondary: name, expired: String(Boolean(z.expired)) } },
+        el("th", { scope: "row" }, name),
+        el("td", {}, z.serial != null ? String(z.serial) : "none"),
+        el("td", {}, last),
+        el("td", { className: z.expired ? "warning" : "" }, expiry),
+        el("td", {}, z.last_refusal || z.key_problem || "none")
+      );
+    });
+    byId("secondary").replaceChildren(
+      el("table", { className: "transfer" }, el("thead", {}, head), el("tbody", {}, rows))
+    );
+  }
+
   function render(status) {
     renderRings(status);
     renderShield(status);
@@ -651,6 +690,7 @@
     renderHealth(status);
     renderEncrypted(status);
     renderTransfer(status);
+    renderSecondary(status);
   }
 
   function setConnection(ok, detail) {

@@ -73,8 +73,8 @@ fn policies(weight_of_b: u32) -> CompiledPolicies {
     compile(&f.topology, &f.profiles, &f.steered, &knobs).expect("policies compile")
 }
 
-fn unsigned(_: &Name) -> bool {
-    false
+fn unsigned(_: &Name) -> Option<Box<[u8]>> {
+    None
 }
 
 fn owners_and_types(view: TransferView<'_>) -> Vec<(String, u16)> {
@@ -188,9 +188,36 @@ fn a_weight_change_moves_the_revision_and_the_soa_serial_and_a_cname_never_sits_
         &moved.remembered(),
     );
     assert_eq!(file_bump.zones()[0].transfer_serial(), 12);
-    // A signed zone projects nothing.
-    let signed = project(Some(&policies(90)), &zones, &|_| true);
-    assert_eq!((signed[0].projected, signed[0].records.len()), (0, 0));
+    // A signed zone projects the same records; its signing stamp is part of what is
+    // numbered: signed again (another window), it is a new revision, the serial moves on.
+    let stamp = |s: u8| move |_: &Name| Some(Box::from(&[s; 8][..]));
+    let signed = number(
+        project(Some(&policies(90)), &zones, &stamp(1)),
+        &[10],
+        &moved.remembered(),
+    );
+    assert_eq!(signed.zones()[0].records, file_bump.zones()[0].records);
+    assert_eq!(signed.zones()[0].transfer_serial(), 13);
+    let same = number(
+        project(Some(&policies(90)), &zones, &stamp(1)),
+        &[10],
+        &signed.remembered(),
+    );
+    assert_eq!(
+        same.zones()[0].transfer_serial(),
+        13,
+        "same signatures, same serial"
+    );
+    let resigned = number(
+        project(Some(&policies(90)), &zones, &stamp(2)),
+        &[10],
+        &same.remembered(),
+    );
+    assert_eq!(
+        resigned.zones()[0].transfer_serial(),
+        14,
+        "re-signed: the serial moves"
+    );
 }
 
 #[test]
