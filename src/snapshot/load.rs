@@ -244,8 +244,9 @@ fn load_reusing(
                 sources: sources.clone(),
                 signing: previous.dnssec.as_ref().map(|d| d.zones.clone()),
                 from: ZonesFrom::Shared,
+                projection: None,
             }),
-        Reuse::Cache if keys.signs_nothing() && transfer.is_none() => {
+        Reuse::Cache if keys.signs_nothing() && produces_no_catalog(transfer.as_deref()) => {
             match super::zone_cache::read(config, config_digest.as_ref()) {
                 Ok(cached) => Some(Reusable {
                     zones: ZoneSet::new(cached.zones),
@@ -253,6 +254,7 @@ fn load_reusing(
                     sources: cached.sources,
                     signing: None,
                     from: ZonesFrom::Cache,
+                    projection: cached.projection,
                 }),
                 Err(why) => {
                     zones_from = ZonesFrom::Built {
@@ -264,8 +266,8 @@ fn load_reusing(
             }
         }
         Reuse::Cache => {
-            let why = if transfer.is_some() {
-                "zones with outgoing transfers ([transfer]: projections, a catalog) are not cached"
+            let why = if keys.signs_nothing() {
+                "a produced catalog zone ([transfer] catalog) is not cached"
             } else {
                 "signed zones are not cached"
             };
@@ -283,17 +285,28 @@ fn load_reusing(
         warnings.extend(reusable.sources.zone_warnings.iter().cloned());
         let steering = compile_steering(config, &control, &mut warnings)?;
         // A projection that changed moves its zone's SOA serial: the zone is built again.
-        // (The zone cache is not used with transfers on, so only a served snapshot gets here.)
-        let same_projection = match (&transfer, previous) {
-            (None, _) => true,
-            (Some(_), Some(previous)) => previous.projections.same_records(&projection::project(
-                steering.as_ref().map(|s| &s.policies),
-                previous.zones.zones(),
-                &|origin| keys.stamp(origin),
-            )),
-            (Some(_), None) => false,
+        let projections = match (&transfer, previous) {
+            (None, _) => Some(previous.map(|p| p.projections.clone()).unwrap_or_default()),
+            (Some(_), Some(previous)) => previous
+                .projections
+                .same_records(&projection::project(
+                    steering.as_ref().map(|s| &s.policies),
+                    previous.zones.zones(),
+                    &|origin| keys.stamp(origin),
+                ))
+                .then(|| previous.projections.clone()),
+            (Some(_), None) => reusable.projection.as_ref().and_then(|numbered_with| {
+                cached_projections(
+                    config,
+                    numbered_with,
+                    &keys,
+                    steering.as_ref(),
+                    &reusable.zones,
+                )
+            }),
         };
-        if steered_names(steering.as_ref()) == reusable.sources.steered && same_projection {
+        let same_steered = steered_names(steering.as_ref()) == reusable.sources.steered;
+        if let (true, Some(projections)) = (same_steered, projections.clone()) {
             tracing::debug!(
                 "config and zone files unchanged: {}",
                 reusable.from.describe()
@@ -305,12 +318,17 @@ fn load_reusing(
                 reusable.sources,
                 steering,
                 reusable.signing,
-                previous.map(|p| p.projections.clone()).unwrap_or_default(),
+                projections,
             ));
         } else {
             if reusable.from == ZonesFrom::Cache {
+                let why = if same_steered {
+                    "the transfer projection moved since it was written (serials renumber)"
+                } else {
+                    "the config binds other steered names"
+                };
                 zones_from = ZonesFrom::Built {
-                    cache_refused: Some("the config binds other steered names".to_string()),
+                    cache_refused: Some(why.to_string()),
                     difference_declined: None,
                 };
             }
@@ -583,6 +601,52 @@ struct Reusable {
     sources: Arc<Sources>,
     signing: Option<Vec<(String, crate::dnssec::zone::Signed)>>,
     from: ZonesFrom,
+    /// From the zone cache with `[transfer]`: the projection revisions its serials carry.
+    projection: Option<projection::Remembered>,
+}
+
+/// Whether `transfer` (if any) produces no catalog zone: a catalog is built from the zones
+/// at load and is not kept in the zone cache.
+fn produces_no_catalog(transfer: Option<&super::transfer::TransferSetup>) -> bool {
+    transfer.is_none_or(|t| t.config.catalog.is_none())
+}
+
+/// The projections of zones read from the cache, numbered with the revisions the cache was
+/// written with (`numbered_with`), when those are still what the state directory says and
+/// the projection of the cached zones numbers to the very serials they hold (every zone
+/// projecting what it projected then); `None` otherwise, and the zones are built.
+fn cached_projections(
+    config: &Config,
+    numbered_with: &projection::Remembered,
+    keys: &DnssecKeys,
+    steering: Option<&SteeringData>,
+    zones: &ZoneSet,
+) -> Option<Projections> {
+    let recorded = projection::read_state(&config.state_dir()?);
+    if recorded != *numbered_with {
+        return None;
+    }
+    let zones = zones.zones();
+    let records = projection::project(steering.map(|s| &s.policies), zones, &|origin| {
+        keys.stamp(origin)
+    });
+    let file_serials: Vec<u32> = zones
+        .iter()
+        .zip(&records)
+        .map(|(zone, r)| {
+            let revision = numbered_with
+                .get(&r.zone)
+                .map_or(0, |(_, revision)| *revision);
+            zone.serial.wrapping_sub(revision)
+        })
+        .collect();
+    let numbered = projection::number(records, &file_serials, numbered_with);
+    let same_serials = zones.iter().all(|zone| {
+        numbered
+            .zone(&zone.apex)
+            .is_none_or(|p| p.transfer_serial() == zone.serial)
+    });
+    same_serials.then_some(numbered)
 }
 
 /// The static projection of the steered names of `zones` (issue 33 item 3), numbered after

@@ -328,6 +328,12 @@ pub fn read_state(dir: &Path) -> Remembered {
     let Ok(text) = crate::files::read_text_limited(&dir.join(STATE_FILE), 1 << 20) else {
         return Remembered::new();
     };
+    parse_state(&text)
+}
+
+/// The revisions and digests of a state text ([`state_text`]); lines that do not parse are
+/// left out (they number as new, which only moves a serial forward).
+pub fn parse_state(text: &str) -> Remembered {
     text.lines().filter_map(parse_state_line).collect()
 }
 
@@ -349,15 +355,22 @@ fn parse_state_line(line: &str) -> Option<(String, ([u8; 32], u32))> {
 
 /// Keeps the revisions of `projections` in `dir` (written to a temporary file, then renamed).
 pub fn write_state(dir: &Path, projections: &Projections) -> std::io::Result<()> {
+    let text = state_text(projections);
+    std::fs::create_dir_all(dir)?;
+    let temporary = dir.join(format!("{STATE_FILE}.tmp"));
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(temporary, dir.join(STATE_FILE))
+}
+
+/// What [`write_state`] writes: one `<zone> <revision> <digest hex>` line per zone. The zone
+/// cache keeps the same text, to be used only while the state directory still says it.
+pub fn state_text(projections: &Projections) -> String {
     let mut text = String::new();
     for z in projections.all() {
         let hex: String = z.digest.iter().map(|b| format!("{b:02x}")).collect();
         text.push_str(&format!("{} {} {hex}\n", z.zone, z.revision));
     }
-    std::fs::create_dir_all(dir)?;
-    let temporary = dir.join(format!("{STATE_FILE}.tmp"));
-    std::fs::write(&temporary, text)?;
-    std::fs::rename(temporary, dir.join(STATE_FILE))
+    text
 }
 
 #[cfg(test)]

@@ -11,10 +11,16 @@
 //! and include it was built from must still hold the bytes it held (re-read and compared, as
 //! a reload does before sharing zones). The caller also checks that the config binds the same
 //! steered names. Signed zones are not cached (their signatures have validity windows and the
-//! loader renews them), nor are loads that left a zone out, nor zones with outgoing transfers
-//! (`[transfer]`: their SOA serials carry the projection's revision, numbered at load).
+//! loader renews them), nor are loads that left a zone out, nor a produced catalog zone.
 //!
-//! Sections: `sources` (below), `zones` ([`crate::zone::cache`]), `precompiled.*`.
+//! With outgoing transfers (`[transfer]`) the zones' SOA serials carry the projection's
+//! revision (`super::projection`): the cache keeps the revisions it was numbered with (the
+//! `projection` section, the state file's text), and the loader uses it only while the state
+//! directory still says the same and the projection of the cached zones numbers to the very
+//! serials they hold; else it builds, so a restart never serves a serial behind what it sent.
+//!
+//! Sections: `sources` (below), `zones` ([`crate::zone::cache`]), `precompiled.*`, and with
+//! transfers `projection`.
 //!
 //! ```text
 //! sources: config path (u8 present + path), config digest (u8 present + 16 bytes),
@@ -44,6 +50,9 @@ pub struct CachedZones {
     pub zones: Vec<Zone>,
     pub precompiled: Precompiled,
     pub sources: Arc<Sources>,
+    /// The projection revisions the zones' serials were numbered with (written with
+    /// `[transfer]` only).
+    pub projection: Option<super::projection::Remembered>,
 }
 
 /// Why the cache was not used (the zones are then built from their files, as without one).
@@ -74,7 +83,7 @@ pub enum ZoneCacheRefused {
 pub enum ZoneCacheNotWritten {
     #[error("not built from files")]
     NoSources,
-    #[error("signed zones, zones left out and zones with outgoing transfers are not cached")]
+    #[error("signed zones, zones left out and a produced catalog zone are not cached")]
     NotCacheable,
     #[error("the identity of the running executable cannot be read")]
     NoBuildIdentity,
@@ -148,6 +157,13 @@ fn from_sections(
     }
     let zones = crate::zone::cache::decode(&take(&mut cache, "zones").unwrap_or_default())
         .map_err(|m| section("zones", m.at))?;
+    let projection = take(&mut cache, "projection")
+        .map(|bytes| {
+            String::from_utf8(bytes)
+                .map_err(|e| section("projection", e.utf8_error().valid_up_to()))
+        })
+        .transpose()?
+        .map(|text| super::projection::parse_state(&text));
     let precompiled = Precompiled::from_cache(cache.sections).map_err(|reason| match reason {
         LkgRefused::Malformed { at } => section("precompiled", at),
         reason => ZoneCacheRefused::Refused {
@@ -163,6 +179,7 @@ fn from_sections(
         zones,
         precompiled,
         sources: Arc::new(sources),
+        projection,
     })
 }
 
@@ -178,7 +195,7 @@ pub fn write(path: &Path, compiled: &Compiled) -> Result<u64, ZoneCacheNotWritte
     let sources = compiled.sources().ok_or(ZoneCacheNotWritten::NoSources)?;
     if compiled.dnssec().is_some()
         || !compiled.dnssec_not_served.is_empty()
-        || compiled.transfer.is_some()
+        || compiled.projections.catalog.is_some()
     {
         return Err(ZoneCacheNotWritten::NotCacheable);
     }
@@ -189,6 +206,10 @@ pub fn write(path: &Path, compiled: &Compiled) -> Result<u64, ZoneCacheNotWritte
         ("zones".to_string(), zones),
     ];
     sections.extend(compiled.precompiled().cache_sections());
+    if compiled.transfer.is_some() {
+        let state = super::projection::state_text(&compiled.projections);
+        sections.push(("projection".to_string(), state.into_bytes()));
+    }
     let inputs = inputs(sources.config_digest()).ok_or(ZoneCacheNotWritten::NoBuildIdentity)?;
     let cache = Cache { inputs, sections };
     let bytes = crate::lkg::encode(&cache);

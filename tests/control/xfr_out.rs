@@ -914,3 +914,113 @@ fn knot_provisions_a_member_with_the_template_of_its_catalog_group() {
     );
     assert!(!dir.join(format!("{ZONE}.zone")).exists());
 }
+
+/// The AXFR of `zone` from `server` with the test key, as dig prints it (serials included),
+/// without its TSIG.
+fn axfr_text(server: SocketAddr, zone: &str) -> String {
+    let (ok, text) = dig_transfer(server, &["+tcp", zone, "AXFR"], Some((KEY, SECRET)));
+    assert!(ok && text.contains("SOA"), "AXFR of {zone}: {text}");
+    // The TSIG record (its MAC covers the message id) differs from one transfer to the next.
+    text.lines()
+        .filter(|line| !line.contains("\tTSIG\t"))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+fn zones_from(server: &control_common::Daemon) -> String {
+    let status = server.status();
+    status["startup"]["zones_from"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_restart_with_transfers_serves_the_zone_cache_at_the_serials_it_sent() {
+    let setup = projection_setup("xfrout-cache", free_port());
+    let cache = setup.path("steerdns.toml.state/zones.lkg");
+    let state = setup.path("steerdns.toml.state/transfer-projection");
+    let first = setup.start();
+    let served = EXAMPLE_SERIAL + 1;
+    assert_eq!(serial_of(first.dns, "example.com"), Some(served));
+    assert!(
+        zones_from(&first).contains("no cache yet"),
+        "{}",
+        zones_from(&first)
+    );
+    let before = axfr_text(first.dns, "example.com");
+    let edge_before = axfr_text(first.dns, "edge.example.net");
+    wait_for("the zone cache", Duration::from_secs(10), || {
+        (cache.is_file() && state.is_file()).then_some(())
+    });
+    drop(first);
+
+    // Same inputs, same projection: the zones come from the cache, at the serials sent.
+    let second = setup.start();
+    assert_eq!(zones_from(&second), "from the last-known-good zone cache");
+    assert_eq!(serial_of(second.dns, "example.com"), Some(served));
+    assert_eq!(axfr_text(second.dns, "example.com"), before);
+    assert_eq!(axfr_text(second.dns, "edge.example.net"), edge_before);
+    drop(second);
+
+    // The state directory numbers on past what the cache was numbered with (a later version
+    // was recorded and its cache never written): built, at the recorded revision.
+    let recorded = std::fs::read_to_string(&state).expect("projection state");
+    let moved: String = recorded
+        .lines()
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["example.com.", revision, digest] => {
+                    let revision: u32 = revision.parse().expect("revision");
+                    format!("example.com. {} {digest}\n", revision + 4)
+                }
+                _ => format!("{line}\n"),
+            }
+        })
+        .collect();
+    assert_ne!(moved, recorded, "the state names example.com.: {recorded}");
+    std::fs::write(&state, moved).expect("write state");
+    let third = setup.start();
+    let why = zones_from(&third);
+    assert!(why.contains("transfer projection moved"), "{why}");
+    assert_eq!(serial_of(third.dns, "example.com"), Some(served + 4));
+    assert_eq!(serial_of(third.dns, "edge.example.net"), Some(served));
+    drop(third);
+
+    // A weight changed while the server was down moves the projection: built, serial + 1.
+    let control = setup.path("control.toml");
+    let text = std::fs::read_to_string(&control).expect("control file");
+    let flipped = text.replace(
+        "frontdoor = { weight = 100 }\nalt-cdn = { weight = 0 }",
+        "frontdoor = { weight = 0 }\nalt-cdn = { weight = 100 }",
+    );
+    assert_ne!(flipped, text, "the example's critical weights");
+    // Wait for the third run's cache (built again) so the fourth has one to refuse.
+    wait_for("the rebuilt zone cache", Duration::from_secs(10), || {
+        let cached = std::fs::read(&cache).ok()?;
+        let numbered = std::fs::read_to_string(&state).ok()?;
+        let revision = numbered
+            .lines()
+            .find(|l| l.starts_with("example.com. "))?
+            .split_whitespace()
+            .nth(1)?
+            .to_string();
+        let marker = format!("example.com. {revision} ");
+        cached
+            .windows(marker.len())
+            .any(|w| w == marker.as_bytes())
+            .then_some(())
+    });
+    std::fs::write(&control, flipped).expect("write control");
+    let fourth = setup.start();
+    let why = zones_from(&fourth);
+    assert!(why.contains("transfer projection moved"), "{why}");
+    assert_eq!(serial_of(fourth.dns, "example.com"), Some(served + 5));
+    assert_eq!(
+        short(fourth.dns, "CNAME", "critical.example.com"),
+        "critical.cdn.example.org."
+    );
+    let after = axfr_text(fourth.dns, "example.com");
+    assert!(after.contains("critical.cdn.example.org."), "{after}");
+}
