@@ -602,7 +602,7 @@ async fn run_target(
         };
         let started = Instant::now();
         let result = match tokio::time::timeout(timeout, probe::check(&spec.check, &agent)).await {
-            Ok(result) => result,
+            Ok(result) => result.map_err(|e| e.to_string()),
             Err(_) => Err(format!("no answer within {} ms", spec.timeout_ms)),
         };
         drop(permit);

@@ -15,8 +15,49 @@ use crate::policy::monitor::{Check, TlsCheck};
 /// Most bytes of an HTTP response body read: `expect_body` is looked for in its start.
 const MAX_BODY: u64 = 64 * 1024;
 
+/// Why a check failed, as the target's status shows it (`last_error`).
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The target's name did not resolve (the shared lookups say why).
+    #[error("{0}")]
+    Lookup(String),
+    #[error("{host}: the name has no address")]
+    NoAddress { host: String },
+    #[error("connect {addr}: {source}")]
+    Connect {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Http(#[from] http_client::HttpError),
+    /// The TLS client could not be set up (protocol versions, the system's roots).
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The system's CA roots could not be read (for `tls = "verify"`).
+    #[error("{0}")]
+    Roots(String),
+    #[error("HTTP status {code}, expected {low}..={high}")]
+    Status { code: u16, low: u16, high: u16 },
+    #[error("body does not contain {wanted:?}")]
+    Body { wanted: String },
+    #[error("DNS socket: {0}")]
+    DnsSocket(std::io::Error),
+    #[error("DNS query to {server}: {source}")]
+    DnsQuery {
+        server: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("DNS reply from {server}: {source}")]
+    DnsReply {
+        server: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("DNS rcode {rcode} from {server}")]
+    DnsRcode { rcode: u8, server: SocketAddr },
+}
+
 /// Runs one check.
-pub async fn check(check: &Check, agent: &str) -> Result<(), String> {
+pub async fn check(check: &Check, agent: &str) -> Result<(), ProbeError> {
     match check {
         Check::Tcp { host, port } => {
             connect(host, *port).await?;
@@ -47,8 +88,7 @@ pub async fn check(check: &Check, agent: &str) -> Result<(), String> {
                 request,
                 BodyLimit::Truncate(MAX_BODY),
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
             judge_http(&response, *status, body.as_deref())
         }
         Check::Dns {
@@ -77,16 +117,30 @@ fn http_base(host: &str, port: u16, tls: bool) -> BaseUrl {
 
 /// Names go through the bounded, shared lookups of [`super::lookup`] (a hanging system
 /// resolver must not pile up threads).
-async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-    super::lookup::Lookups::system().resolve(host, port).await
+/// Never an empty list.
+async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, ProbeError> {
+    let addrs = super::lookup::Lookups::system()
+        .resolve(host, port)
+        .await
+        .map_err(ProbeError::Lookup)?;
+    match addrs.is_empty() {
+        true => Err(ProbeError::NoAddress {
+            host: host.to_owned(),
+        }),
+        false => Ok(addrs),
+    }
 }
 
-async fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
-    let mut last = String::new();
+/// A connection to the first of the target's addresses that takes one (the last failure
+/// says why none did).
+async fn connect(host: &str, port: u16) -> Result<TcpStream, ProbeError> {
+    let mut last = ProbeError::NoAddress {
+        host: host.to_owned(),
+    };
     for addr in resolve(host, port).await? {
         match TcpStream::connect(addr).await {
             Ok(stream) => return Ok(stream),
-            Err(e) => last = format!("connect {addr}: {e}"),
+            Err(source) => last = ProbeError::Connect { addr, source },
         }
     }
     Err(last)
@@ -97,24 +151,28 @@ pub fn judge_http(
     response: &Response,
     status: (u16, u16),
     body: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), ProbeError> {
     let code = response.status;
     if code < status.0 || code > status.1 {
-        return Err(format!(
-            "HTTP status {code}, expected {}..={}",
-            status.0, status.1
-        ));
+        return Err(ProbeError::Status {
+            code,
+            low: status.0,
+            high: status.1,
+        });
     }
     match body {
-        Some(wanted) if !response.body.contains(wanted) => {
-            Err(format!("body does not contain {wanted:?}"))
-        }
+        Some(wanted) if !response.body.contains(wanted) => Err(ProbeError::Body {
+            wanted: wanted.to_owned(),
+        }),
         _ => Ok(()),
     }
 }
 
-async fn dns(host: &str, port: u16, name: &[u8], qtype: u16) -> Result<(), String> {
-    let server = resolve(host, port).await?[0];
+async fn dns(host: &str, port: u16, name: &[u8], qtype: u16) -> Result<(), ProbeError> {
+    let first = resolve(host, port).await?.first().copied();
+    let server = first.ok_or_else(|| ProbeError::NoAddress {
+        host: host.to_owned(),
+    })?;
     let local: SocketAddr = if server.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
@@ -122,11 +180,11 @@ async fn dns(host: &str, port: u16, name: &[u8], qtype: u16) -> Result<(), Strin
     };
     let socket = UdpSocket::bind(local)
         .await
-        .map_err(|e| format!("DNS socket: {e}"))?;
+        .map_err(ProbeError::DnsSocket)?;
     socket
         .connect(server)
         .await
-        .map_err(|e| format!("DNS socket: {e}"))?;
+        .map_err(ProbeError::DnsSocket)?;
     let id = query_id(name);
     let mut query = Vec::with_capacity(name.len() + 16);
     query.extend_from_slice(&id.to_be_bytes());
@@ -137,13 +195,13 @@ async fn dns(host: &str, port: u16, name: &[u8], qtype: u16) -> Result<(), Strin
     socket
         .send(&query)
         .await
-        .map_err(|e| format!("DNS query to {server}: {e}"))?;
+        .map_err(|source| ProbeError::DnsQuery { server, source })?;
     let mut buf = [0u8; 1500];
     loop {
         let n = socket
             .recv(&mut buf)
             .await
-            .map_err(|e| format!("DNS reply from {server}: {e}"))?;
+            .map_err(|source| ProbeError::DnsReply { server, source })?;
         let reply = &buf[..n];
         if reply.len() < 12 || reply[..2] != id.to_be_bytes() || reply[2] & 0x80 == 0 {
             continue; // not the reply to this query
@@ -151,7 +209,7 @@ async fn dns(host: &str, port: u16, name: &[u8], qtype: u16) -> Result<(), Strin
         let rcode = reply[3] & 0x0f;
         return match rcode {
             0 => Ok(()),
-            _ => Err(format!("DNS rcode {rcode} from {server}")),
+            _ => Err(ProbeError::DnsRcode { rcode, server }),
         };
     }
 }
@@ -167,11 +225,11 @@ fn query_id(name: &[u8]) -> u16 {
 }
 
 /// The TLS client configuration of a mode (built once per mode and reused).
-fn client_config(mode: &TlsCheck) -> Result<Arc<rustls::ClientConfig>, String> {
+fn client_config(mode: &TlsCheck) -> Result<Arc<rustls::ClientConfig>, ProbeError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
+        .map_err(|e| ProbeError::Tls(e.to_string()))?;
     match mode {
         TlsCheck::Verify => {
             static VERIFY: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
@@ -183,6 +241,7 @@ fn client_config(mode: &TlsCheck) -> Result<Arc<rustls::ClientConfig>, String> {
                     ))
                 })
                 .clone()
+                .map_err(ProbeError::Roots)
         }
         TlsCheck::Skip | TlsCheck::Pin(_) => {
             let pin = match mode {
@@ -274,6 +333,16 @@ mod tests {
         status: (u16, u16),
         body: Option<&str>,
     ) -> Result<(), String> {
+        check_once(reply, status, body)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn check_once(
+        reply: &'static [u8],
+        status: (u16, u16),
+        body: Option<&str>,
+    ) -> Result<(), ProbeError> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -358,5 +427,49 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.contains("does not contain"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn failures_are_typed_and_say_where() {
+        // A closed port: the connection's address and the OS error.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let tcp = Check::Tcp {
+            host: "127.0.0.1".to_owned(),
+            port,
+        };
+        match check(&tcp, "t").await {
+            Err(e @ ProbeError::Connect { .. }) => {
+                assert!(
+                    e.to_string()
+                        .starts_with(&format!("connect 127.0.0.1:{port}: ")),
+                    "{e}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // A DNS server answering NXDOMAIN: the rcode and the server.
+        let server = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            let (n, from) = server.recv_from(&mut buf).await.unwrap();
+            buf[2] |= 0x80;
+            buf[3] = 3;
+            let _ = server.send_to(&buf[..n], from).await;
+        });
+        let dns = Check::Dns {
+            host: "127.0.0.1".to_owned(),
+            port: addr.port(),
+            name: b"\x07example\x03com\x00".to_vec(),
+            qtype: 1,
+        };
+        match check(&dns, "t").await {
+            Err(e @ ProbeError::DnsRcode { rcode: 3, .. }) => {
+                assert_eq!(e.to_string(), format!("DNS rcode 3 from {addr}"))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
