@@ -7,7 +7,7 @@
 //! of every open descriptor (20,000 entries under a flood, per accept), and the kernel offers no
 //! cheaper exact count. Nearly every descriptor a server under a flood holds is a connection,
 //! and every listener already counts its open connections (the admin endpoint here, DNS TCP,
-//! DoT and DoH in [`crate::metrics::serving`]). So: the descriptors open once the listeners are
+//! DoT and DoH in [`mod@crate::metrics::serving`]). So: the descriptors open once the listeners are
 //! bound ([`init`], counted once) plus the connections open now is the estimate, and
 //! `[admin] descriptor_reserve` covers what it does not see (files a reload opens, etcd, the
 //! taster's pipes). With it:

@@ -1,7 +1,7 @@
 //! The admin HTTP endpoint (loopback by default): `GET /v1/status` for operators and the CLI,
 //! `POST /v1/reload` (token required) to taste and swap in the current files; the control
 //! writes and safety checks (`POST /v1/control`, `/v1/safety/check`, `/v1/safety/refusals`)
-//! are in [`control`]; the tenants' documents (`GET`/`PUT`/`DELETE /v1/tenants/{name}`) in
+//! are in `admin::control`; the tenants' documents (`GET`/`PUT`/`DELETE /v1/tenants/{name}`) in
 //! [`tenants`].
 //!
 //! Every request passes `guard` first: a `Host` that is not a loopback literal, `localhost`,

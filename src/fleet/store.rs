@@ -515,7 +515,7 @@ async fn nodes_floor(client: &mut Client, keys: &Keys) -> (u64, Vec<String>) {
     serial_floor(&nodes.records)
 }
 
-/// [`nodes_floor`] of these records.
+/// `nodes_floor` of these records.
 pub fn serial_floor(nodes: &[NodeRecord]) -> (u64, Vec<String>) {
     let (believed, ignored): (Vec<&NodeRecord>, Vec<&NodeRecord>) =
         nodes.iter().partition(|n| n.serial <= MAX_SERIAL_FLOOR);

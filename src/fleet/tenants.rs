@@ -84,7 +84,7 @@ pub struct Listed {
     pub bad: Vec<(String, String)>,
 }
 
-/// Reads every tenant's key, in pages of [`PAGE`], all at the revision of the first page.
+/// Reads every tenant's key, in pages of `PAGE`, all at the revision of the first page.
 pub async fn list(client: &mut Client, keys: &Keys) -> Result<Listed, FleetError> {
     let prefix = keys.tenants();
     let end = prefix_end(&prefix);

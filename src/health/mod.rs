@@ -13,7 +13,7 @@
 //!
 //! - In a fleet with shared probing ([`Health::enable_sharing`]), this node probes only the
 //!   targets the fleet assigns it ([`Health::set_probing`]) and serves what the fleet's quorum
-//!   says ([`Health::apply_shared`], see [`share`]); the fleet's health task
+//!   says ([`Health::apply_shared`], see [`shared`]); the fleet's health task
 //!   (`crate::fleet::health`) publishes this node's results and brings the others'.
 //!
 //! Nothing here runs on the serving path; the serving path only loads the board's view.

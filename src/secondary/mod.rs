@@ -89,7 +89,7 @@ pub struct ZoneStatus {
 static KEY_GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// Has every secondary zone read its TSIG key file again (at its next look, within
-/// [`NOTIFY_POLL`]).
+/// `NOTIFY_POLL`).
 pub fn reread_keys() {
     KEY_GENERATION.fetch_add(1, Ordering::Relaxed);
 }

@@ -47,7 +47,7 @@ pub struct ShieldSettings {
     pub revert_after_ms: u64,
     pub allow_cross_continent: bool,
     /// Tenant-first shedding: the share of a hot region's load one tenant may bring before it
-    /// is shed alone, ahead of the region ([`tenant`]).
+    /// is shed alone, ahead of the region (`step::tenant`).
     pub tenant_share: f64,
 }
 
@@ -101,7 +101,7 @@ pub struct Inputs {
     /// Regions the operator forced or drained: the shield leaves them alone and never sheds
     /// into them.
     pub operator_held: Vec<bool>,
-    /// Per-tenant load by client region, for tenant-first shedding ([`tenant`]).
+    /// Per-tenant load by client region, for tenant-first shedding (`step::tenant`).
     pub tenants: Vec<TenantLoad>,
 }
 

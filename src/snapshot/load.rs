@@ -46,7 +46,7 @@ pub enum ZonesFrom {
         difference_declined: Option<String>,
     },
     /// The zones served before with the changed records of these files laid over them
-    /// ([`difference`]).
+    /// (`load::difference`).
     Difference {
         names_changed: usize,
         removed: usize,

@@ -1,6 +1,6 @@
 //! A tenant's document as its operator writes it (`tenants/<name>.toml`), parsed with every
 //! field's position, and the checks that need nothing but the document itself. Pure: no
-//! files, no platform; [`super::compile`] checks it against the platform.
+//! files, no platform; [`mod@super::compile`] checks it against the platform.
 
 use std::collections::BTreeMap;
 

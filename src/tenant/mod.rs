@@ -5,7 +5,7 @@
 //! break-glass weights, or geo to its app gateways), or REFUSED while suspended.
 //!
 //! Owns the document ([`document`]: parsing and the checks that need only the document),
-//! its compilation against the platform ([`compile`]) and the sharded table the serving path
+//! its compilation against the platform ([`mod@compile`]) and the sharded table the serving path
 //! reads ([`table`]). Pure: no files, sockets or clocks; the reloader reads the folder,
 //! tastes, numbers and swaps.
 
