@@ -227,6 +227,9 @@ pub struct CompiledPolicies {
     pub(crate) cells: Option<std::sync::Arc<crate::cells::CellTopology>>,
     /// The cells left out of tenants' answers (the control file's drains); `None`: none.
     pub(crate) impaired_cells: Option<std::sync::Arc<crate::cells::ImpairedCells>>,
+    /// Cells with a health probe: the cell and its slot in `monitors` (the health view's cells
+    /// down are these cells whose slot is down).
+    pub(crate) cell_monitors: Vec<(crate::cells::blame::ImpairedCell, u16)>,
 }
 
 impl CompiledPolicies {
@@ -331,6 +334,11 @@ impl CompiledPolicies {
     /// The cells left out of tenants' answers, if any.
     pub fn impaired_cells(&self) -> Option<&std::sync::Arc<crate::cells::ImpairedCells>> {
         self.impaired_cells.as_ref()
+    }
+
+    /// The cells with a health probe, each with its monitor slot.
+    pub fn cell_monitors(&self) -> &[(crate::cells::blame::ImpairedCell, u16)] {
+        &self.cell_monitors
     }
 
     /// The global anycast addresses.
