@@ -12,6 +12,7 @@ use arc_swap::ArcSwap;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use super::feed::FeedNames;
 use super::link::FleetLink;
 use super::prometheus::Capacities;
 use super::source::{FeedSlot, FeedStats, LoadSource};
@@ -379,17 +380,13 @@ impl Shield {
             lock(&self.status).ticks += 1;
             return;
         };
-        let region_names: Vec<&str> = policies.region_names().collect();
-        let site_names: Vec<&str> = policies
-            .fallback_sites()
-            .iter()
-            .map(|s| s.name.as_str())
-            .collect();
+        let known = KnownNames::of(policies);
+        let region_names = &known.regions;
         let fleet_node = self.fleet.node().map(str::to_string);
         let leading = self.fleet.inbox().leading;
         for source in sources.iter_mut() {
             if fleet_node.is_none() || leading || !source.leader_only() {
-                source.poll(&self.feed, &region_names, &site_names, now);
+                source.poll(&self.feed, &known.names(), now);
             }
         }
         let settings = served.settings;
@@ -414,7 +411,7 @@ impl Shield {
         };
         self.view.store(Arc::new(shed_view(&next, settings)));
         let mut status = lock(&self.status);
-        self.log_outcome(&mut status, &changes, &repairs, &region_names, now);
+        self.log_outcome(&mut status, &changes, &repairs, region_names, now);
         status.sources = sources.iter().map(|s| s.name()).collect();
         self.fill_status(&mut status, &next, &inputs, policies, settings, now);
         *lock(&self.state) = next;
@@ -633,6 +630,35 @@ impl Shield {
                     .alerts
                     .push("load feed is stale: decisions frozen".into());
             }
+        }
+    }
+}
+
+/// The names a feed may use for these policies (see [`FeedNames`]).
+pub struct KnownNames<'p> {
+    pub regions: Vec<&'p str>,
+    pub sites: Vec<&'p str>,
+    pub cells: Vec<(&'p str, &'p str)>,
+}
+
+impl<'p> KnownNames<'p> {
+    pub fn of(policies: &'p CompiledPolicies) -> KnownNames<'p> {
+        KnownNames {
+            regions: policies.region_names().collect(),
+            sites: policies
+                .fallback_sites()
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect(),
+            cells: policies.cell_names(),
+        }
+    }
+
+    pub fn names(&self) -> FeedNames<'_> {
+        FeedNames {
+            regions: &self.regions,
+            sites: &self.sites,
+            cells: &self.cells,
         }
     }
 }

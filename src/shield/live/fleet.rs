@@ -367,16 +367,10 @@ impl Shield {
                 return;
             }
         };
-        let regions: Vec<&str> = tick.policies.region_names().collect();
-        let sites: Vec<&str> = tick
-            .policies
-            .fallback_sites()
-            .iter()
-            .map(|s| s.name.as_str())
-            .collect();
+        let known = super::KnownNames::of(tick.policies);
         let received = (UNIX_EPOCH + Duration::from_millis(record.received_ms)).min(tick.now);
         let origin = FeedOrigin::Fleet(format!("{} ({})", record.node, record.origin));
-        let checked = parse_feed(record.feed.as_bytes(), &regions, &sites, tick.now);
+        let checked = parse_feed(record.feed.as_bytes(), &known.names(), tick.now);
         let _ = self.feed.offer_checked(checked, origin, received);
         // Read from etcd: not to be shared back.
         side.feed_seen = self.feed.latest_numbered().0;
