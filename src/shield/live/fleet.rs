@@ -8,7 +8,6 @@
 //! Everything read from etcd (published state, feed, reports) is checked here against this
 //! node's topology; a refusal is counted and shown, and never replaces what is served.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -247,7 +246,7 @@ impl Shield {
                     let previous = lock(&self.state);
                     checked_step(&previous, &inputs, tick.rings, tick.settings, now_ms)
                 };
-                self.view.store(Arc::new(shed_view(&next, tick.settings)));
+                self.publish(shed_view(&next, tick.settings));
                 side.served = Some(Served {
                     revision: None,
                     leader: tick.node.to_string(),
@@ -398,7 +397,7 @@ impl Shield {
             )),
             Ok((published, state)) => {
                 let view = shed_view(&state, tick.settings).with_revision(stored.revision);
-                self.view.store(Arc::new(view));
+                self.publish(view);
                 // The leader steps on from its own newest state; everyone else (and a leader
                 // taking over) from what was published.
                 if !(published.leader == tick.node && inbox.leading) {
