@@ -582,7 +582,11 @@ pub fn status_view(
         secondary: secondary_view(&snapshot),
         transfer: transfer::view(&snapshot),
         tenants: reloader.tenants().status(),
-        cells: cells::view(snapshot.policies(), reloader.tenants()),
+        cells: cells::view(
+            snapshot.policies(),
+            &cells::LiveCells::of(&snapshot),
+            reloader.tenants(),
+        ),
         budgets: budget_status(&snapshot),
         supervisor: Some(supervisor.view()),
     }

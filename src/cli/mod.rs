@@ -1212,7 +1212,16 @@ pub(crate) fn print_cells(c: &steerdns::admin::cells::CellsView) {
     let cells: Vec<String> = c
         .impaired
         .iter()
-        .map(|i| format!("{}/{} ({})", i.layer, i.cell, i.reason))
+        .map(|i| {
+            let mut why = i.reason.clone();
+            if let Some(probe) = &i.probe {
+                why.push_str(&format!(", probe {probe}"));
+            }
+            if let Some(u) = i.utilisation {
+                why.push_str(&format!(", load {:.0}%", u * 100.0));
+            }
+            format!("{}/{} ({why})", i.layer, i.cell)
+        })
         .collect();
     println!("impaired cells: {}", cells.join(", "));
     let Some(b) = &c.blame else {

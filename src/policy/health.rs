@@ -64,6 +64,11 @@ impl HealthView {
         self
     }
 
+    /// The same set, shared (for status and blame).
+    pub fn cells_shared(&self) -> Option<&std::sync::Arc<crate::cells::ImpairedCells>> {
+        self.cells.as_ref()
+    }
+
     /// The cells whose probe is down, if any.
     #[inline]
     pub fn cells(&self) -> Option<&crate::cells::ImpairedCells> {
