@@ -255,8 +255,8 @@ impl ImpairedCells {
 /// the cells any of `sources` impairs; `None` when that would leave nothing (every cell of
 /// the shard impaired by one source or another). Never allocates.
 #[inline]
-pub fn left_out_of<'a, const N: usize>(
-    sources: [Option<&'a ImpairedCells>; N],
+pub fn left_out_of<const N: usize>(
+    sources: [Option<&ImpairedCells>; N],
     at: LayerRef,
     v4: &[Ipv4Addr],
     v6: &[Ipv6Addr],

@@ -50,9 +50,12 @@ pub struct Board {
     targets: Vec<String>,
     /// The cells with a probe (cell, slot) and their topology: each view built names the
     /// cells whose slot is down ([`HealthView::cells`]).
-    cells: Option<(Arc<CellTopology>, Vec<(ImpairedCell, u16)>)>,
+    cells: Option<CellProbes>,
     view: ArcSwap<HealthView>,
 }
+
+/// The cells a board's view reports on: their topology and each probed cell with its slot.
+type CellProbes = (Arc<CellTopology>, Vec<(ImpairedCell, u16)>);
 
 impl Board {
     /// The current view (lock-free).
