@@ -149,7 +149,7 @@ pub enum FeedError {
     Syntax(String),
     #[error("load feed has {count} entries in regions, fallback, cells and tenants; the limit is {limit}")]
     TooManyEntries { count: usize, limit: usize },
-    #[error("load feed has no regions, no fallback sites and no cells")]
+    #[error("load feed has no regions and no fallback sites (and no cells)")]
     Empty,
     #[error("time: {value:?} is not an RFC 3339 time ({reason})")]
     BadTime { value: String, reason: String },
