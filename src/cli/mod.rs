@@ -1465,6 +1465,26 @@ fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {
             tenant.state
         );
     }
+    for cell in &shield.cells {
+        let load = match (cell.load, cell.capacity) {
+            (Some(load), Some(capacity)) => format!("{load}/{capacity}"),
+            _ => "no fresh load".to_string(),
+        };
+        let util = cell
+            .utilisation
+            .map_or(String::new(), |u| format!(" ({:.0}%)", u * 100.0));
+        println!(
+            "  cell {}/{}: {load}{util} [{}]{}",
+            cell.layer,
+            cell.cell,
+            cell.state,
+            if cell.hot {
+                ", left out of answers"
+            } else {
+                ""
+            }
+        );
+    }
     for alert in &shield.alerts {
         println!("  alert: {alert}");
     }

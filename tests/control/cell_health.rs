@@ -238,6 +238,12 @@ fn a_hot_cell_is_left_out_above_the_high_watermark_and_back_below_the_low_one() 
     assert_eq!(impaired[0]["utilisation"], 0.95, "{impaired:#}");
     assert_eq!(g2_load(&status)["state"], "hot");
     only_holders_lost(&before, &answers(&mut resolver), &on_g2, G2);
+    let text = ok(&server.cli(&["status"]), "status");
+    assert!(
+        text.contains("cell global/g2: 95/100 (95%) [hot], left out of answers")
+            && text.contains("global/g2 (hot, load 95%)"),
+        "{text}"
+    );
     let trace = chaos_trace(&mut resolver, &owned(on_g2.iter().next().expect("holder")));
     assert!(trace.contains("g2 (hot)"), "{trace}");
     assert_eq!(
