@@ -16,6 +16,10 @@
 //!   says ([`Health::apply_shared`], see [`share`]); the fleet's health task
 //!   (`crate::fleet::health`) publishes this node's results and brings the others'.
 //!
+//! - A cell's probe (`[topology.cells]`, issue 31) is a target like an endpoint's; each view
+//!   built also names the cells whose probe is down ([`HealthView::cells`]), so a tenant's
+//!   answer leaves them out without looking at slots, and shared probing covers them too.
+//!
 //! Nothing here runs on the serving path; the serving path only loads the board's view.
 
 pub mod lookup;

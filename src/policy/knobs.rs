@@ -251,8 +251,8 @@ impl RegionShed {
     }
 }
 
-/// The traffic shield's current decisions, indexed by region. `ShedView::default()` sheds
-/// nothing. Read per query; the shield publishes a new one (behind an atomic pointer) per tick.
+/// The traffic shield's current decisions, indexed by region, with the tenants shed on their
+/// own and the cells hot by their load. `ShedView::default()` sheds nothing. Read per query; the shield publishes a new one (behind an atomic pointer) per tick.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShedView {
     regions: Vec<RegionShed>,
