@@ -4,7 +4,7 @@
 //! A cell is all or nothing (its address is in an answer or not; where every cell of a
 //! tenant's shard is out, the answer falls back a layer, see `crate::cells::impaired`), so its
 //! decision is a flag, guarded as a region's shed is, with the step's own rules
-//! ([`super::data_age`], [`super::held_down`]):
+//! (`super::data_age`, `super::held_down`):
 //! - it goes hot above the high watermark and comes back below the low one (in between it
 //!   stays as it is: hysteresis);
 //! - a change that reverses the last one waits for the hold-down;
