@@ -184,12 +184,8 @@ fn signed_section() -> String {
 fn shed_eu_west(snapshot: &Snapshot) -> f64 {
     let shield: &Shield = snapshot.shield();
     let policies = snapshot.policies().expect("the example steers names");
-    let regions: Vec<&str> = policies.region_names().collect();
-    let sites: Vec<&str> = policies
-        .fallback_sites()
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect();
+    let known = steerdns::shield::live::KnownNames::of(policies);
+    let regions = &known.regions;
     let start = SystemTime::now();
     let feed = format!(
         r#"{{"time": "{}", "regions": {{"eu-west": {{"load": 900, "capacity": 1000}},
@@ -202,8 +198,7 @@ fn shed_eu_west(snapshot: &Snapshot) -> f64 {
         .offer(
             feed.as_bytes(),
             FeedOrigin::Other("bench".into()),
-            &regions,
-            &sites,
+            &known.names(),
             start,
         )
         .expect("the bench's load feed is valid");

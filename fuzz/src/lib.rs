@@ -31,7 +31,7 @@ use steerdns::control::ControlFile;
 use steerdns::dns::wire::{parse_query, ClientSubnet, Edns, Reject};
 use steerdns::dns::wire::{Requester, Transport, CLASSIC_UDP_LIMIT, MAX_MESSAGE};
 use steerdns::policy::{compile, ControlKnobs};
-use steerdns::shield::feed::{parse_feed, MAX_FUTURE_SKEW, MAX_LOAD_RATIO};
+use steerdns::shield::feed::{parse_feed, FeedNames, MAX_FUTURE_SKEW, MAX_LOAD_RATIO};
 use steerdns::snapshot::{Compiled, ServeOptions, Snapshot};
 use steerdns::zone::model::{RecordInput, Zone};
 use steerdns::zone::parse::parse_zone_text;
@@ -113,7 +113,7 @@ fn bundled_shedding() -> &'static Snapshot {
             snapshot
                 .shield()
                 .feed
-                .offer(feed.as_bytes(), origin, &FEED_REGIONS, &FEED_SITES, now);
+                .offer(feed.as_bytes(), origin, &FEED_NAMES, now);
         if let Err(e) = offered {
             panic!("overload feed refused: {e}");
         }
@@ -602,11 +602,25 @@ const FEED_REGIONS: [&str; 8] = [
     "na-east", "na-west", "sa-east", "eu-west", "eu-north", "af-south", "ap-east", "ap-south",
 ];
 const FEED_SITES: [&str; 3] = ["fb-na", "fb-eu", "fb-ap"];
+/// The example's global cells (a feed's `cells.global.NAME`).
+const FEED_CELLS: [(&str, &str); 6] = [
+    ("global", "g1"),
+    ("global", "g2"),
+    ("global", "g3"),
+    ("global", "g4"),
+    ("global", "g5"),
+    ("global", "g6"),
+];
+const FEED_NAMES: FeedNames<'static> = FeedNames {
+    regions: &FEED_REGIONS,
+    sites: &FEED_SITES,
+    cells: &FEED_CELLS,
+};
 
 /// Feed bytes → `parse_feed` at a fixed "now"; what it accepts must be usable as is.
 pub fn load_feed(data: &[u8]) {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_790_000_000);
-    match parse_feed(data, &FEED_REGIONS, &FEED_SITES, now) {
+    match parse_feed(data, &FEED_NAMES, now) {
         Err(e) => {
             let _ = e.to_string();
         }
@@ -617,12 +631,21 @@ pub fn load_feed(data: &[u8]) {
                 feed.time
             );
             assert!(
-                !(feed.regions.is_empty() && feed.fallback.is_empty()),
+                !(feed.regions.is_empty() && feed.fallback.is_empty() && feed.cells.is_empty()),
                 "accepted an empty feed"
+            );
+            let cell_names: Vec<&str> = FEED_CELLS.iter().map(|(_, c)| *c).collect();
+            let no_cells = std::collections::BTreeMap::new();
+            let global = feed.cells.get("global").unwrap_or(&no_cells);
+            assert!(
+                feed.cells.keys().all(|layer| layer == "global"),
+                "accepted an unknown cell layer: {:?}",
+                feed.cells.keys()
             );
             let sections = [
                 (&feed.regions, &FEED_REGIONS[..]),
                 (&feed.fallback, &FEED_SITES[..]),
+                (global, &cell_names[..]),
             ];
             for (samples, known) in sections {
                 for (name, s) in samples {

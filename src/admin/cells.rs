@@ -1,23 +1,97 @@
 //! The `cells` block of `/v1/status` and the cell series of `/metrics` (issue 31): the cells
-//! left out of tenants' answers (drained in the control file), and blame — which tenants'
-//! shards hold the impaired cells, with how many would by chance
-//! ([`crate::cells::blame`]). Absent while no cell is impaired.
+//! left out of tenants' answers and why (drained in the control file, probe down, hot by its
+//! load), and blame — which tenants' shards hold the impaired cells, with how many would by
+//! chance ([`crate::cells::blame`]). Absent while no cell is impaired.
+//!
+//! The three sources are merged here, off the serving path ([`ImpairedCells::union`]); the
+//! union is kept while its sources stay the same values, so blame's memo holds between two
+//! status reads.
+
+use std::sync::{Arc, Mutex, Weak};
 
 use serde::{Deserialize, Serialize};
 
 use crate::cells::blame::{Blame, ImpairedCell};
-use crate::cells::LayerRef;
+use crate::cells::{ImpairedCells, Reasons, Why};
 use crate::policy::CompiledPolicies;
 use crate::reload::tenants::TenantRegistry;
+use crate::shield::live::CellLoadStatus;
 
 /// One impaired cell, named as the control file names it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImpairedCellView {
     /// `global`, a region's or a fallback site's name.
     pub layer: String,
     pub cell: String,
-    /// Why it is left out (today always `drained`: the operator's control file).
+    /// Why it is left out: `drained` (the operator's control file), `probe-down` (its health
+    /// probe), `hot` (its load in the feed), several joined by `+`.
     pub reason: String,
+    /// `probe-down`: the target its probe checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// `hot`: its utilisation at the last fresh reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilisation: Option<f64>,
+}
+
+/// The live sources of impaired cells besides the snapshot's drains: the cells whose probe
+/// is down (the health view) and the cells hot by their load (the shield's view), with the
+/// cells' loads as the shield's status shows them.
+#[derive(Default)]
+pub struct LiveCells {
+    pub down: Option<Arc<ImpairedCells>>,
+    pub hot: Option<Arc<ImpairedCells>>,
+    pub loads: Vec<CellLoadStatus>,
+}
+
+impl LiveCells {
+    /// What the snapshot's health board and the shield serve now.
+    pub fn of(snapshot: &crate::snapshot::Snapshot) -> LiveCells {
+        LiveCells {
+            down: snapshot.health().view().cells_shared().cloned(),
+            hot: snapshot.shield().view().cells_shared().cloned(),
+            loads: snapshot.shield().status().cells,
+        }
+    }
+}
+
+/// The last union built, with its sources (weak: a memo must not keep old sets alive).
+struct UnionMemo {
+    sources: [Option<Weak<ImpairedCells>>; 3],
+    union: Arc<ImpairedCells>,
+}
+
+static UNION: Mutex<Option<UnionMemo>> = Mutex::new(None);
+
+/// The union of the three sources, the same `Arc` while they are the same values.
+fn union_of(
+    policies: &CompiledPolicies,
+    sources: [Option<&Arc<ImpairedCells>>; 3],
+) -> Option<Arc<ImpairedCells>> {
+    let topology = policies.cells()?;
+    let mut memo = UNION.lock().unwrap_or_else(|p| p.into_inner());
+    let same = |m: &&UnionMemo| {
+        m.sources
+            .iter()
+            .zip(sources)
+            .all(|(kept, now)| match (kept, now) {
+                (None, None) => true,
+                (Some(kept), Some(now)) => std::ptr::eq(kept.as_ptr(), Arc::as_ptr(now)),
+                _ => false,
+            })
+    };
+    if let Some(m) = memo.as_ref().filter(same) {
+        return (!m.union.is_empty()).then(|| m.union.clone());
+    }
+    let union = Arc::new(ImpairedCells::union(
+        topology,
+        sources.iter().map(|s| s.map(|s| &**s)),
+    ));
+    *memo = Some(UnionMemo {
+        sources: sources.map(|s| s.map(Arc::downgrade)),
+        union: union.clone(),
+    });
+    (!union.is_empty()).then_some(union)
 }
 
 /// A tenant under suspicion.
@@ -57,17 +131,25 @@ pub struct CellsView {
     pub auto_quarantined: Vec<crate::reload::quarantine::AutoQuarantine>,
 }
 
-/// The block for the policies in service; `None` while no cell is impaired.
-pub fn view(policies: Option<&CompiledPolicies>, tenants: &TenantRegistry) -> Option<CellsView> {
+/// The block for the policies in service and the `live` sources; `None` while no cell is
+/// impaired.
+pub fn view(
+    policies: Option<&CompiledPolicies>,
+    live: &LiveCells,
+    tenants: &TenantRegistry,
+) -> Option<CellsView> {
     let policies = policies?;
-    let impaired = policies.impaired_cells()?;
-    let topology = policies.cells()?;
+    let sources = [
+        policies.impaired_cells(),
+        live.down.as_ref(),
+        live.hot.as_ref(),
+    ];
+    let impaired = union_of(policies, sources)?;
     let named = impaired
-        .cells()
-        .iter()
-        .filter_map(|c| cell_view(policies, topology, c))
+        .with_reasons()
+        .filter_map(|(c, why)| cell_view(policies, live, c, why))
         .collect();
-    let blame = tenants.blame(policies, impaired).map(|b| blame_view(&b));
+    let blame = tenants.blame(policies, &impaired).map(|b| blame_view(&b));
     Some(CellsView {
         impaired: named,
         blame,
@@ -77,25 +159,42 @@ pub fn view(policies: Option<&CompiledPolicies>, tenants: &TenantRegistry) -> Op
 
 fn cell_view(
     policies: &CompiledPolicies,
-    topology: &crate::cells::CellTopology,
-    cell: &ImpairedCell,
+    live: &LiveCells,
+    cell: ImpairedCell,
+    why: Reasons,
 ) -> Option<ImpairedCellView> {
-    let layer = match cell.layer {
-        LayerRef::Global => "global".to_owned(),
-        LayerRef::Region(r) => policies.regions().get(r as usize)?.name.clone(),
-        LayerRef::Site(s) => policies.fallback_sites().get(s as usize)?.name.clone(),
-    };
-    let name = topology
-        .layer(cell.layer)?
-        .cells()
-        .get(cell.cell as usize)?
-        .name
-        .clone();
+    let (layer, name) = policies.cell_name(cell)?;
+    let probe = why
+        .has(Why::ProbeDown)
+        .then(|| probe_of(policies, cell))
+        .flatten();
+    let utilisation = why
+        .has(Why::Hot)
+        .then(|| {
+            live.loads
+                .iter()
+                .find(|l| l.layer == layer && l.cell == name)
+                .and_then(|l| l.utilisation)
+        })
+        .flatten();
     Some(ImpairedCellView {
-        layer,
-        cell: name,
-        reason: "drained".to_owned(),
+        layer: layer.to_owned(),
+        cell: name.to_owned(),
+        reason: reason_text(why),
+        probe,
+        utilisation,
     })
+}
+
+/// Reasons as status writes them: `drained`, `probe-down`, `hot`, joined by `+`.
+pub fn reason_text(why: Reasons) -> String {
+    why.iter().map(Why::as_str).collect::<Vec<_>>().join("+")
+}
+
+/// The target a cell's probe checks.
+fn probe_of(policies: &CompiledPolicies, cell: ImpairedCell) -> Option<String> {
+    let (_, slot) = policies.cell_monitors().iter().find(|(c, _)| *c == cell)?;
+    Some(policies.monitors().get(usize::from(*slot))?.target.clone())
 }
 
 fn blame_view(blame: &Blame) -> BlameView {

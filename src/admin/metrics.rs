@@ -114,7 +114,11 @@ pub fn gather(
             .map(|n| n.zone.clone())
             .collect(),
         tenants: reloader.tenants().status(),
-        cells: super::cells::view(snapshot.policies(), reloader.tenants()),
+        cells: super::cells::view(
+            snapshot.policies(),
+            &super::cells::LiveCells::of(&snapshot),
+            reloader.tenants(),
+        ),
         budgets: super::budget_status(&snapshot),
         admin: super::connections::view(),
         descriptors: crate::descriptors::status(),
@@ -710,8 +714,34 @@ impl Scrape {
         gauge(
             encoder,
             "steerdns_cells_impaired",
-            "Cells left out of tenants' answers (drained in the control file).",
+            "Cells left out of tenants' answers (drained, probe down or hot by their load).",
             impaired as f64,
+        )?;
+        let rows = self.cells.iter().flat_map(|c| &c.impaired).flat_map(|i| {
+            i.reason.split('+').map(move |why| {
+                let labels = vec![
+                    ("layer", i.layer.clone()),
+                    ("cell", i.cell.clone()),
+                    ("reason", why.to_string()),
+                ];
+                (labels, 1.0)
+            })
+        });
+        gauges(
+            encoder,
+            "steerdns_cell_impaired",
+            "1 per impaired cell and reason (drained, probe-down, hot).",
+            rows,
+        )?;
+        let loads = self.shield.cells.iter().filter_map(|c| {
+            let labels = vec![("layer", c.layer.clone()), ("cell", c.cell.clone())];
+            Some((labels, c.utilisation?))
+        });
+        gauges(
+            encoder,
+            "steerdns_cell_utilisation",
+            "A cell's load over its capacity at the last fresh reading of the feed.",
+            loads,
         )?;
         let blame = self.cells.as_ref().and_then(|c| c.blame.as_ref());
         gauges(

@@ -582,7 +582,11 @@ pub fn status_view(
         secondary: secondary_view(&snapshot),
         transfer: transfer::view(&snapshot),
         tenants: reloader.tenants().status(),
-        cells: cells::view(snapshot.policies(), reloader.tenants()),
+        cells: cells::view(
+            snapshot.policies(),
+            &cells::LiveCells::of(&snapshot),
+            reloader.tenants(),
+        ),
         budgets: budget_status(&snapshot),
         supervisor: Some(supervisor.view()),
     }
@@ -706,19 +710,12 @@ async fn push_load(State(state): State<AdminState>, body: axum::body::Bytes) -> 
         )
             .into_response();
     };
-    let regions: Vec<&str> = steering.policies.region_names().collect();
-    let sites: Vec<&str> = steering
-        .policies
-        .fallback_sites()
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect();
+    let known = crate::shield::live::KnownNames::of(&steering.policies);
     let shield = state.reloader.shield();
     match shield.feed.offer(
         &body,
         FeedOrigin::Http,
-        &regions,
-        &sites,
+        &known.names(),
         std::time::SystemTime::now(),
     ) {
         Ok(()) => (StatusCode::OK, "accepted\n").into_response(),

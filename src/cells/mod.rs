@@ -47,7 +47,7 @@ pub mod blame;
 mod hash;
 pub mod impaired;
 
-pub use self::impaired::{ImpairedCells, LeftOut};
+pub use self::impaired::{left_out_of, ImpairedCells, LeftOut, Reasons, Why};
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -1216,7 +1216,16 @@ pub(crate) fn print_cells(c: &steerdns::admin::cells::CellsView) {
     let cells: Vec<String> = c
         .impaired
         .iter()
-        .map(|i| format!("{}/{} ({})", i.layer, i.cell, i.reason))
+        .map(|i| {
+            let mut why = i.reason.clone();
+            if let Some(probe) = &i.probe {
+                why.push_str(&format!(", probe {probe}"));
+            }
+            if let Some(u) = i.utilisation {
+                why.push_str(&format!(", load {:.0}%", u * 100.0));
+            }
+            format!("{}/{} ({why})", i.layer, i.cell)
+        })
         .collect();
     println!("impaired cells: {}", cells.join(", "));
     let Some(b) = &c.blame else {
@@ -1458,6 +1467,26 @@ fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {
             tenant.share * 100.0,
             shield.tenant_share * 100.0,
             tenant.state
+        );
+    }
+    for cell in &shield.cells {
+        let load = match (cell.load, cell.capacity) {
+            (Some(load), Some(capacity)) => format!("{load}/{capacity}"),
+            _ => "no fresh load".to_string(),
+        };
+        let util = cell
+            .utilisation
+            .map_or(String::new(), |u| format!(" ({:.0}%)", u * 100.0));
+        println!(
+            "  cell {}/{}: {load}{util} [{}]{}",
+            cell.layer,
+            cell.cell,
+            cell.state,
+            if cell.hot {
+                ", left out of answers"
+            } else {
+                ""
+            }
         );
     }
     for alert in &shield.alerts {

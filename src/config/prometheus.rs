@@ -34,6 +34,21 @@ pub struct PrometheusConfig {
     /// The tenant query's label naming the tenant.
     #[serde(default = "default_tenant_label")]
     pub tenant_label: String,
+    /// PromQL giving one series per anycast cell: its load (labelled by `cell_layer_label`,
+    /// the layer as the control file names it, and `cell_label`, the cell's name). A cell is
+    /// left out of tenants' answers while hot (above `[shield] high_watermark`).
+    #[serde(default)]
+    pub cell_query: Option<String>,
+    /// PromQL giving one series per cell: its capacity (same labels). Required with
+    /// `cell_query`: cells have no capacity in `[topology]`.
+    #[serde(default)]
+    pub cell_capacity_query: Option<String>,
+    /// The cell queries' label naming the layer.
+    #[serde(default = "default_cell_layer_label")]
+    pub cell_layer_label: String,
+    /// The cell queries' label naming the cell.
+    #[serde(default = "default_cell_label")]
+    pub cell_label: String,
     /// Milliseconds between queries.
     #[serde(default = "default_interval_ms")]
     pub interval_ms: u64,
@@ -48,6 +63,14 @@ fn default_label() -> String {
 
 fn default_tenant_label() -> String {
     "tenant".into()
+}
+
+fn default_cell_layer_label() -> String {
+    "layer".into()
+}
+
+fn default_cell_label() -> String {
+    "cell".into()
 }
 
 fn default_interval_ms() -> u64 {
@@ -67,6 +90,8 @@ impl PrometheusConfig {
         for (field, label) in [
             ("shield.prometheus.label", &self.label),
             ("shield.prometheus.tenant_label", &self.tenant_label),
+            ("shield.prometheus.cell_layer_label", &self.cell_layer_label),
+            ("shield.prometheus.cell_label", &self.cell_label),
         ] {
             if !is_label_name(label) {
                 return Some((field, format!("{label:?} is not a Prometheus label name")));
@@ -83,10 +108,21 @@ impl PrometheusConfig {
                 self.capacity_query.as_ref(),
             ),
             ("shield.prometheus.tenant_query", self.tenant_query.as_ref()),
+            ("shield.prometheus.cell_query", self.cell_query.as_ref()),
+            (
+                "shield.prometheus.cell_capacity_query",
+                self.cell_capacity_query.as_ref(),
+            ),
         ] {
             if query.is_some_and(|q| q.trim().is_empty()) {
                 return Some((field, "is empty".into()));
             }
+        }
+        if self.cell_query.is_some() != self.cell_capacity_query.is_some() {
+            return Some((
+                "shield.prometheus.cell_capacity_query",
+                "cell_query and cell_capacity_query go together (cells have no capacity in [topology])".into(),
+            ));
         }
         if self.interval_ms < 100 || self.timeout_ms < 100 {
             return Some((

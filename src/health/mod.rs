@@ -16,6 +16,10 @@
 //!   says ([`Health::apply_shared`], see [`shared`]); the fleet's health task
 //!   (`crate::fleet::health`) publishes this node's results and brings the others'.
 //!
+//! - A cell's probe (`[topology.cells]`, issue 31) is a target like an endpoint's; each view
+//!   built also names the cells whose probe is down ([`HealthView::cells`]), so a tenant's
+//!   answer leaves them out without looking at slots, and shared probing covers them too.
+//!
 //! Nothing here runs on the serving path; the serving path only loads the board's view.
 
 pub mod lookup;
@@ -30,6 +34,8 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::cells::blame::ImpairedCell;
+use crate::cells::CellTopology;
 use crate::hash::{fnv1a64_more, FNV1A64_OFFSET_BASIS};
 use crate::policy::monitor::MonitorSpec;
 use crate::policy::{CompiledPolicies, HealthView, SlotHealth};
@@ -46,8 +52,14 @@ pub const DEFAULT_AGENT: &str = "steerdns-health";
 pub struct Board {
     /// Target of each slot.
     targets: Vec<String>,
+    /// The cells with a probe (cell, slot) and their topology: each view built names the
+    /// cells whose slot is down ([`HealthView::cells`]).
+    cells: Option<CellProbes>,
     view: ArcSwap<HealthView>,
 }
+
+/// The cells a board's view reports on: their topology and each probed cell with its slot.
+type CellProbes = (Arc<CellTopology>, Vec<(ImpairedCell, u16)>);
 
 impl Board {
     /// The current view (lock-free).
@@ -58,6 +70,11 @@ impl Board {
     /// Whether any target is monitored (else the view never needs loading).
     pub fn is_empty(&self) -> bool {
         self.targets.is_empty()
+    }
+
+    /// Whether any cell has a probe (else tenants' anycast answers never load the view).
+    pub fn probes_cells(&self) -> bool {
+        self.cells.is_some()
     }
 }
 
@@ -345,8 +362,14 @@ impl Health {
             gone.stop_probing();
         }
         inner.targets = keep;
+        let cells = policies.and_then(|p| {
+            let probes = p.cell_monitors();
+            let topology = p.cells.clone()?;
+            (!probes.is_empty()).then(|| (topology, probes.to_vec()))
+        });
         let board = Arc::new(Board {
             targets: specs.iter().map(|s| s.target.clone()).collect(),
+            cells,
             view: ArcSwap::from_pointee(HealthView::default()),
         });
         board.view.store(Arc::new(view_of(&inner, &board)));
@@ -555,7 +578,7 @@ impl Health {
 /// The view of `board`'s slots from the targets' states.
 fn view_of(inner: &Inner, board: &Board) -> HealthView {
     let sharing = inner.serves_shared();
-    HealthView::new(
+    let view = HealthView::new(
         board
             .targets
             .iter()
@@ -566,7 +589,11 @@ fn view_of(inner: &Inner, board: &Board) -> HealthView {
                     .map_or_else(SlotHealth::default, |t| t.slot(sharing))
             })
             .collect(),
-    )
+    );
+    match &board.cells {
+        Some((topology, probes)) => view.with_cells(topology, probes),
+        None => view,
+    }
 }
 
 /// When a target's first check runs: soon (at most a quarter interval, at most 500 ms, after

@@ -1,5 +1,6 @@
 //! `[topology.cells]` checked and compiled into a [`CellTopology`] positioned like the
-//! compiled regions and sites (the cells themselves, and a tenant's shard, are `crate::cells`').
+//! compiled regions and sites (the cells themselves, and a tenant's shard, are `crate::cells`'),
+//! the cells' health probes into monitor slots, and the control file's cell drains.
 
 use std::sync::Arc;
 
@@ -7,9 +8,10 @@ use crate::cells::blame::ImpairedCell;
 use crate::cells::{Cell, CellTopology, ImpairedCells, Layer, LayerRef, MAX_K};
 
 use super::compile::{parse_addresses, Errors};
-use super::config::{CellConfig, CellsConfig, DEFAULT_CELLS_K};
+use super::config::{CellConfig, CellsConfig, MonitorConfig, DEFAULT_CELLS_K};
 use super::knobs::CellKnobs;
 use super::model::{RegionInfo, SiteInfo};
+use super::monitor::MonitorTable;
 
 /// Compiles the cells; `None` (with errors pushed) when anything is wrong.
 pub(super) fn compile_cells(
@@ -203,17 +205,7 @@ pub(super) fn compile_cell_knobs(
     let mut drained = Vec::new();
     for (layer_name, cells) in knobs {
         let path = format!("control.cells.{layer_name}");
-        let at = if layer_name == "global" {
-            Some(LayerRef::Global)
-        } else if let Some(r) = regions.iter().position(|r| &r.name == layer_name) {
-            Some(LayerRef::Region(r as u16))
-        } else {
-            sites
-                .iter()
-                .position(|s| &s.name == layer_name)
-                .map(|s| LayerRef::Site(s as u16))
-        };
-        let Some(layer) = at.and_then(|at| Some((at, topology.layer(at)?))) else {
+        let Some(layer) = layer_named(layer_name, topology, regions, sites) else {
             errors.push(
                 &path,
                 format!("{layer_name:?} is not a layer with cells (global, or a region or fallback site of topology.cells)"),
@@ -238,4 +230,153 @@ pub(super) fn compile_cell_knobs(
     }
     let impaired = ImpairedCells::new(topology, &drained);
     (!impaired.is_empty()).then(|| Arc::new(impaired))
+}
+
+/// The layer the control file (and `[topology.cells.monitors]`) names `name`: `global`, a
+/// region's or a fallback site's name; `None` when it is no layer with cells.
+fn layer_named<'t>(
+    name: &str,
+    topology: &'t CellTopology,
+    regions: &[RegionInfo],
+    sites: &[SiteInfo],
+) -> Option<(LayerRef, &'t Layer)> {
+    let at = if name == "global" {
+        Some(LayerRef::Global)
+    } else if let Some(r) = regions.iter().position(|r| r.name == name) {
+        Some(LayerRef::Region(r as u16))
+    } else {
+        sites
+            .iter()
+            .position(|s| s.name == name)
+            .map(|s| LayerRef::Site(s as u16))
+    };
+    at.and_then(|at| Some((at, topology.layer(at)?)))
+}
+
+/// What stands for a cell's own address in its monitor.
+const CELL_PLACEHOLDER: &str = "{cell}";
+
+/// The cells' health probes, each compiled into a monitor slot of `monitors` (shared with
+/// endpoints that probe the same target the same way): a cell's own `monitor`, else its
+/// layer's in `[topology.cells.monitors]`. A layer there that has no cells is an error naming
+/// its field; so is every problem of a monitor, under the field it was written in.
+pub(super) fn compile_cell_monitors(
+    config: &CellsConfig,
+    topology: &CellTopology,
+    regions: &[RegionInfo],
+    sites: &[SiteInfo],
+    monitors: &mut MonitorTable,
+    errors: &mut Errors,
+) -> Vec<(ImpairedCell, u16)> {
+    for name in config.monitors.keys() {
+        if layer_named(name, topology, regions, sites).is_none() {
+            errors.push(
+                format!("topology.cells.monitors.{name}"),
+                format!("{name:?} is not a layer with cells (global, or a region or fallback site of topology.cells)"),
+            );
+        }
+    }
+    let mut out = Vec::new();
+    for (at, layer) in topology.layers() {
+        let (layer_name, path) = layer_paths(at, regions, sites);
+        let default = config.monitors.get(&layer_name);
+        let written = cell_configs(config, at, regions, sites);
+        for (index, cell) in layer.cells().iter().enumerate() {
+            let own = written.get(index).and_then(|c| c.monitor.as_ref());
+            let (monitor, field) = match (own, default) {
+                (Some(m), _) => (m, format!("{path}[{index}].monitor")),
+                (None, Some(m)) => (m, format!("topology.cells.monitors.{layer_name}")),
+                (None, None) => continue,
+            };
+            let Some(monitor) = for_cell(monitor, cell, &field, errors) else {
+                continue;
+            };
+            if let Some(slot) = monitors.add(&monitor, &field, errors) {
+                let cell = ImpairedCell {
+                    layer: at,
+                    cell: index as u16,
+                };
+                out.push((cell, slot));
+            }
+        }
+    }
+    for (i, cell) in config.quarantine.iter().enumerate() {
+        if cell.monitor.is_some() {
+            errors.push(
+                format!("topology.cells.quarantine[{i}].monitor"),
+                "quarantine cells are not probed (a quarantined tenant has no other cell to be moved to)",
+            );
+        }
+    }
+    out
+}
+
+/// A layer's name as the control file writes it, and its config path.
+fn layer_paths(at: LayerRef, regions: &[RegionInfo], sites: &[SiteInfo]) -> (String, String) {
+    match at {
+        LayerRef::Global => ("global".into(), "topology.cells.global".into()),
+        LayerRef::Region(r) => {
+            let name = regions
+                .get(usize::from(r))
+                .map_or_else(String::new, |r| r.name.clone());
+            let path = format!("topology.cells.regions.{name}");
+            (name, path)
+        }
+        LayerRef::Site(s) => {
+            let name = sites
+                .get(usize::from(s))
+                .map_or_else(String::new, |s| s.name.clone());
+            let path = format!("topology.cells.fallback.{name}");
+            (name, path)
+        }
+    }
+}
+
+/// The cells of layer `at` as written in the config (in the compiled layer's order).
+fn cell_configs<'c>(
+    config: &'c CellsConfig,
+    at: LayerRef,
+    regions: &[RegionInfo],
+    sites: &[SiteInfo],
+) -> &'c [CellConfig] {
+    let named = |table: &'c std::collections::BTreeMap<String, Vec<CellConfig>>,
+                 name: Option<&str>| {
+        name.and_then(|n| table.get(n))
+            .map_or(&[][..], Vec::as_slice)
+    };
+    match at {
+        LayerRef::Global => &config.global,
+        LayerRef::Region(r) => named(
+            &config.regions,
+            regions.get(usize::from(r)).map(|r| r.name.as_str()),
+        ),
+        LayerRef::Site(s) => named(
+            &config.fallback,
+            sites.get(usize::from(s)).map(|s| s.name.as_str()),
+        ),
+    }
+}
+
+/// `monitor` with [`CELL_PLACEHOLDER`] replaced by `cell`'s address (IPv4, else `[IPv6]`).
+fn for_cell(
+    monitor: &MonitorConfig,
+    cell: &Cell,
+    field: &str,
+    errors: &mut Errors,
+) -> Option<MonitorConfig> {
+    let address = match (cell.v4, cell.v6) {
+        (Some(v4), _) => v4.to_string(),
+        (None, Some(v6)) => format!("[{v6}]"),
+        (None, None) => {
+            errors.push(field, "the cell has no address to probe");
+            return None;
+        }
+    };
+    let fill = |text: &Option<String>| text.as_ref().map(|t| t.replace(CELL_PLACEHOLDER, &address));
+    Some(MonitorConfig {
+        url: fill(&monitor.url),
+        tcp: fill(&monitor.tcp),
+        dns: fill(&monitor.dns),
+        ..monitor.clone()
+    })
 }

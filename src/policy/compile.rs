@@ -60,12 +60,24 @@ pub fn compile(
     let regions = compile_regions(&topology.regions, families, &mut errors);
     let sites = compile_sites(&topology.fallback, families, &regions, &mut errors);
     let overrides = compile_region_knobs(knobs, &regions, &sites, &mut errors);
-    let (compiled_profiles, monitors) = compile_profiles(profiles, &regions, knobs, &mut errors);
+    let (compiled_profiles, mut monitors) =
+        compile_profiles(profiles, &regions, knobs, &mut errors);
     let steered = compile_steered(steered, profiles, families, &mut errors);
     let cells = topology.cells.as_ref().and_then(|config| {
         let families = (families.v4, families.v6);
         super::cells::compile_cells(config, families, &regions, &sites, &mut errors)
     });
+    let cell_monitors = match (topology.cells.as_ref(), cells.as_deref()) {
+        (Some(config), Some(compiled)) => super::cells::compile_cell_monitors(
+            config,
+            compiled,
+            &regions,
+            &sites,
+            &mut monitors,
+            &mut errors,
+        ),
+        _ => Vec::new(),
+    };
     let impaired_cells = super::cells::compile_cell_knobs(
         &knobs.cells,
         cells.as_deref(),
@@ -86,9 +98,10 @@ pub fn compile(
         any_override,
         profiles: compiled_profiles,
         steered,
-        monitors,
+        monitors: monitors.specs,
         cells,
         impaired_cells,
+        cell_monitors,
     })
 }
 

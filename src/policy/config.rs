@@ -55,6 +55,13 @@ pub struct CellsConfig {
     /// shared with no healthy tenant, announced like the global cells.
     #[serde(default)]
     pub quarantine: Vec<CellConfig>,
+    /// Layer name (`global`, a region's or a fallback site's, as the control file names
+    /// layers) → the health probe of each of that layer's cells (a cell's own `monitor`
+    /// replaces it). `{cell}` in its `url`, `tcp` or `dns` stands for the cell's own address
+    /// (its IPv4 address, else `[IPv6]`). A cell whose probe is down is left out of tenants'
+    /// answers wherever a healthy cell of their shard is left.
+    #[serde(default)]
+    pub monitors: std::collections::BTreeMap<String, MonitorConfig>,
 }
 
 /// One cell: a name unique in its layer and at most one address per family.
@@ -64,6 +71,10 @@ pub struct CellConfig {
     pub name: String,
     /// One IPv4 and/or one IPv6 address; the same families as `topology.global`.
     pub anycast: Vec<String>,
+    /// This cell's health probe (replaces its layer's in `[topology.cells.monitors]`);
+    /// `{cell}` stands for the cell's own address as there.
+    #[serde(default)]
+    pub monitor: Option<MonitorConfig>,
 }
 
 /// The default of `[topology.cells] k`.

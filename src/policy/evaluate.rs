@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::rr::Name;
 
-use crate::cells::{LayerRef, LeftOut, TenantCells};
+use crate::cells::{left_out_of, LayerRef, LeftOut, TenantCells};
 
 use super::hash::{permille_bucket, subnet_hash, Purpose, RendezvousScore, SubnetHasher};
 use super::health::HealthView;
@@ -214,7 +214,7 @@ pub fn evaluate_for_tenant<'a>(
     tenant: Option<AsTenant<'a>>,
 ) -> Decision<'a> {
     match root {
-        PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed, tenant),
+        PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed, health, tenant),
         PolicyRoot::Profile { profile, ttl_cap } => {
             let health = Health { p, view: health };
             evaluate_profile(p, profile, ttl_cap.unwrap_or(u32::MAX), client, &health)
@@ -235,9 +235,11 @@ fn evaluate_anycast<'a>(
     ttl: u32,
     client: &LocatedClient,
     shed: &ShedView,
+    health: &HealthView,
     tenant: Option<AsTenant<'a>>,
 ) -> Decision<'a> {
     let cells = tenant.and_then(|t| t.cells);
+    let impaired = Impaired { p, shed, health };
     let tenant = tenant.map(|t| t.name);
     let region = client.region;
     let mut trace = Trace::default();
@@ -277,7 +279,7 @@ fn evaluate_anycast<'a>(
     let mut destination = destination_of(choice);
     // At most two steps: global -> the client's region -> a fallback site -> none.
     let (target, left_out) = loop {
-        match destination_target(p, destination, cells) {
+        match destination_target(p, destination, cells, &impaired) {
             Served::Addresses(target, left_out) => break (target, left_out),
             Served::AllImpaired(whole) => match cells_fallback(p, destination, region) {
                 Some(next) => {
@@ -394,6 +396,30 @@ enum Served<'a> {
     AllImpaired(Target<'a>),
 }
 
+/// Where impaired cells come from: the operator's drains (the snapshot), the cells' probes
+/// (the health view) and their load (the shield's view).
+struct Impaired<'v> {
+    p: &'v CompiledPolicies,
+    shed: &'v ShedView,
+    health: &'v HealthView,
+}
+
+impl Impaired<'_> {
+    /// What to leave out of a tenant's shard `v4`, `v6` in layer `at` (`None`: all of it).
+    #[inline]
+    fn left_out(&self, at: LayerRef, v4: &[Ipv4Addr], v6: &[Ipv6Addr]) -> Option<LeftOut> {
+        let sources = [
+            self.p.impaired_cells.as_deref(),
+            self.health.cells(),
+            self.shed.cells(),
+        ];
+        if sources.iter().all(Option::is_none) {
+            return Some(LeftOut::NONE);
+        }
+        left_out_of(sources, at, v4, v6)
+    }
+}
+
 /// The addresses of a destination: the tenant's cells of its layer when it has some there
 /// (less its impaired cells), else the destination's own; an index that does not exist (a
 /// shield view built for a different topology) falls back to the global answer rather than
@@ -403,6 +429,7 @@ fn destination_target<'a>(
     p: &'a CompiledPolicies,
     destination: Destination,
     cells: Option<&'a TenantCells>,
+    impaired: &Impaired<'_>,
 ) -> Served<'a> {
     let global = (&p.global_v4[..], &p.global_v6[..]);
     let (layer, own) = match destination {
@@ -427,12 +454,9 @@ fn destination_target<'a>(
         return Served::Addresses(target, LeftOut::NONE);
     };
     let target = Target::Addresses { v4, v6 };
-    match p.impaired_cells.as_deref() {
-        None => Served::Addresses(target, LeftOut::NONE),
-        Some(impaired) => match impaired.left_out(layer, v4, v6) {
-            Some(left_out) => Served::Addresses(target, left_out),
-            None => Served::AllImpaired(target),
-        },
+    match impaired.left_out(layer, v4, v6) {
+        Some(left_out) => Served::Addresses(target, left_out),
+        None => Served::AllImpaired(target),
     }
 }
 

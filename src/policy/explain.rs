@@ -100,6 +100,10 @@ pub fn explain_for_tenant(
     }
     if decision.left_out.any() {
         out.push_str("; impaired cells left out");
+        let named = left_out_cells(p, decision.target, decision.left_out, shed, health);
+        if !named.is_empty() {
+            let _ = write!(out, ": {}", named.join(", "));
+        }
     }
     if decision.trace.hot {
         out.push_str("; region hot (short TTL)");
@@ -198,6 +202,50 @@ fn down_endpoints(
         .filter(|&&i| !health.endpoint_up(profile, i, 0))
         .filter_map(|&i| profile.endpoints.get(usize::from(i)))
         .map(|e| e.name.clone())
+        .collect()
+}
+
+/// The cells `left_out` leaves out of `target`, each with why (`g1 (probe-down)`).
+fn left_out_cells(
+    p: &CompiledPolicies,
+    target: Target<'_>,
+    left_out: LeftOut,
+    shed: &ShedView,
+    health: &HealthView,
+) -> Vec<String> {
+    let (Some(topology), Target::Addresses { v4, v6 }) = (p.cells(), target) else {
+        return Vec::new();
+    };
+    let out_v4: Vec<_> = v4
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| left_out.leaves_out(*i))
+        .map(|(_, a)| *a)
+        .collect();
+    let out_v6: Vec<_> = v6
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| left_out.leaves_out(*i))
+        .map(|(_, a)| *a)
+        .collect();
+    let sources = [
+        p.impaired_cells().map(|c| &**c),
+        health.cells(),
+        shed.cells(),
+    ];
+    let union = crate::cells::ImpairedCells::union(topology, sources);
+    union
+        .with_reasons()
+        .filter_map(|(cell, why)| {
+            let found = topology
+                .layer(cell.layer)?
+                .cells()
+                .get(usize::from(cell.cell))?;
+            let hit = found.v4.is_some_and(|a| out_v4.contains(&a))
+                || found.v6.is_some_and(|a| out_v6.contains(&a));
+            let reasons: Vec<&str> = why.iter().map(crate::cells::Why::as_str).collect();
+            hit.then(|| format!("{} ({})", found.name, reasons.join("+")))
+        })
         .collect()
 }
 

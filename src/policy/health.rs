@@ -27,17 +27,52 @@ impl Default for SlotHealth {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HealthView {
     slots: Vec<SlotHealth>,
+    /// The cells whose probe is down (their slots' state, gathered when the view is built so
+    /// that a tenant's answer compares addresses, not slots); `None`: none.
+    cells: Option<std::sync::Arc<crate::cells::ImpairedCells>>,
 }
 
 impl HealthView {
     /// The view in which every target is up (it has no slots).
     pub const fn all_up() -> HealthView {
-        HealthView { slots: Vec::new() }
+        HealthView {
+            slots: Vec::new(),
+            cells: None,
+        }
     }
 
     /// A view of these slots.
     pub fn new(slots: Vec<SlotHealth>) -> HealthView {
-        HealthView { slots }
+        HealthView { slots, cells: None }
+    }
+
+    /// This view, with the cells of `probes` (cell, slot: what
+    /// [`super::CompiledPolicies::cell_monitors`] lists) whose slot is down as its cells down.
+    pub fn with_cells(
+        mut self,
+        topology: &crate::cells::CellTopology,
+        probes: &[(crate::cells::blame::ImpairedCell, u16)],
+    ) -> HealthView {
+        use crate::cells::{ImpairedCells, Why};
+        let down: Vec<_> = probes
+            .iter()
+            .filter(|(_, slot)| !self.up(*slot))
+            .map(|(cell, _)| *cell)
+            .collect();
+        self.cells = (!down.is_empty())
+            .then(|| std::sync::Arc::new(ImpairedCells::because(topology, &down, Why::ProbeDown)));
+        self
+    }
+
+    /// The same set, shared (for status and blame).
+    pub fn cells_shared(&self) -> Option<&std::sync::Arc<crate::cells::ImpairedCells>> {
+        self.cells.as_ref()
+    }
+
+    /// The cells whose probe is down, if any.
+    #[inline]
+    pub fn cells(&self) -> Option<&crate::cells::ImpairedCells> {
+        self.cells.as_deref()
     }
 
     /// Whether the target in `slot` is served as up.

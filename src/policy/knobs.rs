@@ -251,8 +251,8 @@ impl RegionShed {
     }
 }
 
-/// The traffic shield's current decisions, indexed by region. `ShedView::default()` sheds
-/// nothing. Read per query; the shield publishes a new one (behind an atomic pointer) per tick.
+/// The traffic shield's current decisions, indexed by region, with the tenants shed on their
+/// own and the cells hot by their load. `ShedView::default()` sheds nothing. Read per query; the shield publishes a new one (behind an atomic pointer) per tick.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShedView {
     regions: Vec<RegionShed>,
@@ -263,6 +263,8 @@ pub struct ShedView {
     /// Fleet mode: the revision of the leader's published state this view was built from
     /// (shown in `CH TXT` traces); `None` when this node decided alone.
     revision: Option<i64>,
+    /// Cells hot by their load in the feed (left out of tenants' answers); `None`: none.
+    cells: Option<std::sync::Arc<crate::cells::ImpairedCells>>,
 }
 
 impl ShedView {
@@ -286,6 +288,22 @@ impl ShedView {
     /// Whether any region is shed or hot (then anycast answers depend on client location).
     pub fn any_active(&self) -> bool {
         self.any_active
+    }
+
+    /// Sets the cells hot by their load (replacing any set before; an empty set is none).
+    pub fn set_cells(&mut self, cells: Option<std::sync::Arc<crate::cells::ImpairedCells>>) {
+        self.cells = cells.filter(|c| !c.is_empty());
+    }
+
+    /// The cells hot by their load, if any.
+    #[inline]
+    pub fn cells(&self) -> Option<&crate::cells::ImpairedCells> {
+        self.cells.as_deref()
+    }
+
+    /// The same set, shared (for status and blame).
+    pub fn cells_shared(&self) -> Option<&std::sync::Arc<crate::cells::ImpairedCells>> {
+        self.cells.as_ref()
     }
 
     /// Sets the tenants shed on their own (replacing any set before).

@@ -227,6 +227,9 @@ pub struct CompiledPolicies {
     pub(crate) cells: Option<std::sync::Arc<crate::cells::CellTopology>>,
     /// The cells left out of tenants' answers (the control file's drains); `None`: none.
     pub(crate) impaired_cells: Option<std::sync::Arc<crate::cells::ImpairedCells>>,
+    /// Cells with a health probe: the cell and its slot in `monitors` (the health view's cells
+    /// down are these cells whose slot is down).
+    pub(crate) cell_monitors: Vec<(crate::cells::blame::ImpairedCell, u16)>,
 }
 
 impl CompiledPolicies {
@@ -331,6 +334,47 @@ impl CompiledPolicies {
     /// The cells left out of tenants' answers, if any.
     pub fn impaired_cells(&self) -> Option<&std::sync::Arc<crate::cells::ImpairedCells>> {
         self.impaired_cells.as_ref()
+    }
+
+    /// A cell layer's name as the control file and the feeds write it: `global`, a region's
+    /// or a fallback site's name.
+    pub fn cell_layer_name(&self, at: crate::cells::LayerRef) -> Option<&str> {
+        use crate::cells::LayerRef;
+        match at {
+            LayerRef::Global => Some("global"),
+            LayerRef::Region(r) => self.region(r).map(|r| r.name.as_str()),
+            LayerRef::Site(s) => self.sites.get(usize::from(s)).map(|s| s.name.as_str()),
+        }
+    }
+
+    /// A cell's layer name (as [`Self::cell_layer_name`]) and its own name.
+    pub fn cell_name(&self, cell: crate::cells::blame::ImpairedCell) -> Option<(&str, &str)> {
+        let layer = self.cell_layer_name(cell.layer)?;
+        let name = self
+            .cells()?
+            .layer(cell.layer)?
+            .cells()
+            .get(usize::from(cell.cell))?
+            .name
+            .as_str();
+        Some((layer, name))
+    }
+
+    /// Every cell, named as [`Self::cell_name`] names it, layer by layer in cell order.
+    pub fn cell_names(&self) -> Vec<(&str, &str)> {
+        let Some(topology) = self.cells() else {
+            return Vec::new();
+        };
+        topology
+            .layers()
+            .filter_map(|(at, layer)| Some((self.cell_layer_name(at)?, layer)))
+            .flat_map(|(name, layer)| layer.cells().iter().map(move |c| (name, c.name.as_str())))
+            .collect()
+    }
+
+    /// The cells with a health probe, each with its monitor slot.
+    pub fn cell_monitors(&self) -> &[(crate::cells::blame::ImpairedCell, u16)] {
+        &self.cell_monitors
     }
 
     /// The global anycast addresses.

@@ -13,7 +13,7 @@ use super::model::{
     AllDown, Endpoint, EndpointTarget, GeoRoute, Profile, ProfileId, ProfileKindTag, RegionInfo,
     Rule, MAX_PROFILE_DEPTH,
 };
-use super::monitor::{MonitorSpec, MonitorTable};
+use super::monitor::MonitorTable;
 
 /// Largest endpoint weight.
 pub const MAX_WEIGHT: u32 = 1000;
@@ -25,13 +25,13 @@ pub(crate) fn compile_profiles(
     regions: &[RegionInfo],
     knobs: &ControlKnobs,
     errors: &mut Errors,
-) -> (Vec<Profile>, Vec<MonitorSpec>) {
+) -> (Vec<Profile>, MonitorTable) {
     if configs.len() > usize::from(u16::MAX) {
         errors.push(
             "profiles",
             format!("{} profiles, at most {}", configs.len(), u16::MAX),
         );
-        return (Vec::new(), Vec::new());
+        return (Vec::new(), MonitorTable::default());
     }
     let mut monitors = MonitorTable::default();
     for (name, profile_knobs) in &knobs.profiles {
@@ -58,7 +58,7 @@ pub(crate) fn compile_profiles(
         .collect();
     check_nesting(&compiled, errors);
     mark_monitored(&mut compiled);
-    (compiled, monitors.specs)
+    (compiled, monitors)
 }
 
 /// What compiling one profile reads besides its own config.

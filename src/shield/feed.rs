@@ -6,15 +6,22 @@
 //!  "source": "prometheus-exporter@mon-1",
 //!  "regions":  {"eu-west": {"load": 950, "capacity": 1000}},
 //!  "fallback": {"fb-eu":   {"load": 200, "capacity": 2000}},
+//!  "cells":    {"global":  {"g1": {"load": 90, "capacity": 100}}},
 //!  "tenants":  {"contoso": {"eu-west": 600}}}
 //! ```
 //!
 //! - `time` (required): when the numbers were measured, RFC 3339 (`Z` or a `±HH:MM` offset,
 //!   optional fraction). At most [`MAX_FUTURE_SKEW`] ahead of this server's clock.
-//! - `regions`, `fallback` (each optional, not both empty): name → `{load, capacity}`, in the
+//! - `regions`, `fallback` (each optional; a feed has at least one entry in them or `cells`): name → `{load, capacity}`, in the
 //!   same units (requests/s, Gbit/s, … as long as both agree), each at most
 //!   [`MAX_FEED_VALUE`]. Names must be configured regions and fallback sites; one left out of a
 //!   feed means "no fresh data" for it.
+//! - `cells` (optional): layer → cell → `{load, capacity}`, the load of one anycast cell,
+//!   checked as a region's. Layers and cells are named as the control file names them
+//!   (`[cells.LAYER.CELL]`): the layer is `global`, a region's or a fallback site's name with
+//!   cells, the cell one of its cells; an unknown one is refused naming it. A cell goes hot
+//!   (left out of tenants' answers) above the shield's high watermark and comes back below
+//!   the low one ([`super::step::cells`]). Counted with the other entries.
 //! - `tenants` (optional): tenant name → region name → the load that tenant's clients located
 //!   in the region bring (wherever they are served), in the region's units, for tenant-first
 //!   shedding (`[shield] tenant_share`). Region names must be configured; a tenant name is at
@@ -56,6 +63,15 @@ const MAX_ECHOED_NAME: usize = 64;
 /// How many configured names an "unknown name" error lists.
 const MAX_LISTED_NAMES: usize = 12;
 
+/// The names a feed may use: the configured regions, fallback sites and cells (each cell as
+/// its layer's name as the control file writes it, and its own name).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FeedNames<'a> {
+    pub regions: &'a [&'a str],
+    pub sites: &'a [&'a str],
+    pub cells: &'a [(&'a str, &'a str)],
+}
+
 /// The load of one region or site, in the sender's units (checked finite, `capacity > 0`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
@@ -81,6 +97,8 @@ pub struct LoadFeed {
     pub fallback: BTreeMap<String, Sample>,
     /// Per tenant, per configured region: the load the tenant's clients there bring.
     pub tenants: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Per layer (as the control file names it), per cell: the cell's load.
+    pub cells: BTreeMap<String, BTreeMap<String, Sample>>,
 }
 
 impl LoadFeed {
@@ -107,6 +125,14 @@ impl LoadFeed {
         if !self.tenants.is_empty() {
             document["tenants"] = serde_json::json!(self.tenants);
         }
+        if !self.cells.is_empty() {
+            let cells: serde_json::Map<String, serde_json::Value> = self
+                .cells
+                .iter()
+                .map(|(layer, cells)| (layer.clone(), serde_json::Value::Object(section(cells))))
+                .collect();
+            document["cells"] = serde_json::Value::Object(cells);
+        }
         document.to_string()
     }
 }
@@ -121,9 +147,9 @@ pub enum FeedError {
     /// Not JSON, or JSON of the wrong shape (the message carries line and column).
     #[error("load feed does not parse: {0}")]
     Syntax(String),
-    #[error("load feed has {count} entries in regions and fallback; the limit is {limit}")]
+    #[error("load feed has {count} entries in regions, fallback, cells and tenants; the limit is {limit}")]
     TooManyEntries { count: usize, limit: usize },
-    #[error("load feed has no regions and no fallback sites")]
+    #[error("load feed has no regions and no fallback sites (and no cells)")]
     Empty,
     #[error("time: {value:?} is not an RFC 3339 time ({reason})")]
     BadTime { value: String, reason: String },
@@ -158,10 +184,10 @@ pub enum FeedError {
 /// this server's clock, for the skew guard.
 pub fn parse_feed(
     bytes: &[u8],
-    regions: &[&str],
-    sites: &[&str],
+    names: &FeedNames<'_>,
     now: SystemTime,
 ) -> Result<LoadFeed, FeedError> {
+    let FeedNames { regions, sites, .. } = *names;
     if bytes.len() > MAX_FEED_BYTES {
         return Err(FeedError::TooLarge {
             size: bytes.len() as u64,
@@ -180,6 +206,15 @@ pub fn parse_feed(
         }),
         regions,
     )?;
+    let cells = check_cells(
+        raw.cells.into_iter().flat_map(|(layer, cells)| {
+            cells
+                .0
+                .into_iter()
+                .map(move |(cell, sample)| (layer.clone(), cell, sample))
+        }),
+        names.cells,
+    )?;
     let regions = check_section("regions", "region", raw.regions, regions)?;
     let fallback = check_section("fallback", "fallback site", raw.fallback, sites)?;
     Ok(LoadFeed {
@@ -187,6 +222,7 @@ pub fn parse_feed(
         regions,
         fallback,
         tenants,
+        cells,
     })
 }
 
@@ -200,6 +236,8 @@ pub struct FeedEntries {
     pub fallback: Vec<(String, f64, f64)>,
     /// Tenant, region, load (a per-tenant query's results).
     pub tenants: Vec<(String, String, f64)>,
+    /// Layer, cell, load, capacity (a per-cell query's results).
+    pub cells: Vec<(String, String, f64, f64)>,
 }
 
 /// Checks assembled entries by exactly the rules [`parse_feed`] applies once the JSON is read:
@@ -207,15 +245,13 @@ pub struct FeedEntries {
 /// loads, positive capacities, believable load/capacity ratios.
 pub fn check_entries(
     entries: FeedEntries,
-    regions: &[&str],
-    sites: &[&str],
+    names: &FeedNames<'_>,
     now: SystemTime,
 ) -> Result<LoadFeed, FeedError> {
-    check_count(entries.regions.len() + entries.fallback.len())?;
-    check_count_with_tenants(
-        entries.regions.len() + entries.fallback.len(),
-        entries.tenants.len(),
-    )?;
+    let FeedNames { regions, sites, .. } = *names;
+    let rings = entries.regions.len() + entries.fallback.len() + entries.cells.len();
+    check_count(rings)?;
+    check_count_with_tenants(rings, entries.tenants.len())?;
     check_skew(
         entries.time,
         || crate::rfc3339::format_utc(entries.time),
@@ -236,6 +272,13 @@ pub fn check_entries(
         Ok(out)
     };
     let tenants = check_tenants(entries.tenants, regions)?;
+    let cells = check_cells(
+        entries
+            .cells
+            .into_iter()
+            .map(|(layer, cell, load, capacity)| (layer, cell, RawSample { load, capacity })),
+        names.cells,
+    )?;
     let regions = check_section(
         "regions",
         "region",
@@ -253,6 +296,7 @@ pub fn check_entries(
         regions,
         fallback,
         tenants,
+        cells,
     })
 }
 
@@ -268,6 +312,17 @@ struct RawFeed {
     fallback: Vec<(String, RawSample)>,
     #[serde(default, deserialize_with = "unique_names")]
     tenants: Vec<(String, TenantRegions)>,
+    #[serde(default, deserialize_with = "unique_names")]
+    cells: Vec<(String, LayerCells)>,
+}
+
+/// One layer's cells: cell → sample, each cell once.
+struct LayerCells(Vec<(String, RawSample)>);
+
+impl<'de> Deserialize<'de> for LayerCells {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        unique_names(deserializer).map(LayerCells)
+    }
 }
 
 /// One tenant's figures: region → load, each region once.
@@ -348,9 +403,11 @@ fn check_count_with_tenants(rings: usize, tenant_figures: usize) -> Result<(), F
 }
 
 fn check_shape(raw: &RawFeed) -> Result<(), FeedError> {
-    check_count(raw.regions.len() + raw.fallback.len())?;
+    let cells: usize = raw.cells.iter().map(|(_, c)| c.0.len()).sum();
+    let rings = raw.regions.len() + raw.fallback.len() + cells;
+    check_count(rings)?;
     let figures: usize = raw.tenants.iter().map(|(_, r)| r.0.len()).sum();
-    check_count_with_tenants(raw.regions.len() + raw.fallback.len(), figures)?;
+    check_count_with_tenants(rings, figures)?;
     if let Some(source) = &raw.source {
         if source.chars().count() > MAX_SOURCE_LABEL {
             return Err(FeedError::BadSource(format!(
@@ -460,6 +517,47 @@ fn check_tenants(
     Ok(checked)
 }
 
+/// Checks cell loads (layer, cell, sample): a configured cell of a configured layer (else
+/// refused naming `cells.LAYER.CELL` and the configured cells), the sample as a region's,
+/// each cell once.
+fn check_cells(
+    entries: impl IntoIterator<Item = (String, String, RawSample)>,
+    configured: &[(&str, &str)],
+) -> Result<BTreeMap<String, BTreeMap<String, Sample>>, FeedError> {
+    let mut checked: BTreeMap<String, BTreeMap<String, Sample>> = BTreeMap::new();
+    for (layer, cell, raw) in entries {
+        let field = format!("cells.{}.{}", echo(&layer), echo(&cell));
+        if !configured.contains(&(layer.as_str(), cell.as_str())) {
+            let known: Vec<String> = configured.iter().map(|(l, c)| format!("{l}.{c}")).collect();
+            let known: Vec<&str> = known.iter().map(String::as_str).collect();
+            let kind = if configured.iter().any(|(l, _)| *l == layer) {
+                "cell"
+            } else {
+                "cell layer"
+            };
+            return Err(FeedError::UnknownName {
+                section: "cells",
+                name: format!("{}.{}", echo(&layer), echo(&cell)),
+                kind,
+                known: list_names(&known),
+            });
+        }
+        let sample = check_sample(&field, raw)?;
+        if checked
+            .entry(layer)
+            .or_default()
+            .insert(cell, sample)
+            .is_some()
+        {
+            return Err(FeedError::BadValue {
+                field,
+                problem: "appears twice".into(),
+            });
+        }
+    }
+    Ok(checked)
+}
+
 fn check_sample(field: &str, raw: RawSample) -> Result<Sample, FeedError> {
     let bad = |which: &str, problem: String| FeedError::BadValue {
         field: format!("{field}.{which}"),
@@ -533,6 +631,12 @@ mod tests {
 
     const REGIONS: &[&str] = &["eu-west", "eu-central", "na-east"];
     const SITES: &[&str] = &["fb-eu", "fb-na"];
+    const CELLS: &[(&str, &str)] = &[("global", "g1"), ("global", "g2"), ("eu-west", "w1")];
+    const KNOWN: FeedNames<'static> = FeedNames {
+        regions: REGIONS,
+        sites: SITES,
+        cells: CELLS,
+    };
 
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
@@ -542,7 +646,7 @@ mod tests {
     const FEED_TIME: u64 = 1_796_032_800;
 
     fn parse(text: &str) -> Result<LoadFeed, FeedError> {
-        parse_feed(text.as_bytes(), REGIONS, SITES, at(FEED_TIME))
+        parse_feed(text.as_bytes(), &KNOWN, at(FEED_TIME))
     }
 
     fn with_regions(regions: &str) -> String {
@@ -756,11 +860,10 @@ mod tests {
         let feed = with_regions(r#""eu-west": {"load": 1, "capacity": 2}"#);
         let now = at(FEED_TIME);
         let five_min_before = now - MAX_FUTURE_SKEW;
-        assert!(parse_feed(feed.as_bytes(), REGIONS, SITES, five_min_before).is_ok());
+        assert!(parse_feed(feed.as_bytes(), &KNOWN, five_min_before).is_ok());
         let error = parse_feed(
             feed.as_bytes(),
-            REGIONS,
-            SITES,
+            &KNOWN,
             five_min_before - Duration::from_secs(1),
         )
         .unwrap_err();
@@ -773,13 +876,7 @@ mod tests {
             }
         );
         // Old feeds are accepted here; staleness is the step's business.
-        assert!(parse_feed(
-            feed.as_bytes(),
-            REGIONS,
-            SITES,
-            now + Duration::from_secs(86_400)
-        )
-        .is_ok());
+        assert!(parse_feed(feed.as_bytes(), &KNOWN, now + Duration::from_secs(86_400)).is_ok());
     }
 
     #[test]
@@ -818,7 +915,15 @@ mod tests {
             half(1000..6000)
         );
         assert_eq!(
-            parse_feed(text.as_bytes(), &known, &known, at(FEED_TIME)),
+            parse_feed(
+                text.as_bytes(),
+                &FeedNames {
+                    regions: &known,
+                    sites: &known,
+                    cells: &[],
+                },
+                at(FEED_TIME)
+            ),
             Err(FeedError::TooManyEntries {
                 count: 10_001,
                 limit: 10_000
@@ -831,12 +936,12 @@ mod tests {
         let mut text = with_regions(r#""eu-west": {"load": 1, "capacity": 2}"#).into_bytes();
         text.resize(MAX_FEED_BYTES, b' ');
         assert!(
-            parse_feed(&text, REGIONS, SITES, at(FEED_TIME)).is_ok(),
+            parse_feed(&text, &KNOWN, at(FEED_TIME)).is_ok(),
             "exactly the limit is fine"
         );
         text.push(b' ');
         assert_eq!(
-            parse_feed(&text, REGIONS, SITES, at(FEED_TIME)),
+            parse_feed(&text, &KNOWN, at(FEED_TIME)),
             Err(FeedError::TooLarge {
                 size: MAX_FEED_BYTES as u64 + 1,
                 limit: MAX_FEED_BYTES
@@ -849,7 +954,7 @@ mod tests {
         let mut text = with_regions(r#""eu-west": {"load": 1, "capacity": 2}"#).into_bytes();
         text[3] = 0xff;
         assert_eq!(
-            parse_feed(&text, REGIONS, SITES, at(FEED_TIME)),
+            parse_feed(&text, &KNOWN, at(FEED_TIME)),
             Err(FeedError::NotUtf8 { offset: 3 })
         );
     }
@@ -917,7 +1022,7 @@ mod tests {
                     }
                 }
             }
-            if let Ok(feed) = parse_feed(&bytes, REGIONS, SITES, at(FEED_TIME)) {
+            if let Ok(feed) = parse_feed(&bytes, &KNOWN, at(FEED_TIME)) {
                 accepted += 1;
                 assert!(!feed.regions.is_empty() || !feed.fallback.is_empty());
                 assert!(feed.time <= at(FEED_TIME) + MAX_FUTURE_SKEW);
@@ -939,12 +1044,17 @@ mod tests {
     fn a_feed_written_back_as_json_reads_back_equal() {
         let text = r#"{"time": "2026-11-30T10:00:00.125Z",
             "regions": {"eu-west": {"load": 950.5, "capacity": 1000}},
-            "fallback": {"fb-eu": {"load": 200, "capacity": 2000}}}"#;
+            "fallback": {"fb-eu": {"load": 200, "capacity": 2000}},
+            "cells": {"global": {"g1": {"load": 90, "capacity": 100}}}}"#;
         let now = crate::rfc3339::parse("2026-11-30T10:00:01Z").unwrap_or(SystemTime::UNIX_EPOCH);
-        let names = (["eu-west"], ["fb-eu"]);
-        let feed = parse_feed(text.as_bytes(), &names.0, &names.1, now);
+        let names = FeedNames {
+            regions: &["eu-west"],
+            sites: &["fb-eu"],
+            cells: &[("global", "g1")],
+        };
+        let feed = parse_feed(text.as_bytes(), &names, now);
         let feed = feed.unwrap_or_else(|e| panic!("{e}"));
-        let again = parse_feed(feed.to_json().as_bytes(), &names.0, &names.1, now);
+        let again = parse_feed(feed.to_json().as_bytes(), &names, now);
         assert_eq!(again, Ok(feed));
     }
 
@@ -998,10 +1108,82 @@ mod tests {
             regions: vec![("eu-west".into(), 950.0, 1000.0)],
             fallback: Vec::new(),
             tenants: vec![("contoso".into(), "eu-west".into(), load)],
+            cells: Vec::new(),
         };
-        let feed = check_entries(entries(600.0), REGIONS, SITES, at(FEED_TIME));
+        let feed = check_entries(entries(600.0), &KNOWN, at(FEED_TIME));
         assert_eq!(feed.map(|f| f.tenants["contoso"]["eu-west"]), Ok(600.0));
-        let nan = check_entries(entries(f64::NAN), REGIONS, SITES, at(FEED_TIME));
+        let nan = check_entries(entries(f64::NAN), &KNOWN, at(FEED_TIME));
         assert!(matches!(nan, Err(FeedError::BadValue { .. })), "{nan:?}");
+    }
+
+    #[test]
+    fn cell_loads_are_read_by_layer_and_cell_and_may_be_the_whole_feed() {
+        let feed = parse(
+            r#"{"time": "2026-11-30T10:00:00Z",
+                "cells": {"global": {"g1": {"load": 95, "capacity": 100},
+                                     "g2": {"load": 10, "capacity": 100}},
+                          "eu-west": {"w1": {"load": 1, "capacity": 4}}}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(feed.regions.is_empty() && feed.fallback.is_empty());
+        assert_eq!(feed.cells["global"]["g1"].load, 95.0);
+        assert_eq!(feed.cells["eu-west"]["w1"].utilisation(), 0.25);
+        assert_eq!(
+            parse(r#"{"time": "2026-11-30T10:00:00Z", "cells": {"global": {}}}"#),
+            Err(FeedError::Empty)
+        );
+    }
+
+    #[test]
+    fn refuses_an_unknown_cell_or_layer_and_a_bad_cell_load_naming_it() {
+        let cells = |body: &str| {
+            refusal(&format!(
+                r#"{{"time": "2026-11-30T10:00:00Z", "cells": {{{body}}}}}"#
+            ))
+        };
+        assert_eq!(
+            cells(r#""global": {"g9": {"load": 1, "capacity": 2}}"#),
+            "cells.global.g9: unknown cell (configured: global.g1, global.g2, eu-west.w1)"
+        );
+        assert!(cells(r#""mars": {"g1": {"load": 1, "capacity": 2}}"#)
+            .starts_with("cells.mars.g1: unknown cell layer"),);
+        assert_eq!(
+            cells(r#""global": {"g1": {"load": 1, "capacity": 0}}"#),
+            "cells.global.g1.capacity: must be > 0 (got 0)"
+        );
+        assert_eq!(
+            cells(r#""global": {"g1": {"load": -1, "capacity": 2}}"#),
+            "cells.global.g1.load: must be ≥ 0 (got -1)"
+        );
+        let twice = cells(
+            r#""global": {"g1": {"load": 1, "capacity": 2}, "g1": {"load": 1, "capacity": 2}}"#,
+        );
+        assert!(twice.contains("\"g1\" appears twice"), "{twice}");
+        let unknown = cells(r#""global": {"g1": {"load": 1, "capacity": 2, "hot": true}}"#);
+        assert!(unknown.contains("unknown field `hot`"), "{unknown}");
+    }
+
+    #[test]
+    fn assembled_cell_entries_pass_the_same_checks() {
+        let entries = |layer: &str, cell: &str| FeedEntries {
+            time: at(FEED_TIME),
+            regions: Vec::new(),
+            fallback: Vec::new(),
+            tenants: Vec::new(),
+            cells: vec![(layer.into(), cell.into(), 50.0, 100.0)],
+        };
+        let feed = check_entries(entries("global", "g2"), &KNOWN, at(FEED_TIME));
+        assert_eq!(feed.map(|f| f.cells["global"]["g2"].load), Ok(50.0));
+        let unknown = check_entries(entries("global", "zz"), &KNOWN, at(FEED_TIME));
+        assert!(
+            matches!(
+                &unknown,
+                Err(FeedError::UnknownName {
+                    section: "cells",
+                    ..
+                })
+            ),
+            "{unknown:?}"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The shield's thin I/O shell: every tick it polls the load sources, reads the demand
-//! counters, runs the pure [`super::step::step`] (as [`checked_step`]), publishes the new [`ShedView`] for the serving path, logs
-//! each changed decision with its reason, and keeps a status for operators.
+//! counters, runs the pure [`super::step::step`] (as [`checked_step`]) and each cell's
+//! [`step_cell`], publishes the new [`ShedView`] for the serving path (with the cells hot by
+//! their load), logs each changed decision with its reason, and keeps a status for operators.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -12,13 +13,17 @@ use arc_swap::ArcSwap;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use super::feed::FeedNames;
 use super::link::FleetLink;
 use super::prometheus::Capacities;
 use super::source::{FeedSlot, FeedStats, LoadSource};
+use super::step::cells::{step_cell, CellState};
 use super::step::{
     checked_step, shed_view, Change, Demand, Inputs, Note, Reading, RingNode, Rings,
     ShieldSettings, ShieldState, TenantLoad,
 };
+use crate::cells::blame::ImpairedCell;
+use crate::cells::{ImpairedCells, Why};
 use crate::metrics::cells::{current_slot, Cells};
 use crate::policy::ShieldMode;
 use crate::policy::{CompiledPolicies, Destination, RegionOverride, ShedView};
@@ -266,6 +271,26 @@ pub struct ShieldStatus {
     pub tenant_share: f64,
     #[serde(default)]
     pub tenants: Vec<TenantShedStatus>,
+    /// Cells with a load in the feed (or hot): their load and whether it leaves them out of
+    /// tenants' answers.
+    #[serde(default)]
+    pub cells: Vec<CellLoadStatus>,
+}
+
+/// One cell's load, as status shows it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CellLoadStatus {
+    /// `global`, a region's or a fallback site's name, as the control file names layers.
+    pub layer: String,
+    pub cell: String,
+    pub load: Option<f64>,
+    pub capacity: Option<f64>,
+    /// At the last fresh reading.
+    pub utilisation: Option<f64>,
+    /// Left out of tenants' answers for its load.
+    pub hot: bool,
+    /// `normal`, `hot`, `hold-down`, `stale (frozen)` or `stale (reverting)`.
+    pub state: String,
 }
 
 /// One tenant shed on its own in one region (tenant-first shedding), as status shows it.
@@ -337,6 +362,16 @@ pub struct Shield {
     /// Fleet mode: the mailbox to the etcd task, and this side's bookkeeping.
     pub fleet: FleetLink,
     fleet_side: Mutex<fleet::Side>,
+    /// Each cell's load decision, by (layer, cell) name, and the cells hot now.
+    cells: Mutex<CellBook>,
+}
+
+/// The cells' load decisions between ticks.
+#[derive(Default)]
+struct CellBook {
+    states: std::collections::BTreeMap<(String, String), CellState>,
+    /// The cells hot now, as published in the view.
+    hot: Option<Arc<ImpairedCells>>,
 }
 
 impl Default for Shield {
@@ -349,6 +384,7 @@ impl Default for Shield {
             repaired_at: Mutex::new(None),
             fleet: FleetLink::default(),
             fleet_side: Mutex::new(fleet::Side::default()),
+            cells: Mutex::new(CellBook::default()),
         }
     }
 }
@@ -367,6 +403,134 @@ impl Shield {
         lock(&self.status).clone()
     }
 
+    /// Publishes `view` for the serving path, with the cells hot now.
+    fn publish(&self, mut view: ShedView) {
+        view.set_cells(lock(&self.cells).hot.clone());
+        self.view.store(Arc::new(view));
+    }
+
+    /// Publishes the view served again if the cells hot now are not the ones it carries (a
+    /// fleet node serving the leader's published state between two revisions).
+    fn publish_cells(&self) {
+        let hot = lock(&self.cells).hot.clone();
+        let current = self.view.load();
+        let same = match (current.cells_shared(), &hot) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if !same {
+            let mut view = ShedView::clone(&current);
+            view.set_cells(hot);
+            self.view.store(Arc::new(view));
+        }
+    }
+
+    /// Decides each cell's load from the latest feed ([`step_cell`]) and keeps the cells hot
+    /// now for [`Self::publish`]; returns the changes, for the log.
+    fn tick_cells(
+        &self,
+        policies: &CompiledPolicies,
+        settings: &ShieldSettings,
+        now: SystemTime,
+        now_ms: u64,
+    ) -> Vec<(String, String)> {
+        let Some(topology) = policies.cells() else {
+            *lock(&self.cells) = CellBook::default();
+            return Vec::new();
+        };
+        let latest = self.feed.latest();
+        let reading = |layer: &str, cell: &str| -> Option<Reading> {
+            let (feed, received, _) = latest.as_ref()?;
+            let sample = feed.cells.get(layer)?.get(cell)?;
+            Some(Reading {
+                load: sample.load,
+                capacity: sample.capacity,
+                age_ms: feed_age(feed.time, *received, now).as_millis() as u64,
+            })
+        };
+        let mut book = lock(&self.cells);
+        let mut states = std::collections::BTreeMap::new();
+        let mut hot = Vec::new();
+        let mut changes = Vec::new();
+        for (at, layer) in topology.layers() {
+            let Some(layer_name) = policies.cell_layer_name(at) else {
+                continue;
+            };
+            for (index, cell) in layer.cells().iter().enumerate() {
+                let key = (layer_name.to_string(), cell.name.clone());
+                let previous = book.states.get(&key).copied().unwrap_or_default();
+                let found = reading(layer_name, &cell.name);
+                let (next, change) = step_cell(&previous, found, settings, now_ms);
+                if let Some(reason) = change {
+                    changes.push((format!("cell {layer_name}.{}", cell.name), reason));
+                }
+                if next.hot {
+                    hot.push(ImpairedCell {
+                        layer: at,
+                        cell: index as u16,
+                    });
+                }
+                if found.is_some() || next != CellState::default() {
+                    states.insert(key, next);
+                }
+            }
+        }
+        book.states = states;
+        let same = book
+            .hot
+            .as_ref()
+            .is_some_and(|h| h.cells() == hot.as_slice())
+            || (book.hot.is_none() && hot.is_empty());
+        if !same {
+            book.hot = (!hot.is_empty())
+                .then(|| Arc::new(ImpairedCells::because(topology, &hot, Why::Hot)));
+        }
+        changes
+    }
+
+    /// The cells' load as status shows it.
+    fn cell_status(&self) -> Vec<CellLoadStatus> {
+        let latest = self.feed.latest();
+        let book = lock(&self.cells);
+        book.states
+            .iter()
+            .map(|((layer, cell), state)| {
+                let sample = latest
+                    .as_ref()
+                    .and_then(|(feed, _, _)| feed.cells.get(layer)?.get(cell).copied());
+                CellLoadStatus {
+                    layer: layer.clone(),
+                    cell: cell.clone(),
+                    load: sample.map(|s| s.load),
+                    capacity: sample.map(|s| s.capacity),
+                    utilisation: state.utilisation,
+                    hot: state.hot,
+                    state: state.note.as_str().to_string(),
+                }
+            })
+            .collect()
+    }
+
+    /// Logs and records for status what the cells' step changed.
+    fn log_cell_changes(&self, changes: Vec<(String, String)>, now: SystemTime) {
+        let mut status = lock(&self.status);
+        for (who, reason) in changes {
+            tracing::info!("shield: {who}: {reason}");
+            let hot = reason.contains("left out");
+            status.recent_changes.push_front(ChangeRecord {
+                at: rfc3339::format_utc(now),
+                region: who,
+                tenant: None,
+                from: if hot { 0.0 } else { 1.0 },
+                to: if hot { 1.0 } else { 0.0 },
+                reason,
+            });
+        }
+        status.recent_changes.truncate(RECENT_CHANGES);
+        status.cells = self.cell_status();
+    }
+
     /// One tick: poll sources, decide, publish. `now_ms` is a monotonic clock in ms.
     pub fn tick(
         &self,
@@ -377,24 +541,23 @@ impl Shield {
     ) {
         self.fleet.set_can_lead(served.steering.is_some());
         let Some((policies, demand)) = served.steering else {
-            self.view.store(Arc::new(ShedView::default()));
+            *lock(&self.cells) = CellBook::default();
+            self.publish(ShedView::default());
             lock(&self.status).ticks += 1;
             return;
         };
-        let region_names: Vec<&str> = policies.region_names().collect();
-        let site_names: Vec<&str> = policies
-            .fallback_sites()
-            .iter()
-            .map(|s| s.name.as_str())
-            .collect();
+        let known = KnownNames::of(policies);
+        let region_names = &known.regions;
         let fleet_node = self.fleet.node().map(str::to_string);
         let leading = self.fleet.inbox().leading;
         for source in sources.iter_mut() {
             if fleet_node.is_none() || leading || !source.leader_only() {
-                source.poll(&self.feed, &region_names, &site_names, now);
+                source.poll(&self.feed, &known.names(), now);
             }
         }
         let settings = served.settings;
+        let cell_changes = self.tick_cells(policies, settings, now, now_ms);
+        self.log_cell_changes(cell_changes, now);
         let rings = rings_of(policies);
         if let Some(node) = fleet_node {
             let tick = fleet::Tick {
@@ -407,6 +570,7 @@ impl Shield {
                 now,
             };
             self.fleet_tick(tick, demand.take());
+            self.publish_cells();
             return;
         }
         let inputs = self.inputs(policies, served.mode, demand.take(), now);
@@ -414,9 +578,9 @@ impl Shield {
             let previous = lock(&self.state);
             checked_step(&previous, &inputs, &rings, settings, now_ms)
         };
-        self.view.store(Arc::new(shed_view(&next, settings)));
+        self.publish(shed_view(&next, settings));
         let mut status = lock(&self.status);
-        self.log_outcome(&mut status, &changes, &repairs, &region_names, now);
+        self.log_outcome(&mut status, &changes, &repairs, region_names, now);
         status.sources = sources.iter().map(|s| s.name()).collect();
         self.fill_status(&mut status, &next, &inputs, policies, settings, now);
         *lock(&self.state) = next;
@@ -635,6 +799,35 @@ impl Shield {
                     .alerts
                     .push("load feed is stale: decisions frozen".into());
             }
+        }
+    }
+}
+
+/// The names a feed may use for these policies (see [`FeedNames`]).
+pub struct KnownNames<'p> {
+    pub regions: Vec<&'p str>,
+    pub sites: Vec<&'p str>,
+    pub cells: Vec<(&'p str, &'p str)>,
+}
+
+impl<'p> KnownNames<'p> {
+    pub fn of(policies: &'p CompiledPolicies) -> KnownNames<'p> {
+        KnownNames {
+            regions: policies.region_names().collect(),
+            sites: policies
+                .fallback_sites()
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect(),
+            cells: policies.cell_names(),
+        }
+    }
+
+    pub fn names(&self) -> FeedNames<'_> {
+        FeedNames {
+            regions: &self.regions,
+            sites: &self.sites,
+            cells: &self.cells,
         }
     }
 }

@@ -13,6 +13,10 @@
 //! # tenant_query = 'sum by (tenant, region) (rate(edge_requests_total[1m]))'
 //! label = "region"
 //! # tenant_label = "tenant"
+//! # cell_query = 'sum by (layer, cell) (rate(cell_requests_total[1m]))'
+//! # cell_capacity_query = 'max by (layer, cell) (cell_capacity_rps)'
+//! # cell_layer_label = "layer"
+//! # cell_label = "cell"
 //! interval_ms = 5000
 //! timeout_ms = 2000
 //! ```
@@ -20,6 +24,10 @@
 //! The optional tenant query gives one series per tenant and client region — the load that
 //! tenant's clients located in the region bring, wherever they are served — labelled by
 //! `tenant_label` and `label`: the feed's `tenants` section, for tenant-first shedding.
+//!
+//! The optional cell queries give one series per anycast cell (load, and capacity), labelled
+//! by `cell_layer_label` (`global`, a region's or a fallback site's name) and `cell_label`:
+//! the feed's `cells` section, which leaves a hot cell out of tenants' answers.
 //!
 //! The results become a [`FeedEntries`] checked by [`check_entries`], the very checks every
 //! JSON feed passes (unknown names, NaN, negative or absurd values refuse the whole result,
@@ -39,7 +47,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Deserialize;
 
-use super::feed::{check_entries, FeedEntries, FeedError};
+use super::feed::{check_entries, FeedEntries, FeedError, FeedNames};
 use super::source::{FeedOrigin, FeedSlot, LoadSource};
 use crate::config::prometheus::PrometheusConfig;
 use crate::http_client::{encode_query_value, parse_base_url, request_url, tls_config, Request};
@@ -179,6 +187,38 @@ pub struct Fetched {
     pub capacities: Vec<Row>,
     /// From the tenant query (empty without one).
     pub tenants: Vec<TenantRow>,
+    /// From the cell queries (empty without them): loads and capacities.
+    pub cells: Vec<CellRow>,
+    pub cell_capacities: Vec<CellRow>,
+}
+
+/// One cell's series: its layer, and its name and value in `row`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellRow {
+    pub layer: String,
+    pub row: Row,
+}
+
+/// Each cell load of `loads` with its capacity in `capacities` (a cell with a load and no
+/// capacity is refused naming it): (layer, cell, load, capacity).
+fn pair_cells(
+    loads: Vec<CellRow>,
+    capacities: &[CellRow],
+) -> Result<Vec<(String, String, f64, f64)>, FeedError> {
+    loads
+        .into_iter()
+        .map(|c| {
+            let capacity = capacities
+                .iter()
+                .find(|k| k.layer == c.layer && k.row.name == c.row.name)
+                .map(|k| k.row.value)
+                .ok_or_else(|| FeedError::BadValue {
+                    field: format!("cells.{}.{}.capacity", c.layer, c.row.name),
+                    problem: "none: the cell capacity query has no series for it".into(),
+                })?;
+            Ok((c.layer, c.row.name, c.row.value, capacity))
+        })
+        .collect()
 }
 
 /// Turns fetched rows into feed entries: each load paired with its capacity (the capacity
@@ -238,6 +278,7 @@ pub fn assemble(
             .into_iter()
             .map(|t| (t.tenant, t.row.name, t.row.value))
             .collect(),
+        cells: pair_cells(fetched.cells, &fetched.cell_capacities)?,
     })
 }
 
@@ -283,11 +324,28 @@ fn fetch(config: &PrometheusConfig) -> Result<Fetched, String> {
             .map_err(|e| format!("tenant_query: {e}"))?,
         None => Vec::new(),
     };
+    let cell_query = |promql: &Option<String>, field: &str| -> Result<Vec<CellRow>, String> {
+        let Some(q) = promql else {
+            return Ok(Vec::new());
+        };
+        let (status, body) = get(q).map_err(|e| format!("{field}: {e}"))?;
+        let rows = parse_tenant_vector(status, &body, &config.cell_layer_label, &config.cell_label)
+            .map_err(|e| format!("{field}: {e}"))?;
+        Ok(rows
+            .into_iter()
+            .map(|t| CellRow {
+                layer: t.tenant,
+                row: t.row,
+            })
+            .collect())
+    };
     Ok(Fetched {
         regions,
         fallback,
         capacities,
         tenants,
+        cells: cell_query(&config.cell_query, "cell_query")?,
+        cell_capacities: cell_query(&config.cell_capacity_query, "cell_capacity_query")?,
     })
 }
 
@@ -351,7 +409,7 @@ impl LoadSource for PrometheusSource {
         true
     }
 
-    fn poll(&mut self, slot: &FeedSlot, regions: &[&str], sites: &[&str], now: SystemTime) {
+    fn poll(&mut self, slot: &FeedSlot, names: &FeedNames<'_>, now: SystemTime) {
         match self.results.try_recv() {
             Ok(outcome) => {
                 self.in_flight = false;
@@ -361,7 +419,7 @@ impl LoadSource for PrometheusSource {
                         reason,
                     })
                     .and_then(|fetched| assemble(fetched, &self.capacities, now))
-                    .and_then(|entries| check_entries(entries, regions, sites, now));
+                    .and_then(|entries| check_entries(entries, names, now));
                 match checked {
                     Ok(feed) => {
                         self.last_failure = None;
@@ -395,6 +453,11 @@ mod tests {
 
     const REGIONS: &[&str] = &["eu-west", "na-east"];
     const SITES: &[&str] = &["fb-eu"];
+    const KNOWN: FeedNames<'static> = FeedNames {
+        regions: REGIONS,
+        sites: SITES,
+        cells: &[],
+    };
 
     fn now() -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_032_800)
@@ -434,9 +497,11 @@ mod tests {
             fallback: rows(&[("fb-eu", "100")]),
             capacities: Vec::new(),
             tenants: Vec::new(),
+            cells: Vec::new(),
+            cell_capacities: Vec::new(),
         };
         let entries = assemble(fetched, &topology(), now())?;
-        check_entries(entries, REGIONS, SITES, now())
+        check_entries(entries, &KNOWN, now())
     }
 
     #[test]
@@ -459,6 +524,8 @@ mod tests {
             fallback: Vec::new(),
             capacities: rows(&[("eu-west", "5000")]),
             tenants: Vec::new(),
+            cells: Vec::new(),
+            cell_capacities: Vec::new(),
         };
         let entries = assemble(fetched, &topology(), now()).unwrap();
         assert_eq!(entries.regions, vec![("eu-west".into(), 950.0, 5000.0)]);
@@ -502,13 +569,14 @@ mod tests {
                     fallback: Vec::new(),
                     capacities: Vec::new(),
                     tenants: Vec::new(),
+                    cells: Vec::new(),
+                    cell_capacities: Vec::new(),
                 },
                 &topology(),
                 now(),
             )
             .unwrap(),
-            REGIONS,
-            SITES,
+            &KNOWN,
             now(),
         )
         .unwrap_err();
@@ -525,6 +593,8 @@ mod tests {
                 fallback: Vec::new(),
                 capacities: Vec::new(),
                 tenants: Vec::new(),
+                cells: Vec::new(),
+                cell_capacities: Vec::new(),
             },
             &topology,
             now(),
@@ -572,6 +642,10 @@ mod tests {
             label: "region".into(),
             tenant_query: None,
             tenant_label: "tenant".into(),
+            cell_query: None,
+            cell_capacity_query: None,
+            cell_layer_label: "layer".into(),
+            cell_label: "cell".into(),
             interval_ms: 1000,
             timeout_ms: 1000,
         };
@@ -614,6 +688,10 @@ mod tests {
             label: "region".into(),
             tenant_query: None,
             tenant_label: "tenant".into(),
+            cell_query: None,
+            cell_capacity_query: None,
+            cell_layer_label: "layer".into(),
+            cell_label: "cell".into(),
             interval_ms: 100,
             timeout_ms: 500,
         };
@@ -623,7 +701,7 @@ mod tests {
         // Several rounds of queries, each failing the same way.
         let mut rounds = 0;
         while rounds < 3 {
-            source.poll(&slot, REGIONS, SITES, now());
+            source.poll(&slot, &KNOWN, now());
             if !source.in_flight {
                 rounds += 1;
             }
@@ -668,9 +746,11 @@ mod tests {
             fallback: Vec::new(),
             capacities: Vec::new(),
             tenants,
+            cells: Vec::new(),
+            cell_capacities: Vec::new(),
         };
         let entries = assemble(fetched, &topology(), now()).unwrap();
-        let feed = check_entries(entries, REGIONS, SITES, now()).unwrap();
+        let feed = check_entries(entries, &KNOWN, now()).unwrap();
         assert_eq!(feed.tenants["contoso"]["eu-west"], 600.0);
         assert_eq!(feed.tenants["x"]["eu-west"], 1.0);
     }

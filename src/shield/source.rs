@@ -19,7 +19,7 @@ use std::time::SystemTime;
 
 use crate::hash::fnv1a64;
 use crate::rfc3339;
-use crate::shield::feed::{parse_feed, FeedError, LoadFeed, MAX_FEED_BYTES};
+use crate::shield::feed::{parse_feed, FeedError, FeedNames, LoadFeed, MAX_FEED_BYTES};
 
 /// How a feed arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,11 +90,10 @@ impl FeedSlot {
         &self,
         bytes: &[u8],
         origin: FeedOrigin,
-        regions: &[&str],
-        sites: &[&str],
+        names: &FeedNames<'_>,
         now: SystemTime,
     ) -> Result<(), FeedError> {
-        self.offer_checked(parse_feed(bytes, regions, sites, now), origin, now)
+        self.offer_checked(parse_feed(bytes, names, now), origin, now)
     }
 
     /// Takes the outcome of a feed's checks (from [`parse_feed`] or
@@ -167,7 +166,7 @@ pub trait LoadSource: Send {
     /// For logs and status, e.g. `file /etc/steerdns/load.json`.
     fn name(&self) -> String;
     /// Called every shield tick: fetch what is new, if anything, and offer it to `slot`.
-    fn poll(&mut self, slot: &FeedSlot, regions: &[&str], sites: &[&str], now: SystemTime);
+    fn poll(&mut self, slot: &FeedSlot, names: &FeedNames<'_>, now: SystemTime);
     /// In fleet mode, polled by the shield leader only (one node asks a shared monitoring
     /// system, and shares what it got through etcd) rather than by every node.
     fn leader_only(&self) -> bool {
@@ -270,7 +269,7 @@ impl LoadSource for FileSource {
         format!("file {}", self.path.display())
     }
 
-    fn poll(&mut self, slot: &FeedSlot, regions: &[&str], sites: &[&str], now: SystemTime) {
+    fn poll(&mut self, slot: &FeedSlot, names: &FeedNames<'_>, now: SystemTime) {
         let read = match self.read() {
             Ok(Some(read)) => read,
             Ok(None) => {
@@ -300,7 +299,7 @@ impl LoadSource for FileSource {
             return slot.refuse(FeedOrigin::File, &error, now);
         }
         // A refusal is counted and logged by the slot; the file is offered again once it changes.
-        let _ = slot.offer(&read.bytes, FeedOrigin::File, regions, sites, now);
+        let _ = slot.offer(&read.bytes, FeedOrigin::File, names, now);
     }
 }
 
@@ -312,6 +311,11 @@ mod tests {
 
     const REGIONS: &[&str] = &["eu-west", "na-east"];
     const SITES: &[&str] = &["fb-eu"];
+    const KNOWN: FeedNames<'static> = FeedNames {
+        regions: REGIONS,
+        sites: SITES,
+        cells: &[],
+    };
     /// 2026-11-30T10:00:00Z.
     const T0: u64 = 1_796_032_800;
 
@@ -342,26 +346,14 @@ mod tests {
         let slot = FeedSlot::new();
         assert_eq!(slot.latest(), None);
         assert_eq!(slot.stats(), FeedStats::default());
-        slot.offer(
-            feed(950).as_bytes(),
-            FeedOrigin::Http,
-            REGIONS,
-            SITES,
-            at(2),
-        )
-        .unwrap();
+        slot.offer(feed(950).as_bytes(), FeedOrigin::Http, &KNOWN, at(2))
+            .unwrap();
         let (latest, received, origin) = slot.latest().unwrap();
         assert_eq!(latest.regions["eu-west"].load, 950.0);
         assert_eq!(received, at(2));
         assert_eq!(origin, FeedOrigin::Http);
-        slot.offer(
-            feed(700).as_bytes(),
-            FeedOrigin::File,
-            REGIONS,
-            SITES,
-            at(3),
-        )
-        .unwrap();
+        slot.offer(feed(700).as_bytes(), FeedOrigin::File, &KNOWN, at(3))
+            .unwrap();
         assert_eq!(latest_load(&slot), Some(700.0));
         let stats = slot.stats();
         assert_eq!((stats.accepted, stats.refused), (2, 0));
@@ -375,18 +367,12 @@ mod tests {
     #[test]
     fn a_refusal_keeps_the_previous_feed_and_says_why() {
         let slot = FeedSlot::new();
-        slot.offer(
-            feed(950).as_bytes(),
-            FeedOrigin::Http,
-            REGIONS,
-            SITES,
-            at(0),
-        )
-        .unwrap();
+        slot.offer(feed(950).as_bytes(), FeedOrigin::Http, &KNOWN, at(0))
+            .unwrap();
         let bad = r#"{"time": "2026-11-30T10:00:00Z", "regions": {"eu-west": {"load": 1, "capacity": 0}}}"#;
         let origin = FeedOrigin::Other("prometheus".into());
         let error = slot
-            .offer(bad.as_bytes(), origin.clone(), REGIONS, SITES, at(5))
+            .offer(bad.as_bytes(), origin.clone(), &KNOWN, at(5))
             .unwrap_err();
         assert_eq!(latest_load(&slot), Some(950.0));
         let stats = slot.stats();
@@ -413,16 +399,10 @@ mod tests {
     fn a_feed_replaces_the_latest_whatever_its_time() {
         let slot = FeedSlot::new();
         let later = feed(100).replace("10:00:00Z", "10:00:30Z");
-        slot.offer(later.as_bytes(), FeedOrigin::Http, REGIONS, SITES, at(30))
+        slot.offer(later.as_bytes(), FeedOrigin::Http, &KNOWN, at(30))
             .unwrap();
-        slot.offer(
-            feed(200).as_bytes(),
-            FeedOrigin::File,
-            REGIONS,
-            SITES,
-            at(31),
-        )
-        .unwrap();
+        slot.offer(feed(200).as_bytes(), FeedOrigin::File, &KNOWN, at(31))
+            .unwrap();
         let (latest, received, origin) = slot.latest().unwrap();
         assert_eq!(
             (latest.time, received, origin),
@@ -453,8 +433,7 @@ mod tests {
                         } else {
                             feed(i * 100 + n)
                         };
-                        let _ =
-                            slot.offer(text.as_bytes(), FeedOrigin::Http, REGIONS, SITES, at(1));
+                        let _ = slot.offer(text.as_bytes(), FeedOrigin::Http, &KNOWN, at(1));
                     }
                 })
             })
@@ -476,25 +455,25 @@ mod tests {
         assert_eq!(source.name(), format!("file {}", path.display()));
 
         // No file yet: no feed, and no refusal either.
-        source.poll(&slot, REGIONS, SITES, at(0));
+        source.poll(&slot, &KNOWN, at(0));
         assert_eq!(slot.latest(), None);
         assert_eq!(slot.stats(), FeedStats::default());
 
         fs::write(&path, feed(950)).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(1));
+        source.poll(&slot, &KNOWN, at(1));
         assert_eq!(latest_load(&slot), Some(950.0));
         let (_, received, origin) = slot.latest().unwrap();
         assert_eq!((received, origin), (at(1), FeedOrigin::File));
 
         // Unchanged: not offered again (the received time stays).
-        source.poll(&slot, REGIONS, SITES, at(2));
-        source.poll(&slot, REGIONS, SITES, at(3));
+        source.poll(&slot, &KNOWN, at(2));
+        source.poll(&slot, &KNOWN, at(3));
         assert_eq!(slot.latest().unwrap().1, at(1));
         assert_eq!(slot.stats().accepted, 1);
 
         // Rewritten with the same length: still seen (content hash).
         fs::write(&path, feed(951)).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(4));
+        source.poll(&slot, &KNOWN, at(4));
         assert_eq!(latest_load(&slot), Some(951.0));
         assert_eq!(slot.stats().accepted, 2);
         fs::remove_dir_all(&dir).unwrap();
@@ -507,12 +486,12 @@ mod tests {
         let slot = FeedSlot::new();
         let mut source = FileSource::new(&path);
         fs::write(&path, feed(950)).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(0));
+        source.poll(&slot, &KNOWN, at(0));
 
         let whole = feed(400);
         fs::write(&path, &whole[..whole.len() / 2]).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(1));
-        source.poll(&slot, REGIONS, SITES, at(2));
+        source.poll(&slot, &KNOWN, at(1));
+        source.poll(&slot, &KNOWN, at(2));
         assert_eq!(latest_load(&slot), Some(950.0));
         let stats = slot.stats();
         assert_eq!(
@@ -530,7 +509,7 @@ mod tests {
 
         // The writer finishes: the complete feed is taken.
         fs::write(&path, &whole).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(3));
+        source.poll(&slot, &KNOWN, at(3));
         assert_eq!(latest_load(&slot), Some(400.0));
         fs::remove_dir_all(&dir).unwrap();
     }
@@ -542,10 +521,10 @@ mod tests {
         let slot = FeedSlot::new();
         let mut source = FileSource::new(&path);
         fs::write(&path, feed(950)).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(0));
+        source.poll(&slot, &KNOWN, at(0));
         fs::remove_file(&path).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(1));
-        source.poll(&slot, REGIONS, SITES, at(2));
+        source.poll(&slot, &KNOWN, at(1));
+        source.poll(&slot, &KNOWN, at(2));
         assert_eq!(latest_load(&slot), Some(950.0));
         assert_eq!(
             slot.latest().unwrap().1,
@@ -556,7 +535,7 @@ mod tests {
 
         // Back again, even with the same content: a fresh delivery.
         fs::write(&path, feed(950)).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(3));
+        source.poll(&slot, &KNOWN, at(3));
         assert_eq!(slot.latest().unwrap().1, at(3));
         assert_eq!(slot.stats().accepted, 2);
         fs::remove_dir_all(&dir).unwrap();
@@ -569,12 +548,12 @@ mod tests {
         let slot = FeedSlot::new();
         let mut source = FileSource::new(&path);
         fs::write(&path, feed(950)).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(0));
+        source.poll(&slot, &KNOWN, at(0));
         // Replaced by a directory: it exists but cannot be read as a feed.
         fs::remove_file(&path).unwrap();
         fs::create_dir(&path).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(1));
-        source.poll(&slot, REGIONS, SITES, at(2));
+        source.poll(&slot, &KNOWN, at(1));
+        source.poll(&slot, &KNOWN, at(2));
         let stats = slot.stats();
         assert_eq!(stats.refused, 1);
         let reason = stats.last_refusal.unwrap().reason;
@@ -595,8 +574,8 @@ mod tests {
         let mut text = feed(950).into_bytes();
         text.resize(3 * MAX_FEED_BYTES, b' ');
         fs::write(&path, &text).unwrap();
-        source.poll(&slot, REGIONS, SITES, at(0));
-        source.poll(&slot, REGIONS, SITES, at(1));
+        source.poll(&slot, &KNOWN, at(0));
+        source.poll(&slot, &KNOWN, at(1));
         let stats = slot.stats();
         assert_eq!((stats.accepted, stats.refused), (0, 1));
         assert_eq!(

@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 
+pub mod cells;
 mod tenant;
 
 pub use tenant::{TenantLoad, TenantShed};
@@ -1087,6 +1088,50 @@ enum Freshness {
     Stale(&'static str),
 }
 
+/// How old load data is, by the staleness settings: the one rule regions, tenants and cells
+/// share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataAge {
+    /// Younger than `stale_after_ms`: decide on it.
+    Fresh,
+    /// Older: decisions frozen.
+    Stale,
+    /// Older than `revert_after_ms`, or never seen: back to normal answers.
+    Expired,
+}
+
+pub(crate) fn data_age(age: Option<u64>, settings: &ShieldSettings) -> DataAge {
+    match age {
+        Some(a) if a < settings.stale_after_ms => DataAge::Fresh,
+        Some(a) if a < settings.revert_after_ms => DataAge::Stale,
+        _ => DataAge::Expired,
+    }
+}
+
+/// Whether a move from `from` to `wanted` reverses the last move (`last_direction`, made at
+/// `last_move_at`) within the hold-down: the one hold-down rule regions, tenants and cells
+/// share.
+pub(crate) fn held_down(
+    from: f64,
+    wanted: f64,
+    (last_direction, last_move_at): (i8, u64),
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> bool {
+    let direction = direction_of(from, wanted);
+    let reversing = direction != 0 && last_direction == -direction;
+    reversing && now_ms.saturating_sub(last_move_at) < settings.hold_down_ms
+}
+
+/// +1 for a move up from `from` to `to`, -1 down, 0 none.
+pub(crate) fn direction_of(from: f64, to: f64) -> i8 {
+    match to.total_cmp(&from) {
+        std::cmp::Ordering::Greater => 1,
+        std::cmp::Ordering::Less => -1,
+        std::cmp::Ordering::Equal => 0,
+    }
+}
+
 /// Applies the staleness rules to `region`. Stale data is not trusted to move a region
 /// either way, so its fraction is frozen; but a feed that stays away must not pin clients
 /// elsewhere for ever, so after `revert_after_ms` the shedding decays by `max_step` per tick.
@@ -1095,19 +1140,19 @@ fn react_to_data_age(
     age: Option<u64>,
     settings: &ShieldSettings,
 ) -> Freshness {
-    match age {
-        Some(a) if a < settings.stale_after_ms => Freshness::Fresh,
-        Some(a) if a < settings.revert_after_ms => {
+    match data_age(age, settings) {
+        DataAge::Fresh => Freshness::Fresh,
+        DataAge::Stale => {
             region.note = Note::Stale;
             Freshness::Stale("load data stale: frozen")
         }
-        _ if region.fraction == 0.0 => {
+        DataAge::Expired if region.fraction == 0.0 => {
             // No data: keep the TTL as it is (a region reverted while hot keeps the short TTL
             // until fresh data shows it cool, so a returning overload is answered quickly).
             region.note = Note::Normal;
             Freshness::Idle
         }
-        _ => {
+        DataAge::Expired => {
             // Stale for long (or never seen): step back to normal answers, `max_step` a tick.
             let to = snap_fraction(region.fraction - settings.max_step);
             region.fraction = to;
@@ -1186,13 +1231,8 @@ fn respect_hold_down(
     settings: &ShieldSettings,
     now_ms: u64,
 ) -> f64 {
-    let direction: i8 = match wanted.total_cmp(&region.fraction) {
-        std::cmp::Ordering::Greater => 1,
-        std::cmp::Ordering::Less => -1,
-        std::cmp::Ordering::Equal => 0,
-    };
-    let reversing = direction != 0 && region.last_direction == -direction;
-    if reversing && now_ms.saturating_sub(region.last_move_at) < settings.hold_down_ms {
+    let last = (region.last_direction, region.last_move_at);
+    if held_down(region.fraction, wanted, last, settings, now_ms) {
         region.fraction
     } else {
         wanted

@@ -91,7 +91,8 @@ pub struct Asker<'q> {
     pub proven: Option<Proof>,
 }
 
-/// What anycast roots are evaluated with: they never read the monitors' view.
+/// What anycast roots are evaluated with when no cell has a probe (they read the monitors'
+/// view only for the cells' probes).
 static ALL_UP: HealthView = HealthView::all_up();
 
 /// What profile roots are evaluated with: they never read the shield's view.
@@ -223,7 +224,13 @@ impl<'s> ClientSteering<'s> {
             // A tenant's anycast answer: its cells, and its own shed (tenant-first) if any.
             (PolicyRoot::Anycast { .. }, Some(_)) => {
                 let shed = self.shed.get_or_init(|| self.shield.view());
-                evaluate_for_tenant(policies, root, client, shed, &ALL_UP, tenant)
+                if self.health.probes_cells() {
+                    // Its cells' probes: which are down is in the monitors' view.
+                    let health = self.health_view.get_or_init(|| self.health.view());
+                    evaluate_for_tenant(policies, root, client, shed, health, tenant)
+                } else {
+                    evaluate_for_tenant(policies, root, client, shed, &ALL_UP, tenant)
+                }
             }
             (PolicyRoot::Anycast { .. }, None) => {
                 let shed = self.shed.get_or_init(|| self.shield.view());

@@ -15,6 +15,7 @@ mod admin_guard;
 mod bad_inputs;
 mod budgets;
 mod cell_drains;
+mod cell_health;
 mod control_breakglass;
 mod control_edits;
 mod control_faults;

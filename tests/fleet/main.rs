@@ -12,6 +12,7 @@ mod control_common;
 #[path = "../fleet_common/mod.rs"]
 mod fleet_common;
 
+mod cells_fleet;
 mod control_store;
 mod dashboard_browser;
 mod drills;

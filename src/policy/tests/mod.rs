@@ -3,6 +3,7 @@
 mod alloc;
 mod anycast;
 mod cells;
+mod cells_live;
 mod containment;
 mod errors;
 mod example;

@@ -8,7 +8,6 @@
 //! Everything read from etcd (published state, feed, reports) is checked here against this
 //! node's topology; a refusal is counted and shown, and never replaces what is served.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -247,7 +246,7 @@ impl Shield {
                     let previous = lock(&self.state);
                     checked_step(&previous, &inputs, tick.rings, tick.settings, now_ms)
                 };
-                self.view.store(Arc::new(shed_view(&next, tick.settings)));
+                self.publish(shed_view(&next, tick.settings));
                 side.served = Some(Served {
                     revision: None,
                     leader: tick.node.to_string(),
@@ -367,16 +366,10 @@ impl Shield {
                 return;
             }
         };
-        let regions: Vec<&str> = tick.policies.region_names().collect();
-        let sites: Vec<&str> = tick
-            .policies
-            .fallback_sites()
-            .iter()
-            .map(|s| s.name.as_str())
-            .collect();
+        let known = super::KnownNames::of(tick.policies);
         let received = (UNIX_EPOCH + Duration::from_millis(record.received_ms)).min(tick.now);
         let origin = FeedOrigin::Fleet(format!("{} ({})", record.node, record.origin));
-        let checked = parse_feed(record.feed.as_bytes(), &regions, &sites, tick.now);
+        let checked = parse_feed(record.feed.as_bytes(), &known.names(), tick.now);
         let _ = self.feed.offer_checked(checked, origin, received);
         // Read from etcd: not to be shared back.
         side.feed_seen = self.feed.latest_numbered().0;
@@ -404,7 +397,7 @@ impl Shield {
             )),
             Ok((published, state)) => {
                 let view = shed_view(&state, tick.settings).with_revision(stored.revision);
-                self.view.store(Arc::new(view));
+                self.publish(view);
                 // The leader steps on from its own newest state; everyone else (and a leader
                 // taking over) from what was published.
                 if !(published.leader == tick.node && inbox.leading) {

@@ -321,14 +321,8 @@ fn release_share(settings: &super::ShieldSettings) -> f64 {
 
 /// `wanted`, unless it reverses the entry's last move within the hold-down.
 fn respect_hold_down(entry: &TenantShed, wanted: f64, tick: &Tick) -> f64 {
-    let direction: i8 = match wanted.total_cmp(&entry.fraction) {
-        std::cmp::Ordering::Greater => 1,
-        std::cmp::Ordering::Less => -1,
-        std::cmp::Ordering::Equal => 0,
-    };
-    let reversing = direction != 0 && entry.last_direction == -direction;
-    let within = tick.now_ms.saturating_sub(entry.last_move_at) < tick.settings.hold_down_ms;
-    if reversing && within {
+    let last = (entry.last_direction, entry.last_move_at);
+    if super::held_down(entry.fraction, wanted, last, tick.settings, tick.now_ms) {
         entry.fraction
     } else {
         wanted
