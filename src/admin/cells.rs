@@ -3,11 +3,10 @@
 //! load), and blame — which tenants' shards hold the impaired cells, with how many would by
 //! chance ([`crate::cells::blame`]). Absent while no cell is impaired.
 //!
-//! The three sources are merged here, off the serving path ([`ImpairedCells::union`]); the
-//! union is kept while its sources stay the same values, so blame's memo holds between two
-//! status reads.
+//! The three sources are merged off the serving path by [`crate::snapshot::impaired`] (the
+//! same union automatic quarantine blames).
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -53,45 +52,6 @@ impl LiveCells {
             loads: snapshot.shield().status().cells,
         }
     }
-}
-
-/// The last union built, with its sources (weak: a memo must not keep old sets alive).
-struct UnionMemo {
-    sources: [Option<Weak<ImpairedCells>>; 3],
-    union: Arc<ImpairedCells>,
-}
-
-static UNION: Mutex<Option<UnionMemo>> = Mutex::new(None);
-
-/// The union of the three sources, the same `Arc` while they are the same values.
-fn union_of(
-    policies: &CompiledPolicies,
-    sources: [Option<&Arc<ImpairedCells>>; 3],
-) -> Option<Arc<ImpairedCells>> {
-    let topology = policies.cells()?;
-    let mut memo = UNION.lock().unwrap_or_else(|p| p.into_inner());
-    let same = |m: &&UnionMemo| {
-        m.sources
-            .iter()
-            .zip(sources)
-            .all(|(kept, now)| match (kept, now) {
-                (None, None) => true,
-                (Some(kept), Some(now)) => std::ptr::eq(kept.as_ptr(), Arc::as_ptr(now)),
-                _ => false,
-            })
-    };
-    if let Some(m) = memo.as_ref().filter(same) {
-        return (!m.union.is_empty()).then(|| m.union.clone());
-    }
-    let union = Arc::new(ImpairedCells::union(
-        topology,
-        sources.iter().map(|s| s.map(|s| &**s)),
-    ));
-    *memo = Some(UnionMemo {
-        sources: sources.map(|s| s.map(Arc::downgrade)),
-        union: union.clone(),
-    });
-    (!union.is_empty()).then_some(union)
 }
 
 /// A tenant under suspicion.
@@ -144,7 +104,7 @@ pub fn view(
         live.down.as_ref(),
         live.hot.as_ref(),
     ];
-    let impaired = union_of(policies, sources)?;
+    let impaired = crate::snapshot::impaired::union_of(policies, sources)?;
     let named = impaired
         .with_reasons()
         .filter_map(|(c, why)| cell_view(policies, live, c, why))

@@ -335,6 +335,16 @@ pub struct Accepted {
     pub summary: String,
 }
 
+/// Reloads asked for by the operator (SIGHUP, `steerdns reload`) since start.
+static OPERATOR_RELOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many reloads the operator asked for since start (SIGHUP, `steerdns reload`): parts
+/// that read files of their own outside the load (a secondary zone's TSIG key) read them
+/// again when it moves.
+pub fn operator_reloads() -> u64 {
+    OPERATOR_RELOADS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl Reloader {
     /// The first load. If the control file is bad, the newest valid version from the history
     /// serves instead (and the refusal is reported); if nothing valid exists, `Err`.
@@ -526,8 +536,9 @@ impl Reloader {
     pub fn reload(&self, trigger: Trigger) -> Result<Accepted, Vec<String>> {
         let mut state = self.lock();
         if matches!(trigger, Trigger::Signal | Trigger::Api) {
-            // Secondary zones' key files are read by their own threads, not by the load.
-            crate::secondary::reread_keys();
+            // Secondary zones' key files are read by their own threads, not by the load:
+            // they look at this count.
+            OPERATOR_RELOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let staged = match trigger {
             Trigger::Signal | Trigger::Api => self.stage_live(&mut state),

@@ -1,5 +1,5 @@
 //! Automatic quarantine (`[tenants] auto_quarantine`, off by default; issue 31 item 4): when
-//! blame *names* tenants for the impaired cells of the policies in service — their shards hold
+//! blame *names* tenants for the cells impaired now (drained, probe-down or hot: [`crate::snapshot::impaired`]) — their shards hold
 //! every impaired cell and chance explains less than one tenant — each is quarantined as
 //! `steerdns tenant quarantine` would: its document's `state` set in the store (compare-and-swap
 //! on the revision read), checked, tasted, recorded and served (or staged through the fleet's
@@ -92,15 +92,16 @@ fn look(reloader: &Reloader, stores: &TenantStores, seen: &mut Weak<ImpairedCell
     let Some(policies) = snapshot.policies() else {
         return;
     };
-    let Some(impaired) = policies.impaired_cells() else {
+    // Drained, probe-down and hot cells alike: blame looks at whatever leaves cells out.
+    let Some(impaired) = crate::snapshot::impaired::now(&snapshot) else {
         *seen = Weak::new();
         return;
     };
-    if std::ptr::eq(seen.as_ptr(), Arc::as_ptr(impaired)) {
+    if std::ptr::eq(seen.as_ptr(), Arc::as_ptr(&impaired)) {
         return;
     }
-    *seen = Arc::downgrade(impaired);
-    let Some(blame) = reloader.tenants().blame(policies, impaired) else {
+    *seen = Arc::downgrade(&impaired);
+    let Some(blame) = reloader.tenants().blame(policies, &impaired) else {
         return;
     };
     for tenant in named(&blame) {

@@ -14,7 +14,7 @@
 //! touches the serving path: NOTIFYs reach the task through [`notify::Signal`].
 //!
 //! A zone's TSIG key file is read again on every SIGHUP or `steerdns reload`
-//! ([`reread_keys`] moves a generation counter each task looks at): a good new key replaces
+//! (every operator reload moves a counter each task looks at, [`crate::reload::operator_reloads`]): a good new key replaces
 //! the old one (for transfers and NOTIFY), a bad one keeps the old key and is reported (log
 //! WARN, `key_problem` and `last_refusal` in status).
 
@@ -24,7 +24,6 @@ pub mod transfer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -85,13 +84,11 @@ pub struct ZoneStatus {
     pub catalog_groups: Vec<String>,
 }
 
-/// Moved by every SIGHUP and `steerdns reload`: each zone's task reads its key file again.
-static KEY_GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// Has every secondary zone read its TSIG key file again (at its next look, within
-/// `NOTIFY_POLL`).
-pub fn reread_keys() {
-    KEY_GENERATION.fetch_add(1, Ordering::Relaxed);
+/// The operator's reload count ([`crate::reload::operator_reloads`]): moved by every SIGHUP
+/// and `steerdns reload`, after which each zone's task reads its key file again (at its next
+/// look, within `NOTIFY_POLL`).
+fn key_generation() -> u64 {
+    crate::reload::operator_reloads()
 }
 
 /// The status of every secondary zone, by name (background threads write, admin reads).
@@ -250,7 +247,7 @@ struct ZoneTask {
     /// marker says so) until one answers, since the restart does not make the copy fresher.
     expired: bool,
     signal: Arc<notify::Signal>,
-    /// The [`KEY_GENERATION`] the key was last read at.
+    /// The [`key_generation`] the key was last read at.
     key_generation: u64,
 }
 
@@ -285,7 +282,7 @@ impl ZoneTask {
             last_contact: started,
             expired,
             signal,
-            key_generation: KEY_GENERATION.load(Ordering::Relaxed),
+            key_generation: key_generation(),
         })
     }
 
@@ -295,13 +292,13 @@ impl ZoneTask {
     }
 
     fn keys_stale(&self) -> bool {
-        self.key.is_some() && self.key_generation != KEY_GENERATION.load(Ordering::Relaxed)
+        self.key.is_some() && self.key_generation != key_generation()
     }
 
     /// Reads the key file again (a reload asked): a good key replaces the one held, a bad
     /// file keeps it and is reported.
     fn reread_key(&mut self) {
-        self.key_generation = KEY_GENERATION.load(Ordering::Relaxed);
+        self.key_generation = key_generation();
         let name = self.zone.name.clone();
         match load_key(&self.zone) {
             Ok(Some(key)) => {
@@ -343,7 +340,7 @@ impl ZoneTask {
         self.signal =
             notify::register(&zone.name, &self.origin, &zone.primaries, Some(key.clone()));
         self.key = Some(key);
-        self.key_generation = KEY_GENERATION.load(Ordering::Relaxed);
+        self.key_generation = key_generation();
         status().update(&zone.name, |s| s.key_problem = None);
         Ok(())
     }

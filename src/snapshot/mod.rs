@@ -11,6 +11,7 @@
 pub mod catalog;
 pub mod compose;
 pub mod cookies;
+pub mod impaired;
 pub mod load;
 mod precompiled;
 pub mod projection;

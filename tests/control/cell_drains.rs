@@ -192,7 +192,41 @@ fn a_drained_cell_leaves_only_its_tenants_answers_and_blame_names_the_common_fac
 /// answering from the quarantine cells while nobody else moves.
 #[test]
 fn auto_quarantine_quarantines_the_tenant_blame_names() {
-    let setup = setup_with("auto-quarantine", TENANTS, |i| 200 + i as u32);
+    auto_quarantine_after("auto-quarantine", |setup, _, names| {
+        // Both cells in one control change: blame sees the pair at once.
+        let control = std::fs::read_to_string(setup.control_path()).expect("control");
+        setup.write_control_atomically(&format!(
+            "{control}\n[cells.global.{}]\ndrain = true\n[cells.global.{}]\ndrain = true\n",
+            names[0], names[1]
+        ));
+    });
+}
+
+/// The same with the pair hot by its load in the feed (issue 31 item 2): blame, and so
+/// automatic quarantine, looks at every cell left out, not only the drained ones.
+#[test]
+fn auto_quarantine_blames_cells_hot_by_their_load_too() {
+    auto_quarantine_after("auto-quarantine-hot", |setup, server, names| {
+        let cell = |name: &str| {
+            (
+                name.to_string(),
+                serde_json::json!({"load": 95, "capacity": 100}),
+            )
+        };
+        let feed = serde_json::json!({
+            "time": steerdns::rfc3339::format_utc(std::time::SystemTime::now()),
+            "source": "auto-quarantine test",
+            "cells": {"global": names.iter().map(|n| cell(n)).collect::<serde_json::Map<_, _>>()},
+        });
+        ok(&server.push_load(setup, &feed.to_string()), "load push");
+    });
+}
+
+/// Sixteen global cells and thirty tenants with `[tenants] auto_quarantine`; `impair` leaves
+/// out the pair of global cells (named) that tenant 0's answers carry; then every tenant
+/// holding that pair, and only those, is quarantined by itself.
+fn auto_quarantine_after(label: &str, impair: impl FnOnce(&Setup, &Daemon, &[String])) {
+    let setup = setup_with(label, TENANTS, |i| 200 + i as u32);
     let text = std::fs::read_to_string(&setup.config).expect("config");
     let g6 = "  { name = \"g6\", anycast = [\"192.0.2.106\", \"2001:db8::106\"] },\n";
     assert!(text.contains(g6), "the bundled example's sixth global cell");
@@ -206,7 +240,10 @@ fn auto_quarantine_quarantines_the_tenant_blame_names() {
         })
         .collect();
     std::fs::write(&setup.config, text.replacen(g6, &format!("{g6}{more}"), 1)).expect("config");
-    setup.extend_config("[tenants]\nauto_quarantine = true\n");
+    setup.extend_config(
+        "[tenants]\nauto_quarantine = true\n[shield]\ntick_ms = 100\nhigh_watermark = 0.85\n\
+         low_watermark = 0.70\nstale_after_secs = 60\nrevert_after_secs = 120\n",
+    );
     let server = setup.start();
     wait_tenants(&server, "every tenant served", |t| {
         t["served"].as_u64() == Some(TENANTS as u64)
@@ -228,12 +265,7 @@ fn auto_quarantine_quarantines_the_tenant_blame_names() {
         })
         .collect();
     let before_changes = server.status()["tenants"]["changes_applied"].as_u64();
-    // Both cells in one control change: blame sees the pair at once.
-    let control = std::fs::read_to_string(setup.control_path()).expect("control");
-    setup.write_control_atomically(&format!(
-        "{control}\n[cells.global.{}]\ndrain = true\n[cells.global.{}]\ndrain = true\n",
-        names[0], names[1]
-    ));
+    impair(&setup, &server, &names);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let status = loop {
         let status = server.status();
