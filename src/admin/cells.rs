@@ -46,9 +46,10 @@ pub struct LiveCells {
 impl LiveCells {
     /// What the snapshot's health board and the shield serve now.
     pub fn of(snapshot: &crate::snapshot::Snapshot) -> LiveCells {
+        let (down, hot) = crate::snapshot::impaired::live(snapshot);
         LiveCells {
-            down: snapshot.health().view().cells_shared().cloned(),
-            hot: snapshot.shield().view().cells_shared().cloned(),
+            down,
+            hot,
             loads: snapshot.shield().status().cells,
         }
     }

@@ -54,10 +54,18 @@ pub fn union_of(
 /// none is).
 pub fn now(snapshot: &Snapshot) -> Option<Arc<ImpairedCells>> {
     let policies = snapshot.policies()?;
-    let down = snapshot.health().view().cells_shared().cloned();
-    let hot = snapshot.shield().view().cells_shared().cloned();
+    let (down, hot) = live(snapshot);
     union_of(
         policies,
         [policies.impaired_cells(), down.as_ref(), hot.as_ref()],
+    )
+}
+
+/// The two live sources besides the drains: the cells whose probe is down (the health
+/// view) and the cells hot by their load (the shield's view).
+pub fn live(snapshot: &Snapshot) -> (Option<Arc<ImpairedCells>>, Option<Arc<ImpairedCells>>) {
+    (
+        snapshot.health().view().cells_shared().cloned(),
+        snapshot.shield().view().cells_shared().cloned(),
     )
 }
