@@ -2,6 +2,7 @@
 //! clients) a trace of the steering decision for a name. Operators' tools, not the hot path:
 //! they allocate.
 
+use crate::dns::sent::Sent;
 use crate::dns::wire::{class, flag, rcode, rtype, Query, Requester, WireName};
 use crate::dns::writer::{Overflow, Writer};
 use crate::policy;
@@ -18,7 +19,7 @@ pub fn respond(
     client: &Requester,
     limit: usize,
     out: &mut [u8],
-) -> Option<usize> {
+) -> Option<Sent> {
     let text = if query.qtype == rtype::TXT || query.qtype == rtype::ANY {
         answer_text(snapshot, query, client)
     } else {
@@ -159,7 +160,7 @@ fn write_txt(
     text: &str,
     limit: usize,
     out: &mut [u8],
-) -> Result<usize, Overflow> {
+) -> Result<Sent, Overflow> {
     let mut w = Writer::new(&mut out[..limit])?;
     w.set_u16(0, query.id);
     w.set_u16(2, flag::QR | flag::AA | (query.flags & flag::RD));
@@ -185,5 +186,8 @@ fn write_txt(
         put_opt(&mut w, snapshot.options(), edns, rcode::NOERROR, 0)?;
         w.set_u16(10, 1);
     }
-    Ok(w.len())
+    Ok(Sent {
+        answers: true,
+        ..Sent::empty(w.len(), rcode::NOERROR)
+    })
 }

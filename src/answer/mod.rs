@@ -35,6 +35,7 @@ use crate::dns::wire::{
 };
 use crate::metrics::{querylog, serving};
 
+use crate::dns::sent::Sent;
 use crate::rrl::{Class, Subject, Verdict};
 use crate::shield::live::{DemandSample, Proof};
 use crate::snapshot::compose::SignedSet;
@@ -57,6 +58,17 @@ pub fn respond(
     client: &Requester,
     out: &mut [u8],
 ) -> Option<usize> {
+    respond_summarised(snapshot, packet, client, out).map(|sent| sent.len)
+}
+
+/// [`respond`], with the summary of what was sent (that its counting used).
+#[inline]
+pub(crate) fn respond_summarised(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    client: &Requester,
+    out: &mut [u8],
+) -> Option<Sent> {
     let mut query = Query::blank();
     match parse_query_into(packet, &mut query) {
         Ok(()) => {}
@@ -72,7 +84,7 @@ pub fn respond(
             let cookie = edns
                 .as_mut()
                 .and_then(|e| answer_cookie(snapshot, client, e));
-            let len = write_error(
+            let sent = write_error(
                 snapshot.options(),
                 packet,
                 rcode,
@@ -83,15 +95,13 @@ pub fn respond(
             .ok();
             let edns = edns.as_ref().filter(|_| cookie.is_some());
             let rated = Rated {
-                rcode,
                 subject: None,
                 cookie,
                 edns,
             };
-            let len = len.and_then(|n| limit_rate(snapshot, client, &rated, out, n));
-            let answered = len.map(|n| (rcode, is_truncated(&out[..n])));
-            count_query(snapshot, client, None, answered);
-            return len;
+            let sent = sent.and_then(|sent| limit_rate(snapshot, client, &rated, out, sent));
+            count_query(snapshot, client, None, sent.as_ref());
+            return sent;
         }
     }
     // The COOKIE to answer with replaces the client's in the query's EDNS (RFC 7873 §5.2).
@@ -113,29 +123,28 @@ pub fn respond(
         sample: None,
     };
     let found = Found { zone, entry };
-    let len = answer(snapshot, packet, &query, client, found, &mut demand, out).and_then(|n| {
+    let sent = answer(snapshot, packet, &query, client, found, &mut demand, out).and_then(|sent| {
         let subject = Subject {
             qname: query.qname.as_wire(),
             qtype: query.qtype,
             zone,
         };
         let rated = Rated {
-            rcode: response_rcode(&query, &out[..n]),
             subject: Some(&subject),
             cookie,
             edns: query.edns.as_ref(),
         };
-        limit_rate(snapshot, client, &rated, out, n)
+        limit_rate(snapshot, client, &rated, out, sent)
     });
     // The shield counts answers that go out whole: not one the rate limiter dropped or
     // slipped, not one truncated (its client asks again over TCP, and counts then).
-    if let (Some(n), Some(sample), Some(steering)) = (len, demand.sample, snapshot.steering()) {
-        if !is_truncated(&out[..n]) {
+    if let (Some(sent), Some(sample), Some(steering)) = (sent, demand.sample, snapshot.steering()) {
+        if !sent.truncated {
             steering.demand.record(&sample);
         }
     }
-    count(snapshot, client, &query, zone, len.map(|n| &out[..n]));
-    len
+    count(snapshot, client, &query, zone, sent.as_ref());
+    sent
 }
 
 /// Verifies the query's COOKIE option and puts the one to answer with in its place (the
@@ -188,18 +197,16 @@ struct Demand {
     sample: Option<DemandSample>,
 }
 
-/// What the rate limiter looks at in a response: its rcode, its name (`None`: an error for
-/// a query we could not read), and the query's cookie verdict and EDNS (for a BADCOOKIE
-/// slip).
+/// What the rate limiter looks at beside the response: its name (`None`: an error for a
+/// query we could not read), and the query's cookie verdict and EDNS (for a BADCOOKIE slip).
 struct Rated<'a> {
-    rcode: u16,
     subject: Option<&'a Subject<'a>>,
     cookie: Option<CookieVerdict>,
     edns: Option<&'a Edns>,
 }
 
-/// The rate limiter's say on a response of `len` bytes in `out`: the length to send (the
-/// same, or a slip's), or `None` to drop it. A query with a valid server cookie is never
+/// The rate limiter's say on the response `sent` in `out`: what to send (the same, or a
+/// slip), or `None` to drop it. A query with a valid server cookie is never
 /// limited: its source is proven, so it is nobody's reflected victim. A slip for a query that
 /// sent a cookie but not a valid server cookie is a BADCOOKIE answer carrying ours (RFC 7873
 /// §5.2.3 choice 2): the client retries over UDP with it, and is then not limited.
@@ -208,31 +215,31 @@ fn limit_rate(
     client: &Requester,
     rated: &Rated<'_>,
     out: &mut [u8],
-    len: usize,
-) -> Option<usize> {
+    sent: Sent,
+) -> Option<Sent> {
     let Some(rrl) = snapshot.rrl() else {
-        return Some(len);
+        return Some(sent);
     };
     if rated.cookie == Some(CookieVerdict::Valid) {
-        return Some(len);
+        return Some(sent);
     }
-    let class = Class::of(rated.rcode, &out[..len]);
+    let class = Class::of(&sent);
     let Some(verdict) = rrl.check(client, class, rated.subject) else {
-        return Some(len);
+        return Some(sent);
     };
     serving().record_rrl(class, verdict);
     match (verdict, rated.edns.filter(|e| e.cookie.is_some())) {
-        (Verdict::Send, _) => Some(len),
+        (Verdict::Send, _) => Some(sent),
         (Verdict::Drop, _) => None,
-        (Verdict::Slip, Some(edns)) => Some(badcookie_in_place(snapshot, edns, out, len)),
-        (Verdict::Slip, None) => Some(slip_in_place(out, len)),
+        (Verdict::Slip, Some(edns)) => Some(badcookie_in_place(snapshot, edns, out, sent)),
+        (Verdict::Slip, None) => Some(slip_in_place(out, sent)),
     }
 }
 
 /// A rate limiter's slip for a client that sent a cookie: header and question, rcode
 /// BADCOOKIE, and our OPT with the cookie to retry with (no TC: the retry stays on UDP).
-fn badcookie_in_place(snapshot: &Snapshot, edns: &Edns, out: &mut [u8], len: usize) -> usize {
-    let end = slip_in_place(out, len);
+fn badcookie_in_place(snapshot: &Snapshot, edns: &Edns, out: &mut [u8], sent: Sent) -> Sent {
+    let end = slip_in_place(out, sent).len;
     let flags = u16::from_be_bytes([out[2], out[3]]) & !(flag::TC | 0x000F);
     let flags = flags | (rcode::BADCOOKIE & 0xF);
     out[2..4].copy_from_slice(&flags.to_be_bytes());
@@ -246,21 +253,22 @@ fn badcookie_in_place(snapshot: &Snapshot, edns: &Edns, out: &mut [u8], len: usi
     match opt {
         Some(n) => {
             out[10..12].copy_from_slice(&1u16.to_be_bytes());
-            end + n
+            Sent::bad_cookie(end + n, false)
         }
         // No room for OPT (never with a query's buffer): the plain slip.
         None => {
             out[2..4].copy_from_slice(&(flags | flag::TC).to_be_bytes());
-            end
+            Sent::bad_cookie(end, true)
         }
     }
 }
 
 /// Cuts a response to its header and question with TC set and no records: a rate limiter's
 /// slip. The client retries over TCP; the reply is never bigger than the query was.
-fn slip_in_place(out: &mut [u8], len: usize) -> usize {
+fn slip_in_place(out: &mut [u8], sent: Sent) -> Sent {
+    let len = sent.len;
     if len < HEADER_LEN || out.len() < HEADER_LEN {
-        return len.min(out.len());
+        return sent.slipped(len.min(out.len()));
     }
     let end = question_end(&out[..len]);
     let flags = u16::from_be_bytes([out[2], out[3]]) | flag::TC;
@@ -269,7 +277,7 @@ fn slip_in_place(out: &mut [u8], len: usize) -> usize {
         out[4..6].fill(0);
     }
     out[6..HEADER_LEN].fill(0);
-    end.unwrap_or(HEADER_LEN)
+    sent.slipped(end.unwrap_or(HEADER_LEN))
 }
 
 /// Where the (single, uncompressed) question of a message ends, if it has one.
@@ -291,64 +299,29 @@ fn question_end(message: &[u8]) -> Option<usize> {
     (end <= message.len()).then_some(end)
 }
 
-/// The response's rcode: the extended rcodes we send are BADVERS, which every query with
-/// EDNS version > 0 gets, and BADCOOKIE (a rate limiter's slip for a query with a cookie,
-/// header bits 7: YXDOMAIN, which we never send otherwise); else the header says.
-fn response_rcode(query: &Query, response: &[u8]) -> u16 {
-    if query.edns.as_ref().is_some_and(|e| e.version > 0) {
-        return rcode::BADVERS;
-    }
-    let low = response
-        .get(3)
-        .map_or(rcode::SERVFAIL, |b| u16::from(b & 0x0F));
-    if low == rcode::BADCOOKIE & 0xF && query.edns.as_ref().is_some_and(|e| e.cookie.is_some()) {
-        rcode::BADCOOKIE
-    } else {
-        low
-    }
-}
-
 /// Counts one answered (or silently dropped) query, and logs it if it is sampled.
 fn count(
     snapshot: &Snapshot,
     client: &Requester,
     query: &Query,
     zone: Option<usize>,
-    response: Option<&[u8]>,
+    sent: Option<&Sent>,
 ) {
-    let Some(response) = response else {
-        count_query(snapshot, client, zone, None);
-        return;
-    };
-    let rcode = response_rcode(query, response);
-    count_query(
-        snapshot,
-        client,
-        zone,
-        Some((rcode, is_truncated(response))),
-    );
-    if querylog::sampled(snapshot.options().query_log_sample) {
-        querylog::log(client, query, rcode);
+    count_query(snapshot, client, zone, sent);
+    if sent.is_some() && querylog::sampled(snapshot.options().query_log_sample) {
+        querylog::log(client, query, sent.map_or(0, |sent| sent.rcode));
     }
 }
 
 /// Counts one query, by transport, answered (with its rcode and whether it was truncated) or
 /// not, and, when answered, by zone (`None`: no zone of ours, or no question).
 #[inline]
-fn count_query(
-    snapshot: &Snapshot,
-    client: &Requester,
-    zone: Option<usize>,
-    answered: Option<(u16, bool)>,
-) {
+fn count_query(snapshot: &Snapshot, client: &Requester, zone: Option<usize>, sent: Option<&Sent>) {
+    let answered = sent.map(|sent| (sent.rcode, sent.truncated));
     serving().record(client.transport, answered);
     if let Some((rcode, _)) = answered {
         snapshot.counters().record_response(zone, rcode);
     }
-}
-
-fn is_truncated(response: &[u8]) -> bool {
-    response.get(2).is_some_and(|b| b & 0x02 != 0)
 }
 
 /// Index (in the snapshot's zone list) of the zone the query name is in.
@@ -377,7 +350,7 @@ fn answer(
     found: Found<'_>,
     demand: &mut Demand,
     out: &mut [u8],
-) -> Option<usize> {
+) -> Option<Sent> {
     let limit = response_limit(snapshot, query, client);
     if let Some(edns) = &query.edns {
         if edns.version > 0 {
@@ -448,8 +421,8 @@ fn answer(
         .ok();
     }
     if let Some(FastPathEntry::Response(cached)) = found.entry {
-        if let Some(len) = serve_precompiled(snapshot, packet, query, cached, limit, out) {
-            return Some(len);
+        if let Some(sent) = serve_precompiled(snapshot, packet, query, cached, limit, out) {
+            return Some(sent);
         }
     }
     // A name that may be a tenant's (no static answer of its own): one probe of the tenant
@@ -490,7 +463,7 @@ fn answer(
     if let (Some(steering), Some(tenant)) = (steering.as_mut(), tenant) {
         steering.set_tenant(tenant);
     }
-    let len = answer_steerable(
+    let sent = answer_steerable(
         snapshot,
         packet,
         query,
@@ -501,8 +474,8 @@ fn answer(
     );
     demand.sample = steering.as_ref().and_then(ClientSteering::demand);
     match budget {
-        Some(Verdict::Slip) => len.map(|n| slip_in_place(out, n)),
-        _ => len,
+        Some(Verdict::Slip) => sent.map(|sent| slip_in_place(out, sent)),
+        _ => sent,
     }
 }
 
@@ -549,12 +522,12 @@ fn answer_steerable<'s>(
     mut steering: Option<&mut ClientSteering<'s>>,
     limit: usize,
     out: &mut [u8],
-) -> Option<usize> {
+) -> Option<Sent> {
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
     let entry = steered_entry(snapshot, query, found);
     if let (Some(entry), Some(steering)) = (entry, steering.as_mut()) {
-        if let Some(len) = serve_steered(snapshot, packet, query, steering, &entry, limit, out) {
-            return Some(len);
+        if let Some(sent) = serve_steered(snapshot, packet, query, steering, &entry, limit, out) {
+            return Some(sent);
         }
     }
     let steering: &mut dyn Steering<'s> = match steering {
@@ -603,7 +576,7 @@ fn serve_precompiled(
     cached: &[u8],
     limit: usize,
     out: &mut [u8],
-) -> Option<usize> {
+) -> Option<Sent> {
     let opt_len = query
         .edns
         .as_ref()
@@ -625,7 +598,7 @@ fn serve_precompiled(
         out[10..12].copy_from_slice(&arcount.to_be_bytes());
         len += write_opt_raw(snapshot.options(), edns, 0, 0, &mut out[len..])?;
     }
-    Some(len)
+    Some(Sent::of_precompiled(cached, len))
 }
 
 /// Fast path for a steered name whose policy answers with addresses: the header, the client's
@@ -642,7 +615,7 @@ fn serve_steered(
     entry: &SteeredEntry<'_>,
     limit: usize,
     out: &mut [u8],
-) -> Option<usize> {
+) -> Option<Sent> {
     let dnssec = query.edns.as_ref().is_some_and(|e| e.dnssec_ok);
     let binding = entry.binding;
     let steered = steering.addresses(binding, query.qtype, dnssec)?;
@@ -727,7 +700,10 @@ fn serve_steered(
             &mut out[pos..],
         )?;
     }
-    Some(pos)
+    Some(Sent {
+        answers: true,
+        ..Sent::empty(pos, rcode::NOERROR)
+    })
 }
 
 /// An IXFR over UDP while transfers are on (RFC 1995 section 2): the zone's current SOA
@@ -739,7 +715,7 @@ fn ixfr_over_udp(
     query: &Query,
     limit: usize,
     out: &mut [u8],
-) -> Option<usize> {
+) -> Option<Sent> {
     let apex_soa = match snapshot.zones().find(&query.qname) {
         Some((zone, 0)) => zone
             .soa()
@@ -789,5 +765,8 @@ fn ixfr_over_udp(
         out[pos + 5..pos + 11].fill(0);
         pos += 11;
     }
-    Some(pos)
+    Some(Sent {
+        answers: true,
+        ..Sent::empty(pos, rcode::NOERROR)
+    })
 }

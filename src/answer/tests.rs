@@ -4,9 +4,11 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use super::respond;
+use super::{respond, respond_summarised};
 use crate::config::Config;
+use crate::dns::sent::Sent;
 use crate::dns::wire::{Requester, Transport};
+use crate::rrl::Class;
 use crate::snapshot::load::load;
 use crate::snapshot::Snapshot;
 use crate::test_alloc::allocations;
@@ -487,4 +489,78 @@ fn set_do(packet: &mut [u8]) {
     // extended rcode and version, and the flags, DO their top bit.
     let flags_at = at + 5 + 7;
     packet[flags_at] |= 0x80;
+}
+
+/// What the header of a response in `out[..sent.len]` says, as a [`Sent`] would (the old way
+/// of knowing it: reading the bytes back); `badvers`: the query asked for EDNS version 1.
+fn read_back(out: &[u8], sent: &Sent, badvers: bool) -> Sent {
+    let mut read = Sent::of_precompiled(out, sent.len);
+    if badvers {
+        read.rcode = crate::dns::wire::rcode::BADVERS;
+    }
+    read
+}
+
+#[test]
+fn what_is_sent_is_summarised_as_its_bytes_say() {
+    let names = [
+        ("www.example.com", 1),
+        ("example.com", 6),
+        ("example.com", 2),
+        ("nope.example.com", 1),
+        ("x.sub.example.com", 1),
+        ("foo.wild.example.com", 1),
+        ("critical.example.com", 1),
+        ("warm.example.com", 1),
+        ("gw.example.com", 1),
+        ("gw.example.com", 28),
+        ("contoso.edge.example.net", 1),
+        ("contoso.edge.example.net", 28),
+        ("big.example.com", 16),
+        ("example.org", 1),
+        ("example.com", 41),  // qtype OPT: FORMERR
+        ("example.com", 251), // IXFR over UDP
+        ("example.com", 253), // MAILB: NOTIMP
+    ];
+    let mut packets: Vec<Vec<u8>> = names
+        .iter()
+        .flat_map(|(name, qtype)| {
+            [None, Some((IpAddr::from([81, 2, 69, 0]), 24))]
+                .into_iter()
+                .map(move |c| query(9, name, *qtype, c))
+        })
+        .collect();
+    // EDNS version 1 (the OPT record's TTL: extended rcode, version, flags): BADVERS.
+    let mut badvers = query(10, "example.com", 1, None);
+    let at = badvers.len() - 5;
+    badvers[at] = 1;
+    packets.push(badvers);
+    let client = Requester::new(IpAddr::from([127, 0, 0, 1]), Transport::Udp);
+    let mut out = vec![0u8; 4096];
+    let mut classes = std::collections::BTreeSet::new();
+    let (mut truncated, mut slipped) = (0, 0);
+    for (limited, snapshot) in [(false, serve(&bundled_config())), (true, rate_limited(1))] {
+        for packet in packets.iter().cycle().take(3 * packets.len()) {
+            let Some(sent) = respond_summarised(&snapshot, packet, &client, &mut out) else {
+                continue;
+            };
+            let badvers = packet[..2] == [0, 10];
+            assert_eq!(sent, read_back(&out, &sent, badvers), "{packet:?}");
+            if !limited {
+                assert_eq!(
+                    respond(&snapshot, packet, &client, &mut out),
+                    Some(sent.len)
+                );
+            }
+            classes.insert(format!("{:?}", Class::of(&sent)));
+            truncated += usize::from(sent.truncated);
+            slipped += usize::from(sent.truncated && !sent.answers && sent.len < packet.len());
+        }
+    }
+    // Every class, a truncated answer and rate-limiter slips were among them.
+    assert_eq!(classes.len(), 5, "{classes:?}");
+    assert!(
+        truncated > 0 && slipped > 0,
+        "{truncated} truncated, {slipped} slipped"
+    );
 }

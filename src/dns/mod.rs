@@ -1,5 +1,5 @@
 //! The DNS wire protocol: reading queries in place ([`wire`]), writing messages with
-//! compression ([`writer`]), DNSSEC's canonical order ([`canonical`]), DNS Cookies
+//! compression ([`writer`]), what a written response says ([`sent`]), DNSSEC's canonical order ([`canonical`]), DNS Cookies
 //! ([`cookie`]), TSIG signatures and key files ([`tsig`]), and who asked ([`wire::Requester`]).
 //!
 //! Owns byte-level correctness (header flags, EDNS, ECS, truncation, letter case). The lowest
@@ -7,6 +7,7 @@
 
 pub mod canonical;
 pub mod cookie;
+pub mod sent;
 pub mod tsig;
 pub mod wire;
 pub mod writer;

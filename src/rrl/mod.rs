@@ -25,6 +25,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use crate::config::rrl::{RrlConfig, MAX_RATE, MAX_TABLE};
+use crate::dns::sent::Sent;
 use crate::dns::wire::rcode;
 use crate::dns::wire::{Requester, Transport};
 use table::{hash_bytes, hash_value, Rate, Table};
@@ -68,17 +69,12 @@ impl Class {
         self as usize
     }
 
-    /// The class of a response with (possibly extended) `rcode` and this header.
-    pub fn of(rcode: u16, response: &[u8]) -> Class {
-        let count = |at: usize| {
-            response
-                .get(at..at + 2)
-                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
-        };
-        let flags = count(2);
-        match rcode {
-            rcode::NOERROR if count(6) > 0 || flags & 0x0200 != 0 => Class::Answer,
-            rcode::NOERROR if flags & 0x0400 == 0 && count(8) > 0 => Class::Referral,
+    /// The class of a response, from what its writer says it holds.
+    #[inline]
+    pub fn of(sent: &Sent) -> Class {
+        match sent.rcode {
+            rcode::NOERROR if sent.answers || sent.truncated => Class::Answer,
+            rcode::NOERROR if sent.referral => Class::Referral,
             rcode::NOERROR => Class::Nodata,
             rcode::NXDOMAIN => Class::Nxdomain,
             _ => Class::Error,

@@ -220,7 +220,25 @@ fn a_reload_keeps_the_buckets() {
 }
 
 #[test]
-fn responses_are_classified_from_rcode_and_header() {
+fn responses_are_classified_from_what_their_writer_says() {
+    let sent = |rcode: u16, answers: bool, truncated: bool, referral: bool| Sent {
+        len: 12,
+        rcode,
+        truncated,
+        answers,
+        referral,
+    };
+    assert_eq!(Class::of(&sent(0, true, false, false)), Class::Answer);
+    assert_eq!(Class::of(&sent(0, false, true, false)), Class::Answer);
+    assert_eq!(Class::of(&sent(0, false, false, false)), Class::Nodata);
+    assert_eq!(Class::of(&sent(0, false, false, true)), Class::Referral);
+    assert_eq!(Class::of(&sent(3, false, false, false)), Class::Nxdomain);
+    assert_eq!(Class::of(&sent(5, false, false, false)), Class::Error);
+    assert_eq!(Class::of(&sent(16, false, false, false)), Class::Error);
+}
+
+#[test]
+fn a_precompiled_header_reads_as_its_writer_said() {
     let header = |flags: u16, an: u16, ns: u16| {
         let mut h = [0u8; 12];
         h[2..4].copy_from_slice(&flags.to_be_bytes());
@@ -229,14 +247,14 @@ fn responses_are_classified_from_rcode_and_header() {
         h
     };
     let aa = 0x8400;
-    assert_eq!(Class::of(0, &header(aa, 1, 0)), Class::Answer);
-    assert_eq!(Class::of(0, &header(aa | 0x0200, 0, 0)), Class::Answer);
-    assert_eq!(Class::of(0, &header(aa, 0, 1)), Class::Nodata);
-    assert_eq!(Class::of(0, &header(0x8000, 0, 2)), Class::Referral);
-    assert_eq!(Class::of(3, &header(aa, 0, 1)), Class::Nxdomain);
-    assert_eq!(Class::of(5, &header(0x8000, 0, 0)), Class::Error);
-    assert_eq!(Class::of(16, &header(0x8000, 0, 0)), Class::Error);
-    assert_eq!(Class::of(0, &[]), Class::Nodata);
+    let class = |h: &[u8]| Class::of(&Sent::of_precompiled(h, h.len()));
+    assert_eq!(class(&header(aa, 1, 0)), Class::Answer);
+    assert_eq!(class(&header(aa | 0x0200, 0, 0)), Class::Answer);
+    assert_eq!(class(&header(aa, 0, 1)), Class::Nodata);
+    assert_eq!(class(&header(0x8000, 0, 2)), Class::Referral);
+    assert_eq!(class(&header(aa | 3, 0, 1)), Class::Nxdomain);
+    assert_eq!(class(&header(0x8005, 0, 0)), Class::Error);
+    assert_eq!(class(&[]), Class::Nodata);
 }
 
 #[test]

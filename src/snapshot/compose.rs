@@ -6,6 +6,7 @@
 use std::net::IpAddr;
 
 use super::ServeOptions;
+use crate::dns::sent::Sent;
 use crate::dns::wire::{
     class, flag, option, parse_query, rtype, ClientSubnet, Edns, Query, WireName,
     CLASSIC_UDP_LIMIT, HEADER_LEN, MAX_MESSAGE, MAX_NAME_LEN,
@@ -137,7 +138,7 @@ pub(crate) fn write_simple(
     rcode: u16,
     limit: usize,
     out: &mut [u8],
-) -> Result<usize, Overflow> {
+) -> Result<Sent, Overflow> {
     let mut w = Writer::new(&mut out[..limit.min(MAX_MESSAGE)])?;
     w.set_u16(0, query.id);
     w.set_u16(2, response_flags(query.flags, false, rcode));
@@ -147,7 +148,7 @@ pub(crate) fn write_simple(
         put_opt(&mut w, options, edns, rcode, 0)?;
         w.set_u16(10, 1);
     }
-    Ok(w.len())
+    Ok(Sent::empty(w.len(), rcode))
 }
 
 /// FORMERR / NOTIMP for a query we could not fully read.
@@ -158,7 +159,7 @@ pub(crate) fn write_error(
     question: Option<(usize, usize)>,
     edns: Option<&Edns>,
     out: &mut [u8],
-) -> Result<usize, Overflow> {
+) -> Result<Sent, Overflow> {
     let room = CLASSIC_UDP_LIMIT.min(out.len());
     let mut w = Writer::new(&mut out[..room])?;
     let id = u16::from_be_bytes([packet[0], packet[1]]);
@@ -180,7 +181,7 @@ pub(crate) fn write_error(
         put_opt(&mut w, options, &plain, rcode, 0)?;
         w.set_u16(10, 1);
     }
-    Ok(w.len())
+    Ok(Sent::empty(w.len(), rcode))
 }
 
 /// Writes a resolved plan; on overflow falls back to a truncated (TC) response.
@@ -191,7 +192,7 @@ pub(crate) fn write_plan(
     plan: &Plan<'_>,
     limit: usize,
     out: &mut [u8],
-) -> Result<usize, Overflow> {
+) -> Result<Sent, Overflow> {
     let opt_space = query.edns.as_ref().map_or(0, |e| opt_len(options, e));
     let room = limit.saturating_sub(opt_space);
     let mut w = Writer::new(out)?;
@@ -236,7 +237,13 @@ pub(crate) fn write_plan(
         put_opt(&mut w, options, edns, plan.rcode, plan.scope)?;
         w.set_u16(10, counts[2] + 1);
     }
-    Ok(w.len())
+    Ok(Sent {
+        len: w.len(),
+        rcode: plan.rcode,
+        truncated: false,
+        answers: counts[0] > 0,
+        referral: !plan.authoritative && counts[1] > 0,
+    })
 }
 
 /// RFC 2181 §9: header + question (+ OPT) with TC set, never a partial RRset.
@@ -247,7 +254,7 @@ fn write_truncated(
     plan: &Plan<'_>,
     limit: usize,
     out: &mut [u8],
-) -> Result<usize, Overflow> {
+) -> Result<Sent, Overflow> {
     let mut w = Writer::new(&mut out[..limit.min(MAX_MESSAGE)])?;
     w.set_u16(0, query.id);
     w.set_u16(
@@ -260,7 +267,10 @@ fn write_truncated(
         put_opt(&mut w, options, edns, plan.rcode, plan.scope)?;
         w.set_u16(10, 1);
     }
-    Ok(w.len())
+    Ok(Sent {
+        truncated: true,
+        ..Sent::empty(w.len(), plan.rcode)
+    })
 }
 
 /// Writes one plan entry, and with `dnssec` its signatures; returns how many records it wrote.
@@ -472,6 +482,8 @@ pub(crate) fn precompile<'s>(
     if scratch.len() < MAX_MESSAGE {
         scratch.resize(MAX_MESSAGE, 0);
     }
-    let len = write_plan(options, packet, &query, plan, MAX_MESSAGE, scratch).ok()?;
+    let len = write_plan(options, packet, &query, plan, MAX_MESSAGE, scratch)
+        .ok()?
+        .len;
     scratch.get(..len)
 }
