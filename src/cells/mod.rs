@@ -542,7 +542,7 @@ impl CellTopology {
 }
 
 /// Where one layer's addresses sit in a [`TenantCells`]' lists (empty: no cells there).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 struct Span {
     v4_start: u16,
     v6_start: u16,
@@ -553,7 +553,7 @@ struct Span {
 /// A tenant's shard in every layer, as addresses: what its anycast answers carry. Built at
 /// compile time ([`CellTopology::assign`]); reading it ([`TenantCells::layer`]) is two slice
 /// borrows, no allocation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TenantCells {
     fingerprint: u64,
     regions: u16,
@@ -584,6 +584,94 @@ impl TenantCells {
         self.quarantined
     }
 
+    /// These cells as bytes (the tenants' cache keeps each distinct shard once):
+    /// fingerprint u64, regions u16, k u8, quarantined u8, then u16 counts and the IPv4
+    /// addresses, the IPv6 addresses and the spans (u16 + u16 + u8 + u8 each), little-endian.
+    pub fn to_bytes(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.fingerprint.to_le_bytes());
+        out.extend_from_slice(&self.regions.to_le_bytes());
+        out.push(self.k);
+        out.push(u8::from(self.quarantined));
+        out.extend_from_slice(&(self.v4.len() as u16).to_le_bytes());
+        out.extend_from_slice(&(self.v6.len() as u16).to_le_bytes());
+        out.extend_from_slice(&(self.spans.len() as u16).to_le_bytes());
+        for addr in &self.v4 {
+            out.extend_from_slice(&addr.octets());
+        }
+        for addr in &self.v6 {
+            out.extend_from_slice(&addr.octets());
+        }
+        for span in &self.spans {
+            out.extend_from_slice(&span.v4_start.to_le_bytes());
+            out.extend_from_slice(&span.v6_start.to_le_bytes());
+            out.push(span.v4_len);
+            out.push(span.v6_len);
+        }
+    }
+
+    /// Cells read back from [`Self::to_bytes`], and the bytes they took; `None` when the bytes
+    /// are not such cells (short, or a span outside its lists).
+    pub fn from_bytes(bytes: &[u8]) -> Option<(TenantCells, usize)> {
+        let mut at = 0usize;
+        let mut take = |n: usize| {
+            let taken = bytes.get(at..at.checked_add(n)?)?;
+            at += n;
+            Some(taken)
+        };
+        let u16_at = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
+        let fingerprint = u64::from_le_bytes(take(8)?.try_into().ok()?);
+        let regions = u16_at(take(2)?);
+        let k = take(1)?[0];
+        let quarantined = match take(1)?[0] {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let v4_len = usize::from(u16_at(take(2)?));
+        let v6_len = usize::from(u16_at(take(2)?));
+        let spans_len = usize::from(u16_at(take(2)?));
+        let v4: Box<[Ipv4Addr]> = take(v4_len.checked_mul(4)?)?
+            .chunks_exact(4)
+            .map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+            .collect();
+        let v6: Box<[Ipv6Addr]> = take(v6_len.checked_mul(16)?)?
+            .chunks_exact(16)
+            .map(|b| {
+                let mut octets = [0u8; 16];
+                octets.copy_from_slice(b);
+                Ipv6Addr::from(octets)
+            })
+            .collect();
+        let spans: Box<[Span]> = take(spans_len.checked_mul(6)?)?
+            .chunks_exact(6)
+            .map(|b| Span {
+                v4_start: u16_at(&b[0..2]),
+                v6_start: u16_at(&b[2..4]),
+                v4_len: b[4],
+                v6_len: b[5],
+            })
+            .collect();
+        let inside = |start: u16, len: u8, of: usize| usize::from(start) + usize::from(len) <= of;
+        if !(1..=MAX_K as u8).contains(&k)
+            || spans.len() < 1 + usize::from(regions)
+            || !spans.iter().all(|s| {
+                inside(s.v4_start, s.v4_len, v4.len()) && inside(s.v6_start, s.v6_len, v6.len())
+            })
+        {
+            return None;
+        }
+        let cells = TenantCells {
+            fingerprint,
+            regions,
+            k,
+            quarantined,
+            v4,
+            v6,
+            spans,
+        };
+        Some((cells, at))
+    }
+
     /// The tenant's addresses in layer `at`; `None` when the layer has no cells (the answer
     /// is then the platform's own for that destination).
     #[inline]
@@ -603,6 +691,22 @@ impl TenantCells {
         let v4 = self.v4.get(v4_start..v4_start + usize::from(span.v4_len))?;
         let v6 = self.v6.get(v6_start..v6_start + usize::from(span.v6_len))?;
         Some((v4, v6))
+    }
+}
+
+/// Equal shards shared: many tenants get the same cells (with a handful of cells per layer
+/// there are few distinct shards), so a million tenants hold a few thousand [`TenantCells`],
+/// not a million.
+#[derive(Default)]
+pub struct CellInterner(HashMap<TenantCells, std::sync::Arc<TenantCells>>);
+
+impl CellInterner {
+    /// The shared copy of `cells`.
+    pub fn intern(&mut self, cells: TenantCells) -> std::sync::Arc<TenantCells> {
+        self.0
+            .entry(cells)
+            .or_insert_with_key(|cells| std::sync::Arc::new(cells.clone()))
+            .clone()
     }
 }
 

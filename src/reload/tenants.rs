@@ -1671,22 +1671,46 @@ fn accept(
     swap.served.push(tenant);
 }
 
-/// After a platform change: tenants with their own profile or with cells compiled again
-/// against it (a plain tenant's compiled form without cells depends on the platform's
-/// wildcards only).
+/// After a platform change: tenants with their own profile compiled again against it (they
+/// nest the platform's profiles), and plain tenants whose cells were assigned for other cells
+/// than the platform's given theirs again (a pure function of the tenant and the topology: no
+/// document read). A plain tenant's compiled form otherwise depends on the platform's
+/// wildcards only, so a control change costs no tenant anything.
 fn recompile_own_profiles(state: &mut State) {
     let Some(platform) = state.platform.take() else {
         return;
     };
-    let own: Vec<Arc<ServedTenant>> = state
-        .served
-        .iter()
-        // Own profiles nest the platform's; cells are the platform's cells.
-        .filter(|t| t.own_profile_text().is_some())
-        .cloned()
-        .collect();
+    let topology = platform
+        .snapshot
+        .steering()
+        .and_then(|s| s.policies.cells());
+    let mut own: Vec<Arc<ServedTenant>> = Vec::new();
+    let mut moved: Vec<Arc<ServedTenant>> = Vec::new();
+    for tenant in state.served.iter() {
+        if tenant.own_profile_text().is_some() {
+            own.push(tenant.clone());
+        } else if tenant.cells_are_for_another_topology(topology) {
+            moved.push(tenant.clone());
+        }
+    }
     let mut swap = Swap::default();
     let mut refusals = Vec::new();
+    let mut interner = crate::cells::CellInterner::default();
+    for served in moved {
+        match served.with_cells_of(topology, &mut interner) {
+            Some(tenant) => {
+                let tenant = Arc::new(tenant);
+                swap.names.extend(NameChange::all_of(&tenant));
+                swap.served.push(tenant);
+            }
+            None => {
+                let file = file_name(&platform, served.name());
+                let reason = "against the platform now served: state: quarantined, but the \
+                              platform has no quarantine cells ([topology.cells] quarantine)";
+                refusals.push((served, file, vec![reason.to_string()]));
+            }
+        }
+    }
     for served in own {
         let Some(text) = served.own_profile_text() else {
             continue;
@@ -1712,7 +1736,10 @@ fn recompile_own_profiles(state: &mut State) {
     for (served, file, reasons) in refusals {
         let reasons = reasons
             .into_iter()
-            .map(|r| format!("against the platform now served: {r}"))
+            .map(|r| match r.starts_with("against the platform") {
+                true => r,
+                false => format!("against the platform now served: {r}"),
+            })
             .collect();
         refuse(
             state,

@@ -4,8 +4,10 @@
 //!
 //! Owns the format, which is pure bytes in and out (the reloader writes and reads the file):
 //! a header (magic, format, the binary's version, the platform's key, the instant up to which
-//! the folder was looked at), then each plain tenant as its compiled parts, each tenant with a
-//! profile of its own as its text (compiled again at load: it nests the platform's profiles),
+//! the folder was looked at), then every distinct shard of cells once (a million tenants
+//! share a few thousand; read back, tenants of one shard share one copy), then each plain
+//! tenant as its compiled parts (its shard by number), each tenant with a profile of its own
+//! as its text (compiled again at load: it nests the platform's profiles),
 //! the tenants whose newest document was refused (read again at start), and a checksum of
 //! everything before it (FxHash, eight bytes a step: a million tenants are some 60 MB, and
 //! the check is against a damaged file, not against someone who can write the state folder). A cache that does not match in any way is refused whole
@@ -13,11 +15,14 @@
 
 use super::compile::{PlainParts, ServedTenant};
 use super::document::TenantState;
+use crate::cells::TenantCells;
+use std::collections::HashMap;
 use std::hash::Hasher;
+use std::sync::Arc;
 
 use rustc_hash::FxHasher;
 
-const MAGIC: &[u8; 8] = b"SDNSTNT\x02";
+const MAGIC: &[u8; 8] = b"SDNSTNT\x03";
 
 /// What a cache must match to be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,29 +75,25 @@ pub fn encode<'a>(
     tenants: impl Iterator<Item = &'a ServedTenant>,
     reread: impl Iterator<Item = &'a str>,
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 << 16);
-    out.extend_from_slice(MAGIC);
-    put_bytes(&mut out, key.binary.as_bytes());
-    out.extend_from_slice(&key.platform.to_le_bytes());
-    out.extend_from_slice(&looked_at_until.to_le_bytes());
+    let mut plain = Vec::with_capacity(1 << 16);
     let mut own = Vec::new();
-    let count_at = out.len();
-    out.extend_from_slice(&0u64.to_le_bytes());
+    let mut shards: HashMap<&TenantCells, u32> = HashMap::new();
+    let mut shard_bytes = Vec::new();
     let mut count = 0u64;
     for tenant in tenants {
         if let Some(text) = tenant.own_profile_text() {
             own.push((tenant, text));
             continue;
         }
-        put_bytes(&mut out, tenant.name().as_bytes());
+        let out = &mut plain;
+        put_bytes(out, tenant.name().as_bytes());
         out.extend_from_slice(&tenant.serial.to_le_bytes());
         out.extend_from_slice(&tenant.fingerprint.to_le_bytes());
         out.extend_from_slice(&u64::from(tenant.since).to_le_bytes());
         out.push(match tenant.state {
             TenantState::Active => 0,
             TenantState::Suspended => 1,
-            // Quarantine needs the platform's cells, so a quarantined tenant is kept as its
-            // text above; 2 is read back as malformed rather than served without its cells.
+            // Read back only with its (quarantine) cells.
             TenantState::Quarantined => 2,
         });
         match tenant.ttl {
@@ -102,10 +103,27 @@ pub fn encode<'a>(
             }
             None => out.push(0),
         }
-        put_bytes(&mut out, tenant.names_wire());
+        put_bytes(out, tenant.names_wire());
+        let shard = tenant.compiled_cells().map_or(NO_CELLS, |cells| {
+            let next = shards.len() as u32;
+            *shards.entry(cells).or_insert_with(|| {
+                cells.to_bytes(&mut shard_bytes);
+                next
+            })
+        });
+        out.extend_from_slice(&shard.to_le_bytes());
+        out.push(tenant.cells_asked().unwrap_or(0));
         count += 1;
     }
-    out[count_at..count_at + 8].copy_from_slice(&count.to_le_bytes());
+    let mut out = Vec::with_capacity(plain.len() + shard_bytes.len() + 64);
+    out.extend_from_slice(MAGIC);
+    put_bytes(&mut out, key.binary.as_bytes());
+    out.extend_from_slice(&key.platform.to_le_bytes());
+    out.extend_from_slice(&looked_at_until.to_le_bytes());
+    out.extend_from_slice(&(shards.len() as u64).to_le_bytes());
+    out.extend_from_slice(&shard_bytes);
+    out.extend_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&plain);
     out.extend_from_slice(&(own.len() as u64).to_le_bytes());
     for (tenant, text) in own {
         put_bytes(&mut out, tenant.name().as_bytes());
@@ -122,6 +140,9 @@ pub fn encode<'a>(
     out.extend_from_slice(&sum.to_le_bytes());
     out
 }
+
+/// A plain tenant's shard number when it has no cells.
+const NO_CELLS: u32 = u32::MAX;
 
 fn checksum(bytes: &[u8]) -> u64 {
     let mut hasher = FxHasher::default();
@@ -158,6 +179,15 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<Cached, CacheRefused> {
     }
     let looked_at_until = reader.u64()?;
     let count = reader.count()?;
+    let mut shards = Vec::with_capacity(count);
+    for _ in 0..count {
+        let at = reader.at;
+        let (cells, len) =
+            TenantCells::from_bytes(reader.rest()).ok_or(CacheRefused::Malformed(at))?;
+        reader.take(len)?;
+        shards.push(Arc::new(cells));
+    }
+    let count = reader.count()?;
     let mut plain = Vec::with_capacity(count);
     for _ in 0..count {
         let at = reader.at;
@@ -170,6 +200,7 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<Cached, CacheRefused> {
             state: match reader.u8()? {
                 0 => TenantState::Active,
                 1 => TenantState::Suspended,
+                2 => TenantState::Quarantined,
                 _ => return Err(CacheRefused::Malformed(at)),
             },
             ttl: match reader.u8()? {
@@ -178,7 +209,26 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<Cached, CacheRefused> {
                 _ => return Err(CacheRefused::Malformed(at)),
             },
             names: reader.bytes()?,
+            cells: match reader.u32()? {
+                NO_CELLS => None,
+                shard => Some(
+                    shards
+                        .get(shard as usize)
+                        .ok_or(CacheRefused::Malformed(at))?
+                        .clone(),
+                ),
+            },
+            cells_asked: match reader.u8()? {
+                0 => None,
+                k => Some(k),
+            },
         };
+        // A quarantined tenant is served from its quarantine cells, never without them.
+        let quarantined_bare = parts.state == TenantState::Quarantined
+            && !parts.cells.as_ref().is_some_and(|c| c.is_quarantined());
+        if quarantined_bare {
+            return Err(CacheRefused::Malformed(at));
+        }
         plain.push(ServedTenant::plain(parts).ok_or(CacheRefused::Malformed(at))?);
     }
     let count = reader.count()?;
@@ -213,6 +263,10 @@ struct Reader<'b> {
 }
 
 impl<'b> Reader<'b> {
+    fn rest(&self) -> &'b [u8] {
+        self.bytes.get(self.at..).unwrap_or_default()
+    }
+
     fn take(&mut self, n: usize) -> Result<&'b [u8], CacheRefused> {
         let end = self
             .at
@@ -302,6 +356,8 @@ mod tests {
             },
             ttl: i.is_multiple_of(3).then_some(60),
             names: &names,
+            cells: None,
+            cells_asked: None,
         })
         .unwrap_or_else(|| panic!("tenant {i} is well formed"))
     }

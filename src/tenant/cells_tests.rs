@@ -1,5 +1,6 @@
 //! A plain tenant compiled against a platform with cells: its shard, its `cells` override,
-//! and the text kept so that the registry compiles it again when the platform changes.
+//! and its cells assigned again (no text kept, no document compiled) when the platform's
+//! cells change.
 
 use std::collections::BTreeMap;
 
@@ -64,7 +65,7 @@ fn tenant(policies: &CompiledPolicies, name: &str, text: &str) -> ServedTenant {
 }
 
 #[test]
-fn cells_a_plain_tenant_gets_its_shard_and_keeps_its_text() {
+fn cells_a_plain_tenant_gets_its_shard_and_another_platform_assigns_it_again() {
     let p = platform(PLATFORM);
     let text = "names = [\"fabrikam.edge.example.net.\"]\n";
     let t = tenant(&p, "fabrikam", text);
@@ -72,12 +73,45 @@ fn cells_a_plain_tenant_gets_its_shard_and_keeps_its_text() {
         .cells(&p)
         .map(|c| c.layer(LayerRef::Global).map(|(v4, _)| v4.len()));
     assert_eq!(cells, Some(Some(2)));
-    assert_eq!(
-        t.own_profile_text(),
-        Some(text),
-        "compiled again on a platform change"
-    );
+    assert_eq!(t.own_profile_text(), None, "no text kept for its cells");
     assert!(!t.has_own_profile());
+    assert!(!t.cells_are_for_another_topology(p.cells()));
+    // Another platform's cells: assigned again from the tenant alone, exactly as compiling
+    // its document against that platform would, its own `cells` kept.
+    let more = PLATFORM.replace(
+        "  { name = \"g4\", anycast = [\"192.0.2.14\"] },\n",
+        "  { name = \"g4\", anycast = [\"192.0.2.14\"] },\n  { name = \"g5\", anycast = [\"192.0.2.15\"] },\n",
+    );
+    let other = platform(&more);
+    let mut interner = crate::cells::CellInterner::default();
+    for (name, text) in [
+        ("fabrikam", text),
+        (
+            "tailspin",
+            "names = [\"tailspin.edge.example.net.\"]\ncells = 3\n",
+        ),
+    ] {
+        let before = tenant(&p, name, text);
+        assert!(before.cells_are_for_another_topology(other.cells()));
+        let again = before
+            .with_cells_of(other.cells(), &mut interner)
+            .unwrap_or_else(|| panic!("{name}: not quarantined"));
+        let compiled = tenant(&other, name, text);
+        assert!(again.cells(&other).is_some(), "{name}");
+        assert_eq!(again.cells(&other), compiled.cells(&other), "{name}");
+        assert_eq!(again.cells_asked(), compiled.cells_asked(), "{name}");
+        assert!(!again.cells_are_for_another_topology(other.cells()));
+    }
+    // Equal shards are one copy.
+    let a = tenant(&p, "fabrikam", text).with_cells_of(other.cells(), &mut interner);
+    let b = tenant(&p, "fabrikam", text).with_cells_of(other.cells(), &mut interner);
+    let (Some(a), Some(b)) = (a, b) else {
+        panic!("assigned")
+    };
+    let (Some(a), Some(b)) = (a.compiled_cells(), b.compiled_cells()) else {
+        panic!("with cells")
+    };
+    assert!(std::sync::Arc::ptr_eq(a, b));
     let three = tenant(
         &p,
         "tailspin",
@@ -231,4 +265,57 @@ fn quarantine_needs_quarantine_cells_and_the_platform_policy() {
             .any(|e| e.path == "topology.cells" && e.problem.contains("g2")),
         "{errors:?}"
     );
+}
+
+#[test]
+fn cache_keeps_cells_compiled_each_shard_once_quarantine_included() {
+    use super::cache::{decode, encode, CacheKey};
+    let p = with_quarantine();
+    let mut tenants: Vec<ServedTenant> = (0..300)
+        .map(|i| {
+            tenant(
+                &p,
+                &format!("t{i}"),
+                &format!("names = [\"t{i}.edge.example.net.\"]\n"),
+            )
+        })
+        .collect();
+    tenants.push(tenant(
+        &p,
+        "tailspin",
+        "names = [\"tailspin.edge.example.net.\"]\ncells = 3\n",
+    ));
+    tenants.push(tenant(
+        &p,
+        "fabrikam",
+        "names = [\"fabrikam.edge.example.net.\"]\nstate = \"quarantined\"\n",
+    ));
+    let key = CacheKey {
+        binary: "steerdns test".into(),
+        platform: super::platform_key(&p),
+    };
+    let bytes = encode(&key, 0, tenants.iter(), std::iter::empty());
+    let cached = decode(&bytes, &key).unwrap_or_else(|e| panic!("{e}"));
+    assert!(cached.own.is_empty(), "no tenant cached as its text");
+    assert_eq!(cached.plain.len(), tenants.len());
+    for (a, b) in tenants.iter().zip(&cached.plain) {
+        assert_eq!(a.name(), b.name());
+        assert!(b.cells(&p).is_some(), "{}", a.name());
+        assert_eq!(a.cells(&p), b.cells(&p), "{}", a.name());
+        assert_eq!(a.cells_asked(), b.cells_asked(), "{}", a.name());
+        assert_eq!(a.state, b.state, "{}", a.name());
+    }
+    // Four global cells, k = 2: at most six distinct shards of plain tenants (plus tailspin's
+    // and the quarantined one's), each held once after the read.
+    let mut distinct: Vec<*const crate::cells::TenantCells> = cached
+        .plain
+        .iter()
+        .filter_map(|t| t.compiled_cells().map(std::sync::Arc::as_ptr))
+        .collect();
+    distinct.sort();
+    distinct.dedup();
+    assert!(distinct.len() <= 8, "{} copies", distinct.len());
+    // Far smaller than one shard per tenant in the file too.
+    let each_once = encode(&key, 0, tenants.iter().take(1), std::iter::empty()).len();
+    assert!(bytes.len() < each_once * tenants.len() / 2);
 }

@@ -4,6 +4,9 @@
 //! recompiled). Pure: the platform comes in as a [`PlatformView`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::cells::{CellInterner, CellTopology, TenantCells};
 
 use crate::dns::wire::{display_wire_name, WireName};
 
@@ -53,8 +56,8 @@ pub fn platform_key(policies: &CompiledPolicies) -> u64 {
     let mut parents = view.wildcard_parents();
     parents.sort();
     let key = crate::hash::fnv1a64(&parents.concat());
-    // With cells, a plain tenant is cached as its text (its cells depend on the platform);
-    // a cache written without cells (or with others) is not this platform's.
+    // With cells, a plain tenant is cached with its cells (they depend on the platform): a
+    // cache written without cells (or with others) is not this platform's.
     match policies.cells() {
         Some(cells) => key ^ cells.fingerprint(),
         None => key,
@@ -90,16 +93,14 @@ pub struct ServedTenant {
     /// themselves, so a name is found by its offset alone): one allocation for both.
     bytes: Box<[u8]>,
     own: Option<Box<OwnProfile>>,
-    /// Its shard of the platform's cells (`[topology.cells]`), with the text it was compiled
-    /// from: the registry keeps it like an own profile's and compiles it again when the
-    /// platform changes. `None` without cells (or with a profile of its own).
-    cells: Option<Box<OwnCells>>,
-}
-
-/// A plain tenant's cells, as addresses per layer, and its document's text.
-pub struct OwnCells {
-    cells: crate::cells::TenantCells,
-    text: Box<str>,
+    /// Its shard of the platform's cells (`[topology.cells]`), shared with every tenant of
+    /// the same shard ([`CellInterner`]). `None` without cells (or with a profile of its
+    /// own). A platform with other cells assigns them again ([`Self::with_cells_of`]): the
+    /// shard is a pure function of the tenant's name, its `cells` and the topology, so no
+    /// document is read or compiled again.
+    cells: Option<Arc<TenantCells>>,
+    /// Its document's `cells` (cells per layer; `None`: the platform's default).
+    cells_asked: Option<u8>,
 }
 
 impl ServedTenant {
@@ -130,9 +131,65 @@ impl ServedTenant {
     /// cells, or when they were computed for other cells than `platform`'s (then its answers
     /// are the platform's, as without cells, until it is compiled again).
     #[inline]
-    pub fn cells(&self, platform: &CompiledPolicies) -> Option<&crate::cells::TenantCells> {
-        let cells = &self.cells.as_ref()?.cells;
+    pub fn cells(&self, platform: &CompiledPolicies) -> Option<&TenantCells> {
+        let cells = self.cells.as_deref()?;
         (platform.cells()?.fingerprint() == cells.fingerprint()).then_some(cells)
+    }
+
+    /// Its cells as compiled, whatever platform they were compiled for.
+    pub fn compiled_cells(&self) -> Option<&Arc<TenantCells>> {
+        self.cells.as_ref()
+    }
+
+    /// Its document's `cells` (`None`: the platform's default).
+    pub fn cells_asked(&self) -> Option<u8> {
+        self.cells_asked
+    }
+
+    /// Whether its cells were assigned for another topology than `topology` (or it has
+    /// none where the platform has cells, or cells where it has none): then
+    /// [`Self::with_cells_of`] assigns them again. Never for a tenant with its own profile.
+    pub fn cells_are_for_another_topology(&self, topology: Option<&CellTopology>) -> bool {
+        if self.own.is_some() {
+            return false;
+        }
+        let now = topology.map(CellTopology::fingerprint);
+        let compiled = self.cells.as_deref().map(TenantCells::fingerprint);
+        match (now, compiled) {
+            (Some(now), Some(compiled)) => now != compiled,
+            // A quarantined tenant whose platform lost its quarantine cells keeps none.
+            (Some(_), None) => self.state != TenantState::Quarantined,
+            (None, compiled) => compiled.is_some(),
+        }
+    }
+
+    /// This version with its cells assigned from `topology` (none without one), shared
+    /// through `interner`. `None` for a quarantined tenant when the platform has no quarantine
+    /// cells: it cannot be served as written (the registry refuses it, keeping this version).
+    pub fn with_cells_of(
+        &self,
+        topology: Option<&CellTopology>,
+        interner: &mut CellInterner,
+    ) -> Option<ServedTenant> {
+        let k = self.cells_asked.map(usize::from);
+        let cells = match topology {
+            Some(topology) if self.state == TenantState::Quarantined => {
+                Some(topology.assign_quarantined(self.name(), k)?)
+            }
+            Some(topology) => Some(topology.assign(self.name(), k)),
+            None => None,
+        };
+        Some(ServedTenant {
+            serial: self.serial,
+            fingerprint: self.fingerprint,
+            since: self.since,
+            state: self.state,
+            ttl: self.ttl,
+            bytes: self.bytes.clone(),
+            own: None,
+            cells: cells.map(|cells| interner.intern(cells)),
+            cells_asked: self.cells_asked,
+        })
     }
 
     /// Whether the tenant answers by a profile of its own.
@@ -140,11 +197,11 @@ impl ServedTenant {
         self.own.is_some()
     }
 
-    /// The document text of a tenant whose compiled form depends on the platform beyond its
-    /// wildcards: a profile of its own, or cells (`None` for a plain tenant without cells).
+    /// The document text of a tenant with a profile of its own (which nests the platform's
+    /// profiles, so it is compiled again when the platform changes); `None` for a plain
+    /// tenant, cells or not.
     pub fn own_profile_text(&self) -> Option<&str> {
-        let cells = self.cells.as_ref().map(|c| &*c.text);
-        self.own.as_ref().map(|own| &*own.text).or(cells)
+        self.own.as_ref().map(|own| &*own.text)
     }
 
     pub fn is_suspended(&self) -> bool {
@@ -234,7 +291,8 @@ impl ServedTenant {
             ttl: parts.ttl,
             bytes: name_and_names(parts.name, names)?,
             own: None,
-            cells: None,
+            cells: parts.cells,
+            cells_asked: parts.cells_asked,
         })
     }
 
@@ -250,6 +308,7 @@ impl ServedTenant {
             bytes: name_and_names(name, &names.concat()).unwrap_or_default(),
             own: None,
             cells: None,
+            cells_asked: None,
         }
     }
 }
@@ -263,6 +322,9 @@ pub struct PlainParts<'a> {
     pub state: TenantState,
     pub ttl: Option<u32>,
     pub names: &'a [u8],
+    /// Its cells (shared), and its document's `cells`.
+    pub cells: Option<Arc<TenantCells>>,
+    pub cells_asked: Option<u8>,
 }
 
 /// A tenant's name after its length byte, then its names (`None`: a name over 255 bytes).
@@ -329,20 +391,16 @@ pub fn compile(
         )]);
     };
     // Cells only matter to anycast answers, which a tenant with its own profile never gives.
-    let k = document.cells.as_ref().map(|k| *k.get_ref() as usize);
+    let cells_asked = document
+        .cells
+        .as_ref()
+        .and_then(|k| u8::try_from(*k.get_ref()).ok());
+    let k = cells_asked.map(usize::from);
     let cells = match (platform.policies.cells(), &own) {
-        (Some(topology), None) => {
-            let cells = match state {
-                TenantState::Quarantined => topology.assign_quarantined(identity.name, k),
-                _ => Some(topology.assign(identity.name, k)),
-            };
-            cells.map(|cells| {
-                Box::new(OwnCells {
-                    cells,
-                    text: parsed.text().into(),
-                })
-            })
-        }
+        (Some(topology), None) => match state {
+            TenantState::Quarantined => topology.assign_quarantined(identity.name, k),
+            _ => Some(topology.assign(identity.name, k)),
+        },
         _ => None,
     };
     Ok(ServedTenant {
@@ -353,7 +411,8 @@ pub fn compile(
         ttl: document.ttl.as_ref().map(|t| *t.get_ref()),
         bytes,
         own: own.map(Box::new),
-        cells,
+        cells: cells.map(Arc::new),
+        cells_asked,
     })
 }
 
