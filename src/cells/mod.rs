@@ -708,6 +708,12 @@ impl CellInterner {
             .or_insert_with_key(|cells| std::sync::Arc::new(cells.clone()))
             .clone()
     }
+
+    /// The shared copy of the shard `cells` holds: the one already kept, or `cells` itself
+    /// (kept from now on) when it is the first of its kind.
+    pub fn share(&mut self, cells: std::sync::Arc<TenantCells>) -> std::sync::Arc<TenantCells> {
+        self.0.entry((*cells).clone()).or_insert(cells).clone()
+    }
 }
 
 /// How many pairs of tenants share exactly s cells of a layer, for s = 0..=k.

@@ -187,6 +187,9 @@ struct State {
     cache_not_used: Option<String>,
     cache_writes: u64,
     cache_error: Option<String>,
+    /// Every distinct shard of cells accepted, shared by the tenants that have it (a few
+    /// thousand for a million tenants; the topology's fingerprint is part of each).
+    shards: crate::cells::CellInterner,
 }
 
 impl State {
@@ -1197,6 +1200,9 @@ fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, Ca
     if !state.served.is_empty() || !state.refused.is_empty() {
         return Err(CacheError::AlreadyServed);
     }
+    for shard in cached.shards {
+        state.shards.share(shard);
+    }
     let mut swap = Swap::default();
     for tenant in cached.plain {
         let tenant = Arc::new(tenant);
@@ -1208,7 +1214,12 @@ fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, Ca
         let file = file_name(platform, &own.name);
         match check_alone(platform, None, &own.name, &file, Ok(own.text)) {
             Ok(candidate) => {
-                let tenant = Arc::new(candidate.tenant.served_from(own.since));
+                let tenant = Arc::new(
+                    candidate
+                        .tenant
+                        .served_from(own.since)
+                        .sharing_cells(&mut state.shards),
+                );
                 state.count(&tenant, true);
                 swap.names.extend(NameChange::all_of(&tenant));
                 swap.served.push(tenant);
@@ -1652,7 +1663,7 @@ fn accept(
         Some(old) if !changed => old.since,
         _ => unix_seconds(now),
     };
-    let tenant = Arc::new(tenant.served_from(since));
+    let tenant = Arc::new(tenant.served_from(since).sharing_cells(&mut state.shards));
     if let Some(old) = &old {
         let gone = old
             .names()
@@ -1695,9 +1706,8 @@ fn recompile_own_profiles(state: &mut State) {
     }
     let mut swap = Swap::default();
     let mut refusals = Vec::new();
-    let mut interner = crate::cells::CellInterner::default();
     for served in moved {
-        match served.with_cells_of(topology, &mut interner) {
+        match served.with_cells_of(topology, &mut state.shards) {
             Some(tenant) => {
                 let tenant = Arc::new(tenant);
                 swap.names.extend(NameChange::all_of(&tenant));

@@ -48,6 +48,8 @@ pub struct Cached {
     /// modified since is the one cached.
     pub looked_at_until: u64,
     pub plain: Vec<ServedTenant>,
+    /// Every distinct shard of cells the plain tenants hold (shared with them).
+    pub shards: Vec<Arc<TenantCells>>,
     pub own: Vec<OwnProfileTenant>,
     /// Tenants whose newest document was refused: their file is read again at start.
     pub reread: Vec<String>,
@@ -252,6 +254,7 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<Cached, CacheRefused> {
     Ok(Cached {
         looked_at_until,
         plain,
+        shards,
         own,
         reread,
     })

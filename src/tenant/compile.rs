@@ -163,6 +163,12 @@ impl ServedTenant {
         }
     }
 
+    /// This version with its cells shared through `interner` (one copy of each shard).
+    pub fn sharing_cells(self, interner: &mut CellInterner) -> ServedTenant {
+        let cells = self.cells.map(|cells| interner.share(cells));
+        ServedTenant { cells, ..self }
+    }
+
     /// This version with its cells assigned from `topology` (none without one), shared
     /// through `interner`. `None` for a quarantined tenant when the platform has no quarantine
     /// cells: it cannot be served as written (the registry refuses it, keeping this version).
