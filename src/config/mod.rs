@@ -130,6 +130,13 @@ pub struct TenantsConfig {
     /// chance explains less than one tenant) by itself, as `steerdns tenant quarantine` would.
     /// Off by default: a drained cell is an operator's act, and blame is advice until trusted.
     pub auto_quarantine: bool,
+    /// Most `[monitors]` one tenant's document may define (a document with more is refused,
+    /// naming the field).
+    pub max_monitors: usize,
+    /// Each tenant's probe budget: checks of its monitors started per second, at most. A
+    /// tenant whose monitors ask for more has its checks spread out (intervals stretched),
+    /// shown as throttled; other tenants' and the platform's checks never wait for it.
+    pub probes_per_second: f64,
 }
 
 impl Default for TenantsConfig {
@@ -138,6 +145,8 @@ impl Default for TenantsConfig {
             dir: PathBuf::new(),
             history_keep: 20,
             auto_quarantine: false,
+            max_monitors: crate::tenant::document::DEFAULT_MAX_MONITORS,
+            probes_per_second: crate::tenant::document::DEFAULT_PROBES_PER_SECOND,
         }
     }
 }
@@ -647,6 +656,13 @@ impl Config {
         }
         if self.control.history_keep == 0 {
             return Err(invalid("control.history_keep", "must be at least 1".into()));
+        }
+        let rate = self.tenants.probes_per_second;
+        if !(rate.is_finite() && (0.01..=10_000.0).contains(&rate)) {
+            return Err(invalid(
+                "tenants.probes_per_second",
+                format!("{rate} is outside 0.01..=10000 (checks per second per tenant)"),
+            ));
         }
         if server.tcp.max_connections == 0
             || server.tcp.max_queries_per_connection == 0

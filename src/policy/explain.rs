@@ -192,7 +192,7 @@ fn down_endpoints(
     id: super::model::ProfileId,
     view: &HealthView,
 ) -> Vec<String> {
-    let health = super::evaluate::Health { p, view };
+    let health = super::evaluate::Health::new(p, view);
     let Some(profile) = p.profile(id) else {
         return Vec::new();
     };
