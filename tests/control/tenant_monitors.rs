@@ -308,6 +308,7 @@ fn a_tenant_with_two_thousand_timing_out_monitors_never_delays_another_tenants()
     let (first_target, _other) = split(a, b, first);
     first_target.close();
     let took = wait_answer_moves(&mut resolver, &server, "quiet", first);
+    eprintln!("the quiet tenant's answer moved {took:?} after its target stopped");
     // fall = 1: the next check after the close takes it down. A generous bound from its own
     // interval (a check at most one interval away, its timeout, the view swap), ten times.
     let bound = Duration::from_millis(10 * (QUIET_INTERVAL_MS + QUIET_INTERVAL_MS / 2));
