@@ -207,6 +207,13 @@ impl Pick {
     }
 }
 
+/// One line of the tenants' plot: its label, colour and value per tick.
+type TenantLine<'a> = (
+    &'a str,
+    RGBColor,
+    &'a dyn Fn(&super::tenants::TenantTick) -> f64,
+);
+
 /// `tenants.svg`: per second, the collateral client-seconds moved (other tenants' clients
 /// whose answers changed) with tenant-first and with region-wide shedding, and the hottest
 /// region's utilisation in both runs.
@@ -251,7 +258,7 @@ pub fn plot_tenants_svg(c: &super::tenants::TenantComparison) -> Result<String, 
             .label_style(("sans-serif", 14))
             .draw()
             .map_err(plot_error)?;
-        let lines: [(&str, RGBColor, &dyn Fn(&super::tenants::TenantTick) -> f64); 2] = [
+        let lines: [TenantLine<'_>; 2] = [
             ("tenant-first shedding", COLOURS[2], &|t| {
                 t.collateral_tenant_first
             }),
@@ -296,7 +303,7 @@ pub fn plot_tenants_svg(c: &super::tenants::TenantComparison) -> Result<String, 
             .label_style(("sans-serif", 14))
             .draw()
             .map_err(plot_error)?;
-        let lines: [(&str, RGBColor, &dyn Fn(&super::tenants::TenantTick) -> f64); 2] = [
+        let lines: [TenantLine<'_>; 2] = [
             ("tenant-first shedding", COLOURS[2], &|t| {
                 t.hottest_tenant_first
             }),

@@ -199,6 +199,9 @@ pub fn run_tenants(
     })
 }
 
+/// The last feed: when, and (load, capacity) per region and per site (`None`: left out).
+type Feed = (u64, Vec<Option<(f64, f64)>>, Vec<Option<(f64, f64)>>);
+
 struct OneTick {
     t: u64,
     collateral: f64,
@@ -290,7 +293,7 @@ fn run_one(
     }
     let mut state = ShieldState::default();
     let mut view = ShedView::default();
-    let mut feed: Option<(u64, Vec<Option<(f64, f64)>>, Vec<Option<(f64, f64)>>)> = None;
+    let mut feed: Option<Feed> = None;
     let mut ever = vec![false; spec.count];
     let mut ticks = Vec::with_capacity(scenario.duration_secs as usize);
     for t in 0..scenario.duration_secs {
