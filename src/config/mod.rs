@@ -186,6 +186,8 @@ pub struct ShieldConfig {
     /// region's load (the feed's `tenants` section) is shed alone before the region is
     /// (0 < share <= 1; 1 turns it off, as no tenant can bring more than all of it).
     pub tenant_share: f64,
+    /// Most cells that go hot in one tick (hottest first; the others wait for the next tick).
+    pub max_hot_cells_per_tick: usize,
 }
 
 impl Default for ShieldConfig {
@@ -204,6 +206,7 @@ impl Default for ShieldConfig {
             prometheus: None,
             trusted_ecs_resolvers: Vec::new(),
             tenant_share: 0.3,
+            max_hot_cells_per_tick: 2,
         }
     }
 }
@@ -628,6 +631,12 @@ impl Config {
             return Err(invalid(
                 "shield.max_step",
                 format!("{} is outside (0, 1]", shield.max_step),
+            ));
+        }
+        if shield.max_hot_cells_per_tick == 0 {
+            return Err(invalid(
+                "shield.max_hot_cells_per_tick",
+                "must be at least 1".into(),
             ));
         }
         if !in_unit(shield.tenant_share) {
