@@ -47,7 +47,7 @@ pub use evaluate::{
     AsTenant, Decision, LocatedClient, StepChoice, StepHealth, Target, Trace, TraceStep,
     SHED_HASH_PREFIX_V4, SHED_HASH_PREFIX_V6,
 };
-pub use explain::{explain, explain_for_tenant, explain_with_health};
+pub use explain::{explain, explain_for_tenant, explain_for_tenant_with_own, explain_with_health};
 pub use health::{HealthView, OwnMonitors, SlotHealth};
 pub use knobs::{
     BadForcedAnswer, CellKnobs, ControlKnobs, Destination, EndpointKnobs, ForcedAnswer,

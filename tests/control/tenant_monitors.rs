@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::control_common::*;
-use crate::tenants::{answer, metric, owned, setup_with, wait_tenants};
+use crate::tenants::{answer, chaos_trace, metric, owned, setup_with, wait_tenants};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -206,6 +206,11 @@ fn a_tenants_endpoint_whose_monitor_goes_down_leaves_its_answers_never_all_down_
         "it stays out while down"
     );
     wait_monitor(&server, "watched", first_monitor, "down");
+    let trace = chaos_trace(&mut resolver, &owned("watched"));
+    assert!(
+        trace.contains(&format!("skipped for health: {first_monitor} down")),
+        "{trace}"
+    );
     let view = tenant_json(&server, "watched");
     let monitors = view["probes"]["monitors"].as_array().expect("monitors");
     assert_eq!(monitors.len(), 2, "{view:#}");
