@@ -162,21 +162,6 @@ pub struct TenantProbeSummary {
     pub budget_per_second: f64,
 }
 
-impl TenantProbeStatus {
-    /// The summary of `tenant`'s.
-    pub fn summary(&self, tenant: &str) -> TenantProbeSummary {
-        TenantProbeSummary {
-            tenant: tenant.to_string(),
-            monitors: self.monitors.len(),
-            down: self.monitors.iter().filter(|m| m.state == "down").count(),
-            throttled: self.throttled,
-            deferred_total: self.deferred_total,
-            demand_per_second: self.demand_per_second,
-            budget_per_second: self.budget_per_second,
-        }
-    }
-}
-
 impl TenantProbes {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
         self.tenants.lock().unwrap_or_else(|p| p.into_inner())
@@ -322,18 +307,54 @@ impl TenantProbes {
         all
     }
 
+    /// Every tenant with monitors in a line each, by name (without building each monitor's
+    /// status: `/v1/status` and the metrics read this).
+    pub fn summaries(&self) -> Vec<TenantProbeSummary> {
+        let probed: Vec<(String, Arc<Probed>)> = self
+            .lock()
+            .iter()
+            .map(|(name, e)| (name.clone(), e.probed.clone()))
+            .collect();
+        let budget = self.budget();
+        let mut all: Vec<TenantProbeSummary> = probed
+            .into_iter()
+            .map(|(tenant, probed)| {
+                let (demand, monitors, down) = {
+                    let inner = lock_inner(&probed);
+                    let down = inner
+                        .targets
+                        .iter()
+                        .filter(|t| !t.machine.state().serves())
+                        .count();
+                    (demand_of(&inner), inner.targets.len(), down)
+                };
+                TenantProbeSummary {
+                    tenant,
+                    monitors,
+                    down,
+                    throttled: demand > budget || self.deferred_recently(&probed),
+                    deferred_total: probed.deferred.load(Ordering::Relaxed),
+                    demand_per_second: demand,
+                    budget_per_second: budget,
+                }
+            })
+            .collect();
+        all.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        all
+    }
+
+    /// Whether a check of `probed` started late in the last [`THROTTLED_FOR`].
+    fn deferred_recently(&self, probed: &Probed) -> bool {
+        let last = probed.last_deferred_ms.load(Ordering::Relaxed);
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        last != 0 && now_ms.saturating_sub(last) < THROTTLED_FOR.as_millis() as u64
+    }
+
     fn status_of(&self, probed: &Probed) -> TenantProbeStatus {
         let inner = lock_inner(probed);
         let budget = self.budget();
-        let demand: f64 = inner
-            .board
-            .specs
-            .iter()
-            .map(|(_, s)| 1000.0 / s.interval_ms.max(1) as f64)
-            .sum();
-        let last = probed.last_deferred_ms.load(Ordering::Relaxed);
-        let now_ms = self.started.elapsed().as_millis() as u64;
-        let recently = last != 0 && now_ms.saturating_sub(last) < THROTTLED_FOR.as_millis() as u64;
+        let demand = demand_of(&inner);
+        let recently = self.deferred_recently(probed);
         let monitors = inner
             .board
             .specs
@@ -361,6 +382,16 @@ impl TenantProbes {
             monitors,
         }
     }
+}
+
+/// What a tenant's monitors ask for: checks per second, the sum of 1 / interval.
+fn demand_of(inner: &ProbedInner) -> f64 {
+    inner
+        .board
+        .specs
+        .iter()
+        .map(|(_, s)| 1000.0 / s.interval_ms.max(1) as f64)
+        .sum()
 }
 
 fn lock_inner(probed: &Probed) -> MutexGuard<'_, ProbedInner> {

@@ -375,12 +375,7 @@ impl TenantRegistry {
         let mut status = self.published.load().status.clone();
         status.checks = self.checks.load(Ordering::Relaxed);
         status.tastes = self.tastes.load(Ordering::Relaxed);
-        status.probes = self
-            .probes
-            .all()
-            .into_iter()
-            .map(|(name, probes)| probes.summary(&name))
-            .collect();
+        status.probes = self.probes.summaries();
         status
     }
 
