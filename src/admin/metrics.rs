@@ -706,6 +706,36 @@ impl Scrape {
             "steerdns_tenant_cache_writes",
             "Times the tenants' last-known-good cache was written.",
             t.cache_writes,
+        )?;
+        let tenant =
+            |p: &crate::health::tenants::TenantProbeSummary| vec![("tenant", p.tenant.clone())];
+        gauges(
+            encoder,
+            "steerdns_tenant_monitors",
+            "A tenant's own monitors (targets probed).",
+            t.probes.iter().map(|p| (tenant(p), p.monitors as f64)),
+        )?;
+        gauges(
+            encoder,
+            "steerdns_tenant_monitors_down",
+            "A tenant's own monitors that are down (their endpoints left out of its answers).",
+            t.probes.iter().map(|p| (tenant(p), p.down as f64)),
+        )?;
+        gauges(
+            encoder,
+            "steerdns_tenant_probes_throttled",
+            "1 while a tenant's monitors ask for more checks than its budget ([tenants] \
+             probes_per_second) and its checks are spread out.",
+            t.probes
+                .iter()
+                .map(|p| (tenant(p), bool_value(p.throttled))),
+        )?;
+        counters(
+            encoder,
+            "steerdns_tenant_probes_deferred",
+            "A tenant's checks started later than due (its budget or its slots): its \
+             intervals stretched, no other tenant's.",
+            t.probes.iter().map(|p| (tenant(p), p.deferred_total)),
         )
     }
 

@@ -104,7 +104,11 @@ fn decision_trace(snapshot: &Snapshot, query: &Query, client: &Requester) -> Opt
         cells: t.cells(&data.policies),
     });
     let (shed, health) = (&snapshot.shield().view(), &snapshot.health().view());
-    let decision = policy::explain_for_tenant(policies, root, &located, shed, health, as_tenant);
+    let own = tenant.and_then(|t| t.own_monitors());
+    let own_view = own.map(|m| m.view());
+    let own = own.zip(own_view.as_deref()).map(|(m, v)| (m.base, &**v));
+    let decision =
+        policy::explain_for_tenant_with_own(policies, root, &located, shed, health, as_tenant, own);
     Some(format!(
         "{} via {source}; {location}{database}; name {}; {}{decision}",
         located.addr,

@@ -154,6 +154,22 @@ pub fn simulate(args: SimulateArgs) -> Result<ExitCode> {
     })?;
     let (policies, settings) = sim::compile_topology(&config)?;
     let scenario = sim::Scenario::load(&args.scenario)?;
+    if scenario.tenants.is_some() {
+        // Tenants: the same surge with tenant-first and with region-wide shedding.
+        let comparison = sim::run_tenants(&scenario, &policies, &settings)?;
+        sim::write_tenant_outputs(&comparison, &args.out)?;
+        print!("{}", sim::tenants_text(&comparison));
+        println!(
+            "wrote {}{}",
+            args.out.join("tenants.csv").display(),
+            if cfg!(feature = "tools") {
+                format!(" and {}", args.out.join("tenants.svg").display())
+            } else {
+                String::new()
+            }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let shield_on = args.shield == "on";
     let count = usize::from(args.nameservers);
     let with_leader = sim::Nameservers {

@@ -86,6 +86,30 @@ pub fn show(target: &Target, name: &str, json: bool) -> Result<ExitCode> {
             "the platform's wildcard policy"
         }
     );
+    if let Some(p) = &t.probes {
+        println!(
+            "monitors {} probed at {:.1}/s of a budget of {:.1}/s{}, {} checks deferred",
+            p.monitors.len(),
+            p.demand_per_second,
+            p.budget_per_second,
+            if p.throttled {
+                " THROTTLED (intervals stretched)"
+            } else {
+                ""
+            },
+            p.deferred_total
+        );
+        for m in &p.monitors {
+            let error = m
+                .last_error
+                .as_deref()
+                .map_or(String::new(), |e| format!(" ({e})"));
+            println!(
+                "  {} {} {} checks {} failures {}{error}",
+                m.name, m.target, m.state, m.checks, m.failures
+            );
+        }
+    }
     match &t.last_refusal {
         Some(r) => {
             println!("last refusal {} ({}):", r.at, r.file);

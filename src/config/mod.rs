@@ -130,6 +130,13 @@ pub struct TenantsConfig {
     /// chance explains less than one tenant) by itself, as `steerdns tenant quarantine` would.
     /// Off by default: a drained cell is an operator's act, and blame is advice until trusted.
     pub auto_quarantine: bool,
+    /// Most `[monitors]` one tenant's document may define (a document with more is refused,
+    /// naming the field).
+    pub max_monitors: usize,
+    /// Each tenant's probe budget: checks of its monitors started per second, at most. A
+    /// tenant whose monitors ask for more has its checks spread out (intervals stretched),
+    /// shown as throttled; other tenants' and the platform's checks never wait for it.
+    pub probes_per_second: f64,
 }
 
 impl Default for TenantsConfig {
@@ -138,6 +145,8 @@ impl Default for TenantsConfig {
             dir: PathBuf::new(),
             history_keep: 20,
             auto_quarantine: false,
+            max_monitors: crate::tenant::document::DEFAULT_MAX_MONITORS,
+            probes_per_second: crate::tenant::document::DEFAULT_PROBES_PER_SECOND,
         }
     }
 }
@@ -177,6 +186,8 @@ pub struct ShieldConfig {
     /// region's load (the feed's `tenants` section) is shed alone before the region is
     /// (0 < share <= 1; 1 turns it off, as no tenant can bring more than all of it).
     pub tenant_share: f64,
+    /// Most cells that go hot in one tick (hottest first; the others wait for the next tick).
+    pub max_hot_cells_per_tick: usize,
 }
 
 impl Default for ShieldConfig {
@@ -195,6 +206,7 @@ impl Default for ShieldConfig {
             prometheus: None,
             trusted_ecs_resolvers: Vec::new(),
             tenant_share: 0.3,
+            max_hot_cells_per_tick: 2,
         }
     }
 }
@@ -621,6 +633,12 @@ impl Config {
                 format!("{} is outside (0, 1]", shield.max_step),
             ));
         }
+        if shield.max_hot_cells_per_tick == 0 {
+            return Err(invalid(
+                "shield.max_hot_cells_per_tick",
+                "must be at least 1".into(),
+            ));
+        }
         if !in_unit(shield.tenant_share) {
             return Err(invalid(
                 "shield.tenant_share",
@@ -647,6 +665,13 @@ impl Config {
         }
         if self.control.history_keep == 0 {
             return Err(invalid("control.history_keep", "must be at least 1".into()));
+        }
+        let rate = self.tenants.probes_per_second;
+        if !(rate.is_finite() && (0.01..=10_000.0).contains(&rate)) {
+            return Err(invalid(
+                "tenants.probes_per_second",
+                format!("{rate} is outside 0.01..=10000 (checks per second per tenant)"),
+            ));
         }
         if server.tcp.max_connections == 0
             || server.tcp.max_queries_per_connection == 0

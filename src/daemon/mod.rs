@@ -436,6 +436,8 @@ fn start_background(
         }
     }
     reloader.health().start(supervisor.handle());
+    // Tenants' own monitors: each tenant's scheduler, apart from the platform's probing.
+    reloader.tenants().probes().start(supervisor.handle());
     if let Some(node) = &fleet {
         // Before the shield's first tick: in fleet mode it serves only what the leader
         // publishes through etcd.

@@ -26,6 +26,7 @@ pub mod lookup;
 pub mod machine;
 pub mod probe;
 pub mod shared;
+pub mod tenants;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

@@ -216,9 +216,35 @@ pub fn evaluate_for_tenant<'a>(
     match root {
         PolicyRoot::Anycast { ttl } => evaluate_anycast(p, ttl, client, shed, health, tenant),
         PolicyRoot::Profile { profile, ttl_cap } => {
-            let health = Health { p, view: health };
+            let health = Health::new(p, health);
             evaluate_profile(p, profile, ttl_cap.unwrap_or(u32::MAX), client, &health)
         }
+    }
+}
+
+/// [`evaluate_with_health`] for a tenant's own profile with monitors of its own: slots from
+/// `own.base` on are read from `own_view` (what the tenant's monitors say), the others from
+/// the platform's `health`. Never panics and never allocates.
+pub fn evaluate_with_own_health<'a>(
+    p: &'a CompiledPolicies,
+    root: PolicyRoot,
+    client: &LocatedClient,
+    shed: &ShedView,
+    health: &HealthView,
+    own_base: u16,
+    own_view: &HealthView,
+) -> Decision<'a> {
+    match root {
+        PolicyRoot::Profile { profile, ttl_cap } => {
+            let health = Health {
+                p,
+                view: health,
+                own_base,
+                own: own_view,
+            };
+            evaluate_profile(p, profile, ttl_cap.unwrap_or(u32::MAX), client, &health)
+        }
+        PolicyRoot::Anycast { .. } => evaluate_for_tenant(p, root, client, shed, health, None),
     }
 }
 
@@ -536,9 +562,38 @@ fn evaluate_profile<'a>(
 pub(crate) struct Health<'h> {
     pub(crate) p: &'h CompiledPolicies,
     pub(crate) view: &'h HealthView,
+    /// A tenant's own monitors: slots from `own_base` on are read from `own`.
+    pub(crate) own_base: u16,
+    pub(crate) own: &'h HealthView,
 }
 
-impl Health<'_> {
+impl<'h> Health<'h> {
+    /// The platform's view only.
+    pub(crate) fn new(p: &'h CompiledPolicies, view: &'h HealthView) -> Health<'h> {
+        Health {
+            p,
+            view,
+            own_base: u16::MAX,
+            own: &ALL_UP,
+        }
+    }
+
+    #[inline]
+    fn slot_up(&self, slot: u16) -> bool {
+        match slot.checked_sub(self.own_base) {
+            Some(own) => self.own.up(own),
+            None => self.view.up(slot),
+        }
+    }
+
+    #[inline]
+    fn slot_last_up(&self, slot: u16) -> u64 {
+        match slot.checked_sub(self.own_base) {
+            Some(own) => self.own.last_up(own),
+            None => self.view.last_up(slot),
+        }
+    }
+
     /// Whether endpoint `index` of `profile` (at nesting `depth`) is up.
     pub(crate) fn endpoint_up(&self, profile: &Profile, index: u16, depth: usize) -> bool {
         let Some(endpoint) = profile.endpoints.get(usize::from(index)) else {
@@ -548,7 +603,7 @@ impl Health<'_> {
             return true;
         }
         if let Some(slot) = endpoint.monitor {
-            return self.view.up(slot);
+            return self.slot_up(slot);
         }
         match endpoint.target {
             EndpointTarget::Profile(next) if depth + 1 < MAX_PROFILE_DEPTH => {
@@ -578,7 +633,7 @@ impl Health<'_> {
             return u64::MAX;
         }
         if let Some(slot) = endpoint.monitor {
-            return self.view.last_up(slot);
+            return self.slot_last_up(slot);
         }
         match endpoint.target {
             EndpointTarget::Profile(next) if depth + 1 < MAX_PROFILE_DEPTH => {

@@ -47,7 +47,26 @@ pub fn explain_for_tenant(
     health: &HealthView,
     tenant: Option<AsTenant<'_>>,
 ) -> String {
-    let decision = evaluate_for_tenant(p, root, client, shed, health, tenant);
+    explain_for_tenant_with_own(p, root, client, shed, health, tenant, None)
+}
+
+/// [`explain_for_tenant`] for a tenant whose profile has monitors of its own: `own` is their
+/// first slot and their view (see [`super::evaluate_with_own_health`]).
+pub fn explain_for_tenant_with_own(
+    p: &CompiledPolicies,
+    root: PolicyRoot,
+    client: &LocatedClient,
+    shed: &ShedView,
+    health: &HealthView,
+    tenant: Option<AsTenant<'_>>,
+    own: Option<(u16, &HealthView)>,
+) -> String {
+    let decision = match (root, own) {
+        (PolicyRoot::Profile { .. }, Some((base, view))) => {
+            super::evaluate_with_own_health(p, root, client, shed, health, base, view)
+        }
+        _ => evaluate_for_tenant(p, root, client, shed, health, tenant),
+    };
     let tenant = tenant.map(|t| t.name);
     let mut out = String::new();
     if let Some((region, choice)) = decision.trace.anycast {
@@ -85,7 +104,7 @@ pub fn explain_for_tenant(
             "profile {profile}[{kind}] -> endpoint {endpoint} ({reason})"
         );
         if step.health != StepHealth::Unchanged {
-            let down = down_endpoints(p, step.profile, health);
+            let down = down_endpoints(p, step.profile, health, own);
             if !down.is_empty() {
                 let _ = write!(out, "; skipped for health: {} down", down.join(", "));
             }
@@ -191,8 +210,13 @@ fn down_endpoints(
     p: &CompiledPolicies,
     id: super::model::ProfileId,
     view: &HealthView,
+    own: Option<(u16, &HealthView)>,
 ) -> Vec<String> {
-    let health = super::evaluate::Health { p, view };
+    let mut health = super::evaluate::Health::new(p, view);
+    if let Some((base, own)) = own {
+        health.own_base = base;
+        health.own = own;
+    }
     let Some(profile) = p.profile(id) else {
         return Vec::new();
     };

@@ -93,3 +93,65 @@ impl HealthView {
         &self.slots
     }
 }
+
+/// A tenant's own monitors (`[monitors.NAME]` in its document) and what they say, as its
+/// answers read them: built by the tenant's compilation, then attached to the prober
+/// (`crate::health::tenants`), which swaps in a new view whole at every change of state. A
+/// tenant's profile numbers its own monitors from `base` on (after the platform's slots): a
+/// slot at or above `base` is read here, below it from the platform's view.
+pub struct OwnMonitors {
+    /// The first slot of the tenant's own monitors (the platform's slot count when compiled).
+    pub base: u16,
+    /// The tenant's monitor specs, by slot − `base`, with the `[monitors]` name that defined
+    /// each (several names with the same target share one spec; the first name is kept).
+    pub specs: Vec<(String, super::monitor::MonitorSpec)>,
+    view: arc_swap::ArcSwap<HealthView>,
+}
+
+impl OwnMonitors {
+    /// The tenant's monitors in their startup state.
+    pub fn new(base: u16, specs: Vec<(String, super::monitor::MonitorSpec)>) -> OwnMonitors {
+        let slots = specs
+            .iter()
+            .map(|(_, spec)| SlotHealth {
+                up: spec.startup != super::monitor::Startup::Down,
+                last_up: 0,
+            })
+            .collect();
+        OwnMonitors {
+            base,
+            specs,
+            view: arc_swap::ArcSwap::from_pointee(HealthView::new(slots)),
+        }
+    }
+
+    /// What its monitors say now (lock-free).
+    #[inline]
+    pub fn view(&self) -> arc_swap::Guard<std::sync::Arc<HealthView>> {
+        self.view.load()
+    }
+
+    /// Serves `view` from now on (the prober, after a change of state).
+    pub fn publish(&self, view: HealthView) {
+        self.view.store(std::sync::Arc::new(view));
+    }
+
+    /// Whether these are the same monitors as `other`'s (the prober keeps their states).
+    pub fn same_specs(&self, other: &OwnMonitors) -> bool {
+        self.specs.len() == other.specs.len()
+            && self
+                .specs
+                .iter()
+                .zip(&other.specs)
+                .all(|((_, a), (_, b))| a == b)
+    }
+}
+
+impl std::fmt::Debug for OwnMonitors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnMonitors")
+            .field("base", &self.base)
+            .field("specs", &self.specs.len())
+            .finish()
+    }
+}

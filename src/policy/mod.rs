@@ -28,7 +28,7 @@ mod projection;
 mod tests;
 
 pub use compile::{compile, name_wire, parse_absolute_name, NameError, PolicyError, MAX_TTL};
-pub use profiles::compile_tenant_profile;
+pub use profiles::{compile_tenant_profile, TenantProfile};
 
 /// A key of `addr`'s client prefix (`prefix_v4`/`prefix_v6` bits), for the shield's
 /// once-per-prefix demand count within a tick. It only spreads prefixes over this node's
@@ -43,12 +43,12 @@ pub use config::{
     TransferProjection,
 };
 pub use evaluate::{
-    evaluate, evaluate_for_tenant, evaluate_with_health, AnycastChoice, AsTenant, Decision,
-    LocatedClient, StepChoice, StepHealth, Target, Trace, TraceStep, SHED_HASH_PREFIX_V4,
-    SHED_HASH_PREFIX_V6,
+    evaluate, evaluate_for_tenant, evaluate_with_health, evaluate_with_own_health, AnycastChoice,
+    AsTenant, Decision, LocatedClient, StepChoice, StepHealth, Target, Trace, TraceStep,
+    SHED_HASH_PREFIX_V4, SHED_HASH_PREFIX_V6,
 };
-pub use explain::{explain, explain_for_tenant, explain_with_health};
-pub use health::{HealthView, SlotHealth};
+pub use explain::{explain, explain_for_tenant, explain_for_tenant_with_own, explain_with_health};
+pub use health::{HealthView, OwnMonitors, SlotHealth};
 pub use knobs::{
     BadForcedAnswer, CellKnobs, ControlKnobs, Destination, EndpointKnobs, ForcedAnswer,
     ProfileKnobs, RegionKnobs, RegionShed, ShedError, ShedShare, ShedView, ShieldMode,

@@ -101,9 +101,21 @@ pub(crate) struct MonitorTable {
     pub(crate) specs: Vec<MonitorSpec>,
     /// Target → (slot, the field path that defined it first).
     by_target: HashMap<String, (u16, String)>,
+    /// The first slot handed out: a tenant's own monitors are numbered after the platform's
+    /// (a slot at or above it is read from the tenant's own view, see
+    /// [`super::health::OwnMonitors`]).
+    base: u16,
 }
 
 impl MonitorTable {
+    /// A table whose first slot is `base`.
+    pub(crate) fn starting_at(base: u16) -> MonitorTable {
+        MonitorTable {
+            base,
+            ..MonitorTable::default()
+        }
+    }
+
     /// Compiles one endpoint's monitor and returns its slot (shared with every endpoint that
     /// monitors the same target with the same settings).
     pub(crate) fn add(
@@ -114,7 +126,7 @@ impl MonitorTable {
     ) -> Option<u16> {
         let spec = compile_monitor(config, path, errors)?;
         if let Some((slot, first)) = self.by_target.get(&spec.target) {
-            let same = self.specs.get(usize::from(*slot)) == Some(&spec);
+            let same = self.specs.get(usize::from(*slot - self.base)) == Some(&spec);
             if !same {
                 errors.push(
                     path,
@@ -126,7 +138,11 @@ impl MonitorTable {
             }
             return Some(*slot);
         }
-        let Ok(slot) = u16::try_from(self.specs.len()) else {
+        let Some(slot) = u16::try_from(self.specs.len())
+            .ok()
+            .and_then(|n| n.checked_add(self.base))
+            .filter(|slot| *slot < u16::MAX)
+        else {
             errors.push(path, "too many monitor targets (at most 65535)");
             return None;
         };
@@ -134,6 +150,38 @@ impl MonitorTable {
             .insert(spec.target.clone(), (slot, path.to_owned()));
         self.specs.push(spec);
         Some(slot)
+    }
+}
+
+/// Compiles one monitor alone (a tenant's `[monitors.NAME]`), its problems naming the fields
+/// under `path`.
+pub fn compile_alone(
+    config: &MonitorConfig,
+    path: &str,
+) -> Result<MonitorSpec, Vec<super::PolicyError>> {
+    let mut errors = Errors::default();
+    match compile_monitor(config, path, &mut errors) {
+        Some(spec) if errors.0.is_empty() => Ok(spec),
+        _ => Err(errors.0),
+    }
+}
+
+impl Check {
+    /// The host it connects to, as written (`[...]` around an IPv6 address in a URL).
+    pub fn host(&self) -> &str {
+        match self {
+            Check::Http { host, .. } | Check::Tcp { host, .. } | Check::Dns { host, .. } => host,
+        }
+    }
+
+    /// Whether it connects to an address literal (no name lookup).
+    pub fn names_an_address(&self) -> bool {
+        let host = self.host();
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        bare.parse::<std::net::IpAddr>().is_ok()
     }
 }
 

@@ -742,17 +742,31 @@ fn chain_depth(
     longest
 }
 
+/// A tenant's profile compiled beside the platform's (see [`compile_tenant_profile`]).
+pub struct TenantProfile {
+    /// The platform's policies with the tenant's profile added.
+    pub policies: super::model::CompiledPolicies,
+    pub id: ProfileId,
+    /// The first slot of the tenant's own monitors (the platform's slot count).
+    pub base: u16,
+    /// The tenant's own monitor targets, by slot − `base`.
+    pub monitors: Vec<super::monitor::MonitorSpec>,
+}
+
 /// A tenant's own profile (`tenants/<name>.toml`), compiled beside the platform's: the
 /// platform's compiled policies with this one profile added last (its [`ProfileId`] is the
 /// one returned). It may nest the platform's profiles (by name, as in `profiles`) and name
 /// the platform's regions; the platform's profiles are not recompiled, only copied. Error
-/// paths start at `profile`. Allocates (off the serving path).
+/// paths start at `profile`. `own_monitors` (field path, monitor) are the tenant's own
+/// monitors, numbered after the platform's whether an endpoint names them or not.
+/// Allocates (off the serving path).
 pub fn compile_tenant_profile(
     platform: &super::model::CompiledPolicies,
     platform_profiles: &BTreeMap<String, ProfileConfig>,
     name: &str,
     config: &ProfileConfig,
-) -> Result<(super::model::CompiledPolicies, ProfileId), Vec<super::PolicyError>> {
+    own_monitors: &[(String, &super::config::MonitorConfig)],
+) -> Result<TenantProfile, Vec<super::PolicyError>> {
     let mut errors = Errors::default();
     let id = ProfileId(to_u16(platform.profiles.len()));
     if platform.profiles.len() >= usize::from(u16::MAX) {
@@ -765,14 +779,26 @@ pub fn compile_tenant_profile(
         regions: &platform.regions,
         knobs: &no_knobs,
     };
-    let mut monitors = MonitorTable::default();
+    // Its own monitors are numbered after the platform's: the prober keeps them apart.
+    let base = to_u16(platform.monitors.len());
+    let mut monitors = MonitorTable::starting_at(base);
+    // Every monitor the tenant defines is probed (in the order written), named by an
+    // endpoint or not; an endpoint's own gets the same slot.
+    for (path, monitor) in own_monitors {
+        monitors.add(monitor, path, &mut errors);
+    }
     let profile = compile_profile(name, config, &context, &mut monitors, &mut errors);
     let mut compiled = platform.clone();
     compiled.profiles.push(profile);
     check_nesting(&compiled.profiles, &mut errors);
     mark_monitored(&mut compiled.profiles);
     if errors.0.is_empty() {
-        return Ok((compiled, id));
+        return Ok(TenantProfile {
+            policies: compiled,
+            id,
+            base,
+            monitors: monitors.specs,
+        });
     }
     let prefix = format!("profiles.{name}");
     Err(errors

@@ -67,6 +67,10 @@ pub struct TenantView {
     pub own_profile: bool,
     pub served_since: Option<String>,
     pub last_refusal: Option<TenantRefusal>,
+    /// Its own monitors (`[monitors]`), their states, its probe budget and whether it is
+    /// throttled (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<crate::health::tenants::TenantProbeStatus>,
 }
 
 /// A refused tenant in the status summary.
@@ -108,6 +112,9 @@ pub struct TenantsStatus {
     pub cache_writes: u64,
     /// Why the last write of the cache failed, if it did.
     pub cache_error: Option<String>,
+    /// Tenants with monitors of their own: how many, how many down, whether throttled.
+    #[serde(default)]
+    pub probes: Vec<crate::health::tenants::TenantProbeSummary>,
 }
 
 /// What readers see, replaced whole after every change (the index shares its shards with
@@ -136,6 +143,10 @@ struct Platform {
     history_keep: usize,
     taster: Option<TasterSetup>,
     control: Option<String>,
+    /// `[tenants] max_monitors`.
+    max_monitors: usize,
+    /// The tenants' own monitors (the registry's): attached as their versions are served.
+    probes: Arc<crate::health::tenants::TenantProbes>,
 }
 
 /// A tenant whose newest document is refused (or cannot be read).
@@ -317,6 +328,8 @@ pub struct TenantRegistry {
     combiner: Combiner,
     /// The last blame computed, with what it was computed from (see [`TenantRegistry::blame`]).
     blame: Mutex<Option<BlameMemo>>,
+    /// The tenants' own monitors and their probing.
+    probes: Arc<crate::health::tenants::TenantProbes>,
 }
 
 /// A blame and its inputs, by identity: the impaired cells (their `Arc`) and the tenants
@@ -355,11 +368,17 @@ impl TenantRegistry {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The tenants' own monitors and their probing.
+    pub fn probes(&self) -> &Arc<crate::health::tenants::TenantProbes> {
+        &self.probes
+    }
+
     /// The `tenants` block of status. Never waits for a change in progress.
     pub fn status(&self) -> TenantsStatus {
         let mut status = self.published.load().status.clone();
         status.checks = self.checks.load(Ordering::Relaxed);
         status.tastes = self.tastes.load(Ordering::Relaxed);
+        status.probes = self.probes.summaries();
         status
     }
 
@@ -406,14 +425,26 @@ impl TenantRegistry {
         let published = self.published.load();
         let mut names: BTreeSet<&str> = published.served.iter().map(|t| t.name()).collect();
         names.extend(published.refused.keys().map(String::as_str));
-        names.into_iter().map(|name| published.view(name)).collect()
+        let mut probed: BTreeMap<String, _> = self.probes.all().into_iter().collect();
+        names
+            .into_iter()
+            .map(|name| {
+                let mut view = published.view(name);
+                view.probes = probed.remove(name);
+                view
+            })
+            .collect()
     }
 
     /// One tenant.
     pub fn get(&self, name: &str) -> Option<TenantView> {
         let published = self.published.load();
         let known = published.served.get(name).is_some() || published.refused.contains_key(name);
-        known.then(|| published.view(name))
+        known.then(|| {
+            let mut view = published.view(name);
+            view.probes = self.probes.status(name);
+            view
+        })
     }
 
     /// The reloader accepted a platform (config, zones, control): tenants are checked
@@ -453,7 +484,10 @@ impl TenantRegistry {
                 _ => None,
             },
             control,
+            max_monitors: config.tenants.max_monitors,
+            probes: self.probes.clone(),
         }));
+        self.probes.set_budget(config.tenants.probes_per_second);
         recompile_own_profiles(&mut state);
         self.publish(&state);
     }
@@ -800,6 +834,7 @@ impl TenantRegistry {
             cache_not_used: state.cache_not_used.clone(),
             cache_writes: state.cache_writes,
             cache_error: state.cache_error.clone(),
+            probes: Vec::new(),
         };
         self.published.store(Arc::new(Published {
             status,
@@ -980,6 +1015,7 @@ fn view_of(
         served_since: served
             .map(|t| rfc3339::format_utc(UNIX_EPOCH + Duration::from_secs(u64::from(t.since)))),
         last_refusal: refused.map(|r| r.refusal.clone()),
+        probes: None,
     }
 }
 
@@ -1324,6 +1360,16 @@ fn commit(state: &mut State, platform: &Platform, swap: Swap) {
         served,
         removed,
     } = swap;
+    // Monitors first: a version served reads its states from its first answer on.
+    for tenant in &served {
+        match tenant.own_monitors() {
+            Some(monitors) => platform.probes.attach(tenant.name(), monitors),
+            None => platform.probes.detach(tenant.name()),
+        }
+    }
+    for name in &removed {
+        platform.probes.detach(name);
+    }
     let tenants = platform.snapshot.tenants();
     let build_table = |names: Vec<NameChange>| {
         (!names.is_empty()).then(|| tenants.load_full().with_changes(names))
@@ -1413,6 +1459,7 @@ fn check_alone(
         policies,
         profiles: &platform.profiles,
         exists: &exists,
+        max_monitors: platform.max_monitors,
     };
     let tenant = compile(&parsed, identity, &view)?;
     Ok(Candidate {

@@ -23,6 +23,7 @@ impl ShieldSettings {
             revert_after_ms: config.revert_after_secs.saturating_mul(1000),
             allow_cross_continent: config.allow_cross_continent,
             tenant_share: config.tenant_share,
+            max_hot_cells_per_tick: config.max_hot_cells_per_tick,
         }
     }
 }

@@ -17,7 +17,7 @@ use super::feed::FeedNames;
 use super::link::FleetLink;
 use super::prometheus::Capacities;
 use super::source::{FeedSlot, FeedStats, LoadSource};
-use super::step::cells::{step_cell, CellState};
+use super::step::cells::{reading_of, step_cells, CellState};
 use super::step::{
     checked_step, shed_view, Change, Demand, Inputs, Note, Reading, RingNode, Rings,
     ShieldSettings, ShieldState, TenantLoad,
@@ -370,6 +370,9 @@ pub struct Shield {
 #[derive(Default)]
 struct CellBook {
     states: std::collections::BTreeMap<(String, String), CellState>,
+    /// The last load a feed carried for each cell: (load, capacity, the feed's time, when it
+    /// was received), for the feeds that leave the cell out ([`reading_of`]).
+    carried: std::collections::BTreeMap<(String, String), (f64, f64, SystemTime, SystemTime)>,
     /// The cells hot now, as published in the view.
     hot: Option<Arc<ImpairedCells>>,
 }
@@ -440,19 +443,20 @@ impl Shield {
             return Vec::new();
         };
         let latest = self.feed.latest();
-        let reading = |layer: &str, cell: &str| -> Option<Reading> {
+        let carried_now = |layer: &str, cell: &str| {
             let (feed, received, _) = latest.as_ref()?;
             let sample = feed.cells.get(layer)?.get(cell)?;
-            Some(Reading {
-                load: sample.load,
-                capacity: sample.capacity,
-                age_ms: feed_age(feed.time, *received, now).as_millis() as u64,
-            })
+            Some((sample.load, sample.capacity, feed.time, *received))
         };
+        let reading_of_carried =
+            |(load, capacity, time, received): (f64, f64, SystemTime, SystemTime)| Reading {
+                load,
+                capacity,
+                age_ms: feed_age(time, received, now).as_millis() as u64,
+            };
         let mut book = lock(&self.cells);
-        let mut states = std::collections::BTreeMap::new();
-        let mut hot = Vec::new();
-        let mut changes = Vec::new();
+        let mut carried = std::collections::BTreeMap::new();
+        let mut cells = Vec::new();
         for (at, layer) in topology.layers() {
             let Some(layer_name) = policies.cell_layer_name(at) else {
                 continue;
@@ -460,23 +464,46 @@ impl Shield {
             for (index, cell) in layer.cells().iter().enumerate() {
                 let key = (layer_name.to_string(), cell.name.clone());
                 let previous = book.states.get(&key).copied().unwrap_or_default();
-                let found = reading(layer_name, &cell.name);
-                let (next, change) = step_cell(&previous, found, settings, now_ms);
-                if let Some(reason) = change {
-                    changes.push((format!("cell {layer_name}.{}", cell.name), reason));
+                let now_carried = carried_now(layer_name, &cell.name);
+                let last = book.carried.get(&key).copied();
+                let reading = reading_of(
+                    now_carried.map(reading_of_carried),
+                    last.map(reading_of_carried),
+                    settings,
+                );
+                if let Some(c) = now_carried.or(last) {
+                    carried.insert(key.clone(), c);
                 }
-                if next.hot {
-                    hot.push(ImpairedCell {
-                        layer: at,
-                        cell: index as u16,
-                    });
-                }
-                if found.is_some() || next != CellState::default() {
-                    states.insert(key, next);
-                }
+                cells.push((key, at, index, previous, reading));
+            }
+        }
+        let decided = step_cells(
+            &cells
+                .iter()
+                .map(|(_, _, _, previous, reading)| (*previous, *reading))
+                .collect::<Vec<_>>(),
+            settings,
+            now_ms,
+        );
+        let mut states = std::collections::BTreeMap::new();
+        let mut hot = Vec::new();
+        let mut changes = Vec::new();
+        for ((key, at, index, _, reading), (next, change)) in cells.into_iter().zip(decided) {
+            if let Some(reason) = change {
+                changes.push((format!("cell {}.{}", key.0, key.1), reason));
+            }
+            if next.hot {
+                hot.push(ImpairedCell {
+                    layer: at,
+                    cell: index as u16,
+                });
+            }
+            if reading.is_some() || next != CellState::default() {
+                states.insert(key, next);
             }
         }
         book.states = states;
+        book.carried = carried;
         let same = book
             .hot
             .as_ref()

@@ -16,6 +16,9 @@
 //! one fleet leader's decision made on the fleet-wide demand, and counts the client subnets
 //! that different nameservers would have answered differently.
 //!
+//! Tenants. A scenario with `[tenants]` runs [`tenants`]: the same surge with tenant-first
+//! and with region-wide shedding, counting the other tenants' clients moved.
+//!
 //! Owns the scenario format, the model and its outputs (CSV, SVG plot, summary). Touches no
 //! socket and no clock; reads only the files it is given and writes only into the output
 //! directory.
@@ -25,6 +28,7 @@ mod output;
 #[cfg(feature = "tools")]
 mod plot;
 mod scenario;
+pub mod tenants;
 
 use std::path::PathBuf;
 
@@ -32,7 +36,10 @@ pub use model::{run, run_nameservers, Consistency, Nameservers};
 pub use output::{consistency_text, summary_text, timeline_csv, write_outputs};
 #[cfg(feature = "tools")]
 pub use plot::plot_svg;
-pub use scenario::{Event, Scenario, MAX_DURATION_SECS, MAX_SUBNETS};
+pub use scenario::{
+    Event, Scenario, TenantSurge, TenantsScenario, MAX_DURATION_SECS, MAX_SUBNETS, MAX_TENANTS,
+};
+pub use tenants::{run_tenants, tenants_csv, tenants_text, write_tenant_outputs, TenantComparison};
 
 use super::step::ShieldSettings;
 use crate::config::Config;

@@ -50,6 +50,10 @@ pub struct ShieldSettings {
     /// Tenant-first shedding: the share of a hot region's load one tenant may bring before it
     /// is shed alone, ahead of the region (`step::tenant`).
     pub tenant_share: f64,
+    /// Most cells that go hot (out of tenants' answers for their load) in one tick, hottest
+    /// first (`step::cells`): a feed that says many cells are hot at once moves tenants' answers
+    /// a few cells at a time, as `max_step` paces a region.
+    pub max_hot_cells_per_tick: usize,
 }
 
 impl ShieldSettings {

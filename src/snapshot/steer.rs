@@ -12,8 +12,9 @@ use crate::geo::Locator;
 use crate::health::Board;
 use crate::metrics::SnapshotCounters;
 use crate::policy::{
-    self, evaluate, evaluate_for_tenant, evaluate_with_health, AnycastChoice, AsTenant,
-    CompiledPolicies, Decision, Destination, HealthView, PolicyRoot, ShedView, Target,
+    self, evaluate, evaluate_for_tenant, evaluate_with_health, evaluate_with_own_health,
+    AnycastChoice, AsTenant, CompiledPolicies, Decision, Destination, HealthView, OwnMonitors,
+    PolicyRoot, ShedView, Target,
 };
 use crate::shield::live::{DemandCounters, DemandSample, Proof, Shield};
 use crate::tenant::ServedTenant;
@@ -219,7 +220,22 @@ impl<'s> ClientSteering<'s> {
         root: PolicyRoot,
         client: &policy::LocatedClient,
         tenant: Option<AsTenant<'s>>,
+        own: Option<&'s OwnMonitors>,
     ) -> Decision<'s> {
+        if let (PolicyRoot::Profile { .. }, Some(own)) = (root, own) {
+            // A tenant's profile with monitors of its own: their view beside the platform's
+            // (for the platform profiles it nests).
+            let shed = NO_SHED.get_or_init(ShedView::default);
+            let own_view = own.view();
+            let platform = if self.health.is_empty() {
+                &ALL_UP
+            } else {
+                self.health_view.get_or_init(|| self.health.view())
+            };
+            return evaluate_with_own_health(
+                policies, root, client, shed, platform, own.base, &own_view,
+            );
+        }
         match (root, tenant) {
             // A tenant's anycast answer: its cells, and its own shed (tenant-first) if any.
             (PolicyRoot::Anycast { .. }, Some(_)) => {
@@ -260,20 +276,21 @@ impl<'s> ClientSteering<'s> {
         if !reuse {
             let platform = &self.data.policies;
             let root = platform.steered().get(binding.index())?.root;
-            let (policies, root, tenant) = match self.tenant.take() {
+            let (policies, root, tenant, own) = match self.tenant.take() {
                 Some(tenant) => {
                     let (policies, root) = tenant.route(platform, root);
                     let as_tenant = AsTenant {
                         name: tenant.name(),
                         cells: tenant.cells(platform),
                     };
-                    (policies, root, Some(as_tenant))
+                    let own = tenant.own_monitors().map(|m| &**m);
+                    (policies, root, Some(as_tenant), own)
                 }
-                None => (platform, root, None),
+                None => (platform, root, None, None),
             };
             let client = self.client();
             // Built in its slot and counted there: no copy of the decision on the way.
-            let decision = self.decide(policies, root, &client, tenant);
+            let decision = self.decide(policies, root, &client, tenant, own);
             let (_, decision) = self.decided.insert((binding, decision));
             self.counters
                 .record_steered(binding, client.region, &decision.trace);

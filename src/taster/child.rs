@@ -226,6 +226,7 @@ pub fn taste_tenants(
         policies: &policies,
         profiles: &config.profiles,
         exists: &exists,
+        max_monitors: config.tenants.max_monitors,
     };
     let problems: Vec<String> = batch
         .tenants

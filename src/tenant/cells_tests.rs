@@ -55,6 +55,7 @@ fn tenant(policies: &CompiledPolicies, name: &str, text: &str) -> ServedTenant {
         policies,
         profiles: &BTreeMap::new(),
         exists: &|_| false,
+        max_monitors: usize::MAX,
     };
     let identity = Identity {
         name,
@@ -177,6 +178,7 @@ fn problems(policies: &CompiledPolicies, text: &str) -> Vec<String> {
         policies,
         profiles: &BTreeMap::new(),
         exists: &|_| false,
+        max_monitors: usize::MAX,
     };
     let identity = Identity {
         name: "q",

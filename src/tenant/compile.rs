@@ -12,7 +12,7 @@ use crate::dns::wire::{display_wire_name, WireName};
 
 use crate::policy::{
     compile_tenant_profile, name_wire, parse_absolute_name, CompiledPolicies, EndpointConfig,
-    PolicyRoot, ProfileConfig, ProfileKind,
+    MonitorConfig, OwnMonitors, PolicyRoot, ProfileConfig, ProfileKind,
 };
 
 use super::document::{
@@ -29,6 +29,8 @@ pub struct PlatformView<'a> {
     /// Whether a (lower-case wire) name is a node of a served zone: such a name answers by
     /// its own records, never by a tenant.
     pub exists: &'a dyn Fn(&[u8]) -> bool,
+    /// Most `[monitors]` a document may define (`[tenants] max_monitors`).
+    pub max_monitors: usize,
 }
 
 impl PlatformView<'_> {
@@ -52,6 +54,7 @@ pub fn platform_key(policies: &CompiledPolicies) -> u64 {
         policies,
         profiles: &BTreeMap::new(),
         exists: &|_| false,
+        max_monitors: usize::MAX,
     };
     let mut parents = view.wildcard_parents();
     parents.sort();
@@ -70,6 +73,9 @@ pub struct OwnProfile {
     policies: CompiledPolicies,
     root: PolicyRoot,
     text: Box<str>,
+    /// Its own monitors (`[monitors]` that its endpoints name), for the prober to attach and
+    /// its answers to read; `None`: none.
+    monitors: Option<Arc<OwnMonitors>>,
 }
 
 /// One tenant as served: immutable, shared by every name it owns in the tenant table.
@@ -201,6 +207,12 @@ impl ServedTenant {
     /// Whether the tenant answers by a profile of its own.
     pub fn has_own_profile(&self) -> bool {
         self.own.is_some()
+    }
+
+    /// Its own monitors (`[monitors]` its profile's endpoints name), if any.
+    #[inline]
+    pub fn own_monitors(&self) -> Option<&Arc<OwnMonitors>> {
+        self.own.as_ref()?.monitors.as_ref()
     }
 
     /// The document text of a tenant with a profile of its own (which nests the platform's
@@ -368,6 +380,22 @@ pub fn compile(
         Some(profile) => compile_own(parsed, identity.name, profile, platform, &mut problems),
         None => None,
     };
+    let monitors = super::document::monitor_count(&parsed.document);
+    if monitors > platform.max_monitors {
+        let at = parsed
+            .document
+            .monitors
+            .as_ref()
+            .map_or(0, |m| m.span().start);
+        problems.push(parsed.problem(
+            at,
+            "monitors",
+            format!(
+                "{monitors} monitors, at most {} per tenant ([tenants] max_monitors)",
+                platform.max_monitors
+            ),
+        ));
+    }
     let names_len: usize = names.iter().map(Vec::len).sum();
     if names_len > usize::from(u16::MAX) {
         problems.push(parsed.problem(
@@ -519,23 +547,74 @@ fn compile_own(
     problems: &mut Vec<TenantProblem>,
 ) -> Option<OwnProfile> {
     let config = profile_config(parsed, profile.get_ref());
-    match compile_tenant_profile(platform.policies, platform.profiles, tenant, &config) {
-        Ok((policies, id)) => Some(OwnProfile {
-            policies,
+    let defined: Vec<(String, &MonitorConfig)> = parsed
+        .document
+        .monitors
+        .iter()
+        .flat_map(|m| m.get_ref())
+        .map(|(name, config)| (format!("monitors.{name}"), config.get_ref()))
+        .collect();
+    match compile_tenant_profile(
+        platform.policies,
+        platform.profiles,
+        tenant,
+        &config,
+        &defined,
+    ) {
+        Ok(compiled) => Some(OwnProfile {
+            monitors: own_monitors(parsed, compiled.base, compiled.monitors),
+            policies: compiled.policies,
             text: parsed.text().into(),
             root: PolicyRoot::Profile {
-                profile: id,
+                profile: compiled.id,
                 ttl_cap: parsed.document.ttl.as_ref().map(|t| *t.get_ref()),
             },
         }),
         Err(errors) => {
             for error in errors {
-                let at = field_position(profile, &error.path);
+                let at = monitor_position(parsed, &error.path)
+                    .unwrap_or_else(|| field_position(profile, &error.path));
                 problems.push(parsed.problem(at, error.path, error.problem));
             }
             None
         }
     }
+}
+
+/// The tenant's monitor targets (by slot − `base`) with the `[monitors]` name of each.
+fn own_monitors(
+    parsed: &Parsed<'_>,
+    base: u16,
+    specs: Vec<crate::policy::monitor::MonitorSpec>,
+) -> Option<Arc<OwnMonitors>> {
+    if specs.is_empty() {
+        return None;
+    }
+    // The slots were handed out in the document's order, one per new target.
+    let mut seen = std::collections::HashMap::new();
+    for (name, config) in parsed.document.monitors.iter().flat_map(|m| m.get_ref()) {
+        if let Ok(spec) = crate::policy::monitor::compile_alone(config.get_ref(), name) {
+            seen.entry(spec.target).or_insert_with(|| name.clone());
+        }
+    }
+    let named: Vec<(String, crate::policy::monitor::MonitorSpec)> = specs
+        .into_iter()
+        .map(|spec| {
+            let name = seen
+                .get(&spec.target)
+                .cloned()
+                .unwrap_or_else(|| spec.target.clone());
+            (name, spec)
+        })
+        .collect();
+    Some(Arc::new(OwnMonitors::new(base, named)))
+}
+
+/// Where the `[monitors.NAME]` a policy error names starts.
+fn monitor_position(parsed: &Parsed<'_>, path: &str) -> Option<usize> {
+    let name = path.strip_prefix("monitors.")?.split('.').next()?;
+    let monitors = parsed.document.monitors.as_ref()?.get_ref();
+    Some(monitors.get(name)?.span().start)
 }
 
 /// Where the field a policy error names starts: its endpoint, else the profile.
@@ -556,11 +635,20 @@ fn profile_config(parsed: &Parsed<'_>, profile: &TenantProfile) -> ProfileConfig
         TenantProfileKind::Weighted => ProfileKind::Weighted,
         TenantProfileKind::Geo => ProfileKind::Geo,
     };
+    let monitors = parsed.document.monitors.as_ref().map(|m| m.get_ref());
     let endpoints = profile
         .endpoints
         .get_ref()
         .iter()
-        .map(|e| endpoint_config(e.get_ref(), kind, &weights))
+        .map(|e| {
+            let e = e.get_ref();
+            let monitor = e
+                .monitor
+                .as_ref()
+                .and_then(|name| monitors?.get(name.get_ref()))
+                .map(|m| m.get_ref().clone());
+            endpoint_config(e, kind, &weights, monitor)
+        })
         .collect();
     ProfileConfig {
         kind,
@@ -576,6 +664,7 @@ fn endpoint_config(
     e: &TenantEndpoint,
     kind: ProfileKind,
     weights: &[(String, u32)],
+    monitor: Option<MonitorConfig>,
 ) -> EndpointConfig {
     let name = e.name.get_ref().clone();
     let weight = match kind {
@@ -591,6 +680,7 @@ fn endpoint_config(
         default: e.default,
         name,
         enabled: true,
+        monitor,
         ..EndpointConfig::default()
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::policy::{parse_absolute_name, MAX_TTL, MAX_WEIGHT};
+use crate::policy::{parse_absolute_name, MonitorConfig, MAX_TTL, MAX_WEIGHT};
 use crate::text_position::line_column;
 
 /// Most names one tenant may own.
@@ -15,6 +15,12 @@ pub const MAX_NAMES: usize = 64;
 
 /// Most endpoints in a tenant's own profile.
 pub const MAX_ENDPOINTS: usize = 16;
+
+/// The default of `[tenants] max_monitors`: most `[monitors]` one tenant's document defines.
+pub const DEFAULT_MAX_MONITORS: usize = 64;
+
+/// The default of `[tenants] probes_per_second`: each tenant's checks started per second.
+pub const DEFAULT_PROBES_PER_SECOND: f64 = 20.0;
 
 /// One problem with a tenant's document: the file, the line and the field it is about.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
@@ -78,6 +84,13 @@ pub struct TenantDocument {
     /// profile only). Flip `frontdoor = 0, alt-cdn = 100` to send everything to the alternate.
     #[serde(default)]
     pub breakglass: Option<Spanned<BTreeMap<String, Spanned<u32>>>>,
+    /// The tenant's own health checks, by name: the same kinds and fields as a platform
+    /// endpoint's `monitor` (`url`, `tcp` or `dns`, interval, timeout, rise/fall, startup),
+    /// naming addresses, not host names. Its profile's endpoints name them (`monitor =
+    /// "NAME"`); at most `[tenants] max_monitors` of them, probed from the tenant's own
+    /// budget (`[tenants] probes_per_second`).
+    #[serde(default)]
+    pub monitors: Option<Spanned<BTreeMap<String, Spanned<MonitorConfig>>>>,
 }
 
 /// How a tenant's own profile chooses.
@@ -123,6 +136,10 @@ pub struct TenantEndpoint {
     /// Geo only: serves regions no endpoint, neighbour or continent covers.
     #[serde(default)]
     pub default: bool,
+    /// One of the document's own `[monitors]`, by name: the endpoint is served only while it
+    /// passes (left out of the tenant's answers while it is down, never an empty answer).
+    #[serde(default)]
+    pub monitor: Option<Spanned<String>>,
 }
 
 /// A parsed document and where its fields are, for problems that name lines.
@@ -194,6 +211,7 @@ pub fn parse<'t>(file: &'t str, text: &'t str) -> Result<Parsed<'t>, Vec<TenantP
         check_profile(&parsed, profile, &mut problems);
     }
     check_breakglass(&parsed, &mut problems);
+    check_monitors(&parsed, &mut problems);
     if problems.is_empty() {
         Ok(parsed)
     } else {
@@ -389,6 +407,80 @@ fn check_breakglass(parsed: &Parsed<'_>, problems: &mut Vec<TenantProblem>) {
             ));
         }
     }
+}
+
+/// Each `[monitors.NAME]` compiled alone (its problems name `monitors.NAME.FIELD`), naming an
+/// address (a tenant's probes never wait for the system resolver, which the platform's share),
+/// and each endpoint's `monitor` one of them.
+fn check_monitors(parsed: &Parsed<'_>, problems: &mut Vec<TenantProblem>) {
+    let monitors = parsed.document.monitors.as_ref().map(Spanned::get_ref);
+    for (name, config) in monitors.into_iter().flatten() {
+        let at = config.span().start;
+        let path = format!("monitors.{name}");
+        if !valid_monitor_name(name) {
+            problems.push(parsed.problem(
+                at,
+                &path,
+                format!("{name:?}: a monitor's name is 1 to 63 letters, digits, '-' or '_'"),
+            ));
+        }
+        match crate::policy::monitor::compile_alone(config.get_ref(), &path) {
+            Ok(spec) if !spec.check.names_an_address() => problems.push(parsed.problem(
+                at,
+                &path,
+                format!(
+                    "{:?} is a host name: a tenant's monitor names an IP address (name lookups                      are shared with the platform's probes)",
+                    spec.check.host()
+                ),
+            )),
+            Ok(_) => {}
+            Err(errors) => problems.extend(
+                errors
+                    .into_iter()
+                    .map(|e| parsed.problem(at, e.path, e.problem)),
+            ),
+        }
+    }
+    let Some(profile) = &parsed.document.profile else {
+        if let Some(monitors) = &parsed.document.monitors {
+            problems.push(parsed.problem(
+                monitors.span().start,
+                "monitors",
+                "monitors need a [profile] of the tenant's own (its endpoints name them)",
+            ));
+        }
+        return;
+    };
+    for (i, endpoint) in profile.get_ref().endpoints.get_ref().iter().enumerate() {
+        let Some(monitor) = &endpoint.get_ref().monitor else {
+            continue;
+        };
+        let known = monitors.is_some_and(|m| m.contains_key(monitor.get_ref()));
+        if !known {
+            problems.push(parsed.problem(
+                monitor.span().start,
+                format!("profile.endpoints[{i}].monitor"),
+                format!(
+                    "{:?} is not one of this document's [monitors] (a tenant names its own)",
+                    monitor.get_ref()
+                ),
+            ));
+        }
+    }
+}
+
+/// Whether `name` may name a tenant's monitor.
+fn valid_monitor_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// How many `[monitors]` the document defines.
+pub fn monitor_count(document: &TenantDocument) -> usize {
+    document.monitors.as_ref().map_or(0, |m| m.get_ref().len())
 }
 
 /// The weighted profile's endpoints with the weights served: `breakglass` where it names the

@@ -17,6 +17,8 @@ pub mod table;
 
 #[cfg(test)]
 mod cells_tests;
+#[cfg(test)]
+mod monitor_tests;
 
 pub use compile::{compile, platform_key, Identity, PlainParts, PlatformView, ServedTenant};
 pub use document::{parse, valid_tenant_name, TenantDocument, TenantProblem, TenantState};

@@ -32,6 +32,7 @@ mod shield_e2e;
 mod shield_prometheus;
 mod taster;
 mod tenant_first;
+mod tenant_monitors;
 mod tenants;
 mod xfr_in;
 mod xfr_out;

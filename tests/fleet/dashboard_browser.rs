@@ -598,6 +598,48 @@ fn chromium_shows_the_tenants_and_a_refused_one() {
     );
 }
 
+/// Issue 31, item 5: the dashboard shows a tenant's own monitors, how many are down, and that
+/// it is throttled (its monitors ask for more checks than its budget).
+#[test]
+fn chromium_shows_a_tenants_monitors_down_and_throttled() {
+    let setup = Setup::new("dashboard-tenant-monitors");
+    let dir = setup.path("tenants");
+    std::fs::create_dir_all(&dir).expect("mkdir tenants");
+    // 30 monitors every 200 ms (150 checks/s, over the default budget of 20/s), on a port
+    // nothing listens on: all go down.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let mut text = String::from("names = [\"dashmon.edge.example.net.\"]\n");
+    for i in 0..30 {
+        text.push_str(&format!(
+            "[monitors.m{i}]\ndns = \"127.0.0.1:{port}\"\ndns_name = \"m{i}.example.\"\n\
+             interval_ms = 200\ntimeout_ms = 100\nfall = 1\n"
+        ));
+    }
+    text.push_str(
+        "[profile]\ntype = \"weighted\"\nttl = 30\n[[profile.endpoints]]\nname = \"web\"\n\
+         addresses = [\"198.51.100.9\"]\nweight = 100\nmonitor = \"m0\"\n",
+    );
+    std::fs::write(dir.join("dashmon.toml"), text).expect("write tenant");
+    let daemon = setup.start();
+    daemon.wait_for_status("the tenant's monitors down", Duration::from_secs(20), |s| {
+        s["tenants"]["probes"][0]["down"].as_u64() == Some(30)
+    });
+    let run = chromium(&[
+        "--virtual-time-budget=5000".into(),
+        "--dump-dom".into(),
+        format!("http://{}/", daemon.admin),
+    ]);
+    let dom = &run.stdout;
+    let control = text_of(element(dom, "id=\"control\"", "</dl>"));
+    assert!(
+        control.contains("dashmon: 30 monitor(s), 30 down, THROTTLED (150.0/s asked of 20.0/s"),
+        "{control}\nchromium stderr:\n{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn chromium_shows_the_secondary_zones_in_the_transfer_panel() {
     // A steerdns primary for sec.test (transfers from loopback need no key).

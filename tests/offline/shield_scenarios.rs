@@ -288,3 +288,93 @@ fn nameservers_disagree_alone_and_never_with_the_fleet_leader() {
         "{text}"
     );
 }
+
+/// Issue 31, item 6 (traffic surge): `steerdns simulate` on the tenant scenario writes, per
+/// second and in total, the other tenants' clients moved with tenant-first and with
+/// region-wide shedding. The fault must be in the scenario (computed from it: the surging
+/// tenant takes its region over the high watermark and brings more than `tenant_share` of
+/// it), and then tenant-first moves nobody else (0 at every second) while region-wide moves
+/// others (> 0).
+#[test]
+fn simulate_with_tenants_moves_no_other_tenant_first_and_others_region_wide() {
+    let name = "tenant-surge-eu-west";
+    let scenario = scenario(name);
+    let (policies, settings) = topology();
+    let Some(tenants) = &scenario.tenants else {
+        panic!("{name} has [tenants]")
+    };
+    let surge = &tenants.surges[0];
+    let r = policies
+        .region_index(&surge.region)
+        .unwrap_or_else(|| panic!("no region {}", surge.region));
+    let capacity = policies.regions()[usize::from(r)].capacity.unwrap_or(0) as f64;
+    let base = scenario.demand[&surge.region];
+    let surging = base / tenants.count as f64 + surge.load;
+    let peak = base + surge.load;
+    assert!(
+        peak / capacity > settings.high_watermark,
+        "the fault: {} at {peak}/{capacity}, above the high watermark",
+        surge.region
+    );
+    assert!(
+        surging / peak > settings.tenant_share,
+        "the fault: {} brings {surging} of {peak}, above tenant_share",
+        surge.tenant
+    );
+
+    let out = std::env::temp_dir().join(format!("steerdns-sim-tenants-{}", std::process::id()));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_steerdns"))
+        .arg("simulate")
+        .arg(root().join("tests/scenarios").join(format!("{name}.toml")))
+        .arg("--out")
+        .arg(&out)
+        .arg("--config")
+        .arg(root().join("steerdns.toml"))
+        .output()
+        .unwrap_or_else(|e| panic!("run steerdns simulate: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    let csv = std::fs::read_to_string(out.join("tenants.csv"))
+        .unwrap_or_else(|e| panic!("tenants.csv: {e}"));
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let (total, steps) = rows.split_last().unwrap_or_else(|| panic!("rows in {csv}"));
+    assert_eq!(total[0], "total");
+    assert_eq!(steps.len() as u64, scenario.duration_secs);
+    let number = |cell: &str| -> f64 { cell.parse().unwrap_or_else(|e| panic!("{cell}: {e}")) };
+    let sum = |column: usize| steps.iter().map(|row| number(row[column])).sum::<f64>();
+    let (first, wide) = (sum(1), sum(2));
+    assert!((first - number(total[1])).abs() < 0.01 * steps.len() as f64);
+    assert!((wide - number(total[2])).abs() < 0.01 * steps.len() as f64);
+    assert!(
+        steps.iter().all(|row| number(row[1]) == 0.0),
+        "tenant-first: no other tenant's client moved at any second\n{stdout}"
+    );
+    assert_eq!(
+        total[5], "0",
+        "tenant-first: no other tenant moved\n{stdout}"
+    );
+    assert!(
+        sum(3) > 0.0,
+        "tenant-first moved the surging tenant\n{stdout}"
+    );
+    assert!(
+        wide > 0.0,
+        "region-wide moved other tenants' clients\n{stdout}"
+    );
+    assert!(number(total[6]) > 0.0, "{stdout}");
+    assert!(
+        stdout.contains(&format!("region-wide shedding:  {wide:.1}")),
+        "the summary says the same: {stdout}"
+    );
+    #[cfg(feature = "tools")]
+    {
+        let svg = std::fs::read_to_string(out.join("tenants.svg"))
+            .unwrap_or_else(|e| panic!("tenants.svg: {e}"));
+        assert!(svg.starts_with("<svg") && svg.contains("collateral client-seconds"));
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -369,6 +369,7 @@
       ["Zones", (status.zones || []).map((z) => `${z.origin} (serial ${z.serial})`).join(", ") || "none"],
       ["Tenants", tenantsLine(status.tenants)],
       ["Cells", cellsLine(status.cells)],
+      ...tenantProbesLine(status.tenants),
       ...budgetsLine(status.budgets),
       ...supervised(status),
       ...connectionLimits(status),
@@ -391,6 +392,20 @@
         "None: every region follows the shield."
       )
     );
+  }
+
+  // Tenants' own monitors (absent while no tenant has one): each tenant's monitors, how many
+  // are down, and whether its checks are spread out over its probe budget (throttled).
+  function tenantProbesLine(t) {
+    const probes = (t && Array.isArray(t.probes)) ? t.probes : [];
+    if (!probes.length) return [];
+    return [[
+      "Tenant monitors",
+      probes.map((p) => `${p.tenant}: ${num(p.monitors)} monitor(s), ${num(p.down)} down` +
+        (p.throttled
+          ? `, THROTTLED (${Number(p.demand_per_second).toFixed(1)}/s asked of ${Number(p.budget_per_second).toFixed(1)}/s, ${num(p.deferred_total)} checks deferred)`
+          : "")).join("; "),
+    ]];
   }
 
   // Per-tenant budgets (absent when [budgets] is off): engaged or not, load, what they shed.

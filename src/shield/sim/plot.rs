@@ -206,3 +206,129 @@ impl Pick {
         }
     }
 }
+
+/// One line of the tenants' plot: its label, colour and value per tick.
+type TenantLine<'a> = (
+    &'a str,
+    RGBColor,
+    &'a dyn Fn(&super::tenants::TenantTick) -> f64,
+);
+
+/// `tenants.svg`: per second, the collateral client-seconds moved (other tenants' clients
+/// whose answers changed) with tenant-first and with region-wide shedding, and the hottest
+/// region's utilisation in both runs.
+pub fn plot_tenants_svg(c: &super::tenants::TenantComparison) -> Result<String, SimError> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1200, 900)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_error)?;
+        let (top, bottom) = root.split_vertically(500);
+        let end = c.ticks.last().map_or(1.0, |t| t.t as f64).max(1.0);
+        let every = c.ticks.len().div_ceil(MAX_POINTS).max(1);
+        let series = |value: &dyn Fn(&super::tenants::TenantTick) -> f64| -> Vec<(f64, f64)> {
+            c.ticks
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % every == 0 || i + 1 == c.ticks.len())
+                .map(|(_, t)| (t.t as f64, finite(value(t))))
+                .collect()
+        };
+        let peak = c
+            .ticks
+            .iter()
+            .map(|t| t.collateral_region_wide.max(t.collateral_tenant_first))
+            .fold(1.0, f64::max);
+        let title = format!(
+            "{}: collateral client-seconds moved per second (total: tenant-first {:.0}, \
+             region-wide {:.0})",
+            c.scenario, c.collateral_tenant_first, c.collateral_region_wide
+        );
+        let mut chart = ChartBuilder::on(&top)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(65)
+            .build_cartesian_2d(0.0..end, 0.0..(peak * 1.1))
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_desc("other tenants' clients moved")
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(plot_error)?;
+        let lines: [TenantLine<'_>; 2] = [
+            ("tenant-first shedding", COLOURS[2], &|t| {
+                t.collateral_tenant_first
+            }),
+            ("region-wide shedding", COLOURS[5], &|t| {
+                t.collateral_region_wide
+            }),
+        ];
+        for (label, colour, value) in lines {
+            chart
+                .draw_series(LineSeries::new(series(value), colour.stroke_width(2)))
+                .map_err(plot_error)?
+                .label(label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(("sans-serif", 13))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_error)?;
+        let hottest = c
+            .ticks
+            .iter()
+            .map(|t| t.hottest_region_wide.max(t.hottest_tenant_first))
+            .fold(1.1, f64::max);
+        let mut chart = ChartBuilder::on(&bottom)
+            .caption("hottest region's utilisation", ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(65)
+            .build_cartesian_2d(0.0..end, 0.0..(finite(hottest) * 1.05))
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_desc("load / capacity")
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(plot_error)?;
+        let lines: [TenantLine<'_>; 2] = [
+            ("tenant-first shedding", COLOURS[2], &|t| {
+                t.hottest_tenant_first
+            }),
+            ("region-wide shedding", COLOURS[5], &|t| {
+                t.hottest_region_wide
+            }),
+        ];
+        for (label, colour, value) in lines {
+            chart
+                .draw_series(LineSeries::new(series(value), colour.stroke_width(2)))
+                .map_err(plot_error)?
+                .label(label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(("sans-serif", 13))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_error)?;
+        root.present().map_err(plot_error)?;
+    }
+    Ok(svg)
+}

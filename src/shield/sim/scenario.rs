@@ -47,6 +47,62 @@ pub struct Scenario {
     /// Timed events.
     #[serde(default)]
     pub events: Vec<Event>,
+    /// Tenants sharing the regions' demand, with per-tenant load series: the run compares
+    /// tenant-first shedding with region-wide shedding ([`super::tenants`]).
+    #[serde(default)]
+    pub tenants: Option<TenantsScenario>,
+}
+
+/// `[tenants]`: `count` tenants (`tenant0`, `tenant1`, …) share every region's demand evenly,
+/// each with `subnets_per_tenant` client subnets per region; `surges` add load of one tenant's
+/// clients in one region over time (the per-tenant series a Prometheus query gives).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantsScenario {
+    pub count: usize,
+    #[serde(default = "default_subnets_per_tenant")]
+    pub subnets_per_tenant: u32,
+    #[serde(default)]
+    pub surges: Vec<TenantSurge>,
+}
+
+fn default_subnets_per_tenant() -> u32 {
+    10
+}
+
+/// Most tenants a scenario models (each evaluated per subnet every tick its answers expire).
+pub const MAX_TENANTS: usize = 2000;
+
+/// `[[tenants.surges]]`: tenant `tenant`'s clients located in `region` bring `load` more,
+/// ramped over `ramp_secs` from `at`; from `end` (if any) it ramps away over `ramp_down_secs`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSurge {
+    pub tenant: String,
+    pub region: String,
+    pub at: u64,
+    pub load: f64,
+    #[serde(default)]
+    pub ramp_secs: u64,
+    #[serde(default)]
+    pub end: Option<u64>,
+    #[serde(default)]
+    pub ramp_down_secs: u64,
+}
+
+impl TenantSurge {
+    /// Its extra load at second `t`.
+    pub fn load_at(&self, t: u64) -> f64 {
+        if t < self.at {
+            return 0.0;
+        }
+        let up = ramp(t - self.at, self.ramp_secs);
+        let down = match self.end {
+            Some(e) if t >= e => 1.0 - ramp(t - e, self.ramp_down_secs),
+            _ => 1.0,
+        };
+        self.load * up * down
+    }
 }
 
 fn default_subnets() -> u32 {
@@ -191,6 +247,42 @@ impl Scenario {
                     }
                 }
                 Event::FeedStale { .. } | Event::FeedMissing { .. } => {}
+            }
+        }
+        if let Some(tenants) = &self.tenants {
+            if tenants.count == 0 || tenants.count > MAX_TENANTS {
+                return Err(invalid(
+                    "tenants.count".into(),
+                    format!("must be within 1..={MAX_TENANTS}"),
+                ));
+            }
+            if tenants.subnets_per_tenant == 0 || tenants.subnets_per_tenant > 1000 {
+                return Err(invalid(
+                    "tenants.subnets_per_tenant".into(),
+                    "must be within 1..=1000".into(),
+                ));
+            }
+            for (i, surge) in tenants.surges.iter().enumerate() {
+                let field = |name: &str| format!("tenants.surges[{i}].{name}");
+                if super::tenants::tenant_index(&surge.tenant, tenants.count).is_none() {
+                    return Err(invalid(
+                        field("tenant"),
+                        format!(
+                            "{:?} is not one of tenant0..tenant{}",
+                            surge.tenant,
+                            tenants.count - 1
+                        ),
+                    ));
+                }
+                if !surge.load.is_finite() || surge.load < 0.0 {
+                    return Err(invalid(
+                        field("load"),
+                        format!("{} is not a finite number >= 0", surge.load),
+                    ));
+                }
+                if surge.end.is_some_and(|e| e <= surge.at) {
+                    return Err(invalid(field("end"), "must be after `at`".into()));
+                }
             }
         }
         Ok(())

@@ -11,8 +11,16 @@
 //! - stale data freezes the decision; data stale for longer (or never seen) brings the cell
 //!   back (normal answers), as a region's shed decays.
 //!
-//! `max_step` has no counterpart: there is no fraction to move by steps. Part of the pure step:
-//! no I/O, the clock passed in.
+//! - at most `max_hot_cells_per_tick` cells go hot in one tick, the hottest first ([`step_cells`]):
+//!   a feed that says many cells are hot at once takes them out of answers a few at a time, as
+//!   `max_step` paces a region's shed (the others wait, noted, and go on the next ticks if still
+//!   hot); coming back is never capped;
+//! - a feed that leaves a cell out says nothing new about it ([`reading_of`]): the cell is
+//!   decided on the last reading a feed carried, aged since and never counted fresh — frozen
+//!   while that is stale, back in answers once it is older than `revert_after`, the stale rules
+//!   a region's data follows — rather than dropped at once.
+//!
+//! Part of the pure step: no I/O, the clock passed in.
 
 use super::{data_age, held_down, DataAge, Reading, ShieldSettings};
 
@@ -42,6 +50,8 @@ pub enum CellNote {
     Stale,
     /// Data stale for long, or none: back in the answers.
     Reverting,
+    /// Would go hot, but `max_hot_cells_per_tick` hotter cells went this tick.
+    Capped,
 }
 
 impl CellNote {
@@ -52,6 +62,7 @@ impl CellNote {
             CellNote::HeldDown => "hold-down",
             CellNote::Stale => "stale (frozen)",
             CellNote::Reverting => "stale (reverting)",
+            CellNote::Capped => "waiting (max_hot_cells_per_tick)",
         }
     }
 }
@@ -98,6 +109,49 @@ pub fn step_cell(
             )
         }
     }
+}
+
+/// The reading a cell is decided on: this feed's (`carried`), else the last one a feed
+/// carried (`last`, its age counted from that feed), never younger than `stale_after` — so a
+/// cell the feed leaves out is frozen while that reading is stale and comes back once it is
+/// older than `revert_after`, not at once.
+pub fn reading_of(
+    carried: Option<Reading>,
+    last: Option<Reading>,
+    settings: &ShieldSettings,
+) -> Option<Reading> {
+    carried.or_else(|| {
+        last.map(|r| Reading {
+            age_ms: r.age_ms.max(settings.stale_after_ms),
+            ..r
+        })
+    })
+}
+
+/// Every cell's next state ([`step_cell`] each, on `cells`: its previous state and this
+/// tick's reading), with at most `max_hot_cells_per_tick` going hot this tick, the hottest
+/// first; a cell held back stays as it was, noted [`CellNote::Capped`].
+pub fn step_cells(
+    cells: &[(CellState, Option<Reading>)],
+    settings: &ShieldSettings,
+    now_ms: u64,
+) -> Vec<(CellState, Option<String>)> {
+    let mut next: Vec<(CellState, Option<String>)> = cells
+        .iter()
+        .map(|(previous, reading)| step_cell(previous, *reading, settings, now_ms))
+        .collect();
+    let mut going: Vec<usize> = (0..cells.len())
+        .filter(|&i| next[i].0.hot && !cells[i].0.hot)
+        .collect();
+    let hotness = |i: usize| next[i].0.utilisation.unwrap_or(0.0);
+    going.sort_by(|&a, &b| hotness(b).total_cmp(&hotness(a)).then(a.cmp(&b)));
+    for &i in going.iter().skip(settings.max_hot_cells_per_tick) {
+        let mut held = cells[i].0;
+        held.utilisation = next[i].0.utilisation;
+        held.note = CellNote::Capped;
+        next[i] = (held, None);
+    }
+    next
 }
 
 /// Moves `cell` to `wanted` unless the hold-down keeps it.
@@ -157,6 +211,7 @@ mod tests {
             revert_after_ms: 120_000,
             allow_cross_continent: false,
             tenant_share: 0.5,
+            max_hot_cells_per_tick: 2,
         }
     }
 
@@ -232,5 +287,67 @@ mod tests {
         // No reading at all is the same as data stale for long.
         let none = step_cell(&hot, None, &settings(), 200_000).0;
         assert!(!none.hot);
+    }
+
+    #[test]
+    fn at_most_max_hot_cells_per_tick_go_hot_in_one_tick_the_hottest_first() {
+        let settings = settings();
+        let calm = CellState::default();
+        // Five cells hot at once (one below the watermark): two go this tick, the hottest.
+        let cells: Vec<(CellState, Option<Reading>)> = [90.0, 99.0, 50.0, 95.0, 85.0, 92.0]
+            .iter()
+            .map(|load| (calm, at(*load, 0)))
+            .collect();
+        let first = step_cells(&cells, &settings, 20_000);
+        let hot: Vec<bool> = first.iter().map(|(c, _)| c.hot).collect();
+        assert_eq!(hot, [false, true, false, true, false, false]);
+        assert_eq!(first[0].0.note, CellNote::Capped);
+        assert!(first[0].1.is_none(), "a held cell is no change");
+        assert_eq!(first[2].0.note, CellNote::Normal);
+        // The next tick, the next two; then the last.
+        let again = |states: &[(CellState, Option<String>)]| -> Vec<(CellState, Option<Reading>)> {
+            states
+                .iter()
+                .zip(&cells)
+                .map(|((state, _), (_, reading))| (*state, *reading))
+                .collect()
+        };
+        let second = step_cells(&again(&first), &settings, 21_000);
+        let hot: Vec<bool> = second.iter().map(|(c, _)| c.hot).collect();
+        assert_eq!(hot, [true, true, false, true, false, true]);
+        let third = step_cells(&again(&second), &settings, 22_000);
+        assert!(third[4].0.hot && !third[2].0.hot);
+        // Coming back is never capped: all back at once.
+        let cool: Vec<(CellState, Option<Reading>)> = third
+            .iter()
+            .map(|(state, _)| (*state, at(10.0, 0)))
+            .collect();
+        let back = step_cells(&cool, &settings, 60_000);
+        assert!(back.iter().all(|(c, _)| !c.hot), "{back:?}");
+    }
+
+    #[test]
+    fn a_cell_the_feed_leaves_out_is_frozen_then_back_as_stale_data_not_at_once() {
+        let settings = settings();
+        let (hot, _) = step_cell(&CellState::default(), at(90.0, 0), &settings, 1_000);
+        assert!(hot.hot);
+        // Newer feeds without the cell: its last reading, aged since it was carried.
+        let last = |age_ms| at(90.0, age_ms);
+        let missing = reading_of(None, last(2_000), &settings);
+        let (frozen, change) = step_cell(&hot, missing, &settings, 3_000);
+        assert!(frozen.hot && change.is_none(), "not dropped at once");
+        assert_eq!(frozen.note, CellNote::Stale);
+        let missing = reading_of(None, last(119_000), &settings);
+        assert!(step_cell(&frozen, missing, &settings, 120_000).0.hot);
+        let missing = reading_of(None, last(121_000), &settings);
+        let (back, change) = step_cell(&frozen, missing, &settings, 122_000);
+        assert!(!back.hot && change.is_some(), "back after revert_after");
+        // Never seen at all: nothing to freeze.
+        assert_eq!(reading_of(None, None, &settings), None);
+        // A feed that carries it decides on it.
+        assert_eq!(
+            reading_of(at(10.0, 0), last(50_000), &settings),
+            at(10.0, 0)
+        );
     }
 }
