@@ -104,6 +104,15 @@ pub fn read(
     config: &Config,
     config_digest: Option<&Digest>,
 ) -> Result<CachedZones, ZoneCacheRefused> {
+    let (cache, path) = open(config, config_digest)?;
+    from_sections(cache, path, config, config_digest)
+}
+
+/// The cache file of `config`, mapped, its container checked.
+fn open(
+    config: &Config,
+    config_digest: Option<&Digest>,
+) -> Result<(Opened, PathBuf), ZoneCacheRefused> {
     let path = path(config).ok_or(ZoneCacheRefused::NoStateDir)?;
     // Mapped, not read: the answers are served from the file's pages in place.
     let map = match crate::lkg::Map::open(&path) {
@@ -123,7 +132,44 @@ pub fn read(
         path: path.clone(),
         reason,
     })?;
-    from_sections(cache, path, config, config_digest)
+    Ok((cache, path))
+}
+
+/// What phase 1 of a start from the cache serves: the precompiled answers, in place.
+pub struct FirstAnswers {
+    pub precompiled: Precompiled,
+    pub sources: Arc<Sources>,
+}
+
+/// The precompiled answers of `config`'s cache, checked as far as serving them needs (the
+/// container: binary, config, checksum; the answers' headers), without the zones and without
+/// looking at the zone files: [`read`] does both, for the snapshot that replaces these.
+pub fn read_first_answers(
+    config: &Config,
+    config_digest: Option<&Digest>,
+) -> Result<FirstAnswers, ZoneCacheRefused> {
+    let (mut cache, path) = open(config, config_digest)?;
+    let section = |section: &'static str, at: usize| ZoneCacheRefused::Section {
+        path: path.clone(),
+        section,
+        at,
+    };
+    let sources = decode_sources(&cache.take("sources").unwrap_or_default())
+        .map_err(|m| section("sources", m.at))?;
+    let _ = cache.take("zones");
+    let _ = cache.take("projection");
+    let precompiled =
+        Precompiled::from_cache(cache.into_sections()).map_err(|reason| match reason {
+            LkgRefused::Malformed { at } => section("precompiled", at),
+            reason => ZoneCacheRefused::Refused {
+                path: path.clone(),
+                reason,
+            },
+        })?;
+    Ok(FirstAnswers {
+        precompiled,
+        sources: Arc::new(sources),
+    })
 }
 
 fn from_sections(
