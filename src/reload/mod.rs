@@ -336,6 +336,8 @@ pub struct Reloader {
     control_checks: std::sync::atomic::AtomicU64,
     /// The tenants: their documents, served versions and refusals.
     tenants: Arc<tenants::TenantRegistry>,
+    /// [`Reloader::load_tenants`] ran (once per process).
+    tenants_loaded: std::sync::atomic::AtomicBool,
 }
 
 /// What status readers see: one consistent picture.
@@ -497,6 +499,7 @@ impl Reloader {
                 for warning in warnings {
                     tracing::warn!("{warning}");
                 }
+                self.load_tenants();
             }
             Err(reasons) => {
                 for reason in &reasons {
@@ -512,6 +515,29 @@ impl Reloader {
                     "first answers from the zone cache; the zones were refused (see last_refusal)"
                         .to_string();
                 self.publish(state);
+            }
+        }
+    }
+
+    /// Loads the tenants for the first snapshot served whole: from their cache when there is
+    /// a good one (the folder is then looked at in the background for what changed while the
+    /// server was down), else from the folder. Once: later calls do nothing.
+    pub fn load_tenants(&self) {
+        if self
+            .tenants_loaded
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let started = Instant::now();
+        match self.tenants.load_cache() {
+            Ok(count) => tracing::info!(
+                "tenants: {count} served from the cache ({:.0} ms); looking at the folder for changes",
+                ms(started.elapsed())
+            ),
+            Err(reason) => {
+                tracing::info!("tenants: cache not used ({reason}); reading the folder");
+                self.tenants.check();
             }
         }
     }
@@ -581,6 +607,7 @@ impl Reloader {
             health: Arc::new(crate::health::Health::default()),
             control_checks: std::sync::atomic::AtomicU64::new(0),
             tenants: Arc::default(),
+            tenants_loaded: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State {
                 status: Status::default(),
                 last_control_hash: None,
