@@ -872,6 +872,28 @@ impl Scrape {
         )?;
         gauge(
             encoder,
+            "steerdns_startup_fully_loaded_seconds",
+            "From the start of this process's first load to the first load served whole, \
+             zones and all (later than the first answer on a start from the zone cache, whose \
+             precompiled answers serve first); 0 while the zones load.",
+            st.startup.fully_loaded_ms / 1000.0,
+        )?;
+        gauge(
+            encoder,
+            "steerdns_startup_loading",
+            "1 while the zone cache's precompiled answers serve and the zones load (queries \
+             they do not cover are held), 0 once the first load serves whole.",
+            if st.startup.is_loading() { 1.0 } else { 0.0 },
+        )?;
+        counter(
+            encoder,
+            "steerdns_queries_held_while_loading",
+            "Queries held (dropped: the resolver asks again) while the zones loaded at startup, \
+             because the zone cache's precompiled answers do not cover them.",
+            crate::metrics::serving::held_while_loading(),
+        )?;
+        gauge(
+            encoder,
             "steerdns_startup_tasted",
             "1 when the first load went through the taster, 0 when it was not tasted (the \
              taster is off, or the inputs were exactly what this binary last served).",

@@ -425,6 +425,9 @@ fn answer(
             return Some(sent);
         }
     }
+    if snapshot.is_loading() {
+        return answer_while_loading(snapshot, packet, query, client, found, demand, limit, out);
+    }
     // A name that may be a tenant's (no static answer of its own): one probe of the tenant
     // table. A suspended tenant's names are REFUSED.
     let tenants = match found.entry {
@@ -477,6 +480,41 @@ fn answer(
         Some(Verdict::Slip) => sent.map(|sent| slip_in_place(out, sent)),
         _ => sent,
     }
+}
+
+/// Phase 1 of a start from the zone cache (the zones not in yet): a steered name's fast path
+/// answers (its policy needs no zone), everything else is held — dropped, so that the
+/// resolver asks again, and counted — rather than answered NXDOMAIN, REFUSED or SERVFAIL from
+/// a view without zones.
+#[cold]
+#[allow(clippy::too_many_arguments)]
+fn answer_while_loading(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    query: &Query,
+    client: &Requester,
+    found: Found<'_>,
+    demand: &mut Demand,
+    limit: usize,
+    out: &mut [u8],
+) -> Option<Sent> {
+    if let Some(FastPathEntry::Steered(_)) = found.entry {
+        let mut steering = snapshot.steering_for(
+            client,
+            query.edns.as_ref().and_then(|e| e.client_subnet.as_ref()),
+            demand.proof,
+        );
+        let entry = steered_entry(snapshot, query, found);
+        if let (Some(entry), Some(steering)) = (entry, steering.as_mut()) {
+            if let Some(sent) = serve_steered(snapshot, packet, query, steering, &entry, limit, out)
+            {
+                demand.sample = steering.demand();
+                return Some(sent);
+            }
+        }
+    }
+    crate::metrics::serving::record_held_while_loading();
+    None
 }
 
 /// A steered name the fast path can answer: its binding and, for a DO answer through a

@@ -768,8 +768,8 @@ pub fn status(target: &Target, json: bool) -> Result<ExitCode> {
         None => println!("no refused changes"),
     }
     println!(
-        "startup: first answer after {:.0} ms; {}",
-        c.startup.first_answer_ms, c.startup.reason
+        "startup: first answer after {:.0} ms, fully loaded after {:.0} ms ({}); {}",
+        c.startup.first_answer_ms, c.startup.fully_loaded_ms, c.startup.phase, c.startup.reason
     );
     print_taster(&c.taster);
     print_tenants(&status.tenants);

@@ -71,6 +71,11 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         println!("{line}");
     }
     let signals = install_signals(daemon.supervisor().handle())?;
+    if daemon.reloader().status().startup.is_loading() {
+        println!("first answers from the zone cache; loading the zones");
+        // "ready" means fully loaded: every query answered as it will be.
+        daemon.reloader().wait_until_loaded();
+    }
     println!("ready");
     notify_systemd_ready();
     let reloader = daemon.reloader().clone();

@@ -152,18 +152,10 @@ impl Daemon {
             }
         }
         // The tenants, before the first answer: a tenant answers by its document from the
-        // start. From the cache when there is a good one (the folder is then looked at in
-        // the background for what changed while the server was down), else from the folder.
-        let started = std::time::Instant::now();
-        match reloader.tenants().load_cache() {
-            Ok(count) => tracing::info!(
-                "tenants: {count} served from the cache ({:.0} ms); looking at the folder for changes",
-                started.elapsed().as_secs_f64() * 1000.0
-            ),
-            Err(reason) => {
-                tracing::info!("tenants: cache not used ({reason}); reading the folder");
-                reloader.tenants().check();
-            }
+        // start (on a start from the zone cache, phase 2 loads them once the zones are in;
+        // until then their names are held with everything the precompiled answers miss).
+        if !reloader.status().startup.is_loading() {
+            reloader.load_tenants();
         }
         let supervisor = Supervisor::new().map_err(io("starting the async runtime"))?;
         Ok(Loaded {

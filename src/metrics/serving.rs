@@ -223,6 +223,21 @@ pub fn serving() -> &'static ServingCounters {
     &SERVING
 }
 
+/// Queries held (dropped, the resolver asks again) during phase 1 of a start from the zone
+/// cache, while the zones load: ones the precompiled answers do not cover.
+static HELD_WHILE_LOADING: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one query held while the zones load.
+#[cold]
+pub fn record_held_while_loading() {
+    bump(&HELD_WHILE_LOADING);
+}
+
+/// How many queries were held while the zones loaded, since start.
+pub fn held_while_loading() -> u64 {
+    HELD_WHILE_LOADING.load(Ordering::Relaxed)
+}
+
 fn bump(cell: &AtomicU64) {
     cell.fetch_add(1, Ordering::Relaxed);
 }

@@ -36,7 +36,9 @@ use crate::control::ControlFile;
 use crate::hash::fnv1a64;
 use crate::rfc3339;
 use crate::shield::live::Shield;
-use crate::snapshot::load::{load_after, load_cold, ControlSource, Loaded, ZonesFrom};
+use crate::snapshot::load::{
+    load_after, load_cold, load_first_answers, ControlSource, Loaded, ZonesFrom,
+};
 use crate::snapshot::{Compiled, Serving, SharedSnapshot, Snapshot};
 use crate::taster::TasterStatus;
 use served::ServedInputs;
@@ -242,8 +244,15 @@ pub struct Status {
 #[derive(Debug, Clone, Serialize, serde::Deserialize, Default, PartialEq)]
 #[serde(default)]
 pub struct StartupStatus {
-    /// From the reloader's start to the first snapshot served (queries answered from then on).
+    /// From the reloader's start to the first snapshot served (queries answered from then on):
+    /// phase 1's, the zone cache's precompiled answers, on a start from the cache.
     pub first_answer_ms: f64,
+    /// From the reloader's start to the first load served whole (zones and all); the same as
+    /// `first_answer_ms` without a phase 1.
+    pub fully_loaded_ms: f64,
+    /// `loaded`, or while phase 1 serves `first answers from the zone cache; zones loading`
+    /// (queries the precompiled answers do not cover are held until then).
+    pub phase: String,
     /// The first load went through the taster.
     pub tasted: bool,
     /// Why it was or was not tasted.
@@ -253,6 +262,14 @@ pub struct StartupStatus {
     pub zones_from: String,
     /// They came from the last-known-good zone cache.
     pub zones_from_cache: bool,
+}
+
+impl StartupStatus {
+    /// Phase 1 of a start from the zone cache: the zones are not in yet (queries the
+    /// precompiled answers do not cover are held).
+    pub fn is_loading(&self) -> bool {
+        self.phase.starts_with("first answers")
+    }
 }
 
 /// The bundles of a node that stages them (see [`bundle`]), as status shows them.
@@ -319,6 +336,8 @@ pub struct Reloader {
     control_checks: std::sync::atomic::AtomicU64,
     /// The tenants: their documents, served versions and refusals.
     tenants: Arc<tenants::TenantRegistry>,
+    /// [`Reloader::load_tenants`] ran (once per process).
+    tenants_loaded: std::sync::atomic::AtomicBool,
 }
 
 /// What status readers see: one consistent picture.
@@ -353,6 +372,13 @@ impl Reloader {
     }
 
     /// [`Reloader::start`] with the control text from `origin`.
+    ///
+    /// With a usable zone cache (and no `[fleet.rollout]`), in two phases: phase 1 serves the
+    /// cache's precompiled answers at once ([`load_first_answers`]) and returns; phase 2, on a
+    /// thread that holds the reload lock until it is done (so a reload waits for it), makes
+    /// the first load as without a cache — the zone files compared with the cache's, a
+    /// changed input tasted as usual — and swaps the full snapshot in.
+    /// [`Reloader::wait_until_loaded`] waits for it.
     pub fn start_with(
         source: Source,
         origin: Arc<dyn ControlOrigin>,
@@ -362,6 +388,16 @@ impl Reloader {
         // With `[fleet.rollout]`: serve the bundle served last (a restart mid-rollout must not
         // serve live files the rollout has not released); the live files wait for their wave.
         let (bundles, live_bundle) = open_bundles(&live)?;
+        if bundles.is_none() {
+            match first_answers(&live, origin.as_ref()) {
+                Ok(first) => {
+                    return Ok(Reloader::serve_first_answers(
+                        source, origin, live, first, started,
+                    ))
+                }
+                Err(why) => tracing::debug!("no first answers before the zones load: {why}"),
+            }
+        }
         let pinned = bundles
             .as_ref()
             .map(|b| b.store.source(&source, &b.base, &b.status.serving));
@@ -370,71 +406,190 @@ impl Reloader {
             None => live,
         };
         let load_source = pinned.as_ref().unwrap_or(&source);
-        let history = open_history(&config);
-        let control = origin.current(&config).map_err(|e| vec![e]);
-        let mut taster = TasterStatus::default();
-        let mut startup = StartupStatus::default();
-        let first = control.clone().and_then(|text| {
-            let control_text = text.as_ref().map(|(_, t)| t.as_str());
-            let as_served = served_before(&config, control_text);
-            startup.tasted =
-                as_served.is_err() && config.taster.enabled && load_source.taster.is_some();
-            startup.reason = match &as_served {
-                Ok(why) | Err(why) => why.clone(),
-            };
-            let loaded = match as_served {
-                Ok(_) => load_control(&config, text.as_ref(), None),
-                Err(_) => taste_then_load(load_source, &config, text.as_ref(), None, &mut taster),
-            };
-            loaded.map(|l| (l, text))
-        });
-        let (loaded, text, refusal) = match first {
-            Ok((loaded, text)) => (loaded, text, None),
-            Err(reasons) => {
-                let fallback = history
-                    .as_ref()
-                    .ok()
-                    .and_then(|h| newest_valid_version(h, load_source, &config, &mut taster));
-                match fallback {
-                    Some((loaded, text, serial)) => {
-                        let mut reasons = reasons;
-                        reasons.push(format!(
-                            "serving control version {serial} from the history instead"
-                        ));
-                        (loaded, Some((control_path(&config), text)), Some(reasons))
-                    }
-                    None => return Err(reasons),
-                }
-            }
-        };
+        let first = first_load(load_source, &config, origin.as_ref())?;
         let mut reloader = Reloader::serving_nothing(source);
         reloader.origin = origin;
         let reloader = Arc::new(reloader);
-        let mut warnings = loaded.warnings.clone();
+        let warnings = {
+            let mut state = reloader.lock();
+            state.bundles = bundles;
+            reloader.install_first(&mut state, &config, first, live_bundle, started, None)
+        };
+        Ok((reloader, warnings))
+    }
+
+    /// Phase 1 (see [`Reloader::start_with`]): `first` served, phase 2 started.
+    fn serve_first_answers(
+        source: Source,
+        origin: Arc<dyn ControlOrigin>,
+        config: Config,
+        first: Loaded,
+        started: Instant,
+    ) -> (Arc<Reloader>, Vec<String>) {
+        let mut reloader = Reloader::serving_nothing(source);
+        reloader.origin = origin;
+        let reloader = Arc::new(reloader);
+        let warnings = first.warnings.clone();
+        let first_answer_ms;
         {
             let mut state = reloader.lock();
-            state.status.taster = taster;
-            state.bundles = bundles;
-            if let Some(reasons) = refusal {
+            let previous = reloader.snapshot.load_full();
+            let health = reloader.health.attach(first.compiled.policies());
+            let snapshot = Snapshot::new(
+                first.compiled,
+                Serving {
+                    shield: reloader.shield.clone(),
+                    health,
+                    previous: Some(&previous),
+                    serial: 0,
+                    config_hash: 0,
+                    local_override: false,
+                    tenants: previous.tenants().clone(),
+                },
+            );
+            reloader.snapshot.store(Arc::new(snapshot));
+            first_answer_ms = ms(started.elapsed());
+            let status = &mut state.status;
+            status.loaded_by = Trigger::Startup.as_str();
+            status.loaded_at = rfc3339::format_utc(SystemTime::now());
+            status.zones_from = PHASE_FIRST_ANSWERS.to_string();
+            status.startup = StartupStatus {
+                first_answer_ms,
+                phase: PHASE_FIRST_ANSWERS.to_string(),
+                reason: "the zone cache's precompiled answers; the first load follows".to_string(),
+                ..StartupStatus::default()
+            };
+            reloader.publish(&state);
+        }
+        tracing::info!(
+            "startup: first answers from the zone cache after {first_answer_ms:.1} ms; loading the zones"
+        );
+        let (locked, wait) = std::sync::mpsc::sync_channel(1);
+        let phase2 = reloader.clone();
+        let spawned = std::thread::Builder::new()
+            .name("zones-load".to_string())
+            .spawn(move || {
+                let mut state = phase2.lock();
+                let _ = locked.send(());
+                phase2.finish_start(&mut state, &config, started, first_answer_ms);
+            });
+        match spawned {
+            Ok(_) => {
+                // Phase 2 holds the lock before this returns: nothing reloads before it.
+                let _ = wait.recv();
+            }
+            Err(e) => tracing::error!("cannot start loading the zones ({e})"),
+        }
+        (reloader, warnings)
+    }
+
+    /// Phase 2 (see [`Reloader::start_with`]), under the reload lock.
+    fn finish_start(
+        &self,
+        state: &mut State,
+        config: &Config,
+        started: Instant,
+        first_answer_ms: f64,
+    ) {
+        hold_for_test();
+        match first_load(&self.source, config, self.origin.as_ref()) {
+            Ok(first) => {
+                let warnings =
+                    self.install_first(state, config, first, None, started, Some(first_answer_ms));
+                for warning in warnings {
+                    tracing::warn!("{warning}");
+                }
+                self.load_tenants();
+            }
+            Err(reasons) => {
+                for reason in &reasons {
+                    tracing::error!("startup: the zones cannot be loaded: {reason}");
+                }
                 state.status.reloads_refused += 1;
                 state.status.last_refusal = Some(Refusal {
                     at: rfc3339::format_utc(SystemTime::now()),
                     trigger: Trigger::Startup.as_str(),
                     reasons,
                 });
-                if let Ok(Some(bad)) = control {
-                    state.last_control_hash = Some(fnv1a64(bad.1.as_bytes()));
-                }
+                state.status.startup.phase =
+                    "first answers from the zone cache; the zones were refused (see last_refusal)"
+                        .to_string();
+                self.publish(state);
             }
-            reloader.accept(&mut state, &config, loaded, text, Trigger::Startup, started);
-            startup.first_answer_ms = ms(started.elapsed());
-            startup.zones_from = state.status.zones_from.clone();
-            startup.zones_from_cache = state.status.zones_from_cache;
-            state.status.startup = startup;
-            reloader.publish(&state);
-            warnings.extend(reloader.start_bundles(&mut state, live_bundle));
         }
-        Ok((reloader, warnings))
+    }
+
+    /// Loads the tenants for the first snapshot served whole: from their cache when there is
+    /// a good one (the folder is then looked at in the background for what changed while the
+    /// server was down), else from the folder. Once: later calls do nothing.
+    pub fn load_tenants(&self) {
+        if self
+            .tenants_loaded
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let started = Instant::now();
+        match self.tenants.load_cache() {
+            Ok(count) => tracing::info!(
+                "tenants: {count} served from the cache ({:.0} ms); looking at the folder for changes",
+                ms(started.elapsed())
+            ),
+            Err(reason) => {
+                tracing::info!("tenants: cache not used ({reason}); reading the folder");
+                self.tenants.check();
+            }
+        }
+    }
+
+    /// Waits until the first load is served whole (phase 2 of a start from the zone cache,
+    /// if there was one: it holds the reload lock until then).
+    pub fn wait_until_loaded(&self) {
+        drop(self.lock());
+    }
+
+    /// Serves the first load `first` (phase 2 of a start from the zone cache: its phase 1
+    /// answered after `first_answer_ms`).
+    fn install_first(
+        &self,
+        state: &mut State,
+        config: &Config,
+        first: FirstLoad,
+        live_bundle: Option<bundle::BundleId>,
+        started: Instant,
+        first_answer_ms: Option<f64>,
+    ) -> Vec<String> {
+        let FirstLoad {
+            loaded,
+            text,
+            refusal,
+            control,
+            taster,
+            mut startup,
+        } = first;
+        let mut warnings = loaded.warnings.clone();
+        state.status.taster = taster;
+        if let Some(reasons) = refusal {
+            state.status.reloads_refused += 1;
+            state.status.last_refusal = Some(Refusal {
+                at: rfc3339::format_utc(SystemTime::now()),
+                trigger: Trigger::Startup.as_str(),
+                reasons,
+            });
+            if let Ok(Some(bad)) = control {
+                state.last_control_hash = Some(fnv1a64(bad.1.as_bytes()));
+            }
+        }
+        self.accept(state, config, loaded, text, Trigger::Startup, started);
+        startup.fully_loaded_ms = ms(started.elapsed());
+        startup.first_answer_ms = first_answer_ms.unwrap_or(startup.fully_loaded_ms);
+        startup.phase = PHASE_LOADED.to_string();
+        startup.zones_from = state.status.zones_from.clone();
+        startup.zones_from_cache = state.status.zones_from_cache;
+        state.status.startup = startup;
+        self.publish(state);
+        warnings.extend(self.start_bundles(state, live_bundle));
+        warnings
     }
 
     /// A reloader serving the empty snapshot, before its first load.
@@ -452,6 +607,7 @@ impl Reloader {
             health: Arc::new(crate::health::Health::default()),
             control_checks: std::sync::atomic::AtomicU64::new(0),
             tenants: Arc::default(),
+            tenants_loaded: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State {
                 status: Status::default(),
                 last_control_hash: None,
@@ -1260,6 +1416,106 @@ fn record_projection(config: &Config, previous: &Snapshot, served: &Snapshot) {
         tracing::warn!("cannot record the transfer projection revisions ({e})");
     }
 }
+
+/// [`StartupStatus::phase`] while phase 1 of a start from the zone cache serves.
+const PHASE_FIRST_ANSWERS: &str = "first answers from the zone cache; zones loading";
+/// [`StartupStatus::phase`] once the first load serves whole.
+const PHASE_LOADED: &str = "loaded";
+
+/// A first load, ready to be served ([`first_load`]).
+struct FirstLoad {
+    loaded: Loaded,
+    /// The control text served (the history's, when the file's was refused).
+    text: Option<(PathBuf, String)>,
+    /// Why the control file was refused and what serves instead.
+    refusal: Option<Vec<String>>,
+    /// The control text as the origin gave it.
+    control: Result<Option<(PathBuf, String)>, Vec<String>>,
+    taster: TasterStatus,
+    startup: StartupStatus,
+}
+
+/// Phase 1 of a start from the zone cache, with the control text from `origin`.
+fn first_answers(config: &Config, origin: &dyn ControlOrigin) -> Result<Loaded, String> {
+    let control = origin.current(config)?;
+    let source = match &control {
+        Some((path, text)) => ControlSource::Text { path, text },
+        None => ControlSource::FromConfig,
+    };
+    load_first_answers(config, source)
+}
+
+/// The first load: tasted unless the inputs are what this binary last served; if the control
+/// file is bad, the newest valid version from the history (the refusal reported); `Err` if
+/// nothing valid exists.
+fn first_load(
+    load_source: &Source,
+    config: &Config,
+    origin: &dyn ControlOrigin,
+) -> Result<FirstLoad, Vec<String>> {
+    let history = open_history(config);
+    let control = origin.current(config).map_err(|e| vec![e]);
+    let mut taster = TasterStatus::default();
+    let mut startup = StartupStatus::default();
+    let first = control.clone().and_then(|text| {
+        let control_text = text.as_ref().map(|(_, t)| t.as_str());
+        let as_served = served_before(config, control_text);
+        startup.tasted =
+            as_served.is_err() && config.taster.enabled && load_source.taster.is_some();
+        startup.reason = match &as_served {
+            Ok(why) | Err(why) => why.clone(),
+        };
+        let loaded = match as_served {
+            Ok(_) => load_control(config, text.as_ref(), None),
+            Err(_) => taste_then_load(load_source, config, text.as_ref(), None, &mut taster),
+        };
+        loaded.map(|l| (l, text))
+    });
+    let (loaded, text, refusal) = match first {
+        Ok((loaded, text)) => (loaded, text, None),
+        Err(reasons) => {
+            let fallback = history
+                .as_ref()
+                .ok()
+                .and_then(|h| newest_valid_version(h, load_source, config, &mut taster));
+            match fallback {
+                Some((loaded, text, serial)) => {
+                    let mut reasons = reasons;
+                    reasons.push(format!(
+                        "serving control version {serial} from the history instead"
+                    ));
+                    (loaded, Some((control_path(config), text)), Some(reasons))
+                }
+                None => return Err(reasons),
+            }
+        }
+    };
+    Ok(FirstLoad {
+        loaded,
+        text,
+        refusal,
+        control,
+        taster,
+        startup,
+    })
+}
+
+/// The test-only hold on phase 2 of a start from the zone cache: while the file named by
+/// [`HOLD_ENV`] exists, the zones' load waits (polled; at most a minute), so that a test can
+/// see phase 1 serve. Unset in production: one environment lookup per start.
+fn hold_for_test() {
+    let Some(path) = std::env::var_os(HOLD_ENV) else {
+        return;
+    };
+    let path = PathBuf::from(path);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while path.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The environment variable of [`hold_for_test`].
+pub const HOLD_ENV: &str = "STEERDNS_ZONES_LOAD_HOLD";
 
 /// Loads with `control`; `previous` (the snapshot being served) lends its zones when no zone
 /// or config file changed. Without one (the first load), the zone cache of the state

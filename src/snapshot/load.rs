@@ -203,6 +203,69 @@ pub fn load_cold(config: &Config, control: ControlSource<'_>) -> Result<Loaded, 
     load_reusing(config, control, Reuse::Cache).map_err(Stop::into_problems)
 }
 
+/// Phase 1 of a start from the zone cache: a snapshot that serves the cache's precompiled
+/// answers, mapped in place, and the steered names' policies compiled from the config, with
+/// no zones (`Compiled::loading`: every other query is held). Fast because it decodes
+/// nothing per name and does not look at the zone files: the caller serves it at once, then
+/// makes the full first load ([`load_cold`]), which decodes the zones and compares the zone
+/// files with what the cache was built from, and swaps that in whole (a changed file is then
+/// loaded as any first load loads it). `Err` says why there is no phase 1 (the caller goes
+/// straight to the full load): no usable cache, or what it needs the zones for.
+pub fn load_first_answers(config: &Config, control: ControlSource<'_>) -> Result<Loaded, String> {
+    let started = Instant::now();
+    if config.transfer.is_some() {
+        return Err("outgoing transfers ([transfer]) are served from the zones".to_string());
+    }
+    if !super::catalog::secondary_zones(config).is_empty() {
+        return Err("secondary zones (their expiry is the zones' own)".to_string());
+    }
+    let refused = |problems: Vec<String>| problems.join("; ");
+    let control = read_control(config, control).map_err(refused)?;
+    let keys = DnssecKeys::load(config, None).map_err(refused)?;
+    if !keys.signs_nothing() || !keys.not_served.is_empty() {
+        return Err("signed zones are not cached".to_string());
+    }
+    let config_digest = config_digest(config);
+    let first = super::zone_cache::read_first_answers(config, config_digest.as_ref())
+        .map_err(|e| e.to_string())?;
+    let tls = load_tls(config).map_err(refused)?;
+    let mut warnings = first.sources.zone_warnings.to_vec();
+    let steering = compile_steering(config, &control, &mut warnings).map_err(refused)?;
+    if steered_names(steering.as_ref()) != first.sources.steered {
+        return Err("the config binds other steered names".to_string());
+    }
+    let cookies = super::cookies::load(&config.server.cookies)?;
+    let options = super::ServeOptions::from_config(&config.server, cookies);
+    let shield = shield_setup(config, steering.as_ref().map(|s| &s.policies));
+    let compiled = Compiled {
+        expired: Box::default(),
+        zones: ZoneSet::new(Vec::new()),
+        precompiled: first.precompiled,
+        options,
+        steering,
+        trace_allow: config.trace.allow.clone(),
+        control: control.map(|(file, _)| file).unwrap_or_default(),
+        shield,
+        rrl: crate::rrl::RrlLimits::from_config(&config.rrl),
+        budgets: crate::rrl::budget::BudgetLimits::from_config(&config.budgets),
+        // None: a reload never shares this snapshot's (absent) zones.
+        sources: None,
+        dnssec: None,
+        dnssec_not_served: Vec::new(),
+        tls,
+        transfer: None,
+        projections: Projections::default(),
+        differences: Vec::new(),
+        loading: true,
+    };
+    Ok(Loaded {
+        compiled,
+        warnings,
+        elapsed: started.elapsed(),
+        zones_from: ZonesFrom::Cache,
+    })
+}
+
 fn load_reusing(
     config: &Config,
     control: ControlSource<'_>,
@@ -447,6 +510,7 @@ fn load_reusing(
         transfer,
         projections,
         differences,
+        loading: false,
     };
     Ok(Loaded {
         compiled,

@@ -141,6 +141,11 @@ pub struct Compiled {
     /// The differences a reload applied (by zone apex), for the IXFR journal: given, not
     /// computed again from both versions (empty for a load that built the zones).
     differences: Vec<(Box<[u8]>, crate::zone::journal::Diff)>,
+    /// Phase 1 of a start from the zone cache (`load::load_first_answers`): the cache's
+    /// precompiled answers and the steered names' fast path serve, the zones are not in yet
+    /// (`zones` is empty). A query those do not answer is held (dropped: the resolver asks
+    /// again) until the full snapshot is swapped in, never answered from the half-loaded view.
+    loading: bool,
 }
 
 /// What the shield thread ([`crate::reload::shield`]) reads from the snapshot in service.
@@ -188,6 +193,7 @@ impl Compiled {
             projections: projection::Projections::default(),
             expired: Box::default(),
             differences: Vec::new(),
+            loading: false,
         }
     }
 
@@ -213,6 +219,12 @@ impl Compiled {
     #[inline]
     pub fn zone_expired(&self, index: usize) -> bool {
         self.expired.get(index).copied().unwrap_or(false)
+    }
+
+    /// Phase 1 of a start from the zone cache: zones still loading (see [`Compiled::loading`]).
+    #[inline]
+    pub fn is_loading(&self) -> bool {
+        self.loading
     }
 
     /// The origins of the zones answered SERVFAIL for being past expire.
@@ -453,6 +465,13 @@ impl Snapshot {
     #[inline]
     pub fn zone_expired(&self, index: usize) -> bool {
         self.compiled.zone_expired(index)
+    }
+
+    /// Phase 1 of a start from the zone cache: only the precompiled answers and the steered
+    /// fast path answer; every other query is held (see `Compiled::loading`).
+    #[inline]
+    pub fn is_loading(&self) -> bool {
+        self.compiled.loading
     }
 
     #[inline]

@@ -6,7 +6,9 @@
 //! Keys and responses live back to back in one byte arena and the index holds 12-byte slots
 //! into it: a million names cost two big allocations, not four million small ones. The table
 //! sits behind an `Arc` so that a reload which changes no zone file shares it. The tables go
-//! to and from the last-known-good cache in `cache` (arena as is, index rebuilt).
+//! to and from the last-known-good cache in `cache`: arena and index (an open-addressing
+//! table of fixed-size slots) both stored in a layout served in place from the mapped file,
+//! so a restart serves them without reading or rebuilding anything ([`Index::Mapped`]).
 
 use std::hash::Hasher;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use rustc_hash::{FxHashMap, FxHasher};
 use super::compose::precompile;
 use super::ServeOptions;
 use crate::dns::wire::{rtype, WireName, MAX_NAME_LEN};
+use crate::lkg::Bytes;
 use crate::policy::CompiledPolicies;
 use crate::zone::lookup::{resolve, NoSteering, ZoneSet};
 use crate::zone::model::{Node, SteeredBinding};
@@ -41,9 +44,9 @@ pub struct Precompiled {
 #[derive(Default)]
 struct Table {
     /// For each answer: the name (lower-cased wire format) and the type (2 bytes), then the
-    /// response.
-    bytes: Vec<u8>,
-    index: HashTable<Slot>,
+    /// response. Owned when built here; a range of the mapped cache file when read from it.
+    bytes: Bytes,
+    index: Index,
     /// Steered wildcards (`*.<parent>`) the fast path answers for, by parent name: the zone
     /// and the steering binding.
     wildcards: FxHashMap<Box<[u8]>, (u16, SteeredBinding)>,
@@ -61,6 +64,33 @@ struct Slot {
     response_len: u32,
     key_len: u16,
     zone: u16,
+}
+
+/// Where the slots are found by key: a hash table built here, or the open-addressing table
+/// stored in the mapped cache file, used in place (see `cache` for its layout and checks).
+#[derive(Clone)]
+enum Index {
+    Built(HashTable<Slot>),
+    Mapped(cache::MappedIndex),
+}
+
+impl Default for Index {
+    fn default() -> Index {
+        Index::Built(HashTable::new())
+    }
+}
+
+impl Index {
+    fn len(&self) -> usize {
+        match self {
+            Index::Built(index) => index.len(),
+            Index::Mapped(index) => index.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// `Slot::response_len` of a steered entry.
@@ -103,10 +133,6 @@ fn slot_hash(bytes: &[u8], slot: &Slot) -> u64 {
 }
 
 impl Table {
-    fn key(&self, slot: &Slot) -> &[u8] {
-        key_in(&self.bytes, slot)
-    }
-
     fn entry(&self, slot: &Slot) -> Option<FastPathEntry<'_>> {
         let at = slot.at as usize + usize::from(slot.key_len);
         if slot.response_len == STEERED {
@@ -116,38 +142,64 @@ impl Table {
             )));
         }
         self.bytes
-            .get(at..at + slot.response_len as usize)
+            .get(at..at.checked_add(slot.response_len as usize)?)
             .map(FastPathEntry::Response)
     }
 
     /// Appends an entry: its key (name and type), then `payload` (a response, or a steered
-    /// entry's binding). False when the table is full.
+    /// entry's binding). False when the table is full (or is one read from the cache).
     fn push(&mut self, key: &[u8], qtype: u16, payload: &[u8], steered: bool, zone: u16) -> bool {
+        let Table {
+            bytes: Bytes::Owned(bytes),
+            index: Index::Built(index),
+            ..
+        } = self
+        else {
+            return false;
+        };
         let (Ok(at), Ok(payload_len), Ok(key_len)) = (
-            u32::try_from(self.bytes.len()),
+            u32::try_from(bytes.len()),
             u32::try_from(payload.len()),
             u16::try_from(key.len() + 2),
         ) else {
             return false;
         };
-        self.bytes.extend_from_slice(key);
-        self.bytes.extend_from_slice(&qtype.to_be_bytes());
-        self.bytes.extend_from_slice(payload);
+        bytes.extend_from_slice(key);
+        bytes.extend_from_slice(&qtype.to_be_bytes());
+        bytes.extend_from_slice(payload);
         let slot = Slot {
             at,
             response_len: if steered { STEERED } else { payload_len },
             key_len,
             zone,
         };
-        let Table { bytes, index, .. } = self;
         index.insert_unique(key_hash(key, qtype), slot, |s| slot_hash(bytes, s));
         true
     }
 
-    fn find(&self, qname: &[u8], qtype: u16) -> Option<&Slot> {
-        self.index.find(key_hash(qname, qtype), |slot| {
-            split_key(self.key(slot)) == (qname, qtype)
-        })
+    /// The slot of (name, type): one hash, one probe (and a key compare per candidate).
+    #[inline]
+    fn find(&self, qname: &[u8], qtype: u16) -> Option<Slot> {
+        let bytes = self.bytes.as_slice();
+        let hash = key_hash(qname, qtype);
+        match &self.index {
+            Index::Built(index) => index
+                .find(hash, |slot| {
+                    split_key(key_in(bytes, slot)) == (qname, qtype)
+                })
+                .copied(),
+            Index::Mapped(index) => index.find(bytes, hash, qname, qtype),
+        }
+    }
+
+    /// Every slot, in arena order.
+    fn slots(&self) -> Vec<Slot> {
+        let mut slots: Vec<Slot> = match &self.index {
+            Index::Built(index) => index.iter().copied().collect(),
+            Index::Mapped(index) => index.slots().collect(),
+        };
+        slots.sort_unstable_by_key(|slot| slot.at);
+        slots
     }
 }
 
@@ -240,10 +292,11 @@ impl Precompiled {
     ) -> Option<(usize, FastPathEntry<'_>)> {
         if dnssec && !self.signed.index.is_empty() {
             if let Some(slot) = self.signed.find(qname.as_wire(), qtype) {
-                if self.is_stale(usize::from(slot.zone)) {
+                let zone = usize::from(slot.zone);
+                if zone >= self.zone_count() || self.is_stale(zone) {
                     return None;
                 }
-                return Some((usize::from(slot.zone), self.signed.entry(slot)?));
+                return Some((zone, self.signed.entry(&slot)?));
             }
         }
         let table = &*self.table;
@@ -252,11 +305,12 @@ impl Precompiled {
         }
         let slot = table.find(qname.as_wire(), qtype)?;
         let zone = usize::from(slot.zone);
-        if (dnssec && table.signed_zones.get(zone).copied().unwrap_or(false)) || self.is_stale(zone)
-        {
+        // A zone index outside the zones (only a damaged cache could hold one) is no answer.
+        let signed = table.signed_zones.get(zone)?;
+        if (dnssec && *signed) || self.is_stale(zone) {
             return None;
         }
-        Some((zone, table.entry(slot)?))
+        Some((zone, table.entry(&slot)?))
     }
 
     pub fn len(&self) -> usize {
@@ -284,8 +338,8 @@ impl Precompiled {
         // Most names answer A and AAAA (one of them NODATA) and little else.
         let signed_zones: Vec<bool> = zones.iter().map(|z| z.denial.is_some()).collect();
         let mut table = Table {
-            bytes: Vec::new(),
-            index: HashTable::with_capacity(nodes.saturating_mul(2)),
+            bytes: Bytes::Owned(Vec::new()),
+            index: Index::Built(HashTable::with_capacity(nodes.saturating_mul(2))),
             wildcards: FxHashMap::default(),
             signed_zones: signed_zones.clone(),
         };
@@ -398,9 +452,15 @@ impl Precompiled {
             }
         }
         for table in [&mut table, &mut signed] {
-            table.bytes.shrink_to_fit();
-            let Table { bytes, index, .. } = table;
-            index.shrink_to_fit(|s| slot_hash(bytes, s));
+            if let Table {
+                bytes: Bytes::Owned(bytes),
+                index: Index::Built(index),
+                ..
+            } = table
+            {
+                bytes.shrink_to_fit();
+                index.shrink_to_fit(|s| slot_hash(bytes, s));
+            }
         }
         Precompiled {
             table: Arc::new(table),

@@ -39,7 +39,7 @@ use super::{Compiled, Precompiled};
 use crate::config::Config;
 use crate::files::Digest;
 use crate::le_reader::{LeReader, Malformed};
-use crate::lkg::{Cache, Inputs, LkgRefused};
+use crate::lkg::{Cache, Inputs, LkgRefused, Opened};
 use crate::zone::model::Zone;
 
 /// The cache's file name in the state directory.
@@ -104,9 +104,19 @@ pub fn read(
     config: &Config,
     config_digest: Option<&Digest>,
 ) -> Result<CachedZones, ZoneCacheRefused> {
+    let (cache, path) = open(config, config_digest)?;
+    from_sections(cache, path, config, config_digest)
+}
+
+/// The cache file of `config`, mapped, its container checked.
+fn open(
+    config: &Config,
+    config_digest: Option<&Digest>,
+) -> Result<(Opened, PathBuf), ZoneCacheRefused> {
     let path = path(config).ok_or(ZoneCacheRefused::NoStateDir)?;
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
+    // Mapped, not read: the answers are served from the file's pages in place.
+    let map = match crate::lkg::Map::open(&path) {
+        Ok(map) => Arc::new(map),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ZoneCacheRefused::Missing(path))
         }
@@ -118,29 +128,52 @@ pub fn read(
         }
     };
     let inputs = inputs(config_digest).ok_or(ZoneCacheRefused::NoBuildIdentity)?;
-    // The checksum (a SHA-256 of the whole file) on one core while the other decodes: the
-    // decoded zones are used only if it holds, and decoding is total over any bytes.
-    let (intact, decoded) = std::thread::scope(|scope| {
-        let checksum = scope.spawn(|| crate::lkg::checksum_holds(&bytes));
-        let decoded = crate::lkg::decode_unverified(&bytes, &inputs)
-            .map_err(|reason| ZoneCacheRefused::Refused {
+    let cache = crate::lkg::open(map, &inputs).map_err(|reason| ZoneCacheRefused::Refused {
+        path: path.clone(),
+        reason,
+    })?;
+    Ok((cache, path))
+}
+
+/// What phase 1 of a start from the cache serves: the precompiled answers, in place.
+pub struct FirstAnswers {
+    pub precompiled: Precompiled,
+    pub sources: Arc<Sources>,
+}
+
+/// The precompiled answers of `config`'s cache, checked as far as serving them needs (the
+/// container: binary, config, checksum; the answers' headers), without the zones and without
+/// looking at the zone files: [`read`] does both, for the snapshot that replaces these.
+pub fn read_first_answers(
+    config: &Config,
+    config_digest: Option<&Digest>,
+) -> Result<FirstAnswers, ZoneCacheRefused> {
+    let (mut cache, path) = open(config, config_digest)?;
+    let section = |section: &'static str, at: usize| ZoneCacheRefused::Section {
+        path: path.clone(),
+        section,
+        at,
+    };
+    let sources = decode_sources(&cache.take("sources").unwrap_or_default())
+        .map_err(|m| section("sources", m.at))?;
+    let _ = cache.take("zones");
+    let _ = cache.take("projection");
+    let precompiled =
+        Precompiled::from_cache(cache.into_sections()).map_err(|reason| match reason {
+            LkgRefused::Malformed { at } => section("precompiled", at),
+            reason => ZoneCacheRefused::Refused {
                 path: path.clone(),
                 reason,
-            })
-            .and_then(|cache| from_sections(cache, path.clone(), config, config_digest));
-        (checksum.join().unwrap_or(false), decoded)
-    });
-    if !intact {
-        return Err(ZoneCacheRefused::Refused {
-            path,
-            reason: LkgRefused::Checksum,
-        });
-    }
-    decoded
+            },
+        })?;
+    Ok(FirstAnswers {
+        precompiled,
+        sources: Arc::new(sources),
+    })
 }
 
 fn from_sections(
-    mut cache: Cache,
+    mut cache: Opened,
     path: PathBuf,
     config: &Config,
     config_digest: Option<&Digest>,
@@ -150,27 +183,38 @@ fn from_sections(
         section,
         at,
     };
-    let sources = decode_sources(take(&mut cache, "sources").unwrap_or_default())
+    let sources = decode_sources(&cache.take("sources").unwrap_or_default())
         .map_err(|m| section("sources", m.at))?;
     if !sources.unchanged(config, config_digest) {
         return Err(ZoneCacheRefused::InputsChanged { path });
     }
-    let zones = crate::zone::cache::decode(&take(&mut cache, "zones").unwrap_or_default())
-        .map_err(|m| section("zones", m.at))?;
-    let projection = take(&mut cache, "projection")
+    let zones_bytes = cache.take("zones").unwrap_or_default();
+    let projection = cache
+        .take("projection")
         .map(|bytes| {
-            String::from_utf8(bytes)
+            String::from_utf8(bytes.to_vec())
                 .map_err(|e| section("projection", e.utf8_error().valid_up_to()))
         })
         .transpose()?
         .map(|text| super::projection::parse_state(&text));
-    let precompiled = Precompiled::from_cache(cache.sections).map_err(|reason| match reason {
+    let refused = |reason| match reason {
         LkgRefused::Malformed { at } => section("precompiled", at),
         reason => ZoneCacheRefused::Refused {
             path: path.clone(),
             reason,
         },
-    })?;
+    };
+    let precompiled = Precompiled::from_cache(cache.into_sections()).map_err(refused)?;
+    // Every record of the answers on one core while the other decodes the zones.
+    let (checked, zones) = std::thread::scope(|scope| {
+        let checked = scope.spawn(|| precompiled.check_cached());
+        let zones = crate::zone::cache::decode(&zones_bytes);
+        (checked.join(), zones)
+    });
+    checked
+        .unwrap_or(Err(LkgRefused::Malformed { at: 0 }))
+        .map_err(refused)?;
+    let zones = zones.map_err(|m| section("zones", m.at))?;
     // The answers name their zone by index: they must have been built for these zones.
     if precompiled.zone_count() != zones.len() {
         return Err(section("precompiled", 0));
@@ -181,11 +225,6 @@ fn from_sections(
         sources: Arc::new(sources),
         projection,
     })
-}
-
-fn take(cache: &mut Cache, name: &str) -> Option<Vec<u8>> {
-    let at = cache.sections.iter().position(|(n, _)| n == name)?;
-    Some(cache.sections.swap_remove(at).1)
 }
 
 /// Writes to `path` (see [`path`]) the cache of what `compiled` serves (its zones were just built from their files).
@@ -308,8 +347,8 @@ fn put_optional_path(out: &mut Vec<u8>, path: Option<&Path>) {
 }
 
 /// The sources [`encode_sources`] wrote.
-fn decode_sources(bytes: Vec<u8>) -> Result<Sources, Malformed> {
-    let mut r = LeReader::new(&bytes);
+fn decode_sources(bytes: &[u8]) -> Result<Sources, Malformed> {
+    let mut r = LeReader::new(bytes);
     let config_path = if flag(&mut r)? {
         Some(path_of(&mut r)?)
     } else {

@@ -37,4 +37,5 @@ mod tenants;
 mod xfr_in;
 mod xfr_out;
 mod xfr_signed;
+mod zone_cache_phases;
 mod zone_difference;
