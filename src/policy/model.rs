@@ -360,6 +360,20 @@ impl CompiledPolicies {
         Some((layer, name))
     }
 
+    /// The cell `cell` of the layer named `layer` (as [`Self::cell_name`] names them).
+    pub fn cell_named(&self, layer: &str, cell: &str) -> Option<crate::cells::blame::ImpairedCell> {
+        self.cells()?.layers().find_map(|(at, cells)| {
+            if self.cell_layer_name(at)? != layer {
+                return None;
+            }
+            let index = cells.cells().iter().position(|c| c.name == cell)?;
+            Some(crate::cells::blame::ImpairedCell {
+                layer: at,
+                cell: u16::try_from(index).ok()?,
+            })
+        })
+    }
+
     /// Every cell, named as [`Self::cell_name`] names it, layer by layer in cell order.
     pub fn cell_names(&self) -> Vec<(&str, &str)> {
         let Some(topology) = self.cells() else {

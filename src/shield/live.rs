@@ -373,8 +373,21 @@ struct CellBook {
     /// The last load a feed carried for each cell: (load, capacity, the feed's time, when it
     /// was received), for the feeds that leave the cell out ([`reading_of`]).
     carried: std::collections::BTreeMap<(String, String), (f64, f64, SystemTime, SystemTime)>,
-    /// The cells hot now, as published in the view.
+    /// The cells hot now by this node's own step.
     hot: Option<Arc<ImpairedCells>>,
+    /// Fleet mode, on a node serving the leader's published state: the cells hot by the
+    /// leader's step, served instead of `hot` (`None`: this node serves its own).
+    published: Option<Option<Arc<ImpairedCells>>>,
+}
+
+impl CellBook {
+    /// The cells the serving path leaves out for their load.
+    fn served(&self) -> Option<Arc<ImpairedCells>> {
+        match &self.published {
+            Some(published) => published.clone(),
+            None => self.hot.clone(),
+        }
+    }
 }
 
 impl Default for Shield {
@@ -408,14 +421,14 @@ impl Shield {
 
     /// Publishes `view` for the serving path, with the cells hot now.
     fn publish(&self, mut view: ShedView) {
-        view.set_cells(lock(&self.cells).hot.clone());
+        view.set_cells(lock(&self.cells).served());
         self.view.store(Arc::new(view));
     }
 
     /// Publishes the view served again if the cells hot now are not the ones it carries (a
     /// fleet node serving the leader's published state between two revisions).
     fn publish_cells(&self) {
-        let hot = lock(&self.cells).hot.clone();
+        let hot = lock(&self.cells).served();
         let current = self.view.load();
         let same = match (current.cells_shared(), &hot) {
             (None, None) => true,

@@ -88,6 +88,19 @@ pub struct PublishedState {
     /// Nodes whose demand was summed.
     pub demand_from: Vec<String>,
     pub state: WireState,
+    /// The cells the leader's step found hot, by layer and cell name, for every node to
+    /// leave out as the leader does (absent when none: a state without hot cells reads as
+    /// before on a node that predates them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hot_cells: Vec<WireCell>,
+}
+
+/// One cell, named as the control file and the feed name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireCell {
+    pub layer: String,
+    pub cell: String,
 }
 
 /// Where a feed came from and how old it is.

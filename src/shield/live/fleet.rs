@@ -8,18 +8,20 @@
 //! Everything read from etcd (published state, feed, reports) is checked here against this
 //! node's topology; a refusal is counted and shown, and never replaces what is served.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use super::{lock, Shield};
+use crate::cells::{ImpairedCells, Why};
 use crate::policy::{CompiledPolicies, ShedView, ShieldMode};
 use crate::shield::feed::{parse_feed, FeedError};
 use crate::shield::link::{Inbox, Outbox};
 use crate::shield::source::FeedOrigin;
 use crate::shield::step::ShieldState;
 use crate::shield::step::{checked_step, shed_view, Demand, Inputs, Rings, ShieldSettings};
-use crate::shield::wire::{self, FeedInfo, LoadRecord, NodeReport, PublishedState};
+use crate::shield::wire::{self, FeedInfo, LoadRecord, NodeReport, PublishedState, WireCell};
 
 /// A leader republishes an unchanged view this often, so that a successor starts from a state
 /// (moves in flight, timers, estimates) at most this old.
@@ -77,6 +79,8 @@ struct Served {
     leader: String,
     at_ms: u64,
     state: ShieldState,
+    /// The cells its step found hot (the leader's, or this node's own while it reverts).
+    hot_cells: Option<Arc<ImpairedCells>>,
 }
 
 /// Fleet bookkeeping of the shield's thread.
@@ -93,8 +97,8 @@ pub(super) struct Side {
     feed_seen: u64,
     /// When the demand counters were last taken (for rates).
     last_take: Option<Instant>,
-    /// The leader's last proposed view and when.
-    proposed: Option<(ShedView, Instant)>,
+    /// The leader's last proposed view, with its hot cells, and when.
+    proposed: Option<(ShedView, Vec<WireCell>, Instant)>,
     demand_from: Vec<String>,
     refused: u64,
     last_refusal: Option<String>,
@@ -130,6 +134,69 @@ pub struct FleetShieldStatus {
     pub last_refusal: Option<String>,
     /// Why the link to etcd is down, while it is.
     pub link_error: Option<String>,
+    /// The cells left out for their load as served (`layer.cell`): the leader's step's,
+    /// whatever this node's own step says.
+    #[serde(default)]
+    pub hot_cells: Vec<String>,
+}
+
+/// The published `names` of hot cells as this node's topology has them; an unknown cell
+/// refuses the state (the leader runs another topology: a control change half rolled out).
+fn hot_cells_of(
+    names: &[WireCell],
+    policies: &CompiledPolicies,
+) -> Result<Option<Arc<ImpairedCells>>, String> {
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let topology = policies
+        .cells()
+        .ok_or("hot_cells: this node's topology has no cells")?;
+    let cells = names
+        .iter()
+        .map(|c| {
+            policies
+                .cell_named(&c.layer, &c.cell)
+                .ok_or_else(|| format!("hot_cells: unknown cell {}.{}", c.layer, c.cell))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(Arc::new(ImpairedCells::because(
+        topology,
+        &cells,
+        Why::Hot,
+    ))))
+}
+
+/// `cells` by name, as the published state and status name them.
+fn cell_names(cells: Option<&ImpairedCells>, policies: &CompiledPolicies) -> Vec<WireCell> {
+    cells
+        .map(|cells| {
+            cells
+                .cells()
+                .iter()
+                .filter_map(|&c| policies.cell_name(c))
+                .map(|(layer, cell)| WireCell {
+                    layer: layer.to_string(),
+                    cell: cell.to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Shield {
+    /// The cells this node's own step found hot, by name (what a leader publishes).
+    fn own_hot_cell_names(&self, policies: &CompiledPolicies) -> Vec<WireCell> {
+        cell_names(lock(&self.cells).hot.as_deref(), policies)
+    }
+
+    /// The cells served as hot, `layer.cell`, for status.
+    fn served_hot_cell_names(&self, policies: &CompiledPolicies) -> Vec<String> {
+        cell_names(lock(&self.cells).served().as_deref(), policies)
+            .into_iter()
+            .map(|c| format!("{}.{}", c.layer, c.cell))
+            .collect()
+    }
 }
 
 fn epoch_ms(time: SystemTime) -> u64 {
@@ -226,6 +293,14 @@ impl Shield {
         if role != Role::Leader {
             side.proposed = None;
         }
+        // The cells served: the leader's while this node serves its published state, else
+        // this node's own (it leads, decays alone, or has seen no state yet).
+        lock(&self.cells).published = match role {
+            Role::Published | Role::FailStatic => {
+                Some(side.served.as_ref().and_then(|s| s.hot_cells.clone()))
+            }
+            Role::Leader | Role::Reverting | Role::Waiting => None,
+        };
         let (inputs, changes, repairs) = match role {
             Role::Leader => {
                 let demand = self.fleet_demand(&mut side, &inbox, &tick, now_ms);
@@ -252,6 +327,7 @@ impl Shield {
                     leader: tick.node.to_string(),
                     at_ms: now_ms,
                     state: next.clone(),
+                    hot_cells: lock(&self.cells).hot.clone(),
                 });
                 *lock(&self.state) = next;
                 (inputs, changes, repairs)
@@ -298,6 +374,7 @@ impl Shield {
             refused: side.refused,
             last_refusal: side.last_refusal.clone(),
             link_error: inbox.error.clone(),
+            hot_cells: self.served_hot_cell_names(tick.policies),
         };
         match role {
             Role::FailStatic => status.alerts.push(format!(
@@ -382,25 +459,38 @@ impl Shield {
             return;
         }
         side.state_seen = Some(stored.revision);
-        match wire::read_published(
+        let read = wire::read_published(
             &stored.bytes,
             tick.rings,
             wire::Clock::new(now_ms, tick.settings),
-        ) {
-            Err(e) => side.refuse(format!(
-                "published state (revision {}): {e}; still serving {}",
-                stored.revision,
-                side.served
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|(published, state)| {
+            let hot = hot_cells_of(&published.hot_cells, tick.policies)?;
+            Ok((published, state, hot))
+        });
+        match read {
+            Err(e) => {
+                let serving = side
+                    .served
                     .as_ref()
                     .and_then(|s| s.revision)
-                    .map_or("normal answers".to_string(), |r| format!("revision {r}"))
-            )),
-            Ok((published, state)) => {
+                    .map_or("normal answers".to_string(), |r| format!("revision {r}"));
+                side.refuse(format!(
+                    "published state (revision {}): {e}; still serving {serving}",
+                    stored.revision
+                ))
+            }
+            Ok((published, state, hot)) => {
+                // The leader steps on from its own newest state and serves its own cells;
+                // everyone else (and a leader taking over) from what was published.
+                let follows = !(published.leader == tick.node && inbox.leading);
+                if follows {
+                    lock(&self.cells).published = Some(hot.clone());
+                }
                 let view = shed_view(&state, tick.settings).with_revision(stored.revision);
                 self.publish(view);
-                // The leader steps on from its own newest state; everyone else (and a leader
-                // taking over) from what was published.
-                if !(published.leader == tick.node && inbox.leading) {
+                if follows {
                     *lock(&self.state) = state.clone();
                 }
                 side.served = Some(Served {
@@ -408,6 +498,7 @@ impl Shield {
                     leader: published.leader,
                     at_ms: published.at_ms,
                     state,
+                    hot_cells: hot,
                 });
                 side.state_renewed = Some(Instant::now());
             }
@@ -468,8 +559,11 @@ impl Shield {
         clock: Instant,
     ) -> Option<Vec<u8>> {
         let view = shed_view(next, tick.settings);
-        let due = side.proposed.as_ref().is_none_or(|(last, at)| {
-            *last != view || clock.saturating_duration_since(*at) >= REPUBLISH
+        let hot_cells = self.own_hot_cell_names(tick.policies);
+        let due = side.proposed.as_ref().is_none_or(|(last, cells, at)| {
+            *last != view
+                || *cells != hot_cells
+                || clock.saturating_duration_since(*at) >= REPUBLISH
         });
         if !due {
             return None;
@@ -485,9 +579,10 @@ impl Shield {
             feed,
             demand_from: side.demand_from.clone(),
             state: wire::encode_state(next, tick.rings),
+            hot_cells: hot_cells.clone(),
         };
         let bytes = serde_json::to_vec(&published).ok()?;
-        side.proposed = Some((view, clock));
+        side.proposed = Some((view, hot_cells, clock));
         Some(bytes)
     }
 
