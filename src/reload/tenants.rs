@@ -686,7 +686,14 @@ impl TenantRegistry {
         };
         if then == Then::Serve {
             let mut swap = Swap::default();
-            accept(&mut state, platform, candidate, "admin API", &mut swap);
+            accept(
+                &mut state,
+                platform,
+                candidate,
+                "admin API",
+                &mut swap,
+                Announce::Each,
+            );
             commit(&mut state, platform, swap);
         }
         (state, Ok(written))
@@ -1308,6 +1315,13 @@ fn apply(state: &mut State, tastes: &AtomicU64, changes: Vec<Change>) {
         }
     }
     let mut claims = released_by(state, &swap);
+    // One line per tenant served for a batch a person made; a count for a folder of them.
+    let announce = if written.len() <= ANNOUNCED_ONE_BY_ONE {
+        Announce::Each
+    } else {
+        Announce::Counted
+    };
+    let changes_before = state.changes_applied;
     // In chunks: a folder of a million documents is never compiled, held and tasted at once
     // (the taster child's memory limit, and ours).
     let mut written = written.into_iter().peekable();
@@ -1330,8 +1344,21 @@ fn apply(state: &mut State, tastes: &AtomicU64, changes: Vec<Change>) {
             refuse(state, &candidate.name, &candidate.file, reasons, looked_at);
         }
         for candidate in good {
-            accept(state, &platform, candidate, "tenant file", &mut swap);
+            accept(
+                state,
+                &platform,
+                candidate,
+                "tenant file",
+                &mut swap,
+                announce,
+            );
         }
+    }
+    if announce == Announce::Counted {
+        tracing::info!(
+            "tenants: {} new or changed tenant files served",
+            state.changes_applied - changes_before
+        );
     }
     let large = swap.names.len() > 1000;
     commit(state, &platform, swap);
@@ -1681,6 +1708,20 @@ fn unix_seconds(at: SystemTime) -> u32 {
         .map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX))
 }
 
+/// Batches of tenant files up to this many log each tenant served; larger ones (a folder
+/// read at start) a count: a million lines in the log tell an operator nothing and cost the
+/// start seconds.
+const ANNOUNCED_ONE_BY_ONE: usize = 100;
+
+/// How [`accept`] tells the log about a tenant served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Announce {
+    /// A line per tenant whose version changed.
+    Each,
+    /// Nothing: the caller logs how many.
+    Counted,
+}
+
 /// Serves a tasted candidate: records it in its history and adds its changes to `swap`.
 fn accept(
     state: &mut State,
@@ -1688,6 +1729,7 @@ fn accept(
     candidate: Candidate,
     source: &str,
     swap: &mut Swap,
+    announce: Announce,
 ) {
     let Candidate {
         name,
@@ -1724,7 +1766,9 @@ fn accept(
     state.refused.remove(&name);
     if changed {
         state.changes_applied += 1;
-        tracing::info!("tenant {name}: serving serial {serial} ({file})");
+        if announce == Announce::Each {
+            tracing::info!("tenant {name}: serving serial {serial} ({file})");
+        }
     }
     swap.served.push(tenant);
 }
