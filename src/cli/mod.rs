@@ -1419,6 +1419,12 @@ fn print_shield(shield: &steerdns::shield::live::ShieldStatus) {
         if !fleet.demand_from.is_empty() {
             println!("  fleet demand from: {}", fleet.demand_from.join(", "));
         }
+        if !fleet.hot_cells.is_empty() {
+            println!(
+                "  fleet cells hot (the leader's decision, served): {}",
+                fleet.hot_cells.join(", ")
+            );
+        }
         if let Some(refusal) = &fleet.last_refusal {
             println!(
                 "  fleet records refused: {} (last: {refusal})",

@@ -190,6 +190,13 @@ fn a_hot_cell_is_the_leaders_decision_and_every_node_leaves_it_out() {
             "{}: its own step keeps g4: {own:#}",
             node.name
         );
+        let out = node.cli(&["status"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("fleet cells hot (the leader's decision, served): global.g4"),
+            "{}: {text}",
+            node.name
+        );
     }
 
     // 50%: below every low watermark, g4 is served by every node again.

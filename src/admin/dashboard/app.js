@@ -227,6 +227,7 @@
       ["State revision served", fleet.revision == null ? "none" : `${fleet.revision} by ${fleet.published_by || "?"} (${secs(fleet.state_age_secs)} old)`],
       ["etcd contact", `${secs(fleet.contact_age_secs)} ago${fleet.link_error ? " \u2014 " + fleet.link_error : ""}`],
       ["Demand from", fleet.demand_from && fleet.demand_from.length ? fleet.demand_from.join(", ") : null],
+      ["Cells hot (as served)", fleet.hot_cells && fleet.hot_cells.length ? fleet.hot_cells.join(", ") : null],
       ["Refused from etcd", fleet.refused ? `${fleet.refused} (last: ${fleet.last_refusal})` : null],
     ];
   }
