@@ -51,6 +51,7 @@ pub use self::impaired::{left_out_of, ImpairedCells, LeftOut, Reasons, Why};
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use self::hash::{siphash24, KEY};
 
@@ -427,28 +428,14 @@ impl CellTopology {
         let layer = self.quarantine.as_ref()?;
         let k = k.unwrap_or(self.k());
         let shard = layer.shard_of(tenant_hash(tenant), k);
-        let mut v4 = Vec::new();
-        let mut v6 = Vec::new();
-        for &index in shard.cells() {
-            let cell = &layer.cells[usize::from(index)];
-            v4.extend(cell.v4);
-            v6.extend(cell.v6);
-        }
-        let span = Span {
-            v4_start: 0,
-            v6_start: 0,
-            v4_len: v4.len() as u8,
-            v6_len: v6.len() as u8,
-        };
+        let cells = Arc::new(LayerCells::of(layer, &shard));
         let slots = 1 + self.regions.len() + self.sites.len();
         Some(TenantCells {
             fingerprint: self.fingerprint,
             regions: self.regions.len() as u16,
             k: k.clamp(1, MAX_K) as u8,
             quarantined: true,
-            v4: v4.into_boxed_slice(),
-            v6: v6.into_boxed_slice(),
-            spans: vec![span; slots].into_boxed_slice(),
+            layers: vec![Some(cells); slots].into_boxed_slice(),
         })
     }
 
@@ -501,53 +488,83 @@ impl CellTopology {
     }
 
     /// `tenant`'s cells in every layer with `k` per layer (`None`: the default), as the
-    /// addresses it answers with. Computed once per tenant, at compile time; allocates.
+    /// addresses it answers with. Computed once per tenant, at compile time; allocates (a
+    /// [`CellInterner`] then shares each layer's addresses with every tenant that has them).
     pub fn assign(&self, tenant: &str, k: Option<usize>) -> TenantCells {
         let k = k.unwrap_or(self.k());
         let hash = tenant_hash(tenant);
         let slots = 1 + self.regions.len() + self.sites.len();
-        let mut spans = vec![Span::default(); slots];
-        let mut v4 = Vec::new();
-        let mut v6 = Vec::new();
+        let mut layers = vec![None; slots];
         for (at, layer) in self.layers() {
             let Some(slot) = self.slot(at) else { continue };
             let shard = layer.shard_of(hash, k);
-            let span = Span {
-                v4_start: v4.len() as u16,
-                v6_start: v6.len() as u16,
-                v4_len: 0,
-                v6_len: 0,
-            };
-            for &index in shard.cells() {
-                let cell = &layer.cells[usize::from(index)];
-                v4.extend(cell.v4);
-                v6.extend(cell.v6);
-            }
-            spans[slot] = Span {
-                v4_len: (v4.len() - usize::from(span.v4_start)) as u8,
-                v6_len: (v6.len() - usize::from(span.v6_start)) as u8,
-                ..span
-            };
+            layers[slot] = Some(Arc::new(LayerCells::of(layer, &shard)));
         }
         TenantCells {
             fingerprint: self.fingerprint,
             regions: self.regions.len() as u16,
             k: k.clamp(1, MAX_K) as u8,
             quarantined: false,
-            v4: v4.into_boxed_slice(),
-            v6: v6.into_boxed_slice(),
-            spans: spans.into_boxed_slice(),
+            layers: layers.into_boxed_slice(),
         }
     }
 }
 
-/// Where one layer's addresses sit in a [`TenantCells`]' lists (empty: no cells there).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-struct Span {
-    v4_start: u16,
-    v6_start: u16,
-    v4_len: u8,
-    v6_len: u8,
+/// A tenant's cells in one layer, as the addresses its answers carry there: shared by every
+/// tenant with the same cells in that layer ([`CellInterner`]). A shard spans every layer,
+/// so whole shards are nearly all distinct (their number is the product of each layer's
+/// choices), while each layer has only a handful of distinct k-subsets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct LayerCells {
+    v4: Box<[Ipv4Addr]>,
+    v6: Box<[Ipv6Addr]>,
+}
+
+impl LayerCells {
+    fn of(layer: &Layer, shard: &Shard) -> LayerCells {
+        let cells = shard.cells().iter().map(|&i| &layer.cells[usize::from(i)]);
+        LayerCells {
+            v4: cells.clone().flat_map(|c| c.v4).collect(),
+            v6: cells.flat_map(|c| c.v6).collect(),
+        }
+    }
+
+    /// These addresses as bytes: u8 counts, then the IPv4 and the IPv6 addresses.
+    pub fn to_bytes(&self, out: &mut Vec<u8>) {
+        out.push(self.v4.len() as u8);
+        out.push(self.v6.len() as u8);
+        for addr in &self.v4 {
+            out.extend_from_slice(&addr.octets());
+        }
+        for addr in &self.v6 {
+            out.extend_from_slice(&addr.octets());
+        }
+    }
+
+    /// Addresses read back from [`Self::to_bytes`], and the bytes they took; `None` when the
+    /// bytes are short, or more than [`MAX_K`] cells' worth.
+    pub fn from_bytes(bytes: &[u8]) -> Option<(LayerCells, usize)> {
+        let (&v4_len, &v6_len) = (bytes.first()?, bytes.get(1)?);
+        let (v4_len, v6_len) = (usize::from(v4_len), usize::from(v6_len));
+        if v4_len > 2 * MAX_K || v6_len > 2 * MAX_K {
+            return None;
+        }
+        let v4_bytes = bytes.get(2..2 + 4 * v4_len)?;
+        let v6_bytes = bytes.get(2 + 4 * v4_len..2 + 4 * v4_len + 16 * v6_len)?;
+        let v4 = v4_bytes
+            .chunks_exact(4)
+            .map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+            .collect();
+        let v6 = v6_bytes
+            .chunks_exact(16)
+            .map(|b| {
+                let mut octets = [0u8; 16];
+                octets.copy_from_slice(b);
+                Ipv6Addr::from(octets)
+            })
+            .collect();
+        Some((LayerCells { v4, v6 }, 2 + 4 * v4_len + 16 * v6_len))
+    }
 }
 
 /// A tenant's shard in every layer, as addresses: what its anycast answers carry. Built at
@@ -561,11 +578,21 @@ pub struct TenantCells {
     k: u8,
     /// On the quarantine cells ([`CellTopology::assign_quarantined`]).
     quarantined: bool,
-    /// Every layer's IPv4 (IPv6) addresses back to back, each layer's in cell order.
-    v4: Box<[Ipv4Addr]>,
-    v6: Box<[Ipv6Addr]>,
-    /// Per layer: global, then each region, then each site.
-    spans: Box<[Span]>,
+    /// Per layer (global, then each region, then each site): its addresses there, `None`
+    /// where the layer has no cells.
+    layers: Box<[Option<Arc<LayerCells>>]>,
+}
+
+/// A [`TenantCells`] as numbers, for a cache that keeps each distinct [`LayerCells`] once
+/// in a table: everything but the addresses, and per layer its entry in that table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellsRecord {
+    pub fingerprint: u64,
+    pub regions: u16,
+    pub k: u8,
+    pub quarantined: bool,
+    /// Per layer: the table entry (`None`: no cells there).
+    pub layers: Vec<Option<u32>>,
 }
 
 impl TenantCells {
@@ -584,97 +611,48 @@ impl TenantCells {
         self.quarantined
     }
 
-    /// These cells as bytes (the tenants' cache keeps each distinct shard once):
-    /// fingerprint u64, regions u16, k u8, quarantined u8, then u16 counts and the IPv4
-    /// addresses, the IPv6 addresses and the spans (u16 + u16 + u8 + u8 each), little-endian.
-    pub fn to_bytes(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.fingerprint.to_le_bytes());
-        out.extend_from_slice(&self.regions.to_le_bytes());
-        out.push(self.k);
-        out.push(u8::from(self.quarantined));
-        out.extend_from_slice(&(self.v4.len() as u16).to_le_bytes());
-        out.extend_from_slice(&(self.v6.len() as u16).to_le_bytes());
-        out.extend_from_slice(&(self.spans.len() as u16).to_le_bytes());
-        for addr in &self.v4 {
-            out.extend_from_slice(&addr.octets());
-        }
-        for addr in &self.v6 {
-            out.extend_from_slice(&addr.octets());
-        }
-        for span in &self.spans {
-            out.extend_from_slice(&span.v4_start.to_le_bytes());
-            out.extend_from_slice(&span.v6_start.to_le_bytes());
-            out.push(span.v4_len);
-            out.push(span.v6_len);
+    /// Its record, each layer's addresses numbered by `number` (the cache's table).
+    pub fn record<'s>(&'s self, mut number: impl FnMut(&'s LayerCells) -> u32) -> CellsRecord {
+        CellsRecord {
+            fingerprint: self.fingerprint,
+            regions: self.regions,
+            k: self.k,
+            quarantined: self.quarantined,
+            layers: self
+                .layers
+                .iter()
+                .map(|l| l.as_deref().map(&mut number))
+                .collect(),
         }
     }
 
-    /// Cells read back from [`Self::to_bytes`], and the bytes they took; `None` when the bytes
-    /// are not such cells (short, or a span outside its lists).
-    pub fn from_bytes(bytes: &[u8]) -> Option<(TenantCells, usize)> {
-        let mut at = 0usize;
-        let mut take = |n: usize| {
-            let taken = bytes.get(at..at.checked_add(n)?)?;
-            at += n;
-            Some(taken)
-        };
-        let u16_at = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
-        let fingerprint = u64::from_le_bytes(take(8)?.try_into().ok()?);
-        let regions = u16_at(take(2)?);
-        let k = take(1)?[0];
-        let quarantined = match take(1)?[0] {
-            0 => false,
-            1 => true,
-            _ => return None,
-        };
-        let v4_len = usize::from(u16_at(take(2)?));
-        let v6_len = usize::from(u16_at(take(2)?));
-        let spans_len = usize::from(u16_at(take(2)?));
-        let v4: Box<[Ipv4Addr]> = take(v4_len.checked_mul(4)?)?
-            .chunks_exact(4)
-            .map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3]))
-            .collect();
-        let v6: Box<[Ipv6Addr]> = take(v6_len.checked_mul(16)?)?
-            .chunks_exact(16)
-            .map(|b| {
-                let mut octets = [0u8; 16];
-                octets.copy_from_slice(b);
-                Ipv6Addr::from(octets)
-            })
-            .collect();
-        let spans: Box<[Span]> = take(spans_len.checked_mul(6)?)?
-            .chunks_exact(6)
-            .map(|b| Span {
-                v4_start: u16_at(&b[0..2]),
-                v6_start: u16_at(&b[2..4]),
-                v4_len: b[4],
-                v6_len: b[5],
-            })
-            .collect();
-        let inside = |start: u16, len: u8, of: usize| usize::from(start) + usize::from(len) <= of;
-        if !(1..=MAX_K as u8).contains(&k)
-            || spans.len() < 1 + usize::from(regions)
-            || !spans.iter().all(|s| {
-                inside(s.v4_start, s.v4_len, v4.len()) && inside(s.v6_start, s.v6_len, v6.len())
-            })
+    /// Cells from a record and the table its numbers are entries of; `None` when the record
+    /// cannot be cells (k out of range, fewer layers than regions, an entry outside the table).
+    pub fn from_record(record: &CellsRecord, table: &[Arc<LayerCells>]) -> Option<TenantCells> {
+        if !(1..=MAX_K as u8).contains(&record.k)
+            || record.layers.len() < 1 + usize::from(record.regions)
         {
             return None;
         }
-        let cells = TenantCells {
-            fingerprint,
-            regions,
-            k,
-            quarantined,
-            v4,
-            v6,
-            spans,
-        };
-        Some((cells, at))
+        let layers = record
+            .layers
+            .iter()
+            .map(|entry| match entry {
+                None => Some(None),
+                Some(n) => table.get(usize::try_from(*n).ok()?).cloned().map(Some),
+            })
+            .collect::<Option<Box<[_]>>>()?;
+        Some(TenantCells {
+            fingerprint: record.fingerprint,
+            regions: record.regions,
+            k: record.k,
+            quarantined: record.quarantined,
+            layers,
+        })
     }
 
     /// The tenant's addresses in layer `at`; `None` when the layer has no cells (the answer
     /// is then the platform's own for that destination).
-    #[inline]
     pub fn layer(&self, at: LayerRef) -> Option<(&[Ipv4Addr], &[Ipv6Addr])> {
         let slot = match at {
             LayerRef::Global => 0,
@@ -682,37 +660,57 @@ impl TenantCells {
             LayerRef::Region(_) => return None,
             LayerRef::Site(s) => 1 + usize::from(self.regions) + usize::from(s),
         };
-        let span = self.spans.get(slot)?;
-        if span.v4_len == 0 && span.v6_len == 0 {
+        let cells = self.layers.get(slot)?.as_deref()?;
+        if cells.v4.is_empty() && cells.v6.is_empty() {
             return None;
         }
-        let v4_start = usize::from(span.v4_start);
-        let v6_start = usize::from(span.v6_start);
-        let v4 = self.v4.get(v4_start..v4_start + usize::from(span.v4_len))?;
-        let v6 = self.v6.get(v6_start..v6_start + usize::from(span.v6_len))?;
-        Some((v4, v6))
+        Some((&cells.v4, &cells.v6))
     }
 }
 
-/// Equal shards shared: many tenants get the same cells (with a handful of cells per layer
-/// there are few distinct shards), so a million tenants hold a few thousand [`TenantCells`],
-/// not a million.
+/// Equal layer cells shared: with a handful of cells per layer there are few distinct
+/// k-subsets in each, so a million tenants' shards point at a few hundred [`LayerCells`]
+/// instead of holding a million copies of their addresses.
 #[derive(Default)]
-pub struct CellInterner(HashMap<TenantCells, std::sync::Arc<TenantCells>>);
+pub struct CellInterner(HashMap<Arc<LayerCells>, ()>);
 
 impl CellInterner {
-    /// The shared copy of `cells`.
-    pub fn intern(&mut self, cells: TenantCells) -> std::sync::Arc<TenantCells> {
-        self.0
-            .entry(cells)
-            .or_insert_with_key(|cells| std::sync::Arc::new(cells.clone()))
-            .clone()
+    /// `cells` with every layer's addresses shared.
+    pub fn intern(&mut self, cells: TenantCells) -> Arc<TenantCells> {
+        Arc::new(self.shared(cells))
     }
 
-    /// The shared copy of the shard `cells` holds: the one already kept, or `cells` itself
-    /// (kept from now on) when it is the first of its kind.
-    pub fn share(&mut self, cells: std::sync::Arc<TenantCells>) -> std::sync::Arc<TenantCells> {
-        self.0.entry((*cells).clone()).or_insert(cells).clone()
+    /// `cells` with every layer's addresses shared: the same value when they already are.
+    pub fn share(&mut self, cells: Arc<TenantCells>) -> Arc<TenantCells> {
+        let all_shared = cells.layers.iter().flatten().all(|layer| {
+            self.0
+                .get_key_value(layer)
+                .is_some_and(|(kept, _)| Arc::ptr_eq(kept, layer))
+        });
+        if all_shared {
+            return cells;
+        }
+        Arc::new(self.shared(TenantCells::clone(&cells)))
+    }
+
+    /// Keeps `layer` as the shared copy of its addresses unless one is kept already.
+    pub fn keep(&mut self, layer: Arc<LayerCells>) -> Arc<LayerCells> {
+        match self.0.get_key_value(&layer) {
+            Some((kept, _)) => kept.clone(),
+            None => {
+                self.0.insert(layer.clone(), ());
+                layer
+            }
+        }
+    }
+
+    fn shared(&mut self, cells: TenantCells) -> TenantCells {
+        let layers = cells
+            .layers
+            .iter()
+            .map(|layer| layer.as_ref().map(|l| self.keep(l.clone())))
+            .collect();
+        TenantCells { layers, ..cells }
     }
 }
 

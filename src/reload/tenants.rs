@@ -1243,8 +1243,10 @@ fn load_cache_locked(state: &mut State, platform: &Platform) -> Result<usize, Ca
     if !state.served.is_empty() || !state.refused.is_empty() {
         return Err(CacheError::AlreadyServed);
     }
-    for shard in cached.shards {
-        state.shards.share(shard);
+    // The cache's table of layer cells becomes the registry's: tenants accepted later share
+    // the same copies.
+    for layer in cached.layers {
+        state.shards.keep(layer);
     }
     let mut swap = Swap::default();
     for tenant in cached.plain {

@@ -4,9 +4,10 @@
 //!
 //! Owns the format, which is pure bytes in and out (the reloader writes and reads the file):
 //! a header (magic, format, the binary's version, the platform's key, the instant up to which
-//! the folder was looked at), then every distinct shard of cells once (a million tenants
-//! share a few thousand; read back, tenants of one shard share one copy), then each plain
-//! tenant as its compiled parts (its shard by number), each tenant with a profile of its own
+//! the folder was looked at), then every distinct layer's cells once (the addresses of one
+//! layer's k-subset: a million tenants have a few hundred; read back, tenants with the same
+//! cells in a layer share one copy), then each plain tenant as its compiled parts (its shard
+//! as a record: each layer's cells by number in that table), each tenant with a profile of its own
 //! as its text (compiled again at load: it nests the platform's profiles),
 //! the tenants whose newest document was refused (read again at start), and a checksum of
 //! everything before it (FxHash, eight bytes a step: a million tenants are some 60 MB, and
@@ -15,14 +16,14 @@
 
 use super::compile::{PlainParts, ServedTenant};
 use super::document::TenantState;
-use crate::cells::TenantCells;
+use crate::cells::{CellsRecord, LayerCells, TenantCells};
 use std::collections::HashMap;
 use std::hash::Hasher;
 use std::sync::Arc;
 
 use rustc_hash::FxHasher;
 
-const MAGIC: &[u8; 8] = b"SDNSTNT\x03";
+const MAGIC: &[u8; 8] = b"SDNSTNT\x04";
 
 /// What a cache must match to be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,8 +49,8 @@ pub struct Cached {
     /// modified since is the one cached.
     pub looked_at_until: u64,
     pub plain: Vec<ServedTenant>,
-    /// Every distinct shard of cells the plain tenants hold (shared with them).
-    pub shards: Vec<Arc<TenantCells>>,
+    /// Every distinct layer's cells the plain tenants hold (shared with them).
+    pub layers: Vec<Arc<LayerCells>>,
     pub own: Vec<OwnProfileTenant>,
     /// Tenants whose newest document was refused: their file is read again at start.
     pub reread: Vec<String>,
@@ -79,8 +80,8 @@ pub fn encode<'a>(
 ) -> Vec<u8> {
     let mut plain = Vec::with_capacity(1 << 16);
     let mut own = Vec::new();
-    let mut shards: HashMap<&TenantCells, u32> = HashMap::new();
-    let mut shard_bytes = Vec::new();
+    let mut layers: HashMap<&LayerCells, u32> = HashMap::new();
+    let mut layer_bytes = Vec::new();
     let mut count = 0u64;
     for tenant in tenants {
         if let Some(text) = tenant.own_profile_text() {
@@ -106,24 +107,30 @@ pub fn encode<'a>(
             None => out.push(0),
         }
         put_bytes(out, tenant.names_wire());
-        let shard = tenant.compiled_cells().map_or(NO_CELLS, |cells| {
-            let next = shards.len() as u32;
-            *shards.entry(cells).or_insert_with(|| {
-                cells.to_bytes(&mut shard_bytes);
-                next
-            })
-        });
-        out.extend_from_slice(&shard.to_le_bytes());
+        match tenant.compiled_cells() {
+            None => out.push(0),
+            Some(cells) => {
+                out.push(1);
+                let record = cells.record(|layer| {
+                    let next = layers.len() as u32;
+                    *layers.entry(layer).or_insert_with(|| {
+                        layer.to_bytes(&mut layer_bytes);
+                        next
+                    })
+                });
+                put_record(out, &record);
+            }
+        }
         out.push(tenant.cells_asked().unwrap_or(0));
         count += 1;
     }
-    let mut out = Vec::with_capacity(plain.len() + shard_bytes.len() + 64);
+    let mut out = Vec::with_capacity(plain.len() + layer_bytes.len() + 64);
     out.extend_from_slice(MAGIC);
     put_bytes(&mut out, key.binary.as_bytes());
     out.extend_from_slice(&key.platform.to_le_bytes());
     out.extend_from_slice(&looked_at_until.to_le_bytes());
-    out.extend_from_slice(&(shards.len() as u64).to_le_bytes());
-    out.extend_from_slice(&shard_bytes);
+    out.extend_from_slice(&(layers.len() as u64).to_le_bytes());
+    out.extend_from_slice(&layer_bytes);
     out.extend_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&plain);
     out.extend_from_slice(&(own.len() as u64).to_le_bytes());
@@ -143,8 +150,21 @@ pub fn encode<'a>(
     out
 }
 
-/// A plain tenant's shard number when it has no cells.
-const NO_CELLS: u32 = u32::MAX;
+/// A layer without cells in a shard's record.
+const NO_LAYER: u32 = u32::MAX;
+
+/// A shard's record: fingerprint u64, regions u16, k u8, quarantined u8, the number of layers
+/// u16, then each layer's entry in the table u32 ([`NO_LAYER`]: none).
+fn put_record(out: &mut Vec<u8>, record: &CellsRecord) {
+    out.extend_from_slice(&record.fingerprint.to_le_bytes());
+    out.extend_from_slice(&record.regions.to_le_bytes());
+    out.push(record.k);
+    out.push(u8::from(record.quarantined));
+    out.extend_from_slice(&(record.layers.len() as u16).to_le_bytes());
+    for layer in &record.layers {
+        out.extend_from_slice(&layer.unwrap_or(NO_LAYER).to_le_bytes());
+    }
+}
 
 fn checksum(bytes: &[u8]) -> u64 {
     let mut hasher = FxHasher::default();
@@ -181,13 +201,13 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<Cached, CacheRefused> {
     }
     let looked_at_until = reader.u64()?;
     let count = reader.count()?;
-    let mut shards = Vec::with_capacity(count);
+    let mut layers = Vec::with_capacity(count);
     for _ in 0..count {
         let at = reader.at;
         let (cells, len) =
-            TenantCells::from_bytes(reader.rest()).ok_or(CacheRefused::Malformed(at))?;
+            LayerCells::from_bytes(reader.rest()).ok_or(CacheRefused::Malformed(at))?;
         reader.take(len)?;
-        shards.push(Arc::new(cells));
+        layers.push(Arc::new(cells));
     }
     let count = reader.count()?;
     let mut plain = Vec::with_capacity(count);
@@ -211,14 +231,15 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<Cached, CacheRefused> {
                 _ => return Err(CacheRefused::Malformed(at)),
             },
             names: reader.bytes()?,
-            cells: match reader.u32()? {
-                NO_CELLS => None,
-                shard => Some(
-                    shards
-                        .get(shard as usize)
-                        .ok_or(CacheRefused::Malformed(at))?
-                        .clone(),
-                ),
+            cells: match reader.u8()? {
+                0 => None,
+                1 => {
+                    let record = reader.record()?;
+                    let cells = TenantCells::from_record(&record, &layers)
+                        .ok_or(CacheRefused::Malformed(at))?;
+                    Some(Arc::new(cells))
+                }
+                _ => return Err(CacheRefused::Malformed(at)),
             },
             cells_asked: match reader.u8()? {
                 0 => None,
@@ -254,7 +275,7 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<Cached, CacheRefused> {
     Ok(Cached {
         looked_at_until,
         plain,
-        shards,
+        layers,
         own,
         reread,
     })
@@ -313,6 +334,40 @@ impl<'b> Reader<'b> {
             return Err(CacheRefused::Malformed(at));
         }
         Ok(n)
+    }
+
+    fn u16(&mut self) -> Result<u16, CacheRefused> {
+        let mut b = [0u8; 2];
+        b.copy_from_slice(self.take(2)?);
+        Ok(u16::from_le_bytes(b))
+    }
+
+    /// A shard's record ([`put_record`]).
+    fn record(&mut self) -> Result<CellsRecord, CacheRefused> {
+        let fingerprint = self.u64()?;
+        let regions = self.u16()?;
+        let k = self.u8()?;
+        let at = self.at;
+        let quarantined = match self.u8()? {
+            0 => false,
+            1 => true,
+            _ => return Err(CacheRefused::Malformed(at)),
+        };
+        let count = usize::from(self.u16()?);
+        let mut layers = Vec::with_capacity(count);
+        for _ in 0..count {
+            layers.push(match self.u32()? {
+                NO_LAYER => None,
+                n => Some(n),
+            });
+        }
+        Ok(CellsRecord {
+            fingerprint,
+            regions,
+            k,
+            quarantined,
+            layers,
+        })
     }
 
     fn bytes(&mut self) -> Result<&'b [u8], CacheRefused> {

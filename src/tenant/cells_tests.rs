@@ -103,16 +103,19 @@ fn cells_a_plain_tenant_gets_its_shard_and_another_platform_assigns_it_again() {
         assert_eq!(again.cells_asked(), compiled.cells_asked(), "{name}");
         assert!(!again.cells_are_for_another_topology(other.cells()));
     }
-    // Equal shards are one copy.
+    // Equal cells in a layer are one copy.
     let a = tenant(&p, "fabrikam", text).with_cells_of(other.cells(), &mut interner);
     let b = tenant(&p, "fabrikam", text).with_cells_of(other.cells(), &mut interner);
     let (Some(a), Some(b)) = (a, b) else {
         panic!("assigned")
     };
-    let (Some(a), Some(b)) = (a.compiled_cells(), b.compiled_cells()) else {
-        panic!("with cells")
+    let global = |t: &ServedTenant| {
+        t.compiled_cells()
+            .and_then(|c| c.layer(LayerRef::Global))
+            .map(|(v4, _)| v4.as_ptr())
     };
-    assert!(std::sync::Arc::ptr_eq(a, b));
+    assert!(global(&a).is_some());
+    assert_eq!(global(&a), global(&b));
     let three = tenant(
         &p,
         "tailspin",
@@ -307,12 +310,13 @@ fn cache_keeps_cells_compiled_each_shard_once_quarantine_included() {
         assert_eq!(a.cells_asked(), b.cells_asked(), "{}", a.name());
         assert_eq!(a.state, b.state, "{}", a.name());
     }
-    // Four global cells, k = 2: at most six distinct shards of plain tenants (plus tailspin's
-    // and the quarantined one's), each held once after the read.
-    let mut distinct: Vec<*const crate::cells::TenantCells> = cached
+    // Four global cells, k = 2: at most six distinct global cells of plain tenants (plus
+    // tailspin's and the quarantined one's), each held once after the read.
+    let mut distinct: Vec<*const std::net::Ipv4Addr> = cached
         .plain
         .iter()
-        .filter_map(|t| t.compiled_cells().map(std::sync::Arc::as_ptr))
+        .filter_map(|t| t.compiled_cells()?.layer(LayerRef::Global))
+        .map(|(v4, _)| v4.as_ptr())
         .collect();
     distinct.sort();
     distinct.dedup();
@@ -320,4 +324,94 @@ fn cache_keeps_cells_compiled_each_shard_once_quarantine_included() {
     // Far smaller than one shard per tenant in the file too.
     let each_once = encode(&key, 0, tenants.iter().take(1), std::iter::empty()).len();
     assert!(bytes.len() < each_once * tenants.len() / 2);
+}
+
+/// The bundled example's topology (cells in the global layer, in regions and at fallback
+/// sites) with the platform wildcard.
+fn example_platform() -> CompiledPolicies {
+    let example: toml::Value =
+        toml::from_str(include_str!("../../steerdns.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let topology: TopologyConfig = example
+        .get("topology")
+        .cloned()
+        .map(|t| t.try_into().unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|| panic!("the example has a topology"));
+    let steered: Fragment = toml::from_str(PLATFORM).unwrap_or_else(|e| panic!("{e}"));
+    let compiled = crate::policy::compile(
+        &topology,
+        &BTreeMap::new(),
+        &steered.steered,
+        &ControlKnobs::default(),
+    );
+    compiled.unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+/// With cells in many layers nearly every tenant's whole shard is its own (the product of
+/// each layer's choices), so sharing is per layer: a few copies of each layer's addresses
+/// however many tenants, in memory and in the cache file, the same after the round trip.
+#[test]
+fn cells_are_shared_layer_by_layer_in_memory_and_in_the_cache() {
+    use super::cache::{decode, encode, CacheKey};
+    let p = example_platform();
+    let topology = p.cells().unwrap_or_else(|| panic!("the example has cells"));
+    let mut interner = crate::cells::CellInterner::default();
+    let tenants: Vec<ServedTenant> = (0..2000)
+        .map(|i| {
+            let text = format!("names = [\"t{i}.edge.example.net.\"]\n");
+            tenant(&p, &format!("t{i}"), &text).sharing_cells(&mut interner)
+        })
+        .collect();
+    let layers: Vec<LayerRef> = topology.layers().map(|(at, _)| at).collect();
+    assert!(layers.len() > 3, "cells in several layers: {layers:?}");
+    let whole: std::collections::HashSet<&crate::cells::TenantCells> = tenants
+        .iter()
+        .filter_map(|t| t.compiled_cells())
+        .map(|c| &**c)
+        .collect();
+    assert!(whole.len() > 1000, "{} distinct whole shards", whole.len());
+    // Per layer: at most C(n, k) copies of its addresses, however many tenants.
+    let copies = |tenants: &[ServedTenant]| -> usize {
+        layers
+            .iter()
+            .map(|&at| {
+                let mut seen: Vec<*const std::net::Ipv4Addr> = tenants
+                    .iter()
+                    .filter_map(|t| t.compiled_cells()?.layer(at))
+                    .map(|(v4, _)| v4.as_ptr())
+                    .collect();
+                seen.sort();
+                seen.dedup();
+                seen.len()
+            })
+            .sum()
+    };
+    let bound: usize = topology
+        .layers()
+        .map(|(_, layer)| {
+            let n = layer.cells().len();
+            let k = topology.k().min(n);
+            (0..k).fold(1, |c, i| c * (n - i) / (i + 1))
+        })
+        .sum();
+    assert!(copies(&tenants) <= bound, "{} > {bound}", copies(&tenants));
+
+    let key = CacheKey {
+        binary: "steerdns test".into(),
+        platform: super::platform_key(&p),
+    };
+    let bytes = encode(&key, 0, tenants.iter(), std::iter::empty());
+    let cached = decode(&bytes, &key).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cached.plain.len(), tenants.len());
+    for (a, b) in tenants.iter().zip(&cached.plain) {
+        assert_eq!(a.cells(&p), b.cells(&p), "{}", a.name());
+    }
+    assert!(copies(&cached.plain) <= bound);
+    // Each tenant's shard is a record of numbers in the file: well under the addresses of
+    // its cells (2 cells x (4 + 16) bytes in each layer).
+    let per_tenant = bytes.len() / tenants.len();
+    assert!(
+        per_tenant < 40 * layers.len(),
+        "{per_tenant} bytes a tenant for {} layers",
+        layers.len()
+    );
 }
