@@ -998,15 +998,34 @@ impl Reloader {
         state.served_control = control.clone();
         // Served and shown as one step: status is ready before the swap and published right
         // after it, so whoever sees an answer from this version sees its serial in status too.
+        let platform_changed = |snapshot: Arc<Snapshot>| {
+            self.tenants.platform_changed(
+                config,
+                snapshot,
+                self.source.taster.as_deref(),
+                self.source.taste_args(),
+                control.as_ref().map(|(_, text)| text.clone()),
+            )
+        };
+        // The first whole snapshot serves with its tenants in: a tenant answers by its
+        // document from its first answer. The tenant table is shared with what serves now
+        // (nothing yet, or phase 1 of a start from the zone cache, which holds every name
+        // under a platform wildcard), so the tenants go in first and the swap shows them
+        // with everything else. (Loading them after the swap let a restart answer tenants'
+        // names as the platform's wildcard — other cells, quarantine ignored — for the
+        // seconds the tenant cache took.)
+        let first_whole = !self
+            .tenants_loaded
+            .load(std::sync::atomic::Ordering::Acquire);
+        if first_whole {
+            platform_changed(snapshot.clone());
+            self.load_tenants();
+        }
         self.snapshot.store(snapshot.clone());
         self.publish(state);
-        self.tenants.platform_changed(
-            config,
-            snapshot,
-            self.source.taster.as_deref(),
-            self.source.taste_args(),
-            control.as_ref().map(|(_, text)| text.clone()),
-        );
+        if !first_whole {
+            platform_changed(snapshot);
+        }
         record_served(config, served.as_ref());
         record_projection(config, &previous, &self.snapshot.load());
         // After a difference the cache is left as it was: it names the old file's digest, so

@@ -33,7 +33,7 @@ mod shield_prometheus;
 mod taster;
 mod tenant_first;
 mod tenant_monitors;
-mod tenants;
+pub(crate) mod tenants;
 mod xfr_in;
 mod xfr_out;
 mod xfr_signed;

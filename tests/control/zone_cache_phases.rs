@@ -284,3 +284,66 @@ fn a_query_outside_the_precompiled_answers_is_held_until_the_zones_are_in() {
     assert_eq!(loading, vec![prometheus_parse::Value::Gauge(0.0)]);
     assert_eq!(server.held(), vec![prometheus_parse::Value::Counter(3.0)]);
 }
+
+/// The A records of a raw answer, sorted (empty for no answer).
+fn a_set(response: Option<&Vec<u8>>) -> Vec<std::net::Ipv4Addr> {
+    let Some(message) = response.and_then(|r| Message::from_vec(r).ok()) else {
+        return Vec::new();
+    };
+    let mut got = a_records(&message);
+    got.sort();
+    got
+}
+
+/// A restart from the zone cache with tenants: a tenant's name is held in phase 1 and, from
+/// the first answer on, answered by its document (its shard of cells), never by the
+/// platform's wildcard while the tenants load — they are in before the first whole snapshot
+/// serves. 5,000 tenants make their load take long enough to be seen if it came after.
+#[test]
+fn a_restart_from_the_zone_cache_answers_tenants_by_their_documents_from_the_first_answer() {
+    const TENANTS: usize = 5_000;
+    let setup = crate::tenants::setup_with("cache-tenants", TENANTS, |_| 120);
+    let name = crate::tenants::owned(&crate::tenants::tenant_name(0));
+    let query = wire(&name, RecordType::A, 9);
+    let wildcard = wire("contoso.edge.example.net.", RecordType::A, 10);
+    let first = setup.start();
+    crate::tenants::wait_tenants(&first, "every tenant served and cached", |t| {
+        t["served"].as_u64() == Some(TENANTS as u64) && t["cache_writes"].as_u64() >= Some(1)
+    });
+    let cache = setup.path("steerdns.toml.state/zones.lkg");
+    wait_for("the zone cache written", Duration::from_secs(20), || {
+        cache.is_file().then_some(())
+    });
+    let own = a_set(raw_answer(first.dns, &query, 10).as_ref());
+    let platform = a_set(raw_answer(first.dns, &wildcard, 10).as_ref());
+    assert!(!own.is_empty(), "the tenant answers");
+    assert_ne!(own, platform, "its cells are not the wildcard's addresses");
+    first.stop();
+
+    let hold = setup.path("hold");
+    std::fs::write(&hold, b"").expect("hold file");
+    let hold_var = format!("STEERDNS_ZONES_LOAD_HOLD={}", hold.display());
+    let server = Started::start(&setup, &[&hold_var], "first answers from the zone cache");
+    assert_eq!(raw_answer(server.dns, &query, 3), None, "held in phase 1");
+
+    // Released: every answer from now on is the tenant's own, through "ready" and after.
+    std::fs::remove_file(&hold).expect("release the hold");
+    let deadline = Instant::now() + START_WAIT;
+    let (mut ready, mut answers) = (false, 0);
+    while !ready || answers < 200 {
+        assert!(Instant::now() < deadline, "ready and 200 answers");
+        while let Ok(line) = server.lines.try_recv() {
+            ready |= line.starts_with("ready");
+        }
+        // A short wait: a held query must not hide the moment the tenants' names answer.
+        let got = udp_once(server.dns, &query, Duration::from_millis(5));
+        if got.is_some() {
+            answers += 1;
+            assert_eq!(
+                a_set(got.as_ref()),
+                own,
+                "answer {answers}: the tenant's cells"
+            );
+        }
+    }
+}
