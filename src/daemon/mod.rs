@@ -151,12 +151,9 @@ impl Daemon {
                 tracing::error!("control file refused at startup: {reason}");
             }
         }
-        // The tenants, before the first answer: a tenant answers by its document from the
-        // start (on a start from the zone cache, phase 2 loads them once the zones are in;
-        // until then their names are held with everything the precompiled answers miss).
-        if !reloader.status().startup.is_loading() {
-            reloader.load_tenants();
-        }
+        // The tenants are in before the first whole snapshot serves (the reloader loads them
+        // just before that swap; on a start from the zone cache, phase 1 holds their names
+        // until then).
         let supervisor = Supervisor::new().map_err(io("starting the async runtime"))?;
         Ok(Loaded {
             config,

@@ -499,7 +499,6 @@ impl Reloader {
                 for warning in warnings {
                     tracing::warn!("{warning}");
                 }
-                self.load_tenants();
             }
             Err(reasons) => {
                 for reason in &reasons {
@@ -519,10 +518,11 @@ impl Reloader {
         }
     }
 
-    /// Loads the tenants for the first snapshot served whole: from their cache when there is
-    /// a good one (the folder is then looked at in the background for what changed while the
-    /// server was down), else from the folder. Once: later calls do nothing.
-    pub fn load_tenants(&self) {
+    /// Loads the tenants for the first snapshot served whole, just before it is swapped in:
+    /// from their cache when there is a good one (the folder is then looked at in the
+    /// background for what changed while the server was down), else from the folder. Once:
+    /// later calls do nothing.
+    fn load_tenants(&self) {
         if self
             .tenants_loaded
             .swap(true, std::sync::atomic::Ordering::AcqRel)
