@@ -314,8 +314,9 @@ fn count(
 }
 
 /// Counts one query, by transport, answered (with its rcode and whether it was truncated) or
-/// not, and, when answered, by zone (`None`: no zone of ours, or no question).
-#[inline]
+/// not, and, when answered, by zone (`None`: no zone of ours, or no question). Always
+/// inlined: out of line it cost a call on every answer (callgrind).
+#[inline(always)]
 fn count_query(snapshot: &Snapshot, client: &Requester, zone: Option<usize>, sent: Option<&Sent>) {
     let answered = sent.map(|sent| (sent.rcode, sent.truncated));
     serving().record(client.transport, answered);

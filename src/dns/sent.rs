@@ -39,11 +39,11 @@ impl Sent {
     /// written at load by the same writers); its rcode is never an extended one.
     #[inline]
     pub fn of_precompiled(response: &[u8], len: usize) -> Sent {
-        let count = |at: usize| {
-            response
-                .get(at..at + 2)
-                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+        // One bounds check for the header, not one per field.
+        let Some(header) = response.get(..12) else {
+            return Sent::empty(len, 0);
         };
+        let count = |at: usize| u16::from_be_bytes([header[at], header[at + 1]]);
         let flags = count(2);
         Sent {
             len,
