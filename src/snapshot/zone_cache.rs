@@ -149,27 +149,41 @@ pub fn read_first_answers(
     config_digest: Option<&Digest>,
 ) -> Result<FirstAnswers, ZoneCacheRefused> {
     let (mut cache, path) = open(config, config_digest)?;
-    let section = |section: &'static str, at: usize| ZoneCacheRefused::Section {
-        path: path.clone(),
-        section,
-        at,
-    };
-    let sources = decode_sources(&cache.take("sources").unwrap_or_default())
-        .map_err(|m| section("sources", m.at))?;
+    let sources = take_sources(&mut cache, &path)?;
     let _ = cache.take("zones");
     let _ = cache.take("projection");
-    let precompiled =
-        Precompiled::from_cache(cache.into_sections()).map_err(|reason| match reason {
-            LkgRefused::Malformed { at } => section("precompiled", at),
-            reason => ZoneCacheRefused::Refused {
-                path: path.clone(),
-                reason,
-            },
-        })?;
+    let precompiled = Precompiled::from_cache(cache.into_sections())
+        .map_err(|reason| precompiled_refused(&path, reason))?;
     Ok(FirstAnswers {
         precompiled,
         sources: Arc::new(sources),
     })
+}
+
+/// The cache at `path` refused for its `section`, malformed at byte `at`.
+fn malformed(path: &Path, section: &'static str, at: usize) -> ZoneCacheRefused {
+    ZoneCacheRefused::Section {
+        path: path.to_path_buf(),
+        section,
+        at,
+    }
+}
+
+/// The cache's record of the inputs it was built from (its `sources` section).
+fn take_sources(cache: &mut Opened, path: &Path) -> Result<Sources, ZoneCacheRefused> {
+    decode_sources(&cache.take("sources").unwrap_or_default())
+        .map_err(|m| malformed(path, "sources", m.at))
+}
+
+/// Why the precompiled answers of the cache at `path` are refused.
+fn precompiled_refused(path: &Path, reason: LkgRefused) -> ZoneCacheRefused {
+    match reason {
+        LkgRefused::Malformed { at } => malformed(path, "precompiled", at),
+        reason => ZoneCacheRefused::Refused {
+            path: path.to_path_buf(),
+            reason,
+        },
+    }
 }
 
 fn from_sections(
@@ -178,13 +192,8 @@ fn from_sections(
     config: &Config,
     config_digest: Option<&Digest>,
 ) -> Result<CachedZones, ZoneCacheRefused> {
-    let section = |section: &'static str, at: usize| ZoneCacheRefused::Section {
-        path: path.clone(),
-        section,
-        at,
-    };
-    let sources = decode_sources(&cache.take("sources").unwrap_or_default())
-        .map_err(|m| section("sources", m.at))?;
+    let section = |section: &'static str, at: usize| malformed(&path, section, at);
+    let sources = take_sources(&mut cache, &path)?;
     if !sources.unchanged(config, config_digest) {
         return Err(ZoneCacheRefused::InputsChanged { path });
     }
@@ -197,13 +206,7 @@ fn from_sections(
         })
         .transpose()?
         .map(|text| super::projection::parse_state(&text));
-    let refused = |reason| match reason {
-        LkgRefused::Malformed { at } => section("precompiled", at),
-        reason => ZoneCacheRefused::Refused {
-            path: path.clone(),
-            reason,
-        },
-    };
+    let refused = |reason| precompiled_refused(&path, reason);
     let precompiled = Precompiled::from_cache(cache.into_sections()).map_err(refused)?;
     // Every record of the answers on one core while the other decodes the zones.
     let (checked, zones) = std::thread::scope(|scope| {
