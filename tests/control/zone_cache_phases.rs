@@ -153,6 +153,15 @@ impl Started {
         serde_json::from_str(&body).expect("status JSON")
     }
 
+    /// `steerdns_startup_loading`'s samples.
+    fn loading(&self) -> Vec<prometheus_parse::Value> {
+        let metrics = scrape_metrics(self.admin);
+        samples_with(&metrics, "steerdns_startup_loading", &[])
+            .iter()
+            .map(|s| s.value.clone())
+            .collect()
+    }
+
     fn held(&self) -> Vec<prometheus_parse::Value> {
         let metrics = scrape_metrics(self.admin);
         samples_with(&metrics, "steerdns_queries_held_while_loading_total", &[])
@@ -250,11 +259,7 @@ fn a_query_outside_the_precompiled_answers_is_held_until_the_zones_are_in() {
         "{:#}",
         status["startup"]
     );
-    let metrics = scrape_metrics(server.admin);
-    let loading: Vec<_> = samples_with(&metrics, "steerdns_startup_loading", &[])
-        .iter()
-        .map(|s| s.value.clone())
-        .collect();
+    let loading = server.loading();
     assert_eq!(loading, vec![prometheus_parse::Value::Gauge(1.0)]);
     // The precompiled answer serves; the name that does not exist gets no answer at all (not
     // NXDOMAIN from a view without zones), and is counted as held.
@@ -276,11 +281,7 @@ fn a_query_outside_the_precompiled_answers_is_held_until_the_zones_are_in() {
         raw_answer(server.dns, &absent, 10).as_ref(),
         Some(&built[0])
     );
-    let metrics = scrape_metrics(server.admin);
-    let loading: Vec<_> = samples_with(&metrics, "steerdns_startup_loading", &[])
-        .iter()
-        .map(|s| s.value.clone())
-        .collect();
+    let loading = server.loading();
     assert_eq!(loading, vec![prometheus_parse::Value::Gauge(0.0)]);
     assert_eq!(server.held(), vec![prometheus_parse::Value::Counter(3.0)]);
 }
